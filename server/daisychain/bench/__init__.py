@@ -16,9 +16,7 @@ from types import ModuleType
 
 
 def available() -> list[str]:
-    return sorted(
-        m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")
-    )
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def _load(name: str) -> ModuleType:

@@ -1,0 +1,108 @@
+"""Block quantization with power-of-two scales (docs/NUMERICS.md, "Quantization").
+
+A block is every element that shares one index outside the quantized axis (a row, a column, a
+token of one head, ...). Its scale exponent ``e`` comes from the bits of the block's absolute
+maximum alone, so it is an integer rule every platform computes the same way:
+
+    amax = max |x|                       (exact: max needs no rounding)
+    E    = unbiased exponent of amax     (float32 bits 30..23, minus 127)
+    e    = E - 6 + (mantissa(amax) >= 0x7F0000)
+
+so ``amax * 2^-e`` lies in [63.75, 127.5) and rounds to at most 127: no clamp is ever needed for the
+primary limb. Blocks whose amax is below 2^E_FLOOR (zero, subnormal or negligible) quantize to all
+zeros with e = 0. Then ``q = rint(x * 2^-e)`` (ties to even); the multiply by a power of two is
+exact.
+
+Quantized values are returned as float32 arrays holding small integers: the exact GEMM feeds them
+straight to float32 BLAS (see gemm.py), so no conversion is paid per product.
+
+Two-limb quantization (gradients, docs/NUMERICS.md "Backward"): hi as above, the residual
+``r = x - hi * 2^e`` (exact in float32), and ``lo = clamp(rint(r * 2^(8-e)), -127, 127)`` so that
+``x ~= (256 * hi + lo) * 2^(e-8)`` with about 15 significant bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = np.float32
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int32]
+
+# Blocks whose absolute maximum is below 2^E_FLOOR quantize to zero: it keeps every scale 2^-e
+# a normal float32 (no subnormals anywhere) and such values are far below anything that matters
+# for training (the smallest gradients seen in practice are around 2^-40).
+E_FLOOR = -100
+# Blocks whose absolute maximum reaches 2^E_CEIL mean training has diverged: refuse them.
+E_CEIL = 100
+# Mantissa threshold: amax * 2^(6-E) >= 127.5 exactly when the 23 mantissa bits are >= this
+# (127.5 / 64 = 1.9921875 = 1 + 0x7F0000 / 2^23); then e is raised by one so nothing rounds to 128.
+MANT_BUMP = 0x7F0000
+LO_SHIFT = 8
+
+
+class QuantizationError(FloatingPointError):
+    """Non-finite or exploding values reached a quantizer (training has diverged)."""
+
+
+def pow2(e: npt.NDArray[np.int32]) -> FloatArray:
+    """2^e as float32 for integer e in [-126, 127], built from the exponent bits (exact)."""
+    if e.size and (int(e.min()) < -126 or int(e.max()) > 127):
+        raise ValueError(f"pow2: exponent out of the normal float32 range: [{e.min()}, {e.max()}]")
+    return ((e.astype(np.int32) + 127).astype(np.uint32) << np.uint32(23)).view(np.float32)
+
+
+def scale_exponent(x: FloatArray, axis: int) -> IntArray:
+    """Scale exponent per block (keepdims along ``axis``); 0 for blocks that quantize to zero."""
+    if x.dtype != np.float32:
+        raise TypeError(f"quantize expects float32, got {x.dtype}")
+    amax = np.max(np.abs(x), axis=axis, keepdims=True)
+    if not np.all(np.isfinite(amax)):
+        raise QuantizationError(
+            "non-finite value reached the quantizer; training has diverged "
+            "(lower the learning rate or enable gradient clipping)"
+        )
+    bits = amax.view(np.uint32)
+    big_e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32) - 127
+    if amax.size and int(big_e.max()) >= E_CEIL:
+        raise QuantizationError(
+            f"value of magnitude 2^{int(big_e.max())} reached the quantizer; training has "
+            "diverged (lower the learning rate)"
+        )
+    bump = ((bits & np.uint32(0x7FFFFF)) >= np.uint32(MANT_BUMP)).astype(np.int32)
+    e = big_e - 6 + bump
+    return np.where(big_e < E_FLOOR, np.int32(0), e).astype(np.int32)
+
+
+def quantize(x: FloatArray, axis: int) -> tuple[FloatArray, IntArray]:
+    """Quantize ``x`` in blocks along ``axis``: returns (q, e) with x ~= q * 2^e.
+
+    ``q`` is float32 holding integers in [-127, 127]; ``e`` has ``x``'s shape with ``axis`` kept
+    as length 1 (ready to broadcast).
+    """
+    e = scale_exponent(x, axis)
+    q = np.rint(x * pow2(-e))
+    # Zero blocks: e = 0 and every |x| < 2^E_FLOOR, so rint already gave +-0; force +0 so the
+    # integer meaning is unambiguous (-0 and +0 are the same int8).
+    q += F32(0.0)
+    return q.astype(np.float32, copy=False), e
+
+
+def quantize2(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray, IntArray]:
+    """Two-limb quantization: (hi, lo, e) with x ~= (256 * hi + lo) * 2^(e - 8)."""
+    hi, e = quantize(x, axis)
+    r = x - hi * pow2(e)  # exact: see the module docstring
+    lo = np.clip(np.rint(r * pow2(LO_SHIFT - e)), F32(-127), F32(127)) + F32(0.0)
+    return hi, lo.astype(np.float32, copy=False), e
+
+
+def dequantize(q: FloatArray, e: IntArray) -> FloatArray:
+    """q * 2^e in float32 (exact for the values quantize produces)."""
+    out: FloatArray = (q.astype(np.float64) * np.exp2(e.astype(np.float64))).astype(np.float32)
+    return out
+
+
+def to_int8(q: FloatArray) -> npt.NDArray[np.int8]:
+    """The int8 bytes of a quantized array (for hashing, the wire and the GPU)."""
+    return q.astype(np.int8)
