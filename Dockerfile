@@ -1,0 +1,20 @@
+# DaisyChain as a Hugging Face Docker Space (README front matter: sdk: docker, app_port: 7860).
+# The install step is exactly the README's (`pip install .`), so CI's README path tests it; it
+# runs as root into the image's site-packages, then the app runs as the Space's uid 1000 user.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --create-home --uid 1000 user
+WORKDIR /home/user/app
+COPY --chown=user . .
+RUN pip install .
+
+USER user
+ENV HOME=/home/user
+EXPOSE 7860
+# The Space's reverse proxy sets X-Forwarded-For, so --trust-proxy groups devices by their real
+# public address. Never pass it without such a proxy in front: clients could pick their group.
+CMD ["python", "-m", "daisychain.server", "--host", "0.0.0.0", "--port", "7860", "--trust-proxy"]

@@ -1,0 +1,214 @@
+"""``daisychain bench data``: ``/data``'s FineWeb-Edu reader against a local HTTP range server.
+
+Generates parquet shards with the FineWeb-Edu schema and row groups of realistic size, serves them
+under the Hugging Face resolve URL shape from an aiohttp app (``web.FileResponse`` answers Range
+with 206, like the CDN), and times row-group reads: cold (a fresh reader: footer fetch + row
+group) and warm (footers cached: one range GET per row group). Reports row groups per second,
+bytes per row group, range GETs per row group, and the warm/cold throughput ratio.
+
+The stand-in upstream (``write_fineweb_shard``, ``UpstreamStub``) is also what the tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from aiohttp import web
+
+_WORD_TEXT = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which "
+    "but have an they you were their one all we can her has there been if more when will would "
+    "who so no she other its may these about into than them only could time some new first two "
+    "energy water cell plant history school student learning teacher science system example"
+)
+WORDS = tuple(_WORD_TEXT.split())
+
+StubMode = Literal["ok", "redirect", "full", "slow", "error"]
+
+
+def fineweb_table(rows: int, chars_per_row: int, seed: int) -> Any:
+    """A pyarrow table with FineWeb-Edu's columns and types, filled with seeded word salad."""
+    import pyarrow as pa
+
+    rng = random.Random(seed)
+    texts = []
+    for i in range(rows):
+        words: list[str] = []
+        size = 0
+        target = rng.randint(chars_per_row // 2, chars_per_row * 3 // 2)
+        while size < target:
+            word = rng.choice(WORDS)
+            words.append(word)
+            size += len(word) + 1
+        texts.append(f"[{seed}:{i}] " + " ".join(words))
+    return pa.table(
+        {
+            "text": pa.array(texts, pa.string()),
+            "id": pa.array([f"<urn:uuid:{seed}-{i}>" for i in range(rows)], pa.string()),
+            "dump": pa.array(["CC-MAIN-2024-10"] * rows, pa.string()),
+            "url": pa.array([f"https://example.org/{seed}/{i}" for i in range(rows)], pa.string()),
+            "file_path": pa.array([f"s3://bench/{seed}.warc.gz"] * rows, pa.string()),
+            "language": pa.array(["en"] * rows, pa.string()),
+            "language_score": pa.array([0.9] * rows, pa.float64()),
+            "token_count": pa.array([len(t) // 4 for t in texts], pa.int64()),
+            "score": pa.array([3.1] * rows, pa.float64()),
+            "int_score": pa.array([3] * rows, pa.int64()),
+        }
+    )
+
+
+def write_fineweb_shard(
+    path: Path, *, row_groups: int, rows_per_group: int, chars_per_row: int, seed: int
+) -> Path:
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = fineweb_table(row_groups * rows_per_group, chars_per_row, seed)
+    pq.write_table(table, path, row_group_size=rows_per_group, compression="snappy")
+    return path
+
+
+@dataclass
+class UpstreamStub:
+    """An aiohttp app that serves ``root`` like the Hugging Face resolve endpoint.
+
+    ``mode`` picks the behaviour (``ok``; ``redirect``: 302 to a /cdn/ URL like the real
+    resolver; ``full``: ignore Range and answer 200; ``slow``: answer after ``delay_s``;
+    ``error``: 500). Every request is appended to ``log`` as (method, path, Range header).
+    """
+
+    root: Path
+    mode: StubMode = "ok"
+    delay_s: float = 5.0
+    log: list[tuple[str, str, str | None]] = field(default_factory=list)
+    base_url: str = ""  # set by whoever serves the app, for the data source to point at
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/datasets/{repo:[^/]+/[^/]+}/resolve/{rev}/{path:.*}", self._resolve)
+        app.router.add_get("/cdn/{path:.*}", self._cdn)
+        return app
+
+    def range_gets(self) -> int:
+        return sum(1 for _m, _p, byte_range in self.log if byte_range is not None)
+
+    async def _resolve(self, request: web.Request) -> web.StreamResponse:
+        self.log.append((request.method, request.path, request.headers.get("Range")))
+        if self.mode == "redirect":
+            raise web.HTTPFound(f"/cdn/{request.match_info['path']}?signed=1")
+        return await self._serve(request)
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        self.log.append((request.method, request.path, request.headers.get("Range")))
+        return await self._serve(request)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        path = (self.root / request.match_info["path"]).resolve()
+        if not path.is_relative_to(self.root.resolve()) or not path.is_file():
+            raise web.HTTPNotFound()
+        if self.mode == "error":
+            raise web.HTTPInternalServerError()
+        if self.mode == "slow":
+            await asyncio.sleep(self.delay_s)
+        if self.mode == "full":
+            return web.Response(body=path.read_bytes(), content_type="application/octet-stream")
+        return web.FileResponse(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shards", type=int, default=2, help="generated shards")
+    parser.add_argument("--row-groups", type=int, default=8, help="row groups per shard")
+    parser.add_argument(
+        "--rows", type=int, default=1000, help="rows per row group (FineWeb: ~1000)"
+    )
+    parser.add_argument("--chars", type=int, default=3000, help="mean characters per row")
+    parser.add_argument("--reads", type=int, default=32, help="warm row-group reads to time")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to write shards")
+
+
+async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    import aiohttp
+
+    from daisychain.server.config import DataConfig
+    from daisychain.server.datasource import FineWebReader
+
+    shards = tuple(f"sample/10BT/{i:03d}_00000.parquet" for i in range(args.shards))
+    for i, shard in enumerate(shards):
+        write_fineweb_shard(
+            root / shard,
+            row_groups=args.row_groups,
+            rows_per_group=args.rows,
+            chars_per_row=args.chars,
+            seed=i,
+        )
+    stub = UpstreamStub(root)
+    runner = web.AppRunner(stub.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    config = replace(DataConfig(), base_url=f"http://127.0.0.1:{port}", shards=shards)
+    rng = random.Random(0)
+    plan = [(rng.randrange(len(shards)), rng.randrange(args.row_groups)) for _ in range(args.reads)]
+    try:
+        async with aiohttp.ClientSession() as session:
+            # Cold: a fresh reader per read, so every read pays for its shard's footer.
+            cold_bytes, cold_gets = 0, 0
+            start = time.perf_counter()
+            for shard_index, row_group in plan[: max(1, args.reads // 4)]:
+                reader = FineWebReader(config, session)
+                before = stub.range_gets()
+                await reader.read_texts(shards[shard_index], row_group)
+                cold_gets += stub.range_gets() - before
+                index = await reader.index(shards[shard_index])
+                cold_bytes += index.text_chunks[row_group][1]
+            cold_reads = max(1, args.reads // 4)
+            cold_s = time.perf_counter() - start
+            # Warm: one reader with every footer cached.
+            reader = FineWebReader(config, session)
+            for shard in shards:
+                await reader.index(shard)
+            before = stub.range_gets()
+            warm_bytes = 0
+            start = time.perf_counter()
+            for shard_index, row_group in plan:
+                await reader.read_texts(shards[shard_index], row_group)
+                index = await reader.index(shards[shard_index])
+                warm_bytes += index.text_chunks[row_group][1]
+            warm_s = time.perf_counter() - start
+            warm_gets = stub.range_gets() - before
+    finally:
+        await runner.cleanup()
+    cold_rate = cold_reads / cold_s
+    warm_rate = len(plan) / warm_s
+    return {
+        "shards": args.shards,
+        "row_groups_per_shard": args.row_groups,
+        "rows_per_row_group": args.rows,
+        "cold_row_groups_per_s": round(cold_rate, 2),
+        "warm_row_groups_per_s": round(warm_rate, 2),
+        "warm_vs_cold_throughput_ratio": round(warm_rate / cold_rate, 3),
+        "bytes_per_row_group": round(warm_bytes / len(plan)),
+        "cold_bytes_per_row_group": round(cold_bytes / cold_reads),
+        "cold_range_gets_per_row_group": round(cold_gets / cold_reads, 3),
+        "warm_range_gets_per_row_group": round(warm_gets / len(plan), 3),
+    }
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    if args.workdir is not None:
+        return asyncio.run(_measure(args, args.workdir))
+    with tempfile.TemporaryDirectory(prefix="daisychain-bench-data-") as tmp:
+        return asyncio.run(_measure(args, Path(tmp)))

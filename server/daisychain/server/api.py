@@ -1,0 +1,198 @@
+"""HTTP endpoints other than static files and ``/ws``: ``/data``, ``/api/rooms``, ``/api/status``
+and ``/healthz``.
+
+``/data`` query parameters (all optional, all bounded; a bad one is a 400 with a hint):
+
+* ``format``: ``text`` (default) or ``tokens``;
+* ``max_chars`` (text): 1..1 000 000, default 100 000 characters in total;
+* ``max_tokens`` (tokens): 1..131 072, default 16 384;
+* ``encoding`` (tokens): ``binary`` (default; little-endian uint16 if the vocabulary fits, else
+  uint32, named in ``X-DaisyChain-Token-Dtype``) or ``json``;
+* ``seed``: 0..2^63-1; the same seed picks the same slice while the source stays the same.
+
+Every ``/data`` response names its source (``fineweb`` or ``builtin``) in the
+``X-DaisyChain-Source`` header, and in the ``source`` field of JSON bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import secrets
+import sys
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from daisychain.server.datasource import DataService, TextSample
+from daisychain.server.grouping import client_address
+from daisychain.server.messages import PROTOCOL_VERSION
+from daisychain.server.ratelimit import KeyedLimiter
+from daisychain.server.signaling import Signaling
+
+MAX_CHARS_LIMIT = 1_000_000
+DEFAULT_MAX_CHARS = 100_000
+MAX_TOKENS_LIMIT = 131_072
+DEFAULT_MAX_TOKENS = 16_384
+# Text budget per requested token: BPE tokens of English average ~4 characters; 8 leaves margin
+# so the token budget, not the text, is what runs out.
+CHARS_PER_TOKEN_BUDGET = 8
+DOCUMENT_SEPARATOR = "\n\n"
+
+
+class BadRequest(web.HTTPBadRequest):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(
+            text=_json({"error": message, "hint": hint}), content_type="application/json"
+        )
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", f"use {name}={default}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}", f"use {name}={default}")
+    return value
+
+
+def _choice_param(request: web.Request, name: str, choices: tuple[str, ...]) -> str:
+    value = request.query.get(name, choices[0])
+    if value not in choices:
+        raise BadRequest(f"{name} must be one of {', '.join(choices)}", f"use {name}={choices[0]}")
+    return value
+
+
+class DataEndpoint:
+    def __init__(
+        self,
+        service: Callable[[], DataService],
+        *,
+        trust_proxy: bool,
+        requests_per_s: float,
+        burst: int,
+    ) -> None:
+        self._service = service
+        self.trust_proxy = trust_proxy
+        # Each request may cost an upstream GET, and the upstream rate-limits this server's
+        # address as a whole: bound what one client can ask for.
+        self.limiter = KeyedLimiter(requests_per_s, burst)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
+        bucket = self.limiter.bucket(str(address))
+        if not bucket.take():
+            retry = max(1, round(bucket.retry_after_s()))
+            raise web.HTTPTooManyRequests(
+                text=_json({"error": "too many /data requests", "hint": f"retry in {retry} s"}),
+                content_type="application/json",
+                headers={"Retry-After": str(retry)},
+            )
+        fmt = _choice_param(request, "format", ("text", "tokens"))
+        seed_param = request.query.get("seed")
+        seed = _int_param(request, "seed", 0, 0, 2**63 - 1) if seed_param is not None else None
+        # An explicit generator per request: seeded when asked, otherwise from the OS.
+        rng = random.Random(seed if seed is not None else secrets.randbits(64))
+        service = self._service()
+        if fmt == "text":
+            max_chars = _int_param(request, "max_chars", DEFAULT_MAX_CHARS, 1, MAX_CHARS_LIMIT)
+            sample = await service.sample(rng, max_chars)
+            body = _describe(sample) | {"texts": sample.texts, "chars": sum(map(len, sample.texts))}
+            return web.json_response(body, headers=_headers(sample))
+        max_tokens = _int_param(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_TOKENS_LIMIT)
+        encoding = _choice_param(request, "encoding", ("binary", "json"))
+        try:
+            tokenizer = service.tokenizer()
+        except (ImportError, FileNotFoundError, OSError) as exc:
+            raise web.HTTPServiceUnavailable(
+                text=_json(
+                    {
+                        "error": f"no tokenizer available: {exc}",
+                        "hint": "use format=text, or install daisychain with luts/ present",
+                    }
+                ),
+                content_type="application/json",
+            ) from None
+        sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
+        text = DOCUMENT_SEPARATOR.join(sample.texts)
+        # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the loop.
+        tokens = (await asyncio.to_thread(tokenizer.encode, text))[:max_tokens]
+        dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
+        headers = _headers(sample) | {
+            "X-DaisyChain-Token-Dtype": dtype,
+            "X-DaisyChain-Tokenizer-Sha256": tokenizer.sha256,
+        }
+        if encoding == "json":
+            body = _describe(sample) | {
+                "tokens": tokens,
+                "dtype": dtype,
+                "tokenizer_sha256": tokenizer.sha256,
+            }
+            return web.json_response(body, headers=headers)
+        packed = array("H" if dtype == "uint16" else "I", tokens)
+        assert packed.itemsize == (2 if dtype == "uint16" else 4), "unexpected C int width"
+        if sys.byteorder != "little":
+            packed.byteswap()
+        return web.Response(
+            body=packed.tobytes(), content_type="application/octet-stream", headers=headers
+        )
+
+
+def _describe(sample: TextSample) -> dict[str, Any]:
+    return {
+        "source": sample.source,
+        "shard": sample.shard,
+        "row_group": sample.row_group,
+        "first_row": sample.first_row,
+        "offset": sample.offset,
+    }
+
+
+def _headers(sample: TextSample) -> dict[str, str]:
+    headers = {"X-DaisyChain-Source": sample.source, "Cache-Control": "no-store"}
+    if sample.shard is not None:
+        headers["X-DaisyChain-Shard"] = sample.shard
+        headers["X-DaisyChain-Row-Group"] = str(sample.row_group)
+    return headers
+
+
+async def create_room(request: web.Request) -> web.Response:
+    """Mint an unguessable room code: 16 URL-safe characters, 96 bits from the OS."""
+    code = secrets.token_urlsafe(12)
+    return web.json_response({"code": code, "url": f"/?room={code}"}, status=201)
+
+
+def status_handler(
+    signaling: Signaling, data: Callable[[], DataService]
+) -> Callable[[web.Request], Any]:
+    async def status(request: web.Request) -> web.Response:
+        # Counts only: no addresses, names, ids or room codes.
+        stats = signaling.hub.stats()
+        return web.json_response(
+            {
+                "protocol": PROTOCOL_VERSION,
+                "peers": stats.peers,
+                "groups": stats.groups,
+                "rooms": stats.rooms,
+                "pending": stats.pending,
+                "data": data().status(),
+            },
+            headers={"Cache-Control": "no-store"},
+        )
+
+    return status
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n", headers={"Cache-Control": "no-store"})

@@ -1,0 +1,83 @@
+"""The aiohttp application: routes, shared state and the resources it owns.
+
+``create_app(config)`` is the whole server; ``main.py`` runs it and tests mount it on a loopback
+port. Shared state lives under typed ``web.AppKey``s; the upstream HTTP client session is opened
+and closed in a ``cleanup_ctx`` so it exists exactly while the app runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from daisychain.assets import asset_dir
+from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
+from daisychain.server.config import ServerConfig
+from daisychain.server.datasource import DataService, Tokenizer, load_builtin_text, load_tokenizer
+from daisychain.server.signaling import Signaling
+from daisychain.server.static import StaticFiles, add_security_headers
+
+CONFIG = web.AppKey("config", ServerConfig)
+SIGNALING = web.AppKey("signaling", Signaling)
+DATA = web.AppKey("data", DataService)
+
+
+def create_app(
+    config: ServerConfig,
+    *,
+    fallback_text: Callable[[], str] = load_builtin_text,
+    tokenizer: Callable[[], Tokenizer] = load_tokenizer,
+) -> web.Application:
+    """Build the app. ``fallback_text`` and ``tokenizer`` are injectable for tests."""
+    app = web.Application()
+    app[CONFIG] = config
+    signaling = Signaling(config.signaling, trust_proxy=config.trust_proxy)
+    app[SIGNALING] = signaling
+
+    async def data_source(app: web.Application) -> AsyncIterator[None]:
+        session = None
+        if not config.data.offline:
+            session = aiohttp.ClientSession(raise_for_status=False)
+        app[DATA] = DataService(
+            config.data, session, fallback_text=fallback_text, tokenizer=tokenizer
+        )
+        yield
+        if session is not None:
+            await session.close()
+
+    async def close_sockets(app: web.Application) -> None:
+        await signaling.close_all()
+
+    app.cleanup_ctx.append(data_source)
+    app.on_shutdown.append(close_sockets)
+    app.on_response_prepare.append(add_security_headers)
+
+    def data_service() -> DataService:
+        return app[DATA]
+
+    data = DataEndpoint(
+        data_service,
+        trust_proxy=config.trust_proxy,
+        requests_per_s=config.data.requests_per_s,
+        burst=config.data.burst,
+    )
+    static = StaticFiles(_folder(config.static_dir, "static"), "/", index="index.html")
+    kernels = StaticFiles(_folder(config.kernels_dir, "kernels"), "/kernels/")
+    luts = StaticFiles(_folder(config.luts_dir, "luts"), "/luts/")
+
+    app.router.add_get("/ws", signaling.handle)
+    app.router.add_get("/data", data.handle)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/status", status_handler(signaling, data_service))
+    app.router.add_post("/api/rooms", create_room)
+    app.router.add_get("/kernels/{path:.*}", kernels.handle)
+    app.router.add_get("/luts/{path:.*}", luts.handle)
+    app.router.add_get("/{path:.*}", static.handle)  # last: everything else is a static file
+    return app
+
+
+def _folder(override: Path | None, name: str) -> Path:
+    return override if override is not None else asset_dir(name)

@@ -1,0 +1,98 @@
+"""Configuration of the DaisyChain server: one frozen dataclass per concern.
+
+The command line (``main.py``) fills these from flags; tests build them directly with short
+timers and small limits. Every default below is the production value and says why it is what it
+is, so an operator reading ``docs/SERVER.md`` and a reader of this file see the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+
+# Hugging Face resolve endpoint for FineWeb-Edu. The revision is pinned so every deployment reads
+# the same bytes; it is configurable (--data-revision) because it cannot be verified offline.
+FINEWEB_BASE_URL = "https://huggingface.co"
+FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
+FINEWEB_REVISION = "87f09149ef4734204d70ed1d046ddc9ca3f2b8f9"
+FINEWEB_SHARDS: tuple[str, ...] = tuple(f"sample/10BT/{i:03d}_00000.parquet" for i in range(14))
+
+
+@dataclass(frozen=True)
+class SignalingLimits:
+    """Limits that keep one misbehaving client from hurting the others."""
+
+    # SDP offers are 2-10 KB; 64 KB leaves room for large candidate sets and nothing more.
+    max_message_bytes: int = 64 * 1024
+    # Broadcasts fan out to the whole group, so they are held to control-message size.
+    max_broadcast_bytes: int = 4 * 1024
+    # A browser joining a group of 16 sends ~15 offers plus ~10 ICE candidates each in about a
+    # second: a burst of 200 and 50 messages/s sustained cover that with margin.
+    rate_per_s: float = 50.0
+    burst: int = 200
+    # Each rejected message (malformed, unknown, too large, over the rate) costs a strike; strikes
+    # refill slowly. Out of strikes -> the connection is closed with code 4429.
+    max_strikes: int = 20
+    strike_refill_s: float = 3.0
+    # aiohttp sends a WebSocket ping this often and drops the peer if no pong comes back.
+    heartbeat_s: float = 20.0
+    # A connection that never says hello is closed: it holds a socket and learns nothing.
+    hello_timeout_s: float = 15.0
+    # Messages queued for one client; a client that does not read is disconnected past this.
+    outbox_limit: int = 1024
+    # Automatic groups past this size are refused with a hint to use a private room.
+    max_group_size: int = 256
+    # Join requests waiting for one host at a time.
+    max_pending: int = 16
+    # How long a join request waits for the host before the requester is told it timed out.
+    join_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where ``/data`` reads FineWeb-Edu from, and how hard it tries."""
+
+    base_url: str = FINEWEB_BASE_URL
+    repo: str = FINEWEB_REPO
+    revision: str = FINEWEB_REVISION
+    shards: tuple[str, ...] = FINEWEB_SHARDS
+    # --offline: never contact the upstream, always serve the built-in corpus.
+    offline: bool = False
+    # Per upstream request (a row group is ~3 MB): short, so a dead link falls back quickly.
+    timeout_s: float = 10.0
+    # After a failure the upstream is not tried again for retry_initial_s, doubling up to
+    # retry_max_s while it keeps failing.
+    retry_initial_s: float = 30.0
+    retry_max_s: float = 600.0
+    # First read of a shard fetches this many bytes from its end; FineWeb-Edu footers are larger,
+    # so a cold shard costs two range GETs, a warm row group exactly one.
+    footer_probe_bytes: int = 64 * 1024
+    # Upstream reads in flight at once (Hugging Face rate-limits anonymous clients per address).
+    max_concurrent_reads: int = 4
+    # A signed CDN URL from the resolver is valid for about an hour; reuse it for less than that
+    # so a warm read skips the resolver's redirect.
+    redirect_ttl_s: float = 45 * 60.0
+    # /data requests per client address: enough for a device fetching a batch every few
+    # seconds, not enough for one client to spend the server's upstream quota.
+    requests_per_s: float = 2.0
+    burst: int = 20
+
+    def shard_url(self, shard: str) -> str:
+        return f"{self.base_url.rstrip('/')}/datasets/{self.repo}/resolve/{self.revision}/{shard}"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    # Honour X-Forwarded-For / Forwarded only behind a reverse proxy we control (a Space).
+    trust_proxy: bool = False
+    signaling: SignalingLimits = field(default_factory=SignalingLimits)
+    data: DataConfig = field(default_factory=DataConfig)
+    # Asset folders; None -> daisychain.assets.asset_dir(name). Tests point these at tmp dirs.
+    static_dir: Path | None = None
+    kernels_dir: Path | None = None
+    luts_dir: Path | None = None

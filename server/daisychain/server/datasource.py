@@ -1,0 +1,392 @@
+"""Training text for ``/data``: random row groups of FineWeb-Edu ``sample/10BT``, or the built-in
+corpus when the upstream cannot be used.
+
+Reading FineWeb-Edu (14 parquet shards of ~2.15 GB at a pinned revision, see ``config.py``) uses
+plain HTTP range requests against the Hugging Face resolve URL:
+
+1. cold shard: ``Range: bytes=-N`` fetches the tail; its last 8 bytes are the footer length and
+   ``PAR1``; if the footer is longer than the tail, one more range GET fetches the rest. The
+   footer is parsed with pyarrow and cached with the file size, together with the signed CDN URL
+   the resolver redirected to (valid about an hour);
+2. every row group read is then exactly ONE range GET: the byte range of the row group's ``text``
+   column chunk (the other columns are metadata we do not serve), decoded by pyarrow in a worker
+   thread through a file object that holds only that range.
+
+Any failure (connection refused, an error status, a 200 where a 206 was asked for - which would
+mean downloading 2 GB - a timeout, a corrupt footer) moves the upstream into ``BACKOFF``: the
+request is served from the built-in corpus, the reason is logged, and the upstream is tried again
+after a delay that doubles while it keeps failing. Every response names its source.
+
+Upstream state, changed only through ``DataService._set_state``::
+
+    UNTRIED --read ok--> OK      UNTRIED/OK/BACKOFF --read failed--> BACKOFF
+    BACKOFF --retry ok--> OK     OFFLINE (--offline): terminal, never contacts the upstream
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import io
+import logging
+import random
+import re
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import aiohttp
+
+from daisychain.server.config import DataConfig
+
+log = logging.getLogger(__name__)
+
+PARQUET_MAGIC = b"PAR1"
+TEXT_COLUMN = "text"
+_CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+
+
+class Tokenizer(Protocol):
+    sha256: str
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+def load_builtin_text() -> str:
+    from daisychain.corpus import load_builtin_text as load
+
+    return load()
+
+
+def load_tokenizer() -> Tokenizer:
+    from daisychain.tokenizer import load_default
+
+    tokenizer: Tokenizer = load_default()
+    return tokenizer
+
+
+class UpstreamError(Exception):
+    """The upstream cannot serve this read; ``str(exc)`` says why, for the log and status."""
+
+
+class UpstreamState(enum.Enum):
+    OFFLINE = "offline"
+    UNTRIED = "untried"
+    OK = "ok"
+    BACKOFF = "backoff"
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    size: int
+    metadata: Any  # pyarrow.parquet.FileMetaData
+    # Per row group: (offset, length) of the text column chunk, and the number of rows.
+    text_chunks: tuple[tuple[int, int], ...]
+    rows: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TextSample:
+    source: Literal["fineweb", "builtin"]
+    texts: list[str]
+    shard: str | None = None
+    row_group: int | None = None
+    first_row: int | None = None
+    offset: int | None = None  # character offset into the built-in corpus
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which only ``[start, start + len(data))`` is known.
+
+    pyarrow reads the one column chunk we fetched through it; a read anywhere else is a bug in
+    the offsets we computed and must fail loudly rather than decode zeros.
+    """
+
+    def __init__(self, size: int, start: int, data: bytes) -> None:
+        super().__init__()
+        self._size, self._start, self._data, self._pos = size, start, data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos >= self._size or len(view) == 0:
+            return 0
+        begin = self._pos - self._start
+        if begin < 0 or begin >= len(self._data):
+            raise OSError(f"read at {self._pos} outside the fetched range")
+        chunk = self._data[begin : begin + len(view)]
+        view[: len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
+
+
+def parse_footer(tail: bytes, size: int) -> int:
+    """Footer length from a file's last 8 bytes; checks the magic and the bounds."""
+    if len(tail) < 8 or tail[-4:] != PARQUET_MAGIC:
+        raise UpstreamError("not a parquet file (no PAR1 at the end)")
+    (footer_len,) = struct.unpack("<I", tail[-8:-4])
+    if footer_len + 12 > size:
+        raise UpstreamError(f"parquet footer length {footer_len} exceeds file size {size}")
+    return int(footer_len)
+
+
+def _index_from_footer(footer: bytes, size: int) -> ShardIndex:
+    """Parse ``footer`` (metadata + length + PAR1) into the offsets of each text column chunk."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_metadata(pa.BufferReader(PARQUET_MAGIC + footer))
+    except (OSError, ValueError) as exc:
+        raise UpstreamError(f"unreadable parquet footer: {exc}") from None
+    names = metadata.schema.names
+    if TEXT_COLUMN not in names:
+        raise UpstreamError(f"parquet file has no {TEXT_COLUMN!r} column (columns: {names})")
+    column = names.index(TEXT_COLUMN)
+    chunks, rows = [], []
+    for i in range(metadata.num_row_groups):
+        row_group = metadata.row_group(i)
+        chunk = row_group.column(column)
+        start = chunk.data_page_offset
+        # Some writers record dictionary_page_offset 0 for "none": only trust a positive one.
+        if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+            start = chunk.dictionary_page_offset
+        length = chunk.total_compressed_size
+        if start < 4 or start + length > size - len(footer):
+            raise UpstreamError(f"row group {i}: text chunk {start}+{length} outside the file")
+        chunks.append((start, length))
+        rows.append(row_group.num_rows)
+    return ShardIndex(size=size, metadata=metadata, text_chunks=tuple(chunks), rows=tuple(rows))
+
+
+def _decode_texts(index: ShardIndex, row_group: int, start: int, data: bytes) -> list[str]:
+    import pyarrow.parquet as pq
+
+    source = _RangeFile(index.size, start, data)
+    table = pq.ParquetFile(source, metadata=index.metadata).read_row_group(
+        row_group, columns=[TEXT_COLUMN]
+    )
+    return [text for text in table.column(0).to_pylist() if isinstance(text, str)]
+
+
+class FineWebReader:
+    """Range reads of parquet shards behind one base URL, with footers cached per shard."""
+
+    def __init__(self, config: DataConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.session = session
+        self._indexes: dict[str, ShardIndex] = {}
+        self._loading: dict[str, asyncio.Task[ShardIndex]] = {}
+        self._resolved: dict[str, tuple[str, float]] = {}  # shard -> (CDN URL, expires at)
+        self._slots = asyncio.Semaphore(config.max_concurrent_reads)
+
+    @property
+    def cached_shards(self) -> int:
+        return len(self._indexes)
+
+    async def index(self, shard: str) -> ShardIndex:
+        cached = self._indexes.get(shard)
+        if cached is not None:
+            return cached
+        # Concurrent cold reads of one shard share a single footer fetch.
+        task = self._loading.get(shard)
+        if task is None:
+            task = asyncio.create_task(self._load_index(shard))
+            self._loading[shard] = task
+            task.add_done_callback(lambda _t: self._loading.pop(shard, None))
+        return await asyncio.shield(task)
+
+    async def read_texts(self, shard: str, row_group: int) -> list[str]:
+        index = await self.index(shard)
+        start, length = index.text_chunks[row_group]
+        data, _size = await self._get(shard, f"bytes={start}-{start + length - 1}")
+        if len(data) != length:
+            raise UpstreamError(f"asked for {length} bytes, got {len(data)}")
+        try:
+            return await asyncio.to_thread(_decode_texts, index, row_group, start, data)
+        except (OSError, ValueError) as exc:
+            raise UpstreamError(f"cannot decode row group {row_group} of {shard}: {exc}") from None
+
+    async def _load_index(self, shard: str) -> ShardIndex:
+        tail, size = await self._get(shard, f"bytes=-{self.config.footer_probe_bytes}")
+        footer_len = parse_footer(tail, size)
+        needed = footer_len + 8
+        if needed > len(tail):
+            start = size - needed
+            head, _ = await self._get(shard, f"bytes={start}-{size - len(tail) - 1}")
+            tail = head + tail
+        index = await asyncio.to_thread(_index_from_footer, tail[-needed:], size)
+        self._indexes[shard] = index
+        log.info(
+            "fineweb shard %s: %d row groups, %d bytes", shard, len(index.rows), size,
+            extra={"fields": {"shard": shard, "row_groups": len(index.rows), "size": size}},
+        )  # fmt: skip
+        return index
+
+    async def _get(self, shard: str, byte_range: str) -> tuple[bytes, int]:
+        """One range GET; returns the body and the total file size from Content-Range."""
+        resolved = self._resolved.get(shard)
+        if resolved is not None and resolved[1] > time.monotonic():
+            try:
+                return await self._get_url(shard, resolved[0], byte_range)
+            except UpstreamError as exc:
+                # The signed URL may have expired early: go back to the resolver once.
+                log.info("cached CDN URL for %s failed (%s); resolving again", shard, exc)
+                self._resolved.pop(shard, None)
+        return await self._get_url(shard, self.config.shard_url(shard), byte_range)
+
+    async def _get_url(self, shard: str, url: str, byte_range: str) -> tuple[bytes, int]:
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        try:
+            async with (
+                self._slots,
+                self.session.get(url, headers={"Range": byte_range}, timeout=timeout) as resp,
+            ):
+                if resp.status != 206:
+                    # Never read a 200 body: it is the whole 2 GB shard.
+                    raise UpstreamError(
+                        f"HTTP {resp.status} for a range request (expected 206 Partial Content)"
+                    )
+                match = _CONTENT_RANGE_RE.fullmatch(resp.headers.get("Content-Range", ""))
+                if match is None:
+                    raise UpstreamError("206 without a valid Content-Range header")
+                body = await resp.read()
+                if resp.history:
+                    expires = time.monotonic() + self.config.redirect_ttl_s
+                    self._resolved[shard] = (str(resp.url), expires)
+                return body, int(match.group(3))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+            raise UpstreamError(f"{reason}: {exc}".rstrip(": ")) from None
+
+
+class DataService:
+    """Chooses a slice and a source for each ``/data`` request and tracks upstream health."""
+
+    def __init__(
+        self,
+        config: DataConfig,
+        session: aiohttp.ClientSession | None,
+        *,
+        fallback_text: Callable[[], str] = load_builtin_text,
+        tokenizer: Callable[[], Tokenizer] = load_tokenizer,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.reader = FineWebReader(config, session) if session is not None else None
+        self._fallback_text = fallback_text
+        self._tokenizer_loader = tokenizer
+        self._tokenizer: Tokenizer | None = None
+        self._builtin: str | None = None
+        self._clock = clock
+        self.state = UpstreamState.OFFLINE if config.offline or session is None else (
+            UpstreamState.UNTRIED
+        )  # fmt: skip
+        self.last_error: str | None = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.served = {"fineweb": 0, "builtin": 0}
+
+    def _set_state(self, new: UpstreamState, reason: str) -> None:
+        old, self.state = self.state, new
+        if old is not new:
+            log.info("fineweb upstream: %s -> %s (%s)", old.value, new.value, reason)
+
+    def status(self) -> dict[str, Any]:
+        retry_in = max(0.0, self.retry_at - self._clock())
+        return {
+            "state": self.state.value,
+            "revision": self.config.revision,
+            "shards": len(self.config.shards),
+            "shards_cached": self.reader.cached_shards if self.reader else 0,
+            "last_error": self.last_error,
+            "retry_in_s": round(retry_in, 1) if self.state is UpstreamState.BACKOFF else None,
+            "served": dict(self.served),
+        }
+
+    def _upstream_usable(self) -> bool:
+        if self.reader is None or self.state is UpstreamState.OFFLINE:
+            return False
+        return self.state is not UpstreamState.BACKOFF or self._clock() >= self.retry_at
+
+    async def sample(self, rng: random.Random, max_chars: int) -> TextSample:
+        """A random slice of at most ``max_chars`` characters, from FineWeb-Edu if possible."""
+        if self._upstream_usable():
+            try:
+                sample = await self._fineweb(rng, max_chars)
+            except UpstreamError as exc:
+                self._failed(str(exc))
+            else:
+                self.failures, self.last_error = 0, None
+                self._set_state(UpstreamState.OK, "read succeeded")
+                self.served["fineweb"] += 1
+                return sample
+        self.served["builtin"] += 1
+        return self._builtin_sample(rng, max_chars)
+
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = self._tokenizer_loader()
+        return self._tokenizer
+
+    def _failed(self, reason: str) -> None:
+        self.failures += 1
+        delay = min(self.config.retry_max_s, self.config.retry_initial_s * 2 ** (self.failures - 1))
+        self.retry_at = self._clock() + delay
+        self.last_error = reason[:200]
+        log.warning(
+            "fineweb upstream failed: %s; serving the built-in corpus, retrying in %g s",
+            reason, delay, extra={"fields": {"failures": self.failures, "retry_in_s": delay}},
+        )  # fmt: skip
+        self._set_state(UpstreamState.BACKOFF, reason[:80])
+
+    async def _fineweb(self, rng: random.Random, max_chars: int) -> TextSample:
+        assert self.reader is not None, "upstream used while offline"
+        shard = self.config.shards[rng.randrange(len(self.config.shards))]
+        index = await self.reader.index(shard)
+        if not index.rows:
+            raise UpstreamError(f"{shard} has no row groups")
+        row_group = rng.randrange(len(index.rows))
+        texts = await self.reader.read_texts(shard, row_group)
+        if not texts:
+            raise UpstreamError(f"row group {row_group} of {shard} holds no text")
+        first = rng.randrange(len(texts))
+        picked: list[str] = []
+        budget = max_chars
+        # Whole documents from a random one on (wrapping round), the last one cut to fit.
+        for i in range(len(texts)):
+            if budget <= 0:
+                break
+            text = texts[(first + i) % len(texts)][:budget]
+            picked.append(text)
+            budget -= len(text)
+        return TextSample(
+            source="fineweb", texts=picked, shard=shard, row_group=row_group, first_row=first
+        )
+
+    def _builtin_sample(self, rng: random.Random, max_chars: int) -> TextSample:
+        if self._builtin is None:
+            self._builtin = self._fallback_text()
+        text = self._builtin
+        assert text, "the built-in corpus is empty"
+        offset = rng.randrange(len(text))
+        piece = text[offset : offset + max_chars]
+        if len(piece) < max_chars:  # wrap round so short corpora still fill the request
+            piece += text[: max_chars - len(piece)]
+        return TextSample(source="builtin", texts=[piece], offset=offset)

@@ -1,0 +1,144 @@
+"""``python -m daisychain.server`` / ``daisychain serve``: run the server until SIGINT/SIGTERM.
+
+On a signal the server stops accepting connections, tells every WebSocket client it is going
+away (close 1001), closes the upstream client session and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from dataclasses import replace
+
+from aiohttp import web
+
+from daisychain.server import logs
+from daisychain.server.app import create_app
+from daisychain.server.config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    FINEWEB_BASE_URL,
+    FINEWEB_REVISION,
+    DataConfig,
+    ServerConfig,
+    SignalingLimits,
+)
+
+log = logging.getLogger("daisychain.server")
+
+
+def _default_port() -> int:
+    raw = os.environ.get("PORT")
+    if raw is None:
+        return DEFAULT_PORT
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"PORT={raw!r} is not a port number; unset it or use --port") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help="address to listen on (0.0.0.0 serves your LAN)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=None,
+        help=f"port to listen on (default: $PORT, else {DEFAULT_PORT}; 0 picks a free one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trust-proxy", action="store_true",
+        help="group clients by X-Forwarded-For/Forwarded (only behind your own reverse proxy)",
+    )  # fmt: skip
+    data = parser.add_argument_group("data source (/data)")
+    data.add_argument(
+        "--data-url", default=FINEWEB_BASE_URL,
+        help="base URL serving /datasets/<repo>/resolve/<revision>/<path> with range requests",
+    )  # fmt: skip
+    data.add_argument(
+        "--data-revision", default=FINEWEB_REVISION, help="dataset commit to read (pinned)"
+    )
+    data.add_argument(
+        "--offline", action="store_true", help="never contact the upstream; serve built-in text"
+    )
+    data.add_argument(
+        "--data-timeout", type=float, default=DataConfig.timeout_s,
+        help="seconds per upstream request before falling back to the built-in corpus",
+    )  # fmt: skip
+    rooms = parser.add_argument_group("rooms")
+    rooms.add_argument(
+        "--join-timeout", type=float, default=SignalingLimits.join_timeout_s,
+        help="seconds a join request waits for the host",
+    )  # fmt: skip
+    logging_group = parser.add_argument_group("logging")
+    logging_group.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    logging_group.add_argument(
+        "--log-format", default="kv", choices=("kv", "json"), help="one line per record"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    port = args.port if args.port is not None else _default_port()
+    if not 0 <= port <= 65535:
+        raise SystemExit(f"--port {port} is out of range 0-65535")
+    return ServerConfig(
+        host=args.host,
+        port=port,
+        trust_proxy=args.trust_proxy,
+        signaling=replace(SignalingLimits(), join_timeout_s=args.join_timeout),
+        data=replace(
+            DataConfig(),
+            base_url=args.data_url,
+            revision=args.data_revision,
+            offline=args.offline,
+            timeout_s=args.data_timeout,
+        ),
+    )
+
+
+async def serve(config: ServerConfig) -> None:
+    """Run until SIGINT or SIGTERM, then shut down cleanly."""
+    app = create_app(config)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=5.0)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        site = web.TCPSite(runner, config.host, config.port)
+        await site.start()
+        for host, port, *_ in runner.addresses:
+            shown = f"[{host}]" if ":" in host else host
+            log.info(
+                "listening on http://%s:%d/", shown, port,
+                extra={"fields": {"url": f"http://{shown}:{port}/", "port": port}},
+            )  # fmt: skip
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level, args.log_format)
+    config = config_from_args(args)
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", config.host, config.port, exc)
+        print(f"hint: another process may use port {config.port}; try --port 0 or another port")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m daisychain.server", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,425 @@
+"""Every signaling message on ``/ws``, declared once, parsed and validated in one place.
+
+The normative description is ``docs/PROTOCOL.md`` (section *Signaling*); the browser mirrors these
+declarations. A client message is turned into one of the ``ClientMessage`` records by
+``parse_client`` or rejected with a ``ProtocolError`` that carries a code and a hint; nothing else
+in the server looks at raw JSON. Server messages are records too and leave through ``encode``.
+
+Fields a client is not allowed to set (``from`` above all) are not part of the client records, so
+a forged value is simply never read: the server builds every outgoing record itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+PROTOCOL_VERSION = 1
+
+ROOM_CODE_RE = re.compile(r"[A-Za-z0-9_-]{6,32}")
+PEER_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+MAX_NAME_CHARS = 40
+MAX_DEVICE_KEYS = 16
+MAX_DEVICE_KEY_CHARS = 32
+MAX_DEVICE_VALUE_CHARS = 128
+MAX_NONCE_CHARS = 64
+
+# Close codes (4000-4999 is the application range of RFC 6455).
+CLOSE_PROTOCOL = 4400  # bad hello: wrong version, bad room code
+CLOSE_DENIED = 4403  # the host denied the join request
+CLOSE_JOIN_TIMEOUT = 4408  # the host did not answer in time
+CLOSE_ABUSE = 4429  # too many rejected messages
+CLOSE_OVERLOADED = 4503  # the client does not read its messages fast enough
+CLOSE_GOING_AWAY = 1001  # server shutting down
+
+ErrorCode = Literal[
+    "bad-json",
+    "bad-message",
+    "unknown-type",
+    "too-large",
+    "binary-unsupported",
+    "rate-limited",
+    "hello-first",
+    "already-joined",
+    "version-mismatch",
+    "bad-room-code",
+    "not-admitted",
+    "not-host",
+    "unknown-peer",
+    "group-full",
+    "room-busy",
+    "internal-error",
+]
+
+
+class ProtocolError(Exception):
+    """A message the server will not act on; becomes an ``error`` reply."""
+
+    def __init__(self, code: ErrorCode, message: str, hint: str, ref: str | None = None) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+        self.hint = hint
+        self.ref = ref
+
+
+DeviceSummary = dict[str, str | int | float | bool | None]
+GroupKind = Literal["local", "network", "room"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Client -> server
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First message of every connection: who I am and which room I want (if any)."""
+
+    version: int
+    name: str
+    device: DeviceSummary
+    room: str | None = None
+    type: Literal["hello"] = "hello"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """Relay ``data`` (an SDP description or ICE candidate) to one member of my group."""
+
+    to: str
+    data: dict[str, Any]
+    type: Literal["signal"] = "signal"
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """Relay a small control message to every other member of my group."""
+
+    data: dict[str, Any]
+    type: Literal["broadcast"] = "broadcast"
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Host only: admit a pending device into the room."""
+
+    peer: str
+    type: Literal["approve"] = "approve"
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Host only: refuse a pending device."""
+
+    peer: str
+    type: Literal["deny"] = "deny"
+
+
+@dataclass(frozen=True)
+class Ping:
+    """Application-level liveness/latency probe; answered with ``pong`` echoing ``nonce``."""
+
+    nonce: str | int | None = None
+    type: Literal["ping"] = "ping"
+
+
+ClientMessage = Hello | Signal | Broadcast | Approve | Deny | Ping
+
+
+# ---------------------------------------------------------------------------------------------
+# Server -> client
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    id: str
+    name: str
+    device: DeviceSummary
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    # "local": every device on a private/loopback address; "network": one public address (IPv4)
+    # or /64 (IPv6); "room": a private room. ``id`` is opaque for the first two (never an
+    # address) and the room code for rooms.
+    kind: GroupKind
+    id: str
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """You are in: your id, your group, who is there (oldest first) and who hosts it."""
+
+    version: int
+    id: str
+    group: GroupInfo
+    role: Literal["host", "member"]
+    host: str | None
+    members: list[PeerInfo]
+    type: Literal["welcome"] = "welcome"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Your join request was sent to the room's host; wait for ``welcome`` or ``denied``."""
+
+    id: str
+    room: str
+    timeout_s: float
+    message: str
+    type: Literal["pending"] = "pending"
+
+
+@dataclass(frozen=True)
+class Denied:
+    """Your join request was refused (``denied``) or not answered (``timeout``); closes next."""
+
+    reason: Literal["denied", "timeout"]
+    message: str
+    hint: str
+    type: Literal["denied"] = "denied"
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """To the host: a device asks to join; answer with approve/deny before ``expires_in_s``."""
+
+    peer: PeerInfo
+    expires_in_s: float
+    type: Literal["join-request"] = "join-request"
+
+
+@dataclass(frozen=True)
+class JoinRequestClosed:
+    """To the host: a request is no longer pending (answered, timed out, or requester left)."""
+
+    peer: str
+    reason: Literal["approved", "denied", "timeout", "left"]
+    type: Literal["join-request-closed"] = "join-request-closed"
+
+
+@dataclass(frozen=True)
+class PeerJoined:
+    peer: PeerInfo
+    type: Literal["peer-joined"] = "peer-joined"
+
+
+@dataclass(frozen=True)
+class PeerLeft:
+    peer: str
+    type: Literal["peer-left"] = "peer-left"
+
+
+@dataclass(frozen=True)
+class HostChanged:
+    host: str
+    type: Literal["host-changed"] = "host-changed"
+
+
+@dataclass(frozen=True)
+class SignalFrom:
+    from_: str
+    data: dict[str, Any]
+    type: Literal["signal"] = "signal"
+
+
+@dataclass(frozen=True)
+class BroadcastFrom:
+    from_: str
+    data: dict[str, Any]
+    type: Literal["broadcast"] = "broadcast"
+
+
+@dataclass(frozen=True)
+class Pong:
+    nonce: str | int | None = None
+    type: Literal["pong"] = "pong"
+
+
+@dataclass(frozen=True)
+class Error:
+    code: ErrorCode
+    message: str
+    hint: str
+    ref: str | None = None
+    type: Literal["error"] = "error"
+
+
+ServerMessage = (
+    Welcome
+    | Pending
+    | Denied
+    | JoinRequest
+    | JoinRequestClosed
+    | PeerJoined
+    | PeerLeft
+    | HostChanged
+    | SignalFrom
+    | BroadcastFrom
+    | Pong
+    | Error
+)
+
+CLIENT_TYPES = ("hello", "signal", "broadcast", "approve", "deny", "ping")
+
+
+def encode(message: ServerMessage) -> str:
+    """Serialize a server record; ``from_`` goes on the wire as ``from``."""
+    obj: dict[str, Any] = {"type": message.type}
+    for key, value in asdict(message).items():
+        if key != "type":
+            obj["from" if key == "from_" else key] = value
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def error_from(exc: ProtocolError) -> Error:
+    return Error(code=exc.code, message=exc.message, hint=exc.hint, ref=exc.ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: the one place where client JSON is trusted to have a shape.
+
+
+def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
+    """Parse one text frame into a client record, or raise ``ProtocolError``.
+
+    Unknown fields are ignored (forward compatibility, and so that a forged ``from`` is dropped
+    rather than trusted); missing or mistyped known fields are errors.
+    """
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ProtocolError(
+            "bad-json", "message is not valid JSON", "send one JSON object per text frame"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(
+            "bad-message", "message is not a JSON object", 'send an object like {"type": "ping"}'
+        )
+    kind = obj.get("type")
+    if not isinstance(kind, str) or kind not in CLIENT_TYPES:
+        shown = kind if isinstance(kind, str) else None
+        raise ProtocolError(
+            "unknown-type",
+            f"unknown message type {shown!r}"[:120],
+            f"client messages are: {', '.join(CLIENT_TYPES)} (docs/PROTOCOL.md)",
+            ref=shown[:32] if shown else None,
+        )
+    if kind == "hello":
+        room = _optional_str(obj, "room", kind)
+        if room is not None:
+            room = check_room_code(room)
+        return Hello(
+            version=_int(obj, "version", kind),
+            name=_name(obj.get("name", ""), kind),
+            device=_device(obj.get("device", {}), kind),
+            room=room,
+        )
+    if kind == "signal":
+        return Signal(to=_peer_id(obj, "to", kind), data=_object(obj, "data", kind))
+    if kind == "broadcast":
+        if len(raw.encode("utf-8")) > max_broadcast_bytes:
+            raise ProtocolError(
+                "too-large",
+                f"broadcast is larger than {max_broadcast_bytes} bytes",
+                "broadcast only small control messages; send bulk data over a data channel",
+                ref=kind,
+            )
+        return Broadcast(data=_object(obj, "data", kind))
+    if kind == "approve":
+        return Approve(peer=_peer_id(obj, "peer", kind))
+    if kind == "deny":
+        return Deny(peer=_peer_id(obj, "peer", kind))
+    assert kind == "ping", f"CLIENT_TYPES and parse_client disagree on {kind!r}"
+    nonce = obj.get("nonce")
+    if nonce is not None and not _is_nonce(nonce):
+        raise _bad(kind, "nonce", f"a string of at most {MAX_NONCE_CHARS} characters or an int")
+    return Ping(nonce=nonce)
+
+
+def check_room_code(code: str) -> str:
+    if not ROOM_CODE_RE.fullmatch(code):
+        raise ProtocolError(
+            "bad-room-code",
+            "room code must be 6-32 characters of A-Z a-z 0-9 - _",
+            "check the link you were given, or create a room with POST /api/rooms",
+            ref="hello",
+        )
+    return code
+
+
+def _bad(kind: str, name: str, expected: str) -> ProtocolError:
+    return ProtocolError(
+        "bad-message",
+        f"{kind}.{name} must be {expected}",
+        "see the message declarations in docs/PROTOCOL.md",
+        ref=kind,
+    )
+
+
+def _int(obj: dict[str, Any], name: str, kind: str) -> int:
+    value = obj.get(name)
+    # bool is an int subclass in Python; true is not a version number.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad(kind, name, "an integer")
+    return value
+
+
+def _optional_str(obj: dict[str, Any], name: str, kind: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _bad(kind, name, "a string or absent")
+    return value
+
+
+def _peer_id(obj: dict[str, Any], name: str, kind: str) -> str:
+    value = obj.get(name)
+    if not isinstance(value, str) or not PEER_ID_RE.fullmatch(value):
+        raise _bad(kind, name, "a peer id from welcome/peer-joined")
+    return value
+
+
+def _object(obj: dict[str, Any], name: str, kind: str) -> dict[str, Any]:
+    value = obj.get(name)
+    if not isinstance(value, dict):
+        raise _bad(kind, name, "a JSON object")
+    return value
+
+
+def _name(value: object, kind: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(kind, "name", "a string")
+    value = value.strip()
+    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise _bad(kind, "name", f"at most {MAX_NAME_CHARS} printable characters")
+    return value
+
+
+def _is_scalar(value: object) -> bool:
+    if value is None or isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str) and len(value) <= MAX_DEVICE_VALUE_CHARS
+
+
+def _device(value: object, kind: str) -> DeviceSummary:
+    expected = (
+        f"an object of at most {MAX_DEVICE_KEYS} keys (<= {MAX_DEVICE_KEY_CHARS} chars) with "
+        f"string (<= {MAX_DEVICE_VALUE_CHARS} chars), number, boolean or null values"
+    )
+    if not isinstance(value, dict) or len(value) > MAX_DEVICE_KEYS:
+        raise _bad(kind, "device", expected)
+    for key, item in value.items():
+        if len(key) > MAX_DEVICE_KEY_CHARS or not _is_scalar(item):
+            raise _bad(kind, "device", expected)
+    return dict(value)
+
+
+def _is_nonce(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and len(value) <= MAX_NONCE_CHARS)

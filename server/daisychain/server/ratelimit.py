@@ -1,0 +1,55 @@
+"""Token buckets: a burst allowance that refills at a steady rate.
+
+Used per WebSocket connection (messages, and strikes for rejected messages) and per client
+address for ``/data``. Time comes from a monotonic clock passed in, so tests can drive it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+
+class TokenBucket:
+    def __init__(
+        self, rate_per_s: float, burst: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        assert rate_per_s > 0 and burst >= 1, f"bad bucket rate={rate_per_s} burst={burst}"
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def take(self, cost: float = 1.0) -> bool:
+        """Spend ``cost`` tokens if available; False means over the limit."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)
+        self._last = now
+        if self._tokens >= cost:
+            self._tokens -= cost
+            return True
+        return False
+
+    def retry_after_s(self, cost: float = 1.0) -> float:
+        return max(0.0, (cost - self._tokens) / self.rate_per_s)
+
+
+class KeyedLimiter:
+    """One bucket per key (a client address), keeping at most ``max_keys`` most recent keys."""
+
+    def __init__(self, rate_per_s: float, burst: float, max_keys: int = 4096) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def bucket(self, key: str) -> TokenBucket:
+        bucket = self._buckets.pop(key, None)
+        if bucket is None:
+            bucket = TokenBucket(self.rate_per_s, self.burst)
+            if len(self._buckets) >= self.max_keys:
+                self._buckets.popitem(last=False)  # forget the least recently seen client
+        self._buckets[key] = bucket
+        return bucket

@@ -1,0 +1,432 @@
+"""Groups, private rooms and the membership state machine of every connected device.
+
+A *group* is the set of devices that may see and signal each other. Automatic groups are keyed
+by public address (``grouping.py``) and admit everyone who arrives from that address. A *room* is
+a group keyed by a code: its first member is the host, and every later device waits in
+``PENDING`` until the host approves or denies it (or the request times out). The server enforces
+this: a pending device is in no member list, receives no membership events and can relay nothing.
+
+Membership of one connection (``MemberState``), changed only through ``Peer._set_state``::
+
+    CONNECTED --hello (auto group, or empty room)--> MEMBER
+    CONNECTED --hello (room with members)---------> PENDING
+    PENDING   --approve--> MEMBER     PENDING --deny--> DENIED     PENDING --timer--> EXPIRED
+    any state --socket closed--> LEFT
+
+When the host leaves, the oldest remaining member (earliest admitted) becomes host and everyone
+is told. When the last member leaves a room that still has pending requests, the oldest
+requester becomes its host, exactly as if it had arrived first in an empty room: an empty room
+holds nothing to protect.
+
+Everything here is synchronous: the hub mutates state and queues messages on each peer's outbox
+in the same step, so every client sees events in the order the state changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from daisychain.server.grouping import LOCAL_GROUP
+from daisychain.server.messages import (
+    CLOSE_DENIED,
+    CLOSE_JOIN_TIMEOUT,
+    PROTOCOL_VERSION,
+    BroadcastFrom,
+    Denied,
+    GroupInfo,
+    GroupKind,
+    Hello,
+    HostChanged,
+    JoinRequest,
+    JoinRequestClosed,
+    PeerInfo,
+    PeerJoined,
+    PeerLeft,
+    Pending,
+    ProtocolError,
+    ServerMessage,
+    SignalFrom,
+    Welcome,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+
+class MemberState(enum.Enum):
+    CONNECTED = "connected"  # socket open, no hello yet
+    PENDING = "pending"  # asked to join a room; waiting for the host
+    MEMBER = "member"  # in an automatic group, or admitted to a room
+    DENIED = "denied"  # the host said no; the socket is being closed
+    EXPIRED = "expired"  # the host did not answer in time; the socket is being closed
+    LEFT = "left"  # socket closed; terminal
+
+
+_TRANSITIONS: dict[MemberState, frozenset[MemberState]] = {
+    MemberState.CONNECTED: frozenset({MemberState.MEMBER, MemberState.PENDING, MemberState.LEFT}),
+    MemberState.PENDING: frozenset(
+        {MemberState.MEMBER, MemberState.DENIED, MemberState.EXPIRED, MemberState.LEFT}
+    ),
+    MemberState.MEMBER: frozenset({MemberState.LEFT}),
+    MemberState.DENIED: frozenset({MemberState.LEFT}),
+    MemberState.EXPIRED: frozenset({MemberState.LEFT}),
+    MemberState.LEFT: frozenset(),
+}
+
+
+class InvalidStateError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Close:
+    """Outbox item: close the socket with this code after the messages queued before it."""
+
+    code: int
+    reason: str
+
+
+OutboxItem = str | Close
+
+
+@dataclass(eq=False)
+class Peer:
+    """One connection. ``post`` queues an encoded message (or a Close) for its socket."""
+
+    id: str
+    post: Callable[[OutboxItem], None]
+    network_key: str  # automatic group key from grouping.py; used when no room is asked for
+    name: str = ""
+    device: dict[str, Any] = field(default_factory=dict)
+    state: MemberState = MemberState.CONNECTED
+    group: Group | None = None
+
+    def _set_state(self, new: MemberState) -> None:
+        """The only place membership changes; logs ``old -> new`` and refuses illegal moves."""
+        old = self.state
+        if new == old:
+            return
+        if new not in _TRANSITIONS[old]:
+            raise InvalidStateError(f"peer {self.id}: cannot go from {old.value} to {new.value}")
+        self.state = new
+        log.info(
+            "peer %s: %s -> %s",
+            self.id,
+            old.value,
+            new.value,
+            extra={"fields": {"peer": self.id, "old": old.value, "new": new.value}},
+        )
+
+    def info(self) -> PeerInfo:
+        return PeerInfo(id=self.id, name=self.name, device=self.device)
+
+    def send(self, message: ServerMessage) -> None:
+        self.post(encode(message))
+
+
+@dataclass(eq=False)
+class Group:
+    key: str  # "local", "v4:...", "v6:.../64" or "room:CODE"
+    kind: GroupKind
+    public_id: str
+    # Insertion order is admission order: the first entry is the oldest member.
+    members: dict[str, Peer] = field(default_factory=dict)
+    pending: dict[str, Peer] = field(default_factory=dict)
+    timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    host: str | None = None  # rooms only
+
+    @property
+    def is_room(self) -> bool:
+        return self.kind == "room"
+
+    def to_members(self, message: ServerMessage, *, exclude: str | None = None) -> None:
+        text = encode(message)  # encode once, however large the group
+        for peer_id, peer in self.members.items():
+            if peer_id != exclude:
+                peer.post(text)
+
+
+@dataclass(frozen=True)
+class HubStats:
+    peers: int
+    groups: int
+    rooms: int
+    pending: int
+
+
+class Hub:
+    """All groups and rooms of one server process."""
+
+    def __init__(
+        self,
+        *,
+        max_group_size: int,
+        max_pending: int,
+        join_timeout_s: float,
+    ) -> None:
+        self.max_group_size = max_group_size
+        self.max_pending = max_pending
+        self.join_timeout_s = join_timeout_s
+        self.groups: dict[str, Group] = {}
+        self.peers: dict[str, Peer] = {}
+        # Per-process secret so automatic group ids reveal nothing about the address behind them.
+        self._secret = secrets.token_bytes(16)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def new_peer_id(self) -> str:
+        while True:
+            peer_id = secrets.token_urlsafe(9)  # 12 chars of [A-Za-z0-9_-]
+            if peer_id not in self.peers:
+                return peer_id
+
+    def connect(self, peer: Peer) -> None:
+        assert peer.id not in self.peers, f"peer id {peer.id} reused"
+        self.peers[peer.id] = peer
+
+    def hello(self, peer: Peer, hello: Hello, room: str | None) -> None:
+        """Place a peer that said hello: into its automatic group, a room, or a room's queue."""
+        if peer.state is not MemberState.CONNECTED:
+            raise ProtocolError(
+                "already-joined",
+                f"hello already received (you are {peer.state.value})",
+                "send hello once per connection; reconnect to change group or room",
+                ref="hello",
+            )
+        peer.name = hello.name or f"device-{peer.id[:4]}"
+        peer.device = hello.device
+        if room is None:
+            group = self._group(peer.network_key)
+            if len(group.members) >= self.max_group_size:
+                self._drop_if_empty(group)
+                raise ProtocolError(
+                    "group-full",
+                    f"this network's group already has {self.max_group_size} devices",
+                    "create a private room (POST /api/rooms) and open /?room=CODE instead",
+                    ref="hello",
+                )
+            self._admit(peer, group)
+            return
+        group = self._group(f"room:{room}")
+        if not group.members:
+            self._admit(peer, group)
+            return
+        if len(group.pending) >= self.max_pending:
+            raise ProtocolError(
+                "room-busy",
+                f"the host already has {self.max_pending} join requests to answer",
+                "wait a minute and reconnect, or ask the host to answer the waiting requests",
+                ref="hello",
+            )
+        self._queue_request(peer, group)
+
+    def disconnect(self, peer: Peer) -> None:
+        """Remove a closed connection from wherever it is; safe to call in any state."""
+        self.peers.pop(peer.id, None)
+        group, previous = peer.group, peer.state
+        if peer.state is not MemberState.LEFT:
+            peer._set_state(MemberState.LEFT)
+        if group is None:
+            return
+        peer.group = None
+        if previous is MemberState.PENDING or peer.id in group.pending:
+            group.pending.pop(peer.id, None)
+            self._cancel_timer(group, peer.id)
+            if previous is MemberState.PENDING:
+                self._to_host(group, JoinRequestClosed(peer=peer.id, reason="left"))
+        elif group.members.pop(peer.id, None) is not None:
+            group.to_members(PeerLeft(peer=peer.id))
+            if group.host == peer.id:
+                self._hand_off_host(group)
+        self._drop_if_empty(group)
+
+    # -- room decisions ----------------------------------------------------------------------
+
+    def approve(self, host: Peer, peer_id: str) -> None:
+        group, requester = self._pending_for_host(host, peer_id, "approve")
+        self._cancel_timer(group, peer_id)
+        del group.pending[peer_id]
+        host.send(JoinRequestClosed(peer=peer_id, reason="approved"))
+        self._admit(requester, group)
+
+    def deny(self, host: Peer, peer_id: str) -> None:
+        group, requester = self._pending_for_host(host, peer_id, "deny")
+        self._cancel_timer(group, peer_id)
+        del group.pending[peer_id]
+        requester._set_state(MemberState.DENIED)
+        requester.send(
+            Denied(
+                reason="denied",
+                message="the host of this room declined your request to join",
+                hint="ask the host to approve you, then reconnect",
+            )
+        )
+        requester.post(Close(CLOSE_DENIED, "join request denied"))
+        host.send(JoinRequestClosed(peer=peer_id, reason="denied"))
+
+    def expire(self, group: Group, peer_id: str) -> None:
+        """Timer callback: the host did not answer ``peer_id`` in time."""
+        group.timers.pop(peer_id, None)
+        requester = group.pending.pop(peer_id, None)
+        if requester is None:
+            return
+        requester._set_state(MemberState.EXPIRED)
+        requester.send(
+            Denied(
+                reason="timeout",
+                message=f"the host did not answer within {self.join_timeout_s:g} s",
+                hint="make sure the host has the room open, then reconnect to ask again",
+            )
+        )
+        requester.post(Close(CLOSE_JOIN_TIMEOUT, "join request timed out"))
+        self._to_host(group, JoinRequestClosed(peer=peer_id, reason="timeout"))
+
+    # -- relaying ----------------------------------------------------------------------------
+
+    def relay_signal(self, sender: Peer, to: str, data: dict[str, Any]) -> None:
+        group = self._member_group(sender, "signal")
+        target = group.members.get(to)
+        if target is None or to == sender.id:
+            raise ProtocolError(
+                "unknown-peer",
+                f"no other member {to!r} in your group",
+                "use an id from welcome/peer-joined; the peer may have left (see peer-left)",
+                ref="signal",
+            )
+        # ``from`` is the server's record of who sent it, never the client's claim.
+        target.send(SignalFrom(from_=sender.id, data=data))
+
+    def broadcast(self, sender: Peer, data: dict[str, Any]) -> None:
+        group = self._member_group(sender, "broadcast")
+        group.to_members(BroadcastFrom(from_=sender.id, data=data), exclude=sender.id)
+
+    def stats(self) -> HubStats:
+        rooms = sum(1 for group in self.groups.values() if group.is_room)
+        pending = sum(len(group.pending) for group in self.groups.values())
+        return HubStats(
+            peers=len(self.peers), groups=len(self.groups) - rooms, rooms=rooms, pending=pending
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _group(self, key: str) -> Group:
+        group = self.groups.get(key)
+        if group is None:
+            kind: GroupKind
+            if key.startswith("room:"):
+                kind, public_id = "room", key.removeprefix("room:")
+            else:
+                kind = "local" if key == LOCAL_GROUP else "network"
+                digest = hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
+                public_id = digest[:12]
+            group = Group(key=key, kind=kind, public_id=public_id)
+            self.groups[key] = group
+            log.info("group %s created", public_id, extra={"fields": {"kind": kind}})
+        return group
+
+    def _drop_if_empty(self, group: Group) -> None:
+        if not group.members and not group.pending and self.groups.get(group.key) is group:
+            del self.groups[group.key]
+            log.info("group %s closed", group.public_id, extra={"fields": {"kind": group.kind}})
+
+    def _admit(self, peer: Peer, group: Group) -> None:
+        peer._set_state(MemberState.MEMBER)
+        peer.group = group
+        others = [member.info() for member in group.members.values()]
+        group.members[peer.id] = peer
+        if group.is_room and group.host is None:
+            group.host = peer.id
+        peer.send(
+            Welcome(
+                version=PROTOCOL_VERSION,
+                id=peer.id,
+                group=GroupInfo(kind=group.kind, id=group.public_id),
+                role="host" if group.host == peer.id else "member",
+                host=group.host,
+                members=others,
+            )
+        )
+        group.to_members(PeerJoined(peer=peer.info()), exclude=peer.id)
+
+    def _queue_request(self, peer: Peer, group: Group) -> None:
+        peer._set_state(MemberState.PENDING)
+        peer.group = group
+        group.pending[peer.id] = peer
+        loop = asyncio.get_running_loop()
+        group.timers[peer.id] = loop.call_later(self.join_timeout_s, self.expire, group, peer.id)
+        peer.send(
+            Pending(
+                id=peer.id,
+                room=group.public_id,
+                timeout_s=self.join_timeout_s,
+                message="waiting for the host of this room to approve you",
+            )
+        )
+        self._to_host(group, JoinRequest(peer=peer.info(), expires_in_s=self.join_timeout_s))
+
+    def _hand_off_host(self, group: Group) -> None:
+        if group.members:
+            group.host = next(iter(group.members))
+            log.info("room %s: host -> %s", group.public_id, group.host)
+            group.to_members(HostChanged(host=group.host))
+            # The new host must see the requests that were waiting for the old one.
+            loop = asyncio.get_running_loop()
+            for peer_id, requester in group.pending.items():
+                timer = group.timers.get(peer_id)
+                remaining = timer.when() - loop.time() if timer else self.join_timeout_s
+                self._to_host(group, JoinRequest(requester.info(), max(0.0, remaining)))
+            return
+        group.host = None
+        if group.pending:
+            oldest_id = next(iter(group.pending))
+            oldest = group.pending.pop(oldest_id)
+            self._cancel_timer(group, oldest_id)
+            self._admit(oldest, group)  # becomes host of the empty room, then sees the others
+            self._hand_off_host(group)
+
+    def _to_host(self, group: Group, message: ServerMessage) -> None:
+        host = group.members.get(group.host) if group.host else None
+        if host is not None:
+            host.send(message)
+
+    def _cancel_timer(self, group: Group, peer_id: str) -> None:
+        timer = group.timers.pop(peer_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _member_group(self, sender: Peer, kind: str) -> Group:
+        if sender.state is not MemberState.MEMBER or sender.group is None:
+            if sender.state is MemberState.PENDING:
+                hint = "wait until the host approves you (you will receive welcome)"
+            else:
+                hint = "send hello first and wait for welcome"
+            message = f"you are not a member of a group ({sender.state.value})"
+            raise ProtocolError("not-admitted", message, hint, kind)
+        return sender.group
+
+    def _pending_for_host(self, host: Peer, peer_id: str, kind: str) -> tuple[Group, Peer]:
+        group = host.group
+        if host.state is not MemberState.MEMBER or group is None or group.host != host.id:
+            raise ProtocolError(
+                "not-host",
+                "only the host of a room can answer join requests",
+                "the host is named in welcome.host and host-changed",
+                ref=kind,
+            )
+        requester = group.pending.get(peer_id)
+        if requester is None:
+            raise ProtocolError(
+                "unknown-peer",
+                f"no pending join request from {peer_id!r}",
+                "it may have timed out or left (see join-request-closed)",
+                ref=kind,
+            )
+        return group, requester

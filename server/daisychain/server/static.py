@@ -1,0 +1,137 @@
+"""Static files and the security headers every response carries.
+
+``static/`` is served at ``/``, ``kernels/`` at ``/kernels/`` and ``luts/`` at ``/luts/``.
+
+Paths are checked segment by segment (no ``..``, no hidden files, no backslashes or NULs) and then
+resolved, so a symlink that points outside its folder is refused too. Content types come from one
+table rather than the platform's ``mimetypes`` database, which differs between machines (a
+browser refuses an ES module served as ``text/plain``). ``web.FileResponse`` supplies ETag,
+Last-Modified, conditional requests and ranges.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from pathlib import Path
+
+from aiohttp import web
+
+CONTENT_TYPES: dict[str, str] = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".webmanifest": "application/manifest+json",
+    # WGSL has no registered type; text/plain lets a browser show it and fetch().text() read it.
+    ".wgsl": "text/plain; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".bin": "application/octet-stream",
+    ".safetensors": "application/octet-stream",
+    ".wasm": "application/wasm",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".woff2": "font/woff2",
+}
+DEFAULT_CONTENT_TYPE = "application/octet-stream"  # with nosniff, never executed
+
+_HOST_RE = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
+_INLINE_SCRIPT_RE = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
+
+
+def content_security_policy(host: str | None, script_hashes: tuple[str, ...] = ()) -> str:
+    """CSP for every response: same-origin everything, plus what WebGPU/WASM pages need."""
+    connect = "'self'"
+    if host and _HOST_RE.fullmatch(host):
+        # 'self' covers same-origin ws:/wss: only in CSP3 browsers; name them for older Safari.
+        connect += f" ws://{host} wss://{host}"
+    scripts = " ".join(["'self'", "'wasm-unsafe-eval'", *(f"'{h}'" for h in script_hashes)])
+    return "; ".join(
+        [
+            "default-src 'self'",
+            f"script-src {scripts}",
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data: blob:",
+            f"connect-src {connect}",
+            "worker-src 'self' blob:",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+        ]
+    )
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: runs for every response, errors included."""
+    headers = response.headers
+    headers.setdefault("X-Content-Type-Options", "nosniff")
+    # Room codes travel in the page URL (?room=CODE): never leak them in a Referer.
+    headers.setdefault("Referrer-Policy", "no-referrer")
+    headers.setdefault("Content-Security-Policy", content_security_policy(request.host))
+    # Cross-origin isolation gives the page SharedArrayBuffer and precise timers for WASM/WebGPU
+    # work. No X-Frame-Options: a Hugging Face Space shows the app inside an iframe.
+    headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")
+    headers.setdefault("Cross-Origin-Embedder-Policy", "require-corp")
+    headers.setdefault("Cross-Origin-Resource-Policy", "same-origin")
+
+
+def safe_path(root: Path, relative: str) -> Path | None:
+    """The file ``relative`` names inside ``root``, or None if it is outside, hidden or absent."""
+    if "\x00" in relative or "\\" in relative or relative.startswith("/"):
+        return None
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") or part.startswith(".") for part in parts):
+        return None
+    root = root.resolve()
+    candidate = root.joinpath(*parts).resolve()  # follows symlinks: their target must stay inside
+    if not candidate.is_relative_to(root) or not candidate.is_file():
+        return None
+    return candidate
+
+
+class StaticFiles:
+    """Serve one asset folder under a URL prefix."""
+
+    def __init__(self, root: Path, prefix: str, index: str | None = None) -> None:
+        self.root = root
+        self.prefix = prefix
+        self.index = index
+        self._script_hashes: dict[tuple[Path, int, int], tuple[str, ...]] = {}
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        relative = request.match_info.get("path", "")
+        if relative == "" and self.index is not None:
+            relative = self.index
+        path = safe_path(self.root, relative)
+        if path is None:
+            raise web.HTTPNotFound(
+                text=f"404 not found: {request.path}\nno such file under {self.root.name}/; "
+                "the server serves /, /kernels/, /luts/, /ws, /data, /healthz, /api/status\n"
+            )
+        headers = {
+            "Content-Type": CONTENT_TYPES.get(path.suffix.lower(), DEFAULT_CONTENT_TYPE),
+            # Revalidate every time (cheap with the ETag): a deploy must never mix old modules
+            # with new ones in one page.
+            "Cache-Control": "no-cache",
+        }
+        if path.suffix.lower() == ".html":
+            hashes = self._inline_script_hashes(path)
+            headers["Content-Security-Policy"] = content_security_policy(request.host, hashes)
+        return web.FileResponse(path, headers=headers)
+
+    def _inline_script_hashes(self, path: Path) -> tuple[str, ...]:
+        """CSP hashes of a page's inline scripts, so they run without 'unsafe-inline'."""
+        stat = path.stat()
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        if key not in self._script_hashes:
+            html = path.read_text(encoding="utf-8", errors="replace")
+            self._script_hashes[key] = tuple(
+                "sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+                for body in _INLINE_SCRIPT_RE.findall(html)
+            )
+        return self._script_hashes[key]

@@ -1,0 +1,250 @@
+"""``/data`` against a local HTTP range server serving FineWeb-Edu-shaped parquet shards."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
+from daisychain.server.config import DataConfig
+from server_fixtures import FALLBACK_TEXT, config, serve
+
+SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+ROW_GROUPS = 4
+
+
+@pytest.fixture(scope="module")
+def shard_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("upstream")
+    for seed, shard in enumerate(SHARDS):
+        write_fineweb_shard(
+            root / shard, row_groups=ROW_GROUPS, rows_per_group=50, chars_per_row=400, seed=seed
+        )
+    return root
+
+
+@asynccontextmanager
+async def upstream(root: Path, mode: StubMode = "ok") -> AsyncIterator[UpstreamStub]:
+    stub = UpstreamStub(root, mode=mode)
+    async with TestServer(stub.app()) as server:
+        stub.base_url = str(server.make_url("/")).rstrip("/")
+        yield stub
+
+
+def data_config(stub: UpstreamStub | None, **changes: Any) -> Any:
+    base = stub.base_url if stub else "http://127.0.0.1:9"  # discard port: nothing listens
+    data = replace(
+        DataConfig(),
+        base_url=base,
+        revision=REVISION,
+        shards=changes.pop("shards", SHARDS),
+        timeout_s=changes.pop("timeout_s", 2.0),
+        # Small probe so a cold shard needs the second footer GET, like the real 2 GB shards.
+        footer_probe_bytes=changes.pop("footer_probe_bytes", 1024),
+        burst=1000,
+        **changes,
+    )
+    return config(data=data)
+
+
+async def get_json(client: TestClient[Any, Any], query: str) -> dict[str, Any]:
+    response = await client.get(f"/data?{query}")
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = await response.json()
+    assert response.headers["X-DaisyChain-Source"] == body["source"]
+    return body
+
+
+async def test_text_comes_from_fineweb_with_its_coordinates(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as client:
+        body = await get_json(client, "seed=1&max_chars=2000")
+        assert body["source"] == "fineweb"
+        assert body["shard"] in SHARDS and 0 <= body["row_group"] < ROW_GROUPS
+        assert 0 < body["chars"] <= 2000 and body["chars"] == sum(map(len, body["texts"]))
+        seed = SHARDS.index(body["shard"])
+        assert body["texts"][0].startswith(f"[{seed}:{body['row_group'] * 50 + body['first_row']}]")
+        assert all(path.startswith(f"/datasets/HuggingFaceFW/fineweb-edu/resolve/{REVISION}/")
+                   for _m, path, _r in stub.log)  # fmt: skip
+
+
+async def test_warm_reads_cost_exactly_one_range_get_per_row_group(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub:
+        cfg = data_config(stub, shards=SHARDS[:1])
+        async with serve(cfg) as client:
+            await get_json(client, "seed=0")
+            cold = list(stub.log)
+            assert len(cold) == 3, cold  # footer probe, rest of footer, one row group
+            for seed in range(1, 6):
+                before = len(stub.log)
+                assert (await get_json(client, f"seed={seed}"))["source"] == "fineweb"
+                new = stub.log[before:]
+                assert len(new) == 1 and new[0][2] is not None, new
+                assert new[0][2].startswith("bytes=") and "-" in new[0][2]
+
+
+async def test_redirected_reads_reuse_the_cdn_url(shard_root: Path) -> None:
+    async with (
+        upstream(shard_root, mode="redirect") as stub,
+        serve(data_config(stub, shards=SHARDS[:1])) as client,
+    ):
+        await get_json(client, "seed=0")
+        before = len(stub.log)
+        assert (await get_json(client, "seed=1"))["source"] == "fineweb"
+        assert [path.split("/")[1] for _m, path, _r in stub.log[before:]] == ["cdn"]
+
+
+async def test_different_requests_get_different_slices(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as client:
+        slices = set()
+        for seed in range(6):
+            body = await get_json(client, f"seed={seed}&max_chars=300")
+            slices.add((body["shard"], body["row_group"], body["first_row"]))
+        assert len(slices) >= 4
+
+
+async def test_the_same_seed_gets_the_same_slice(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as client:
+        first = await get_json(client, "seed=42&max_chars=500")
+        second = await get_json(client, "seed=42&max_chars=500")
+        assert first == second
+
+
+async def test_max_chars_bounds_the_text(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as client:
+        body = await get_json(client, "seed=3&max_chars=7")
+        assert body["chars"] == 7 and len(body["texts"]) == 1
+
+
+async def test_upstream_down_falls_back_to_builtin_and_reports_why() -> None:
+    async with serve(data_config(None)) as client:
+        body = await get_json(client, "max_chars=100")
+        assert body["source"] == "builtin" and body["shard"] is None
+        assert body["texts"][0] in FALLBACK_TEXT * 2
+        status = await (await client.get("/api/status")).json()
+        assert status["data"]["state"] == "backoff"
+        assert status["data"]["last_error"]
+        assert status["data"]["served"] == {"fineweb": 0, "builtin": 1}
+
+
+async def test_200_instead_of_206_falls_back(shard_root: Path) -> None:
+    async with upstream(shard_root, mode="full") as stub, serve(data_config(stub)) as client:
+        body = await get_json(client, "max_chars=100")
+        assert body["source"] == "builtin"
+        status = await (await client.get("/api/status")).json()
+        assert "HTTP 200" in status["data"]["last_error"]
+
+
+async def test_error_status_falls_back(shard_root: Path) -> None:
+    async with upstream(shard_root, mode="error") as stub, serve(data_config(stub)) as client:
+        assert (await get_json(client, "max_chars=100"))["source"] == "builtin"
+
+
+async def test_timeout_falls_back(shard_root: Path) -> None:
+    async with (
+        upstream(shard_root, mode="slow") as stub,
+        serve(data_config(stub, timeout_s=0.2)) as client,
+    ):
+        body = await get_json(client, "max_chars=100")
+        assert body["source"] == "builtin"
+        status = await (await client.get("/api/status")).json()
+        assert status["data"]["last_error"].startswith("timed out")
+
+
+async def test_backoff_skips_the_upstream_until_the_retry_time(shard_root: Path) -> None:
+    async with (
+        upstream(shard_root, mode="error") as stub,
+        serve(data_config(stub, retry_initial_s=60.0)) as client,
+    ):
+        await get_json(client, "max_chars=10")
+        tried = len(stub.log)
+        stub.mode = "ok"
+        assert (await get_json(client, "max_chars=10"))["source"] == "builtin"
+        assert len(stub.log) == tried
+
+
+async def test_upstream_is_retried_after_backoff(shard_root: Path) -> None:
+    async with (
+        upstream(shard_root, mode="error") as stub,
+        serve(data_config(stub, retry_initial_s=0.0)) as client,
+    ):
+        assert (await get_json(client, "max_chars=10"))["source"] == "builtin"
+        stub.mode = "ok"
+        assert (await get_json(client, "max_chars=10"))["source"] == "fineweb"
+        status = await (await client.get("/api/status")).json()
+        assert status["data"]["state"] == "ok" and status["data"]["last_error"] is None
+
+
+async def test_offline_never_contacts_the_upstream(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub:
+        cfg = data_config(stub, offline=True)
+        async with serve(cfg) as client:
+            assert (await get_json(client, "max_chars=10"))["source"] == "builtin"
+            assert stub.log == []
+
+
+async def test_tokens_as_little_endian_binary(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as client:
+        response = await client.get("/data?format=tokens&max_tokens=64&seed=5")
+        assert response.status == 200
+        assert response.headers["X-DaisyChain-Source"] == "fineweb"
+        assert response.headers["X-DaisyChain-Token-Dtype"] == "uint16"
+        body = await response.read()
+        assert len(body) == 128
+        tokens = struct.unpack("<64H", body)
+        text = (await get_json(client, "seed=5&max_chars=64"))["texts"][0]
+        assert bytes(tokens) == text.encode()  # the byte tokenizer: token == byte
+
+
+async def test_tokens_as_json(shard_root: Path) -> None:
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as client:
+        body = await get_json(client, "format=tokens&encoding=json&max_tokens=10&seed=5")
+        assert body["source"] == "fineweb" and len(body["tokens"]) == 10
+        assert body["dtype"] == "uint16" and body["tokenizer_sha256"] == "0" * 64
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["max_chars=0", "max_chars=2000000", "max_chars=abc", "format=xml", "seed=-1",
+     "format=tokens&max_tokens=999999", "format=tokens&encoding=csv"],
+)  # fmt: skip
+async def test_bad_parameters_get_400_with_a_hint(query: str) -> None:
+    async with serve(config()) as client:
+        response = await client.get(f"/data?{query}")
+        assert response.status == 400
+        body = await response.json()
+        assert body["error"] and body["hint"]
+
+
+async def test_data_requests_are_rate_limited_per_client() -> None:
+    cfg = config(data=replace(DataConfig(), offline=True, requests_per_s=0.01, burst=2))
+    async with serve(cfg) as client:
+        for _ in range(2):
+            assert (await client.get("/data?max_chars=5")).status == 200
+        limited = await client.get("/data?max_chars=5")
+        assert limited.status == 429 and int(limited.headers["Retry-After"]) >= 1
+
+
+async def test_offline_serves_the_real_builtin_corpus_and_tokenizer() -> None:
+    from daisychain.corpus import load_builtin_text
+    from daisychain.server.app import create_app
+    from daisychain.tokenizer import load_default
+
+    app = create_app(config())  # the default loaders: the shipped corpus and tokenizer
+    async with TestClient(TestServer(app)) as client:
+        body = await get_json(client, "max_chars=300&seed=9")
+        assert body["source"] == "builtin" and len(body["texts"][0]) == 300
+        assert body["texts"][0] in load_builtin_text() * 2
+        response = await client.get("/data?format=tokens&max_tokens=1000&seed=9")
+        assert response.status == 200
+        tokenizer = load_default()
+        assert response.headers["X-DaisyChain-Tokenizer-Sha256"] == tokenizer.sha256
+        assert response.headers["X-DaisyChain-Token-Dtype"] == "uint16"
+        tokens = struct.unpack("<1000H", await response.read())
+        assert max(tokens) < tokenizer.vocab_size

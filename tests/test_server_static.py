@@ -1,0 +1,128 @@
+"""Static files: content types, caching headers, security headers, and traversal refused."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from server_fixtures import config, make_tree, serve
+
+SECRET = b"outside the asset folders"
+
+
+def asset_config(tmp_path: Path) -> Any:
+    (tmp_path / "secret.txt").write_bytes(SECRET)
+    static = make_tree(
+        tmp_path / "static",
+        {
+            "index.html": b"<!doctype html><script type=module>console.log(1)</script>",
+            "app.js": b"export const x = 1;\n",
+            "style.css": b"body{}",
+            ".env": b"TOKEN=1",
+            "data.unknownext": b"?",
+        },
+    )
+    (static / "escape.txt").symlink_to(tmp_path / "secret.txt")
+    kernels = make_tree(tmp_path / "kernels", {"gemm.wgsl": b"@compute fn main() {}\n"})
+    luts = make_tree(tmp_path / "luts", {"manifest.json": b"{}", "mul.bin": b"\x00\x01"})
+    return config(static_dir=static, kernels_dir=kernels, luts_dir=luts)
+
+
+async def raw_get(client: TestClient[Any, Any], target: str) -> tuple[int, bytes]:
+    """Send the request line exactly as written (no client-side URL normalisation)."""
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), timeout=5)
+    writer.close()
+    await writer.wait_closed()
+    return int(data.split(b" ", 2)[1]), data
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type"),
+    [
+        ("/", "text/html; charset=utf-8"),
+        ("/index.html", "text/html; charset=utf-8"),
+        ("/app.js", "text/javascript; charset=utf-8"),
+        ("/style.css", "text/css; charset=utf-8"),
+        ("/kernels/gemm.wgsl", "text/plain; charset=utf-8"),
+        ("/luts/manifest.json", "application/json"),
+        ("/luts/mul.bin", "application/octet-stream"),
+        ("/data.unknownext", "application/octet-stream"),
+    ],
+)
+async def test_content_types(tmp_path: Path, path: str, content_type: str) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        response = await client.get(path)
+        assert response.status == 200
+        assert response.headers["Content-Type"] == content_type
+
+
+async def test_security_headers_on_files_and_errors(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        for path in ("/app.js", "/missing.js", "/api/status"):
+            headers = (await client.get(path)).headers
+            assert headers["X-Content-Type-Options"] == "nosniff"
+            assert headers["Referrer-Policy"] == "no-referrer"
+            assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
+            csp = headers["Content-Security-Policy"]
+            assert "default-src 'self'" in csp and "'wasm-unsafe-eval'" in csp
+            assert "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
+
+
+async def test_inline_scripts_of_pages_are_allowed_by_hash(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        csp = (await client.get("/")).headers["Content-Security-Policy"]
+        digest = base64.b64encode(hashlib.sha256(b"console.log(1)").digest()).decode()
+        assert f"'sha256-{digest}'" in csp
+
+
+async def test_etag_revalidation_answers_304(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        first = await client.get("/app.js")
+        etag = first.headers["ETag"]
+        assert first.headers["Cache-Control"] == "no-cache"
+        again = await client.get("/app.js", headers={"If-None-Match": etag})
+        assert again.status == 304
+
+
+async def test_missing_file_is_a_clear_404(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        response = await client.get("/nope.js")
+        assert response.status == 404
+        assert "404 not found: /nope.js" in await response.text()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E%2Fsecret.txt",
+        "/kernels/../../secret.txt",
+        "/kernels/%2e%2e/%2e%2e/secret.txt",
+        "/luts/..%2f..%2fsecret.txt",
+        "/static/..%5c..%5csecret.txt",
+        "//etc/passwd",
+        "/%2fetc%2fpasswd",
+        "/escape.txt",
+        "/.env",
+        "/kernels/%00gemm.wgsl",
+    ],
+)
+async def test_traversal_is_refused(tmp_path: Path, target: str) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        status, data = await raw_get(client, target)
+        assert status in (400, 404), data[:200]
+        assert SECRET not in data and b"root:" not in data
+
+
+async def test_directories_are_not_listed(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        assert (await client.get("/kernels/")).status == 404
