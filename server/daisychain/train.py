@@ -1,0 +1,196 @@
+"""``daisychain train``: single-process training on the built-in corpus or a text file.
+
+Shows a progress line (step, loss, tokens/s, hash), writes a safetensors checkpoint every
+``--save-every`` steps, at the end and on Ctrl-C (nothing is lost), and resumes bit-exactly with
+``--resume``: batches are derived from (seed, step) alone, so a resumed run replays exactly the
+hashes of an uninterrupted one. ``--json`` prints one JSON object per step on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from daisychain import checkpoint, training
+from daisychain.model import gpt
+from daisychain.model.config import PRESETS, ConfigError, preset
+from daisychain.optim import AdamWConfig, OptimizerError
+from daisychain.tokenizer import Tokenizer, load_default
+from daisychain.tokenizer.cache import encode_corpus_cached
+
+TokenArray = npt.NDArray[np.integer]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: TokenArray
+    val: TokenArray
+    source: str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model size")
+    parser.add_argument(
+        "--text", metavar="FILE", help="train on this UTF-8 text file (default: built-in corpus)"
+    )
+    parser.add_argument("--steps", type=int, default=300, help="total steps to reach")
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    parser.add_argument("--warmup", type=int, default=20, help="linear warm-up steps")
+    parser.add_argument("--seed", type=int, default=1, help="seed of init and batches (uint32)")
+    parser.add_argument("--batch", type=int, help="sequences per step (default: the preset's)")
+    parser.add_argument("--seq-len", type=int, help="context length (default: the preset's)")
+    parser.add_argument(
+        "--checkpoint", metavar="PATH", help="where to save (default: runs/<preset>.safetensors)"
+    )
+    parser.add_argument("--save-every", type=int, default=100, help="checkpoint interval (steps)")
+    parser.add_argument("--resume", metavar="PATH", help="continue from this checkpoint")
+    parser.add_argument("--eval-every", type=int, default=0, help="validation loss interval")
+    parser.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
+    parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+
+
+def load_corpus(text_path: str | None, tok: Tokenizer) -> Corpus:
+    """Token ids of the training text, split 95/5 into train and validation (cached)."""
+    if text_path is None:
+        from daisychain.corpus import load_builtin_text, split_train_val
+
+        train_text, val_text = split_train_val(load_builtin_text())
+        source = "builtin"
+    else:
+        path = Path(text_path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SystemExit(
+                f"daisychain train: {path} does not exist; pass a UTF-8 text file"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise SystemExit(f"daisychain train: {path} is not UTF-8 text ({exc})") from None
+        cut = int(len(text) * 0.95)
+        train_text, val_text = text[:cut], text[cut:]
+        source = str(path)
+    return Corpus(
+        encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok), source
+    )
+
+
+def eval_loss(state: training.TrainState, tokens: TokenArray, batches: int = 4) -> float:
+    """Mean loss over a fixed set of validation batches (seeded apart from training batches)."""
+    cfg = state.cfg
+    from daisychain.batches import sample_batch
+
+    losses = []
+    for i in range(batches):
+        x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed ^ 0x5EED, i)
+        logits = gpt.forward_logits(state.params, cfg, x)
+        loss, _ = gpt.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
+        losses.append(float(loss))
+    return float(np.mean(losses))
+
+
+class Progress:
+    """One status line on stderr: rewritten in place on a terminal, every 5% otherwise."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.quiet = total, quiet
+        self.tty = sys.stderr.isatty()
+        self.every = max(1, total // 20)
+
+    def update(self, step: int, loss: float, tok_s: float, digest: str, extra: str = "") -> None:
+        if self.quiet:
+            return
+        line = (
+            f"step {step:>6}/{self.total}  loss {loss:7.4f}  {tok_s:9.0f} tok/s  "
+            f"hash {digest[:12]}{extra}"
+        )
+        if self.tty:
+            sys.stderr.write("\r" + line.ljust(100))
+            if step == self.total:
+                sys.stderr.write("\n")
+        elif step % self.every == 0 or step == self.total or extra:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def build_state(args: argparse.Namespace, tok: Tokenizer) -> training.TrainState:
+    if args.resume:
+        ck = checkpoint.load(args.resume, tokenizer_sha256=tok.sha256, vocab_size=tok.vocab_size)
+        return ck.state
+    changes = {"vocab_size": tok.vocab_size}
+    if args.batch:
+        changes["batch"] = args.batch
+    if args.seq_len:
+        changes["seq_len"] = args.seq_len
+    cfg = preset(args.preset, **changes)
+    opt = AdamWConfig(lr=args.lr, warmup_steps=min(args.warmup, max(args.steps - 1, 0)))
+    if not 0 <= args.seed < 2**32:
+        raise ConfigError(f"--seed must be in [0, 2^32), got {args.seed}")
+    return training.init(cfg, opt, args.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    tok = load_default()
+    try:
+        state = build_state(args, tok)
+    except (ConfigError, OptimizerError, checkpoint.CheckpointError) as exc:
+        print(f"daisychain train: {exc}", file=sys.stderr)
+        return 2
+    ck_path = Path(args.checkpoint or args.resume or f"runs/{args.preset}.safetensors")
+    ck_path.parent.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(args.text, tok)
+    cfg = state.cfg
+    if state.step >= args.steps:
+        print(f"checkpoint is at step {state.step} >= --steps {args.steps}: nothing to do")
+        return 0
+    progress = Progress(args.steps, args.quiet or (args.json and not sys.stderr.isatty()))
+    if not args.quiet:
+        n_params = sum(p.size for p in state.params.values())
+        print(
+            f"training {args.preset if not args.resume else 'resumed'} model: {n_params:,} "
+            f"params, {cfg.batch}x{cfg.seq_len} tokens/step, data: {corpus.source} "
+            f"({len(corpus.train):,} tokens), from step {state.step}",
+            file=sys.stderr,
+        )
+    tokens_per_step = cfg.batch * cfg.seq_len
+    try:
+        while state.step < args.steps:
+            t0 = time.perf_counter()
+            x, y = training.next_batch(state, corpus.train)
+            res = training.train_step(state, x, y)
+            tok_s = tokens_per_step / max(time.perf_counter() - t0, 1e-9)
+            record: dict[str, object] = {
+                "step": res.step,
+                "loss": float(res.loss),
+                "hash": res.hash,
+                "lr": float(res.lr),
+                "grad_norm": float(res.grad_norm),
+                "tokens_per_s": round(tok_s, 1),
+            }
+            extra = ""
+            if args.eval_every and res.step % args.eval_every == 0:
+                record["val_loss"] = eval_loss(state, corpus.val)
+                extra = f"  val {record['val_loss']:.4f}"
+            if args.json:
+                print(json.dumps(record), flush=True)
+            progress.update(res.step, float(res.loss), tok_s, res.hash, extra)
+            if args.save_every and res.step % args.save_every == 0:
+                checkpoint.save(ck_path, state, tok.sha256)
+    except KeyboardInterrupt:
+        checkpoint.save(ck_path, state, tok.sha256)
+        print(
+            f"\ninterrupted at step {state.step}; saved {ck_path} "
+            f"(continue with --resume {ck_path})",
+            file=sys.stderr,
+        )
+        return 130
+    digest = checkpoint.save(ck_path, state, tok.sha256)
+    if not args.quiet:
+        print(f"saved {ck_path} at step {state.step} (hash {digest[:16]})", file=sys.stderr)
+    return 0
