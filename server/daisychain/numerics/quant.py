@@ -57,7 +57,8 @@ def scale_exponent(x: FloatArray, axis: int) -> IntArray:
     """Scale exponent per block (keepdims along ``axis``); 0 for blocks that quantize to zero."""
     if x.dtype != np.float32:
         raise TypeError(f"quantize expects float32, got {x.dtype}")
-    amax = np.max(np.abs(x), axis=axis, keepdims=True)
+    # max(max x, -min x) == max |x| without materialising |x| (NaN propagates either way).
+    amax = np.maximum(np.max(x, axis=axis, keepdims=True), -np.min(x, axis=axis, keepdims=True))
     if not np.all(np.isfinite(amax)):
         raise QuantizationError(
             "non-finite value reached the quantizer; training has diverged "
@@ -82,19 +83,23 @@ def quantize(x: FloatArray, axis: int) -> tuple[FloatArray, IntArray]:
     as length 1 (ready to broadcast).
     """
     e = scale_exponent(x, axis)
-    q = np.rint(x * pow2(-e))
-    # Zero blocks: e = 0 and every |x| < 2^E_FLOOR, so rint already gave +-0; force +0 so the
-    # integer meaning is unambiguous (-0 and +0 are the same int8).
-    q += F32(0.0)
-    return q.astype(np.float32, copy=False), e
+    q = np.multiply(x, pow2(-e))
+    np.rint(q, out=q)
+    # rint(-0.3) is -0: adding +0 turns every -0 into +0 so the integer meaning is unambiguous.
+    np.add(q, F32(0.0), out=q)
+    return q, e
 
 
 def quantize2(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray, IntArray]:
     """Two-limb quantization: (hi, lo, e) with x ~= (256 * hi + lo) * 2^(e - 8)."""
     hi, e = quantize(x, axis)
-    r = x - hi * pow2(e)  # exact: see the module docstring
-    lo = np.clip(np.rint(r * pow2(LO_SHIFT - e)), F32(-127), F32(127)) + F32(0.0)
-    return hi, lo.astype(np.float32, copy=False), e
+    lo = np.multiply(hi, pow2(e))
+    np.subtract(x, lo, out=lo)  # the residual r, exact: see the module docstring
+    np.multiply(lo, pow2(LO_SHIFT - e), out=lo)
+    np.rint(lo, out=lo)
+    np.clip(lo, F32(-127), F32(127), out=lo)
+    np.add(lo, F32(0.0), out=lo)
+    return hi, lo, e
 
 
 def dequantize(q: FloatArray, e: IntArray) -> FloatArray:

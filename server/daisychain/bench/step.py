@@ -1,0 +1,123 @@
+"""``daisychain bench step``: training tokens/s of the contract against PyTorch float32 eager.
+
+Both sides train the same architecture (docs/MODEL.md) with the same batch shape on the same
+machine in the same run, each in its own subprocess so their peak resident memory (ru_maxrss) is
+measured separately; the sides alternate for ``--rounds`` rounds so machine noise hits both, and
+the medians are compared. Reported: tokens/s of each, ``tokens_per_s_ratio`` (contract / torch;
+target >= 1.0), peak RSS of each and the RSS growth over the process's state after imports.
+Without torch (``pip install torch==2.13.0`` gives the CPU build) only the contract side runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+_CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+side, preset_name, steps, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+from daisychain.model.config import preset
+cfg = preset(preset_name, vocab_size=vocab)
+tokens = (np.arange(200_000, dtype=np.int64) * 7919 + 13) % cfg.vocab_size
+if side == "torch":
+    import torch
+    from daisychain.bench._torch_model import make_trainer
+    model, opt = make_trainer(cfg, 1e-3, 1)
+    def step(i):
+        from daisychain.batches import sample_batch
+        x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, 1, i)
+        loss = model(torch.from_numpy(x), torch.from_numpy(y))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+else:
+    from daisychain import training
+    from daisychain.optim import AdamWConfig
+    state = training.init(cfg, AdamWConfig(lr=1e-3), 1)
+    def step(i):
+        x, y = training.next_batch(state, tokens)
+        training.train_step(state, x, y, with_hash=False)
+base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+step(0)  # warm-up: first-touch allocations, BLAS init
+times = []
+for i in range(1, steps + 1):
+    t0 = time.perf_counter(); step(i); times.append(time.perf_counter() - t0)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"step_s": sorted(times)[len(times) // 2], "peak_rss_kb": peak,
+                  "base_rss_kb": base_rss}))
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="small", help="model preset (default small)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per side")
+    parser.add_argument("--vocab", type=int, default=0, help="vocabulary (default: tokenizer's)")
+
+
+def _run_side(side: str, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    cmd = [sys.executable, "-c", _CHILD, side, args.preset, str(args.steps), str(vocab)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench step ({side}) failed:\n{proc.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from daisychain.model.config import preset
+
+    vocab = args.vocab
+    if not vocab:
+        from daisychain.tokenizer import load_default
+
+        vocab = load_default().vocab_size
+    cfg = preset(args.preset, vocab_size=vocab)
+    sides = ["contract", "torch"] if _torch_available() else ["contract"]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    for _ in range(args.rounds):
+        for side in sides:
+            runs[side].append(_run_side(side, args, vocab))
+    tokens = cfg.batch * cfg.seq_len
+    out: dict[str, Any] = {
+        "benchmark": "step",
+        "preset": args.preset,
+        "tokens_per_step": tokens,
+        "timed_steps_per_round": args.steps,
+        "rounds": args.rounds,
+    }
+    for side, results in runs.items():
+        step_s = statistics.median(r["step_s"] for r in results)
+        out[side] = {
+            "step_ms": round(step_s * 1e3, 2),
+            "tokens_per_s": round(tokens / step_s, 1),
+            "peak_rss_mb": round(max(r["peak_rss_kb"] for r in results) / 1024, 1),
+            "rss_growth_mb": round(
+                max(r["peak_rss_kb"] - r["base_rss_kb"] for r in results) / 1024, 1
+            ),
+        }
+    if "torch" in runs:
+        import torch
+
+        out["torch"]["version"] = torch.__version__
+        out["torch"]["threads"] = torch.get_num_threads()
+        out["tokens_per_s_ratio"] = round(
+            out["contract"]["tokens_per_s"] / out["torch"]["tokens_per_s"], 3
+        )
+    else:
+        out["torch"] = "not installed (pip install torch==2.13.0 for the baseline)"
+    return out
