@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+DESCRIPTION = "DaisyChain: train one small language model together on the devices you own."
+
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("daisychain.train", "train a model in this process (built-in corpus or a text file)"),
@@ -20,11 +22,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "luts": ("daisychain.luts", "regenerate or verify the unit tables in luts/"),
     "tokenizer": ("daisychain.tokenizer.train", "train the byte-level BPE tokenizer"),
     "vectors": ("daisychain.vectors", "regenerate or check the golden vectors in tests/vectors/"),
+    "selftest": ("daisychain.selftest", "check the compute backends here (gates, probe)"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="daisychain", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="daisychain", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
