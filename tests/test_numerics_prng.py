@@ -60,12 +60,6 @@ def test_mix32_matches_reference_on_random_inputs() -> None:
     assert [int(v) for v in got] == [ref_mix32(int(v)) for v in x]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeWarning,
-    reason="prng.mix32 on a 0-d input does numpy scalar arithmetic, whose uint32 wrap-around "
-    "raises 'overflow encountered in scalar multiply' (reported; remove this marker when fixed)",
-)
 def test_mix32_on_a_0d_input_wraps_without_warnings() -> None:
     # pytest turns warnings into errors: numpy scalar overflow warnings would fail here.
     assert int(prng.mix32(np.array(MASK, dtype=np.uint32))) == ref_mix32(MASK)

@@ -61,7 +61,7 @@ def int_matmul(
 
 def round_scaled(acc: npt.NDArray[np.float64], s: IntArray) -> FloatArray:
     """The reference dequantization RNE_f32(acc * 2^s): exact float64 scaling, one rounding."""
-    out: FloatArray = (acc * np.exp2(s.astype(np.float64))).astype(np.float32)
+    out: FloatArray = np.ldexp(acc, s).astype(np.float32)  # exact scaling, one rounding
     return out
 
 

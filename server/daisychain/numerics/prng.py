@@ -24,13 +24,15 @@ KEY_SALT = 0x6A09E667
 
 
 def mix32(x: U32Array) -> U32Array:
-    x = np.asarray(x, dtype=np.uint32)
+    shape = np.shape(x)
+    # Work on a 1-D array: numpy wraps uint32 arrays silently but warns on 0-d scalars.
+    x = np.asarray(x, dtype=np.uint32).reshape(-1)
     x = x ^ (x >> U32(16))
     x = x * U32(0x85EBCA6B)
     x = x ^ (x >> U32(13))
     x = x * U32(0xC2B2AE35)
     x = x ^ (x >> U32(16))
-    return x
+    return x.reshape(shape)
 
 
 def _mix_int(x: int) -> int:

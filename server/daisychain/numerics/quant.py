@@ -104,7 +104,7 @@ def quantize2(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray, IntArra
 
 def dequantize(q: FloatArray, e: IntArray) -> FloatArray:
     """q * 2^e in float32 (exact for the values quantize produces)."""
-    out: FloatArray = (q.astype(np.float64) * np.exp2(e.astype(np.float64))).astype(np.float32)
+    out: FloatArray = np.ldexp(q.astype(np.float64), e).astype(np.float32)
     return out
 
 
