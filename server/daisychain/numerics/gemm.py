@@ -12,9 +12,9 @@ How numpy gets those bits fast, through float32 BLAS:
   K <= 1024. Such a value is exactly representable, so BLAS computes the exact ``acc * 2^s``
   whatever its summation order, blocking or use of fused multiply-add, and it equals
   ``RNE_f32(acc * 2^s)`` because it needs no rounding at all.
-- Two limbs: the hi and lo products are each exact as above (stacked into one BLAS call), and
-  one float32 addition ``A + B`` of the two exact parts is by definition ``RNE_f32(A + B)``, which
-  is the contract's single rounding of the exact combined value.
+- Two limbs: the hi and lo products are each exact as above (two BLAS calls), and one float32
+  addition ``A + B`` of the two exact parts is by definition ``RNE_f32(A + B)``, which is the
+  contract's single rounding of the exact combined value.
 - Outside those conditions (K > 1024, or scales near the ends of the float32 range) the reference
   path runs instead: exact float32 BLAS on chunks of at most 1024, chunk sums in float64 (exact
   below 2^53), then an exact float64 scaling and one rounding to float32. Tests assert both paths
@@ -103,10 +103,8 @@ def qmatmul_grad_left(
     k = g_hi.shape[-1]
     e_lo, e_hi = _range(g_e)
     if _fast_ok(k, e_lo - LO_SHIFT, e_hi):
-        m = g_hi.shape[-2]
-        stacked = np.concatenate([g_hi * pow2(g_e), g_lo * pow2(g_e - LO_SHIFT)], axis=-2)
-        parts = np.matmul(stacked, b_q)  # each part exact
-        out: FloatArray = parts[..., :m, :] + parts[..., m:, :]  # one rounding
+        out: FloatArray = np.matmul(g_hi * pow2(g_e), b_q)  # exact
+        out += np.matmul(g_lo * pow2(g_e - LO_SHIFT), b_q)  # exact, then one rounding
         return out
     return round_scaled(int_matmul(_limbs(g_hi, g_lo), b_q), g_e - LO_SHIFT)
 
@@ -118,10 +116,8 @@ def qmatmul_grad_right(
     k = a_q.shape[-1]
     e_lo, e_hi = _range(g_e)
     if _fast_ok(k, e_lo - LO_SHIFT, e_hi):
-        n = g_hi.shape[-1]
-        stacked = np.concatenate([g_hi * pow2(g_e), g_lo * pow2(g_e - LO_SHIFT)], axis=-1)
-        parts = np.matmul(a_q, stacked)
-        out: FloatArray = parts[..., :n] + parts[..., n:]
+        out: FloatArray = np.matmul(a_q, g_hi * pow2(g_e))  # exact
+        out += np.matmul(a_q, g_lo * pow2(g_e - LO_SHIFT))  # exact, then one rounding
         return out
     return round_scaled(int_matmul(a_q, _limbs(g_hi, g_lo)), g_e - LO_SHIFT)
 

@@ -1,0 +1,100 @@
+// gemm_lut.wgsl - exact int8 x int8 -> int32 matrix product through the verified product table
+// (the LUT path, for devices whose dot4I8Packed fails its gate or is missing).
+//
+// Computes acc[i, j] = sum_k a[i, k] * b[k, j] exactly (docs/NUMERICS.md section 3; spec of this
+// kernel: docs/KERNELS.md). Every product a * b is READ from luts/mul_i8.bin (docs/LUTS.md), whose
+// SHA-256 and every entry the host verified before binding it; only the int32 additions are
+// computed here. Integer arithmetic only, defined to the bit by the WGSL specification.
+//
+// Bindings (group 0):
+//   0  params  uniform  { m: u32, n: u32, k4: u32, pad: u32 }   k4 = ceil(K / 4)
+//   1  a       storage, read  array<vec4<u32>>: A packed K-MAJOR, k4 x (M4 * 4) u32 words with
+//                              M4 = ceil(M / 4): word [k][i] holds a[i, 4k .. 4k+3] as bytes,
+//                              little-endian (byte 0 = lowest); read as vec4 [k * M4 + i / 4]
+//   2  b       storage, read  array<vec4<u32>>: B packed the same way, k4 x (N4 * 4) words:
+//                              word [k][j] holds b[4k .. 4k+3, j]; vec4 [k * N4 + j / 4]
+//   3  out     storage, read_write  array<i32>, M x N row-major; every cell is WRITTEN (never
+//                                    accumulated into), so the buffer's previous contents are
+//                                    irrelevant (the gates run on a poisoned pool to prove it)
+//   4  lut     storage, read  array<u32>, 32768 words: the raw bytes of mul_i8.bin, i.e. int16
+//                              little-endian entries [(x + 128) * 256 + (y + 128)] = x * y, two
+//                              per word (entry e in the low half of word e / 2 when e is even,
+//                              the high half when odd)
+// Padding: K up to 4 * k4 and M, N up to multiples of 4, all with zero bytes (they add nothing;
+// padded rows/columns are computed and never stored).
+//
+// Tiling: as gemm_dp4a.wgsl, 4 x 4 outputs per invocation from one vec4 load of A and one of B
+// per packed K word, (4 * WG_Y) x (4 * WG_X) outputs per workgroup; dispatch
+// (ceil(N / (4 * WG_X)), ceil(M / (4 * WG_Y)), 1).
+
+override WG_X: u32 = 8u;
+override WG_Y: u32 = 8u;
+
+struct Params {
+    m: u32,
+    n: u32,
+    k4: u32,
+    pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> a: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<i32>;
+@group(0) @binding(4) var<storage, read> lut: array<u32>;
+
+// Product of the int8 values whose two's-complement bytes are x and y (0..255):
+// byte ^ 0x80 is value + 128, the table's row/column index.
+fn mul_lut(x: u32, y: u32) -> i32 {
+    let e = ((x ^ 0x80u) << 8u) | (y ^ 0x80u);
+    let half = (lut[e >> 1u] >> ((e & 1u) * 16u)) & 0xFFFFu;
+    return bitcast<i32>(half << 16u) >> 16u;  // sign-extend the int16
+}
+
+// dot4I8Packed through the table: the four byte lanes of x and y, multiplied pairwise.
+fn dot4_lut(x: u32, y: u32) -> i32 {
+    return mul_lut(x & 0xFFu, y & 0xFFu) + mul_lut((x >> 8u) & 0xFFu, (y >> 8u) & 0xFFu)
+        + mul_lut((x >> 16u) & 0xFFu, (y >> 16u) & 0xFFu) + mul_lut(x >> 24u, y >> 24u);
+}
+
+fn store_row(i: u32, j0: u32, v: vec4<i32>) {
+    if (i < params.m) {
+        for (var c = 0u; c < 4u; c++) {
+            let j = j0 + c;
+            if (j < params.n) {
+                out[i * params.n + j] = v[c];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i0 = gid.y * 4u;
+    let j0 = gid.x * 4u;
+    if (i0 >= params.m || j0 >= params.n) {
+        return;
+    }
+    let m4 = (params.m + 3u) / 4u;
+    let n4 = (params.n + 3u) / 4u;
+    var ia = gid.y;
+    var ib = gid.x;
+    var c0 = vec4<i32>(0);
+    var c1 = vec4<i32>(0);
+    var c2 = vec4<i32>(0);
+    var c3 = vec4<i32>(0);
+    for (var k = 0u; k < params.k4; k++) {
+        let av = a[ia];
+        let bv = b[ib];
+        c0 += vec4<i32>(dot4_lut(av.x, bv.x), dot4_lut(av.x, bv.y), dot4_lut(av.x, bv.z), dot4_lut(av.x, bv.w));
+        c1 += vec4<i32>(dot4_lut(av.y, bv.x), dot4_lut(av.y, bv.y), dot4_lut(av.y, bv.z), dot4_lut(av.y, bv.w));
+        c2 += vec4<i32>(dot4_lut(av.z, bv.x), dot4_lut(av.z, bv.y), dot4_lut(av.z, bv.z), dot4_lut(av.z, bv.w));
+        c3 += vec4<i32>(dot4_lut(av.w, bv.x), dot4_lut(av.w, bv.y), dot4_lut(av.w, bv.z), dot4_lut(av.w, bv.w));
+        ia += m4;
+        ib += n4;
+    }
+    store_row(i0, j0, c0);
+    store_row(i0 + 1u, j0, c1);
+    store_row(i0 + 2u, j0, c2);
+    store_row(i0 + 3u, j0, c3);
+}

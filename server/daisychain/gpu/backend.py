@@ -1,0 +1,198 @@
+"""Backend selection, best first: wgpu DP4A -> wgpu LUT -> numpy (the reference).
+
+Each GPU candidate must compile on this device, pass every exact gate (``gates.py``) on a
+poisoned pool, and reproduce the reference probe hash; the first that does is used. Every
+candidate that does not is demoted with its reason kept (``Demotion``), so ``daisychain selftest``
+and the peer's logs say why a device computes on the CPU. The numpy backend is the reference
+itself and cannot be demoted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
+from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
+from daisychain.gpu.probe import probe_hash, reference_probe_hash
+from daisychain.gpu.quantize import GpuQuantize
+from daisychain.numerics.gemm import int_matmul, qmatmul
+from daisychain.numerics.quant import FloatArray, IntArray
+
+log = logging.getLogger(__name__)
+
+GPU_ORDER: tuple[GemmKind, ...] = ("dp4a", "lut")
+GOPS_SHAPE = (256, 256, 256)  # M, K, N of the selftest's throughput figure
+
+
+class NumpyGemm:
+    """The reference: exact int8 products through float32 BLAS (daisychain.numerics.gemm)."""
+
+    name = "numpy"
+    adapter = "CPU (numpy float32 BLAS, exact integer path)"
+
+    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        acc = int_matmul(a.astype(np.float32), b.astype(np.float32))
+        return acc.astype(np.int32)
+
+    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+        return qmatmul(a_q, a_e, b_q, b_e)
+
+
+@dataclass(frozen=True)
+class BackendReport:
+    """One row of ``daisychain selftest``."""
+
+    name: str
+    adapter: str
+    gates_passed: bool
+    failure: str | None
+    probe_hash: str | None
+    gops: float | None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "adapter": self.adapter,
+            "gates_passed": self.gates_passed,
+            "failure": self.failure,
+            "probe_hash": self.probe_hash,
+            "gops": self.gops,
+        }
+
+
+@dataclass(frozen=True)
+class Demotion:
+    name: str
+    reason: str
+
+
+@dataclass
+class Backend:
+    """The GEMM in use and why better candidates were not."""
+
+    gemm: IntGemm
+    adapter: str
+    demotions: list[Demotion] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.gemm.name
+
+
+def measure_gops(
+    gemm: IntGemm, shape: tuple[int, int, int] = GOPS_SHAPE, repeats: int = 3
+) -> float:
+    """Best-of-``repeats`` throughput of ``matmul_int`` in GOP/s (2 M K N operations)."""
+    m, k, n = shape
+    rng = np.random.default_rng(0)  # timing input only; never part of the contract
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    gemm.matmul_int(a, b)  # warm-up: pipeline caches, buffer pool
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        gemm.matmul_int(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * m * k * n / best / 1e9
+
+
+def evaluate_gpu(
+    gpu: GpuDevice, kind: GemmKind, source: str | None = None
+) -> tuple[GpuGemm | None, str | None]:
+    """Compile, gate and probe one GPU kernel: (gemm, None) if usable, else (None, reason).
+
+    ``source`` replaces the kernel file's WGSL (the planted-bug tests use it).
+    """
+    try:
+        gemm = GpuGemm(gpu, kind, source=source)
+    except Exception as exc:
+        return None, str(exc)
+    report = run_gemm_gates(gemm, gemm.pool, gemm.tile)
+    if report.failure is not None:
+        return None, report.failure.describe()
+    try:
+        got = probe_hash(gemm.matmul_int)
+    except Exception as exc:
+        return None, f"{gemm.name}: kernel probe failed: {exc}"
+    expected = reference_probe_hash()
+    if got != expected:
+        return None, f"{gemm.name}: kernel probe hash {got[:16]}... != reference {expected[:16]}..."
+    return gemm, None
+
+
+def select_backend(
+    order: Sequence[GemmKind] = GPU_ORDER, sources: Mapping[str, str] | None = None
+) -> Backend:
+    """The best backend that passes its gates on this machine, with the demotion reasons.
+
+    ``sources`` maps a kind ("dp4a", "lut") to replacement WGSL (tests plant bugs with it).
+    """
+    sources = sources or {}
+    demotions: list[Demotion] = []
+    try:
+        gpu = acquire()
+    except GpuUnavailable as exc:
+        demotions = [Demotion(f"wgpu-{kind}", str(exc)) for kind in order]
+    else:
+        for kind in order:
+            gemm, reason = evaluate_gpu(gpu, kind, sources.get(kind))
+            if gemm is not None:
+                log.info("GEMM backend: %s on %s", gemm.name, gpu.adapter_name)
+                return Backend(gemm, gpu.adapter_name, demotions)
+            log.warning("demoted wgpu-%s: %s", kind, reason)
+            demotions.append(Demotion(f"wgpu-{kind}", reason or "unknown"))
+    numpy_gemm = NumpyGemm()
+    return Backend(numpy_gemm, numpy_gemm.adapter, demotions)
+
+
+def selftest_reports(measure: bool = True) -> list[BackendReport]:
+    """Every backend on this machine, gated and probed (rows of ``daisychain selftest``)."""
+    rows: list[BackendReport] = []
+    try:
+        gpu: GpuDevice | None = acquire()
+        no_gpu = ""
+    except GpuUnavailable as exc:
+        gpu, no_gpu = None, str(exc)
+    for kind in GPU_ORDER:
+        name = f"wgpu-{kind}"
+        if gpu is None:
+            rows.append(BackendReport(name, "none", False, no_gpu, None, None))
+            continue
+        gemm, reason = evaluate_gpu(gpu, kind)
+        if gemm is None:
+            rows.append(BackendReport(name, gpu.adapter_name, False, reason, None, None))
+            continue
+        gops = measure_gops(gemm) if measure else None
+        rows.append(
+            BackendReport(name, gpu.adapter_name, True, None, probe_hash(gemm.matmul_int), gops)
+        )
+    if gpu is None:
+        rows.append(BackendReport("wgpu-quantize", "none", False, no_gpu, None, None))
+    else:
+        try:
+            qreport = run_quantize_gates(quantizer := GpuQuantize(gpu), quantizer.pool)
+            failure = None if qreport.failure is None else qreport.failure.describe()
+        except Exception as exc:
+            failure = str(exc)
+        rows.append(
+            BackendReport("wgpu-quantize", gpu.adapter_name, failure is None, failure, None, None)
+        )
+    ref = NumpyGemm()
+    ref_report = run_gemm_gates(ref)
+    rows.append(
+        BackendReport(
+            ref.name,
+            ref.adapter,
+            ref_report.passed,
+            None if ref_report.failure is None else ref_report.failure.describe(),
+            probe_hash(ref.matmul_int),
+            measure_gops(ref) if measure else None,
+        )
+    )
+    return rows

@@ -1,0 +1,112 @@
+"""Load the WGSL kernels from ``kernels/`` and build their compute pipelines.
+
+The browser and the Python peer read the very same files (``daisychain.assets.asset_dir``). A
+kernel may also be compiled from a modified source: the planted-bug tests do exactly that and run
+the result through the same gates, which must then fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from daisychain.assets import asset_dir
+from daisychain.gpu.device import GpuDevice
+
+# How a kernel declares binding i of group 0 (must match the WGSL header):
+# "uniform" var<uniform>, "read" var<storage, read>, "write" var<storage, read_write>.
+BindingKind = Literal["uniform", "read", "write"]
+
+
+class KernelError(RuntimeError):
+    """A kernel failed to compile or to dispatch on this device (the message names it)."""
+
+
+def kernel_source(name: str) -> str:
+    """The WGSL text of ``kernels/<name>.wgsl``."""
+    path = asset_dir("kernels") / f"{name}.wgsl"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"kernel {name!r} not found at {path}; reinstall daisychain so kernels/ is shipped"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+@dataclass
+class ComputeKernel:
+    """One compiled compute pipeline (entry point ``main``, bind group 0)."""
+
+    name: str
+    gpu: GpuDevice
+    pipeline: Any
+    layout: Any
+    constants: dict[str, int] = field(default_factory=dict)
+
+    def dispatch(self, buffers: Sequence[Any], groups: tuple[int, int, int]) -> None:
+        """Bind ``buffers`` to bindings 0, 1, ... in order and submit one dispatch."""
+        device = self.gpu.device
+        try:
+            bind_group = device.create_bind_group(
+                layout=self.layout,
+                entries=[
+                    {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                    for i, b in enumerate(buffers)
+                ],
+            )
+            encoder = device.create_command_encoder()
+            compute_pass = encoder.begin_compute_pass()
+            compute_pass.set_pipeline(self.pipeline)
+            compute_pass.set_bind_group(0, bind_group)
+            compute_pass.dispatch_workgroups(*groups)
+            compute_pass.end()
+            device.queue.submit([encoder.finish()])
+        except Exception as exc:
+            raise KernelError(f"kernel {self.name}: dispatch {groups} failed: {exc}") from exc
+
+
+def compile_kernel(
+    gpu: GpuDevice,
+    name: str,
+    bindings: Sequence[BindingKind],
+    source: str | None = None,
+    constants: Mapping[str, int] | None = None,
+) -> ComputeKernel:
+    """Compile ``kernels/<name>.wgsl`` (or ``source``) with its ``override`` constants set.
+
+    The bind group layout is explicit (``bindings``), not derived from the shader, so a kernel
+    that stops using a buffer still binds exactly what the host passes.
+    """
+    import wgpu
+
+    code = kernel_source(name) if source is None else source
+    consts = dict(constants or {})
+    buffer_types = {
+        "uniform": wgpu.BufferBindingType.uniform,
+        "read": wgpu.BufferBindingType.read_only_storage,
+        "write": wgpu.BufferBindingType.storage,
+    }
+    try:
+        layout = gpu.device.create_bind_group_layout(
+            entries=[
+                {
+                    "binding": i,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": buffer_types[kind]},
+                }
+                for i, kind in enumerate(bindings)
+            ]
+        )
+        module = gpu.device.create_shader_module(label=name, code=code)
+        pipeline = gpu.device.create_compute_pipeline(
+            label=name,
+            layout=gpu.device.create_pipeline_layout(bind_group_layouts=[layout]),
+            compute={"module": module, "entry_point": "main", "constants": consts},
+        )
+    except Exception as exc:
+        first = str(exc).strip().splitlines()
+        raise KernelError(
+            f"kernel {name}: the device rejected the WGSL ({first[0] if first else exc!r}); "
+            "the next backend in line is used"
+        ) from exc
+    return ComputeKernel(name=name, gpu=gpu, pipeline=pipeline, layout=layout, constants=consts)

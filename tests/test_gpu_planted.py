@@ -1,0 +1,120 @@
+"""Mutation tests: each gate must FAIL on a planted bug (docs/KERNELS.md, "Planted bugs").
+
+A bug is planted by string substitution on the real kernel file, and the modified WGSL goes
+through the very same gate code as the real kernel. Each substitution must match exactly once, so
+a kernel edit that removes the target makes these tests fail loudly instead of passing vacuously.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from daisychain.gpu.backend import select_backend
+from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.gates import GateReport, run_gemm_gates, run_quantize_gates
+from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
+from daisychain.gpu.kernels import kernel_source
+from daisychain.gpu.pool import BufferPool
+from daisychain.gpu.quantize import GpuQuantize
+
+KINDS: list[GemmKind] = ["dp4a", "lut"]
+
+
+@pytest.fixture(scope="session")
+def gpu() -> GpuDevice:
+    try:
+        return acquire()
+    except GpuUnavailable as exc:
+        pytest.skip(f"no wgpu adapter on this machine: {exc}")
+
+
+def plant(kernel: str, old: str, new: str) -> str:
+    source = kernel_source(kernel)
+    assert source.count(old) == 1, f"planting target {old!r} must occur once in {kernel}.wgsl"
+    return source.replace(old, new)
+
+
+def gemm_gate(gpu: GpuDevice, kind: GemmKind, old: str, new: str) -> GateReport:
+    gemm = GpuGemm(gpu, kind, source=plant(KERNEL_NAMES[kind], old, new))
+    return run_gemm_gates(gemm, gemm.pool, gemm.tile)
+
+
+def quantize_gate(gpu: GpuDevice, old: str, new: str) -> GateReport:
+    quantizer = GpuQuantize(gpu, source=plant("quantize", old, new))
+    return run_quantize_gates(quantizer, quantizer.pool)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gate_fails_when_last_row_skipped(gpu: GpuDevice, kind: GemmKind) -> None:
+    report = gemm_gate(gpu, kind, "if (i < params.m) {", "if (i + 1u < params.m) {")
+    assert report.failure is not None
+    assert report.failure.index is not None
+    m = report.failure.shape[0]
+    assert report.failure.index[0] == m - 1  # the first wrong cell is in the last row
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gate_fails_when_last_column_skipped(gpu: GpuDevice, kind: GemmKind) -> None:
+    report = gemm_gate(gpu, kind, "if (j < params.n) {", "if (j + 1u < params.n) {")
+    assert report.failure is not None
+    assert report.failure.index is not None
+    assert report.failure.index[1] == report.failure.shape[2] - 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gate_fails_when_k_loop_one_short(gpu: GpuDevice, kind: GemmKind) -> None:
+    report = gemm_gate(gpu, kind, "k < params.k4; k++", "k + 1u < params.k4; k++")
+    assert report.failure is not None
+    assert report.failure.case == "1x1x1"  # K = 1: the only packed word is skipped
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gate_fails_when_output_assumed_zero(gpu: GpuDevice, kind: GemmKind) -> None:
+    old, new = "out[i * params.n + j] = v[c];", "out[i * params.n + j] += v[c];"
+    # Without poisoning a fresh (zero-filled) buffer hides the bug: that is why the pool exists.
+    fresh = GpuGemm(gpu, kind, source=plant(KERNEL_NAMES[kind], old, new), pool=BufferPool(gpu))
+    a = np.full((5, 7), 3, np.int8)
+    np.testing.assert_array_equal(fresh.matmul_int(a, a.T.copy()), np.full((5, 5), 63))
+    report = gemm_gate(gpu, kind, old, new)
+    assert report.failure is not None
+    assert report.failure.case == "1x1x1"  # caught on the very first case, by the poison
+
+
+def test_gate_fails_when_ties_round_away_from_even(gpu: GpuDevice) -> None:
+    report = quantize_gate(gpu, "(rem == half && (qi & 1u) == 1u)", "(rem == half)")
+    assert report.failure is not None
+    assert report.failure.case.startswith("ties to even")
+    assert report.failure.index == (0, 1)  # 2.5 -> 3 instead of 2
+
+
+def test_gate_fails_on_signed_zero(gpu: GpuDevice) -> None:
+    # The contract's zero is +0 (docs/NUMERICS.md section 2: "-0 never appears in q"). The
+    # planted bug keeps the sign of a negative input that rounds to zero, i.e. emits -0 where
+    # +0 is due: only a bit-pattern comparison can see it (-0.0 == 0.0 in float comparison).
+    report = quantize_gate(
+        gpu,
+        "if (mag == 0u) {\n        return 0u;",
+        "if (mag == 0u) {\n        return select(0u, 0x80000000u, neg);",
+    )
+    assert report.failure is not None
+    assert "(q bits)" in report.failure.case
+    assert report.failure.expected == "0x00000000"
+    assert report.failure.got == "0x80000000"
+
+
+def test_planted_dp4a_bug_demotes_to_lut(gpu: GpuDevice) -> None:
+    broken = plant("gemm_dp4a", "k < params.k4; k++", "k + 1u < params.k4; k++")
+    backend = select_backend(sources={"dp4a": broken})
+    assert backend.name == "wgpu-lut"
+    assert [d.name for d in backend.demotions] == ["wgpu-dp4a"]
+    assert "failed gate '1x1x1'" in backend.demotions[0].reason
+
+
+def test_both_kernels_broken_falls_back_to_numpy(gpu: GpuDevice) -> None:
+    sources = {
+        kind: plant(KERNEL_NAMES[kind], "if (j < params.n) {", "if (j + 1u < params.n) {")
+        for kind in KINDS
+    }
+    backend = select_backend(sources=sources)
+    assert backend.name == "numpy"
+    assert [d.name for d in backend.demotions] == ["wgpu-dp4a", "wgpu-lut"]
