@@ -1,0 +1,365 @@
+"""The contract-v1 GPT: forward and hand-written backward on the numerical contract.
+
+Normative text: docs/MODEL.md (merged into docs/NUMERICS.md). Every matrix product is an exact
+int8 product from ``daisychain.numerics`` (forward ``qmatmul``; backward ``grad_matmul_left`` /
+``grad_matmul_right``, which reuse the forward int8 operand and fold its power-of-two scales into
+the two-limb gradient). Elementwise work is float32 + - * / sqrt in the documented order, every
+float reduction is ``tree_sum``, exp and log are the contract's own. Nothing here may use float
+BLAS, np.sum/np.mean on floats, np.exp/np.log, or float64: each line is mirrored bit for bit in
+JavaScript and WGSL.
+
+Layout: activations are (N, C) with N = B * T tokens in row-major (b, t) order; attention tensors
+are (B, H, T, hd). References: nanoGPT (architecture), llm.c (forward/backward pairs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from daisychain.model.config import ModelConfig
+from daisychain.model.params import Params, param_shapes
+from daisychain.numerics import (
+    exp,
+    grad_matmul_left,
+    grad_matmul_right,
+    log,
+    qmatmul,
+    quantize,
+    tree_sum,
+)
+
+F32 = np.float32
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int32]
+TokenArray = npt.NDArray[np.integer]
+
+NEG_INF = F32(-np.inf)
+
+
+@dataclass
+class QTensor:
+    """A quantized operand ``q * 2^e``; kept from the forward and reused by the backward."""
+
+    q: FloatArray  # integers in [-127, 127] stored as float32
+    e: IntArray  # scale exponents, length 1 on the summed axis
+
+    @classmethod
+    def of(cls, x: FloatArray, axis: int) -> QTensor:
+        q, e = quantize(x, axis)
+        return cls(q, e)
+
+    @property
+    def t(self) -> QTensor:
+        """Transpose of the last two axes (views, no copy)."""
+        return QTensor(self.q.swapaxes(-1, -2), self.e.swapaxes(-1, -2))
+
+
+# ----------------------------------------------------------------------------------------------
+# layers: forward / backward pairs
+
+
+@dataclass
+class NormCache:
+    xhat: FloatArray  # (N, C)
+    inv: FloatArray  # (N, 1)
+
+
+def rmsnorm_forward(x: FloatArray, g: FloatArray, eps: np.float32) -> tuple[FloatArray, NormCache]:
+    """y = (x * (1 / sqrt(tree_sum(x * x) / C + eps))) * g, row by row."""
+    c = F32(x.shape[-1])
+    ss = tree_sum(x * x, -1, keepdims=True)  # (N, 1)
+    ss /= c  # ms
+    ss += eps
+    d = np.sqrt(ss)  # (N, 1)
+    inv: FloatArray = np.divide(F32(1.0), d, dtype=np.float32)  # (N, 1)
+    xhat: FloatArray = x * inv  # (N, C)
+    y: FloatArray = xhat * g  # (N, C)
+    return y, NormCache(xhat, inv)
+
+
+def rmsnorm_backward(
+    dy: FloatArray, g: FloatArray, cache: NormCache
+) -> tuple[FloatArray, FloatArray]:
+    """Returns (dx, dg): dx = (dy * g - xhat * (tree_sum(dy * g * xhat) / C)) * inv."""
+    c = F32(dy.shape[-1])
+    dxhat = dy * g  # (N, C)
+    prod = dxhat * cache.xhat  # (N, C)
+    mean = tree_sum(prod, -1, keepdims=True)  # (N, 1) dot
+    mean /= c
+    np.multiply(cache.xhat, mean, out=prod)  # (N, C) xhat * mean
+    np.subtract(dxhat, prod, out=dxhat)
+    dxhat *= cache.inv  # (N, C) dx
+    np.multiply(dy, cache.xhat, out=prod)  # (N, C)
+    dg = tree_sum(prod, 0)  # (C,)
+    return dxhat, dg
+
+
+def linear_backward(dy: FloatArray, x: QTensor, w: QTensor) -> tuple[FloatArray, FloatArray]:
+    """y = x @ W with x quantized per row and W per column.
+
+    dx = dy @ W^T folds W's per-output-channel scales into dy's columns;
+    dW = x^T @ dy folds x's per-token scales into dy's rows.
+    """
+    dw = grad_matmul_right(x.q.T, x.e, dy)  # (in, out)
+    dx = grad_matmul_left(dy, w.e, w.q.T)  # (N, in)
+    return dx, dw
+
+
+@dataclass
+class AttentionCache:
+    q: QTensor  # (B, H, T, hd), scales (B, H, T, 1)
+    k: QTensor  # (B, H, T, hd), scales (B, H, T, 1)
+    v: QTensor  # (B, H, T, hd), scales (B, H, 1, hd)
+    p: FloatArray  # (B, H, T, T) softmax probabilities
+    pq: QTensor  # (B, H, T, T), scales (B, H, T, 1)
+
+
+def causal_mask(t: int) -> FloatArray:
+    """Additive mask (T, T): -inf where key j > query i, -0 elsewhere.
+
+    ``s + mask`` is exactly "s[i, j] = -inf for j > i, unchanged otherwise": x + (-0) = x for
+    every x (+0 included), and a finite x + (-inf) = -inf. (A boolean ``where`` pass would do the
+    same, several times slower in numpy.)
+    """
+    mask = np.full((t, t), F32(-0.0), dtype=np.float32)
+    mask[np.triu_indices(t, k=1)] = NEG_INF
+    return mask
+
+
+def attention_forward(
+    qkv: FloatArray, cfg: ModelConfig, b: int, t: int
+) -> tuple[FloatArray, AttentionCache]:
+    """Causal multi-head attention on the fused qkv (N, 3C); returns merged heads (N, C)."""
+    h, hd, c = cfg.heads, cfg.head_dim, cfg.width
+    scale = F32(1.0) / np.sqrt(F32(hd))  # exact power of two (hd is a power of 4)
+    # one contiguous copy so every per-head operand below is a dense (T, hd) matrix for BLAS
+    heads = np.ascontiguousarray(qkv.reshape(b, t, 3, h, hd).transpose(2, 0, 3, 1, 4))
+    q = QTensor.of(heads[0], -1)  # per (b, h, query) over hd
+    k = QTensor.of(heads[1], -1)  # per (b, h, key) over hd
+    v = QTensor.of(heads[2], -2)  # per (b, h, channel) over time
+    s = qmatmul(q.q, q.e, k.t.q, k.t.e)  # (B, H, T, T)
+    p = softmax_causal(s, scale)  # (B, H, T, T)
+    pq = QTensor.of(p, -1)  # per (b, h, query) over keys
+    o = qmatmul(pq.q, pq.e, v.q, v.e)  # (B, H, T, hd)
+    merged = np.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(b * t, c)  # (N, C)
+    return merged, AttentionCache(q, k, v, p, pq)
+
+
+def attention_backward(
+    dmerged: FloatArray, cache: AttentionCache, cfg: ModelConfig, b: int, t: int
+) -> FloatArray:
+    """Gradient of the merged heads (N, C) -> gradient of the fused qkv (N, 3C)."""
+    h, hd, c = cfg.heads, cfg.head_dim, cfg.width
+    scale = F32(1.0) / np.sqrt(F32(hd))
+    do = dmerged.reshape(b, t, h, hd).transpose(0, 2, 1, 3)  # (B, H, T, hd) view
+    dv = grad_matmul_right(cache.pq.t.q, cache.pq.e, do)  # P^T @ dO: (B, H, T, hd)
+    dp = grad_matmul_left(do, cache.v.e, cache.v.t.q)  # dO @ v^T: (B, H, T, T)
+    p = cache.p
+    tmp = dp * p  # (B, H, T, T)
+    dp -= tree_sum(tmp, -1, keepdims=True)  # dP - sum(dP * P)
+    np.multiply(p, dp, out=dp)  # dS = P * (...)
+    dp *= scale  # (B, H, T, T) gradient of the unscaled scores
+    dq = grad_matmul_left(dp, cache.k.t.e, cache.k.q)  # dS @ k: (B, H, T, hd)
+    dkt = grad_matmul_right(cache.q.t.q, cache.q.e, dp)  # q^T @ dS = dk^T: (B, H, hd, T)
+    dqkv = np.empty((b, t, 3, h, hd), dtype=np.float32)  # (B, T, 3, H, hd)
+    dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
+    dqkv[:, :, 1] = dkt.transpose(0, 3, 1, 2)
+    dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+    return dqkv.reshape(b * t, 3 * c)
+
+
+# ----------------------------------------------------------------------------------------------
+# the model
+
+
+@dataclass
+class BlockCache:
+    norm1: NormCache
+    a: QTensor  # (N, C) rows
+    attn: AttentionCache
+    o: QTensor  # (N, C) rows
+    norm2: NormCache
+    bq: QTensor  # (N, C) rows
+    relu: npt.NDArray[np.bool_]  # (N, 4C) u > 0
+    r: QTensor  # (N, 4C) rows
+
+
+@dataclass
+class Weights:
+    """Every matrix quantized once per step (per output column; wte per vocab row)."""
+
+    wte: QTensor  # (V, C), scales (V, 1)
+    wqkv: list[QTensor]  # (C, 3C), scales (1, 3C)
+    wo: list[QTensor]
+    w1: list[QTensor]
+    w2: list[QTensor]
+
+    @classmethod
+    def of(cls, params: Params, cfg: ModelConfig) -> Weights:
+        def cols(name: str) -> list[QTensor]:
+            return [QTensor.of(params[f"h.{i}.{name}"], -2) for i in range(cfg.layers)]
+
+        return cls(QTensor.of(params["wte"], -1), cols("wqkv"), cols("wo"), cols("w1"), cols("w2"))
+
+
+def _check_inputs(params: Params, cfg: ModelConfig, x: TokenArray) -> tuple[int, int]:
+    if x.ndim != 2:
+        raise ValueError(f"tokens must be (B, T), got shape {x.shape}")
+    b, t = x.shape
+    if not 1 <= t <= cfg.seq_len:
+        raise ValueError(f"sequence length {t} outside [1, {cfg.seq_len}] (the position table)")
+    if x.size and (int(x.min()) < 0 or int(x.max()) >= cfg.vocab_size):
+        raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); check the tokenizer")
+    for name, shape in param_shapes(cfg).items():
+        arr = params[name]
+        if arr.shape != shape or arr.dtype != np.float32:
+            raise ValueError(
+                f"parameter {name}: expected float32 {shape}, got {arr.dtype} {arr.shape}"
+            )
+    return b, t
+
+
+def _forward(
+    params: Params, cfg: ModelConfig, x: TokenArray, keep: bool
+) -> tuple[FloatArray, Weights, list[BlockCache], NormCache, QTensor]:
+    """Shared forward: logits (N, V) plus what the backward needs (when ``keep``)."""
+    b, t = _check_inputs(params, cfg, x)
+    n, c = b * t, cfg.width
+    w = Weights.of(params, cfg)
+    h = (params["wte"][x] + params["wpe"][:t]).reshape(n, c)  # (N, C) embedding
+    caches: list[BlockCache] = []
+    for i in range(cfg.layers):
+        p = f"h.{i}."
+        an, norm1 = rmsnorm_forward(h, params[p + "g1"], cfg.norm_eps)  # (N, C)
+        a = QTensor.of(an, -1)
+        qkv = qmatmul(a.q, a.e, w.wqkv[i].q, w.wqkv[i].e)  # (N, 3C)
+        merged, attn = attention_forward(qkv, cfg, b, t)  # (N, C)
+        o = QTensor.of(merged, -1)
+        h += qmatmul(o.q, o.e, w.wo[i].q, w.wo[i].e)  # (N, C) residual
+        bn, norm2 = rmsnorm_forward(h, params[p + "g2"], cfg.norm_eps)  # (N, C)
+        bq = QTensor.of(bn, -1)
+        u = qmatmul(bq.q, bq.e, w.w1[i].q, w.w1[i].e)  # (N, 4C)
+        relu = u > 0
+        np.multiply(u, relu, out=u)  # (N, 4C) u * 1 = u; u * 0 = -0 for negative u
+        u += F32(0.0)  # r: -0 + 0 = +0; any other value unchanged
+        rq = QTensor.of(u, -1)
+        h += qmatmul(rq.q, rq.e, w.w2[i].q, w.w2[i].e)  # (N, C) residual
+        if keep:
+            caches.append(BlockCache(norm1, a, attn, o, norm2, bq, relu, rq))
+    hf, normf = rmsnorm_forward(h, params["gf"], cfg.norm_eps)  # (N, C)
+    hq = QTensor.of(hf, -1)
+    logits = qmatmul(hq.q, hq.e, w.wte.t.q, w.wte.t.e)  # (N, V)
+    return logits, w, caches, normf, hq
+
+
+def forward_logits(params: Params, cfg: ModelConfig, x: TokenArray) -> FloatArray:
+    """Logits (B, T, V) for tokens (B, T): the same forward path as training."""
+    logits, *_ = _forward(params, cfg, x, keep=False)
+    return logits.reshape(x.shape[0], x.shape[1], cfg.vocab_size)
+
+
+# Row blocks for the elementwise passes over logits and scores: every operation is row-wise, so
+# blocking changes no bit, and a block that stays in cache makes exp about twice as fast.
+BLOCK_ELEMENTS = 1 << 17
+
+
+def _row_blocks(rows: int, width: int) -> range:
+    return range(0, rows, max(1, BLOCK_ELEMENTS // max(1, width)))
+
+
+def cross_entropy(logits: FloatArray, y: npt.NDArray[np.intp]) -> tuple[np.float32, FloatArray]:
+    """Mean loss and dlogits for logits (N, V), targets (N,). Overwrites ``logits`` with dlogits.
+
+    Per token: z = logits - max; p = exp(z); s = tree_sum(p); loss_t = log(s) - z[y];
+    dlogits = ((p / s) - [y]) / N. Loss = tree_sum(loss_t) / N.
+    """
+    n, v = logits.shape
+    nf = F32(n)
+    loss_t = np.empty(n, dtype=np.float32)  # (N,)
+    step = _row_blocks(n, v).step
+    for i in _row_blocks(n, v):
+        blk = logits[i : i + step]  # (n_blk, V) view
+        rows = np.arange(blk.shape[0])
+        yb = y[i : i + step]
+        blk -= np.max(blk, axis=-1, keepdims=True)  # z = logits - m
+        zy = blk[rows, yb]  # (n_blk,)
+        p = exp(blk)  # (n_blk, V)
+        sm = tree_sum(p, -1, keepdims=True)  # (n_blk, 1)
+        loss_t[i : i + step] = log(sm[:, 0]) - zy
+        np.divide(p, sm, out=blk)  # softmax
+        blk[rows, yb] -= F32(1.0)
+        blk /= nf  # dlogits
+    loss = F32(tree_sum(loss_t, 0)[0] / nf)  # tree_sum of a 1-D array has shape (1,)
+    return loss, logits
+
+
+def softmax_causal(s: FloatArray, scale: np.float32) -> FloatArray:
+    """P = softmax(s * scale with keys j > query i set to -inf) over the last axis, in place.
+
+    s: (B, H, T, T) raw scores; per row m = max, z = S - m, p = exp(z), P = p / tree_sum(p).
+    """
+    t = s.shape[-1]
+    mask = causal_mask(t)
+    flat = s.reshape(-1, t, t)  # (B * H, T, T) view
+    step = max(1, BLOCK_ELEMENTS // (t * t))
+    for i in range(0, flat.shape[0], step):
+        blk = flat[i : i + step]  # (n_blk, T, T)
+        blk *= scale  # exact: a power of two
+        blk += mask  # causal: -inf where j > i
+        blk -= np.max(blk, axis=-1, keepdims=True)  # z = S - m
+        p = exp(blk)
+        np.divide(p, tree_sum(p, -1, keepdims=True), out=blk)  # P = p / den
+    return s
+
+
+def forward_backward(
+    params: Params, cfg: ModelConfig, x: TokenArray, y: TokenArray
+) -> tuple[np.float32, dict[str, FloatArray]]:
+    """Mean cross-entropy of next tokens ``y`` given ``x`` (both (B, T)) and its gradients."""
+    if y.shape != x.shape:
+        raise ValueError(f"targets {y.shape} must have the tokens' shape {x.shape}")
+    if y.size and (int(y.min()) < 0 or int(y.max()) >= cfg.vocab_size):
+        raise ValueError(f"target ids must lie in [0, {cfg.vocab_size})")
+    b, t = x.shape
+    n, c = b * t, cfg.width
+    logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True)
+    loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
+
+    grads: dict[str, FloatArray] = {}
+    dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t)  # (N, C), (C, V)
+    del dlogits, logits  # (N, V) buffer no longer needed
+    dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)
+    for i in reversed(range(cfg.layers)):
+        p, cache = f"h.{i}.", caches[i]
+        # MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
+        dr, grads[p + "w2"] = linear_backward(dh, cache.r, w.w2[i])  # (N, 4C), (4C, C)
+        np.multiply(dr, cache.relu, out=dr)  # (N, 4C) dr * 1 or +-0 where u <= 0
+        dr += F32(0.0)  # du: +0 where u <= 0 (dr itself is never -0: exact zeros are +0)
+        dbn, grads[p + "w1"] = linear_backward(dr, cache.bq, w.w1[i])  # (N, C), (C, 4C)
+        dx, grads[p + "g2"] = rmsnorm_backward(dbn, params[p + "g2"], cache.norm2)
+        dh += dx  # (N, C) residual
+        # attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
+        dmerged, grads[p + "wo"] = linear_backward(dh, cache.o, w.wo[i])  # (N, C), (C, C)
+        dqkv = attention_backward(dmerged, cache.attn, cfg, b, t)  # (N, 3C)
+        dan, grads[p + "wqkv"] = linear_backward(dqkv, cache.a, w.wqkv[i])  # (N, C), (C, 3C)
+        dx, grads[p + "g1"] = rmsnorm_backward(dan, params[p + "g1"], cache.norm1)
+        dh += dx  # (N, C) residual
+    # embeddings: scatter rows of dh in flat position order onto +0, then add the logits part
+    dwte = np.zeros((cfg.vocab_size, c), dtype=np.float32)  # (V, C)
+    np.add.at(dwte, x.reshape(n), dh)
+    dwte += dwte_t.T
+    grads["wte"] = dwte
+    grads["wpe"] = embed_position_grad(dh.reshape(b, t, c), cfg.seq_len)  # (T_max, C)
+    ordered = {name: grads[name] for name in param_shapes(cfg)}
+    return loss, ordered
+
+
+def embed_position_grad(dh: FloatArray, seq_len: int) -> FloatArray:
+    """dwpe[t] = tree_sum over the batch of dh[:, t]; rows past the sequence get +0."""
+    _, t, c = dh.shape
+    dwpe = np.zeros((seq_len, c), dtype=np.float32)
+    dwpe[:t] = tree_sum(dh, 0)
+    return dwpe

@@ -1,0 +1,110 @@
+"""The training core: one replica's state and its step (docs/MODEL.md, "Training step").
+
+A step is: gradients of the contract model on a batch (``compute_grads``), then the pinned AdamW
+update (``apply_grads``). Peers that average gradients across devices call the two halves with
+their combination in between; a single device calls ``train_step``. The identity of a replica is
+``state_hash``: SHA-256 over every parameter in order, then every first moment m in order, then
+every second moment v in order (canonical little-endian float32 bytes).
+
+``backend="reference"`` trains the float32 oracle (``daisychain.model.reference``) with the same
+init, optimizer and batches: the baseline of convergence comparisons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from daisychain import batches
+from daisychain.model import gpt, reference
+from daisychain.model.config import ModelConfig
+from daisychain.model.params import Params, init_params
+from daisychain.numerics import sha256_arrays
+from daisychain.optim import AdamW, AdamWConfig, AdamWState, StepStats
+
+Backend = Literal["contract", "reference"]
+TokenArray = npt.NDArray[np.integer]
+
+
+@dataclass
+class TrainState:
+    """Everything that defines a replica. ``params``, ``opt_state.m``/``.v`` are plain ordered
+    dicts of float32 arrays (parameter order)."""
+
+    cfg: ModelConfig
+    opt_cfg: AdamWConfig
+    params: Params
+    opt_state: AdamWState
+    seed: int
+    backend: Backend = "contract"
+
+    @property
+    def step(self) -> int:
+        """Number of completed steps."""
+        return self.opt_state.step
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int  # 1-based number of the step just completed
+    loss: np.float32
+    grad_norm: np.float32  # global norm before clipping
+    lr: np.float32
+    hash: str  # state_hash after the update ("" when not requested)
+
+
+def init(
+    cfg: ModelConfig, opt_cfg: AdamWConfig, seed: int, backend: Backend = "contract"
+) -> TrainState:
+    """Fresh state: seeded parameters, zero moments, step 0."""
+    if backend not in ("contract", "reference"):
+        raise ValueError(f"backend must be 'contract' or 'reference', got {backend!r}")
+    params = init_params(cfg, seed)
+    opt_state = AdamW(opt_cfg).init_state(params)
+    return TrainState(cfg, opt_cfg, params, opt_state, seed, backend)
+
+
+def state_hash(state: TrainState) -> str:
+    """SHA-256 over all params, then all m, then all v, each in parameter order."""
+    arrays = [
+        *state.params.values(),
+        *state.opt_state.m.values(),
+        *state.opt_state.v.values(),
+    ]
+    return sha256_arrays(arrays)
+
+
+def next_batch(
+    state: TrainState, tokens: TokenArray, rank: int = 0
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The batch of the coming step for ``rank`` (seeded by the state's seed and step)."""
+    cfg = state.cfg
+    return batches.sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed, state.step, rank)
+
+
+def compute_grads(
+    state: TrainState, x: TokenArray, y: TokenArray
+) -> tuple[np.float32, dict[str, npt.NDArray[np.float32]]]:
+    """(loss, grads) of the state's model on one batch; the state is not modified."""
+    if state.backend == "contract":
+        return gpt.forward_backward(state.params, state.cfg, x, y)
+    loss, grads, _ = reference.forward_backward(state.params, state.cfg, x, y)
+    return np.float32(loss), grads
+
+
+def apply_grads(state: TrainState, grads: dict[str, npt.NDArray[np.float32]]) -> StepStats:
+    """The pinned AdamW update, in place; returns the optimizer's step statistics."""
+    return AdamW(state.opt_cfg).step(state.params, grads, state.opt_state)
+
+
+def train_step(
+    state: TrainState, x: TokenArray, y: TokenArray, with_hash: bool = True
+) -> StepResult:
+    """compute_grads, then apply_grads; returns the step's loss, norm, lr and the new hash."""
+    loss, grads = compute_grads(state, x, y)
+    stats = apply_grads(state, grads)
+    digest = state_hash(state) if with_hash else ""
+    return StepResult(stats.step, loss, stats.grad_norm, stats.lr, digest)
