@@ -238,11 +238,6 @@ def test_tree_sum_matches_the_spelled_out_order(n: int) -> None:
     assert bits_of(got.reshape(1))[0] == bits_of(np.array([tree_reference(list(x))]))[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reduce.tree_sum ends with np.ascontiguousarray, which turns the 0-d result of a full "
-    "1-D reduction into shape (1,) (reported to the numerics owner; remove this marker when fixed)",
-)
 def test_tree_sum_of_a_vector_is_0d() -> None:
     x = np.ones(3, np.float32)
     assert tree_sum(x).shape == ()

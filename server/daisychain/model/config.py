@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-# Vocabulary size of every preset until the tokenizer's measured vocabulary is pinned.
-DEFAULT_VOCAB = 4096
+# Vocabulary of the shipped tokenizer (luts/tokenizer.json, chosen by measurement: TOKENIZER.md).
+DEFAULT_VOCAB = 2048
 
 
 class ConfigError(ValueError):

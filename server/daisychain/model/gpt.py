@@ -292,7 +292,7 @@ def cross_entropy(logits: FloatArray, y: npt.NDArray[np.intp]) -> tuple[np.float
         np.divide(p, sm, out=blk)  # softmax
         blk[rows, yb] -= F32(1.0)
         blk /= nf  # dlogits
-    loss = F32(tree_sum(loss_t, 0)[0] / nf)  # tree_sum of a 1-D array has shape (1,)
+    loss = F32(tree_sum(loss_t, 0)[()] / nf)  # a full 1-D sum is 0-d
     return loss, logits
 
 

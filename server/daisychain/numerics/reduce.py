@@ -40,7 +40,8 @@ def tree_sum(x: FloatArray, axis: int = -1, keepdims: bool = False) -> FloatArra
         tail[axis] = slice(width, 2 * width)
         y = y[tuple(head)] + y[tuple(tail)]
     out = y if keepdims else np.squeeze(y, axis=axis)
-    result: FloatArray = np.ascontiguousarray(out, dtype=np.float32)
+    # asarray, not ascontiguousarray: the latter turns a 0-d result (a full 1-D sum) into (1,).
+    result: FloatArray = np.asarray(out, dtype=np.float32)
     return result
 
 
