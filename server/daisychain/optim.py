@@ -91,7 +91,7 @@ def learning_rate(cfg: AdamWConfig, step: int) -> np.float32:
 
 def global_norm(grads: Arrays) -> np.float32:
     """sqrt of the sum over tensors (parameter order, left to right) of tree_sum(g * g)."""
-    partial = [tree_sum((g * g).reshape(-1), 0)[()] for g in grads.values()]
+    partial = [F32(tree_sum((g * g).reshape(-1), 0)) for g in grads.values()]
     return F32(np.sqrt(sequential_sum(partial)))
 
 

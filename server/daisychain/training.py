@@ -12,7 +12,7 @@ init, optimizer and batches: the baseline of convergence comparisons.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy.typing as npt
 from daisychain import batches
 from daisychain.model import gpt, reference
 from daisychain.model.config import ModelConfig
+from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import Params, init_params
 from daisychain.numerics import sha256_arrays
 from daisychain.optim import AdamW, AdamWConfig, AdamWState, StepStats
@@ -40,6 +41,8 @@ class TrainState:
     opt_state: AdamWState
     seed: int
     backend: Backend = "contract"
+    # Who sums the integer products (numpy, or a gated GPU kernel): never part of the identity.
+    ops: GemmOps = field(default=NUMPY_OPS, compare=False, repr=False)
 
     @property
     def step(self) -> int:
@@ -90,7 +93,7 @@ def compute_grads(
 ) -> tuple[np.float32, dict[str, npt.NDArray[np.float32]]]:
     """(loss, grads) of the state's model on one batch; the state is not modified."""
     if state.backend == "contract":
-        return gpt.forward_backward(state.params, state.cfg, x, y)
+        return gpt.forward_backward(state.params, state.cfg, x, y, state.ops)
     loss, grads, _ = reference.forward_backward(state.params, state.cfg, x, y)
     return np.float32(loss), grads
 

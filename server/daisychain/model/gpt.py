@@ -20,16 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
+from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import Params, param_shapes
-from daisychain.numerics import (
-    exp,
-    grad_matmul_left,
-    grad_matmul_right,
-    log,
-    qmatmul,
-    quantize,
-    tree_sum,
-)
+from daisychain.numerics import exp, log, quantize, tree_sum
 
 F32 = np.float32
 FloatArray = npt.NDArray[np.float32]
@@ -97,14 +90,16 @@ def rmsnorm_backward(
     return dxhat, dg
 
 
-def linear_backward(dy: FloatArray, x: QTensor, w: QTensor) -> tuple[FloatArray, FloatArray]:
+def linear_backward(
+    dy: FloatArray, x: QTensor, w: QTensor, ops: GemmOps = NUMPY_OPS
+) -> tuple[FloatArray, FloatArray]:
     """y = x @ W with x quantized per row and W per column.
 
     dx = dy @ W^T folds W's per-output-channel scales into dy's columns;
     dW = x^T @ dy folds x's per-token scales into dy's rows.
     """
-    dw = grad_matmul_right(x.q.T, x.e, dy)  # (in, out)
-    dx = grad_matmul_left(dy, w.e, w.q.T)  # (N, in)
+    dw = ops.grad_right(x.q.T, x.e, dy)  # (in, out)
+    dx = ops.grad_left(dy, w.e, w.q.T)  # (N, in)
     return dx, dw
 
 
@@ -130,7 +125,7 @@ def causal_mask(t: int) -> FloatArray:
 
 
 def attention_forward(
-    qkv: FloatArray, cfg: ModelConfig, b: int, t: int
+    qkv: FloatArray, cfg: ModelConfig, b: int, t: int, ops: GemmOps = NUMPY_OPS
 ) -> tuple[FloatArray, AttentionCache]:
     """Causal multi-head attention on the fused qkv (N, 3C); returns merged heads (N, C)."""
     h, hd, c = cfg.heads, cfg.head_dim, cfg.width
@@ -140,30 +135,35 @@ def attention_forward(
     q = QTensor.of(heads[0], -1)  # per (b, h, query) over hd
     k = QTensor.of(heads[1], -1)  # per (b, h, key) over hd
     v = QTensor.of(heads[2], -2)  # per (b, h, channel) over time
-    s = qmatmul(q.q, q.e, k.t.q, k.t.e)  # (B, H, T, T)
+    s = ops.qmatmul(q.q, q.e, k.t.q, k.t.e)  # (B, H, T, T)
     p = softmax_causal(s, scale)  # (B, H, T, T)
     pq = QTensor.of(p, -1)  # per (b, h, query) over keys
-    o = qmatmul(pq.q, pq.e, v.q, v.e)  # (B, H, T, hd)
+    o = ops.qmatmul(pq.q, pq.e, v.q, v.e)  # (B, H, T, hd)
     merged = np.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(b * t, c)  # (N, C)
     return merged, AttentionCache(q, k, v, p, pq)
 
 
 def attention_backward(
-    dmerged: FloatArray, cache: AttentionCache, cfg: ModelConfig, b: int, t: int
+    dmerged: FloatArray,
+    cache: AttentionCache,
+    cfg: ModelConfig,
+    b: int,
+    t: int,
+    ops: GemmOps = NUMPY_OPS,
 ) -> FloatArray:
     """Gradient of the merged heads (N, C) -> gradient of the fused qkv (N, 3C)."""
     h, hd, c = cfg.heads, cfg.head_dim, cfg.width
     scale = F32(1.0) / np.sqrt(F32(hd))
     do = dmerged.reshape(b, t, h, hd).transpose(0, 2, 1, 3)  # (B, H, T, hd) view
-    dv = grad_matmul_right(cache.pq.t.q, cache.pq.e, do)  # P^T @ dO: (B, H, T, hd)
-    dp = grad_matmul_left(do, cache.v.e, cache.v.t.q)  # dO @ v^T: (B, H, T, T)
+    dv = ops.grad_right(cache.pq.t.q, cache.pq.e, do)  # P^T @ dO: (B, H, T, hd)
+    dp = ops.grad_left(do, cache.v.e, cache.v.t.q)  # dO @ v^T: (B, H, T, T)
     p = cache.p
     tmp = dp * p  # (B, H, T, T)
     dp -= tree_sum(tmp, -1, keepdims=True)  # dP - sum(dP * P)
     np.multiply(p, dp, out=dp)  # dS = P * (...)
     dp *= scale  # (B, H, T, T) gradient of the unscaled scores
-    dq = grad_matmul_left(dp, cache.k.t.e, cache.k.q)  # dS @ k: (B, H, T, hd)
-    dkt = grad_matmul_right(cache.q.t.q, cache.q.e, dp)  # q^T @ dS = dk^T: (B, H, hd, T)
+    dq = ops.grad_left(dp, cache.k.t.e, cache.k.q)  # dS @ k: (B, H, T, hd)
+    dkt = ops.grad_right(cache.q.t.q, cache.q.e, dp)  # q^T @ dS = dk^T: (B, H, hd, T)
     dqkv = np.empty((b, t, 3, h, hd), dtype=np.float32)  # (B, T, 3, H, hd)
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dkt.transpose(0, 3, 1, 2)
@@ -223,7 +223,7 @@ def _check_inputs(params: Params, cfg: ModelConfig, x: TokenArray) -> tuple[int,
 
 
 def _forward(
-    params: Params, cfg: ModelConfig, x: TokenArray, keep: bool
+    params: Params, cfg: ModelConfig, x: TokenArray, keep: bool, ops: GemmOps
 ) -> tuple[FloatArray, Weights, list[BlockCache], NormCache, QTensor]:
     """Shared forward: logits (N, V) plus what the backward needs (when ``keep``)."""
     b, t = _check_inputs(params, cfg, x)
@@ -235,29 +235,31 @@ def _forward(
         p = f"h.{i}."
         an, norm1 = rmsnorm_forward(h, params[p + "g1"], cfg.norm_eps)  # (N, C)
         a = QTensor.of(an, -1)
-        qkv = qmatmul(a.q, a.e, w.wqkv[i].q, w.wqkv[i].e)  # (N, 3C)
-        merged, attn = attention_forward(qkv, cfg, b, t)  # (N, C)
+        qkv = ops.qmatmul(a.q, a.e, w.wqkv[i].q, w.wqkv[i].e)  # (N, 3C)
+        merged, attn = attention_forward(qkv, cfg, b, t, ops)  # (N, C)
         o = QTensor.of(merged, -1)
-        h += qmatmul(o.q, o.e, w.wo[i].q, w.wo[i].e)  # (N, C) residual
+        h += ops.qmatmul(o.q, o.e, w.wo[i].q, w.wo[i].e)  # (N, C) residual
         bn, norm2 = rmsnorm_forward(h, params[p + "g2"], cfg.norm_eps)  # (N, C)
         bq = QTensor.of(bn, -1)
-        u = qmatmul(bq.q, bq.e, w.w1[i].q, w.w1[i].e)  # (N, 4C)
+        u = ops.qmatmul(bq.q, bq.e, w.w1[i].q, w.w1[i].e)  # (N, 4C)
         relu = u > 0
         np.multiply(u, relu, out=u)  # (N, 4C) u * 1 = u; u * 0 = -0 for negative u
         u += F32(0.0)  # r: -0 + 0 = +0; any other value unchanged
         rq = QTensor.of(u, -1)
-        h += qmatmul(rq.q, rq.e, w.w2[i].q, w.w2[i].e)  # (N, C) residual
+        h += ops.qmatmul(rq.q, rq.e, w.w2[i].q, w.w2[i].e)  # (N, C) residual
         if keep:
             caches.append(BlockCache(norm1, a, attn, o, norm2, bq, relu, rq))
     hf, normf = rmsnorm_forward(h, params["gf"], cfg.norm_eps)  # (N, C)
     hq = QTensor.of(hf, -1)
-    logits = qmatmul(hq.q, hq.e, w.wte.t.q, w.wte.t.e)  # (N, V)
+    logits = ops.qmatmul(hq.q, hq.e, w.wte.t.q, w.wte.t.e)  # (N, V)
     return logits, w, caches, normf, hq
 
 
-def forward_logits(params: Params, cfg: ModelConfig, x: TokenArray) -> FloatArray:
+def forward_logits(
+    params: Params, cfg: ModelConfig, x: TokenArray, ops: GemmOps = NUMPY_OPS
+) -> FloatArray:
     """Logits (B, T, V) for tokens (B, T): the same forward path as training."""
-    logits, *_ = _forward(params, cfg, x, keep=False)
+    logits, *_ = _forward(params, cfg, x, keep=False, ops=ops)
     return logits.reshape(x.shape[0], x.shape[1], cfg.vocab_size)
 
 
@@ -316,35 +318,39 @@ def softmax_causal(s: FloatArray, scale: np.float32) -> FloatArray:
 
 
 def forward_backward(
-    params: Params, cfg: ModelConfig, x: TokenArray, y: TokenArray
+    params: Params, cfg: ModelConfig, x: TokenArray, y: TokenArray, ops: GemmOps = NUMPY_OPS
 ) -> tuple[np.float32, dict[str, FloatArray]]:
-    """Mean cross-entropy of next tokens ``y`` given ``x`` (both (B, T)) and its gradients."""
+    """Mean cross-entropy of next tokens ``y`` given ``x`` (both (B, T)) and its gradients.
+
+    ``ops`` computes the integer products (numpy by default, or a gated GPU kernel); the bits
+    are the same either way (daisychain.model.ops).
+    """
     if y.shape != x.shape:
         raise ValueError(f"targets {y.shape} must have the tokens' shape {x.shape}")
     if y.size and (int(y.min()) < 0 or int(y.max()) >= cfg.vocab_size):
         raise ValueError(f"target ids must lie in [0, {cfg.vocab_size})")
     b, t = x.shape
     n, c = b * t, cfg.width
-    logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True)
+    logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True, ops=ops)
     loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
 
     grads: dict[str, FloatArray] = {}
-    dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t)  # (N, C), (C, V)
+    dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops)  # (N, C), (C, V)
     del dlogits, logits  # (N, V) buffer no longer needed
     dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)
     for i in reversed(range(cfg.layers)):
         p, cache = f"h.{i}.", caches[i]
         # MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
-        dr, grads[p + "w2"] = linear_backward(dh, cache.r, w.w2[i])  # (N, 4C), (4C, C)
+        dr, grads[p + "w2"] = linear_backward(dh, cache.r, w.w2[i], ops)  # (N, 4C), (4C, C)
         np.multiply(dr, cache.relu, out=dr)  # (N, 4C) dr * 1 or +-0 where u <= 0
         dr += F32(0.0)  # du: +0 where u <= 0 (dr itself is never -0: exact zeros are +0)
-        dbn, grads[p + "w1"] = linear_backward(dr, cache.bq, w.w1[i])  # (N, C), (C, 4C)
+        dbn, grads[p + "w1"] = linear_backward(dr, cache.bq, w.w1[i], ops)  # (N, C), (C, 4C)
         dx, grads[p + "g2"] = rmsnorm_backward(dbn, params[p + "g2"], cache.norm2)
         dh += dx  # (N, C) residual
         # attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
-        dmerged, grads[p + "wo"] = linear_backward(dh, cache.o, w.wo[i])  # (N, C), (C, C)
-        dqkv = attention_backward(dmerged, cache.attn, cfg, b, t)  # (N, 3C)
-        dan, grads[p + "wqkv"] = linear_backward(dqkv, cache.a, w.wqkv[i])  # (N, C), (C, 3C)
+        dmerged, grads[p + "wo"] = linear_backward(dh, cache.o, w.wo[i], ops)  # (N, C), (C, C)
+        dqkv = attention_backward(dmerged, cache.attn, cfg, b, t, ops)  # (N, 3C)
+        dan, grads[p + "wqkv"] = linear_backward(dqkv, cache.a, w.wqkv[i], ops)  # (N, C), (C, 3C)
         dx, grads[p + "g1"] = rmsnorm_backward(dan, params[p + "g1"], cache.norm1)
         dh += dx  # (N, C) residual
     # embeddings: scatter rows of dh in flat position order onto +0, then add the logits part

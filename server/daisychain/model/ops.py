@@ -1,0 +1,84 @@
+"""The model's three product kinds, behind one small interface so a GPU can compute them.
+
+``NUMPY_OPS`` is the reference (``daisychain.numerics``: exact integer products through float32
+BLAS). ``IntGemmOps`` builds the same three products from any exact int8 x int8 -> int32 GEMM —
+the wgpu DP4A or LUT kernels (``daisychain.gpu``) — and does the dequantization on the CPU with
+the reference's own ``round_scaled``, so the bits are the contract's whichever device summed the
+integers. Quantization, folding and every float operation stay on the CPU either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from daisychain.numerics import gemm as ref
+from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quantize2
+
+MatmulInt = Callable[[npt.NDArray[np.int8], npt.NDArray[np.int8]], npt.NDArray[np.int32]]
+
+
+class GemmOps(Protocol):
+    """qmatmul and the two backward products of docs/NUMERICS.md sections 3 and 6."""
+
+    name: str
+
+    def qmatmul(
+        self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray
+    ) -> FloatArray: ...
+
+    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray: ...
+
+    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray: ...
+
+
+class NumpyOps:
+    """The reference implementation (float32 BLAS on integer-valued operands)."""
+
+    name = "numpy"
+
+    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+        return ref.qmatmul(a_q, a_e, b_q, b_e)
+
+    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
+        return ref.grad_matmul_left(g, fold_e, b_q)
+
+    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
+        return ref.grad_matmul_right(a_q, fold_e, g)
+
+
+NUMPY_OPS = NumpyOps()
+
+
+class IntGemmOps:
+    """The three products from an exact int8 GEMM (e.g. a gated GPU kernel), same bits."""
+
+    def __init__(self, name: str, matmul_int: MatmulInt) -> None:
+        self.name = name
+        self._matmul_int = matmul_int
+
+    def _int(self, a: FloatArray, b: FloatArray) -> npt.NDArray[np.float64]:
+        """Exact integer (..., M, N) of int8-valued float32 operands, batch by batch."""
+        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a_b = np.broadcast_to(a, (*lead, *a.shape[-2:]))
+        b_b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+        acc = np.empty((*lead, a.shape[-2], b.shape[-1]), dtype=np.float64)
+        for idx in np.ndindex(*lead):
+            acc[idx] = self._matmul_int(a_b[idx].astype(np.int8), b_b[idx].astype(np.int8))
+        return acc
+
+    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+        return ref.round_scaled(self._int(a_q, b_q), a_e + b_e)
+
+    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
+        hi, lo, e = quantize2(g * pow2(fold_e), axis=-1)
+        acc = self._int(hi, b_q) * float(1 << LO_SHIFT) + self._int(lo, b_q)  # exact
+        return ref.round_scaled(acc, e - LO_SHIFT)
+
+    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
+        hi, lo, e = quantize2(g * pow2(fold_e), axis=-2)
+        acc = self._int(a_q, hi) * float(1 << LO_SHIFT) + self._int(a_q, lo)  # exact
+        return ref.round_scaled(acc, e - LO_SHIFT)
