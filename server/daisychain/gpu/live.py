@@ -1,0 +1,57 @@
+"""A gated kernel in live training: every product audited, a probe hash per step.
+
+The gates prove a kernel once, at start, on fixed shapes. In training every product a kernel
+computes is also audited (``audit.audit``: the structural danger cells first, then seeded random
+cells, checked against exact int64 dots), and a failing audit stops the step with
+``KernelAuditError`` instead of letting a wrong bit into the weights; the caller demotes the
+kernel. ``step_probe`` hashes the fixed probe product through the live kernel: peers publish it
+with their weight hash so a device whose kernel drifted is named, not just detected.
+"""
+
+from __future__ import annotations
+
+from daisychain.gpu.audit import Int8Array, Int32Array, audit
+from daisychain.gpu.backend import Backend
+from daisychain.gpu.gates import IntGemm
+from daisychain.gpu.probe import probe_hash
+from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
+
+AUDIT_SAMPLES = 16  # random cells per product, after the structural ones
+
+
+class KernelAuditError(RuntimeError):
+    """A live product disagreed with exact arithmetic: the kernel must not be used again."""
+
+
+class AuditedMatmul:
+    """``gemm.matmul_int`` with every result audited; a new audit seed per call."""
+
+    def __init__(
+        self, gemm: IntGemm, samples: int = AUDIT_SAMPLES, tile: tuple[int, int] = (32, 32)
+    ) -> None:
+        self.gemm, self.samples, self.tile = gemm, samples, tile
+        self.calls = 0
+
+    def __call__(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        out = self.gemm.matmul_int(a, b)
+        report = audit(a, b, out, self.samples, seed=self.calls, tile=self.tile)
+        self.calls += 1
+        if not report.ok:
+            raise KernelAuditError(
+                f"{self.gemm.name}: live audit failed at shape {a.shape} @ {b.shape}: "
+                f"{report.describe()}; the kernel is demoted (restart to fall back to numpy)"
+            )
+        return out
+
+
+def training_ops(backend: Backend, samples: int = AUDIT_SAMPLES) -> GemmOps:
+    """The model's product implementation for ``backend`` (audited when it is a GPU kernel)."""
+    if backend.name == "numpy":
+        return NUMPY_OPS
+    tile = getattr(backend.gemm, "tile", (32, 32))
+    return IntGemmOps(backend.name, AuditedMatmul(backend.gemm, samples, tile))
+
+
+def step_probe(backend: Backend) -> str:
+    """The kernel probe's hash through the live kernel (equal on every honest device)."""
+    return probe_hash(backend.gemm.matmul_int)
