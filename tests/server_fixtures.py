@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import ClientWebSocketResponse, WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
+
 from daisychain.server.app import create_app
 from daisychain.server.config import DataConfig, ServerConfig, SignalingLimits
 

@@ -34,9 +34,11 @@ def test_round_trip_is_readable_by_the_safetensors_library(
     path = tmp_path / "ck.safetensors"
     digest = checkpoint.save(path, state, TOK_SHA)
     oracle = load_file(str(path))
-    assert set(oracle) == {*state.params, *(f"m.{k}" for k in state.params), *(
-        f"v.{k}" for k in state.params
-    )}
+    assert set(oracle) == {
+        *state.params,
+        *(f"m.{k}" for k in state.params),
+        *(f"v.{k}" for k in state.params),
+    }
     for name, arr in state.params.items():
         assert oracle[name].dtype == np.float32
         assert oracle[name].tobytes() == arr.tobytes()

@@ -17,9 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import daisychain
 import numpy as np
 import pytest
+
+import daisychain
 
 STEPS = 200
 TAIL = 20

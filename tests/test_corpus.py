@@ -7,6 +7,7 @@ import hashlib
 import json
 
 import pytest
+
 from daisychain import corpus
 
 

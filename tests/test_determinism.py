@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import daisychain
 import numpy as np
 import pytest
+
+import daisychain
 from daisychain import batches, training
 from daisychain.model import PRESETS
 from daisychain.optim import AdamWConfig

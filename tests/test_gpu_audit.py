@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+
 from daisychain import selftest
 from daisychain.gpu import backend as backend_mod
 from daisychain.gpu.audit import audit, danger_cells, danger_lines, sample_cells

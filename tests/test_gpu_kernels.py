@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from daisychain.gpu.audit import audit
 from daisychain.gpu.backend import NumpyGemm, select_backend
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from daisychain.gpu.backend import NumpyGemm
 from daisychain.gpu.live import AuditedMatmul, KernelAuditError
 

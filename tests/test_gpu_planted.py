@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from daisychain.gpu.backend import select_backend
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
 from daisychain.gpu.gates import GateReport, run_gemm_gates, run_quantize_gates

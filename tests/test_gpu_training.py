@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from daisychain import training
 from daisychain.model.config import ModelConfig
 from daisychain.model.ops import IntGemmOps

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from daisychain.model import PRESETS, forward_backward, init_params, reference
 
 TINY = PRESETS["tiny"].replace(vocab_size=256)

@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from daisychain.numerics import fmath
 from daisychain.numerics.fmath import exp, log
 from daisychain.numerics.reduce import next_pow2, sequential_sum, tree_sum

@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from daisychain.numerics import gemm
 from daisychain.numerics.gemm import (
     grad_matmul_left,

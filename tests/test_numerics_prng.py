@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from daisychain.numerics import prng
 
 MASK = 0xFFFFFFFF

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from daisychain.numerics import quant
 from daisychain.numerics.quant import (
     E_CEIL,

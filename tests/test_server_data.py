@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+
 from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.server.config import DataConfig
 from server_fixtures import FALLBACK_TEXT, config, serve

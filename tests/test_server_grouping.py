@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+
 from daisychain.server.grouping import client_address, group_key, parse_address
 from server_fixtures import config, join, serve
 

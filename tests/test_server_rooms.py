@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+
 from daisychain.server.config import SignalingLimits
 from daisychain.server.messages import CLOSE_DENIED, CLOSE_JOIN_TIMEOUT, CLOSE_PROTOCOL
 from server_fixtures import WsPeer, config, connect, join, serve

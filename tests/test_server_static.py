@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+
 from server_fixtures import config, make_tree, serve
 
 SECRET = b"outside the asset folders"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tokenizers
+
 from daisychain.corpus import load_builtin_text
 from daisychain.tokenizer import (
     EOT_TOKEN,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from daisychain import vectors
 from daisychain.numerics import CONTRACT_VERSION
 
