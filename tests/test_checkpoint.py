@@ -95,7 +95,7 @@ def test_wrong_dims_are_rejected(state: training.TrainState, tmp_path: Path) -> 
 def test_wrong_vocabulary_is_rejected(state: training.TrainState, tmp_path: Path) -> None:
     path = tmp_path / "ck.safetensors"
     checkpoint.save(path, state, TOK_SHA)
-    with pytest.raises(checkpoint.CheckpointError, match="vocabulary has 256 tokens.*2048"):
+    with pytest.raises(checkpoint.CheckpointError, match=r"vocabulary has 256 tokens.*2048"):
         checkpoint.load(path, vocab_size=2048)
     with pytest.raises(checkpoint.CheckpointError, match="different vocabulary"):
         checkpoint.load(path, tokenizer_sha256="cd" * 32)
