@@ -93,6 +93,16 @@ async def test_etag_revalidation_answers_304(tmp_path: Path) -> None:
         assert again.status == 304
 
 
+async def test_page_urls_without_extension_serve_the_html(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        response = await client.get("/index")
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/html")
+        assert "Content-Security-Policy" in response.headers
+        assert (await client.get("/app")).status == 404  # only .html is implied
+        assert (await client.get("/../secret")).status == 404
+
+
 async def test_missing_file_is_a_clear_404(tmp_path: Path) -> None:
     async with serve(asset_config(tmp_path)) as client:
         response = await client.get("/nope.js")

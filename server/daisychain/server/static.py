@@ -108,6 +108,9 @@ class StaticFiles:
         if relative == "" and self.index is not None:
             relative = self.index
         path = safe_path(self.root, relative)
+        if path is None and relative and "." not in relative.rsplit("/", 1)[-1]:
+            # Page URLs without the extension: /selftest serves selftest.html.
+            path = safe_path(self.root, relative + ".html")
         if path is None:
             raise web.HTTPNotFound(
                 text=f"404 not found: {request.path}\nno such file under {self.root.name}/; "

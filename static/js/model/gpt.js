@@ -3,9 +3,11 @@
 //
 // Every matrix product is an exact int8 product from ../numerics (forward `qmatmul`; backward
 // `gradMatmulLeft` / `gradMatmulRight`, which reuse the forward int8 operand as stored and fold
-// its power-of-two scales into the two-limb gradient). Elementwise work is one float32 operation
-// at a time (`Math.fround` or a Float32Array store after each), every float reduction is the
-// pinned tree sum, exp and log are the contract's own.
+// its power-of-two scales into the two-limb gradient). The layers are generators that yield each
+// product as a request (ops.js), so the same code runs on the CPU mirror (forwardBackward) or
+// with the products on a GPU (forwardBackwardAsync with a provider); the bits are the same.
+// Elementwise work is one float32 operation at a time (`Math.fround` or a Float32Array store
+// after each), every float reduction is the pinned tree sum, exp and log are the contract's own.
 //
 // Layout: row-major typed arrays. Activations are (N, C) with N = B * T tokens in (b, t) order;
 // attention tensors are (B*H, T, hd) (one stacked matrix per (b, h)). Tokens `x`, `y` are integer
@@ -14,7 +16,7 @@
 
 import { exp, log } from '../numerics/fmath.js';
 import { quantizeRows, quantizeCols } from '../numerics/quant.js';
-import { qmatmul, gradMatmulLeft, gradMatmulRight } from '../numerics/gemm.js';
+import { request, runAsync, runSync } from './ops.js';
 import { treeSumStrided, treeSumLast, treeSumRows } from '../numerics/reduce.js';
 import { paramShapes, numel, zerosLike } from './params.js';
 
@@ -110,7 +112,7 @@ function addInto(h, d) {
 }
 
 /** Causal attention forward on the fused qkv (N, 3C); fills `merged` (N, C); returns the cache. */
-function attentionForward(ws, pre, qkv, cfg, B, T, merged) {
+function* attentionForward(ws, pre, qkv, cfg, B, T, merged) {
   const { heads: H, headDim: hd, width: C } = cfg;
   const BH = B * H;
   const scale = f32(1 / f32(Math.sqrt(hd))); // an exact power of two
@@ -136,11 +138,11 @@ function attentionForward(ws, pre, qkv, cfg, B, T, merged) {
   const k = quantizeRows(kh, BH * T, hd, ws.qt(pre + 'k', size, BH * T));
   const v = quantizeCols(vh, T, hd, ws.qt(pre + 'v', size, BH * hd), BH); // per (b, h, d) over t
   const P = ws.f32(pre + 'P', BH * T * T);
-  qmatmul(q.q, q.e, k.q, k.e, T, hd, T, { transB: true, batch: BH, out: P }); // S
+  yield request('qmatmul', q.q, q.e, k.q, k.e, T, hd, T, { transB: true, batch: BH, out: P }); // S
   softmaxCausal(P, BH, T, scale);
   const pq = quantizeRows(P, BH * T, T, ws.qt(pre + 'Pq', BH * T * T, BH * T));
   const O = ws.f32('att.O', size);
-  qmatmul(pq.q, pq.e, v.q, v.e, T, T, hd, { batch: BH, out: O });
+  yield request('qmatmul', pq.q, pq.e, v.q, v.e, T, T, hd, { batch: BH, out: O });
   for (let b = 0; b < B; b++) {
     for (let t = 0; t < T; t++) {
       const dst = (b * T + t) * C;
@@ -174,7 +176,7 @@ function softmaxCausal(S, BH, T, scale) {
 }
 
 /** Gradient of the merged heads (N, C) -> gradient of the fused qkv, written into dqkv (N, 3C). */
-function attentionBackward(ws, dmerged, cache, cfg, B, T, dqkv) {
+function* attentionBackward(ws, dmerged, cache, cfg, B, T, dqkv) {
   const { heads: H, headDim: hd, width: C } = cfg;
   const BH = B * H;
   const scale = f32(1 / f32(Math.sqrt(hd)));
@@ -191,9 +193,9 @@ function attentionBackward(ws, dmerged, cache, cfg, B, T, dqkv) {
   }
   const { q, k, v, P, pq } = cache;
   // dv = P^T @ dO; dP = dO @ v^T
-  const dv = gradMatmulRight(pq.q, pq.e, dO, T, T, hd,
+  const dv = yield request('gradMatmulRight', pq.q, pq.e, dO, T, T, hd,
     { transA: true, batch: BH, out: ws.f32('att.dv', size) });
-  const dS = gradMatmulLeft(dO, v.e, v.q, T, hd, T,
+  const dS = yield request('gradMatmulLeft', dO, v.e, v.q, T, hd, T,
     { transB: true, batch: BH, out: ws.f32('att.dS', BH * T * T) });
   const tmp = ws.f32('att.tmp', T);
   for (let r = 0; r < BH * T; r++) {
@@ -203,9 +205,9 @@ function attentionBackward(ws, dmerged, cache, cfg, B, T, dqkv) {
     for (let j = 0; j < T; j++) dS[o + j] = f32(P[o + j] * f32(dS[o + j] - w)) * scale;
   }
   // dq = dS @ k; dk^T = q^T @ dS
-  const dq = gradMatmulLeft(dS, k.e, k.q, T, T, hd,
+  const dq = yield request('gradMatmulLeft', dS, k.e, k.q, T, T, hd,
     { batch: BH, out: ws.f32('att.dq', size) });
-  const dkt = gradMatmulRight(q.q, q.e, dS, hd, T, T,
+  const dkt = yield request('gradMatmulRight', q.q, q.e, dS, hd, T, T,
     { transA: true, batch: BH, out: ws.f32('att.dkt', size) });
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
@@ -269,7 +271,7 @@ function checkInputs(params, cfg, x, batch) {
 }
 
 // Shared forward: logits (N, V) into `logits`, plus what the backward needs when `keep`.
-function forward(ws, params, cfg, x, B, T, keep, logits) {
+function* forward(ws, params, cfg, x, B, T, keep, logits) {
   const { width: C, hidden: F, vocabSize: V, normEps: eps } = cfg;
   const N = B * T;
   const w = quantizeWeights(ws, params, cfg);
@@ -294,14 +296,15 @@ function forward(ws, params, cfg, x, B, T, keep, logits) {
     const norm1 = { xhat: ws.f32(pre + 'xhat1', N * C), inv: ws.f32(pre + 'inv1', N) };
     rmsnormForward(h, params.get(p + 'g1'), eps, N, C, y, norm1.xhat, norm1.inv, sq, ss);
     const a = quantizeRows(y, N, C, ws.qt(pre + 'a', N * C, N));
-    qmatmul(a.q, a.e, w.wqkv[l].q, w.wqkv[l].e, N, C, 3 * C, { out: qkv });
-    const attn = attentionForward(ws, pre, qkv, cfg, B, T, merged);
+    yield request('qmatmul', a.q, a.e, w.wqkv[l].q, w.wqkv[l].e, N, C, 3 * C, { out: qkv });
+    const attn = yield* attentionForward(ws, pre, qkv, cfg, B, T, merged);
     const o = quantizeRows(merged, N, C, ws.qt(pre + 'o', N * C, N));
-    addInto(h, qmatmul(o.q, o.e, w.wo[l].q, w.wo[l].e, N, C, C, { out: ws.f32('proj', N * C) }));
+    addInto(h, yield request('qmatmul', o.q, o.e, w.wo[l].q, w.wo[l].e, N, C, C,
+      { out: ws.f32('proj', N * C) }));
     const norm2 = { xhat: ws.f32(pre + 'xhat2', N * C), inv: ws.f32(pre + 'inv2', N) };
     rmsnormForward(h, params.get(p + 'g2'), eps, N, C, y, norm2.xhat, norm2.inv, sq, ss);
     const bq = quantizeRows(y, N, C, ws.qt(pre + 'b', N * C, N));
-    qmatmul(bq.q, bq.e, w.w1[l].q, w.w1[l].e, N, C, F, { out: u });
+    yield request('qmatmul', bq.q, bq.e, w.w1[l].q, w.w1[l].e, N, C, F, { out: u });
     const relu = ws.get(pre + 'relu', Uint8Array, N * F);
     for (let i = 0; i < u.length; i++) {
       const pos = u[i] > 0;
@@ -309,13 +312,14 @@ function forward(ws, params, cfg, x, B, T, keep, logits) {
       if (!pos) u[i] = 0; // +0 where u <= 0 (-0 included)
     }
     const r = quantizeRows(u, N, F, ws.qt(pre + 'r', N * F, N));
-    addInto(h, qmatmul(r.q, r.e, w.w2[l].q, w.w2[l].e, N, F, C, { out: ws.f32('proj', N * C) }));
+    addInto(h, yield request('qmatmul', r.q, r.e, w.w2[l].q, w.w2[l].e, N, F, C,
+      { out: ws.f32('proj', N * C) }));
     if (keep) caches.push({ norm1, a, attn, o, norm2, bq, relu, r });
   }
   const normf = { xhat: ws.f32('xhatf', N * C), inv: ws.f32('invf', N) };
   rmsnormForward(h, params.get('gf'), eps, N, C, y, normf.xhat, normf.inv, sq, ss);
   const hq = quantizeRows(y, N, C, ws.qt('hf', N * C, N));
-  qmatmul(hq.q, hq.e, w.wte.q, w.wte.e, N, C, V, { transB: true, out: logits });
+  yield request('qmatmul', hq.q, hq.e, w.wte.q, w.wte.e, N, C, V, { transB: true, out: logits });
   return { w, caches, normf, hq };
 }
 
@@ -324,10 +328,19 @@ function forward(ws, params, cfg, x, B, T, keep, logits) {
  * (B, T, V). The same forward path as training.
  */
 export function forwardLogits(params, cfg, x, { batch = cfg.batch, workspace } = {}) {
+  return runSync(logitsSteps(params, cfg, x, batch, workspace));
+}
+
+/** forwardLogits with the products on `ops` (a provider, see ops.js); resolves to the logits. */
+export function forwardLogitsAsync(params, cfg, x, { batch = cfg.batch, workspace, ops } = {}) {
+  return runAsync(logitsSteps(params, cfg, x, batch, workspace), ops);
+}
+
+function* logitsSteps(params, cfg, x, batch, workspace) {
   const ws = workspace ?? defaultWorkspace(cfg);
   const T = checkInputs(params, cfg, x, batch);
   const logits = new Float32Array(batch * T * cfg.vocabSize);
-  forward(ws, params, cfg, x, batch, T, false, logits);
+  yield* forward(ws, params, cfg, x, batch, T, false, logits);
   return logits;
 }
 
@@ -362,6 +375,19 @@ function crossEntropy(ws, logits, y, N, V) {
  * fresh Float32Array in parameter order)}.
  */
 export function forwardBackward(params, cfg, x, y, { batch = cfg.batch, workspace } = {}) {
+  return runSync(gradientSteps(params, cfg, x, y, batch, workspace));
+}
+
+/**
+ * forwardBackward with the products on `ops` (a provider, see ops.js; the CPU mirror when
+ * omitted); resolves to the same {loss, grads}, bit for bit.
+ */
+export function forwardBackwardAsync(params, cfg, x, y, opts = {}) {
+  const { batch = cfg.batch, workspace, ops } = opts;
+  return runAsync(gradientSteps(params, cfg, x, y, batch, workspace), ops);
+}
+
+function* gradientSteps(params, cfg, x, y, batch, workspace) {
   const ws = workspace ?? defaultWorkspace(cfg);
   const T = checkInputs(params, cfg, x, batch);
   if (y.length !== x.length) throw new RangeError('targets must have the tokens\' shape');
@@ -374,13 +400,14 @@ export function forwardBackward(params, cfg, x, y, { batch = cfg.batch, workspac
   const N = B * T;
   const { width: C, hidden: F, vocabSize: V } = cfg;
   const logits = ws.f32('logits', N * V);
-  const { w, caches, normf, hq } = forward(ws, params, cfg, x, B, T, true, logits);
+  const { w, caches, normf, hq } = yield* forward(ws, params, cfg, x, B, T, true, logits);
   const loss = crossEntropy(ws, logits, y, N, V);
   const dlogits = logits;
 
   const grads = zerosLike(cfg);
-  const dhf = gradMatmulLeft(dlogits, w.wte.e, w.wte.q, N, V, C, { out: ws.f32('dhf', N * C) });
-  const dwteT = gradMatmulRight(hq.q, hq.e, dlogits, C, N, V,
+  const dhf = yield request('gradMatmulLeft', dlogits, w.wte.e, w.wte.q, N, V, C,
+    { out: ws.f32('dhf', N * C) });
+  const dwteT = yield request('gradMatmulRight', hq.q, hq.e, dlogits, C, N, V,
     { transA: true, out: ws.f32('dwteT', C * V) });
   const dh = ws.f32('dh', N * C);
   const dx = ws.f32('dx', N * C);
@@ -395,21 +422,27 @@ export function forwardBackward(params, cfg, x, y, { batch = cfg.batch, workspac
     const p = `h.${l}.`;
     const c = caches[l];
     // MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
-    gradMatmulRight(c.r.q, c.r.e, dh, F, N, C, { transA: true, out: grads.get(p + 'w2') });
-    gradMatmulLeft(dh, w.w2[l].e, w.w2[l].q, N, C, F, { transB: true, out: dr });
+    yield request('gradMatmulRight', c.r.q, c.r.e, dh, F, N, C,
+      { transA: true, out: grads.get(p + 'w2') });
+    yield request('gradMatmulLeft', dh, w.w2[l].e, w.w2[l].q, N, C, F, { transB: true, out: dr });
     for (let i = 0; i < dr.length; i++) if (!c.relu[i]) dr[i] = 0; // du
-    gradMatmulRight(c.bq.q, c.bq.e, dr, C, N, F, { transA: true, out: grads.get(p + 'w1') });
-    gradMatmulLeft(dr, w.w1[l].e, w.w1[l].q, N, F, C, { transB: true, out: dmid });
+    yield request('gradMatmulRight', c.bq.q, c.bq.e, dr, C, N, F,
+      { transA: true, out: grads.get(p + 'w1') });
+    yield request('gradMatmulLeft', dr, w.w1[l].e, w.w1[l].q, N, F, C,
+      { transB: true, out: dmid });
     rmsnormBackward(dmid, params.get(p + 'g2'), c.norm2.xhat, c.norm2.inv, N, C, dx,
       grads.get(p + 'g2'), prod, dot);
     addInto(dh, dx);
     // attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
-    gradMatmulRight(c.o.q, c.o.e, dh, C, N, C, { transA: true, out: grads.get(p + 'wo') });
-    gradMatmulLeft(dh, w.wo[l].e, w.wo[l].q, N, C, C, { transB: true, out: dmid });
-    attentionBackward(ws, dmid, c.attn, cfg, B, T, dqkv);
-    gradMatmulRight(c.a.q, c.a.e, dqkv, C, N, 3 * C,
+    yield request('gradMatmulRight', c.o.q, c.o.e, dh, C, N, C,
+      { transA: true, out: grads.get(p + 'wo') });
+    yield request('gradMatmulLeft', dh, w.wo[l].e, w.wo[l].q, N, C, C,
+      { transB: true, out: dmid });
+    yield* attentionBackward(ws, dmid, c.attn, cfg, B, T, dqkv);
+    yield request('gradMatmulRight', c.a.q, c.a.e, dqkv, C, N, 3 * C,
       { transA: true, out: grads.get(p + 'wqkv') });
-    gradMatmulLeft(dqkv, w.wqkv[l].e, w.wqkv[l].q, N, 3 * C, C, { transB: true, out: dmid });
+    yield request('gradMatmulLeft', dqkv, w.wqkv[l].e, w.wqkv[l].q, N, 3 * C, C,
+      { transB: true, out: dmid });
     rmsnormBackward(dmid, params.get(p + 'g1'), c.norm1.xhat, c.norm1.inv, N, C, dx,
       grads.get(p + 'g1'), prod, dot);
     addInto(dh, dx);

@@ -246,16 +246,45 @@ export function qmatmul(aq, ae, bq, be, M, K, N, opts = {}) {
     }
     packPairs(bq, t * K * N, K, N, transB, P);
     packedProduct(A, a0, P, M, K, N, acc);
-    const o = t * M * N;
-    for (let i = 0; i < M; i++) {
-      const ei = ae[t * M + i] + POW2_SPAN;
-      for (let j = 0; j < N; j++) {
-        // Float32Array store: the one round-to-nearest-even of the exact acc * 2^s.
-        out[o + i * N + j] = acc[i * N + j] * POW2_TABLE[ei + be[t * N + j]];
-      }
-    }
+    dequantizeProduct(acc, ae, be, M, N, t, out);
   }
   return out;
+}
+
+/**
+ * The forward epilogue of product `t` of a batch: out[t] (M x N) = f32(acc * 2^(ae[i] + be[j])).
+ * `acc` holds the exact integer accumulators (M x N, any typed array whose values are exact:
+ * Float64Array from the CPU kernel, Int32Array from a GPU kernel). Shared by every backend so
+ * the one rounding is the same code everywhere.
+ */
+export function dequantizeProduct(acc, ae, be, M, N, t, out) {
+  const o = t * M * N;
+  for (let i = 0; i < M; i++) {
+    const ei = ae[t * M + i] + POW2_SPAN;
+    for (let j = 0; j < N; j++) {
+      // Float32Array store: the one round-to-nearest-even of the exact acc * 2^s.
+      out[o + i * N + j] = acc[i * N + j] * POW2_TABLE[ei + be[t * N + j]];
+    }
+  }
+}
+
+/** Two-limb left epilogue of product `t`: out[t] = f32(acc * 2^(ge[i] - 8)), acc = 256 hi + lo. */
+export function dequantizeGradLeft(acc, ge, M, N, t, out) {
+  const o = t * M * N;
+  for (let i = 0; i < M; i++) {
+    const s = POW2_TABLE[ge[t * M + i] - LO_SHIFT + POW2_SPAN];
+    for (let j = 0; j < N; j++) out[o + i * N + j] = acc[i * N + j] * s;
+  }
+}
+
+/** Two-limb right epilogue of product `t`: out[t] = f32(acc * 2^(ge[j] - 8)). */
+export function dequantizeGradRight(acc, ge, M, N, t, out) {
+  const o = t * M * N;
+  for (let i = 0; i < M; i++) {
+    for (let j = 0; j < N; j++) {
+      out[o + i * N + j] = acc[i * N + j] * POW2_TABLE[ge[t * N + j] - LO_SHIFT + POW2_SPAN];
+    }
+  }
 }
 
 /**
@@ -277,11 +306,7 @@ export function qmatmulGradLeft(ghi, glo, ge, bq, M, K, N, opts = {}) {
     rowsF64(ghi, glo, t * M * K, M, K, false, M, X); // 256 * hi + lo
     rowsF64(bq, null, t * K * N, N, K, !transB, (N + 3) & ~3, Y); // B^T (N x K)
     dotProduct(X, Y, M, K, N, acc);
-    const o = t * M * N;
-    for (let i = 0; i < M; i++) {
-      const s = POW2_TABLE[ge[t * M + i] - LO_SHIFT + POW2_SPAN];
-      for (let j = 0; j < N; j++) out[o + i * N + j] = acc[i * N + j] * s;
-    }
+    dequantizeGradLeft(acc, ge, M, N, t, out);
   }
   return out;
 }
@@ -304,12 +329,7 @@ export function qmatmulGradRight(aq, ghi, glo, ge, M, K, N, opts = {}) {
     rowsF64(aq, null, t * M * K, M, K, transA, M, X); // A (M x K)
     rowsF64(ghi, glo, t * K * N, N, K, true, (N + 3) & ~3, Y); // (256 * hi + lo)^T (N x K)
     dotProduct(X, Y, M, K, N, acc);
-    const o = t * M * N;
-    for (let i = 0; i < M; i++) {
-      for (let j = 0; j < N; j++) {
-        out[o + i * N + j] = acc[i * N + j] * POW2_TABLE[ge[t * N + j] - LO_SHIFT + POW2_SPAN];
-      }
-    }
+    dequantizeGradRight(acc, ge, M, N, t, out);
   }
   return out;
 }
@@ -360,13 +380,20 @@ function checkFold(foldE) {
  * `opts.limbs`, if given an object, receives the gradient's {hi, lo, e}.
  */
 export function gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
-  const batch = opts.batch ?? 1;
+  const { hi, lo, e } = gradLeftLimbs(g, foldE, M, K, opts.batch ?? 1);
+  if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
+  return qmatmulGradLeft(hi, lo, e, bq, M, K, N, opts);
+}
+
+/**
+ * The gradient operand of gradMatmulLeft: 2^foldE folded into g's columns, then two-limb
+ * quantized per row: {hi, lo: Int8Array (batch * M * K), e: Int32Array (batch * M)}.
+ */
+export function gradLeftLimbs(g, foldE, M, K, batch = 1) {
   checkLength(g, batch * M * K, 'gradMatmulLeft g');
   checkFold(foldE);
   const f = foldColumns(g, foldE, batch, M, K);
-  const { hi, lo, e } = quantize2Rows(f, batch * M, K);
-  if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
-  return qmatmulGradLeft(hi, lo, e, bq, M, K, N, opts);
+  return quantize2Rows(f, batch * M, K);
 }
 
 /**
@@ -376,11 +403,18 @@ export function gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
  * g: Float32Array (K x N). `opts.limbs`, if given an object, receives the gradient's {hi, lo, e}.
  */
 export function gradMatmulRight(aq, foldE, g, M, K, N, opts = {}) {
-  const batch = opts.batch ?? 1;
+  const { hi, lo, e } = gradRightLimbs(g, foldE, K, N, opts.batch ?? 1);
+  if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
+  return qmatmulGradRight(aq, hi, lo, e, M, K, N, opts);
+}
+
+/**
+ * The gradient operand of gradMatmulRight: 2^foldE folded into g's rows, then two-limb
+ * quantized per column: {hi, lo: Int8Array (batch * K * N), e: Int32Array (batch * N)}.
+ */
+export function gradRightLimbs(g, foldE, K, N, batch = 1) {
   checkLength(g, batch * K * N, 'gradMatmulRight g');
   checkFold(foldE);
   const f = foldRows(g, foldE, batch, K, N);
-  const { hi, lo, e } = quantize2Cols(f, K, N, {}, batch);
-  if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
-  return qmatmulGradRight(aq, hi, lo, e, M, K, N, opts);
+  return quantize2Cols(f, K, N, {}, batch);
 }

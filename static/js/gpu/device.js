@@ -1,0 +1,112 @@
+// WebGPU adapter and device acquisition (docs/KERNELS.md, "Browser").
+//
+// acquireGpu() checks up front what the kernels need and returns a GpuDevice, or throws
+// GpuUnavailable whose message says why and what to do (the backend shows it as the demotion
+// reason of every WebGPU row, and the CPU mirror computes the same bits meanwhile). Device loss
+// and uncaptured errors are never silent: they are recorded on the GpuDevice, reported to the
+// listener, and `check()` (called by every product) throws once one happened.
+
+export const DP4A_FEATURE = 'packed_4x8_integer_dot_product';
+
+const HINT =
+  'the CPU mirror computes the same bits meanwhile; for WebGPU use a browser with WebGPU ' +
+  'enabled (Chromium: --enable-unsafe-webgpu on Linux) on a device whose GPU it supports';
+
+/** No usable WebGPU adapter/device (the message says why and what to do). */
+export class GpuUnavailable extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'GpuUnavailable';
+  }
+}
+
+/** The device was lost or reported an uncaptured error: its results cannot be trusted. */
+export class GpuFault extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'GpuFault';
+  }
+}
+
+function describeAdapter(adapter) {
+  const info = adapter.info ?? {};
+  const parts = [info.vendor, info.architecture, info.device, info.description].filter(Boolean);
+  const fallback = info.isFallbackAdapter ?? adapter.isFallbackAdapter;
+  const name = parts.length ? parts.join(' ') : 'unknown adapter';
+  return fallback ? `${name} (fallback adapter)` : name;
+}
+
+/** A WebGPU device with the facts the backends report. */
+export class GpuDevice {
+  constructor(adapter, device, onEvent) {
+    this.adapter = adapter;
+    this.device = device;
+    this.adapterName = describeAdapter(adapter);
+    this.features = [...adapter.features].sort();
+    this.wgslFeatures = [...(navigator.gpu.wgslLanguageFeatures ?? [])].sort();
+    this.limits = {
+      maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize,
+      maxBufferSize: device.limits.maxBufferSize,
+      maxComputeWorkgroupsPerDimension: device.limits.maxComputeWorkgroupsPerDimension,
+    };
+    this.faults = [];
+    this.lost = null;
+    this.onEvent = onEvent;
+    device.lost.then((info) => {
+      this.lost = `device lost (${info.reason}): ${info.message}`;
+      this.faults.push(this.lost);
+      this.onEvent?.(this.lost);
+    });
+    device.addEventListener('uncapturederror', (event) => {
+      const message = `uncaptured WebGPU error: ${event.error?.message ?? event.error}`;
+      this.faults.push(message);
+      this.onEvent?.(message);
+    });
+  }
+
+  get queue() {
+    return this.device.queue;
+  }
+
+  /** Whether WGSL's dot4I8Packed is available (the DP4A path). */
+  get hasDp4a() {
+    return this.wgslFeatures.includes(DP4A_FEATURE);
+  }
+
+  /** Throws GpuFault if the device was lost or reported an uncaptured error. */
+  check() {
+    if (this.faults.length) throw new GpuFault(this.faults[0]);
+  }
+}
+
+/**
+ * The page's WebGPU device (throws GpuUnavailable). `onEvent(message)` hears about device loss
+ * and uncaptured errors later on.
+ */
+export async function acquireGpu({ onEvent } = {}) {
+  const gpu = globalThis.navigator?.gpu;
+  if (!gpu) {
+    throw new GpuUnavailable(
+      'WebGPU is not available here (navigator.gpu is missing: an old browser, or a page not ' +
+        `served over https:// or localhost); ${HINT}`,
+    );
+  }
+  let adapter;
+  try {
+    adapter = await gpu.requestAdapter();
+  } catch (exc) {
+    throw new GpuUnavailable(`requestAdapter() failed (${exc.message}); ${HINT}`);
+  }
+  if (!adapter) {
+    throw new GpuUnavailable(
+      `no WebGPU adapter (navigator.gpu.requestAdapter() returned null); ${HINT}`,
+    );
+  }
+  let device;
+  try {
+    device = await adapter.requestDevice();
+  } catch (exc) {
+    throw new GpuUnavailable(`the adapter refused a device (${exc.message}); ${HINT}`);
+  }
+  return new GpuDevice(adapter, device, onEvent);
+}

@@ -1,0 +1,283 @@
+// Exact int8 GEMM on WebGPU: the DP4A path (kernels/gemm_dp4a.wgsl) and the LUT path
+// (kernels/gemm_lut.wgsl, products read from luts/mul_i8.bin). Mirrors
+// server/daisychain/gpu/gemm.py; the layouts are the kernels' headers and docs/KERNELS.md.
+//
+// GpuGemm.matmulInt(a, b, M, K, N, {transA, transB, batch}) resolves to the exact int32
+// accumulators acc = a @ b (Int32Array, batch x M x N). productOps(gemm) turns a GEMM into the
+// model's product provider (static/js/model/ops.js): the limb quantization and the
+// dequantization y = f32(acc * 2^s) stay on the CPU and are the very functions of the CPU mirror
+// (../numerics/gemm.js), so no float arithmetic of the device is ever in the contract.
+
+import { compileKernel } from './kernels.js';
+import { BufferPool } from './pool.js';
+import { sha256Hex } from '../numerics/hash.js';
+import {
+  intMatmul,
+  dequantizeProduct,
+  dequantizeGradLeft,
+  dequantizeGradRight,
+  gradLeftLimbs,
+  gradRightLimbs,
+} from '../numerics/gemm.js';
+
+export const KERNEL_NAMES = { dp4a: 'gemm_dp4a', lut: 'gemm_lut' };
+export const TILE = 4; // outputs per invocation along each axis (fixed in the WGSL)
+export const WORKGROUP = [8, 8]; // [WG_X, WG_Y] override constants
+// |acc| <= 128 * 128 * K must stay below 2^31 (docs/NUMERICS.md section 3).
+export const MAX_K = (1 << 17) - 1;
+export const LUT_BASE = '/luts/';
+
+/**
+ * Packs the (rows x K) int8 matrix at `offset` of `src` K-major: word [k][r] holds
+ * x[r, 4k .. 4k+3] as little-endian bytes; rows and K zero-padded to multiples of 4. With
+ * `stored === 'transposed'` the matrix is stored (K x rows). Returns a Uint32Array of
+ * ceil(K / 4) * 4 * ceil(rows / 4) words.
+ */
+export function packKMajor(src, offset, rows, K, transposed = false) {
+  const k4 = Math.max(1, Math.ceil(K / 4));
+  const r4 = 4 * Math.max(1, Math.ceil(rows / 4));
+  const words = new Uint32Array(k4 * r4);
+  const bytes = new Int8Array(words.buffer);
+  if (transposed) {
+    for (let k = 0; k < K; k++) {
+      const base = (k >> 2) * r4 * 4 + (k & 3);
+      const so = offset + k * rows;
+      for (let r = 0; r < rows; r++) bytes[base + r * 4] = src[so + r];
+    }
+  } else {
+    for (let r = 0; r < rows; r++) {
+      const so = offset + r * K;
+      for (let k = 0; k < K; k++) bytes[((k >> 2) * r4 + r) * 4 + (k & 3)] = src[so + k];
+    }
+  }
+  return words;
+}
+
+function checkProduct(a, b, M, K, N, batch) {
+  for (const [v, what] of [[M, 'M'], [K, 'K'], [N, 'N'], [batch, 'batch']]) {
+    if (!Number.isInteger(v) || v < 0) throw new RangeError(`matmulInt: ${what} = ${v}`);
+  }
+  if (!(a instanceof Int8Array) || !(b instanceof Int8Array)) {
+    throw new TypeError('matmulInt expects Int8Array operands');
+  }
+  if (a.length !== batch * M * K || b.length !== batch * K * N) {
+    throw new RangeError(
+      `matmulInt: operand lengths ${a.length}, ${b.length} do not fit ${batch} x ` +
+        `(${M} x ${K}) @ (${K} x ${N})`,
+    );
+  }
+  if (K > MAX_K) {
+    throw new RangeError(
+      `matmulInt: K = ${K} exceeds ${MAX_K}, where int32 accumulation could overflow; split K`,
+    );
+  }
+}
+
+/**
+ * The verified product table luts/mul_i8.bin as bytes, checked against luts/manifest.json (size
+ * and SHA-256; the manifest's entries are verified exhaustively by `daisychain luts --check`).
+ */
+export async function loadMulTable(base = LUT_BASE) {
+  const manifestUrl = `${base}manifest.json`;
+  const response = await fetch(manifestUrl, { cache: 'no-cache' });
+  if (!response.ok) throw new Error(`GET ${manifestUrl} answered ${response.status}`);
+  const entry = (await response.json()).tables?.mul_i8;
+  if (!entry) throw new Error(`${manifestUrl} has no mul_i8 table; reinstall daisychain`);
+  const tableUrl = `${base}${entry.file}`;
+  const raw = await fetch(tableUrl, { cache: 'no-cache' });
+  if (!raw.ok) throw new Error(`GET ${tableUrl} answered ${raw.status}`);
+  const bytes = new Uint8Array(await raw.arrayBuffer());
+  if (bytes.length !== entry.bytes) {
+    throw new Error(`${tableUrl}: ${bytes.length} bytes, the manifest says ${entry.bytes}`);
+  }
+  const digest = await sha256Hex(bytes);
+  if (digest !== entry.sha256) {
+    throw new Error(
+      `${tableUrl}: SHA-256 ${digest.slice(0, 16)}... differs from the manifest's ` +
+        `${entry.sha256.slice(0, 16)}...; the table is corrupt or stale (reinstall daisychain)`,
+    );
+  }
+  return bytes;
+}
+
+/** One GEMM kernel (DP4A or LUT) compiled on one device, with its buffer pool. */
+export class GpuGemm {
+  constructor(gpu, kind, kernel, pool, lut) {
+    this.gpu = gpu;
+    this.kind = kind;
+    this.kernel = kernel;
+    this.pool = pool;
+    this.lut = lut;
+    this.products = 0;
+  }
+
+  /** Compiles the kind's kernel ("dp4a" or "lut"); `source` replaces the file's WGSL. */
+  static async create(gpu, kind, { source, kernelBase, lutBase } = {}) {
+    if (!(kind in KERNEL_NAMES)) throw new Error(`unknown GEMM kind ${kind}`);
+    const bindings = ['uniform', 'read', 'read', 'write'];
+    if (kind === 'lut') bindings.push('read');
+    const kernel = await compileKernel(gpu, KERNEL_NAMES[kind], bindings, {
+      source,
+      base: kernelBase,
+      constants: { WG_X: WORKGROUP[0], WG_Y: WORKGROUP[1] },
+    });
+    let lut = null;
+    if (kind === 'lut') {
+      const table = await loadMulTable(lutBase);
+      lut = gpu.device.createBuffer({
+        label: 'mul_i8',
+        size: table.byteLength,
+        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
+      });
+      gpu.queue.writeBuffer(lut, 0, table);
+    }
+    return new GpuGemm(gpu, kind, kernel, new BufferPool(gpu), lut);
+  }
+
+  get name() {
+    return `webgpu-${this.kind}`;
+  }
+
+  /** Output rows x columns covered by one workgroup (the audit's block edges). */
+  get tile() {
+    return [TILE * WORKGROUP[1], TILE * WORKGROUP[0]];
+  }
+
+  /**
+   * Exact int32 accumulators of `batch` products (M x K) @ (K x N) of int8 operands stacked at
+   * strides M*K and K*N (stored transposed when transA / transB): an Int32Array (batch x M x N).
+   */
+  async matmulInt(a, b, M, K, N, { transA = false, transB = false, batch = 1 } = {}) {
+    checkProduct(a, b, M, K, N, batch);
+    const result = new Int32Array(batch * M * N);
+    if (M === 0 || N === 0 || K === 0 || batch === 0) return result;
+    this.gpu.check();
+    const { pool, gpu } = this;
+    const k4 = Math.ceil(K / 4);
+    const params = pool.upload(new Uint32Array([M, N, k4, 0]), 'uniform');
+    const outBytes = M * N * 4;
+    const staging = pool.acquire(batch * outBytes, 'staging');
+    const encoder = gpu.device.createCommandEncoder();
+    const used = [];
+    const [tm, tn] = this.tile;
+    const groups = [Math.ceil(N / tn), Math.ceil(M / tm), 1];
+    for (let t = 0; t < batch; t++) {
+      const aw = pool.upload(packKMajor(a, t * M * K, M, K, transA));
+      const bw = pool.upload(packKMajor(b, t * K * N, N, K, !transB));
+      const out = pool.acquire(outBytes);
+      const buffers = [params, aw, bw, out];
+      if (this.lut) buffers.push(this.lut);
+      const pass = encoder.beginComputePass();
+      this.kernel.encode(pass, buffers, groups);
+      pass.end();
+      encoder.copyBufferToBuffer(out, 0, staging, t * outBytes, outBytes);
+      used.push(aw, bw, out);
+    }
+    gpu.queue.submit([encoder.finish()]);
+    try {
+      await staging.mapAsync(GPUMapMode.READ, 0, batch * outBytes);
+      result.set(new Int32Array(staging.getMappedRange(0, batch * outBytes)));
+      staging.unmap();
+    } finally {
+      pool.release(params, staging, ...used);
+    }
+    gpu.check();
+    this.products += 1;
+    return result;
+  }
+}
+
+/** The CPU mirror's exact integer product behind the GpuGemm interface (the CPU tier's row). */
+export class CpuGemm {
+  get name() {
+    return 'js-cpu';
+  }
+
+  get tile() {
+    return [32, 32];
+  }
+
+  async matmulInt(a, b, M, K, N, opts = {}) {
+    checkProduct(a, b, M, K, N, opts.batch ?? 1);
+    return Int32Array.from(intMatmul(a, b, M, K, N, opts));
+  }
+}
+
+/**
+ * The model's product provider (static/js/model/ops.js) on an integer GEMM: the int8 products on
+ * `gemm`, everything else with the CPU mirror's own functions. `audit(product, acc)`, if given,
+ * sees every product ({a, b, M, K, N, transA, transB, batch}) with its accumulators.
+ * Two-limb gradients: hi and lo are stacked into one product (rows for the left gradient,
+ * columns for the right one); 256 * acc_hi + acc_lo is an exact integer in a double, the value
+ * the CPU kernel accumulates directly.
+ */
+export function productOps(gemm, { audit } = {}) {
+  let comb = new Float64Array(0);
+  const scratch = (n) => (comb.length >= n ? comb : (comb = new Float64Array(n)));
+  async function product(p) {
+    const acc = await gemm.matmulInt(p.a, p.b, p.M, p.K, p.N, p);
+    audit?.(p, acc);
+    return acc;
+  }
+  return {
+    async qmatmul(aq, ae, bq, be, M, K, N, opts = {}) {
+      const { transA = false, transB = false, batch = 1 } = opts;
+      const out = opts.out ?? new Float32Array(batch * M * N);
+      const acc = await product({ a: aq, b: bq, M, K, N, transA, transB, batch });
+      for (let t = 0; t < batch; t++) {
+        dequantizeProduct(acc.subarray(t * M * N), ae, be, M, N, t, out);
+      }
+      return out;
+    },
+
+    async gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
+      const { transB = false, batch = 1 } = opts;
+      const { hi, lo, e } = gradLeftLimbs(g, foldE, M, K, batch);
+      if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
+      const out = opts.out ?? new Float32Array(batch * M * N);
+      const mk = M * K;
+      const stacked = new Int8Array(2 * batch * mk); // per product: [hi; lo], (2M x K)
+      for (let t = 0; t < batch; t++) {
+        stacked.set(hi.subarray(t * mk, (t + 1) * mk), 2 * t * mk);
+        stacked.set(lo.subarray(t * mk, (t + 1) * mk), (2 * t + 1) * mk);
+      }
+      const acc = await product({ a: stacked, b: bq, M: 2 * M, K, N, transB, batch });
+      const mn = M * N;
+      const c = scratch(mn);
+      for (let t = 0; t < batch; t++) {
+        const base = 2 * t * mn;
+        for (let i = 0; i < mn; i++) c[i] = 256 * acc[base + i] + acc[base + mn + i];
+        dequantizeGradLeft(c, e, M, N, t, out);
+      }
+      return out;
+    },
+
+    async gradMatmulRight(aq, foldE, g, M, K, N, opts = {}) {
+      const { transA = false, batch = 1 } = opts;
+      const { hi, lo, e } = gradRightLimbs(g, foldE, K, N, batch);
+      if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
+      const out = opts.out ?? new Float32Array(batch * M * N);
+      const stacked = new Int8Array(2 * batch * K * N); // per product: [hi | lo], (K x 2N)
+      for (let t = 0; t < batch; t++) {
+        for (let k = 0; k < K; k++) {
+          const src = (t * K + k) * N;
+          const dst = 2 * src;
+          stacked.set(hi.subarray(src, src + N), dst);
+          stacked.set(lo.subarray(src, src + N), dst + N);
+        }
+      }
+      const acc = await product({ a: aq, b: stacked, M, K, N: 2 * N, transA, batch });
+      const mn = M * N;
+      const c = scratch(mn);
+      for (let t = 0; t < batch; t++) {
+        const base = 2 * t * mn;
+        for (let i = 0; i < M; i++) {
+          const row = base + 2 * i * N;
+          for (let j = 0; j < N; j++) c[i * N + j] = 256 * acc[row + j] + acc[row + N + j];
+        }
+        dequantizeGradRight(c, e, M, N, t, out);
+      }
+      return out;
+    },
+  };
+}

@@ -1,0 +1,86 @@
+// The /selftest page: every backend of this device (WebGPU DP4A, WebGPU LUT, the JS CPU
+// mirror) gated, probed and timed, as a table and as JSON in <pre id="result"> (the shape of
+// `daisychain selftest --json`, plus `selected`, `demotions` and the gate inputs' digest).
+// Query: ?gops=0 skips the timing.
+
+import { selectBackend } from './gpu/backend.js';
+import { casesDigest } from './gpu/gates.js';
+import { REFERENCE_PROBE_HASH } from './gpu/probe.js';
+
+const $ = (id) => document.getElementById(id);
+
+function cell(text, className) {
+  const td = document.createElement('td');
+  if (className) td.className = className;
+  if (text instanceof Node) td.append(text);
+  else td.textContent = text;
+  return td;
+}
+
+function code(text) {
+  const c = document.createElement('code');
+  c.textContent = text;
+  return c;
+}
+
+function render(result) {
+  const body = $('backends').tBodies[0];
+  body.replaceChildren(
+    ...result.backends.map((row) => {
+      const tr = document.createElement('tr');
+      tr.dataset.backend = row.name;
+      const gates = row.gates_passed ? `passed (${row.cases_passed})` : 'FAILED';
+      tr.append(
+        cell(code(row.name)),
+        cell(row.adapter),
+        cell(gates, row.gates_passed ? 'pass' : 'fail'),
+        cell(row.failure ?? '—'),
+        cell(row.probe_hash ? code(row.probe_hash) : '—', 'hash'),
+        cell(row.gops === null ? '—' : row.gops.toFixed(2), 'num'),
+      );
+      return tr;
+    }),
+  );
+  $('summary').replaceChildren('Selected backend: ', Object.assign(
+    document.createElement('strong'), { textContent: result.selected }), ` on ${result.adapter}`);
+  $('demotions').replaceChildren(
+    ...result.demotions.map((d) => {
+      const li = document.createElement('li');
+      li.append('demoted ', code(d.name), `: ${d.reason}`);
+      return li;
+    }),
+  );
+  $('result').textContent = JSON.stringify(result, null, 2);
+}
+
+async function main() {
+  const params = new URLSearchParams(location.search);
+  const events = [];
+  const backend = await selectBackend({
+    all: true,
+    measure: params.get('gops') !== '0',
+    onProgress: (m) => { $('status').textContent = `${m}…`; },
+    onEvent: (m) => events.push(m),
+  });
+  const result = {
+    backends: backend.rows,
+    selected: backend.selected,
+    adapter: backend.adapter,
+    demotions: backend.demotions,
+    reference_probe_hash: REFERENCE_PROBE_HASH,
+    gate_cases_digest: await casesDigest(),
+    device: backend.device,
+    events,
+    user_agent: navigator.userAgent,
+  };
+  render(result);
+  $('status').textContent = 'done';
+  document.body.dataset.state = 'done';
+}
+
+main().catch((exc) => {
+  $('status').textContent = `selftest failed: ${exc.message}`;
+  $('result').textContent = JSON.stringify({ error: String(exc.stack ?? exc) }, null, 2);
+  document.body.dataset.state = 'error';
+  console.error(exc);
+});

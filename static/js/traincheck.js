@@ -1,0 +1,139 @@
+// The /train-check page: a golden `train_run` case (tests/vectors, generator
+// server/daisychain/vectors.py) trained on this device's selected backend, every int8 product
+// on the GPU when one passed its gates (accumulators from the GPU, limbs and dequantization on
+// the CPU, every product audited), compared step by step with the Python reference's loss bits
+// and state hashes. Result as JSON in <pre id="result">.
+//
+// Query: ?vectors=<manifest URL> (default /vectors/manifest.json: the page must be given the
+// vectors, the product server does not serve them), &case=train_run.tiny, &backend=cpu forces
+// the CPU mirror, &audit=<random cells per product> (default 16).
+
+import * as M from './model/index.js';
+import { forwardBackwardAsync } from './model/gpt.js';
+import { selectBackend, modelOps } from './gpu/backend.js';
+import { Auditor } from './gpu/audit.js';
+import { probeHash, REFERENCE_PROBE_HASH } from './gpu/probe.js';
+import { sha256Hex } from './numerics/hash.js';
+
+const $ = (id) => document.getElementById(id);
+const TYPES = { int32: Int32Array, float32: Float32Array };
+
+async function fetchBlob(field, manifestUrl, what) {
+  const url = new URL(field.blob, manifestUrl);
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${what}: GET ${url} answered ${response.status}`);
+  const bytes = new Uint8Array(await response.arrayBuffer());
+  if (bytes.length !== field.bytes) throw new Error(`${what}: ${bytes.length} bytes`);
+  if ((await sha256Hex(bytes)) !== field.sha256) throw new Error(`${what}: SHA-256 differs`);
+  const Type = TYPES[field.dtype];
+  if (!Type) throw new Error(`${what}: unexpected dtype ${field.dtype}`);
+  return new Type(bytes.buffer);
+}
+
+const bitsOf = (x) => new Uint32Array(Float32Array.of(x).buffer)[0];
+const hex = (u) => `0x${u.toString(16).padStart(8, '0')}`;
+
+function addRow(r) {
+  const tr = document.createElement('tr');
+  const ok = r.loss_ok && r.hash_ok;
+  for (const [text, cls] of [
+    [String(r.step), 'num'], [`${r.loss} (${r.loss_bits})`, ''], [r.hash, ''],
+    [ok ? 'yes' : 'NO', ok ? 'pass' : 'fail'], [r.ms.toFixed(0), 'num'],
+  ]) {
+    const td = document.createElement('td');
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.append(td);
+  }
+  $('steps').tBodies[0].append(tr);
+}
+
+async function main() {
+  const params = new URLSearchParams(location.search);
+  const manifestUrl = new URL(params.get('vectors') ?? '/vectors/manifest.json', location.href);
+  const caseName = params.get('case') ?? 'train_run.tiny';
+  const response = await fetch(manifestUrl);
+  if (!response.ok) {
+    throw new Error(`GET ${manifestUrl} answered ${response.status}; pass ?vectors=<manifest URL>`);
+  }
+  const c = (await response.json()).cases.find((k) => k.name === caseName);
+  if (!c || c.kind !== 'train_run') throw new Error(`no train_run case ${caseName}`);
+  const { model, optim, seed, steps } = c.params;
+  const cfg = M.modelConfig(model);
+  const x = await fetchBlob(c.inputs.x, manifestUrl, 'x');
+  const y = await fetchBlob(c.inputs.y, manifestUrl, 'y');
+  const loss = await fetchBlob(c.outputs.loss, manifestUrl, 'loss');
+  const hashes = c.outputs.hashes.value;
+
+  const forceCpu = params.get('backend') === 'cpu';
+  $('status').textContent = 'selecting a backend…';
+  const backend = await selectBackend({
+    onProgress: (m) => { $('status').textContent = `${m}…`; },
+    order: forceCpu ? [] : undefined,
+  });
+  const auditor = new Auditor({ samples: Number(params.get('audit') ?? 16) });
+  const ops = modelOps(backend, { audit: (p, acc) => auditor.check(p, acc) });
+  $('backend').textContent = `backend: ${backend.selected} on ${backend.adapter}`;
+  $('demotions').replaceChildren(...backend.demotions.map((d) => {
+    const li = document.createElement('li');
+    li.textContent = `demoted ${d.name}: ${d.reason}`;
+    return li;
+  }));
+
+  const products = () => (backend.onGpu ? backend.gemm.products : 0);
+  let trainProducts = 0;
+  const state = M.init(cfg, optim, seed);
+  const bt = cfg.batch * cfg.seqLen;
+  const rows = [];
+  for (let s = 0; s < steps; s++) {
+    $('status').textContent = `step ${s + 1} of ${steps}…`;
+    const t0 = performance.now();
+    const p0 = products();
+    const xs = x.subarray(s * bt, (s + 1) * bt);
+    const ys = y.subarray(s * bt, (s + 1) * bt);
+    const { loss: l, grads } = await forwardBackwardAsync(state.params, cfg, xs, ys,
+      { batch: cfg.batch, workspace: state.workspace, ops });
+    trainProducts += products() - p0;
+    const stats = M.applyGrads(state, grads);
+    const hash = await M.stateHash(state);
+    const row = {
+      step: stats.step,
+      loss: l,
+      loss_bits: hex(bitsOf(l)),
+      expected_loss_bits: hex(bitsOf(loss[s])),
+      hash,
+      expected_hash: hashes[s],
+      ms: performance.now() - t0,
+      // The per-step kernel probe through the live kernel (the same hash on every device).
+      probe_hash: await probeHash(backend.gemm),
+    };
+    row.loss_ok = row.loss_bits === row.expected_loss_bits;
+    row.hash_ok = hash === hashes[s] && row.probe_hash === REFERENCE_PROBE_HASH;
+    rows.push(row);
+    addRow(row);
+  }
+  const result = {
+    case: caseName,
+    backend: backend.selected,
+    adapter: backend.adapter,
+    on_gpu: backend.onGpu,
+    demotions: backend.demotions,
+    gpu_products: trainProducts,
+    audit: { products: auditor.products, cells: auditor.cells },
+    steps: rows,
+    hashes: rows.map((r) => r.hash),
+    all_match: rows.every((r) => r.loss_ok && r.hash_ok),
+  };
+  $('result').textContent = JSON.stringify(result, null, 2);
+  $('status').textContent = result.all_match
+    ? `all ${steps} steps match the Python reference`
+    : 'MISMATCH with the Python reference';
+  document.body.dataset.state = 'done';
+}
+
+main().catch((exc) => {
+  $('status').textContent = `train check failed: ${exc.message}`;
+  $('result').textContent = JSON.stringify({ error: String(exc.stack ?? exc) }, null, 2);
+  document.body.dataset.state = 'error';
+  console.error(exc);
+});
