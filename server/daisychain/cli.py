@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "luts": ("daisychain.luts", "regenerate or verify the unit tables in luts/"),
     "tokenizer": ("daisychain.tokenizer.train", "train the byte-level BPE tokenizer"),
     "vectors": ("daisychain.vectors", "regenerate or check the golden vectors in tests/vectors/"),
+    "demo": ("daisychain.demo", "start a local server and three peers, train a few steps"),
     "selftest": ("daisychain.selftest", "check the compute backends here (gates, probe)"),
 }
 

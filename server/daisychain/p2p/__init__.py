@@ -1,0 +1,12 @@
+"""Peer-to-peer training over WebRTC data channels (docs/PROTOCOL.md, "Data channels").
+
+Modules, one concept each: ``frames`` (binary frame header, fragmentation, reassembly),
+``messages`` (JSON control messages), ``codec`` (quantized gradient chunks), ``allreduce``
+(which peer reduces which chunk, and the pinned reduction), ``run`` (the run state machine,
+rosters, the sync guard), ``mesh`` (signaling client and one aiortc data channel per pair) and
+``node`` (a training peer: all of the above driven by one event loop).
+"""
+
+DATA_PROTOCOL_VERSION = 1
+
+__all__ = ["DATA_PROTOCOL_VERSION"]

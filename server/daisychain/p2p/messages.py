@@ -1,0 +1,448 @@
+"""Every JSON control message on a data channel, declared once, parsed and validated here.
+
+Normative description: docs/PROTOCOL.md, "Control messages". A text message on a data channel is
+one JSON object with a ``type`` field; ``parse`` turns it into one of the records below or raises
+``MessageError`` (code + hint) which the receiver answers with an ``error`` message. Unknown
+fields are ignored (forward compatibility); unknown types and missing or mistyped fields are
+errors, never silently dropped. The sender of a message is the channel it arrived on: no message
+carries a ``from`` field, so identity cannot be forged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, cast, get_args
+
+from daisychain.p2p import DATA_PROTOCOL_VERSION
+
+MAX_MESSAGE_BYTES = 16 * 1024
+MAX_ROSTER = 64
+RUN_ID_RE = re.compile(r"[0-9a-f]{16}")
+PEER_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+HASH_RE = re.compile(r"[0-9a-f]{64}")
+U32_MAX = 2**32 - 1
+
+ErrorCode = Literal[
+    "bad-json",
+    "bad-message",
+    "unknown-type",
+    "too-large",
+    "version-mismatch",
+    "bad-frame",
+    "wrong-run",
+    "incompatible",
+]
+ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
+
+
+class MessageError(ValueError):
+    """A control message that cannot be accepted; becomes an ``error`` reply."""
+
+    def __init__(self, code: ErrorCode, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First message on every channel, from both ends: the version handshake."""
+
+    version: int
+    name: str
+    type: Literal["hello"] = "hello"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The architecture (daisychain.model.config.ModelConfig minus norm_eps, which is fixed)."""
+
+    vocab_size: int
+    width: int
+    layers: int
+    heads: int
+    seq_len: int
+    batch: int
+    mlp_mult: int
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    clip: float
+
+
+@dataclass(frozen=True)
+class Config:
+    """Leader -> all: the run's configuration. ``resume_step`` > 0: start from the leader's
+    checkpoint (every peer asks for it with ``sync-request``) instead of a fresh init."""
+
+    run: str
+    preset: str | None
+    model: ModelSpec
+    optim: OptimSpec
+    steps: int
+    seed: int
+    data: str
+    tokenizer_sha256: str
+    resume_step: int
+    resume_hash: str | None
+    type: Literal["config"] = "config"
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Peer -> leader: my state is at ``step`` with ``hash``; I have open channels to ``peers``."""
+
+    run: str
+    step: int
+    hash: str
+    peers: list[str]
+    type: Literal["ready"] = "ready"
+
+
+@dataclass(frozen=True)
+class SyncRequest:
+    """Peer -> leader: send me your state (checkpoint frame) at the next step boundary."""
+
+    run: str
+    type: Literal["sync-request"] = "sync-request"
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Leader -> all: step ``step`` (1-based) is computed by ``peers``, in this order."""
+
+    run: str
+    step: int
+    round: int
+    peers: list[str]
+    type: Literal["roster"] = "roster"
+
+
+@dataclass(frozen=True)
+class StepHash:
+    """Peer -> all: after applying ``step`` my state hash is ``hash`` (the sync guard)."""
+
+    run: str
+    step: int
+    round: int
+    hash: str
+    loss: float
+    type: Literal["hash"] = "hash"
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Peer -> leader: step/round timed out; these roster peers' pieces never arrived."""
+
+    run: str
+    step: int
+    round: int
+    peers: list[str]
+    type: Literal["missing"] = "missing"
+
+
+Piece = Literal["contribution", "reduced"]
+
+
+@dataclass(frozen=True)
+class Repair:
+    """Peer -> peer: send again the ``piece`` (contribution or reduced) of ``chunk``."""
+
+    run: str
+    step: int
+    round: int
+    piece: Piece
+    chunk: int
+    type: Literal["repair"] = "repair"
+
+
+@dataclass(frozen=True)
+class Save:
+    """Leader -> all: save a checkpoint of the state after ``step``."""
+
+    run: str
+    step: int
+    type: Literal["save"] = "save"
+
+
+@dataclass(frozen=True)
+class Leave:
+    """Peer -> all: I am leaving the run (drop me from the next roster)."""
+
+    reason: str
+    type: Literal["leave"] = "leave"
+
+
+StopReason = Literal["done", "fork", "error", "leader-request"]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Any -> all: the run is over. ``fork`` carries the hashes each peer reported."""
+
+    run: str
+    reason: StopReason
+    step: int
+    message: str
+    hashes: dict[str, str] = field(default_factory=dict)
+    type: Literal["stop"] = "stop"
+
+
+@dataclass(frozen=True)
+class Error:
+    """Any -> peer: your last message or frame was refused (the channel may close next)."""
+
+    code: ErrorCode
+    message: str
+    hint: str
+    type: Literal["error"] = "error"
+
+
+Message = (
+    Hello
+    | Config
+    | Ready
+    | SyncRequest
+    | Roster
+    | StepHash
+    | Missing
+    | Repair
+    | Save
+    | Leave
+    | Stop
+    | Error
+)
+
+TYPES = (
+    "hello", "config", "ready", "sync-request", "roster", "hash", "missing", "repair", "save",
+    "leave", "stop", "error",
+)  # fmt: skip
+
+
+def encode(message: Message) -> str:
+    return json.dumps(asdict(message), separators=(",", ":"), allow_nan=False)
+
+
+def error_from(exc: MessageError) -> Error:
+    return Error(code=exc.code, message=exc.message[:200], hint=exc.hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: the one place where control JSON from a peer is trusted to have a shape.
+
+
+def parse(raw: str) -> Message:
+    if len(raw) > MAX_MESSAGE_BYTES or len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        raise MessageError(
+            "too-large",
+            f"control message larger than {MAX_MESSAGE_BYTES} bytes",
+            "send bulk data as binary frames",
+        )
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise MessageError(
+            "bad-json", "control message is not valid JSON", "send one JSON object"
+        ) from None
+    if not isinstance(obj, dict):
+        raise MessageError("bad-message", "control message is not a JSON object", "see PROTOCOL.md")
+    kind = obj.get("type")
+    if not isinstance(kind, str) or kind not in TYPES:
+        shown = kind[:32] if isinstance(kind, str) else None
+        raise MessageError(
+            "unknown-type",
+            f"unknown control message type {shown!r}",
+            f"control messages are: {', '.join(TYPES)} (docs/PROTOCOL.md)",
+        )
+    f = _Fields(obj, kind)
+    if kind == "hello":
+        version = f.integer("version", 0, U32_MAX)
+        if version != DATA_PROTOCOL_VERSION:
+            raise MessageError(
+                "version-mismatch",
+                f"data-channel protocol version {version}, this peer speaks "
+                f"{DATA_PROTOCOL_VERSION}",
+                "every peer of a run must run the same DaisyChain version; upgrade the older one",
+            )
+        return Hello(version=version, name=f.text("name", 40))
+    if kind == "config":
+        m = _Fields(f.obj("model"), "config.model")
+        o = _Fields(f.obj("optim"), "config.optim")
+        preset = obj.get("preset")
+        if preset is not None and not (isinstance(preset, str) and len(preset) <= 32):
+            raise f.bad("preset", "a string of at most 32 characters or null")
+        resume_step = f.integer("resume_step", 0, U32_MAX)
+        resume_hash = f.hash("resume_hash") if resume_step > 0 else None
+        return Config(
+            run=f.run(),
+            preset=preset,
+            model=ModelSpec(
+                vocab_size=m.integer("vocab_size", 1, 2**24 - 1),
+                width=m.integer("width", 1, 8192),
+                layers=m.integer("layers", 1, 256),
+                heads=m.integer("heads", 1, 256),
+                seq_len=m.integer("seq_len", 1, 65536),
+                batch=m.integer("batch", 1, 4096),
+                mlp_mult=m.integer("mlp_mult", 1, 16),
+            ),
+            optim=OptimSpec(
+                lr=o.number("lr", 0.0, 1.0),
+                warmup_steps=o.integer("warmup_steps", 0, 2**24 - 1),
+                weight_decay=o.number("weight_decay", 0.0, 1.0),
+                clip=o.number("clip", 0.0, 1e6),
+            ),
+            steps=f.integer("steps", 1, 2**24 - 1),
+            seed=f.integer("seed", 0, U32_MAX),
+            data=f.choice("data", ("builtin",)),
+            tokenizer_sha256=f.hash("tokenizer_sha256"),
+            resume_step=resume_step,
+            resume_hash=resume_hash,
+        )
+    if kind == "ready":
+        return Ready(
+            run=f.run(),
+            step=f.integer("step", 0, U32_MAX),
+            hash=f.hash("hash"),
+            peers=f.ids("peers"),
+        )
+    if kind == "sync-request":
+        return SyncRequest(run=f.run())
+    if kind == "roster":
+        peers = f.ids("peers")
+        if not peers:
+            raise f.bad("peers", "a non-empty list of peer ids")
+        return Roster(
+            run=f.run(),
+            step=f.integer("step", 1, U32_MAX),
+            round=f.integer("round", 0, 255),
+            peers=peers,
+        )
+    if kind == "hash":
+        return StepHash(
+            run=f.run(),
+            step=f.integer("step", 1, U32_MAX),
+            round=f.integer("round", 0, 255),
+            hash=f.hash("hash"),
+            loss=f.number("loss", -math.inf, math.inf),
+        )
+    if kind == "missing":
+        return Missing(
+            run=f.run(),
+            step=f.integer("step", 1, U32_MAX),
+            round=f.integer("round", 0, 255),
+            peers=f.ids("peers"),
+        )
+    if kind == "repair":
+        piece = cast(Piece, f.choice("piece", ("contribution", "reduced")))
+        return Repair(
+            run=f.run(),
+            step=f.integer("step", 1, U32_MAX),
+            round=f.integer("round", 0, 255),
+            piece=piece,
+            chunk=f.integer("chunk", 0, MAX_ROSTER - 1),
+        )
+    if kind == "save":
+        return Save(run=f.run(), step=f.integer("step", 0, U32_MAX))
+    if kind == "leave":
+        return Leave(reason=f.text("reason", 200))
+    if kind == "stop":
+        reason = f.choice("reason", ("done", "fork", "error", "leader-request"))
+        hashes = f.obj("hashes")
+        if len(hashes) > MAX_ROSTER or not all(
+            isinstance(k, str) and PEER_ID_RE.fullmatch(k) and isinstance(v, str) and len(v) <= 64
+            for k, v in hashes.items()
+        ):
+            raise f.bad("hashes", "an object mapping peer ids to hashes")
+        return Stop(
+            run=f.run(),
+            reason=cast(StopReason, reason),  # checked by choice()
+            step=f.integer("step", 0, U32_MAX),
+            message=f.text("message", 1000),
+            hashes=dict(hashes),
+        )
+    assert kind == "error", f"TYPES and parse disagree on {kind!r}"
+    # An error code this version does not know is still an error: keep it as "bad-message".
+    code = f.text("code", 32)
+    known = cast(ErrorCode, code) if code in ERROR_CODES else "bad-message"
+    return Error(code=known, message=f.text("message", 1000), hint=f.text("hint", 1000))
+
+
+class _Fields:
+    """Typed access to the fields of one JSON object, each failure naming the field."""
+
+    def __init__(self, obj: dict[str, Any], kind: str) -> None:
+        self.obj_ = obj
+        self.kind = kind
+
+    def bad(self, name: str, expected: str) -> MessageError:
+        return MessageError(
+            "bad-message",
+            f"{self.kind}.{name} must be {expected}",
+            "see the control message declarations in docs/PROTOCOL.md",
+        )
+
+    def integer(self, name: str, lo: int, hi: int) -> int:
+        value = self.obj_.get(name)
+        # bool is an int subclass in Python; true is not a step number.
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise self.bad(name, f"an integer in [{lo}, {hi}]")
+        return value
+
+    def number(self, name: str, lo: float, hi: float) -> float:
+        value = self.obj_.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.bad(name, "a number")
+        value = float(value)
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise self.bad(name, f"a finite number in [{lo}, {hi}]")
+        return value
+
+    def text(self, name: str, max_chars: int) -> str:
+        value = self.obj_.get(name)
+        if not isinstance(value, str) or len(value) > max_chars:
+            raise self.bad(name, f"a string of at most {max_chars} characters")
+        return value
+
+    def choice(self, name: str, options: tuple[str, ...]) -> str:
+        value = self.obj_.get(name)
+        if value not in options:
+            raise self.bad(name, f"one of {', '.join(options)}")
+        assert isinstance(value, str)
+        return value
+
+    def obj(self, name: str) -> dict[str, Any]:
+        value = self.obj_.get(name)
+        if not isinstance(value, dict):
+            raise self.bad(name, "a JSON object")
+        return value
+
+    def run(self) -> str:
+        value = self.obj_.get("run")
+        if not isinstance(value, str) or not RUN_ID_RE.fullmatch(value):
+            raise self.bad("run", "16 lowercase hex digits")
+        return value
+
+    def hash(self, name: str) -> str:
+        value = self.obj_.get(name)
+        if not isinstance(value, str) or not HASH_RE.fullmatch(value):
+            raise self.bad(name, "64 lowercase hex digits (SHA-256)")
+        return value
+
+    def ids(self, name: str) -> list[str]:
+        value = self.obj_.get(name)
+        if (
+            not isinstance(value, list)
+            or len(value) > MAX_ROSTER
+            or not all(isinstance(v, str) and PEER_ID_RE.fullmatch(v) for v in value)
+            or len(set(value)) != len(value)
+        ):
+            raise self.bad(name, f"a list of at most {MAX_ROSTER} distinct peer ids")
+        return list(value)

@@ -1,0 +1,1 @@
+"""The headless peer: ``python -m daisychain.peer`` (see main.py)."""

@@ -1,0 +1,177 @@
+"""``python -m daisychain.peer``: a headless peer that joins a DaisyChain group and trains.
+
+    python -m daisychain.peer --server http://HOST:8787 [--room CODE] [--name NAME]
+    python -m daisychain.peer --server URL --lead --preset tiny --steps 300 --min-peers 2
+
+With ``--lead`` this peer configures the run (model preset, batch, steps, learning rate, seed),
+waits for ``--min-peers`` peers and leads; otherwise it follows whoever leads its group. Progress
+is one line per step (step, loss, tokens/s, peers, hash agreement) on stderr, or one JSON object
+per event on stdout with ``--json``. Ctrl-C leaves cleanly (the others drop this peer from the
+next roster); SIGUSR1 saves ``--checkpoint`` now. Exit codes: 0 run done, 1 could not join
+(the message says why and what to do), 3 the sync guard stopped the run, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from daisychain.model.config import PRESETS
+from daisychain.p2p.mesh import Mesh, MeshError
+from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
+
+EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_INTERRUPTED = 0, 1, 3, 130
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", required=True, help="DaisyChain server, e.g. http://HOST:8787")
+    parser.add_argument("--room", help="private room code (default: the group of your network)")
+    parser.add_argument("--name", default="", help="name shown to the other devices")
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "wgpu", "numpy"),
+        help="compute backend (this build computes with the numpy reference on every choice)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ice-server", action="append", default=[], metavar="URL",
+        help="STUN/TURN server (repeatable); none by default, so only direct routes are tried",
+    )  # fmt: skip
+    parser.add_argument("--approve", choices=("all", "none"), default="none",
+                        help="as a room's host: admit every join request, or none")  # fmt: skip
+    lead = parser.add_argument_group("leading a run (--lead)")
+    lead.add_argument("--lead", action="store_true", help="configure and lead the run")
+    lead.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model size")
+    lead.add_argument("--steps", type=int, default=300, help="steps to train")
+    lead.add_argument("--lr", type=float, default=3e-3, help="learning rate")
+    lead.add_argument("--warmup", type=int, default=0, help="linear warm-up steps")
+    lead.add_argument("--seed", type=int, default=1, help="seed of init and batches")
+    lead.add_argument("--batch", type=int, help="sequences per device per step")
+    lead.add_argument("--seq-len", type=int, help="context length")
+    lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
+    lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
+    parser.add_argument("--checkpoint", metavar="PATH", help="save here at the end and on SIGUSR1")
+    parser.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+    timers = parser.add_argument_group("protocol timers")
+    timers.add_argument("--step-timeout", type=float, default=Timers.step_timeout_s)
+    timers.add_argument("--repair-after", type=float, default=Timers.repair_after_s)
+    parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning"))
+
+
+class Display:
+    """The live progress line (stderr) or JSON events (stdout)."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.last = time.perf_counter()
+        self.node: Node | None = None
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        if self.as_json:
+            print(json.dumps(obj), flush=True)
+
+    def step(self, r: StepRecord) -> None:
+        now = time.perf_counter()
+        tok_s = r.tokens / max(now - self.last, 1e-9)
+        self.last = now
+        agree = self.node.agreement(r.step - 1) if self.node is not None else (0, 0)
+        self.emit({
+            "event": "step", "step": r.step, "round": r.round, "loss": r.loss, "hash": r.hash,
+            "peers": len(r.roster), "roster": list(r.roster), "tokens_per_s": round(tok_s, 1),
+            "compute_s": round(r.compute_s, 4), "exchange_s": round(r.exchange_s, 4),
+            "bytes_sent": r.bytes_sent, "leader": r.leader,
+        })  # fmt: skip
+        if not self.as_json:
+            print(
+                f"step {r.step:>6}  loss {r.loss:7.4f}  {tok_s:8.0f} tok/s  peers {len(r.roster)}"
+                f"  hash {r.hash[:12]}  agree {agree[0]}/{agree[1]} (step {r.step - 1})",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from daisychain.tokenizer import load_default
+    from daisychain.train import load_corpus
+
+    tok = load_default()
+    tokens = load_corpus(None, tok).train
+    mesh = Mesh(
+        args.server, room=args.room, name=args.name, ice_servers=args.ice_server,
+        device={"kind": "python", "backend": "numpy"},
+    )  # fmt: skip
+    mesh.auto_approve = args.approve == "all"
+    display = Display(args.json)
+    try:
+        await mesh.connect()
+    except MeshError as exc:
+        display.emit({"event": "error", "message": exc.message, "hint": exc.hint})
+        print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        await mesh.close()
+        return EXIT_JOIN
+    lead = None
+    if args.lead:
+        lead = LeadConfig(
+            preset=args.preset, steps=args.steps, lr=args.lr, warmup=args.warmup, seed=args.seed,
+            batch=args.batch, seq_len=args.seq_len, min_peers=args.min_peers, resume=args.resume,
+        )  # fmt: skip
+    node = Node(
+        mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,
+        timers=Timers(step_timeout_s=args.step_timeout, repair_after_s=args.repair_after),
+        on_step=display.step,
+    )  # fmt: skip
+    display.node = node
+    display.emit({"event": "joined", "id": mesh.id, "role": "lead" if lead else "follow"})
+    if not args.json:
+        role = "leading" if lead else "following"
+        print(f"joined as {mesh.id} ({role}); waiting for the run ...", file=sys.stderr)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, node.shutdown, "interrupted")
+    loop.add_signal_handler(signal.SIGTERM, node.shutdown, "terminated")
+    loop.add_signal_handler(signal.SIGUSR1, node.request_save)
+    try:
+        outcome = await node.run()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+            loop.remove_signal_handler(signum)
+        await mesh.close()
+    return _report(outcome, display)
+
+
+def _report(outcome: Outcome, display: Display) -> int:
+    display.emit({
+        "event": "stopped", "reason": outcome.reason, "step": outcome.step,
+        "hash": outcome.hash, "message": outcome.message, "hashes": outcome.hashes,
+        "code": outcome.code,
+    })  # fmt: skip
+    if outcome.reason == "done":
+        print(f"run done at step {outcome.step}; hash {outcome.hash}", file=sys.stderr)
+        return EXIT_OK
+    if outcome.reason == "fork":
+        print(f"the sync guard stopped the run: {outcome.message}", file=sys.stderr)
+        return EXIT_FORK
+    if outcome.reason == "left":
+        print(f"left the run at step {outcome.step} ({outcome.message})", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"daisychain peer: {outcome.message}", file=sys.stderr)
+    if outcome.code == "version-mismatch":
+        print("hint: run the same DaisyChain version on every peer", file=sys.stderr)
+    return EXIT_JOIN
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
+    return asyncio.run(_main(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m daisychain.peer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

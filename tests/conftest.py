@@ -1,0 +1,64 @@
+"""Test-session setup: a private network namespace for the mesh tests (ENVIRONMENT.md).
+
+WebRTC between aiortc peers needs a host ICE candidate, and aioice never offers 127.0.0.1. As
+root on Linux the whole test run therefore moves into a fresh network namespace before any
+thread starts (``unshare(CLONE_NEWNET)`` affects only the calling thread, so it must happen
+while the process has one): loopback comes up as usual (the server and every other test keep
+using 127.0.0.1) and a veth pair with 10.231.0.1/24 and a default route gives aioice an address.
+Both veth ends stay inside the namespace, so nothing can leave the machine.
+
+Without root, without ``ip`` or when unshare fails, ``$DAISYCHAIN_MESH_SKIP`` says why and the
+mesh tests (``mesh_helpers.needs_namespace``) skip; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+CLONE_NEWNET = 0x40000000
+NETNS_ADDRESS = "10.231.0.1"
+
+_SETUP = (
+    ["ip", "link", "set", "lo", "up"],
+    ["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+    ["ip", "addr", "add", f"{NETNS_ADDRESS}/24", "dev", "v0"],
+    ["ip", "link", "set", "v0", "up"],
+    ["ip", "link", "set", "v1", "up"],
+    ["ip", "route", "add", "default", "dev", "v0"],
+)
+
+
+def _enter_namespace() -> str | None:
+    """Move this process into a private network namespace; None on success, else why not."""
+    if os.environ.get("DAISYCHAIN_NETNS") == "1":
+        return None  # already inside one (a parent test run set it up)
+    if not sys.platform.startswith("linux"):
+        return "mesh tests need Linux network namespaces"
+    if os.geteuid() != 0:
+        return "mesh tests need root to create a network namespace (or run under `unshare -rn`)"
+    if shutil.which("ip") is None:
+        return "mesh tests need `ip` from iproute2 to set up the namespace"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        return f"unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}"
+    for cmd in _SETUP:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return f"`{' '.join(cmd)}` failed in the namespace: {done.stderr.strip()}"
+    # Child processes (subprocess peers) inherit the namespace; tell them it is ready.
+    os.environ["DAISYCHAIN_NETNS"] = "1"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    reason = _enter_namespace()
+    if reason is None:
+        os.environ.pop("DAISYCHAIN_MESH_SKIP", None)
+    else:
+        os.environ["DAISYCHAIN_MESH_SKIP"] = reason

@@ -1,0 +1,194 @@
+"""Helpers for the mesh tests: a real signaling server on loopback, in-process peers (real
+aiortc channels inside the test run's network namespace, see conftest.py) and subprocess peers
+(``python -m daisychain.peer``) for the tests that kill one. Waits are bounded polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from aiohttp import web
+
+from daisychain.p2p.mesh import Mesh
+from daisychain.p2p.node import Faults, LeadConfig, Node, Outcome, StepRecord, Timers
+from daisychain.server.app import create_app
+from server_fixtures import ByteTokenizer, config
+
+needs_namespace = pytest.mark.skipif(
+    "DAISYCHAIN_MESH_SKIP" in os.environ,
+    reason=os.environ.get("DAISYCHAIN_MESH_SKIP", "") or "no network namespace",
+)
+
+REPO = Path(__file__).resolve().parents[1]
+# Small enough for 2 cores running three replicas: tiny width and depth, 1 x 32 tokens a step.
+TEST_BATCH = 1
+TEST_SEQ = 32
+FAST = Timers(step_timeout_s=8.0, repair_after_s=1.5, hello_timeout_s=10.0)
+
+
+@cache
+def corpus() -> tuple[npt.NDArray[np.integer], str, int]:
+    """Training tokens of the built-in corpus (what `python -m daisychain.peer` uses)."""
+    from daisychain.tokenizer import load_default
+    from daisychain.train import load_corpus
+
+    tok = load_default()
+    return load_corpus(None, tok).train, tok.sha256, tok.vocab_size
+
+
+@asynccontextmanager
+async def signaling_server(**changes: Any) -> AsyncIterator[str]:
+    """The real DaisyChain app on 127.0.0.1 (offline data); yields its http URL."""
+    app = create_app(config(**changes), tokenizer=ByteTokenizer)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def lead_config(steps: int = 30, **changes: Any) -> LeadConfig:
+    base: dict[str, Any] = {
+        "preset": "tiny", "steps": steps, "lr": 3e-3, "seed": 7, "batch": TEST_BATCH,
+        "seq_len": TEST_SEQ, "min_peers": 3,
+    }  # fmt: skip
+    base.update(changes)
+    return LeadConfig(**base)
+
+
+@dataclass
+class Peer:
+    node: Node
+    task: asyncio.Task[Outcome]
+    records: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def hashes(self) -> dict[int, str]:
+        return {r.step: r.hash for r in self.records}
+
+
+async def start_peer(
+    url: str,
+    name: str,
+    *,
+    lead: LeadConfig | None = None,
+    timers: Timers = FAST,
+    faults: Faults | None = None,
+    checkpoint_path: str | None = None,
+) -> Peer:
+    tokens, sha, vocab = corpus()
+    mesh = Mesh(url, name=name)
+    await mesh.connect()
+    records: list[StepRecord] = []
+    node = Node(
+        mesh, tokens, sha, vocab, lead=lead, timers=timers, faults=faults,
+        checkpoint_path=checkpoint_path, on_step=records.append,
+    )  # fmt: skip
+
+    async def main() -> Outcome:
+        try:
+            return await node.run()
+        finally:
+            await mesh.close()
+
+    return Peer(node, asyncio.create_task(main()), records)
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` every 50 ms until true; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def finish(peers: list[Peer], timeout: float) -> list[Outcome]:
+    done = await asyncio.wait_for(asyncio.gather(*(p.task for p in peers)), timeout)
+    return list(done)
+
+
+def assert_identical(peers: list[Peer], steps: range) -> None:
+    """Every peer that applied a step reports the same hash for it."""
+    for step in steps:
+        seen = {p.node.name: p.hashes[step] for p in peers if step in p.hashes}
+        assert len(set(seen.values())) == 1, f"step {step}: hashes differ: {seen}"
+
+
+class PeerProcess:
+    """``python -m daisychain.peer --json`` as a child process; stdout is one JSON per line."""
+
+    def __init__(self, url: str, name: str, *args: str) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO / "server"))
+        cmd = [
+            sys.executable, "-m", "daisychain.peer", "--server", url, "--name", name, "--json",
+            "--step-timeout", str(FAST.step_timeout_s), "--repair-after",
+            str(FAST.repair_after_s), *args,
+        ]  # fmt: skip
+        self.name = name
+        # stderr goes to a file: a pipe nobody drains could block the child.
+        self._err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by close())
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self._err, text=True, env=env
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._reader = asyncio.get_running_loop().run_in_executor(None, self._read)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                if line.startswith("{"):
+                    self.lines.append(json.loads(line))
+
+    @property
+    def hashes(self) -> dict[tuple[int, int], str]:
+        """(step, round) -> hash of every step this peer applied."""
+        return {(d["step"], d["round"]): d["hash"] for d in self.lines if d.get("event") == "step"}
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({step for step, _ in self.hashes})
+
+    def stderr(self) -> str:
+        self._err.seek(0)
+        return self._err.read()
+
+    async def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"{self.name} did not exit within {timeout} s")
+            await asyncio.sleep(0.05)
+        await self._reader
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """Kill if still running and release the pipes (safe to call twice)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self._err.close()

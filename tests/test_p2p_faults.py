@@ -1,0 +1,157 @@
+"""Damaged and forged gradients, hostile frames, checkpoints, user-facing errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from daisychain import checkpoint
+from daisychain.p2p import frames
+from daisychain.p2p.mesh import ChannelOpen, Mesh
+from daisychain.p2p.node import Faults
+from mesh_helpers import (
+    PeerProcess,
+    assert_identical,
+    corpus,
+    finish,
+    lead_config,
+    needs_namespace,
+    signaling_server,
+    start_peer,
+    wait_for,
+)
+
+pytestmark = needs_namespace
+
+
+async def test_damaged_contribution_is_detected_and_repaired() -> None:
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=5, min_peers=2))
+        bad = await start_peer(url, "bad", faults=Faults(damage_contribution_at=3))
+        outcomes = await finish([leader, bad], timeout=120)
+    assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+    assert bad.node.faults.damage_contribution_at is None, "the fault fired"
+    assert_identical([leader, bad], range(1, 6))
+    assert [r.round for r in leader.records] == [0] * 5, "repaired in place, no re-commit"
+
+
+async def test_forged_reduced_chunk_is_stopped_by_the_sync_guard() -> None:
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=6))
+        peers = [leader, await start_peer(url, "a"), await start_peer(url, "b")]
+        await wait_for(lambda: len(leader.records) >= 1, 120, "step 1")
+        peers[1].node.faults.fork_reduced_at = 3
+        outcomes = await finish(peers, timeout=120)
+    assert {o.reason for o in outcomes} == {"fork"}, outcomes
+    report = next(o for o in outcomes if o.hashes)
+    assert "diverged after step 3" in report.message
+    assert len(set(report.hashes.values())) == 2
+    assert max(max(p.hashes) for p in peers) == 3, "nobody trained past the fork"
+
+
+async def test_checkpoint_restored_into_a_fresh_group_continues_identically(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "step15.safetensors"
+    _, sha, _ = corpus()
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=18, min_peers=2))
+        other = await start_peer(url, "other")
+
+        def save_at_15(record: object) -> None:
+            if leader.node.state is not None and leader.node.state.step == 15:
+                checkpoint.save(path, leader.node.state, sha)
+
+        leader.node.on_step = lambda r: (leader.records.append(r), save_at_15(r))  # type: ignore[func-returns-value]
+        await finish([leader, other], timeout=180)
+    assert checkpoint.load(path).step == 15
+    async with signaling_server() as url:
+        resumed = await start_peer(
+            url, "lead2", lead=lead_config(steps=18, min_peers=2, resume=str(path))
+        )
+        other2 = await start_peer(url, "other2")
+        outcomes = await finish([resumed, other2], timeout=120)
+    assert [o.reason for o in outcomes] == ["done", "done"]
+    assert sorted(resumed.hashes) == [16, 17, 18]
+    for step in (16, 17, 18):
+        assert resumed.hashes[step] == other2.hashes[step] == leader.hashes[step], step
+
+
+async def test_unreachable_server_exits_with_hint() -> None:
+    proc = PeerProcess("http://127.0.0.1:9", "lonely")
+    try:
+        code = await proc.wait(60)
+        err = proc.stderr()
+    finally:
+        proc.close()
+    assert code == 1
+    assert "cannot reach the DaisyChain server" in err and "hint:" in err
+
+
+async def test_denied_room_exits_with_hint() -> None:
+    async with signaling_server() as url:
+        host = PeerProcess(url, "host", "--room", "testroom42", "--approve", "none")
+        guest = None
+        try:
+            await wait_for(lambda: any(d.get("event") == "joined" for d in host.lines), 60, "host")
+            guest = PeerProcess(url, "guest", "--room", "testroom42")
+            code = await guest.wait(60)
+            err = guest.stderr()
+        finally:
+            host.close()
+            if guest is not None:
+                guest.close()
+    assert code == 1, err
+    assert "room testroom42" in err and "hint:" in err
+
+
+async def _hostile(url: str, peers: int) -> tuple[Mesh, set[str]]:
+    """A mesh member that speaks raw bytes; returns once its channels to ``peers`` are open."""
+    mesh = Mesh(url, name="hostile")
+    await mesh.connect()
+    opened: set[str] = set()
+    while len(opened) < peers:
+        event = await asyncio.wait_for(mesh.events.get(), 30)
+        if isinstance(event, ChannelOpen):
+            opened.add(event.peer)
+    return mesh, opened
+
+
+async def test_wrong_protocol_version_makes_the_peer_exit_with_hint() -> None:
+    async with signaling_server() as url:
+        follower = PeerProcess(url, "follower")
+        try:
+            await wait_for(lambda: bool(follower.lines), 60, "the follower joined")
+            mesh, opened = await _hostile(url, 1)
+            for peer in opened:
+                mesh.send(peer, json.dumps({"type": "hello", "version": 99, "name": "future"}))
+            code = await follower.wait(60)
+            err = follower.stderr()
+            await mesh.close()
+        finally:
+            follower.close()
+    assert code == 1, err
+    assert "protocol version 99" in err and "hint: run the same DaisyChain version" in err
+
+
+async def test_hostile_frames_are_rejected_and_the_run_continues() -> None:
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=6, min_peers=2))
+        other = await start_peer(url, "other")
+        await wait_for(lambda: len(leader.records) >= 1, 120, "step 1")
+        mesh, _ = await _hostile(url, 2)
+        lead_id, other_id = leader.node.id, other.node.id
+        hello = json.dumps({"type": "hello", "version": 1, "name": "hostile"})
+        mesh.send(lead_id, hello)
+        mesh.send(lead_id, b"DC\x01\x01" + bytes(100))  # header claims total 0: malformed
+        mesh.send(other_id, hello)
+        oversized = frames.HEADER.pack(b"DC", 1, 1, 0, 0, 0, 1, 1, 2**31, 0, 0) + b"x"
+        mesh.send(other_id, oversized)
+        gone = (leader.node.gone, other.node.gone)
+        await wait_for(lambda: all(mesh.id in g for g in gone), 30, "hostile peer rejected")
+        outcomes = await finish([leader, other], timeout=120)
+        await mesh.close()
+    assert [o.reason for o in outcomes] == ["done", "done"]
+    assert mesh.id in leader.node.gone and mesh.id in other.node.gone
+    assert_identical([leader, other], range(1, 7))

@@ -1,0 +1,281 @@
+"""Binary frames, control messages and gradient chunks: every validation rule, no network."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from daisychain.p2p import allreduce, codec, frames, messages
+from daisychain.p2p.frames import FrameKind
+
+LIMIT = 200_000
+
+
+def limits(kind: FrameKind) -> int:
+    return LIMIT if kind is not FrameKind.CHECKPOINT else 0
+
+
+def feed_all(r: frames.Reassembler, parts: list[bytes]) -> frames.Payload | None:
+    out = None
+    for part in parts:
+        out = r.feed(part)
+    return out
+
+
+@pytest.mark.parametrize("deflate", [False, True])
+def test_fragment_and_reassemble_roundtrip(deflate: bool) -> None:
+    payload = np.random.default_rng(1).integers(-20, 20, 150_000).astype(np.int8).tobytes()
+    parts = list(
+        frames.fragment(
+            FrameKind.CONTRIBUTION, payload, transfer=9, step=4, round=1, chunk=2, deflate=deflate
+        )
+    )
+    assert all(len(p) <= frames.MAX_FRAME_BYTES for p in parts)
+    got = feed_all(frames.Reassembler(limits), parts)
+    assert got == frames.Payload(FrameKind.CONTRIBUTION, 1, 2, 4, payload)
+
+
+def test_interleaved_transfers_reassemble_independently() -> None:
+    a = list(frames.fragment(FrameKind.REDUCED, b"a" * 100_000, transfer=1, step=1))
+    b = list(frames.fragment(FrameKind.REDUCED, b"b" * 60_000, transfer=2, step=1))
+    r = frames.Reassembler(limits)
+    results = [r.feed(x) for x in (a[0], b[0], a[1], b[1], a[2])]
+    done = [p.data for p in results if p is not None]
+    assert done == [b"b" * 60_000, b"a" * 100_000]
+
+
+def header(**changes: int) -> bytes:
+    fields = {
+        "version": 1,
+        "kind": 1,
+        "flags": 0,
+        "round": 0,
+        "chunk": 0,
+        "transfer": 1,
+        "step": 1,
+        "total": 4,
+        "offset": 0,
+        "crc": zlib.crc32(b"abcd"),
+    }
+    fields.update(changes)
+    return frames.HEADER.pack(b"DC", *fields.values())
+
+
+@pytest.mark.parametrize(
+    ("frame", "error"),
+    [
+        (b"", "too short"),
+        (header()[:20], "too short"),
+        (header(), "too short"),  # a header with no data
+        (b"XX" + header()[2:] + b"abcd", "bad magic"),
+        (header(version=2) + b"abcd", "frame version 2"),
+        (header(kind=9) + b"abcd", "unknown frame kind"),
+        (header(flags=0x80) + b"abcd", "unknown flags"),
+        (header(total=2) + b"abcd", "exceeds total"),
+        (header(offset=3, total=4) + b"ab", "exceeds total"),
+        (header(total=LIMIT + 1) + b"abcd", "exceeds the limit"),
+        (header(kind=3) + b"abcd", "not expected now"),
+        (header(offset=4, total=8) + b"abcd", "starts at offset 4"),
+        (b"DC" + bytes(frames.MAX_FRAME_BYTES), "exceeds 49152"),
+    ],
+)
+def test_malformed_frames_are_rejected(frame: bytes, error: str) -> None:
+    with pytest.raises(frames.FrameError, match=error):
+        frames.Reassembler(limits).feed(frame)
+
+
+def test_out_of_order_and_changed_header_fragments_are_rejected() -> None:
+    parts = list(frames.fragment(FrameKind.REDUCED, bytes(120_000), transfer=5, step=2))
+    r = frames.Reassembler(limits)
+    r.feed(parts[0])
+    with pytest.raises(frames.FrameError, match="expected 49124"):
+        r.feed(parts[2])
+    r = frames.Reassembler(limits)
+    r.feed(parts[0])
+    other_step = bytearray(parts[1])
+    struct.pack_into("<I", other_step, 12, 3)
+    with pytest.raises(frames.FrameError, match="header changed"):
+        r.feed(bytes(other_step))
+
+
+def test_too_many_open_transfers_are_rejected() -> None:
+    r = frames.Reassembler(limits)
+    for t in range(frames.MAX_OPEN_TRANSFERS):
+        r.feed(next(frames.fragment(FrameKind.REDUCED, bytes(60_000), transfer=t, step=1)))
+    with pytest.raises(frames.FrameError, match="transfers open"):
+        r.feed(next(frames.fragment(FrameKind.REDUCED, bytes(60_000), transfer=99, step=1)))
+
+
+def test_damaged_payload_is_a_checksum_error_naming_the_piece() -> None:
+    part = bytearray(
+        next(frames.fragment(FrameKind.CONTRIBUTION, b"x" * 100, transfer=1, step=7, chunk=3))
+    )
+    part[-1] ^= 1
+    with pytest.raises(frames.ChecksumError) as info:
+        frames.Reassembler(limits).feed(bytes(part))
+    assert (info.value.head.step, info.value.head.chunk) == (7, 3)
+
+
+def test_deflate_bomb_is_refused() -> None:
+    bomb = list(
+        frames.fragment(FrameKind.REDUCED, bytes(LIMIT * 4), transfer=1, step=1, deflate=True)
+    )
+    with pytest.raises(frames.FrameError, match="inflates beyond"):
+        feed_all(frames.Reassembler(limits), bomb)
+
+
+def test_invalid_deflate_data_is_refused() -> None:
+    raw = b"\xff" * 64
+    body = frames.HEADER.pack(
+        b"DC", 1, 2, frames.FLAG_DEFLATE, 0, 0, 1, 1, len(raw), 0, zlib.crc32(raw)
+    )
+    with pytest.raises(frames.FrameError, match="deflate"):
+        frames.Reassembler(limits).feed(body + raw)
+
+
+# -- control messages ----------------------------------------------------------------------
+
+RUN = "0123456789abcdef"
+HASH = "ab" * 32
+
+
+def test_every_message_roundtrips() -> None:
+    spec = messages.ModelSpec(2048, 64, 2, 4, 32, 1, 4)
+    samples: list[messages.Message] = [
+        messages.Hello(1, "ada"),
+        messages.Config(
+            RUN,
+            "tiny",
+            spec,
+            messages.OptimSpec(0.003, 0, 0.1, 1.0),
+            30,
+            7,
+            "builtin",
+            HASH,
+            0,
+            None,
+        ),
+        messages.Ready(RUN, 0, HASH, ["a", "b"]),
+        messages.SyncRequest(RUN),
+        messages.Roster(RUN, 1, 0, ["a", "b"]),
+        messages.StepHash(RUN, 1, 0, HASH, 7.5),
+        messages.Missing(RUN, 1, 0, ["b"]),
+        messages.Repair(RUN, 1, 0, "reduced", 1),
+        messages.Save(RUN, 5),
+        messages.Leave("bye"),
+        messages.Stop(RUN, "fork", 3, "diverged", {"a": HASH}),
+        messages.Error("bad-frame", "no", "fix it"),
+    ]
+    assert {m.type for m in samples} == set(messages.TYPES)
+    for m in samples:
+        assert messages.parse(messages.encode(m)) == m
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "text"),
+    [
+        ("{", "bad-json", "not valid JSON"),
+        ("[1]", "bad-message", "not a JSON object"),
+        ('{"type": "shout"}', "unknown-type", "shout"),
+        ('{"type": "hello", "version": 2, "name": ""}', "version-mismatch", "version 2"),
+        ('{"type": "hello", "version": true, "name": ""}', "bad-message", "hello.version"),
+        (
+            f'{{"type": "roster", "run": "{RUN}", "step": 1, "round": 0, "peers": []}}',
+            "bad-message",
+            "non-empty",
+        ),
+        (
+            f'{{"type": "roster", "run": "{RUN}", "step": 1, "round": 0, "peers": ["a", "a"]}}',
+            "bad-message",
+            "distinct",
+        ),
+        (
+            '{"type": "roster", "run": "nope", "step": 1, "round": 0, "peers": ["a"]}',
+            "bad-message",
+            "run",
+        ),
+        (
+            json.dumps(
+                {"type": "hash", "run": RUN, "step": 0, "round": 0, "hash": HASH, "loss": 1}
+            ),
+            "bad-message",
+            "hash.step",
+        ),
+        (
+            f'{{"type": "hash", "run": "{RUN}", "step": 1, "round": 0, "hash": "XY", "loss": 1}}',
+            "bad-message",
+            "SHA-256",
+        ),
+        (
+            json.dumps({"type": "repair", "run": RUN, "step": 1, "round": 0, "piece": "all"}),
+            "bad-message",
+            "piece",
+        ),
+        (json.dumps({"type": "leave", "reason": "x" * 20_000}), "too-large", "larger"),
+    ],
+)
+def test_malformed_messages_are_rejected(raw: str, code: str, text: str) -> None:
+    with pytest.raises(messages.MessageError, match=text) as info:
+        messages.parse(raw)
+    assert info.value.code == code and info.value.hint
+
+
+def test_unknown_fields_are_ignored_and_no_sender_field_is_read() -> None:
+    raw = json.dumps({"type": "leave", "reason": "x", "from": "someone-else"})
+    assert messages.parse(raw) == messages.Leave("x")
+
+
+# -- chunk codec and the exchange arithmetic -----------------------------------------------
+
+
+def test_codec_roundtrip_is_exact_and_bytes_are_checked() -> None:
+    x = (np.random.default_rng(2).standard_normal(3 * codec.BLOCK) * 1e-3).astype(np.float32)
+    payload, deq = codec.encode(x)
+    assert len(payload) == 3 * (codec.BLOCK + 1)
+    np.testing.assert_array_equal(codec.decode(payload, 3), deq)  # bit-exact
+    assert np.max(np.abs(deq - x)) <= np.max(np.abs(x)) / 127
+    with pytest.raises(codec.CodecError, match="bytes"):
+        codec.decode(payload[:-1], 3)
+    bad = bytearray(payload)
+    bad[3] = 0x80  # -128 never occurs
+    with pytest.raises(codec.CodecError, match="-128"):
+        codec.decode(bytes(bad), 3)
+    bad = bytearray(payload)
+    bad[0] = 127  # exponent out of range
+    with pytest.raises(codec.CodecError, match="exponent"):
+        codec.decode(bytes(bad), 3)
+
+
+def test_reduction_is_in_roster_order_with_float32_adds() -> None:
+    parts = [
+        np.array([1e8, 1.0], np.float32),
+        np.array([1.0, 1e8], np.float32),
+        np.array([-1e8, -1e8], np.float32),
+    ]
+    got = allreduce.reduce_chunk(parts)
+    # ((1e8 + 1) - 1e8) = 0 in float32 but (1 + 1e8) - 1e8 = 0 too; order decides the rest:
+    expected = ((parts[0] + parts[1]) + parts[2]) / np.float32(3)
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+
+
+def test_chunks_partition_the_blocks() -> None:
+    for total in (1, 7, 913):
+        for n in (1, 2, 3, 4):
+            spans = [allreduce.chunk_blocks(total, n, k) for k in range(n)]
+            assert spans[0][0] == 0 and spans[-1][1] == total
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+
+
+def test_local_exchange_bytes_ratio_at_four_peers() -> None:
+    rng = np.random.default_rng(3)
+    grads = [(rng.standard_normal(64 * codec.BLOCK) * 1e-2).astype(np.float32) for _ in range(4)]
+    mean, sent = allreduce.exchange_locally(grads)
+    float_mesh = 4 * grads[0].size * 3
+    assert sent / float_mesh <= 1 / 8 + 1 / 256, "about 1/(2N) before compression"
+    exact = sum(grads, np.zeros_like(grads[0])) / 4
+    assert np.linalg.norm(mean - exact) / np.linalg.norm(exact) < 0.03
