@@ -45,7 +45,8 @@ class _Block(nn.Module):
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
         h = h + self.wo(o.transpose(1, 2).reshape(b, t, c))
-        return h + self.w2(F.relu(self.w1(self.n2(h))))
+        out: torch.Tensor = h + self.w2(F.relu(self.w1(self.n2(h))))
+        return out
 
 
 class TorchGPT(nn.Module):
