@@ -41,3 +41,4 @@ def test_wheel_contains_every_asset(tmp_path: Path) -> None:
         assert f"daisychain/_assets/{rel}" in names, rel
     assert any(n.startswith("daisychain/_assets/kernels/") and n.endswith(".wgsl") for n in names)
     assert any(n.startswith("daisychain/data/corpus/") for n in names)
+    assert "daisychain/bench/node_gemm.mjs" in names  # the bench runs it under node
