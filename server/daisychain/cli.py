@@ -49,8 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = argparse.ArgumentParser(prog=f"daisychain {name}", description=COMMANDS[name][1])
     module.add_arguments(sub)
     if name == "bench":
-        # The benchmark declares its own options: pass everything after NAME through.
-        parsed, extra = sub.parse_known_args(rest)
+        # The benchmark declares its own options: pass everything after NAME through (its own
+        # --help included, once a NAME is given).
+        if rest and not rest[0].startswith("-"):
+            parsed, extra = sub.parse_known_args(rest[:1])
+            parsed.json = "--json" in rest[1:]
+            extra = [a for a in rest[1:] if a != "--json"]
+        else:
+            parsed, extra = sub.parse_known_args(rest)
         parsed.extra = extra + (["--json"] if parsed.json else [])
         code: int = module.run(parsed)
         return code

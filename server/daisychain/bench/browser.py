@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from daisychain.bench.steps import StepPolicy
+from daisychain.bench._steps import StepPolicy
 from daisychain.numerics.gemm import int_matmul
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from daisychain.bench import browser
-from daisychain.bench.steps import (
+from daisychain.bench._steps import (
     StepPolicy,
     node_missing,
     run_node,
@@ -224,7 +224,7 @@ def _step_row(cfg_name: str, vocab: int, figures: dict[str, Figure]) -> dict[str
 
 
 def _page_steps(result: Figure, policy: StepPolicy) -> Figure:
-    from daisychain.bench.steps import summarize
+    from daisychain.bench._steps import summarize
 
     if "skipped" in result or "error" in result:
         return result

@@ -3,7 +3,7 @@
 // Usage: node node_step.mjs STATIC_DIR PRESET VOCAB MAX_STEPS BUDGET_S SLOW_S
 //   STATIC_DIR  the asset folder static/ (daisychain.assets.asset_dir("static"))
 // Trains PRESET (vocabulary VOCAB, seed 1, default AdamW) on the bench's synthetic token stream
-// (token i = (7919 i + 13) mod VOCAB, the stream of server/daisychain/bench/steps.py), one
+// (token i = (7919 i + 13) mod VOCAB, the stream of server/daisychain/bench/_steps.py), one
 // warm-up step, then up to MAX_STEPS timed steps, stopping early once BUDGET_S seconds of timed
 // steps have passed; when the warm-up alone took more than SLOW_S seconds no step is timed.
 // A step is forwardBackward + applyGrads, no state hash: the loop a peer runs between hashes.
