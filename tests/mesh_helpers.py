@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from daisychain.p2p.mesh import Mesh
-from daisychain.p2p.node import Faults, LeadConfig, Node, Outcome, StepRecord, Timers
+from daisychain.p2p.node import Compute, Faults, LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.server.app import create_app
 from server_fixtures import ByteTokenizer, config
 
@@ -38,7 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 # Small enough for 2 cores running three replicas: tiny width and depth, 1 x 32 tokens a step.
 TEST_BATCH = 1
 TEST_SEQ = 32
-FAST = Timers(step_timeout_s=8.0, repair_after_s=1.5, hello_timeout_s=10.0)
+# Shortened timers (the tests run every side). Repair and failover react after 1.5 s; a step
+# is re-decided only after 30 s, far above a loaded machine's step time, so no test sees a
+# re-commit it did not cause.
+FAST = Timers(step_timeout_s=30.0, repair_after_s=1.5, hello_timeout_s=20.0)
 
 
 @cache
@@ -94,14 +97,18 @@ async def start_peer(
     timers: Timers = FAST,
     faults: Faults | None = None,
     checkpoint_path: str | None = None,
+    mesh_cls: type[Mesh] = Mesh,
+    compute: Compute | None = None,
+    save_every: int = 0,
 ) -> Peer:
     tokens, sha, vocab = corpus()
-    mesh = Mesh(url, name=name)
+    mesh = mesh_cls(url, name=name)
     await mesh.connect()
     records: list[StepRecord] = []
     node = Node(
         mesh, tokens, sha, vocab, lead=lead, timers=timers, faults=faults,
-        checkpoint_path=checkpoint_path, on_step=records.append,
+        checkpoint_path=checkpoint_path, save_every=save_every, on_step=records.append,
+        compute=compute,
     )  # fmt: skip
 
     async def main() -> Outcome:
@@ -142,7 +149,7 @@ class PeerProcess:
         cmd = [
             sys.executable, "-m", "daisychain.peer", "--server", url, "--name", name, "--json",
             "--step-timeout", str(FAST.step_timeout_s), "--repair-after",
-            str(FAST.repair_after_s), *args,
+            str(FAST.repair_after_s), "--backend", "numpy", *args,
         ]  # fmt: skip
         self.name = name
         # stderr goes to a file: a pipe nobody drains could block the child.
@@ -164,6 +171,10 @@ class PeerProcess:
     def hashes(self) -> dict[tuple[int, int], str]:
         """(step, round) -> hash of every step this peer applied."""
         return {(d["step"], d["round"]): d["hash"] for d in self.lines if d.get("event") == "step"}
+
+    @property
+    def joined(self) -> bool:
+        return any(d.get("event") == "joined" for d in self.lines)
 
     @property
     def steps(self) -> list[int]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 
-from daisychain import checkpoint
+from daisychain import checkpoint, training
 from daisychain.p2p import frames
 from daisychain.p2p.mesh import ChannelOpen, Mesh
 from daisychain.p2p.node import Faults
@@ -39,9 +40,8 @@ async def test_damaged_contribution_is_detected_and_repaired() -> None:
 async def test_forged_reduced_chunk_is_stopped_by_the_sync_guard() -> None:
     async with signaling_server() as url:
         leader = await start_peer(url, "lead", lead=lead_config(steps=6))
-        peers = [leader, await start_peer(url, "a"), await start_peer(url, "b")]
-        await wait_for(lambda: len(leader.records) >= 1, 120, "step 1")
-        peers[1].node.faults.fork_reduced_at = 3
+        forger = await start_peer(url, "a", faults=Faults(fork_reduced_at=3))
+        peers = [leader, forger, await start_peer(url, "b")]
         outcomes = await finish(peers, timeout=120)
     assert {o.reason for o in outcomes} == {"fork"}, outcomes
     report = next(o for o in outcomes if o.hashes)
@@ -94,7 +94,7 @@ async def test_denied_room_exits_with_hint() -> None:
         host = PeerProcess(url, "host", "--room", "testroom42", "--approve", "none")
         guest = None
         try:
-            await wait_for(lambda: any(d.get("event") == "joined" for d in host.lines), 60, "host")
+            await wait_for(lambda: host.joined, 60, "host")
             guest = PeerProcess(url, "guest", "--room", "testroom42")
             code = await guest.wait(60)
             err = guest.stderr()
@@ -122,7 +122,7 @@ async def test_wrong_protocol_version_makes_the_peer_exit_with_hint() -> None:
     async with signaling_server() as url:
         follower = PeerProcess(url, "follower")
         try:
-            await wait_for(lambda: bool(follower.lines), 60, "the follower joined")
+            await wait_for(lambda: follower.joined, 60, "the follower joined")
             mesh, opened = await _hostile(url, 1)
             for peer in opened:
                 mesh.send(peer, json.dumps({"type": "hello", "version": 99, "name": "future"}))
@@ -137,7 +137,8 @@ async def test_wrong_protocol_version_makes_the_peer_exit_with_hint() -> None:
 
 async def test_hostile_frames_are_rejected_and_the_run_continues() -> None:
     async with signaling_server() as url:
-        leader = await start_peer(url, "lead", lead=lead_config(steps=6, min_peers=2))
+        # Long enough not to end while the hostile peer connects; the test ends it below.
+        leader = await start_peer(url, "lead", lead=lead_config(steps=500, min_peers=2))
         other = await start_peer(url, "other")
         await wait_for(lambda: len(leader.records) >= 1, 120, "step 1")
         mesh, _ = await _hostile(url, 2)
@@ -149,9 +150,44 @@ async def test_hostile_frames_are_rejected_and_the_run_continues() -> None:
         oversized = frames.HEADER.pack(b"DC", 1, 1, 0, 0, 0, 1, 1, 2**31, 0, 0) + b"x"
         mesh.send(other_id, oversized)
         gone = (leader.node.gone, other.node.gone)
-        await wait_for(lambda: all(mesh.id in g for g in gone), 30, "hostile peer rejected")
+        await wait_for(lambda: all(mesh.id in g for g in gone), 60, "hostile peer rejected")
+        after = len(leader.records) + 2
+        await wait_for(lambda: len(other.records) >= after, 120, "two more steps")
+        leader.node.end_run("the test is over")
         outcomes = await finish([leader, other], timeout=120)
         await mesh.close()
-    assert [o.reason for o in outcomes] == ["done", "done"]
+    assert [o.reason for o in outcomes] == ["leader-request", "leader-request"]
     assert mesh.id in leader.node.gone and mesh.id in other.node.gone
-    assert_identical([leader, other], range(1, 7))
+    assert_identical([leader, other], range(1, max(leader.hashes) + 1))
+
+
+async def test_save_every_writes_atomic_checkpoints_and_the_last_step(tmp_path: Path) -> None:
+    path = tmp_path / "run.safetensors"
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=5, min_peers=2))
+        saver = await start_peer(url, "saver", checkpoint_path=str(path), save_every=2)
+        outcomes = await finish([leader, saver], timeout=120)
+    assert [o.reason for o in outcomes] == ["done", "done"]
+    assert saver.node.saved == [f"{path}@2", f"{path}@4", f"{path}@5"]
+    assert checkpoint.load(path).step == 5
+    assert list(tmp_path.iterdir()) == [path], "no temporary file left behind"
+
+
+async def test_ctrl_c_saves_the_checkpoint_before_leaving(tmp_path: Path) -> None:
+    path = tmp_path / "follower.safetensors"
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=40, min_peers=2))
+        follower = PeerProcess(url, "follower", "--checkpoint", str(path))
+        try:
+            await wait_for(lambda: len(follower.steps) >= 2, 120, "step 2 on the follower")
+            follower.proc.send_signal(signal.SIGINT)
+            code = await follower.wait(60)
+            leader.node.end_run("the test is over")
+            await finish([leader], timeout=60)
+        finally:
+            follower.close()
+    assert code == 130, follower.stderr()
+    saved = checkpoint.load(path)
+    stopped = next(d for d in follower.lines if d.get("event") == "stopped")
+    assert saved.step == stopped["step"] >= 2
+    assert leader.hashes[saved.step] == stopped["hash"] == training.state_hash(saved.state)

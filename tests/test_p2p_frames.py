@@ -163,7 +163,7 @@ def test_every_message_roundtrips() -> None:
         messages.Ready(RUN, 0, HASH, ["a", "b"]),
         messages.SyncRequest(RUN),
         messages.Roster(RUN, 1, 0, ["a", "b"]),
-        messages.StepHash(RUN, 1, 0, HASH, 7.5),
+        messages.StepHash(RUN, 1, 0, HASH, 7.5, HASH, "wgpu-dp4a"),
         messages.Missing(RUN, 1, 0, ["b"]),
         messages.Repair(RUN, 1, 0, "reduced", 1),
         messages.Save(RUN, 5),

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
+from daisychain.p2p.mesh import HIGH_WATER, LOW_WATER, ChannelMessage, Mesh
 from mesh_helpers import (
     assert_identical,
     finish,
@@ -9,6 +13,7 @@ from mesh_helpers import (
     needs_namespace,
     signaling_server,
     start_peer,
+    wait_for,
 )
 
 pytestmark = needs_namespace
@@ -28,3 +33,35 @@ async def test_three_peers_identical_every_step_and_loss_decreases() -> None:
     losses = [r.loss for r in leader.records]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 0.3, f"loss did not decrease: {first:.3f} -> {last:.3f}"
+
+
+async def test_sends_wait_for_the_channel_to_drain() -> None:
+    frame_bytes, count = 48_000, 100  # about 4.8 MB queued at once
+    async with signaling_server() as url:
+        a, b = Mesh(url, name="a"), Mesh(url, name="b")
+        await a.connect()
+        await b.connect()
+        try:
+            await wait_for(lambda: b.id in a.open_peers() and a.id in b.open_peers(), 60, "open")
+            buffered_at_each_frame: list[int] = []
+
+            def produce() -> Iterator[bytes]:
+                for i in range(count):
+                    buffered_at_each_frame.append(a.buffered(b.id))
+                    yield bytes([i]) * frame_bytes
+
+            assert a.send_frames(b.id, produce()) and a.send(b.id, "after")
+            received: list[str | bytes] = []
+            while len(received) < count + 1:
+                event = await asyncio.wait_for(b.events.get(), 120)
+                if isinstance(event, ChannelMessage):
+                    received.append(event.data)
+        finally:
+            await a.close()
+            await b.close()
+    assert received[-1] == "after"
+    assert [m[0] for m in received[:-1]] == list(range(count)), "in order, none lost"
+    # Frames are produced only while the channel holds at most HIGH_WATER (+ the frame just
+    # handed over, + the queued "after"): the 4.8 MB never sat in memory at once.
+    assert max(buffered_at_each_frame) <= HIGH_WATER + frame_bytes + 1
+    assert max(buffered_at_each_frame) > LOW_WATER, "the producer was throttled"

@@ -17,6 +17,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -38,6 +41,13 @@ log = logging.getLogger("daisychain.p2p.mesh")
 
 CHANNEL_LABEL = "daisychain"
 MAX_SIGNAL_SDP = 60_000
+# Flow control (docs/PROTOCOL.md, "Flow control"): a channel is handed the next message only
+# while its bufferedAmount is at most HIGH_WATER; above it the writer waits for the channel's
+# `bufferedamountlow` event, which fires when the amount falls to LOW_WATER.
+HIGH_WATER = 1024 * 1024
+LOW_WATER = 256 * 1024
+
+Outgoing = str | bytes | Iterator[bytes]
 
 
 class MeshError(Exception):
@@ -93,6 +103,13 @@ class _Link:
         self.pc = pc
         self.channel: RTCDataChannel | None = None
         self.state = LinkState.CONNECTING
+        self.closed = asyncio.Event()
+        # What waits to be handed to the channel, in order: messages, and lazy frame
+        # iterators (a checkpoint is cut into frames only as fast as the channel drains).
+        self.outbox: deque[Outgoing] = deque()
+        self.queued = asyncio.Event()
+        self.low = asyncio.Event()
+        self.writer: asyncio.Task[None] | None = None
 
     def set_state(self, new: LinkState) -> None:
         old = self.state
@@ -100,13 +117,55 @@ class _Link:
             return
         self.state = new
         log.debug("%s: link %s %s -> %s", self.mesh.name, self.peer, old.value, new.value)
+        if new is LinkState.CLOSED:
+            self.closed.set()
+            self.outbox.clear()
+            if self.writer is not None:
+                self.writer.cancel()
+        elif new is LinkState.OPEN:
+            self.writer = asyncio.ensure_future(self._write())
         event: MeshEvent = (
             ChannelOpen(self.peer) if new is LinkState.OPEN else ChannelClosed(self.peer)
         )
         self.mesh.events.put_nowait(event)
 
+    def enqueue(self, item: Outgoing) -> None:
+        self.outbox.append(item)
+        self.queued.set()
+
+    def pending(self) -> int:
+        """Bytes in the channel's buffer, plus one for every message not yet handed to it."""
+        amount = self.channel.bufferedAmount if self.channel is not None else 0
+        return amount + len(self.outbox)
+
+    async def _write(self) -> None:
+        """Hand queued messages to the channel in order, never beyond HIGH_WATER buffered."""
+        channel = self.channel
+        assert channel is not None
+        try:
+            while True:
+                while not self.outbox:
+                    self.queued.clear()
+                    await self.queued.wait()
+                item = self.outbox.popleft()
+                for data in (item,) if isinstance(item, str | bytes) else item:
+                    while channel.bufferedAmount > HIGH_WATER:
+                        self.low.clear()
+                        await self.low.wait()
+                    channel.send(data)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # InvalidStateError/ConnectionError on a dying link
+            log.debug("%s: send to %s failed: %r", self.mesh.name, self.peer, exc)
+            self.outbox.clear()
+
     def attach(self, channel: RTCDataChannel) -> None:
         self.channel = channel
+        channel.bufferedAmountLowThreshold = LOW_WATER
+
+        @channel.on("bufferedamountlow")
+        def on_low() -> None:
+            self.low.set()
 
         @channel.on("message")
         def on_message(data: str | bytes) -> None:
@@ -138,6 +197,7 @@ class Mesh:
         device: dict[str, str | int | float | bool | None] | None = None,
         ice_servers: list[str] | None = None,
         connect_timeout_s: float = 10.0,
+        peer_left_grace_s: float = 1.0,
     ) -> None:
         self.server = server.rstrip("/")
         self.room = room
@@ -145,6 +205,10 @@ class Mesh:
         self.device = device or {"kind": "python"}
         self.ice_servers = ice_servers or []
         self.connect_timeout_s = connect_timeout_s
+        # The server's peer-left travels another path than the data channel: what the peer
+        # sent just before it left may still be in flight. Its channel gets this long to
+        # deliver (or close) before PeerLeft is reported.
+        self.peer_left_grace_s = peer_left_grace_s
         self.events: asyncio.Queue[MeshEvent] = asyncio.Queue()
         self.id = ""
         self.role = "member"
@@ -258,9 +322,7 @@ class Mesh:
         if kind == "peer-joined":
             self._introduce(str(msg["peer"]["id"]))
         elif kind == "peer-left":
-            peer = str(msg["peer"])
-            self.events.put_nowait(PeerLeft(peer))
-            await self.close_link(peer)
+            self._spawn(self._peer_left(str(msg["peer"])))
         elif kind == "signal":
             await self._on_signal(str(msg["from"]), msg["data"])
         elif kind == "join-request":
@@ -277,6 +339,14 @@ class Mesh:
             self.role = "host" if msg.get("host") == self.id else "member"
         elif kind == "error":
             log.warning("%s: server error %s: %s", self.name, msg.get("code"), msg.get("message"))
+
+    async def _peer_left(self, peer: str) -> None:
+        link = self._links.get(peer)
+        if link is not None and link.state is LinkState.OPEN:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.closed.wait(), self.peer_left_grace_s)
+        self.events.put_nowait(PeerLeft(peer))
+        await self.close_link(peer)
 
     async def _send_signaling(self, obj: dict[str, Any]) -> None:
         if self._ws is not None and not self._ws.closed:
@@ -355,20 +425,31 @@ class Mesh:
         return {p for p, link in self._links.items() if link.state is LinkState.OPEN}
 
     def send(self, peer: str, data: str | bytes) -> bool:
-        """Queue ``data`` on the channel to ``peer``; False when that channel is not open."""
+        """Queue ``data`` for the channel to ``peer`` (after everything queued before it);
+        False when that channel is not open. The writer respects HIGH_WATER."""
+        return self.send_frames(peer, (data,))
+
+    def send_frames(self, peer: str, frames: Iterable[bytes | str]) -> bool:
+        """Queue messages that are produced only when the channel has room for them."""
         link = self._links.get(peer)
         if link is None or link.state is not LinkState.OPEN or link.channel is None:
             return False
-        try:
-            link.channel.send(data)
-        except Exception as exc:  # aiortc raises InvalidStateError/ConnectionError on a dying link
-            log.debug("%s: send to %s failed: %r", self.name, peer, exc)
-            return False
+        link.enqueue(iter(frames))  # type: ignore[arg-type]
         return True
 
     def buffered(self, peer: str) -> int:
+        """What is still queued towards ``peer`` (0 when all went to SCTP)."""
         link = self._links.get(peer)
-        return link.channel.bufferedAmount if link and link.channel else 0
+        return link.pending() if link is not None else 0
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait (bounded) until every open channel has handed all queued data to SCTP."""
+        deadline = time.monotonic() + timeout
+        while any(self.buffered(p) for p in self.open_peers()):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def close_link(self, peer: str) -> None:
         link = self._links.pop(peer, None)

@@ -14,14 +14,15 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, cast, get_args
+from typing import Literal, cast, get_args
 
+from daisychain import wire
 from daisychain.p2p import DATA_PROTOCOL_VERSION
+from daisychain.wire import PEER_ID_RE
 
 MAX_MESSAGE_BYTES = 16 * 1024
 MAX_ROSTER = 64
 RUN_ID_RE = re.compile(r"[0-9a-f]{16}")
-PEER_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 U32_MAX = 2**32 - 1
 
@@ -128,13 +129,17 @@ class Roster:
 
 @dataclass(frozen=True)
 class StepHash:
-    """Peer -> all: after applying ``step`` my state hash is ``hash`` (the sync guard)."""
+    """Peer -> all: after applying ``step`` my state hash is ``hash`` (the sync guard); my
+    kernel probe (``daisychain.gpu.probe``) through the ``backend`` that computed it is
+    ``probe``, which must equal every other device's."""
 
     run: str
     step: int
     round: int
     hash: str
     loss: float
+    probe: str
+    backend: str
     type: Literal["hash"] = "hash"
 
 
@@ -311,12 +316,12 @@ def parse(raw: str) -> Message:
             run=f.run(),
             step=f.integer("step", 0, U32_MAX),
             hash=f.hash("hash"),
-            peers=f.ids("peers"),
+            peers=f.ids("peers", MAX_ROSTER),
         )
     if kind == "sync-request":
         return SyncRequest(run=f.run())
     if kind == "roster":
-        peers = f.ids("peers")
+        peers = f.ids("peers", MAX_ROSTER)
         if not peers:
             raise f.bad("peers", "a non-empty list of peer ids")
         return Roster(
@@ -332,13 +337,15 @@ def parse(raw: str) -> Message:
             round=f.integer("round", 0, 255),
             hash=f.hash("hash"),
             loss=f.number("loss", -math.inf, math.inf),
+            probe=f.hash("probe"),
+            backend=f.text("backend", 32),
         )
     if kind == "missing":
         return Missing(
             run=f.run(),
             step=f.integer("step", 1, U32_MAX),
             round=f.integer("round", 0, 255),
-            peers=f.ids("peers"),
+            peers=f.ids("peers", MAX_ROSTER),
         )
     if kind == "repair":
         piece = cast(Piece, f.choice("piece", ("contribution", "reduced")))
@@ -375,12 +382,8 @@ def parse(raw: str) -> Message:
     return Error(code=known, message=f.text("message", 1000), hint=f.text("hint", 1000))
 
 
-class _Fields:
-    """Typed access to the fields of one JSON object, each failure naming the field."""
-
-    def __init__(self, obj: dict[str, Any], kind: str) -> None:
-        self.obj_ = obj
-        self.kind = kind
+class _Fields(wire.Fields):
+    """Shared field checks (``daisychain.wire``) with this protocol's error and hint."""
 
     def bad(self, name: str, expected: str) -> MessageError:
         return MessageError(
@@ -389,60 +392,8 @@ class _Fields:
             "see the control message declarations in docs/PROTOCOL.md",
         )
 
-    def integer(self, name: str, lo: int, hi: int) -> int:
-        value = self.obj_.get(name)
-        # bool is an int subclass in Python; true is not a step number.
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-            raise self.bad(name, f"an integer in [{lo}, {hi}]")
-        return value
-
-    def number(self, name: str, lo: float, hi: float) -> float:
-        value = self.obj_.get(name)
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise self.bad(name, "a number")
-        value = float(value)
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise self.bad(name, f"a finite number in [{lo}, {hi}]")
-        return value
-
-    def text(self, name: str, max_chars: int) -> str:
-        value = self.obj_.get(name)
-        if not isinstance(value, str) or len(value) > max_chars:
-            raise self.bad(name, f"a string of at most {max_chars} characters")
-        return value
-
-    def choice(self, name: str, options: tuple[str, ...]) -> str:
-        value = self.obj_.get(name)
-        if value not in options:
-            raise self.bad(name, f"one of {', '.join(options)}")
-        assert isinstance(value, str)
-        return value
-
-    def obj(self, name: str) -> dict[str, Any]:
-        value = self.obj_.get(name)
-        if not isinstance(value, dict):
-            raise self.bad(name, "a JSON object")
-        return value
-
     def run(self) -> str:
-        value = self.obj_.get("run")
-        if not isinstance(value, str) or not RUN_ID_RE.fullmatch(value):
-            raise self.bad("run", "16 lowercase hex digits")
-        return value
+        return self.matching("run", RUN_ID_RE, "16 lowercase hex digits")
 
     def hash(self, name: str) -> str:
-        value = self.obj_.get(name)
-        if not isinstance(value, str) or not HASH_RE.fullmatch(value):
-            raise self.bad(name, "64 lowercase hex digits (SHA-256)")
-        return value
-
-    def ids(self, name: str) -> list[str]:
-        value = self.obj_.get(name)
-        if (
-            not isinstance(value, list)
-            or len(value) > MAX_ROSTER
-            or not all(isinstance(v, str) and PEER_ID_RE.fullmatch(v) for v in value)
-            or len(set(value)) != len(value)
-        ):
-            raise self.bad(name, f"a list of at most {MAX_ROSTER} distinct peer ids")
-        return list(value)
+        return self.matching(name, HASH_RE, "64 lowercase hex digits (SHA-256)")

@@ -28,7 +28,9 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain import checkpoint, safetensors_io, training
+from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.config import ModelConfig, preset
+from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
 from daisychain.p2p import DATA_PROTOCOL_VERSION, allreduce, codec, frames, messages, run
@@ -72,6 +74,18 @@ class Timers:
     step_timeout_s: float = 60.0  # leader: a roster step not complete by then is re-decided
     repair_after_s: float = 10.0  # a piece still missing after this is requested again
     hello_timeout_s: float = 20.0  # a channel without a valid hello by then is closed
+    # A stopping peer keeps its channels open until every peer acknowledged the stop (its own
+    # `stop`, its channel closing, or the server's peer-left), at most this long.
+    linger_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Who computes this peer's products (``--backend``) and its per-step kernel probe."""
+
+    name: str = "numpy"
+    ops: GemmOps = NUMPY_OPS
+    probe: Callable[[], str] = reference_probe_hash  # numpy peers publish the reference's
 
 
 @dataclass
@@ -100,6 +114,8 @@ class StepRecord:
     exchange_s: float
     bytes_sent: int
     leader: str
+    probe: str
+    backend: str
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,7 @@ class _ComputeDone:
     payloads: list[bytes]  # per chunk, what we send to its owner
     own: FloatArray  # dequantized values of our own chunk (our contribution to it)
     seconds: float
+    probe: str  # the kernel probe through the backend that computed this step
 
 
 @dataclass(frozen=True)
@@ -134,7 +151,12 @@ class _Shutdown:
     reason: str
 
 
-Event = MeshEvent | _ComputeDone | _ComputeFailed | _Shutdown
+@dataclass(frozen=True)
+class _EndRun:
+    reason: str
+
+
+Event = MeshEvent | _ComputeDone | _ComputeFailed | _Shutdown | _EndRun
 
 
 class StopRun(Exception):
@@ -160,6 +182,7 @@ class _Work:
         self.computed = False
         self.applied = False
         self.loss = 0.0
+        self.probe = ""
         self.compute_s = 0.0
         self.bytes_sent = 0
         self.repair_at = now
@@ -198,8 +221,10 @@ class Node:
         lead: LeadConfig | None = None,
         timers: Timers | None = None,
         checkpoint_path: str | None = None,
+        save_every: int = 0,
         on_step: Callable[[StepRecord], None] | None = None,
         faults: Faults | None = None,
+        compute: Compute | None = None,
     ) -> None:
         self.mesh = mesh
         self.tokens = tokens
@@ -208,8 +233,12 @@ class Node:
         self.lead = lead
         self.timers = timers or Timers()
         self.checkpoint_path = checkpoint_path
+        self.save_every = save_every  # also save every this many steps (0: only at the end)
+        self._saved_step = -1
         self.on_step = on_step
         self.faults = faults or Faults()
+        self.compute = compute or Compute()
+        self.reference_probe = reference_probe_hash()
         self.name = mesh.name
         self.phase = run.RunPhase(self.name)
         self.inbox: asyncio.Queue[Event] = asyncio.Queue()
@@ -217,7 +246,7 @@ class Node:
         self.state: training.TrainState | None = None
         self.my_hash = ""
         self.leader: str | None = None
-        self.greeted: set[str] = set()  # peers whose hello we accepted
+        self.greeted: set[str] = set()  # peers whose hello we accepted (gone ones included)
         self.opened_at: dict[str, float] = {}
         self.gone: set[str] = set()
         self.reassembly: dict[str, frames.Reassembler] = {}
@@ -240,6 +269,9 @@ class Node:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stats_total_bytes = 0
         self._tick_at = 0.0
+        self.end_requested = ""  # leader: end the run at the next step boundary (the reason)
+        self.final_stop: messages.Stop | None = None  # the stop this peer sent or received
+        self.stop_from: set[str] = set()  # peers that announced the stop to this peer
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -270,7 +302,7 @@ class Node:
                     self._handle(self.inbox.get_nowait())
                 self._advance()
         except StopRun as stop:
-            self._finish(stop.outcome)
+            await self._finish(stop.outcome)
             return stop.outcome
         finally:
             pump.cancel()
@@ -283,30 +315,61 @@ class Node:
         """Leave the run cleanly (Ctrl-C): tell every peer, then stop."""
         self.inbox.put_nowait(_Shutdown(reason))
 
+    def end_run(self, reason: str = "the leader ended the run") -> None:
+        """Leader: end the whole run at the next step boundary (`stop leader-request`)."""
+        self.inbox.put_nowait(_EndRun(reason))
+
     async def _pump(self) -> None:
         while True:
             self.inbox.put_nowait(await self.mesh.events.get())
 
-    def _finish(self, outcome: Outcome) -> None:
+    async def _finish(self, outcome: Outcome) -> None:
+        """Stopped: announce the stop, save, and keep the channels open until every peer has
+        acknowledged it (docs/PROTOCOL.md, "Stopping"), so that no peer can learn that this
+        one left (the server's peer-left) before it learns that the run is over."""
         if self.phase.phase is not Phase.STOPPED:
             self.phase.transition(Phase.STOPPED, outcome.reason)
-        if self.checkpoint_path and self.state is not None and outcome.reason != "fork":
+        stop = self.final_stop
+        waiting: set[str] = set()
+        if stop is not None:
+            # Every peer that stops repeats the stop to every open channel, the sender
+            # included: that is its acknowledgement, and it reaches a peer whose channel to the
+            # original sender is already gone.
+            text = messages.encode(stop)
+            for peer in sorted(self.greeted & self.mesh.open_peers()):
+                self.mesh.send(peer, text)
+            waiting = self.greeted - self.gone - self.stop_from
+        # A forked state is never saved; any other ending (done, Ctrl-C, error) keeps the last
+        # applied step, which every replica agreed on or will be checked against.
+        state = self.state
+        unsaved = state is not None and state.step != self._saved_step
+        if self.checkpoint_path and unsaved and outcome.reason != "fork":
             self._save(self.checkpoint_path)
+        deadline = time.monotonic() + self.timers.linger_s
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            try:
+                event = await asyncio.wait_for(self.inbox.get(), left)
+            except TimeoutError:
+                break
+            if isinstance(event, ChannelClosed | PeerLeft):
+                waiting.discard(event.peer)
+            elif isinstance(event, ChannelMessage) and isinstance(event.data, str):
+                with contextlib.suppress(messages.MessageError):
+                    if isinstance(messages.parse(event.data), messages.Stop | messages.Leave):
+                        waiting.discard(event.peer)
+        if waiting:
+            log.warning("%s: no stop acknowledgement from %s", self.name, sorted(waiting))
+        await self.mesh.drain(self.timers.linger_s)
 
     def _stop(
         self, reason: str, message: str, hashes: dict[str, str] | None = None, code: str = ""
     ) -> NoReturn:
         step = self.state.step if self.state is not None else 0
-        if self.config is not None and reason in ("done", "fork"):
-            self._broadcast(
-                messages.Stop(
-                    self.config.run,
-                    cast(messages.StopReason, reason),
-                    step,
-                    message,
-                    dict(hashes or {}),
-                )
-            )
+        if self.config is not None and reason in ("done", "fork", "leader-request"):
+            self.final_stop = messages.Stop(
+                self.config.run, cast(messages.StopReason, reason), step, message,
+                dict(hashes or {}),
+            )  # fmt: skip
         raise StopRun(Outcome(reason, step, self.my_hash, message, dict(hashes or {}), code))
 
     # ------------------------------------------------------------------------------------------
@@ -324,13 +387,21 @@ class Node:
         self, peer: str, kind: FrameKind, payload: bytes, step: int, rnd: int = 0, chunk: int = 0
     ) -> int:
         self.transfer_id = (self.transfer_id + 1) & 0xFFFFFFFF
-        sent = 0
-        for frame in frames.fragment(
+        deflate = kind is not FrameKind.CHECKPOINT
+        parts = frames.fragment(
             kind, payload, transfer=self.transfer_id, step=step, round=rnd, chunk=chunk,
-            deflate=kind is not FrameKind.CHECKPOINT,
-        ):  # fmt: skip
-            self.mesh.send(peer, frame)
-            sent += len(frame)
+            deflate=deflate,
+        )  # fmt: skip
+        if deflate:
+            # A gradient chunk is small: frame it now (its compressed size is the statistic).
+            wire = list(parts)
+            self.mesh.send_frames(peer, wire)
+            sent = sum(len(f) for f in wire)
+        else:
+            # A checkpoint is cut into frames only as fast as the channel drains (flow control).
+            self.mesh.send_frames(peer, parts)
+            count = -(-len(payload) // frames.MAX_FRAGMENT_BYTES)
+            sent = len(payload) + count * frames.HEADER_BYTES
         self._stats_total_bytes += sent
         return sent
 
@@ -352,6 +423,12 @@ class Node:
             self._on_computed(event)
         elif isinstance(event, _ComputeFailed):
             self._stop("error", f"step {event.key[0]}: compute failed: {event.error}")
+        elif isinstance(event, _EndRun):
+            if self.is_leader and self.config is not None:
+                log.info("%s: ending the run at the next boundary: %s", self.name, event.reason)
+                self.end_requested = event.reason or "the leader ended the run"
+            else:
+                log.warning("%s: only the leader can end the run", self.name)
         else:
             assert isinstance(event, _Shutdown)
             self._broadcast(messages.Leave(event.reason))
@@ -359,6 +436,9 @@ class Node:
             raise StopRun(Outcome("left", step, self.my_hash, event.reason))
 
     def _on_channel_message(self, peer: str, data: str | bytes) -> None:
+        if peer in self.gone:
+            self._from_gone(peer, data)
+            return
         if isinstance(data, bytes):
             if peer not in self.greeted:
                 self._reject(peer, "bad-frame", "binary frame before hello")
@@ -392,6 +472,25 @@ class Node:
             self._reject(peer, "bad-message", f"{message.type} before hello")
             return
         self._on_message(peer, message)
+
+    def _from_gone(self, peer: str, data: str | bytes) -> None:
+        """A peer this one already dropped (it left, the server said so, or it was rejected)
+        can still have messages in flight. Only one is acted on: a `stop` of this run is final
+        and wins over the failover that its sender's departure started."""
+        if peer not in self.greeted or self.config is None or not isinstance(data, str):
+            return
+        try:
+            m = messages.parse(data)
+        except messages.MessageError:
+            return
+        if isinstance(m, messages.Stop) and m.run == self.config.run:
+            log.info("%s: stop from %s, which already left: the run is over", self.name, peer)
+            self._on_stop(peer, m)
+
+    def _on_stop(self, peer: str, m: messages.Stop) -> NoReturn:
+        self.final_stop = m
+        self.stop_from.add(peer)
+        raise StopRun(Outcome(m.reason, m.step, self.my_hash, m.message, m.hashes))
 
     def _reject(self, peer: str, code: messages.ErrorCode, why: str, hint: str = "") -> None:
         """A hostile or broken peer: say why, close its channel, drop it from the run."""
@@ -451,9 +550,7 @@ class Node:
             self.save_at.add(m.step)
             self._maybe_save()
         elif isinstance(m, messages.Stop):
-            if m.reason == "fork":
-                raise StopRun(Outcome("fork", m.step, self.my_hash, m.message, m.hashes))
-            raise StopRun(Outcome(m.reason, m.step, self.my_hash, m.message, m.hashes))
+            self._on_stop(peer, m)
 
     # ------------------------------------------------------------------------------------------
     # configuration and state
@@ -538,6 +635,7 @@ class Node:
             self._request_sync()
 
     def _set_state(self, state: training.TrainState) -> None:
+        state.ops = self.compute.ops  # never part of the identity (compare=False)
         self.state = state
         self.my_hash = training.state_hash(state)
         self._set_shapes(state.cfg)
@@ -549,7 +647,7 @@ class Node:
 
     def _ready(self) -> messages.Ready:
         assert self.config is not None and self.state is not None
-        peers = sorted(self.mesh.open_peers() & self.greeted)
+        peers = sorted((self.mesh.open_peers() & self.greeted) - self.gone)
         return messages.Ready(self.config.run, self.state.step, self.my_hash, peers)
 
     def _request_sync(self) -> None:
@@ -625,10 +723,12 @@ class Node:
         w.computing = True
         x, y = training.next_batch(state, self.tokens, w.rank)
         key, n, total_blocks, rank = w.key, w.n, self.total_blocks, w.rank
+        probe = self.compute.probe
 
         def compute() -> _ComputeDone:
             t0 = time.perf_counter()
             loss, grads = training.compute_grads(state, x, y)
+            probe_hash = probe()
             flat = codec.flatten(grads)
             payloads: list[bytes] = []
             own = np.zeros(0, dtype=np.float32)
@@ -637,7 +737,8 @@ class Node:
                 payloads.append(payload)
                 if k == rank:
                     own = deq
-            return _ComputeDone(key, float(loss), payloads, own, time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            return _ComputeDone(key, float(loss), payloads, own, seconds, probe_hash)
 
         async def task() -> None:
             try:
@@ -654,7 +755,7 @@ class Node:
         if w is None or w.rank is None:
             return  # the attempt was abandoned meanwhile
         w.computing, w.computed = False, True
-        w.loss, w.compute_s, w.sent = done.loss, done.seconds, done.payloads
+        w.loss, w.compute_s, w.sent, w.probe = done.loss, done.seconds, done.payloads, done.probe
         w.exchange_start = time.perf_counter()
         step, rnd = w.key
         for k, peer in enumerate(w.roster.peers):
@@ -761,26 +862,46 @@ class Node:
         assert self.config is not None
         step, rnd = w.key
         self.hashes.setdefault(w.key, {})[self.id] = self.my_hash
-        self._broadcast(messages.StepHash(self.config.run, step, rnd, self.my_hash, w.loss))
+        self._broadcast(
+            messages.StepHash(
+                self.config.run, step, rnd, self.my_hash, w.loss, w.probe, self.compute.name
+            )
+        )
         start = w.exchange_start
         record = StepRecord(
             step=step, round=rnd, loss=w.loss, hash=self.my_hash, roster=w.roster.peers,
             tokens=state.cfg.tokens * w.n, compute_s=w.compute_s,
             exchange_s=time.perf_counter() - start, bytes_sent=w.bytes_sent,
-            leader=self.leader or "",
+            leader=self.leader or "", probe=w.probe, backend=self.compute.name,
         )  # fmt: skip
         self.records.append(record)
         if self.on_step is not None:
             self.on_step(record)
+        self._check_probe(self.id, step, w.probe, self.compute.name)
         self._check_guard(w.key)
         self._maybe_save()
 
     def _on_hash(self, peer: str, m: messages.StepHash) -> None:
         key = (m.step, m.round)
+        self._check_probe(peer, m.step, m.probe, m.backend)
         self.hashes.setdefault(key, {})[peer] = m.hash
         for old in [k for k in self.hashes if k[0] <= m.step - run.HISTORY_STEPS]:
             del self.hashes[old]
         self._check_guard(key)
+
+    def _check_probe(self, peer: str, step: int, probe: str, backend: str) -> None:
+        """Every device's kernel probe equals the reference's: a device whose kernel computes
+        other bits is named with its backend (its weights would fork next)."""
+        if probe == self.reference_probe:
+            return
+        who = "this peer" if peer == self.id else "peer"
+        message = (
+            f"kernel probe mismatch after step {step}: {who} {peer} (backend {backend}) "
+            f"published {probe[:16]}..., every device must publish {self.reference_probe[:16]}"
+            f"...; restart {peer} with --backend numpy"
+        )
+        log.error("%s: SYNC GUARD: %s", self.name, message)
+        self._stop("fork", message, {peer: probe})
 
     def _check_guard(self, key: Key) -> None:
         have = self.hashes.get(key, {})
@@ -842,7 +963,6 @@ class Node:
         if peer in self.gone:
             return
         self.gone.add(peer)
-        self.greeted.discard(peer)
         self.ready.pop(peer, None)
         self.sync_wanted.pop(peer, None)
         log.info("%s: peer %s gone (%s)", self.name, peer, why)
@@ -921,13 +1041,17 @@ class Node:
         target.parent.mkdir(parents=True, exist_ok=True)
         checkpoint.save(target, self.state, self.tokenizer_sha256)
         self.saved.append(f"{target}@{self.state.step}")
+        self._saved_step = self.state.step
         log.info("%s: saved %s at step %d", self.name, target, self.state.step)
 
     def _maybe_save(self) -> None:
-        if self.state is None or self.state.step not in self.save_at:
+        state = self.state
+        if state is None or not self.checkpoint_path:
             return
-        self.save_at.discard(self.state.step)
-        if self.checkpoint_path:
+        asked = state.step in self.save_at
+        self.save_at.discard(state.step)
+        periodic = self.save_every > 0 and state.step % self.save_every == 0
+        if asked or periodic:
             self._save(self.checkpoint_path)
 
     def agreement(self, step: int) -> tuple[int, int]:
@@ -1039,6 +1163,8 @@ class Node:
         step = self.state.step
         if step >= self.config.steps:
             self._stop("done", f"reached step {step}")
+        if self.end_requested:
+            self._stop("leader-request", f"{self.end_requested} at step {step}")
         joiners = self._serve_syncs()
         for peer in self._eligible():
             joiners.append(peer)

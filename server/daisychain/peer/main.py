@@ -4,11 +4,15 @@
     python -m daisychain.peer --server URL --lead --preset tiny --steps 300 --min-peers 2
 
 With ``--lead`` this peer configures the run (model preset, batch, steps, learning rate, seed),
-waits for ``--min-peers`` peers and leads; otherwise it follows whoever leads its group. Progress
-is one line per step (step, loss, tokens/s, peers, hash agreement) on stderr, or one JSON object
-per event on stdout with ``--json``. Ctrl-C leaves cleanly (the others drop this peer from the
-next roster); SIGUSR1 saves ``--checkpoint`` now. Exit codes: 0 run done, 1 could not join
-(the message says why and what to do), 3 the sync guard stopped the run, 130 interrupted.
+waits for ``--min-peers`` peers and leads; otherwise it follows whoever leads its group.
+``--backend auto`` (the default) computes on a gated wgpu kernel only when it measures faster
+than numpy at start (the choice and why are printed). Progress is one line per step (step,
+loss, tokens/s, peers, hash agreement) on stderr, or one JSON object per event on stdout with
+``--json``. ``--checkpoint PATH`` is saved atomically at the end, every ``--save-every N``
+steps, on SIGUSR1, and on Ctrl-C, which then leaves cleanly (the others drop this peer from
+the next roster). SIGUSR2 on the leader ends the whole run at the next step boundary.
+Exit codes: 0 run done (or ended by the leader), 1 could not join (the message says why and
+what to do), 3 the sync guard stopped the run, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from daisychain.model.config import PRESETS
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
+from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
 
 EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_INTERRUPTED = 0, 1, 3, 130
 
@@ -34,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--room", help="private room code (default: the group of your network)")
     parser.add_argument("--name", default="", help="name shown to the other devices")
     parser.add_argument(
-        "--backend", default="auto", choices=("auto", "wgpu", "numpy"),
-        help="compute backend (this build computes with the numpy reference on every choice)",
+        "--backend", default="auto", choices=CHOICES,
+        help="who computes the products: a gated wgpu kernel, the numpy reference, or auto "
+        "(the faster of the two, measured at start)",
     )  # fmt: skip
     parser.add_argument(
         "--ice-server", action="append", default=[], metavar="URL",
@@ -54,7 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lead.add_argument("--seq-len", type=int, help="context length")
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
-    parser.add_argument("--checkpoint", metavar="PATH", help="save here at the end and on SIGUSR1")
+    parser.add_argument(
+        "--checkpoint", metavar="PATH",
+        help="save here (atomically) at the end, on Ctrl-C, on SIGUSR1 and every --save-every",
+    )  # fmt: skip
+    parser.add_argument(
+        "--save-every", type=int, default=0, metavar="N",
+        help="also save --checkpoint every N steps (default: only at the end)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     timers = parser.add_argument_group("protocol timers")
     timers.add_argument("--step-timeout", type=float, default=Timers.step_timeout_s)
@@ -83,7 +96,8 @@ class Display:
             "event": "step", "step": r.step, "round": r.round, "loss": r.loss, "hash": r.hash,
             "peers": len(r.roster), "roster": list(r.roster), "tokens_per_s": round(tok_s, 1),
             "compute_s": round(r.compute_s, 4), "exchange_s": round(r.exchange_s, 4),
-            "bytes_sent": r.bytes_sent, "leader": r.leader,
+            "bytes_sent": r.bytes_sent, "leader": r.leader, "probe": r.probe,
+            "backend": r.backend,
         })  # fmt: skip
         if not self.as_json:
             print(
@@ -99,12 +113,21 @@ async def _main(args: argparse.Namespace) -> int:
 
     tok = load_default()
     tokens = load_corpus(None, tok).train
+    display = Display(args.json)
+    try:
+        chosen = await asyncio.to_thread(choose, args.backend)
+    except BackendUnavailable as exc:
+        display.emit({"event": "error", "message": exc.message, "hint": exc.hint})
+        print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return EXIT_JOIN
+    display.emit({"event": "backend", "backend": chosen.compute.name, "reason": chosen.reason})
+    if not args.json:
+        print(f"backend {chosen.reason}", file=sys.stderr)
     mesh = Mesh(
         args.server, room=args.room, name=args.name, ice_servers=args.ice_server,
-        device={"kind": "python", "backend": "numpy"},
+        device={"kind": "python", "backend": chosen.compute.name},
     )  # fmt: skip
     mesh.auto_approve = args.approve == "all"
-    display = Display(args.json)
     try:
         await mesh.connect()
     except MeshError as exc:
@@ -120,8 +143,9 @@ async def _main(args: argparse.Namespace) -> int:
         )  # fmt: skip
     node = Node(
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,
+        save_every=args.save_every,
         timers=Timers(step_timeout_s=args.step_timeout, repair_after_s=args.repair_after),
-        on_step=display.step,
+        on_step=display.step, compute=chosen.compute,
     )  # fmt: skip
     display.node = node
     display.emit({"event": "joined", "id": mesh.id, "role": "lead" if lead else "follow"})
@@ -132,10 +156,11 @@ async def _main(args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGINT, node.shutdown, "interrupted")
     loop.add_signal_handler(signal.SIGTERM, node.shutdown, "terminated")
     loop.add_signal_handler(signal.SIGUSR1, node.request_save)
+    loop.add_signal_handler(signal.SIGUSR2, node.end_run, "the leader's user ended the run")
     try:
         outcome = await node.run()
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
             loop.remove_signal_handler(signum)
         await mesh.close()
     return _report(outcome, display)
@@ -153,6 +178,10 @@ def _report(outcome: Outcome, display: Display) -> int:
     if outcome.reason == "fork":
         print(f"the sync guard stopped the run: {outcome.message}", file=sys.stderr)
         return EXIT_FORK
+    if outcome.reason == "leader-request":
+        print(f"the leader ended the run at step {outcome.step}; hash {outcome.hash}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_OK
     if outcome.reason == "left":
         print(f"left the run at step {outcome.step} ({outcome.message})", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -163,6 +192,13 @@ def _report(outcome: Outcome, display: Display) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.save_every < 0 or (args.save_every and not args.checkpoint):
+        print(
+            "daisychain peer: --save-every N needs N >= 0 and a place to save\n"
+            "hint: add --checkpoint PATH",
+            file=sys.stderr,
+        )
+        return EXIT_JOIN
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
     return asyncio.run(_main(args))
 

@@ -17,15 +17,18 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from daisychain import wire
+from daisychain.wire import PEER_ID_RE
+
 PROTOCOL_VERSION = 1
 
 ROOM_CODE_RE = re.compile(r"[A-Za-z0-9_-]{6,32}")
-PEER_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 MAX_NAME_CHARS = 40
 MAX_DEVICE_KEYS = 16
 MAX_DEVICE_KEY_CHARS = 32
 MAX_DEVICE_VALUE_CHARS = 128
 MAX_NONCE_CHARS = 64
+PEER_ID_EXPECTED = "a peer id from welcome/peer-joined"
 
 # Close codes (4000-4999 is the application range of RFC 6455).
 CLOSE_PROTOCOL = 4400  # bad hello: wrong version, bad room code
@@ -308,18 +311,19 @@ def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
             f"client messages are: {', '.join(CLIENT_TYPES)} (docs/PROTOCOL.md)",
             ref=shown[:32] if shown else None,
         )
+    f = _Fields(obj, kind)
     if kind == "hello":
-        room = _optional_str(obj, "room", kind)
+        room = f.optional_text("room")
         if room is not None:
             room = check_room_code(room)
         return Hello(
-            version=_int(obj, "version", kind),
+            version=f.integer("version"),
             name=_name(obj.get("name", ""), kind),
             device=_device(obj.get("device", {}), kind),
             room=room,
         )
     if kind == "signal":
-        return Signal(to=_peer_id(obj, "to", kind), data=_object(obj, "data", kind))
+        return Signal(to=f.matching("to", PEER_ID_RE, PEER_ID_EXPECTED), data=f.obj("data"))
     if kind == "broadcast":
         if len(raw.encode("utf-8")) > max_broadcast_bytes:
             raise ProtocolError(
@@ -328,11 +332,11 @@ def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
                 "broadcast only small control messages; send bulk data over a data channel",
                 ref=kind,
             )
-        return Broadcast(data=_object(obj, "data", kind))
+        return Broadcast(data=f.obj("data"))
     if kind == "approve":
-        return Approve(peer=_peer_id(obj, "peer", kind))
+        return Approve(peer=f.matching("peer", PEER_ID_RE, PEER_ID_EXPECTED))
     if kind == "deny":
-        return Deny(peer=_peer_id(obj, "peer", kind))
+        return Deny(peer=f.matching("peer", PEER_ID_RE, PEER_ID_EXPECTED))
     assert kind == "ping", f"CLIENT_TYPES and parse_client disagree on {kind!r}"
     nonce = obj.get("nonce")
     if nonce is not None and not _is_nonce(nonce):
@@ -360,33 +364,11 @@ def _bad(kind: str, name: str, expected: str) -> ProtocolError:
     )
 
 
-def _int(obj: dict[str, Any], name: str, kind: str) -> int:
-    value = obj.get(name)
-    # bool is an int subclass in Python; true is not a version number.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad(kind, name, "an integer")
-    return value
+class _Fields(wire.Fields):
+    """Shared field checks (``daisychain.wire``) with this protocol's error, hint and ref."""
 
-
-def _optional_str(obj: dict[str, Any], name: str, kind: str) -> str | None:
-    value = obj.get(name)
-    if value is not None and not isinstance(value, str):
-        raise _bad(kind, name, "a string or absent")
-    return value
-
-
-def _peer_id(obj: dict[str, Any], name: str, kind: str) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or not PEER_ID_RE.fullmatch(value):
-        raise _bad(kind, name, "a peer id from welcome/peer-joined")
-    return value
-
-
-def _object(obj: dict[str, Any], name: str, kind: str) -> dict[str, Any]:
-    value = obj.get(name)
-    if not isinstance(value, dict):
-        raise _bad(kind, name, "a JSON object")
-    return value
+    def bad(self, name: str, expected: str) -> ProtocolError:
+        return _bad(self.kind, name, expected)
 
 
 def _name(value: object, kind: str) -> str:
