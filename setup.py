@@ -20,6 +20,8 @@ class BuildPyWithAssets(build_py):
         super().run()
         root = Path(__file__).parent
         target = Path(self.build_lib) / "daisychain" / "_assets"
+        # Start clean: a reused build/ folder must never ship a file the source no longer has.
+        shutil.rmtree(target, ignore_errors=True)
         for name in ASSET_DIRS:
             src = root / name
             if src.is_dir():

@@ -95,7 +95,6 @@ def test_small_gradients_identical_with_1_and_2_blas_threads() -> None:
 
 
 def test_same_hashes_under_threadpoolctl() -> None:
-    pytest.importorskip("threadpoolctl")
     assert _run(2, "threadpoolctl") == _run(1)
 
 

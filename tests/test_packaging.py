@@ -7,6 +7,7 @@ source) layout.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,9 +29,22 @@ def test_assets_resolve_in_the_source_tree() -> None:
         asset_dir("secrets")
 
 
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "server", "static", "kernels", "luts")
+
+
 def test_wheel_contains_every_asset(tmp_path: Path) -> None:
+    # Build from a fresh copy: pip builds in the source's build/ folder, and a stale one there
+    # could supply files the source no longer has.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "_assets")
+            shutil.copytree(ROOT / name, src / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, src / name)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
          "-q", "-w", str(tmp_path)],
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip

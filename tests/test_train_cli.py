@@ -49,3 +49,4 @@ def test_missing_text_file_gives_a_hint(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode != 0
     assert "does not exist" in proc.stderr
+    assert "pass a UTF-8 text file" in proc.stderr

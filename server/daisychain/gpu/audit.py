@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from daisychain.numerics import prng
 
-AUDIT_STREAM = 7  # prng stream id (7, seed) of the random cells
+AUDIT_STREAM = 7  # random cells come from prng.key(seed, 7) (NUMERICS.md section 7)
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
 

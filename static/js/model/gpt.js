@@ -165,7 +165,8 @@ function softmaxCausal(S, BH, T, scale) {
     const o = r * T;
     let m = -Infinity;
     for (let j = 0; j < T; j++) {
-      const s = j > i ? -Infinity : f32(S[o + j] * scale);
+      // S * scale + mask (mask: -inf above the diagonal, -0 elsewhere), as the reference adds it.
+      const s = f32(f32(S[o + j] * scale) + (j > i ? -Infinity : -0));
       S[o + j] = s;
       if (s > m) m = s;
     }
@@ -309,7 +310,9 @@ function* forward(ws, params, cfg, x, B, T, keep, logits) {
     for (let i = 0; i < u.length; i++) {
       const pos = u[i] > 0;
       relu[i] = pos ? 1 : 0;
-      if (!pos) u[i] = 0; // +0 where u <= 0 (-0 included)
+      // u * 0 + 0 as in the reference: +0 for u <= 0 (-0 included), NaN stays NaN so the
+      // quantizer refuses a diverged run exactly where Python does.
+      if (!pos) u[i] = f32(u[i] * 0) + 0;
     }
     const r = quantizeRows(u, N, F, ws.qt(pre + 'r', N * F, N));
     addInto(h, yield request('qmatmul', r.q, r.e, w.w2[l].q, w.w2[l].e, N, F, C,
