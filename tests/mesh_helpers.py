@@ -22,11 +22,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from aiohttp import web
 
 from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import Compute, Faults, LeadConfig, Node, Outcome, StepRecord, Timers
-from daisychain.server.app import create_app
+from daisychain.server.app import serve_local
 from server_fixtures import ByteTokenizer, config
 
 needs_namespace = pytest.mark.skipif(
@@ -57,16 +56,8 @@ def corpus() -> tuple[npt.NDArray[np.integer], str, int]:
 @asynccontextmanager
 async def signaling_server(**changes: Any) -> AsyncIterator[str]:
     """The real DaisyChain app on 127.0.0.1 (offline data); yields its http URL."""
-    app = create_app(config(**changes), tokenizer=ByteTokenizer)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve_local(config(**changes), tokenizer=ByteTokenizer) as url:
+        yield url
 
 
 def lead_config(steps: int = 30, **changes: Any) -> LeadConfig:

@@ -21,8 +21,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from aiohttp import web
-
 from daisychain.model.config import PRESETS
 
 PEERS = 3
@@ -59,60 +57,55 @@ def only_candidate(address: str) -> Iterator[None]:
 async def _demo(args: argparse.Namespace) -> int:
     from daisychain.p2p.mesh import Mesh, MeshError
     from daisychain.p2p.node import LeadConfig, Node, StepRecord
-    from daisychain.server.app import create_app
+    from daisychain.server.app import serve_local
     from daisychain.server.config import DataConfig, ServerConfig
     from daisychain.tokenizer import load_default
     from daisychain.train import load_corpus
 
     tok = load_default()
     tokens = load_corpus(None, tok).train
-    app = create_app(ServerConfig(data=DataConfig(offline=True)))
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    print(f"server on {url}; {PEERS} peers, model {args.preset}, {args.steps} steps")
-    curve: list[StepRecord] = []
-    nodes: list[Node] = []
-    meshes: list[Mesh] = []
-    try:
-        for i in range(PEERS):
-            mesh = Mesh(url, name=f"demo-{i}")
-            await mesh.connect()
-            meshes.append(mesh)
-            lead = None
-            if i == 0:
-                lead = LeadConfig(
-                    preset=args.preset, steps=args.steps, lr=args.lr, seed=args.seed,
-                    batch=args.batch, seq_len=args.seq_len, min_peers=PEERS,
-                )  # fmt: skip
-            nodes.append(
-                Node(
-                    mesh,
-                    tokens,
-                    tok.sha256,
-                    tok.vocab_size,
-                    lead=lead,
-                    on_step=curve.append if i == 0 else None,
+    async with serve_local(ServerConfig(data=DataConfig(offline=True))) as url:
+        print(f"server on {url}; {PEERS} peers, model {args.preset}, {args.steps} steps")
+        curve: list[StepRecord] = []
+        nodes: list[Node] = []
+        meshes: list[Mesh] = []
+        try:
+            for i in range(PEERS):
+                mesh = Mesh(url, name=f"demo-{i}")
+                await mesh.connect()
+                meshes.append(mesh)
+                lead = None
+                if i == 0:
+                    lead = LeadConfig(
+                        preset=args.preset, steps=args.steps, lr=args.lr, seed=args.seed,
+                        batch=args.batch, seq_len=args.seq_len, min_peers=PEERS,
+                    )  # fmt: skip
+                nodes.append(
+                    Node(
+                        mesh,
+                        tokens,
+                        tok.sha256,
+                        tok.vocab_size,
+                        lead=lead,
+                        on_step=curve.append if i == 0 else None,
+                    )
                 )
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(n.run() for n in nodes)), timeout=60 + 20 * args.steps
             )
-        outcomes = await asyncio.wait_for(
-            asyncio.gather(*(n.run() for n in nodes)), timeout=60 + 20 * args.steps
-        )
-    except MeshError as exc:
-        print(f"demo: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
-        return 1
-    except TimeoutError:
-        print(
-            "demo: the peers did not finish in time; if no step ran, the peers could not "
-            f"connect over {args.address}: try --address with an address of this machine",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        for mesh in meshes:
-            await mesh.close()
-        await runner.cleanup()
+        except MeshError as exc:
+            print(f"demo: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+            return 1
+        except TimeoutError:
+            print(
+                "demo: the peers did not finish in time; if no step ran, the peers could not "
+                f"connect over {args.address}: try --address with an address of this machine",
+                file=sys.stderr,
+            )
+            return 1
+        finally:
+            for mesh in meshes:
+                await mesh.close()
     print("step  loss     hash")
     for r in curve:
         bar = "#" * max(1, int(r.loss * 4))

@@ -137,44 +137,45 @@ async def raw_channel_mb_s(total_mb: float) -> float:
 
 
 async def live_run(args: argparse.Namespace) -> dict[str, Any]:
-    from aiohttp import web
 
     from daisychain.p2p.mesh import Mesh
     from daisychain.p2p.node import LeadConfig, Node, StepRecord
-    from daisychain.server.app import create_app
+    from daisychain.server.app import serve_local
     from daisychain.server.config import DataConfig, ServerConfig
     from daisychain.tokenizer import load_default
     from daisychain.train import load_corpus
 
     tok = load_default()
     tokens = load_corpus(None, tok).train
-    app = create_app(ServerConfig(data=DataConfig(offline=True)))
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    records: list[list[StepRecord]] = [[], [], []]
-    meshes = []
-    try:
-        nodes = []
-        for i in range(3):
-            mesh = Mesh(url, name=f"bench-{i}")
-            await mesh.connect()
-            meshes.append(mesh)
-            lead = None
-            if i == 0:
-                lead = LeadConfig(
-                    steps=args.steps, batch=args.batch, seq_len=args.seq_len, min_peers=3
+    async with serve_local(ServerConfig(data=DataConfig(offline=True))) as url:
+        records: list[list[StepRecord]] = [[], [], []]
+        meshes = []
+        try:
+            nodes = []
+            for i in range(3):
+                mesh = Mesh(url, name=f"bench-{i}")
+                await mesh.connect()
+                meshes.append(mesh)
+                lead = None
+                if i == 0:
+                    lead = LeadConfig(
+                        steps=args.steps, batch=args.batch, seq_len=args.seq_len, min_peers=3
+                    )
+                nodes.append(
+                    Node(
+                        mesh,
+                        tokens,
+                        tok.sha256,
+                        tok.vocab_size,
+                        lead=lead,
+                        on_step=records[i].append,
+                    )
                 )
-            nodes.append(
-                Node(mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, on_step=records[i].append)
-            )
-        outcomes = await asyncio.wait_for(asyncio.gather(*(n.run() for n in nodes)), 600)
-        raw = await raw_channel_mb_s(args.raw_mb)
-    finally:
-        for mesh in meshes:
-            await mesh.close()
-        await runner.cleanup()
+            outcomes = await asyncio.wait_for(asyncio.gather(*(n.run() for n in nodes)), 600)
+            raw = await raw_channel_mb_s(args.raw_mb)
+        finally:
+            for mesh in meshes:
+                await mesh.close()
     steady = [r for recs in records for r in recs if r.step > 1]  # step 1 includes warm-up
     compute = float(np.median([r.compute_s for r in steady]))
     exchange = float(np.median([r.exchange_s for r in steady]))

@@ -8,7 +8,9 @@ and closed in a ``cleanup_ctx`` so it exists exactly while the app runs.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -81,3 +83,20 @@ def create_app(
 
 def _folder(override: Path | None, name: str) -> Path:
     return override if override is not None else asset_dir(name)
+
+
+@asynccontextmanager
+async def serve_local(
+    config: ServerConfig, host: str = "127.0.0.1", **app_options: Any
+) -> AsyncIterator[str]:
+    """Run the app on a free port of ``host`` for the duration of the block; yields its URL.
+
+    For the demo, benchmarks and tests: the real server, on loopback, gone afterwards.
+    """
+    runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, 0).start()
+        yield f"http://{host}:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
