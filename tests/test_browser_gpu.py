@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
+from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
 from daisychain.gpu.gates import gemm_cases, qmatmul_cases
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.server.app import create_app
@@ -36,17 +37,6 @@ from server_fixtures import ByteTokenizer, config
 
 REPO = Path(__file__).resolve().parents[1]
 VECTORS = REPO / "tests" / "vectors"
-CHROMIUM = Path("/usr/bin/chromium")
-# Keep Chromium off the network (ENVIRONMENT.md): no QUIC, no background or component traffic.
-FLAGS = [
-    "--no-sandbox",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-WEBGPU_FLAG = "--enable-unsafe-webgpu"
 PAGE_TIMEOUT_MS = 150_000
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
@@ -121,7 +111,7 @@ async def _serve_vector(route: Any) -> None:
 async def browser_tab(*, webgpu: bool) -> AsyncIterator[Tab]:
     """A fresh headless Chromium tab on the product server, console errors collected."""
     async with product_server() as base, async_api.async_playwright() as pw:
-        args = FLAGS + ([WEBGPU_FLAG] if webgpu else [])
+        args = OFFLINE_FLAGS + ([WEBGPU_FLAG] if webgpu else [])
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
         try:
             page = await browser.new_page()

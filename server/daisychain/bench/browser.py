@@ -28,15 +28,18 @@ from daisychain.bench._steps import StepPolicy
 from daisychain.numerics.gemm import int_matmul
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
+# Keep Chromium off the network (ENVIRONMENT.md): no QUIC, no background or component traffic.
+# The browser tests use the same list.
+OFFLINE_FLAGS = [
     "--no-sandbox",
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--enable-unsafe-webgpu",
 ]
+WEBGPU_FLAG = "--enable-unsafe-webgpu"
+FLAGS = [*OFFLINE_FLAGS, WEBGPU_FLAG]
 Shape = tuple[str, int, int, int]  # (name, M, K, N)
 
 # Runs in the page (a module context of the app's origin, so the imports pass its CSP).
