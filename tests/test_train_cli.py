@@ -21,7 +21,7 @@ def _train(tmp_path: Path, *args: str) -> list[dict[str, object]]:
         text.write_text(load_builtin_text()[:200_000], encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "daisychain", "train", "--preset", "tiny", "--text", str(text),
-         "--json", "--quiet", "--warmup", "2", *args],
+         "--json", "--quiet", "--warmup", "2", "--backend", "numpy", *args],
         capture_output=True, text=True, env=env, timeout=240, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

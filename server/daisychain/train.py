@@ -52,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-every", type=int, default=100, help="checkpoint interval (steps)")
     parser.add_argument("--resume", metavar="PATH", help="continue from this checkpoint")
     parser.add_argument("--eval-every", type=int, default=0, help="validation loss interval")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "wgpu", "numpy"),
+        help="who computes the integer products: a gated wgpu kernel, numpy, or auto (the "
+        "faster correct one, measured at start); the bits are the same",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
@@ -142,6 +149,16 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OptimizerError, checkpoint.CheckpointError) as exc:
         print(f"daisychain train: {exc}", file=sys.stderr)
         return 2
+    from daisychain.peer.backend import BackendUnavailable, choose
+
+    try:
+        chosen = choose(args.backend)
+    except BackendUnavailable as exc:
+        print(f"daisychain train: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 2
+    state.ops = chosen.compute.ops
+    if not args.quiet:
+        print(f"backend {chosen.reason}", file=sys.stderr)
     ck_path = Path(args.checkpoint or args.resume or f"runs/{args.preset}.safetensors")
     ck_path.parent.mkdir(parents=True, exist_ok=True)
     corpus = load_corpus(args.text, tok)
