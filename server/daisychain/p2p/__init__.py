@@ -4,7 +4,11 @@ Modules, one concept each: ``frames`` (binary frame header, fragmentation, reass
 ``messages`` (JSON control messages), ``codec`` (quantized gradient chunks), ``allreduce``
 (which peer reduces which chunk, and the pinned reduction), ``run`` (the run state machine,
 rosters, the sync guard), ``mesh`` (signaling client and one aiortc data channel per pair) and
-``node`` (a training peer: all of the above driven by one event loop).
+``node`` (a training peer: all of the above driven by one event loop). The peer's work is split
+by concept: ``options`` (what a node is given), ``membership`` (config, join, leave, failover),
+``rosters`` (accepting rosters, the leader's decisions), ``exchange`` (one step's gradient
+exchange), ``repair``, ``guard`` (hash and probe checks), ``checkpoints`` (state sync, saves)
+and ``stopping`` (the stop protocol).
 """
 
 DATA_PROTOCOL_VERSION = 1
