@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quantize2
+from daisychain.numerics.quant import (
+    F32,
+    LO_SHIFT,
+    FloatArray,
+    IntArray,
+    pow2,
+    pow2_unchecked,
+    quantize2,
+)
 
 K_CHUNK = 1024  # largest K for which float32 BLAS on int8 values is exact in any order
 # |acc| <= 2^24 when K <= 1024 (127 * 127 * 1024 < 2^24; -128 * -128 * 1024 = 2^24)
@@ -83,13 +91,55 @@ def qmatmul(a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> F
     k = a_q.shape[-1]
     (a_lo, a_hi), (b_lo, b_hi) = _range(a_e), _range(b_e)
     if _fast_ok(k, a_lo + b_lo, a_hi + b_hi):
-        out: FloatArray = np.matmul(a_q * pow2(a_e), b_q * pow2(b_e))
+        # Each scale is applied either to its operand before the product or to the product
+        # after it, whichever touches fewer elements. Both are exact power-of-two multiplies
+        # of exact values (the product of integers is an exact integer below 2^24, and every
+        # intermediate stays a normal float32 when each exponent alone also passes _fast_ok),
+        # so the bits are those of scaling both operands first.
+        m, n = a_q.shape[-2], b_q.shape[-1]
+        post_a = m * n < m * k and _fast_ok(k, b_lo, b_hi)
+        post_b = m * n < k * n and _fast_ok(k, a_lo, a_hi) and not post_a
+        a = a_q if post_a else np.multiply(a_q, pow2_unchecked(a_e))
+        b = b_q if post_b else np.multiply(b_q, pow2_unchecked(b_e))
+        out: FloatArray = np.matmul(a, b)
+        if post_a:
+            out *= pow2_unchecked(a_e)
+        if post_b:
+            out *= pow2_unchecked(b_e)
         return out
     return round_scaled(int_matmul(a_q, b_q), a_e + b_e)
 
 
-def _limbs(hi: FloatArray, lo: FloatArray) -> npt.NDArray[np.float64]:
-    return hi.astype(np.float64) * float(1 << LO_SHIFT) + lo
+def _limbs_matmul(
+    hi: FloatArray, lo: FloatArray, other: FloatArray, left: bool
+) -> npt.NDArray[np.float64]:
+    """Exact integer 256 * (hi @ other) + lo @ other (``left``), else of other @ hi and lo.
+
+    Float32 BLAS on K-chunks of at most K_CHUNK is exact for each limb (as in ``int_matmul``);
+    each chunk's 256 * acc_hi + acc_lo and the sum over chunks are exact in float64 (< 2^53),
+    so this is the same integer as one float64 product with the combined 16-bit limbs, at
+    float32 BLAS speed.
+    """
+    k = hi.shape[-1] if left else other.shape[-1]
+    acc: npt.NDArray[np.float64] | None = None
+    for i in range(0, max(k, 1), K_CHUNK):
+        if left:
+            o_c = other[..., i : i + K_CHUNK, :]
+            p_hi = np.matmul(hi[..., i : i + K_CHUNK], o_c)
+            p_lo = np.matmul(lo[..., i : i + K_CHUNK], o_c)
+        else:
+            o_c = other[..., i : i + K_CHUNK]
+            p_hi = np.matmul(o_c, hi[..., i : i + K_CHUNK, :])
+            p_lo = np.matmul(o_c, lo[..., i : i + K_CHUNK, :])
+        part = p_hi.astype(np.float64)
+        part *= float(1 << LO_SHIFT)
+        part += p_lo
+        if acc is None:
+            acc = part
+        else:
+            acc += part
+    assert acc is not None
+    return acc
 
 
 def qmatmul_grad_left(
@@ -106,7 +156,7 @@ def qmatmul_grad_left(
         out: FloatArray = np.matmul(g_hi * pow2(g_e), b_q)  # exact
         out += np.matmul(g_lo * pow2(g_e - LO_SHIFT), b_q)  # exact, then one rounding
         return out
-    return round_scaled(int_matmul(_limbs(g_hi, g_lo), b_q), g_e - LO_SHIFT)
+    return round_scaled(_limbs_matmul(g_hi, g_lo, b_q, left=True), g_e - LO_SHIFT)
 
 
 def qmatmul_grad_right(
@@ -119,7 +169,13 @@ def qmatmul_grad_right(
         out: FloatArray = np.matmul(a_q, g_hi * pow2(g_e))  # exact
         out += np.matmul(a_q, g_lo * pow2(g_e - LO_SHIFT))  # exact, then one rounding
         return out
-    return round_scaled(int_matmul(a_q, _limbs(g_hi, g_lo)), g_e - LO_SHIFT)
+    return round_scaled(_limbs_matmul(g_hi, g_lo, a_q, left=False), g_e - LO_SHIFT)
+
+
+def _pre_scale(k: int, n_out: int) -> bool:
+    """Whether the two-limb fast path scales its gradient operand (k x n_out elements, two
+    broadcast multiplies) rather than the product (three passes over its outer x n_out)."""
+    return 3 * k < 2 * n_out
 
 
 def grad_matmul_left(g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
@@ -128,16 +184,51 @@ def grad_matmul_left(g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatA
     B's scales sit on the summed axis, so they are folded into G's columns first (an exact
     power-of-two multiply), G is two-limb quantized per row, and B's int8 values are reused.
     g (..., M, K); fold_e broadcastable to (..., 1, K); b_q (..., K, N).
+
+    The fast path either scales the limbs before the products (as ``qmatmul_grad_left``) or
+    computes ``(256 * (hi @ b) + lo @ b) * 2^(e - 8)`` on the exact integer products: the
+    ``* 256`` is exact, the addition is the one rounding (of an integer), and scaling by a power
+    of two commutes with that rounding while the result stays normal (``_fast_ok``), so both
+    give the same bits; the cheaper one for the shapes is used.
     """
-    hi, lo, e = quantize2(g * pow2(fold_e), axis=-1)
-    return qmatmul_grad_left(hi, lo, e, b_q)
+    hi, lo, e = quantize2(np.multiply(g, pow2(fold_e)), axis=-1, overwrite=True)
+    k, n = g.shape[-1], b_q.shape[-1]
+    e_lo, e_hi = _range(e)
+    if not _fast_ok(k, e_lo - LO_SHIFT, e_hi):
+        return qmatmul_grad_left(hi, lo, e, b_q)
+    if _pre_scale(k, n):
+        hi *= pow2_unchecked(e)
+        lo *= pow2_unchecked(e - LO_SHIFT)
+        out: FloatArray = np.matmul(hi, b_q)  # exact
+        out += np.matmul(lo, b_q)  # exact, then one rounding
+        return out
+    out = np.matmul(hi, b_q)  # exact integers
+    out *= F32(1 << LO_SHIFT)  # exact
+    out += np.matmul(lo, b_q)  # one rounding
+    out *= pow2_unchecked(e - LO_SHIFT)  # exact
+    return out
 
 
 def grad_matmul_right(a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
     """dB = A @ G for a forward product whose left operand A was quantized on its columns.
 
     a_q (..., M, K) reused int8 values; fold_e broadcastable to (..., K, 1) (A's scales on the
-    summed axis, folded into G's rows); g (..., K, N) two-limb quantized per column.
+    summed axis, folded into G's rows); g (..., K, N) two-limb quantized per column. The fast
+    path is chosen as in ``grad_matmul_left``.
     """
-    hi, lo, e = quantize2(g * pow2(fold_e), axis=-2)
-    return qmatmul_grad_right(a_q, hi, lo, e)
+    hi, lo, e = quantize2(np.multiply(g, pow2(fold_e)), axis=-2, overwrite=True)
+    m, k = a_q.shape[-2], a_q.shape[-1]
+    e_lo, e_hi = _range(e)
+    if not _fast_ok(k, e_lo - LO_SHIFT, e_hi):
+        return qmatmul_grad_right(a_q, hi, lo, e)
+    if _pre_scale(k, m):
+        hi *= pow2_unchecked(e)
+        lo *= pow2_unchecked(e - LO_SHIFT)
+        out: FloatArray = np.matmul(a_q, hi)  # exact
+        out += np.matmul(a_q, lo)  # exact, then one rounding
+        return out
+    out = np.matmul(a_q, hi)  # exact integers
+    out *= F32(1 << LO_SHIFT)  # exact
+    out += np.matmul(a_q, lo)  # one rounding
+    out *= pow2_unchecked(e - LO_SHIFT)  # exact
+    return out

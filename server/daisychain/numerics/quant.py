@@ -50,7 +50,15 @@ def pow2(e: npt.NDArray[np.int32]) -> FloatArray:
     """2^e as float32 for integer e in [-126, 127], built from the exponent bits (exact)."""
     if e.size and (int(e.min()) < -126 or int(e.max()) > 127):
         raise ValueError(f"pow2: exponent out of the normal float32 range: [{e.min()}, {e.max()}]")
-    return ((e.astype(np.int32) + 127).astype(np.uint32) << np.uint32(23)).view(np.float32)
+    return pow2_unchecked(e)
+
+
+def pow2_unchecked(e: npt.NDArray[np.int32]) -> FloatArray:
+    """``pow2`` for exponents the caller already knows lie in [-126, 127] (no range scan)."""
+    bits = (e + np.int32(127)).astype(np.uint32)
+    bits <<= np.uint32(23)
+    out: FloatArray = bits.view(np.float32)
+    return out
 
 
 def scale_exponent(x: FloatArray, axis: int) -> IntArray:
@@ -83,23 +91,34 @@ def quantize(x: FloatArray, axis: int) -> tuple[FloatArray, IntArray]:
     as length 1 (ready to broadcast).
     """
     e = scale_exponent(x, axis)
-    q = np.multiply(x, pow2(-e))
+    # e lies in [-106, 94] (E_FLOOR, E_CEIL), so -e, e and LO_SHIFT - e are normal exponents.
+    q = np.multiply(x, pow2_unchecked(-e))
     np.rint(q, out=q)
     # rint(-0.3) is -0: adding +0 turns every -0 into +0 so the integer meaning is unambiguous.
     np.add(q, F32(0.0), out=q)
     return q, e
 
 
-def quantize2(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray, IntArray]:
-    """Two-limb quantization: (hi, lo, e) with x ~= (256 * hi + lo) * 2^(e - 8)."""
-    hi, e = quantize(x, axis)
-    lo = np.multiply(hi, pow2(e))
-    np.subtract(x, lo, out=lo)  # the residual r, exact: see the module docstring
-    np.multiply(lo, pow2(LO_SHIFT - e), out=lo)
-    np.rint(lo, out=lo)
-    np.clip(lo, F32(-127), F32(127), out=lo)
-    np.add(lo, F32(0.0), out=lo)
-    return hi, lo, e
+def quantize2(
+    x: FloatArray, axis: int, overwrite: bool = False
+) -> tuple[FloatArray, FloatArray, IntArray]:
+    """Two-limb quantization: (hi, lo, e) with x ~= (256 * hi + lo) * 2^(e - 8).
+
+    With ``overwrite`` the buffer of ``x`` is reused for ``lo`` (``x`` is then lost).
+    """
+    e = scale_exponent(x, axis)
+    y = np.multiply(x, pow2_unchecked(-e), out=x if overwrite else None)  # exact
+    hi = np.rint(y)
+    np.add(hi, F32(0.0), out=hi)
+    # r * 2^(8 - e) = (x * 2^-e - hi) * 2^8 with r = x - hi * 2^e: the subtraction is exact
+    # (|y - hi| <= 1/2 and both are multiples of y's ulp) and so are both power-of-two
+    # multiplies, so this is the module docstring's residual without two broadcast multiplies.
+    np.subtract(y, hi, out=y)
+    np.multiply(y, F32(1 << LO_SHIFT), out=y)
+    np.rint(y, out=y)
+    np.clip(y, F32(-127), F32(127), out=y)
+    np.add(y, F32(0.0), out=y)
+    return hi, y, e
 
 
 def dequantize(q: FloatArray, e: IntArray) -> FloatArray:
