@@ -23,6 +23,7 @@ How numpy gets those bits fast, through float32 BLAS:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -196,17 +197,7 @@ def grad_matmul_left(g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatA
     e_lo, e_hi = _range(e)
     if not _fast_ok(k, e_lo - LO_SHIFT, e_hi):
         return qmatmul_grad_left(hi, lo, e, b_q)
-    if _pre_scale(k, n):
-        hi *= pow2_unchecked(e)
-        lo *= pow2_unchecked(e - LO_SHIFT)
-        out: FloatArray = np.matmul(hi, b_q)  # exact
-        out += np.matmul(lo, b_q)  # exact, then one rounding
-        return out
-    out = np.matmul(hi, b_q)  # exact integers
-    out *= F32(1 << LO_SHIFT)  # exact
-    out += np.matmul(lo, b_q)  # one rounding
-    out *= pow2_unchecked(e - LO_SHIFT)  # exact
-    return out
+    return _limb_products(hi, lo, e, lambda limb: np.matmul(limb, b_q), _pre_scale(k, n))
 
 
 def grad_matmul_right(a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
@@ -221,14 +212,32 @@ def grad_matmul_right(a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> Float
     e_lo, e_hi = _range(e)
     if not _fast_ok(k, e_lo - LO_SHIFT, e_hi):
         return qmatmul_grad_right(a_q, hi, lo, e)
-    if _pre_scale(k, m):
+    return _limb_products(hi, lo, e, lambda limb: np.matmul(a_q, limb), _pre_scale(k, m))
+
+
+def _limb_products(
+    hi: FloatArray,
+    lo: FloatArray,
+    e: IntArray,
+    product: Callable[[FloatArray], FloatArray],
+    pre_scale: bool,
+) -> FloatArray:
+    """f32((256 * product(hi) + product(lo)) * 2^(e - 8)) on the fast path (``_fast_ok`` holds).
+
+    ``product`` multiplies a limb by the reused int8 operand (from the left or the right).
+    Either the limbs are scaled first (every partial sum exact, one rounding in the final add), or
+    the exact integer products are combined and scaled after (``* 256`` exact, one rounding in the
+    add, the power-of-two scale exact in the normal range); ``pre_scale`` picks the cheaper. The
+    limbs are scaled in place.
+    """
+    if pre_scale:
         hi *= pow2_unchecked(e)
         lo *= pow2_unchecked(e - LO_SHIFT)
-        out: FloatArray = np.matmul(a_q, hi)  # exact
-        out += np.matmul(a_q, lo)  # exact, then one rounding
+        out = product(hi)  # exact
+        out += product(lo)  # exact, then one rounding
         return out
-    out = np.matmul(a_q, hi)  # exact integers
+    out = product(hi)  # exact integers
     out *= F32(1 << LO_SHIFT)  # exact
-    out += np.matmul(a_q, lo)  # one rounding
+    out += product(lo)  # one rounding
     out *= pow2_unchecked(e - LO_SHIFT)  # exact
     return out
