@@ -55,8 +55,9 @@ def only_candidate(address: str) -> Iterator[None]:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from daisychain.p2p.mesh import Mesh, MeshError
-    from daisychain.p2p.node import LeadConfig, Node, StepRecord
+    from daisychain.p2p.local import run_group
+    from daisychain.p2p.mesh import MeshError
+    from daisychain.p2p.node import LeadConfig, StepRecord
     from daisychain.server.app import serve_local
     from daisychain.server.config import DataConfig, ServerConfig
     from daisychain.tokenizer import load_default
@@ -67,32 +68,20 @@ async def _demo(args: argparse.Namespace) -> int:
     async with serve_local(ServerConfig(data=DataConfig(offline=True))) as url:
         print(f"server on {url}; {PEERS} peers, model {args.preset}, {args.steps} steps")
         curve: list[StepRecord] = []
-        nodes: list[Node] = []
-        meshes: list[Mesh] = []
+        lead = LeadConfig(
+            preset=args.preset, steps=args.steps, lr=args.lr, seed=args.seed,
+            batch=args.batch, seq_len=args.seq_len, min_peers=PEERS,
+        )  # fmt: skip
+
+        def record(peer: int, step: StepRecord) -> None:
+            if peer == 0:
+                curve.append(step)
+
         try:
-            for i in range(PEERS):
-                mesh = Mesh(url, name=f"demo-{i}")
-                await mesh.connect()
-                meshes.append(mesh)
-                lead = None
-                if i == 0:
-                    lead = LeadConfig(
-                        preset=args.preset, steps=args.steps, lr=args.lr, seed=args.seed,
-                        batch=args.batch, seq_len=args.seq_len, min_peers=PEERS,
-                    )  # fmt: skip
-                nodes.append(
-                    Node(
-                        mesh,
-                        tokens,
-                        tok.sha256,
-                        tok.vocab_size,
-                        lead=lead,
-                        on_step=curve.append if i == 0 else None,
-                    )
-                )
-            outcomes = await asyncio.wait_for(
-                asyncio.gather(*(n.run() for n in nodes)), timeout=60 + 20 * args.steps
-            )
+            outcomes = await run_group(
+                url, lead, PEERS, tokens, tok.sha256, tok.vocab_size,
+                name="demo", timeout_s=60 + 20 * args.steps, on_step=record,
+            )  # fmt: skip
         except MeshError as exc:
             print(f"demo: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
             return 1
@@ -103,9 +92,6 @@ async def _demo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        finally:
-            for mesh in meshes:
-                await mesh.close()
     print("step  loss     hash")
     for r in curve:
         bar = "#" * max(1, int(r.loss * 4))

@@ -138,8 +138,8 @@ async def raw_channel_mb_s(total_mb: float) -> float:
 
 async def live_run(args: argparse.Namespace) -> dict[str, Any]:
 
-    from daisychain.p2p.mesh import Mesh
-    from daisychain.p2p.node import LeadConfig, Node, StepRecord
+    from daisychain.p2p.local import run_group
+    from daisychain.p2p.node import LeadConfig, StepRecord
     from daisychain.server.app import serve_local
     from daisychain.server.config import DataConfig, ServerConfig
     from daisychain.tokenizer import load_default
@@ -149,33 +149,12 @@ async def live_run(args: argparse.Namespace) -> dict[str, Any]:
     tokens = load_corpus(None, tok).train
     async with serve_local(ServerConfig(data=DataConfig(offline=True))) as url:
         records: list[list[StepRecord]] = [[], [], []]
-        meshes = []
-        try:
-            nodes = []
-            for i in range(3):
-                mesh = Mesh(url, name=f"bench-{i}")
-                await mesh.connect()
-                meshes.append(mesh)
-                lead = None
-                if i == 0:
-                    lead = LeadConfig(
-                        steps=args.steps, batch=args.batch, seq_len=args.seq_len, min_peers=3
-                    )
-                nodes.append(
-                    Node(
-                        mesh,
-                        tokens,
-                        tok.sha256,
-                        tok.vocab_size,
-                        lead=lead,
-                        on_step=records[i].append,
-                    )
-                )
-            outcomes = await asyncio.wait_for(asyncio.gather(*(n.run() for n in nodes)), 600)
-            raw = await raw_channel_mb_s(args.raw_mb)
-        finally:
-            for mesh in meshes:
-                await mesh.close()
+        lead = LeadConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, min_peers=3)
+        outcomes = await run_group(
+            url, lead, 3, tokens, tok.sha256, tok.vocab_size,
+            name="bench", timeout_s=600, on_step=lambda i, r: records[i].append(r),
+        )  # fmt: skip
+        raw = await raw_channel_mb_s(args.raw_mb)
     steady = [r for recs in records for r in recs if r.step > 1]  # step 1 includes warm-up
     compute = float(np.median([r.compute_s for r in steady]))
     exchange = float(np.median([r.exchange_s for r in steady]))
