@@ -8,7 +8,7 @@ rosters, the sync guard), ``mesh`` (signaling client and one aiortc data channel
 by concept: ``options`` (what a node is given), ``membership`` (config, join, leave, failover),
 ``rosters`` (accepting rosters, the leader's decisions), ``exchange`` (one step's gradient
 exchange), ``repair``, ``guard`` (hash and probe checks), ``checkpoints`` (state sync, saves)
-and ``stopping`` (the stop protocol).
+and ``stopping`` (the stop protocol); ``local`` runs several peers in one process (demo, bench).
 """
 
 DATA_PROTOCOL_VERSION = 1
