@@ -1,6 +1,6 @@
 # DaisyChain as a Hugging Face Docker Space (README front matter: sdk: docker, app_port: 7860).
-# The install step is exactly the README's (`pip install .`), so CI's README path tests it; it
-# runs as root into the image's site-packages, then the app runs as the Space's uid 1000 user.
+# The install step is the README's (a virtual environment, then `pip install .` into it), so CI's
+# README path tests it; it runs as root, then the app runs as the Space's uid 1000 user.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -10,7 +10,8 @@ ENV PYTHONUNBUFFERED=1 \
 RUN useradd --create-home --uid 1000 user
 WORKDIR /home/user/app
 COPY --chown=user . .
-RUN pip install .
+RUN python -m venv /opt/venv && /opt/venv/bin/pip install .
+ENV PATH=/opt/venv/bin:$PATH
 
 USER user
 ENV HOME=/home/user

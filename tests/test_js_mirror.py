@@ -3,46 +3,72 @@
 Runs ``node --test tests/js/`` (node:test files ``*.test.mjs``; no npm packages) and fails on any
 failing JS test, showing Node's report. The JS tests compare the mirror bit for bit with the
 golden vectors in tests/vectors/ and with known answers of the Python reference. Skipped only
-when ``node`` is not on PATH (install Node 20 or newer to run it).
+when ``node`` is not on PATH (install Node 18 or newer to run it; ``daisychain.nodejs`` says how
+it is started).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from daisychain.nodejs import NodeError, node_argv
 
 REPO = Path(__file__).resolve().parents[1]
 JS_TESTS = REPO / "tests" / "js"
 NODE_TIMEOUT_S = 240
 
 
-def _node() -> str:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not on PATH: install Node 20+ to test the JS mirror")
-    return node
+def _node() -> tuple[str, ...]:
+    try:
+        return node_argv()
+    except NodeError as exc:
+        if "not on PATH" in str(exc):
+            pytest.skip(str(exc))
+        raise
 
 
 def test_node_is_recent_enough() -> None:
-    out = subprocess.run(
-        [_node(), "--version"], capture_output=True, text=True, check=True, timeout=30
-    ).stdout
-    match = re.match(r"v(\d+)", out.strip())
-    assert match is not None, f"unexpected `node --version` output: {out!r}"
-    assert int(match.group(1)) >= 20, (
-        f"Node {out.strip()} is too old: the JS mirror needs Node 20+ (crypto.subtle)"
-    )
+    _node()  # raises NodeError naming the version when Node is older than 18
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("v16.20.2", "too old"),
+        ("v18.20.4", "--experimental-global-webcrypto"),
+        ("v20.20.2", None),
+        ("node-x", "unexpected"),
+    ],
+)
+def test_node_argv_by_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, expected: str | None
+) -> None:
+    fake = tmp_path / "node"
+    fake.write_text(f"#!/bin/sh\necho {version}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    node_argv.cache_clear()
+    try:
+        if expected in ("too old", "unexpected"):
+            with pytest.raises(NodeError, match=expected):
+                node_argv()
+        elif expected is None:
+            assert node_argv() == (str(fake),)
+        else:
+            assert node_argv() == (str(fake), expected)
+    finally:
+        node_argv.cache_clear()
 
 
 def test_js_mirror_node_suite() -> None:
     files = sorted(JS_TESTS.glob("*.test.mjs"))
     assert files, f"no *.test.mjs files in {JS_TESTS}"
     proc = subprocess.run(
-        [_node(), "--test", *[str(f) for f in files]],
+        [*_node(), "--test", *[str(f) for f in files]],
         cwd=REPO,
         capture_output=True,
         text=True,

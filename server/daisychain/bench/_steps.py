@@ -13,7 +13,6 @@ The JS loops (``node_step.mjs``, the Chromium page in ``browser.py``) follow the
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import subprocess
 import time
@@ -28,6 +27,7 @@ from daisychain import training
 from daisychain.assets import asset_dir
 from daisychain.model.config import ModelConfig
 from daisychain.model.ops import GemmOps
+from daisychain.nodejs import NodeError, node_argv
 from daisychain.optim import AdamWConfig
 
 TOKEN_STREAM = 200_000  # tokens in the synthetic stream (any length > seq_len + 1 would do)
@@ -86,14 +86,16 @@ def time_python_steps(cfg: ModelConfig, ops: GemmOps, policy: StepPolicy) -> dic
 
 def node_missing() -> str | None:
     """Why the Node rows cannot run here, or None."""
-    if shutil.which("node") is None:
-        return "node not found on PATH (apt-get install nodejs, Node >= 18)"
+    try:
+        node_argv()
+    except NodeError as exc:
+        return str(exc)
     return None
 
 
 def run_node(script: Path, args: list[str], timeout_s: float) -> dict[str, Any]:
     """Runs one of the bench's Node scripts with the static/ folder first; its JSON line."""
-    cmd = ["node", str(script), str(asset_dir("static")), *args]
+    cmd = [*node_argv(), str(script), str(asset_dir("static")), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} exited {proc.returncode}: {proc.stderr[-2000:]}")
