@@ -1,0 +1,282 @@
+"""The hostile clients of issue 8, as bounded loopback attackers for ``_hostile.run_hostile``.
+
+Each factory returns an ``Attacker``: a coroutine that attacks until its count or its deadline
+runs out, records what it saw in ``attack.outcome`` and closes everything it opened. The tests
+(``tests/test_server_hostile.py``) and ``daisychain bench signaling --hostile`` run the same ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from daisychain.bench._hostile import (
+    Attack,
+    Attacker,
+    AttackOutcome,
+    raw_websocket,
+    read_until_closed,
+    text_frame,
+)
+
+HELLO: dict[str, Any] = {"type": "hello", "version": 1, "name": "mallory", "device": {}}
+_WAIT_S = 5.0
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def bad_frames(depth: int, partner: str) -> list[str]:
+    """Frames ``json.loads`` accepts that the relay must never see: deep nesting, non-finite."""
+    deep = json.dumps(_nested(depth))
+    return [
+        f'{{"type":"broadcast","data":{{"x":{deep}}}}}',
+        '{"type":"broadcast","data":{"x":NaN}}',
+        f'{{"type":"signal","to":"{partner}","data":{{"x":{deep}}}}}',
+        f'{{"type":"signal","to":"{partner}","data":{{"x":[Infinity,-Infinity,1e999]}}}}',
+    ]
+
+
+async def _receive(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
+    """The next message of ``kind`` (others skipped); an ``error`` or a close raises."""
+    deadline = time.monotonic() + _WAIT_S
+    while (left := deadline - time.monotonic()) > 0:
+        frame = await ws.receive(timeout=left)
+        if frame.type is not aiohttp.WSMsgType.TEXT:
+            raise ConnectionError(f"closed ({ws.close_code}) while waiting for {kind}")
+        message: dict[str, Any] = json.loads(frame.data)
+        if message["type"] == kind:
+            return message
+        if message["type"] == "error":
+            raise _Refused(message["code"])
+    raise TimeoutError(f"no {kind} within {_WAIT_S} s")
+
+
+class _Refused(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+async def _own_room(
+    a: Attack, session: aiohttp.ClientSession, room: str
+) -> tuple[aiohttp.ClientWebSocketResponse, aiohttp.ClientWebSocketResponse, str]:
+    """Two attacker sockets in a fresh room: (host, admitted member, host id)."""
+    host = await session.ws_connect(f"{a.ws_url}?room={room}")
+    a.outcome.connections += 1
+    await host.send_json(HELLO)
+    host_id = str((await _receive(host, "welcome"))["id"])
+    member = await session.ws_connect(f"{a.ws_url}?room={room}")
+    a.outcome.connections += 1
+    await member.send_json(HELLO)
+    request = await _receive(host, "join-request")
+    await host.send_json({"type": "approve", "peer": request["peer"]["id"]})
+    await _receive(member, "welcome")
+    return host, member, host_id
+
+
+def nested_flood(*, depth: int = 800, per_s: float = 20.0, max_messages: int = 2000) -> Attacker:
+    """A client in a room of its own (with a partner to signal) sends ``per_s`` deeply nested
+    or non-finite messages a second, reconnecting into a fresh room whenever it is thrown out."""
+
+    async def attack(a: Attack) -> None:
+        relayed = [0]
+        async with aiohttp.ClientSession() as session:
+            for round_ in range(200):
+                if a.over() or a.outcome.sent >= max_messages:
+                    break
+                try:
+                    partner, sender, partner_id = await _own_room(
+                        a, session, f"mallory-nest-{round_:04d}"
+                    )
+                except (_Refused, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+                    a.outcome.errors[getattr(exc, "code", type(exc).__name__)] += 1
+                    await asyncio.sleep(min(0.5, a.left()))
+                    continue
+                drain = asyncio.create_task(_count_relayed(partner, relayed))
+                errors = asyncio.create_task(read_until_closed(sender, a.outcome, a.left() + 2))
+                frames = bad_frames(depth, partner_id)
+                i = 0
+                while not errors.done() and not a.over() and a.outcome.sent < max_messages:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await sender.send_str(frames[i % len(frames)])
+                        a.outcome.sent += 1
+                    i += 1
+                    await asyncio.sleep(1.0 / per_s)
+                await sender.close()
+                await errors
+                await partner.close()
+                drain.cancel()
+                await asyncio.gather(drain, return_exceptions=True)
+        a.outcome.notes["relayed_to_partner"] = relayed[0]
+
+    return attack
+
+
+async def _count_relayed(ws: aiohttp.ClientWebSocketResponse, relayed: list[int]) -> None:
+    async for frame in ws:
+        if frame.type is aiohttp.WSMsgType.TEXT and json.loads(frame.data)["type"] in (
+            "signal",
+            "broadcast",
+        ):
+            relayed[0] += 1
+
+
+def slow_readers(
+    *, readers: int = 4, feeders: int = 2, message_bytes: int = 60_000, per_s: float = 40.0
+) -> Attacker:
+    """``readers`` clients that never read a byte, fed ``message_bytes`` signals by ``feeders``
+    reading clients in the same room, until the server has dropped every one of them."""
+
+    async def attack(a: Attack) -> None:
+        room = "mallory-slow-0001"
+        async with aiohttp.ClientSession() as session:
+            host = await session.ws_connect(f"{a.ws_url}?room={room}")
+            a.outcome.connections += 1
+            await host.send_json(HELLO)
+            await _receive(host, "welcome")
+            writers: list[asyncio.StreamWriter] = []
+            for _ in range(readers):
+                _reader, writer = await raw_websocket(
+                    a.host, a.port, f"/ws?room={room}", receive_buffer=4096
+                )
+                writer.write(text_frame(json.dumps({**HELLO, "name": "slow-reader"})))
+                writers.append(writer)
+                a.outcome.connections += 1
+            feeding = [host]
+            for _ in range(feeders - 1):
+                feeder = await session.ws_connect(f"{a.ws_url}?room={room}")
+                a.outcome.connections += 1
+                await feeder.send_json({**HELLO, "name": "feeder"})
+                feeding.append(feeder)
+            targets: list[str] = []
+            for _ in range(readers + feeders - 1):
+                request = await _receive(host, "join-request")
+                await host.send_json({"type": "approve", "peer": request["peer"]["id"]})
+                if request["peer"]["name"] == "slow-reader":
+                    targets.append(request["peer"]["id"])
+            gone: set[str] = set()
+            watchers = [asyncio.create_task(_watch(ws, gone, a.outcome)) for ws in feeding]
+            pad = "x" * message_bytes
+            n = 0
+            while not a.over() and not gone.issuperset(targets):
+                for feeder in feeding:
+                    alive = [t for t in targets if t not in gone]
+                    if not alive:
+                        break
+                    signal = {"type": "signal", "to": alive[n % len(alive)], "data": {"sdp": pad}}
+                    n += 1
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await feeder.send_json(signal)
+                        a.outcome.sent += 1
+                await asyncio.sleep(1.0 / per_s)
+            a.outcome.notes["readers_dropped"] = len(gone.intersection(targets))
+            a.outcome.notes["readers"] = readers
+            for writer in writers:
+                writer.close()
+            for ws in feeding:
+                await ws.close()
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+
+    return attack
+
+
+async def _watch(ws: aiohttp.ClientWebSocketResponse, gone: set[str], out: AttackOutcome) -> None:
+    async for frame in ws:
+        if frame.type is not aiohttp.WSMsgType.TEXT:
+            return
+        message = json.loads(frame.data)
+        if message["type"] == "peer-left":
+            gone.add(message["peer"])
+        elif message["type"] == "error":
+            out.errors[message["code"]] += 1
+
+
+def hello_flood(*, max_connections: int = 1000, parallel: int = 8) -> Attacker:
+    """Connect and say hello as fast as possible, each time into a new room code (squatting it
+    as host), holding every socket the server lets it keep."""
+
+    async def attack(a: Attack) -> None:
+        held: list[aiohttp.ClientWebSocketResponse] = []
+        counter = iter(range(max_connections))
+
+        async def one(session: aiohttp.ClientSession) -> None:
+            for i in counter:
+                if a.over():
+                    return
+                a.outcome.connections += 1
+                try:
+                    ws = await session.ws_connect(f"{a.ws_url}?room=squat-{i:06d}")
+                except aiohttp.WSServerHandshakeError as exc:
+                    a.outcome.closes[f"http-{exc.status}"] += 1
+                    continue
+                except aiohttp.ClientError as exc:
+                    a.outcome.closes[type(exc).__name__] += 1
+                    continue
+                await ws.send_json(HELLO)
+                a.outcome.sent += 1
+                try:
+                    await _receive(ws, "welcome")
+                    held.append(ws)
+                except _Refused as exc:
+                    a.outcome.errors[exc.code] += 1
+                    await read_until_closed(ws, a.outcome, min(_WAIT_S, a.left() + 1))
+                    await ws.close()
+                except (ConnectionError, TimeoutError):
+                    a.outcome.closes[str(ws.close_code)] += 1
+                    await ws.close()
+
+        started = time.monotonic()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            await asyncio.gather(*(one(session) for _ in range(parallel)))
+            a.outcome.notes["rooms_squatted"] = len(held)
+            a.outcome.notes["hellos_per_s"] = round(
+                a.outcome.sent / max(1e-9, time.monotonic() - started), 1
+            )
+            for ws in held:
+                await ws.close()
+
+    return attack
+
+
+def join_flood(*, max_requests: int = 2000) -> Attacker:
+    """Ask to join the bystanders' room, withdraw at once and ask again (the deny-and-reconnect
+    loop a host sees as a stream of requests)."""
+
+    async def attack(a: Attack) -> None:
+        reached = 0
+        async with aiohttp.ClientSession() as session:
+            for _ in range(max_requests):
+                if a.over():
+                    break
+                a.outcome.connections += 1
+                try:
+                    ws = await session.ws_connect(f"{a.ws_url}?room={a.room}")
+                except aiohttp.ClientError as exc:
+                    a.outcome.closes[type(exc).__name__] += 1
+                    continue
+                await ws.send_json(HELLO)
+                a.outcome.sent += 1
+                try:
+                    await _receive(ws, "pending")
+                    reached += 1
+                except _Refused as exc:
+                    a.outcome.errors[exc.code] += 1
+                    await read_until_closed(ws, a.outcome, min(_WAIT_S, a.left() + 1))
+                except (ConnectionError, TimeoutError):
+                    a.outcome.closes[str(ws.close_code)] += 1
+                await ws.close()
+        a.outcome.notes["requests_pending"] = reached
+
+    return attack
