@@ -1,8 +1,10 @@
-"""Audit sampling, probe and backend fallback without any GPU (pure numpy).
+"""Audit sampling and checksums, probe and backend fallback without any GPU (pure numpy).
 
 The audit must always check the structural danger cells first; a wrong cell there must be caught
-whatever the random sample; with no adapter the selftest still reports numpy and says why the GPU
-rows are missing.
+whatever the sample; its scheduled cells must reach every cell of a shape within
+ceil(M N / samples) rotations; its row/column sums must catch a single cell wrong by one unit
+anywhere, on the first product; the peer's per-step probe must be computed by its own kernel.
+With no adapter the selftest still reports numpy and says why the GPU rows are missing.
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ import pytest
 
 from daisychain import selftest
 from daisychain.gpu import backend as backend_mod
-from daisychain.gpu.audit import audit, danger_cells, danger_lines, sample_cells
-from daisychain.gpu.backend import NumpyGemm
+from daisychain.gpu.audit import (
+    audit,
+    checksums,
+    danger_cells,
+    danger_lines,
+    sample_cells,
+    scheduled_cells,
+)
+from daisychain.gpu.backend import Backend, NumpyGemm
 from daisychain.gpu.device import GpuUnavailable
 from daisychain.gpu.gates import run_gemm_gates
+from daisychain.gpu.live import step_probe
 from daisychain.gpu.probe import PROBE_SHAPE, probe_hash, probe_operands, reference_probe_hash
+from daisychain.peer.backend import choose
+from gpu_plant import OneCellPlant, planted_probe_hash, quiet_cell
 
 # Pinned: changing the probe's definition must be a deliberate, visible edit (docs/KERNELS.md).
 PROBE_HASH = "fd4bd82715373741b0a6c82113567db8e5b86980ea9a296ea228cc901f4677cb"
@@ -67,10 +79,92 @@ def test_audit_passes_a_correct_product_and_counts_cells() -> None:
     assert report.cells_checked == report.danger_cells + 25
 
 
-def test_audit_random_cells_find_interior_corruption() -> None:
-    a, b, out = _product(20, 9, 20)  # 400 cells; 400 random samples hit nearly all
+def test_audit_scheduled_cells_find_interior_corruption() -> None:
+    a, b, out = _product(20, 9, 20)  # 400 cells; 400 scheduled samples are all of them
     out[10, 10] = 0 if out[10, 10] != 0 else 1
-    assert not audit(a, b, out, samples=400).ok
+    assert not audit(a, b, out, samples=400, checksum=False).ok
+
+
+@pytest.mark.parametrize(("m", "n", "samples"), [(70, 40, 16), (3, 5, 16), (33, 35, 7), (1, 1, 4)])
+def test_schedule_reaches_every_cell_once_per_cycle(m: int, n: int, samples: int) -> None:
+    count = min(samples, m * n)
+    rounds = -(-m * n // count)
+    seen = [c for r in range(rounds) for c in scheduled_cells(m, n, samples, seed=3, rotation=r)]
+    assert set(seen) == {(i, j) for i in range(m) for j in range(n)}
+    full = (m * n // count) * count  # rotations before the last, partial one: no repeats
+    assert len(set(seen[:full])) == full
+    assert scheduled_cells(m, n, samples, seed=3, rotation=rounds) == scheduled_cells(
+        m, n, samples, seed=3, rotation=0
+    )  # the cycle restarts
+
+
+def test_sampled_cells_alone_miss_an_interior_cell_by_construction() -> None:
+    """The gap the checksums close: a quiet cell is not checked by this call's cells."""
+    a, b, out = _product(70, 50, 40)
+    row, col = quiet_cell(70, 40, samples=16)
+    out[row, col] += 1
+    assert audit(a, b, out, samples=16, checksum=False).ok  # the wrong cell escapes
+    report = audit(a, b, out, samples=16)
+    assert not report.ok
+    assert (report.bad_rows, report.bad_cols) == ([row], [col])
+    wrong = report.mismatches[0]
+    assert (wrong.row, wrong.col, wrong.got - wrong.expected) == (row, col, 1)
+    assert f"first at [{row}, {col}]" in report.describe()
+
+
+def test_checksums_catch_every_single_cell_error_by_one_unit() -> None:
+    a, b, out = _product(37, 45, 41)
+    for delta in (1, -1):
+        for row in range(37):
+            for col in range(41):
+                out[row, col] += delta
+                assert [list(x) for x in checksums(a, b, out)] == [[row], [col]], (row, col)
+                out[row, col] -= delta
+    assert [list(x) for x in checksums(a, b, out)] == [[], []]
+    out[36, 0] -= 1
+    report = audit(a, b, out, samples=0)
+    assert not report.ok and report.mismatches[0].row == 36  # located, samples or not
+
+
+def test_checksums_see_errors_that_cancel_in_a_row() -> None:
+    a, b, out = _product(70, 50, 40)
+    out[40, 10] += 1
+    out[40, 20] -= 1  # the row sum is unchanged; two column sums are not
+    report = audit(a, b, out, samples=0)
+    assert report.bad_rows == [] and report.bad_cols == [10, 20]
+    assert {(x.row, x.col) for x in report.mismatches} == {(40, 10), (40, 20)}
+
+
+def test_rectangle_cancels_in_every_sum_and_rotation_still_finds_it() -> None:
+    """The checksums' one blind spot, +d -d -d +d on a rectangle: the schedule reaches it."""
+    a, b, out = _product(70, 50, 40)
+    for (i, j), d in {(20, 10): 1, (20, 25): -1, (50, 10): -1, (50, 25): 1}.items():
+        out[i, j] += d
+    assert [list(x) for x in checksums(a, b, out)] == [[], []]
+    rounds = -(-70 * 40 // 16)
+    failing = [r for r in range(rounds) if not audit(a, b, out, 16, rotation=r).ok]
+    assert 1 <= len(failing) <= 4  # each corner lies in exactly one rotation of the cycle
+    assert audit(a, b, out, 16, rotation=next(r for r in range(rounds) if r not in failing)).ok
+
+
+class ProbeShapePlanted(NumpyGemm):
+    """Exact, except one cell of the probe's product is one unit off."""
+
+    name = "planted"
+    plant = OneCellPlant(40, 50, 1, *PROBE_SHAPE)
+
+    def matmul_int(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.plant.apply(a, b)
+
+
+def test_peer_probe_is_computed_by_its_own_kernel() -> None:
+    """A peer publishing the reference's probe instead of its kernel's own must fail here."""
+    planted = planted_probe_hash(ProbeShapePlanted.plant)
+    assert planted != PROBE_HASH
+    backend = Backend(ProbeShapePlanted(), "test adapter")
+    assert step_probe(backend) == planted
+    compute = choose("wgpu", select=lambda: backend).compute
+    assert compute.probe() == planted
 
 
 def test_probe_is_pinned_and_reference_agrees() -> None:

@@ -3,6 +3,9 @@
 A bug is planted by string substitution on the real kernel file, and the modified WGSL goes
 through the very same gate code as the real kernel. Each substitution must match exactly once, so
 a kernel edit that removes the target makes these tests fail loudly instead of passing vacuously.
+The smallest bug of all, one cell of one shape wrong by one unit (``gpu_plant.OneCellPlant``),
+must be caught by the gates when the shape is a gate case, and by the kernel probe when it is the
+probe's shape (which no gate case has: the gates pass such a kernel).
 """
 
 from __future__ import annotations
@@ -10,13 +13,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daisychain.gpu.backend import select_backend
+from daisychain.gpu.backend import Backend, evaluate_gpu, select_backend
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
-from daisychain.gpu.gates import GateReport, run_gemm_gates, run_quantize_gates
+from daisychain.gpu.gates import GateReport, gemm_cases, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
 from daisychain.gpu.kernels import kernel_source
+from daisychain.gpu.live import step_probe
 from daisychain.gpu.pool import BufferPool
+from daisychain.gpu.probe import PROBE_SHAPE, probe_hash, reference_probe_hash
 from daisychain.gpu.quantize import GpuQuantize
+from daisychain.peer.backend import choose
+from gpu_plant import OneCellPlant, planted_probe_hash
 
 KINDS: list[GemmKind] = ["dp4a", "lut"]
 
@@ -119,3 +126,85 @@ def test_both_kernels_broken_falls_back_to_numpy(gpu: GpuDevice) -> None:
     backend = select_backend(sources=sources)
     assert backend.name == "numpy"
     assert [d.name for d in backend.demotions] == ["wgpu-dp4a", "wgpu-lut"]
+
+
+# --- one unit in one cell ------------------------------------------------------------------
+
+# (gate case, cell, delta): an interior cell of a tile-edge shape, of a seeded random shape, and
+# of the float qmatmul case (its one unit survives dequantization: |acc| < 2^24 there).
+GATE_PLANTS = [
+    ("two tiles +-1", (40, 17), 1),
+    ("random 3", None, -1),
+    ("float 33x64x35", (20, 11), 1),
+]
+
+
+def gate_plant(case: str, cell: tuple[int, int] | None, delta: int) -> tuple[OneCellPlant, str]:
+    """The plant for ``case`` and the name of the first gate case it must fail."""
+    shapes = {name: (a.shape[0], a.shape[1], b.shape[1]) for name, a, b in gemm_cases()}
+    shapes["float 33x64x35"] = (33, 64, 35)
+    m, k, n = shapes[case]
+    row, col = cell if cell is not None else (m // 2, n // 2)
+    plant = OneCellPlant(row, col, delta, m, k, n)
+    first = next(name for name, s in shapes.items() if plant.fires(*s))  # gate order
+    return plant, first
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("case", "cell", "delta"), GATE_PLANTS, ids=[p[0] for p in GATE_PLANTS])
+def test_gate_fails_on_one_unit_in_one_cell(
+    gpu: GpuDevice, kind: GemmKind, case: str, cell: tuple[int, int] | None, delta: int
+) -> None:
+    plant, first = gate_plant(case, cell, delta)
+    gemm = GpuGemm(gpu, kind, source=plant.wgsl(kind))
+    report = run_gemm_gates(gemm, gemm.pool, gemm.tile)
+    failure = report.failure
+    assert failure is not None, f"{case}: one unit at ({plant.row}, {plant.col}) went unseen"
+    assert failure.case == first
+    assert failure.index == (plant.row, plant.col)
+    if failure.expected.startswith("0x"):  # float case: the float32 bits of acc * 2^e differ
+        assert failure.expected != failure.got
+    else:
+        assert int(failure.got) - int(failure.expected) == delta
+
+
+def test_one_unit_gate_failure_demotes_with_reason(gpu: GpuDevice) -> None:
+    plant, first = gate_plant("random 3", None, 1)
+    backend = select_backend(sources={"dp4a": plant.wgsl("dp4a")})
+    assert backend.name == "wgpu-lut"
+    [demotion] = backend.demotions
+    assert demotion.name == "wgpu-dp4a"
+    assert f"failed gate {first!r}" in demotion.reason
+    assert f"first mismatch at ({plant.row}, {plant.col})" in demotion.reason
+
+
+PROBE_PLANT = OneCellPlant(40, 50, 1, *PROBE_SHAPE)  # interior: no danger row or column
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_probe_sees_one_unit_the_gates_cannot(gpu: GpuDevice, kind: GemmKind) -> None:
+    gemm = GpuGemm(gpu, kind, source=PROBE_PLANT.wgsl(kind))
+    assert run_gemm_gates(gemm, gemm.pool, gemm.tile).passed  # no gate case has this shape
+    planted = planted_probe_hash(PROBE_PLANT)
+    assert planted != reference_probe_hash()
+    assert probe_hash(gemm.matmul_int) == planted  # the probe ran through the planted kernel
+    usable, reason = evaluate_gpu(gpu, kind, PROBE_PLANT.wgsl(kind))
+    assert usable is None
+    assert reason == (
+        f"wgpu-{kind}: kernel probe hash {planted[:16]}... != reference "
+        f"{reference_probe_hash()[:16]}..."
+    )
+
+
+def test_probe_failure_demotes_and_the_peer_publishes_its_own_probe(gpu: GpuDevice) -> None:
+    planted = planted_probe_hash(PROBE_PLANT)
+    backend = select_backend(sources={"dp4a": PROBE_PLANT.wgsl("dp4a")})
+    assert backend.name == "wgpu-lut"
+    assert [d.name for d in backend.demotions] == ["wgpu-dp4a"]
+    assert f"kernel probe hash {planted[:16]}" in backend.demotions[0].reason
+    # A peer on such a kernel (had it been selected) publishes what the kernel computes, so the
+    # other peers name it; publishing the reference's hash instead would fail here.
+    forced = Backend(GpuGemm(gpu, "dp4a", source=PROBE_PLANT.wgsl("dp4a")), gpu.adapter_name)
+    assert step_probe(forced) == planted
+    assert choose("wgpu", select=lambda: forced).compute.probe() == planted
+    assert step_probe(backend) == reference_probe_hash()  # the honest LUT kernel

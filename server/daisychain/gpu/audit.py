@@ -1,17 +1,33 @@
-"""Continuous audit: re-check sampled output cells of a live product against exact CPU dots.
+"""Continuous audit: re-check a live product against exact CPU arithmetic (docs/KERNELS.md).
 
 The gates prove a kernel at start; the audit keeps proving it at the shapes training really uses.
-Bugs in tiled kernels live at structure boundaries, so the sample ALWAYS starts with the
-structural danger cells, in this order: the four corners, then the WHOLE first and last row and
-first and last column, then every crossing of a danger row and a danger column, where danger rows
-are the first and last row and both sides of every block (workgroup tile) edge, and likewise for
-columns. Then ``samples`` seeded random cells (contract
-PRNG, so every device audits the same cells for the same seed). Each is compared with an exact
-int64 dot product of the int8 operands.
+Three checks, all against exact int64 arithmetic on the int8 operands:
+
+1. **Structural danger cells**, always first, in this order: the four corners, then the WHOLE
+   first and last row and first and last column, then every crossing of a danger row and a
+   danger column, where danger rows are the first and last row and both sides of every block
+   (workgroup tile) edge, and likewise for columns. Bugs in tiled kernels live there.
+2. **Rotating sampled cells**: ``samples`` cells from a seeded schedule that walks a permutation
+   of all ``m * n`` cells, ``samples`` further at each ``rotation``; rotations ``0 .. ceil(m n /
+   samples) - 1`` check every cell exactly once. The permutation ``f(x) = (mult * x + offset) mod
+   m n`` takes ``offset`` and ``mult`` (made coprime to ``m n``) from the contract PRNG (stream
+   ``(7,)`` under ``seed``), so every device audits the same cells for the same seed and rotation.
+3. **Checksums**: the row sums ``out @ 1`` against ``a @ (b @ 1)`` and the column sums ``1^T out``
+   against ``(1^T a) @ b``, exact in int64, O(MK + KN + MN) -- cheap next to the O(MNK) product.
+   A single wrong cell, by any amount, changes exactly one row sum and one column sum, so it is
+   caught on every call wherever it lies; the crossing of the failing rows and columns locates it
+   (its exact value is then computed and reported like a sampled cell). Only errors that cancel
+   in every row sum AND every column sum (e.g. +d, -d, -d, +d on the corners of a rectangle)
+   pass the checksums; the rotating cells reach those in at most ``ceil(m n / samples)`` calls.
+
+Why all three: cells 1 and 2 alone cannot see an interior cell that is neither structural nor in
+this call's sample (with 16 samples a one-unit error in a 256 x 2048 product escapes a given call
+with probability 1 - 16 / 524288); the checksums see it at once.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +35,8 @@ import numpy.typing as npt
 
 from daisychain.numerics import prng
 
-AUDIT_STREAM = 7  # random cells come from prng.key(seed, 7) (NUMERICS.md section 7)
+AUDIT_STREAM = 7  # the schedule comes from prng.key(seed, 7) (NUMERICS.md section 7)
+MAX_LOCATED = 4096  # cells on failing rows/columns whose exact value is computed for the report
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
 
@@ -37,19 +54,31 @@ class AuditReport:
     cells_checked: int
     danger_cells: int
     mismatches: list[Mismatch] = field(default_factory=list)
+    bad_rows: list[int] = field(default_factory=list)  # row sums that differ (checksum)
+    bad_cols: list[int] = field(default_factory=list)  # column sums that differ (checksum)
+    checksum: bool = False  # whether the row/column sums were compared
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches
+        return not (self.mismatches or self.bad_rows or self.bad_cols)
 
     def describe(self) -> str:
+        sums = " + row/column sums" if self.checksum else ""
         if self.ok:
-            return f"audit ok: {self.cells_checked} cells ({self.danger_cells} structural)"
-        first = self.mismatches[0]
-        return (
-            f"audit FAILED: {len(self.mismatches)} of {self.cells_checked} cells differ; first "
-            f"at [{first.row}, {first.col}]: expected {first.expected}, got {first.got}"
-        )
+            return f"audit ok: {self.cells_checked} cells ({self.danger_cells} structural){sums}"
+        parts = []
+        if self.bad_rows or self.bad_cols:
+            parts.append(
+                f"checksum: {len(self.bad_rows)} row sums (first rows {self.bad_rows[:3]}) and "
+                f"{len(self.bad_cols)} column sums (first columns {self.bad_cols[:3]}) differ"
+            )
+        if self.mismatches:
+            first = self.mismatches[0]
+            parts.append(
+                f"{len(self.mismatches)} cells differ; first at [{first.row}, {first.col}]: "
+                f"expected {first.expected}, got {first.got}"
+            )
+        return f"audit FAILED ({self.cells_checked} cells checked{sums}): " + "; ".join(parts)
 
 
 def danger_lines(size: int, block: int) -> list[int]:
@@ -71,14 +100,59 @@ def danger_cells(m: int, n: int, tile: tuple[int, int]) -> list[tuple[int, int]]
     return list(dict.fromkeys(ordered))  # unique, first occurrence keeps its place
 
 
+def schedule(cells: int, seed: int = 0) -> tuple[int, int]:
+    """(mult, offset) of the seeded permutation ``x -> (mult * x + offset) mod cells``."""
+    offset, mult = (int(v) for v in prng.below(prng.key(seed, AUDIT_STREAM), 2, cells))
+    while math.gcd(mult, cells) != 1:  # ends: mult = 1 is coprime to everything
+        mult = (mult + 1) % cells
+    return mult, offset
+
+
+def scheduled_cells(
+    m: int, n: int, samples: int, seed: int = 0, rotation: int = 0
+) -> list[tuple[int, int]]:
+    """The ``rotation``-th group of ``min(samples, m n)`` cells of the seeded permutation."""
+    cells = m * n
+    count = min(max(samples, 0), cells)
+    if count == 0:
+        return []
+    mult, offset = schedule(cells, seed)
+    start = rotation * count
+    flat = [(mult * ((start + t) % cells) + offset) % cells for t in range(count)]
+    return [(f // n, f % n) for f in flat]
+
+
 def sample_cells(
-    m: int, n: int, tile: tuple[int, int], samples: int, seed: int = 0
+    m: int, n: int, tile: tuple[int, int], samples: int, seed: int = 0, rotation: int = 0
 ) -> tuple[list[tuple[int, int]], int]:
-    """(cells, number of structural ones): the danger cells, then ``samples`` random cells."""
+    """(cells, number of structural ones): the danger cells, then the scheduled cells."""
     cells = danger_cells(m, n, tile)
-    k = prng.key(seed, AUDIT_STREAM)
-    flat = prng.below(k, samples, m * n) if samples > 0 else np.zeros(0, dtype=np.int64)
-    return cells + [(int(f) // n, int(f) % n) for f in flat], len(cells)
+    return cells + scheduled_cells(m, n, samples, seed, rotation), len(cells)
+
+
+def _exact_cells(
+    a: Int8Array, b: Int8Array, rows: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    # (S, K) * (S, K) summed in int64: exact for any K the model uses.
+    exact: npt.NDArray[np.int64] = np.einsum(
+        "sk,sk->s", a[rows].astype(np.int64), b[:, cols].T.astype(np.int64), dtype=np.int64
+    )
+    return exact
+
+
+def checksums(
+    a: Int8Array, b: Int8Array, out: Int32Array
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """(rows, columns) whose sums in ``out`` differ from the exact sums of ``a @ b``.
+
+    Exact in int64: |row sum| <= 2^14 K N and |column sum| <= 2^14 K M, far below 2^63.
+    """
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    want_rows = a64 @ b64.sum(axis=1)  # (M,) = a @ (b @ 1)
+    want_cols = a64.sum(axis=0) @ b64  # (N,) = (1^T a) @ b
+    got_rows = out.sum(axis=1, dtype=np.int64)
+    got_cols = out.sum(axis=0, dtype=np.int64)
+    return np.nonzero(got_rows != want_rows)[0], np.nonzero(got_cols != want_cols)[0]
 
 
 def audit(
@@ -88,22 +162,42 @@ def audit(
     samples: int = 64,
     *,
     seed: int = 0,
+    rotation: int = 0,
     tile: tuple[int, int] = (32, 32),
+    checksum: bool = True,
 ) -> AuditReport:
-    """Check the danger cells and ``samples`` random cells of ``out = a @ b`` exactly."""
+    """Check ``out = a @ b``: danger cells, ``samples`` scheduled cells, row/column sums."""
     m, n = a.shape[0], b.shape[1]
     if out.shape != (m, n):
         raise ValueError(f"audit: output shape {out.shape} is not {(m, n)}")
     if m == 0 or n == 0:
-        return AuditReport(0, 0)
-    cells, structural = sample_cells(m, n, tile, samples, seed)
+        return AuditReport(0, 0, checksum=checksum)
+    cells, structural = sample_cells(m, n, tile, samples, seed, rotation)
     rows = np.array([c[0] for c in cells], dtype=np.int64)
     cols = np.array([c[1] for c in cells], dtype=np.int64)
-    # (S, K) * (S, K) summed in int64: exact for any K the model uses.
-    expected = np.einsum(
-        "sk,sk->s", a[rows].astype(np.int64), b[:, cols].T.astype(np.int64), dtype=np.int64
-    )
+    expected = _exact_cells(a, b, rows, cols)
     got = out[rows, cols].astype(np.int64)
     bad = np.nonzero(expected != got)[0]
     mismatches = [Mismatch(int(rows[s]), int(cols[s]), int(expected[s]), int(got[s])) for s in bad]
-    return AuditReport(len(cells), structural, mismatches)
+    bad_rows: list[int] = []
+    bad_cols: list[int] = []
+    if checksum:
+        r, c = checksums(a, b, out)
+        bad_rows, bad_cols = [int(i) for i in r], [int(j) for j in c]
+        # Locate: a wrong cell lies on a failing row and a failing column, unless its error
+        # cancels along one of them (then search that whole line); compute those cells exactly,
+        # up to MAX_LOCATED of them (only ever on the failure path).
+        seen = {(x.row, x.col) for x in mismatches}
+        search_rows = bad_rows or (list(range(m)) if bad_cols else [])
+        search_cols = bad_cols or (list(range(n)) if bad_rows else [])
+        pairs = [(i, j) for i in search_rows for j in search_cols if (i, j) not in seen]
+        pairs = pairs[:MAX_LOCATED]
+        if pairs:
+            pr = np.array([p[0] for p in pairs], dtype=np.int64)
+            pc = np.array([p[1] for p in pairs], dtype=np.int64)
+            want, have = _exact_cells(a, b, pr, pc), out[pr, pc].astype(np.int64)
+            mismatches += [
+                Mismatch(int(pr[s]), int(pc[s]), int(want[s]), int(have[s]))
+                for s in np.nonzero(want != have)[0]
+            ]
+    return AuditReport(len(cells), structural, mismatches, bad_rows, bad_cols, checksum)

@@ -1,8 +1,10 @@
 """A gated kernel in live training: every product audited, a probe hash per step.
 
 The gates prove a kernel once, at start, on fixed shapes. In training every product a kernel
-computes is also audited (``audit.audit``: the structural danger cells first, then seeded random
-cells, checked against exact int64 dots), and a failing audit stops the step with
+computes is also audited (``audit.audit``: the structural danger cells, then cells from a seeded
+schedule that rotates per product shape so every cell is eventually checked, then the exact row
+and column sums, which catch a single wrong cell anywhere on every call), and a failing audit
+stops the step with
 ``KernelAuditError`` instead of letting a wrong bit into the weights; the caller demotes the
 kernel. ``step_probe`` hashes the fixed probe product through the live kernel: peers publish it
 with their weight hash so a device whose kernel drifted is named, not just detected.
@@ -16,7 +18,7 @@ from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
 
-AUDIT_SAMPLES = 16  # random cells per product, after the structural ones
+AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
 
 
 class KernelAuditError(RuntimeError):
@@ -24,17 +26,43 @@ class KernelAuditError(RuntimeError):
 
 
 class AuditedMatmul:
-    """``gemm.matmul_int`` with every result audited; a new audit seed per call."""
+    """``gemm.matmul_int`` with every result audited.
+
+    Each output shape (M, N) has its own rotation counter: its n-th product checks the n-th
+    group of its cell schedule (``audit.scheduled_cells``), so every cell of every live shape is
+    checked within ``ceil(M N / samples)`` products of that shape, on top of the checksums.
+    ``checksum=False`` leaves only the sampled cells (tests use it to show what they miss).
+    """
 
     def __init__(
-        self, gemm: IntGemm, samples: int = AUDIT_SAMPLES, tile: tuple[int, int] = (32, 32)
+        self,
+        gemm: IntGemm,
+        samples: int = AUDIT_SAMPLES,
+        tile: tuple[int, int] = (32, 32),
+        *,
+        seed: int = 0,
+        checksum: bool = True,
     ) -> None:
         self.gemm, self.samples, self.tile = gemm, samples, tile
+        self.seed, self.checksum = seed, checksum
         self.calls = 0
+        self.rotations: dict[tuple[int, int], int] = {}
 
     def __call__(self, a: Int8Array, b: Int8Array) -> Int32Array:
         out = self.gemm.matmul_int(a, b)
-        report = audit(a, b, out, self.samples, seed=self.calls, tile=self.tile)
+        shape = (a.shape[0], b.shape[1])
+        rotation = self.rotations.get(shape, 0)
+        report = audit(
+            a,
+            b,
+            out,
+            self.samples,
+            seed=self.seed,
+            rotation=rotation,
+            tile=self.tile,
+            checksum=self.checksum,
+        )
+        self.rotations[shape] = rotation + 1
         self.calls += 1
         if not report.ok:
             raise KernelAuditError(
