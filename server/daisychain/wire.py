@@ -39,9 +39,15 @@ class Fields:
         value = self.obj_.get(name)
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise self.bad(name, "a number")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer literal beyond float range (1 followed by 400 zeros)
+            raise self.bad(name, "a finite number") from None
         if not (math.isfinite(value) and lo <= value <= hi):
-            raise self.bad(name, f"a finite number in [{lo}, {hi}]")
+            bounded = math.isfinite(lo) or math.isfinite(hi)
+            raise self.bad(
+                name, f"a finite number in [{lo}, {hi}]" if bounded else "a finite number"
+            )
         return value
 
     def text(self, name: str, max_chars: int) -> str:

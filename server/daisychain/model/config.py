@@ -17,7 +17,14 @@ DEFAULT_VOCAB = 2048
 
 
 class ConfigError(ValueError):
-    """The model configuration cannot be built under the numerical contract."""
+    """The model configuration cannot be built under the numerical contract.
+
+    ``rule`` names the invariant that failed (stable: a peer answering a leader's config with
+    ``error incompatible`` reports it, and tests refer to it)."""
+
+    def __init__(self, message: str, rule: str = "model") -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 def _is_power_of_four(n: int) -> bool:
@@ -41,25 +48,31 @@ class ModelConfig:
         for name in ("vocab_size", "width", "layers", "heads", "seq_len", "batch", "mlp_mult"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}", "positive")
         if self.width % self.heads != 0:
             raise ConfigError(
                 f"width {self.width} is not divisible by heads {self.heads}; "
-                "choose heads so that width / heads is a power of 4 (16, 64, 256)"
+                "choose heads so that width / heads is a power of 4 (16, 64, 256)",
+                "heads-divide-width",
             )
         if not _is_power_of_four(self.head_dim):
             raise ConfigError(
                 f"head dim width/heads = {self.head_dim} must be a power of 4 (16, 64, 256) so "
                 "the attention scale 1/sqrt(head dim) is an exact power of two; change width or "
-                "heads"
+                "heads",
+                "head-dim",
             )
         if self.vocab_size >= 2**24:
-            raise ConfigError(f"vocab_size {self.vocab_size} must be below 2^24")
+            raise ConfigError(f"vocab_size {self.vocab_size} must be below 2^24", "vocab-range")
         if self.batch * self.seq_len >= 2**24:
-            raise ConfigError("batch * seq_len must be below 2^24 (1/N is taken in float32)")
+            raise ConfigError(
+                "batch * seq_len must be below 2^24 (1/N is taken in float32)", "tokens-range"
+            )
         eps = np.float32(self.norm_eps)
         if not (np.isfinite(eps) and eps > 0):
-            raise ConfigError(f"norm_eps must be a positive finite float32, got {self.norm_eps!r}")
+            raise ConfigError(
+                f"norm_eps must be a positive finite float32, got {self.norm_eps!r}", "norm-eps"
+            )
         object.__setattr__(self, "norm_eps", eps)
 
     @property
@@ -98,6 +111,6 @@ def preset(name: str, **changes: Any) -> ModelConfig:
         cfg = PRESETS[name]
     except KeyError:
         raise ConfigError(
-            f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}"
+            f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}", "preset"
         ) from None
     return cfg.replace(**changes) if changes else cfg

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from daisychain import checkpoint, training
 from daisychain.model.config import ModelConfig, preset
 from daisychain.optim import AdamWConfig
-from daisychain.p2p import checkpoints, messages, rosters, run
+from daisychain.p2p import checkpoints, messages, rosters, run, runconfig
 from daisychain.p2p.run import Phase
 
 if TYPE_CHECKING:
@@ -69,6 +69,13 @@ def start_leading(node: Node) -> None:
         resume_step=state.step,
         resume_hash=node.my_hash if state.step > 0 else None,
     )
+    try:  # the leader trains its run too: the followers' rules and its own caps apply
+        runconfig.parse(
+            node.config, tokenizer_sha256=node.tokenizer_sha256, vocab_size=node.vocab_size,
+            limits=node.limits,
+        )  # fmt: skip
+    except runconfig.Incompatible as exc:
+        node._stop("error", f"cannot lead this run: {exc.message}; {exc.hint}", code=exc.code)
     node.phase.transition(Phase.CONFIGURED, "leading")
     node._broadcast(node.config)
 
@@ -81,23 +88,21 @@ def on_config(node: Node, peer: str, cfg: messages.Config) -> None:
         if cfg != node.config:
             node._reject(peer, "wrong-run", "a second, different run configuration")
         return
-    if cfg.tokenizer_sha256 != node.tokenizer_sha256 or cfg.model.vocab_size != node.vocab_size:
-        node._stop(
-            "error",
-            f"the leader's tokenizer is {cfg.tokenizer_sha256[:12]}... with "
-            f"{cfg.model.vocab_size} tokens; this peer has {node.tokenizer_sha256[:12]}... "
-            f"with {node.vocab_size}",
-        )
+    try:
+        accepted = runconfig.parse(
+            cfg, tokenizer_sha256=node.tokenizer_sha256, vocab_size=node.vocab_size,
+            limits=node.limits,
+        )  # fmt: skip
+    except runconfig.Incompatible as exc:
+        # Refused, not fatal: the follower stays in the lobby for the next run.
+        node._reject(peer, exc.code, exc.message, exc.hint)
+        return
     node.config = cfg
     node.leader = peer
-    node._set_shapes(model_config(cfg))
+    node._set_shapes(accepted.model)
     node.phase.transition(Phase.CONFIGURED, f"config from {peer}")
     if cfg.resume_step == 0:
-        opt = AdamWConfig(
-            lr=cfg.optim.lr, warmup_steps=cfg.optim.warmup_steps,
-            weight_decay=cfg.optim.weight_decay, clip=cfg.optim.clip,
-        )  # fmt: skip
-        node._set_state(training.init(model_config(cfg), opt, cfg.seed))
+        node._set_state(training.init(accepted.model, accepted.optim, cfg.seed))
         node._send(peer, ready(node))
     else:
         checkpoints.request_sync(node)

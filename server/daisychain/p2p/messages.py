@@ -71,6 +71,9 @@ class ModelSpec:
     mlp_mult: int
 
 
+MODEL_FIELDS = ("vocab_size", "width", "layers", "heads", "seq_len", "batch", "mlp_mult")
+
+
 @dataclass(frozen=True)
 class OptimSpec:
     lr: float
@@ -279,6 +282,10 @@ def parse(raw: str) -> Message:
             )
         return Hello(version=version, name=f.text("name", 40))
     if kind == "config":
+        # Shape only: every field present, of its JSON type, integers within 32 bits, numbers
+        # finite. Whether this peer can and will train it (ranges, invariants, caps) is
+        # runconfig.parse's decision, answered with `incompatible` (docs/PROTOCOL.md, "Config
+        # validation").
         m = _Fields(f.obj("model"), "config.model")
         o = _Fields(f.obj("optim"), "config.optim")
         preset = obj.get("preset")
@@ -289,24 +296,16 @@ def parse(raw: str) -> Message:
         return Config(
             run=f.run(),
             preset=preset,
-            model=ModelSpec(
-                vocab_size=m.integer("vocab_size", 1, 2**24 - 1),
-                width=m.integer("width", 1, 8192),
-                layers=m.integer("layers", 1, 256),
-                heads=m.integer("heads", 1, 256),
-                seq_len=m.integer("seq_len", 1, 65536),
-                batch=m.integer("batch", 1, 4096),
-                mlp_mult=m.integer("mlp_mult", 1, 16),
-            ),
+            model=ModelSpec(**{name: m.integer(name, 0, U32_MAX) for name in MODEL_FIELDS}),
             optim=OptimSpec(
-                lr=o.number("lr", 0.0, 1.0),
-                warmup_steps=o.integer("warmup_steps", 0, 2**24 - 1),
-                weight_decay=o.number("weight_decay", 0.0, 1.0),
-                clip=o.number("clip", 0.0, 1e6),
+                lr=o.number("lr", -math.inf, math.inf),
+                warmup_steps=o.integer("warmup_steps", 0, U32_MAX),
+                weight_decay=o.number("weight_decay", -math.inf, math.inf),
+                clip=o.number("clip", -math.inf, math.inf),
             ),
-            steps=f.integer("steps", 1, 2**24 - 1),
+            steps=f.integer("steps", 0, U32_MAX),
             seed=f.integer("seed", 0, U32_MAX),
-            data=f.choice("data", ("builtin",)),
+            data=f.text("data", 32),
             tokenizer_sha256=f.hash("tokenizer_sha256"),
             resume_step=resume_step,
             resume_hash=resume_hash,

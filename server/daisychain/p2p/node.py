@@ -48,6 +48,7 @@ from daisychain.p2p import (
     repair,
     rosters,
     run,
+    runconfig,
     stopping,
 )
 from daisychain.p2p.exchange import ComputeDone, ComputeFailed, Key, StepRecord, Work
@@ -110,8 +111,10 @@ class Node:
         on_step: Callable[[StepRecord], None] | None = None,
         faults: Faults | None = None,
         compute: Compute | None = None,
+        limits: runconfig.Limits | None = None,
     ) -> None:
         self.mesh = mesh
+        self.limits = limits or runconfig.Limits()  # what a leader may impose (--max-*)
         self.tokens = tokens
         self.tokenizer_sha256 = tokenizer_sha256
         self.vocab_size = vocab_size

@@ -29,6 +29,7 @@ from typing import Any
 from daisychain.model.config import PRESETS
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
+from daisychain.p2p.runconfig import Limits
 from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
 
 EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_INTERRUPTED = 0, 1, 3, 130
@@ -60,6 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lead.add_argument("--seq-len", type=int, help="context length")
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
+    caps = parser.add_argument_group(
+        "what a leader may impose on this peer (a run above a cap is refused with `incompatible`)"
+    )
+    caps.add_argument("--max-memory-mb", type=int, default=Limits.max_memory_mb, metavar="MB",
+                      help="estimated memory of the run (default %(default)s)")  # fmt: skip
+    caps.add_argument("--max-seq-len", type=int, default=Limits.max_seq_len, metavar="T",
+                      help="context length (default %(default)s)")  # fmt: skip
+    caps.add_argument("--max-batch", type=int, default=Limits.max_batch, metavar="B",
+                      help="sequences per device per step (default %(default)s)")  # fmt: skip
+    caps.add_argument("--max-steps", type=int, default=Limits.max_steps, metavar="N",
+                      help="steps of one run (default %(default)s)")  # fmt: skip
     parser.add_argument(
         "--checkpoint", metavar="PATH",
         help="save here (atomically) at the end, on Ctrl-C, on SIGUSR1 and every --save-every",
@@ -145,7 +157,7 @@ async def _main(args: argparse.Namespace) -> int:
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,
         save_every=args.save_every,
         timers=Timers(step_timeout_s=args.step_timeout, repair_after_s=args.repair_after),
-        on_step=display.step, compute=chosen.compute,
+        on_step=display.step, compute=chosen.compute, limits=limits(args),
     )  # fmt: skip
     display.node = node
     display.emit({"event": "joined", "id": mesh.id, "role": "lead" if lead else "follow"})
@@ -191,7 +203,20 @@ def _report(outcome: Outcome, display: Display) -> int:
     return EXIT_JOIN
 
 
+def limits(args: argparse.Namespace) -> Limits:
+    return Limits(
+        max_memory_mb=args.max_memory_mb, max_seq_len=args.max_seq_len,
+        max_batch=args.max_batch, max_steps=args.max_steps,
+    )  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        limits(args)
+    except ValueError as exc:
+        print(f"daisychain peer: {exc}\nhint: every --max-* cap is a positive integer",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_JOIN
     if args.save_every < 0 or (args.save_every and not args.checkpoint):
         print(
             "daisychain peer: --save-every N needs N >= 0 and a place to save\n"

@@ -1,0 +1,305 @@
+"""Validate once: a leader's ``config`` message becomes this peer's run, or one typed refusal.
+
+Normative description: docs/PROTOCOL.md, "Config validation". ``messages.parse`` checks that a
+``config`` is well formed (every field present, of its JSON type, integers within 32 bits,
+numbers finite); ``parse`` here decides whether this peer can and will train it:
+
+1. the invariants the model, the optimizer and the wire need (heads divide width, the head
+   dim a power of 4, token and step counts exact in float32, the vocabulary of this peer's
+   tokenizer, a checkpoint that fits one frame transfer, ...);
+2. the caps a follower puts on what a leader may impose on it (``Limits``: memory, sequence
+   length, batch, steps), which its user may raise.
+
+Anything else raises ``Incompatible`` (a ``messages.MessageError`` with code ``incompatible``)
+naming the rule, what is wrong and what to do. The receiver answers it with ``error
+incompatible`` and stays up: it stays in the lobby, available to the next run. Pure: no I/O, no
+clock, no allocation of the model; the same call serves a leader checking its own config before
+it sends it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from daisychain.model.config import PRESETS, ConfigError, ModelConfig
+from daisychain.optim import AdamWConfig, OptimizerError
+from daisychain.p2p import messages
+from daisychain.p2p.footprint import MIB, Footprint, estimate
+
+# Step counts enter float32 arithmetic (warm-up ratio, bias corrections): exact below 2^24.
+MAX_EXACT_STEPS = 2**24 - 1
+# A checkpoint travels as one frame transfer whose ``total`` is a u32 and whose receiver limit
+# is 12 bytes a parameter plus 1 MiB (docs/PROTOCOL.md, "Binary frames").
+MAX_TRANSFER_BYTES = 2**32 - 1
+# Protocol-v1 size ranges: every size, and every count derived from them, stays far below 2^53
+# so an implementation computing in float64 (a browser) gets the same integers.
+SIZE_RANGES = {
+    "vocab_size": (1, 2**24 - 1),
+    "width": (1, 8192),
+    "layers": (1, 256),
+    "heads": (1, 256),
+    "seq_len": (1, 65536),
+    "batch": (1, 4096),
+    "mlp_mult": (1, 16),
+}
+MAX_WEIGHT_DECAY = 1.0
+MAX_CLIP = 1e6
+
+
+class Incompatible(messages.MessageError):
+    """A well-formed config this peer will not train; answered with ``error incompatible``.
+
+    ``rule`` is a stable name for the check that failed (docs/PROTOCOL.md lists them)."""
+
+    def __init__(self, rule: str, reason: str, hint: str) -> None:
+        super().__init__("incompatible", reason, hint)
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a follower accepts from a leader (``--max-memory-mb`` and friends on the headless
+    peer). The defaults admit every preset at its own batch and sequence length with room to
+    spare; they exist so that one message cannot make a peer allocate, or commit to, anything."""
+
+    max_memory_mb: int = 4096  # estimated peak (footprint.estimate), MiB
+    max_seq_len: int = 1024  # attention memory and time grow with T^2
+    max_batch: int = 64  # sequences per device per step: time of one step
+    max_steps: int = 1_000_000  # how long one run may hold this peer
+
+    def __post_init__(self) -> None:
+        for name in ("max_memory_mb", "max_seq_len", "max_batch", "max_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run: everything a peer needs to initialize or to ask for the state."""
+
+    message: messages.Config  # as received (a second config is compared with it)
+    model: ModelConfig
+    optim: AdamWConfig
+    footprint: Footprint
+
+    @property
+    def run(self) -> str:
+        return self.message.run
+
+    @property
+    def steps(self) -> int:
+        return self.message.steps
+
+    @property
+    def seed(self) -> int:
+        return self.message.seed
+
+    @property
+    def resume_step(self) -> int:
+        return self.message.resume_step
+
+    @property
+    def resume_hash(self) -> str | None:
+        return self.message.resume_hash
+
+
+# Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
+_MODEL_HINTS = {
+    "heads-divide-width": "the leader must choose heads so that width / heads is a power of 4 "
+    "(16, 64, 256); for example width 64 with 4 heads",
+    "head-dim": "the leader must choose width and heads so that width / heads is 16, 64 or 256",
+    "vocab-range": "the vocabulary must be below 2^24",
+    "tokens-range": "the leader must lower batch or seq_len: batch * seq_len must be below 2^24",
+}
+
+
+def parse(
+    cfg: messages.Config,
+    *,
+    tokenizer_sha256: str,
+    vocab_size: int,
+    limits: Limits | None = None,
+) -> RunConfig:
+    """``cfg`` as this peer's run, or ``Incompatible``. ``tokenizer_sha256``/``vocab_size``
+    describe this peer's tokenizer; ``limits`` are its caps (defaults: ``Limits()``)."""
+    limits = limits or Limits()
+    _check_data(cfg, tokenizer_sha256, vocab_size)
+    model = _model(cfg.model)
+    _check_preset(cfg.preset, model)
+    _check_run(cfg)
+    optim = _optim(cfg.optim, cfg.steps)
+    footprint = estimate(model)
+    _check_transfer(footprint)
+    _check_limits(model, cfg.steps, footprint, limits)
+    return RunConfig(cfg, model, optim, footprint)
+
+
+def error(exc: Incompatible) -> messages.Error:
+    """The ``error incompatible`` reply to the leader."""
+    return messages.error_from(exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules, in the order they are checked (the first failure is reported).
+
+
+def _check_data(cfg: messages.Config, tokenizer_sha256: str, vocab_size: int) -> None:
+    if cfg.data != "builtin":
+        raise Incompatible(
+            "data",
+            f"data source {cfg.data[:32]!r}; this peer trains on the built-in corpus only",
+            'lead with the built-in corpus (data "builtin")',
+        )
+    if cfg.tokenizer_sha256 != tokenizer_sha256 or cfg.model.vocab_size != vocab_size:
+        raise Incompatible(
+            "tokenizer",
+            f"the leader's tokenizer is {cfg.tokenizer_sha256[:12]}... with "
+            f"{cfg.model.vocab_size} tokens; this peer has {tokenizer_sha256[:12]}... with "
+            f"{vocab_size}",
+            "every peer of a run must ship the same tokenizer: run the same DaisyChain version",
+        )
+
+
+def _model(spec: messages.ModelSpec) -> ModelConfig:
+    for name, (lo, hi) in SIZE_RANGES.items():
+        value = getattr(spec, name)
+        if not lo <= value <= hi:
+            raise Incompatible(
+                "size-range",
+                f"model {name} {value} outside [{lo}, {hi}]",
+                "protocol version 1 sizes: "
+                + ", ".join(f"{k} {a}-{b}" for k, (a, b) in SIZE_RANGES.items()),
+            )
+    try:
+        return ModelConfig(
+            vocab_size=spec.vocab_size, width=spec.width, layers=spec.layers, heads=spec.heads,
+            seq_len=spec.seq_len, batch=spec.batch, mlp_mult=spec.mlp_mult,
+        )  # fmt: skip
+    except ConfigError as exc:
+        hint = _MODEL_HINTS.get(exc.rule, "see docs/MODEL.md, Configuration")
+        raise Incompatible(exc.rule, f"model: {exc}", hint) from None
+
+
+def _check_preset(name: str | None, model: ModelConfig) -> None:
+    """A preset names an architecture: its fields must be the preset's (batch, seq_len and
+    vocab_size may differ, as the leader's ``--batch``/``--seq-len`` change them), so no log
+    or screen shows a name that is not what runs."""
+    if name is None:
+        return
+    known = PRESETS.get(name)
+    if known is None:
+        raise Incompatible(
+            "preset",
+            f"unknown preset {name[:32]!r}",
+            f"presets are {', '.join(PRESETS)}; a custom model is sent with preset null",
+        )
+    for field in ("width", "layers", "heads", "mlp_mult"):
+        if getattr(model, field) != getattr(known, field):
+            raise Incompatible(
+                "preset",
+                f"preset {name!r} has {field} {getattr(known, field)}, the config says "
+                f"{getattr(model, field)}",
+                "send the preset's architecture, or preset null for a custom model",
+            )
+
+
+def _check_run(cfg: messages.Config) -> None:
+    if not 1 <= cfg.steps <= MAX_EXACT_STEPS:
+        raise Incompatible(
+            "steps-range",
+            f"steps {cfg.steps} outside [1, {MAX_EXACT_STEPS}]",
+            "step counts must be exact in float32 (below 2^24)",
+        )
+    if not 0 <= cfg.seed <= messages.U32_MAX:
+        raise Incompatible("seed", f"seed {cfg.seed} is not a u32", "choose a seed in [0, 2^32)")
+    if cfg.resume_step < 0 or cfg.resume_step >= cfg.steps:
+        raise Incompatible(
+            "resume",
+            f"resume step {cfg.resume_step} with {cfg.steps} steps: nothing left to train",
+            "resume from a checkpoint taken before the last step, or lead with more --steps",
+        )
+    if (cfg.resume_step > 0) != (cfg.resume_hash is not None):
+        raise Incompatible(
+            "resume",
+            "resume_hash must be given exactly when resume_step > 0",
+            "a resumed run names the hash of its checkpoint",
+        )
+
+
+def _optim(spec: messages.OptimSpec, steps: int) -> AdamWConfig:
+    lr = spec.lr
+    # A learning rate is one float32 constant (docs/MODEL.md): it must stay positive there.
+    if not (math.isfinite(lr) and 0.0 < lr <= 1.0 and np.float32(lr) > 0):
+        raise Incompatible(
+            "lr",
+            f"learning rate {lr!r} outside (0, 1] (or zero as a float32)",
+            "lead with --lr in (0, 1], for example 3e-3",
+        )
+    if not 0 <= spec.warmup_steps <= steps:
+        raise Incompatible(
+            "warmup",
+            f"warm-up of {spec.warmup_steps} steps in a run of {steps}",
+            "warm-up must be between 0 and the run's steps",
+        )
+    if not (math.isfinite(spec.weight_decay) and 0.0 <= spec.weight_decay <= MAX_WEIGHT_DECAY):
+        raise Incompatible(
+            "weight-decay",
+            f"weight decay {spec.weight_decay!r} outside [0, {MAX_WEIGHT_DECAY}]",
+            "lead with a weight decay in [0, 1] (0.1 is the default)",
+        )
+    if not (math.isfinite(spec.clip) and 0.0 <= spec.clip <= MAX_CLIP):
+        raise Incompatible(
+            "clip",
+            f"gradient clip {spec.clip!r} outside [0, {MAX_CLIP:g}]",
+            "lead with a clip threshold in [0, 1e6] (0 disables clipping)",
+        )
+    try:
+        return AdamWConfig(
+            lr=lr, warmup_steps=spec.warmup_steps, weight_decay=spec.weight_decay, clip=spec.clip
+        )
+    except OptimizerError as exc:  # every rule above should have caught it first
+        raise Incompatible("optimizer", f"optimizer: {exc}", "see docs/MODEL.md") from None
+
+
+def _check_transfer(footprint: Footprint) -> None:
+    need = 12 * footprint.params + MIB
+    if need > MAX_TRANSFER_BYTES:
+        raise Incompatible(
+            "checkpoint-size",
+            f"{footprint.params:,} parameters: a checkpoint of {need:,} bytes does not fit one "
+            "frame transfer (u32 total)",
+            "the leader must choose a smaller model (below about 357 million parameters)",
+        )
+
+
+def _check_limits(model: ModelConfig, steps: int, footprint: Footprint, limits: Limits) -> None:
+    if model.seq_len > limits.max_seq_len:
+        raise Incompatible(
+            "max-seq-len",
+            f"seq_len {model.seq_len} above this peer's cap of {limits.max_seq_len}",
+            "the leader can lower --seq-len; this peer's user can raise --max-seq-len",
+        )
+    if model.batch > limits.max_batch:
+        raise Incompatible(
+            "max-batch",
+            f"batch {model.batch} above this peer's cap of {limits.max_batch}",
+            "the leader can lower --batch; this peer's user can raise --max-batch",
+        )
+    if steps > limits.max_steps:
+        raise Incompatible(
+            "max-steps",
+            f"{steps} steps above this peer's cap of {limits.max_steps}",
+            "the leader can lower --steps; this peer's user can raise --max-steps",
+        )
+    if footprint.total > limits.max_memory_mb * MIB:
+        raise Incompatible(
+            "max-memory",
+            f"this run would take about {footprint.total_mb:,.0f} MiB on this peer "
+            f"({footprint.params:,} parameters), above its cap of {limits.max_memory_mb} MiB",
+            "the leader can choose a smaller model, batch or seq_len; this peer's user can "
+            "raise --max-memory-mb",
+        )

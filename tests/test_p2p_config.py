@@ -1,0 +1,359 @@
+"""Config validation (docs/PROTOCOL.md, "Config validation"): one test per rule feeding the
+wrong value and watching ``runconfig.parse`` refuse it with its rule and a hint; every preset
+passing; the memory estimate checked against a measured step. No network."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import pytest
+
+from daisychain import training
+from daisychain.model.config import PRESETS, ModelConfig
+from daisychain.model.params import count_params as allocated_count
+from daisychain.optim import AdamWConfig
+from daisychain.p2p import footprint, messages, runconfig
+from daisychain.p2p.runconfig import Incompatible, Limits
+
+SHA = "5a" * 32
+VOCAB = 2048
+RUN = "0123456789abcdef"
+
+
+def config(
+    *, model: dict[str, Any] | None = None, optim: dict[str, Any] | None = None, **top: Any
+) -> messages.Config:
+    """The tiny preset at batch 4, 30 steps; ``model``/``optim``/top-level fields changed."""
+    spec = dict(vocab_size=VOCAB, width=64, layers=2, heads=4, seq_len=64, batch=4, mlp_mult=4)
+    spec.update(model or {})
+    opt = dict(lr=3e-3, warmup_steps=0, weight_decay=0.1, clip=1.0)
+    opt.update(optim or {})
+    fields: dict[str, Any] = dict(
+        run=RUN, preset=None, model=messages.ModelSpec(**spec), optim=messages.OptimSpec(**opt),
+        steps=30, seed=7, data="builtin", tokenizer_sha256=SHA, resume_step=0, resume_hash=None,
+    )  # fmt: skip
+    fields.update(top)
+    return messages.Config(**fields)
+
+
+def accept(cfg: messages.Config, limits: Limits | None = None) -> runconfig.RunConfig:
+    return runconfig.parse(cfg, tokenizer_sha256=SHA, vocab_size=VOCAB, limits=limits)
+
+
+def refuse(cfg: messages.Config, rule: str, text: str, limits: Limits | None = None) -> None:
+    with pytest.raises(Incompatible, match=text) as info:
+        accept(cfg, limits)
+    exc = info.value
+    assert exc.rule == rule, f"refused by {exc.rule!r} ({exc.message}), expected {rule!r}"
+    assert exc.code == "incompatible" and exc.hint and exc.message
+
+
+# -- the issue's case ------------------------------------------------------------------------
+
+
+def test_width_65_with_4_heads_is_incompatible_not_a_crash() -> None:
+    """What a follower used to meet as an uncaught ConfigError; from the wire, as received."""
+    raw = messages.encode(config(model={"width": 65}))
+    received = messages.parse(raw)  # well formed: the shape check lets it through
+    assert isinstance(received, messages.Config)
+    with pytest.raises(Incompatible) as info:
+        accept(received)
+    assert info.value.rule == "heads-divide-width"
+    assert "width 65 is not divisible by heads 4" in info.value.message
+    assert "width 64 with 4 heads" in info.value.hint
+    reply = runconfig.error(info.value)
+    assert reply == messages.Error("incompatible", info.value.message[:200], info.value.hint)
+    assert messages.parse(messages.encode(reply)) == reply  # the reply itself is valid
+
+
+# -- one test per rule ----------------------------------------------------------------------
+
+
+def test_data_source_other_than_builtin() -> None:
+    refuse(config(data="my-files"), "data", "built-in corpus only")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"tokenizer_sha256": "ff" * 32}, {"model": {"vocab_size": VOCAB + 1}}],
+    ids=["sha", "vocab"],
+)
+def test_tokenizer_must_be_this_peers(change: dict[str, Any]) -> None:
+    refuse(config(**change), "tokenizer", "leader's tokenizer")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("width", 0),
+        ("width", 8192 * 4),
+        ("layers", 0),
+        ("layers", 257),
+        ("heads", 0),
+        ("heads", 257),
+        ("seq_len", 65537),
+        ("batch", 0),
+        ("batch", 4097),
+        ("mlp_mult", 0),
+        ("mlp_mult", 17),
+    ],
+)
+def test_sizes_outside_the_protocol_ranges(name: str, value: int) -> None:
+    refuse(config(model={name: value}), "size-range", f"model {name} {value} outside")
+
+
+def test_head_dim_must_be_a_power_of_four() -> None:
+    refuse(config(model={"width": 128, "heads": 4}), "head-dim", "head dim width/heads = 32")
+
+
+def test_tokens_per_step_must_be_exact_in_float32() -> None:
+    big = Limits(max_seq_len=65536, max_batch=4096, max_memory_mb=2**40)
+    refuse(config(model={"batch": 4096, "seq_len": 4096}), "tokens-range", "below 2\\^24", big)
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "text"),
+    [
+        ("huge", {}, "unknown preset 'huge'"),
+        ("small", {}, "preset 'small' has width 256"),
+        ("tiny", {"layers": 3}, "preset 'tiny' has layers 2"),
+    ],
+)
+def test_preset_names_its_architecture(preset: str, model: dict[str, Any], text: str) -> None:
+    refuse(config(preset=preset, model=model), "preset", text)
+
+
+@pytest.mark.parametrize("steps", [0, 2**24])
+def test_steps_exact_in_float32(steps: int) -> None:
+    refuse(config(steps=steps, optim={"warmup_steps": 0}), "steps-range", f"steps {steps}")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_seed_is_a_u32(seed: int) -> None:
+    refuse(config(seed=seed), "seed", "not a u32")
+
+
+@pytest.mark.parametrize(
+    ("step", "digest", "text"),
+    [
+        (30, "ab" * 32, "nothing left to train"),
+        (31, "ab" * 32, "nothing left to train"),
+        (5, None, "exactly when"),
+        (0, "ab" * 32, "exactly when"),
+    ],
+)
+def test_resume_point(step: int, digest: str | None, text: str) -> None:
+    refuse(config(resume_step=step, resume_hash=digest), "resume", text)
+
+
+@pytest.mark.parametrize("lr", [0.0, -1e-3, 1.5, float("nan"), float("inf"), 1e-50])
+def test_learning_rate_in_range(lr: float) -> None:
+    refuse(config(optim={"lr": lr}), "lr", "learning rate")
+
+
+def test_warmup_longer_than_the_run() -> None:
+    refuse(config(optim={"warmup_steps": 31}), "warmup", "warm-up of 31 steps in a run of 30")
+
+
+@pytest.mark.parametrize("decay", [-0.1, 1.5, float("nan")])
+def test_weight_decay_in_range(decay: float) -> None:
+    refuse(config(optim={"weight_decay": decay}), "weight-decay", "weight decay")
+
+
+@pytest.mark.parametrize("clip", [-1.0, 1e7, float("inf")])
+def test_clip_in_range(clip: float) -> None:
+    refuse(config(optim={"clip": clip}), "clip", "gradient clip")
+
+
+def test_checkpoint_must_fit_one_transfer() -> None:
+    # 408 M parameters: inside the size ranges, beyond the u32 `total` of a checkpoint frame
+    # (checked before the caps, so even a peer with no memory cap refuses it).
+    huge = config(model={"width": 2048, "layers": 8, "heads": 32, "seq_len": 256, "batch": 8})
+    no_caps = Limits(max_memory_mb=2**40)
+    refuse(huge, "checkpoint-size", "does not fit one frame transfer", no_caps)
+
+
+# -- the caps, each refused at the default and accepted once raised ------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "top", "rule", "raised"),
+    [
+        ({"seq_len": 2048}, {}, "max-seq-len", Limits(max_seq_len=2048)),
+        ({"batch": 65}, {}, "max-batch", Limits(max_batch=65)),
+        ({}, {"steps": 1_000_001}, "max-steps", Limits(max_steps=1_000_001)),
+        (
+            {"width": 1024, "layers": 16, "heads": 16, "seq_len": 512, "batch": 16},
+            {},
+            "max-memory",
+            Limits(max_memory_mb=64 * 1024),
+        ),
+    ],
+)
+def test_caps_refuse_at_the_default_and_are_configurable(
+    model: dict[str, Any], top: dict[str, Any], rule: str, raised: Limits
+) -> None:
+    cfg = config(model=model, **top)
+    refuse(cfg, rule, "this peer", Limits())
+    accept(cfg, raised)
+
+
+def test_memory_cap_compares_the_estimate_with_the_limit() -> None:
+    medium = PRESETS["medium"]
+    spec = {f: getattr(medium, f) for f in messages.MODEL_FIELDS}
+    cfg = config(preset="medium", model=spec)
+    need = footprint.estimate(medium).total_mb
+    assert 2000 < need < Limits().max_memory_mb  # medium fits the default cap
+    accept(cfg, Limits(max_memory_mb=int(need) + 1))
+    refuse(cfg, "max-memory", f"about {need:,.0f} MiB", Limits(max_memory_mb=int(need)))
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(Limits)])
+def test_limits_must_be_positive(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        Limits(**{name: 0})
+
+
+# -- what passes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("labelled", [True, False])
+def test_every_preset_passes_with_the_default_caps(name: str, labelled: bool) -> None:
+    model = PRESETS[name]
+    spec = {f: getattr(model, f) for f in messages.MODEL_FIELDS}
+    cfg = config(preset=name if labelled else None, model=spec, steps=300)
+    run = accept(cfg)
+    assert run.model == model
+    assert run.optim == AdamWConfig(lr=3e-3, warmup_steps=0, weight_decay=0.1, clip=1.0)
+    assert (run.run, run.steps, run.seed, run.resume_step) == (RUN, 300, 7, 0)
+    assert run.message == cfg
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        config(optim={"warmup_steps": 30}),  # warm-up may span the whole run
+        config(optim={"lr": 1.0, "weight_decay": 0.0, "clip": 0.0}),  # the closed ends
+        config(optim={"clip": 1e6, "weight_decay": 1.0}),
+        config(resume_step=29, resume_hash="ab" * 32),  # one step left to train
+        config(preset="tiny", model={"batch": 1, "seq_len": 32}),  # --batch/--seq-len
+        config(steps=1_000_000, seed=2**32 - 1),
+    ],
+    ids=["warmup-all", "lr-1", "max-clip", "resume", "preset-batch", "long"],
+)
+def test_edge_configs_pass(cfg: messages.Config) -> None:
+    run = accept(cfg)
+    assert run.resume_hash == cfg.resume_hash
+    assert run.optim.lr == cfg.optim.lr
+
+
+# -- the shape check before it ---------------------------------------------------------------
+
+
+LITERAL = "@literal@"  # replaced by raw JSON text that json.dumps would not write
+
+
+def _wire(**changes: Any) -> str:
+    obj = json.loads(messages.encode(config()))
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        target = obj
+        for p in parents:
+            target = target[p]
+        target[leaf] = value
+    return json.dumps(obj)
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (_wire(model__width="64"), "config.model.width"),
+        (_wire(model__heads=2**32), "config.model.heads"),
+        (_wire(optim__lr=True), "config.optim.lr"),
+        (_wire(steps=-1), "config.steps"),
+        (_wire(data=7), "config.data"),
+        (_wire(preset="x" * 33), "config.preset"),
+        (_wire(resume_step=3), "config.resume_hash"),
+        (_wire(optim__lr=LITERAL).replace(f'"{LITERAL}"', "NaN"), "config.optim.lr"),
+        (_wire(optim__lr=LITERAL).replace(f'"{LITERAL}"', "1" + "0" * 400), "config.optim.lr"),
+    ],
+    ids=["str", "u32", "bool", "neg", "data", "preset", "resume", "nan", "int-overflow"],
+)
+def test_malformed_config_is_a_bad_message(raw: str, text: str) -> None:
+    assert LITERAL not in raw
+    with pytest.raises(messages.MessageError, match=text) as info:
+        messages.parse(raw)
+    assert info.value.code == "bad-message"
+
+
+def test_out_of_range_but_well_formed_values_reach_the_validator() -> None:
+    """Ranges are runconfig's: the peer answers `incompatible` with a hint, not bad-message."""
+    received = messages.parse(_wire(optim__lr=5, model__layers=0))
+    assert isinstance(received, messages.Config)
+    with pytest.raises(Incompatible):
+        accept(received)
+
+
+# -- the memory estimate ---------------------------------------------------------------------
+
+
+def _measured_step_peak(cfg: ModelConfig) -> int:
+    state = training.init(cfg, AdamWConfig(), 1)
+    x = np.random.default_rng(0).integers(0, cfg.vocab_size, (cfg.batch, cfg.seq_len))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        training.train_step(state, x, x)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        PRESETS["tiny"],
+        ModelConfig(vocab_size=512, width=64, layers=1, heads=1, seq_len=256, batch=2, mlp_mult=8),
+        ModelConfig(vocab_size=2048, width=128, layers=3, heads=2, seq_len=32, batch=1, mlp_mult=1),
+        ModelConfig(vocab_size=2048, width=256, layers=1, heads=16, seq_len=64, batch=8),
+    ],
+    ids=["tiny", "long-one-head", "short-wide", "many-heads"],
+)
+def test_estimate_bounds_a_measured_training_step(model: ModelConfig) -> None:
+    """The step part of the estimate (everything but the state, allocated before) bounds what
+    one numpy training step allocates, and is not a wild over-estimate (the cap would refuse
+    runs a peer can hold)."""
+    est = footprint.estimate(model)
+    bound = est.step + est.activations
+    measured = _measured_step_peak(model)
+    assert measured <= bound, f"measured {measured:,} B above the estimate {bound:,} B"
+    assert measured >= bound // 3, f"measured {measured:,} B, estimate {bound:,} B: too loose"
+
+
+def test_parameter_count_needs_no_allocation_and_never_wraps() -> None:
+    for model in PRESETS.values():
+        assert footprint.count_params(model) == allocated_count(model)
+    # Exact in Python integers where an int64 product would wrap.
+    wide = ModelConfig(vocab_size=1, width=4**16, layers=1, heads=1, seq_len=1, batch=1)
+    c = 4**16
+    assert footprint.count_params(wide) == c + c + (c + 3 * c * c + c * c + c + 8 * c * c) + c
+    assert footprint.count_params(wide) > 2**63
+
+
+@pytest.mark.parametrize("flag", ["--max-memory-mb", "--max-seq-len", "--max-batch", "--max-steps"])
+def test_headless_peer_refuses_a_cap_below_one(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from daisychain.peer.main import EXIT_JOIN, main
+
+    # Refused before any connection is tried (the server address is never used).
+    assert main(["--server", "http://127.0.0.1:9", flag, "0"]) == EXIT_JOIN
+    err = capsys.readouterr().err
+    assert flag.removeprefix("--").replace("-", "_") in err and "hint:" in err
