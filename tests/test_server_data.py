@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,9 +13,15 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from multidict import CIMultiDict
 
 from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
+from daisychain.corpus import load_builtin_text
+from daisychain.server.app import create_app
 from daisychain.server.config import DataConfig
+from daisychain.server.tokenize import ServingTokenizer, TokenizerMismatch
+from daisychain.tokenizer import EOT_TOKEN, Tokenizer, default_path, load_default
+from daisychain.tokenizer.vectors import CASE_TEXTS
 from server_fixtures import FALLBACK_TEXT, config, serve
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
@@ -213,7 +221,13 @@ async def test_tokens_as_json(shard_root: Path) -> None:
 @pytest.mark.parametrize(
     "query",
     ["max_chars=0", "max_chars=2000000", "max_chars=abc", "format=xml", "seed=-1",
-     "format=tokens&max_tokens=999999", "format=tokens&encoding=csv"],
+     "format=tokens&max_tokens=999999", "format=tokens&encoding=csv",
+     # int() would take each of these; only plain ASCII digits are a number here.
+     "max_chars=1_000", "max_chars=%D9%A5", "max_chars=%205", "max_chars=5%20", "max_chars=+5",
+     "max_chars=%EF%BC%95", "max_chars=", "seed=0x10", "format=tokens&max_tokens=1e3",
+     "seed=" + "1" * 20,
+     # a parameter given twice is ambiguous (a cache and this server could read different ones)
+     "max_chars=5&max_chars=6", "format=text&format=tokens"],
 )  # fmt: skip
 async def test_bad_parameters_get_400_with_a_hint(query: str) -> None:
     async with serve(config()) as client:
@@ -221,6 +235,11 @@ async def test_bad_parameters_get_400_with_a_hint(query: str) -> None:
         assert response.status == 400
         body = await response.json()
         assert body["error"] and body["hint"]
+
+
+async def test_leading_zeros_are_still_a_plain_number() -> None:
+    async with serve(config()) as client:
+        assert (await get_json(client, "max_chars=0007"))["chars"] == 7
 
 
 async def test_data_requests_are_rate_limited_per_client() -> None:
@@ -249,3 +268,103 @@ async def test_offline_serves_the_real_builtin_corpus_and_tokenizer() -> None:
         assert response.headers["X-DaisyChain-Token-Dtype"] == "uint16"
         tokens = struct.unpack("<1000H", await response.read())
         assert max(tokens) < tokenizer.vocab_size
+
+
+def limited_config(**changes: Any) -> Any:
+    data = replace(DataConfig(), offline=True, requests_per_s=0.01, burst=2)
+    return config(data=data, **changes)
+
+
+async def statuses(client: TestClient[Any, Any], forwarded_for: list[list[str]]) -> list[int]:
+    """One /data request per entry, each with these X-Forwarded-For lines."""
+    out = []
+    for lines in forwarded_for:
+        headers = CIMultiDict(("X-Forwarded-For", line) for line in lines)
+        out.append((await client.get("/data?max_chars=5", headers=headers)).status)
+    return out
+
+
+async def test_addresses_in_one_ipv6_slash_64_share_one_data_budget() -> None:
+    async with serve(limited_config(trust_proxy=True)) as client:
+        same_64 = [["2606:4700:10:20::1"], ["2606:4700:10:20:ffff::2"], ["2606:4700:10:20::3"]]
+        assert await statuses(client, same_64) == [200, 200, 429]
+        assert await statuses(client, [["2606:4700:10:21::1"]]) == [200]  # the next /64
+
+
+async def test_a_forged_first_forwarded_for_line_does_not_buy_a_new_data_budget() -> None:
+    # Each request forges a fresh first line; the proxy's line (last) names the real client.
+    forged = [[f"1.1.1.{i}", "9.9.9.9"] for i in range(3)]
+    async with serve(limited_config(trust_proxy=True)) as client:
+        assert await statuses(client, forged) == [200, 200, 429]
+
+
+def serving_pair() -> tuple[ServingTokenizer, Tokenizer]:
+    return ServingTokenizer.from_file(default_path()), load_default()
+
+
+def hard_texts() -> list[str]:
+    """Inputs where a byte-level BPE most easily goes wrong, plus the shipped golden cases."""
+    rng = random.Random(11)
+    alphabet = "aZ09 \t\n\r\x0b\x0c!?.,'\"-_()\x00\x7féü日本😀👍🏽\u00a0\u2028\u3000\ufeff\u0301"
+    randoms = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(60))) for _ in range(500)]
+    return [
+        *CASE_TEXTS.values(),
+        *randoms,
+        "",
+        "a" * 100_000,
+        " " * 5_000 + "x",
+        "\n" * 3_000,
+        "1234567890" * 2_000,
+        f"doc one{EOT_TOKEN}{EOT_TOKEN}doc two {EOT_TOKEN}",
+        "<|endoftext",  # a near miss of the special token is plain text
+    ]
+
+
+def test_serving_tokenizer_matches_the_shipped_encoder_on_hard_inputs() -> None:
+    serving, oracle = serving_pair()
+    assert (serving.sha256, serving.vocab_size) == (oracle.sha256, oracle.vocab_size)
+    for text in hard_texts():
+        assert serving.encode(text) == oracle.encode(text), repr(text[:80])
+
+
+def test_serving_tokenizer_matches_the_shipped_encoder_on_the_corpus() -> None:
+    serving, oracle = serving_pair()
+    corpus = load_builtin_text()
+    for start in (0, len(corpus) // 2, len(corpus) - 300_000):
+        text = corpus[start : start + 300_000]  # what one max_tokens=37500 request encodes
+        assert serving.encode(text) == oracle.encode(text)
+
+
+def test_serving_tokenizer_refuses_a_library_that_disagrees(tmp_path: Path) -> None:
+    import tokenizers
+
+    # The same vocabulary without its merges: the library would return one id per byte.
+    spec = json.loads(Path(default_path()).read_text(encoding="utf-8"))
+    spec["model"]["merges"] = []
+    library = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    with pytest.raises(TokenizerMismatch, match="disagree"):
+        ServingTokenizer(load_default(), library)
+
+
+async def test_a_tokenizer_file_we_cannot_match_is_a_503_with_a_hint(tmp_path: Path) -> None:
+    spec = json.loads(Path(default_path()).read_text(encoding="utf-8"))
+    spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\s+|\S+"
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    app = create_app(config(), tokenizer=lambda: ServingTokenizer.from_file(path))
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/data?format=tokens&max_tokens=10")
+        assert response.status == 503
+        body = await response.json()
+        assert "pre-tokenizer" in body["error"] and body["hint"]
+
+
+async def test_data_tokens_are_the_shipped_encoders_ids() -> None:
+    app = create_app(config())  # the default loaders: the shipped corpus, the serving tokenizer
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/data?format=tokens&max_tokens=2000&seed=4")
+        assert response.status == 200
+        tokens = list(struct.unpack("<2000H", await response.read()))
+        # The same seed picks the same slice; the token budget is 8 characters per token.
+        text = (await get_json(client, "max_chars=16000&seed=4"))["texts"][0]
+        assert tokens == load_default().encode(text)[:2000]

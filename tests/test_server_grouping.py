@@ -5,8 +5,9 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from daisychain.server.grouping import client_address, group_key, parse_address
+from daisychain.server.grouping import client_address, group_key, network_key, parse_address
 from server_fixtures import config, join, serve
 
 
@@ -95,3 +96,49 @@ async def test_ipv6_devices_in_one_slash_64_share_a_group() -> None:
         _, third = await join(client, "c", xff="2606:4700:10:21::1")
         assert [m["id"] for m in second["members"]] == [first["id"]]
         assert third["members"] == []
+
+
+def two_lines(name: str, first: str, second: str) -> CIMultiDictProxy[str]:
+    """A header sent as two lines, as aiohttp's parser hands it over (one entry per line)."""
+    return CIMultiDictProxy(CIMultiDict([(name, first), (name.lower(), second)]))
+
+
+def test_x_forwarded_for_on_two_lines_is_read_as_one_list() -> None:
+    # The client forged the first line; the proxy added its own line, last.
+    headers = two_lines("X-Forwarded-For", "1.1.1.1", "9.9.9.9, 10.0.0.2")
+    assert str(client_address(headers, "10.0.0.3", trust_proxy=True)) == "9.9.9.9"
+    # The right-most public address wins across lines, not within the first line.
+    headers = two_lines("X-Forwarded-For", "9.9.9.9, 8.8.8.8", "10.0.0.2")
+    assert str(client_address(headers, "10.0.0.3", trust_proxy=True)) == "8.8.8.8"
+
+
+def test_forwarded_on_two_lines_is_read_as_one_list() -> None:
+    headers = two_lines("Forwarded", "for=1.1.1.1", 'for="[2606:4700::1]:4711";proto=https')
+    assert str(client_address(headers, "10.0.0.3", trust_proxy=True)) == "2606:4700::1"
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("8.8.8.8", "v4:8.8.8.8"),
+        ("192.168.1.20", "v4:192.168.1.20"),  # per address on a LAN, unlike the "local" group
+        ("2606:4700:10:20:aaaa::1", "v6:2606:4700:10:20::/64"),
+        ("fd00:1:2:3:4::5", "v6:fd00:1:2:3::/64"),
+    ],
+)
+def test_network_key_is_the_address_or_its_slash_64(address: str, key: str) -> None:
+    assert network_key(ipaddress.ip_address(address)) == key
+
+
+async def test_two_line_forwarded_for_decides_the_group_by_its_last_public_entry() -> None:
+    async with serve(config(trust_proxy=True)) as client:
+        _, first = await join(client, "a", xff="9.9.9.9")
+        peer = await client.ws_connect(
+            "/ws",
+            headers=CIMultiDict([("X-Forwarded-For", "8.8.8.8"), ("X-Forwarded-For", "9.9.9.9")]),
+        )
+        await peer.send_json({"type": "hello", "version": 1, "name": "b", "device": {}})
+        second = await peer.receive_json(timeout=5)
+        assert second["type"] == "welcome"
+        assert [m["id"] for m in second["members"]] == [first["id"]]
+        await peer.close()

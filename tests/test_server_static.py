@@ -137,3 +137,29 @@ async def test_traversal_is_refused(tmp_path: Path, target: str) -> None:
 async def test_directories_are_not_listed(tmp_path: Path) -> None:
     async with serve(asset_config(tmp_path)) as client:
         assert (await client.get("/kernels/")).status == 404
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/" + "a" * 300,
+        "/" + "a" * 300 + ".js",
+        "/kernels/" + "b" * 300 + "/gemm.wgsl",
+        "/luts/" + "%C3%A9" * 200,  # 200 characters, 400 bytes
+        "/loop",
+        "/loop/inside.js",
+        "/kernels/loop",
+    ],
+)
+async def test_unresolvable_paths_are_a_plain_404(
+    tmp_path: Path, target: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = asset_config(tmp_path)
+    for folder in (cfg.static_dir, cfg.kernels_dir):
+        (folder / "loop").symlink_to(folder / "loop2")
+        (folder / "loop2").symlink_to(folder / "loop")
+    async with serve(cfg) as client:
+        status, data = await raw_get(client, target)
+        assert status == 404, data[:300]
+        assert b"X-Content-Type-Options: nosniff" in data
+    assert not [record for record in caplog.records if record.exc_info], caplog.text

@@ -10,6 +10,11 @@ and ``/healthz``.
   uint32, named in ``X-DaisyChain-Token-Dtype``) or ``json``;
 * ``seed``: 0..2^63-1; the same seed picks the same slice while the source stays the same.
 
+Integers are plain ASCII digits (``[0-9]+``, at most 19 of them): Python's ``int()`` would also
+take ``1_000``, `` 5``, ``+5`` and other scripts' digits (``٥``), forms no client means and a cache
+or log would read differently. Each parameter may appear once. Requests are limited per client
+network (``grouping.network_key``: an IPv4 address, an IPv6 /64).
+
 Every ``/data`` response names its source (``fineweb`` or ``builtin``) in the
 ``X-DaisyChain-Source`` header, and in the ``source`` field of JSON bodies.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import secrets
 import sys
 from array import array
@@ -28,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from daisychain.server.datasource import DataService, TextSample
-from daisychain.server.grouping import client_address
+from daisychain.server.grouping import client_address, network_key
 from daisychain.server.messages import PROTOCOL_VERSION
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.server.signaling import Signaling
@@ -41,6 +47,8 @@ DEFAULT_MAX_TOKENS = 16_384
 # so the token budget, not the text, is what runs out.
 CHARS_PER_TOKEN_BUDGET = 8
 DOCUMENT_SEPARATOR = "\n\n"
+# 2^63 - 1 has 19 digits; more is out of every bound here, so int() never sees a huge string.
+_DIGITS_RE = re.compile(r"[0-9]{1,19}")
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -54,21 +62,32 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def _param(request: web.Request, name: str) -> str | None:
+    values = request.query.getall(name, [])
+    if len(values) > 1:
+        raise BadRequest(f"{name} is given {len(values)} times", f"give {name} once")
+    return values[0] if values else None
+
+
 def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
+    raw = _param(request, name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer", f"use {name}={default}") from None
+    if not _DIGITS_RE.fullmatch(raw):
+        raise BadRequest(
+            f"{name} must be a whole number written with the digits 0-9, got {raw[:40]!r}",
+            f"use {name}={default} (no sign, spaces, underscores or other digits)",
+        )
+    value = int(raw)
     if not low <= value <= high:
         raise BadRequest(f"{name} must be between {low} and {high}", f"use {name}={default}")
     return value
 
 
 def _choice_param(request: web.Request, name: str, choices: tuple[str, ...]) -> str:
-    value = request.query.get(name, choices[0])
+    value = _param(request, name)
+    if value is None:
+        return choices[0]
     if value not in choices:
         raise BadRequest(f"{name} must be one of {', '.join(choices)}", f"use {name}={choices[0]}")
     return value
@@ -91,7 +110,8 @@ class DataEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
-        bucket = self.limiter.bucket(str(address))
+        # Per network, as groups are: one IPv6 host picks any of 2^64 addresses in its /64.
+        bucket = self.limiter.bucket(network_key(address) if address else "unknown")
         if not bucket.take():
             retry = max(1, round(bucket.retry_after_s()))
             raise web.HTTPTooManyRequests(
@@ -100,7 +120,7 @@ class DataEndpoint:
                 headers={"Retry-After": str(retry)},
             )
         fmt = _choice_param(request, "format", ("text", "tokens"))
-        seed_param = request.query.get("seed")
+        seed_param = _param(request, "seed")
         seed = _int_param(request, "seed", 0, 0, 2**63 - 1) if seed_param is not None else None
         # An explicit generator per request: seeded when asked, otherwise from the OS.
         rng = random.Random(seed if seed is not None else secrets.randbits(64))
@@ -114,7 +134,7 @@ class DataEndpoint:
         encoding = _choice_param(request, "encoding", ("binary", "json"))
         try:
             tokenizer = service.tokenizer()
-        except (ImportError, FileNotFoundError, OSError) as exc:
+        except (ImportError, OSError, ValueError) as exc:  # ValueError: a file we cannot match
             raise web.HTTPServiceUnavailable(
                 text=_json(
                     {
@@ -126,7 +146,8 @@ class DataEndpoint:
             ) from None
         sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
         text = DOCUMENT_SEPARATOR.join(sample.texts)
-        # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the loop.
+        # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the loop, and
+        # with the interpreter lock released (see server/tokenize.py).
         tokens = (await asyncio.to_thread(tokenizer.encode, text))[:max_tokens]
         dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
         headers = _headers(sample) | {

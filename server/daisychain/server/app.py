@@ -19,6 +19,7 @@ from daisychain.assets import asset_dir
 from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
 from daisychain.server.config import ServerConfig
 from daisychain.server.datasource import DataService, Tokenizer, load_builtin_text, load_tokenizer
+from daisychain.server.httpconn import GuardedSite, head_complete
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, add_security_headers
 
@@ -34,7 +35,7 @@ def create_app(
     tokenizer: Callable[[], Tokenizer] = load_tokenizer,
 ) -> web.Application:
     """Build the app. ``fallback_text`` and ``tokenizer`` are injectable for tests."""
-    app = web.Application()
+    app = web.Application(middlewares=[head_complete])
     app[CONFIG] = config
     signaling = Signaling(config.signaling, trust_proxy=config.trust_proxy)
     app[SIGNALING] = signaling
@@ -91,12 +92,13 @@ async def serve_local(
 ) -> AsyncIterator[str]:
     """Run the app on a free port of ``host`` for the duration of the block; yields its URL.
 
-    For the demo, benchmarks and tests: the real server, on loopback, gone afterwards.
+    For the demo, benchmarks and tests: the real server (with ``main.serve``'s connection
+    deadlines, ``config.http``), on loopback, gone afterwards.
     """
     runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, 0).start()
+        await GuardedSite(runner, host, 0, config.http).start()
         yield f"http://{host}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()

@@ -85,6 +85,22 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class HttpLimits:
+    """Deadlines for HTTP connections (``httpconn.py``); WebSockets, once upgraded, have their
+    own heartbeat (``SignalingLimits.heartbeat_s``) and are not subject to these."""
+
+    # From accepting a connection to a complete first request head. A head is at most ~16 KB
+    # (aiohttp's line and field limits); a browser on a slow mobile link sends one in well under
+    # a second, so 15 s only ever cuts off silent connections and slowloris clients, which
+    # otherwise hold a socket and a handler for as long as they trickle.
+    head_timeout_s: float = 15.0
+    # An idle keep-alive connection is closed this long after its last response, and so is one
+    # whose next request head is not complete by then. Longer than the 60 s a reverse proxy
+    # (nginx's default) keeps an idle upstream connection, so a proxy never races our close.
+    keepalive_timeout_s: float = 75.0
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -92,6 +108,7 @@ class ServerConfig:
     trust_proxy: bool = False
     signaling: SignalingLimits = field(default_factory=SignalingLimits)
     data: DataConfig = field(default_factory=DataConfig)
+    http: HttpLimits = field(default_factory=HttpLimits)
     # Asset folders; None -> daisychain.assets.asset_dir(name). Tests point these at tmp dirs.
     static_dir: Path | None = None
     kernels_dir: Path | None = None

@@ -62,10 +62,11 @@ def load_builtin_text() -> str:
 
 
 def load_tokenizer() -> Tokenizer:
-    from daisychain.tokenizer import load_default
+    """The shipped tokenizer through the ``tokenizers`` library, which releases the interpreter
+    lock while it encodes (``daisychain.server.tokenize`` says why and how it is checked)."""
+    from daisychain.server.tokenize import load_serving_tokenizer
 
-    tokenizer: Tokenizer = load_default()
-    return tokenizer
+    return load_serving_tokenizer()
 
 
 class UpstreamError(Exception):

@@ -14,7 +14,13 @@ with ``--trust-proxy``. The rule then: the right-most *public* address of ``X-Fo
 without it, of ``Forwarded: for=``). A proxy appends the address it saw to the right, so what a
 client forges sits to the left of it; non-global entries further right are the proxy chain's own
 internal hops (a Space's front proxies) and are skipped. If no entry is public, the socket peer's
-address decides.
+address decides. A header sent as several lines is one list, the lines in the order received
+(RFC 9110 section 5.3): a proxy that adds its own line adds it last, so reading only the first
+line would let the client's forged line decide.
+
+``network_key`` is the same per-network key without the ``local`` merge; the ``/data`` rate
+limiter uses it, so an IPv6 client cannot multiply its budget by picking new addresses in its
+/64.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
+
+from multidict import MultiMapping
 
 LOCAL_GROUP = "local"
 
@@ -48,24 +56,35 @@ def parse_address(text: str) -> IPAddress | None:
     return address
 
 
-def group_key(address: IPAddress | None) -> str:
-    if address is None or not address.is_global:
-        return LOCAL_GROUP
+def network_key(address: IPAddress) -> str:
+    """The network an address stands for: an IPv4 address itself, an IPv6 address's /64."""
     if isinstance(address, ipaddress.IPv4Address):
         return f"v4:{address}"
     network = ipaddress.IPv6Network((address, 64), strict=False)
     return f"v6:{network}"
 
 
+def group_key(address: IPAddress | None) -> str:
+    if address is None or not address.is_global:
+        return LOCAL_GROUP
+    return network_key(address)
+
+
+def header_lines(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every line of header ``name`` in the order received (a multidict keeps one per line)."""
+    if isinstance(headers, MultiMapping):
+        return list(headers.getall(name, []))
+    value = headers.get(name)
+    return [] if value is None else [value]
+
+
 def forwarded_candidates(headers: Mapping[str, str]) -> list[str]:
     """Addresses claimed by proxy headers, left (client side) to right (our side)."""
-    forwarded_for = headers.get("X-Forwarded-For")
-    if forwarded_for:
+    forwarded_for = ",".join(header_lines(headers, "X-Forwarded-For"))
+    if forwarded_for.strip(", \t"):
         return [part for part in forwarded_for.split(",") if part.strip()]
-    forwarded = headers.get("Forwarded")
-    if forwarded:
-        return [match.group(2) for match in _FORWARDED_FOR_RE.finditer(forwarded)]
-    return []
+    forwarded = ",".join(header_lines(headers, "Forwarded"))
+    return [match.group(2) for match in _FORWARDED_FOR_RE.finditer(forwarded)]
 
 
 def client_address(

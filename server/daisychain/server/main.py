@@ -26,6 +26,7 @@ from daisychain.server.config import (
     ServerConfig,
     SignalingLimits,
 )
+from daisychain.server.httpconn import GuardedSite
 
 log = logging.getLogger("daisychain.server")
 
@@ -110,8 +111,8 @@ async def serve(config: ServerConfig) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        site = web.TCPSite(runner, config.host, config.port)
-        await site.start()
+        # Not web.TCPSite: GuardedSite adds the request-head deadline (httpconn.py).
+        await GuardedSite(runner, config.host, config.port, config.http).start()
         for host, port, *_ in runner.addresses:
             shown = f"[{host}]" if ":" in host else host
             log.info(

@@ -2,8 +2,10 @@
 
 ``static/`` is served at ``/``, ``kernels/`` at ``/kernels/`` and ``luts/`` at ``/luts/``.
 
-Paths are checked segment by segment (no ``..``, no hidden files, no backslashes or NULs) and then
-resolved, so a symlink that points outside its folder is refused too. Content types come from one
+Paths are checked segment by segment (no ``..``, no hidden files, no backslashes or NULs, no
+segment longer than a file name can be) and then resolved, so a symlink that points outside its
+folder is refused too; a path the filesystem cannot resolve (a symlink loop, a name too long) is
+a 404 like any other missing file, never a 500. Content types come from one
 table rather than the platform's ``mimetypes`` database, which differs between machines (a
 browser refuses an ES module served as ``text/plain``). ``web.FileResponse`` supplies ETag,
 Last-Modified, conditional requests and ranges.
@@ -39,6 +41,9 @@ CONTENT_TYPES: dict[str, str] = {
     ".woff2": "font/woff2",
 }
 DEFAULT_CONTENT_TYPE = "application/octet-stream"  # with nosniff, never executed
+# NAME_MAX on Linux and macOS: no file has a longer name, so a longer segment is a 404 before
+# the filesystem is asked (it would raise ENAMETOOLONG).
+MAX_SEGMENT_BYTES = 255
 
 _HOST_RE = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 _INLINE_SCRIPT_RE = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
@@ -66,18 +71,36 @@ def content_security_policy(host: str | None, script_hashes: tuple[str, ...] = (
     )
 
 
+def security_headers(host: str | None) -> dict[str, str]:
+    """The headers every response carries (a page's own CSP adds its inline-script hashes)."""
+    return {
+        "X-Content-Type-Options": "nosniff",
+        # Room codes travel in the page URL (?room=CODE): never leak them in a Referer.
+        "Referrer-Policy": "no-referrer",
+        "Content-Security-Policy": content_security_policy(host),
+        # Cross-origin isolation gives the page SharedArrayBuffer and precise timers for
+        # WASM/WebGPU work. No X-Frame-Options: a Hugging Face Space shows the app in an iframe.
+        "Cross-Origin-Opener-Policy": "same-origin",
+        "Cross-Origin-Embedder-Policy": "require-corp",
+        "Cross-Origin-Resource-Policy": "same-origin",
+    }
+
+
+def set_security_headers(response: web.StreamResponse, host: str | None) -> None:
+    for name, value in security_headers(host).items():
+        response.headers.setdefault(name, value)
+
+
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare`` hook: runs for every response, errors included."""
-    headers = response.headers
-    headers.setdefault("X-Content-Type-Options", "nosniff")
-    # Room codes travel in the page URL (?room=CODE): never leak them in a Referer.
-    headers.setdefault("Referrer-Policy", "no-referrer")
-    headers.setdefault("Content-Security-Policy", content_security_policy(request.host))
-    # Cross-origin isolation gives the page SharedArrayBuffer and precise timers for WASM/WebGPU
-    # work. No X-Frame-Options: a Hugging Face Space shows the app inside an iframe.
-    headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")
-    headers.setdefault("Cross-Origin-Embedder-Policy", "require-corp")
-    headers.setdefault("Cross-Origin-Resource-Policy", "same-origin")
+    """``on_response_prepare`` hook: runs for every response the app's router handled, errors
+    included. The parser's own 400s never reach the router: ``httpconn`` adds them there."""
+    set_security_headers(response, request_host(request))
+
+
+def request_host(request: web.BaseRequest) -> str | None:
+    """The Host header as sent. Not ``request.host``: without the header that falls back to
+    ``socket.getfqdn()``, a blocking DNS lookup on the event loop that any client could trigger."""
+    return request.headers.get("Host")
 
 
 def safe_path(root: Path, relative: str) -> Path | None:
@@ -87,9 +110,14 @@ def safe_path(root: Path, relative: str) -> Path | None:
     parts = relative.split("/")
     if any(part in ("", ".", "..") or part.startswith(".") for part in parts):
         return None
-    root = root.resolve()
-    candidate = root.joinpath(*parts).resolve()  # follows symlinks: their target must stay inside
-    if not candidate.is_relative_to(root) or not candidate.is_file():
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in parts):
+        return None
+    try:
+        root = root.resolve()
+        candidate = root.joinpath(*parts).resolve()  # follows symlinks: the target must be inside
+        if not candidate.is_relative_to(root) or not candidate.is_file():
+            return None
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11/3.12 resolve())
         return None
     return candidate
 
@@ -112,10 +140,7 @@ class StaticFiles:
             # Page URLs without the extension: /selftest serves selftest.html.
             path = safe_path(self.root, relative + ".html")
         if path is None:
-            raise web.HTTPNotFound(
-                text=f"404 not found: {request.path}\nno such file under {self.root.name}/; "
-                "the server serves /, /kernels/, /luts/, /ws, /data, /healthz, /api/status\n"
-            )
+            raise self._not_found(request)
         headers = {
             "Content-Type": CONTENT_TYPES.get(path.suffix.lower(), DEFAULT_CONTENT_TYPE),
             # Revalidate every time (cheap with the ETag): a deploy must never mix old modules
@@ -123,9 +148,20 @@ class StaticFiles:
             "Cache-Control": "no-cache",
         }
         if path.suffix.lower() == ".html":
-            hashes = self._inline_script_hashes(path)
-            headers["Content-Security-Policy"] = content_security_policy(request.host, hashes)
+            try:
+                hashes = self._inline_script_hashes(path)
+            except OSError:  # removed or unreadable since safe_path() looked
+                raise self._not_found(request) from None
+            headers["Content-Security-Policy"] = content_security_policy(
+                request_host(request), hashes
+            )
         return web.FileResponse(path, headers=headers)
+
+    def _not_found(self, request: web.Request) -> web.HTTPNotFound:
+        return web.HTTPNotFound(
+            text=f"404 not found: {request.path[:200]}\nno such file under {self.root.name}/; "
+            "the server serves /, /kernels/, /luts/, /ws, /data, /healthz, /api/status\n"
+        )
 
     def _inline_script_hashes(self, path: Path) -> tuple[str, ...]:
         """CSP hashes of a page's inline scripts, so they run without 'unsafe-inline'."""

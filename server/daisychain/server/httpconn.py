@@ -1,0 +1,134 @@
+"""HTTP connections: a deadline for the request head, and security headers on the parser's errors.
+
+aiohttp's server reads a request head for as long as the client keeps the connection open, so a
+silent connection, or a slowloris client trickling its headers a byte at a time, holds a socket
+and a handler until aiohttp's keep-alive timer fires (3630 s by default, and only in recent
+releases is it armed before the first request; this package allows aiohttp 3.9). Three pieces
+close that at its cause, whatever the aiohttp version:
+
+* ``GuardedRequestHandler`` (aiohttp's per-connection protocol) arms a timer when the connection
+  is accepted and closes the connection when it fires, unless a request head was complete;
+* ``head_complete``, the app's first middleware, marks the head complete: it runs as soon as the
+  parser has the whole head, before routing, for every request including WebSocket upgrades
+  (an upgraded socket then lives on its heartbeat, ``SignalingLimits.heartbeat_s``);
+* later requests on a kept-alive connection are covered by aiohttp's keep-alive timer
+  (``HttpLimits.keepalive_timeout_s``), which closes a connection whose next head is not
+  complete that long after the previous response.
+
+``GuardedSite`` listens with this handler; ``main.serve`` and ``app.serve_local`` use it. (Tests
+that mount the app on aiohttp's ``TestServer`` get aiohttp's own handler and no deadline.)
+
+The parser's own 400s (a malformed request line or header) are built by the handler, not the
+app, so ``on_response_prepare`` never sees them; ``handle_error`` adds the security headers
+there, and logs such a request as one line without a traceback (each costs the client only a
+connection, so a traceback each would let anyone fill the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from daisychain.server.config import HttpLimits
+from daisychain.server.static import set_security_headers
+
+log = logging.getLogger(__name__)
+
+
+class GuardedRequestHandler(web.RequestHandler):
+    """aiohttp's connection handler, closing connections whose first request head is late."""
+
+    def __init__(self, manager: web.Server, *, limits: HttpLimits, **options: Any) -> None:
+        super().__init__(manager, keepalive_timeout=limits.keepalive_timeout_s, **options)
+        self.head_timeout_s = limits.head_timeout_s
+        self.head_received = False
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        loop = asyncio.get_running_loop()
+        self._head_timer = loop.call_later(self.head_timeout_s, self._head_deadline)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def mark_head_received(self) -> None:
+        self.head_received = True
+        self._cancel_head_timer()
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_deadline(self) -> None:
+        self._head_timer = None
+        if not self.head_received:
+            log.debug("closing a connection: no complete request head in %g s", self.head_timeout_s)
+            self.force_close()
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        response = super().handle_error(request, status, exc, message)
+        # No Host here: a request the parser refused has no trustworthy one.
+        set_security_headers(response, None)
+        return response
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            # One line: the parser's message quotes the client's bytes over several lines.
+            reason = " ".join(str(exc.message).split())[:200]
+            log.info("refused a malformed HTTP request: %s", reason)
+            return
+        super().log_exception(*args, **kwargs)
+
+
+@web.middleware
+async def head_complete(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """First middleware: the request head is complete, so the head deadline no longer applies."""
+    protocol = request.protocol
+    if isinstance(protocol, GuardedRequestHandler):
+        protocol.mark_head_received()
+    return await handler(request)
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP listener like ``web.TCPSite`` whose connections get ``GuardedRequestHandler``."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, limits: HttpLimits) -> None:
+        super().__init__(runner)
+        self.runner = runner
+        self.host, self.requested_port, self.limits = host, port, limits
+
+    @property
+    def name(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{shown}:{self.requested_port}"
+
+    async def start(self) -> None:
+        await super().start()
+        manager = self.runner.server
+        assert manager is not None, "start the site after runner.setup()"
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> GuardedRequestHandler:
+            return GuardedRequestHandler(manager, limits=self.limits, loop=loop)
+
+        # BaseSite.stop() closes what ``_server`` holds: the subclassing contract of BaseSite.
+        self._server = await loop.create_server(
+            protocol, self.host, self.requested_port, backlog=128, reuse_address=True
+        )

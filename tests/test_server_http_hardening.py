@@ -1,0 +1,167 @@
+"""HTTP connections against a hostile client: request-head deadline, keep-alive idle timeout,
+and security headers on the parser's own errors.
+
+Every test runs the real listener (``serve_local``: ``GuardedSite`` + ``GuardedRequestHandler``)
+on a loopback port and talks raw HTTP over a socket, so nothing normalises what is sent. Deadlines
+are configured short (``HttpLimits``); each wait for the server's reaction is bounded by
+``WAIT_S``, a test timeout rather than a timing assertion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+
+from daisychain.server.app import serve_local
+from daisychain.server.config import HttpLimits
+from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config
+
+WAIT_S = 10.0
+SHORT_S = 0.3
+SECURITY_HEADERS = (
+    b"x-content-type-options: nosniff",
+    b"referrer-policy: no-referrer",
+    b"content-security-policy: default-src 'self'",
+    b"cross-origin-opener-policy: same-origin",
+    b"cross-origin-embedder-policy: require-corp",
+)
+
+
+@asynccontextmanager
+async def listener(head_s: float = SHORT_S, keepalive_s: float = 60.0) -> AsyncIterator[int]:
+    cfg = config(http=HttpLimits(head_timeout_s=head_s, keepalive_timeout_s=keepalive_s))
+    async with serve_local(
+        cfg, fallback_text=lambda: FALLBACK_TEXT, tokenizer=ByteTokenizer
+    ) as url:
+        yield int(url.rsplit(":", 1)[1])
+
+
+async def open_raw(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def read_response(reader: asyncio.StreamReader) -> bytes:
+    """One response with a Content-Length body (what every endpoint used here sends)."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
+    return head + await asyncio.wait_for(reader.readexactly(length), WAIT_S)
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sent before closing; fails if it keeps the connection past WAIT_S."""
+    return await asyncio.wait_for(reader.read(), WAIT_S)
+
+
+async def test_a_silent_connection_is_closed_at_the_head_deadline() -> None:
+    async with listener() as port:
+        reader, writer = await open_raw(port)
+        assert await closed_by_server(reader) == b""
+        writer.close()
+
+
+async def test_slowloris_trickling_its_head_is_closed_at_the_deadline() -> None:
+    # ~200 bytes at one per 20 ms: the whole head would be in well before aiohttp's own timers
+    # (keep-alive 60 s here) could close it, so only the head deadline can refuse it.
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 150 + b"\r\n\r\n"
+    async with listener() as port:
+        reader, writer = await open_raw(port)
+        sent = 0
+        received = None
+        for byte in head:  # one byte at a time, each a little after the last
+            try:
+                writer.write(bytes([byte]))
+                await writer.drain()
+            except ConnectionError:
+                received = await closed_by_server(reader)
+                break
+            sent += 1
+            try:
+                received = await asyncio.wait_for(reader.read(100), 0.02)
+            except TimeoutError:
+                continue
+            break
+        assert received == b"", f"the server answered a trickled head: {received!r}"
+        assert sent < len(head), "the whole trickled head was accepted"
+        writer.close()
+
+
+async def test_the_deadline_spares_a_connection_whose_head_arrived() -> None:
+    # Keep-alive after a served request: the head deadline no longer applies to it.
+    async with listener() as port:
+        reader, writer = await open_raw(port)
+        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        writer.write(request)
+        assert (await read_response(reader)).startswith(b"HTTP/1.1 200")
+        await asyncio.sleep(3 * SHORT_S)
+        writer.write(request)
+        assert (await read_response(reader)).startswith(b"HTTP/1.1 200")
+        writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed() -> None:
+    async with listener(head_s=60.0, keepalive_s=SHORT_S) as port:
+        reader, writer = await open_raw(port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_response(reader)).startswith(b"HTTP/1.1 200")
+        assert await closed_by_server(reader) == b""
+        writer.close()
+
+
+async def test_a_second_head_trickled_on_a_kept_alive_connection_is_closed() -> None:
+    async with listener(head_s=60.0, keepalive_s=SHORT_S) as port:
+        reader, writer = await open_raw(port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_response(reader)).startswith(b"HTTP/1.1 200")
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost:")  # and never the rest
+        assert await closed_by_server(reader) == b""
+        writer.close()
+
+
+async def test_a_websocket_outlives_the_head_deadline() -> None:
+    async with (
+        listener() as port,
+        aiohttp.ClientSession() as session,
+        session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws,
+    ):
+        await ws.send_json({"type": "hello", "version": 1, "name": "a", "device": {}})
+        assert (await ws.receive_json(timeout=WAIT_S))["type"] == "welcome"
+        await asyncio.sleep(3 * SHORT_S)
+        await ws.send_json({"type": "ping", "nonce": 7})
+        assert await ws.receive_json(timeout=WAIT_S) == {"type": "pong", "nonce": 7}
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",
+        b"G(T /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n",
+        b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1_0\r\n\r\n",
+    ],
+    ids=["header-without-colon", "bad-method", "bad-version", "line-too-long", "odd-length"],
+)
+async def test_parser_errors_carry_the_security_headers(
+    request_bytes: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with listener() as port:
+        reader, writer = await open_raw(port)
+        writer.write(request_bytes)
+        response = await closed_by_server(reader)
+        writer.close()
+    head = response.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.") and b" 400 " in head.split(b"\r\n", 1)[0], response[:200]
+    for header in SECURITY_HEADERS:
+        assert header in head, f"{header!r} missing from the parser's 400"
+    # One line per refused request, no traceback.
+    assert not [record for record in caplog.records if record.exc_info], caplog.text
