@@ -1,0 +1,24 @@
+"""The sans-IO protocol core of a training peer (docs/PROTOCOL.md, "The protocol machine").
+
+``events`` (what the machine is fed, each with ``now``), ``effects`` (what it asks for),
+``machine`` (the rules), and one module per piece of state: ``peers`` (the peer table),
+``attempt`` (one step's exchange, with its phase), ``leadership`` (leader, rosters, what the
+leader heard), ``repair`` (the attempts kept for repair), ``guard`` (the sync guard),
+``statesync`` (a follower's checkpoint sync), ``stopping``, ``replica`` (the state the machine
+steers) and ``settings``. Nothing here imports asyncio, aiortc, time, threading or socket
+(``tests/test_protocol_machine.py`` checks it).
+"""
+
+from daisychain.p2p.machine.machine import Incompatible, Machine, parse_run_config
+from daisychain.p2p.machine.replica import Replica, ReplicaRefused
+from daisychain.p2p.machine.settings import Settings, Timers
+
+__all__ = [
+    "Incompatible",
+    "Machine",
+    "Replica",
+    "ReplicaRefused",
+    "Settings",
+    "Timers",
+    "parse_run_config",
+]

@@ -1,0 +1,586 @@
+"""The conformance traces of tests/vectors/protocol/: one function per trace, each playing one
+peer's view of a run. ``python -m daisychain.p2p.traces --write`` regenerates them; the
+assertions here check that each trace shows what its name says (a regenerated trace that no
+longer covers its case fails to generate)."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from daisychain.p2p import allreduce, codec, frames, messages
+from daisychain.p2p.frames import FrameKind
+from daisychain.p2p.machine import effects as fx
+from daisychain.p2p.machine import events as ev
+from daisychain.p2p.traces.replica import TraceReplica, init_hash
+from daisychain.p2p.traces.script import (
+    OTHER_RUN,
+    RUN,
+    SEED,
+    A,
+    B,
+    C,
+    D,
+    E,
+    F,
+    Script,
+    applied,
+    config,
+    contributions,
+    fresh_state,
+    hello_text,
+    reduced,
+    total_blocks,
+)
+
+INIT = init_hash(SEED)
+ABC = (A, B, C)
+
+
+Sent = list[tuple[str, messages.Message]]
+
+
+def sent(effects: list[fx.Effect], kind: type[messages.Message]) -> Sent:
+    """(peer, message) of every message of ``kind`` the effects send."""
+    return [
+        (f.peer, f.message)
+        for f in effects
+        if isinstance(f, fx.SendMessage) and isinstance(f.message, kind)
+    ]
+
+
+def repairs(effects: list[fx.Effect]) -> set[tuple[str, str, int]]:
+    return {(p, m.piece, m.chunk) for p, m in sent(effects, messages.Repair)
+            if isinstance(m, messages.Repair)}  # fmt: skip
+
+
+def errors(effects: list[fx.Effect]) -> list[tuple[str, messages.Error]]:
+    return [(p, m) for p, m in sent(effects, messages.Error) if isinstance(m, messages.Error)]
+
+
+def stops(effects: list[fx.Effect]) -> list[tuple[str, messages.Stop]]:
+    return [(p, m) for p, m in sent(effects, messages.Stop) if isinstance(m, messages.Stop)]
+
+
+def finished(effects: list[fx.Effect]) -> fx.Outcome:
+    done = [f for f in effects if isinstance(f, fx.Finished)]
+    assert len(done) == 1, f"expected the run to finish: {effects}"
+    return done[0].outcome
+
+
+def rosters(effects: list[fx.Effect]) -> list[messages.Roster]:
+    """The rosters committed (each is broadcast: counted once)."""
+    out: list[messages.Roster] = []
+    for _, m in sent(effects, messages.Roster):
+        if isinstance(m, messages.Roster) and m not in out:
+            out.append(m)
+    return out
+
+
+def _ready(peers: list[str], step: int = 0, digest: str = INIT) -> messages.Ready:
+    return messages.Ready(RUN, step, digest, peers)
+
+
+def _follow(s: Script, leader: str, others: tuple[str, ...], cfg: messages.Config) -> None:
+    """A follower joins: channels to everyone, the leader's config, its ready."""
+    s.connect(leader, *others)
+    out = s.send(leader, cfg)
+    assert sent(out, messages.Ready), out
+
+
+def _lead(s: Script, followers: tuple[str, ...], steps: int = 3, min_peers: int = 3) -> None:
+    s.feed(ev.UserLead(s.now, config(steps), min_peers))
+    s.connect(*followers)
+    s.at(s.now + 1.0)
+    for p in followers:
+        out = s.send(p, _ready([q for q in (s.me, *followers) if q != p]))
+    assert rosters(out)[0].peers == sorted((s.me, *followers)), out
+
+
+def _stop_acks(s: Script, peers: tuple[str, ...], stop: messages.Stop) -> list[fx.Effect]:
+    out: list[fx.Effect] = []
+    for p in peers:
+        out += s.send(p, stop)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def leader_three_peers() -> Script:
+    s = Script("leader-3-peers", "A leads B and C for 3 steps: config, readys, rosters, the "
+               "exchange, hashes, stop done acknowledged by both.", A,
+               state=fresh_state())  # fmt: skip
+    _lead(s, (B, C))
+    for step in (1, 2, 3):
+        s.at(s.now + 1.0)
+        digest = s.exchange(step, 0, ABC)
+        out = s.hashes(step, 0, ABC, digest)
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    assert stops(out) == [(B, stop), (C, stop)], out
+    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def follower_three_peers() -> Script:
+    s = Script("follower-3-peers", "B follows leader A with C for 3 steps and stops when A "
+               "says done (repeating the stop as its acknowledgement).", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    for step in (1, 2, 3):
+        s.at(s.now + 1.0)
+        out = s.send(A, messages.Roster(RUN, step, 0, list(ABC)))
+        assert any(isinstance(f, fx.Compute) for f in out), out
+        digest = s.exchange(step, 0, ABC)
+        s.hashes(step, 0, ABC, digest)
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    out = s.send(A, stop)
+    assert stops(out) == [(A, stop), (C, stop)], out
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
+def honest_hash(prev: str, step: int, rnd: int, n: int) -> str:
+    """The hash every honest replica holds after applying ``(step, rnd)`` of ``n`` rule peers."""
+    tb = total_blocks()
+    flat = np.empty(tb * codec.BLOCK, dtype=np.float32)
+    for k in range(n):
+        first, end = allreduce.chunk_blocks(tb, n, k)
+        flat[allreduce.chunk_slice(tb, n, k)] = codec.decode(reduced(step, rnd, n, k), end - first)
+    replica = TraceReplica(step - 1, prev)
+    replica.apply(flat)
+    return replica.hash
+
+
+def _train(s: Script, leader: str, roster: tuple[str, ...], steps: range, rnd: int = 0) -> str:
+    """Follower steps: the leader's roster, the exchange, everyone's hash."""
+    digest = ""
+    for step in steps:
+        s.at(s.now + 1.0)
+        s.send(leader, messages.Roster(RUN, step, rnd, list(roster)))
+        digest = s.exchange(step, rnd, roster)
+        s.hashes(step, rnd, roster, digest)
+    return digest
+
+
+def join_with_checkpoint() -> Script:
+    s = Script("join-with-checkpoint", "D joins a run of A, B, C at step 5: config, ready, the "
+               "current roster without it, sync-request once its channels to the roster are "
+               "open, the checkpoint of step 5, then it computes in roster 6.", D)  # fmt: skip
+    s.connect(A, B, C)
+    s.send(A, config(steps=6))
+    out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    assert sent(out, messages.SyncRequest) == [(A, messages.SyncRequest(RUN))], out
+    s.at(3.0)
+    h5 = hashlib.sha256(b"daisychain-trace state at step 5").hexdigest()
+    s.frames(A, FrameKind.CHECKPOINT, TraceReplica(5, h5).checkpoint(), 5)
+    assert s.machine.replica.step == 5 and s.machine.replica.hash == h5
+    roster = (A, B, C, D)
+    s.send(A, messages.Roster(RUN, 6, 0, list(roster)))
+    digest = s.exchange(6, 0, roster)
+    assert digest == honest_hash(h5, 6, 0, 4)
+    s.hashes(6, 0, roster, digest)
+    stop = messages.Stop(RUN, "done", 6, "reached step 6", {})
+    s.send(A, stop)
+    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def follower_gone_mid_exchange() -> Script:
+    s = Script("follower-gone-mid-exchange", "Leader A: C's channel closes during step 2 before "
+               "its contribution arrived. A asks B again at once and, repair_after later, "
+               "re-commits step 2 as round 1 without every peer whose pieces it lacks (B's "
+               "reduced chunk needed C's contribution): A alone. B asks for the state and is "
+               "back in roster 3 after the checkpoint.", A, state=fresh_state())  # fmt: skip
+    _lead(s, (B, C), steps=3)
+    s.at(2.0)
+    s.hashes(1, 0, ABC, s.exchange(1, 0, ABC))
+    s.at(3.0)
+    s.compute(2, 0, ABC)
+    s.frames(B, FrameKind.CONTRIBUTION, contributions(1, 2, 0, 3)[0], 2, 0, 0)
+    s.at(3.5)
+    s.closed(C)
+    out = s.timer()  # repair at once: every reduced chunk A lacks, from B (C is gone)
+    assert repairs(out) == {
+        (B, "reduced", 0), (B, "reduced", 1), (B, "reduced", 2)}, out  # fmt: skip
+    out = s.timer()  # repair_after later: the attempt is re-committed
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(2, 1, [A])], out
+    s.send(B, messages.SyncRequest(RUN))  # B saw a roster without itself
+    s.at(s.now + 0.5)
+    out = s.compute(2, 1, (A,))
+    digest = applied(out)
+    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [B], "the checkpoint"
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(3, 0, [A, B])], out
+    s.at(s.now + 0.5)
+    s.hashes(3, 0, (A, B), s.exchange(3, 0, (A, B)))
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    assert finished(_stop_acks(s, (B,), stop)).reason == "done"
+    assert digest
+    return s
+
+
+def leader_gone_before_roster() -> Script:
+    s = Script("leader-gone-before-roster", "B got A's config and said ready; A's channel "
+               "closes before the first roster: the run ends with an error (no failover "
+               "without a committed roster).", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    s.at(2.0)
+    outcome = finished(s.closed(A))
+    assert outcome.reason == "error" and "before the first step" in outcome.message
+    return s
+
+
+def leader_gone_during_exchange() -> Script:
+    s = Script("leader-gone-during-exchange", "B follows A with C; A's channel closes in step 2 "
+               "before its pieces arrived. B is the successor (lowest id left): it asks C again, "
+               "re-commits step 2 without the peers whose pieces it lacks (B alone), serves C "
+               "the checkpoint C asks for, and leads B and C to the end.", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    _train(s, A, ABC, range(1, 2))
+    s.at(s.now + 1.0)
+    s.send(A, messages.Roster(RUN, 2, 0, list(ABC)))
+    s.compute(2, 0, ABC)
+    s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 2, 0, 3)[1], 2, 0, 1)
+    s.at(s.now + 0.5)
+    s.closed(A)
+    assert s.machine.is_leader
+    out = s.timer()
+    assert repairs(out) == {
+        (C, "reduced", 0), (C, "reduced", 1), (C, "reduced", 2)}, out  # fmt: skip
+    out = s.timer()
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(2, 1, [B])], out
+    s.send(C, messages.SyncRequest(RUN))  # C saw a roster without itself
+    s.at(s.now + 0.5)
+    out = s.compute(2, 1, (B,))
+    applied(out)
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(3, 0, [B, C])], out
+    s.at(s.now + 0.5)
+    s.hashes(3, 0, (B, C), s.exchange(3, 0, (B, C)))
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    assert finished(_stop_acks(s, (C,), stop)).reason == "done"
+    return s
+
+
+def leader_gone_after_apply() -> Script:
+    s = Script("leader-gone-after-apply", "A applies step 2 and publishes its hash, then leaves "
+               "before committing roster 3. B (successor) holds every hash of step 2 and "
+               "commits roster 3 with C at once.", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    _train(s, A, ABC, range(1, 3))
+    s.at(s.now + 1.0)
+    s.left(A)  # the server's peer-left (after the shell's grace): A is gone
+    out = s.send(A, messages.Leave("bye"))  # in flight before A left: ignored
+    assert not out
+    assert s.machine.is_leader
+    assert s.machine.roster is not None and s.machine.roster.peers == (B, C)
+    s.at(s.now + 1.0)
+    s.hashes(3, 0, (B, C), s.exchange(3, 0, (B, C)))
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    assert finished(_stop_acks(s, (C,), stop)).reason == "done"
+    return s
+
+
+def follower_held_roster() -> Script:
+    s = Script("follower-held-roster", "C follows A with B. A leaves after step 1; B (its "
+               "successor) commits roster 2 before C learns that A is gone: C holds it, and "
+               "applies it when the server's peer-left for A makes B its leader.", C)  # fmt: skip
+    _follow(s, A, (B,), config(2))
+    _train(s, A, ABC, range(1, 2))
+    s.at(s.now + 1.0)
+    out = s.send(B, messages.Roster(RUN, 2, 0, [B, C]))
+    assert not out, "held"
+    out = s.left(A)
+    assert any(isinstance(f, fx.Compute) for f in out), out
+    s.hashes(2, 0, (B, C), s.exchange(2, 0, (B, C)))
+    stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
+    out = s.send(B, stop)
+    assert finished(out).reason == "done", "the stop's sender acknowledged it already"
+    return s
+
+
+def crc_damage_repair() -> Script:
+    s = Script("crc-damage-repair", "B receives A's contribution damaged in transit (CRC "
+               "mismatch): it asks A for it again (no channel closed) and completes the step "
+               "with the repaired piece.", B)  # fmt: skip
+    _follow(s, A, (C,), config(1))
+    s.at(1.0)
+    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.compute(1, 0, ABC)
+    mine = contributions(0, 1, 0, 3)[1]
+    out = s.frames(A, FrameKind.CONTRIBUTION, mine, 1, 0, 1, damage=True)
+    assert sent(out, messages.Repair) == [
+        (A, messages.Repair(RUN, 1, 0, "contribution", 1))], out  # fmt: skip
+    assert not any(isinstance(f, fx.Close) for f in out)
+    s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[1], 1, 0, 1)
+    s.at(1.5)
+    s.frames(A, FrameKind.CONTRIBUTION, mine, 1, 0, 1)
+    s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
+    out = s.frames(C, FrameKind.REDUCED, reduced(1, 0, 3, 2), 1, 0, 2)
+    digest = applied(out)
+    assert digest == honest_hash(INIT, 1, 0, 3)
+    s.hashes(1, 0, ABC, digest)
+    stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
+    s.send(A, stop)
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
+def forged_reduced_guard() -> Script:
+    s = Script("forged-reduced-guard", "C sends B a reduced chunk with one value changed and a "
+               "valid CRC: B cannot tell, applies it, and the sync guard stops the run when A's "
+               "and C's hashes differ from B's.", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    s.at(1.0)
+    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.compute(1, 0, ABC)
+    s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1)
+    s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[1], 1, 0, 1)
+    s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
+    forged = bytearray(reduced(1, 0, 3, 2))
+    forged[-1] ^= 0x01  # one value off by one quantization step
+    mine = applied(s.frames(C, FrameKind.REDUCED, bytes(forged), 1, 0, 2))
+    honest = honest_hash(INIT, 1, 0, 3)
+    assert mine != honest
+    out = s.hashes(1, 0, (A,), honest)
+    said = stops(out)
+    assert [p for p, _ in said] == [A, C], out
+    stop = said[0][1]
+    assert isinstance(stop, messages.Stop) and stop.reason == "fork"
+    assert stop.hashes == {A: honest, B: mine}, stop
+    assert finished(_stop_acks(s, (A, C), stop)).reason == "fork"
+    return s
+
+
+def hash_mismatch_fork() -> Script:
+    s = Script("hash-mismatch-fork", "Leader A: every piece of step 1 is right, but C "
+               "publishes another hash: the sync guard stops the run (stop fork naming both "
+               "hashes) and no roster 2 is committed.", A, state=fresh_state())  # fmt: skip
+    _lead(s, (B, C))
+    s.at(2.0)
+    digest = s.exchange(1, 0, ABC)
+    s.hashes(1, 0, (B,), digest)
+    drifted = hashlib.sha256(b"a replica that drifted").hexdigest()
+    out = s.hashes(1, 0, (C,), drifted)
+    assert not rosters(out)
+    stop = stops(out)[0][1]
+    assert isinstance(stop, messages.Stop) and stop.reason == "fork"
+    assert stop.message.startswith("replicas diverged after step 1"), stop.message
+    assert finished(_stop_acks(s, (B, C), stop)).reason == "fork"
+    return s
+
+
+def probe_mismatch() -> Script:
+    s = Script("probe-mismatch", "B: C's hash of step 1 carries a kernel probe that is not the "
+               "reference's: the run stops (fork) naming C and its backend.", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    s.at(1.0)
+    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    digest = s.exchange(1, 0, ABC)
+    s.hashes(1, 0, (A,), digest)
+    bad = hashlib.sha256(b"a kernel that drifted").hexdigest()
+    out = s.hashes(1, 0, (C,), digest, probe=bad, backend="wgpu-drifted")
+    stop = stops(out)[0][1]
+    assert isinstance(stop, messages.Stop) and stop.hashes == {C: bad}, stop
+    assert "kernel probe mismatch" in stop.message and "wgpu-drifted" in stop.message
+    assert finished(_stop_acks(s, (A, C), stop)).reason == "fork"
+    return s
+
+
+def version_mismatch_lobby() -> Script:
+    s = Script("version-mismatch-lobby", "B, still in the lobby, meets a peer speaking data "
+               "protocol 99: it answers error version-mismatch and stops with a hint (it "
+               "cannot join this group).", B)  # fmt: skip
+    s.feed(ev.ChannelOpened(s.now, A))
+    out = s.text(A, hello_text(version=99))
+    refused = errors(out)
+    assert refused and refused[0][1].code == "version-mismatch"
+    outcome = finished(out)
+    assert outcome.code == "version-mismatch" and "upgrade" in outcome.message, outcome
+    return s
+
+
+def version_mismatch_in_run() -> Script:
+    s = Script("version-mismatch-in-run", "Leader A in a run: a newcomer D says hello with "
+               "version 2; A answers error version-mismatch, closes D's channel and goes on "
+               "training (D is gone for good).", A, state=fresh_state())  # fmt: skip
+    _lead(s, (B, C), steps=1)
+    s.at(2.0)
+    s.feed(ev.ChannelOpened(s.now, D))
+    out = s.text(D, hello_text(version=2))
+    assert [type(f).__name__ for f in out] == ["SendMessage", "Close"], out
+    digest = s.exchange(1, 0, ABC)
+    out = s.hashes(1, 0, ABC, digest)
+    stop = stops(out)[0][1]
+    assert [p for p, _ in stops(out)] == [B, C], "not to D"
+    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def wrong_run() -> Script:
+    s = Script("wrong-run", "B in A's run: D sends a second, different config and E a roster "
+               "of another run; both are answered error wrong-run and their channels closed. "
+               "The run goes on.", B)  # fmt: skip
+    _follow(s, A, (C, D, E), config(1))
+    other = config(1).__dict__ | {"run": OTHER_RUN}
+    other.pop("type")
+    out = s.send(D, messages.Config(**other))
+    assert [(p, m.code) for p, m in errors(out)] == [(D, "wrong-run")]
+    out = s.send(E, messages.Roster(OTHER_RUN, 1, 0, [E]))
+    assert [(p, m.code) for p, m in errors(out)] == [(E, "wrong-run")]
+    s.at(1.0)
+    digest = _train(s, A, ABC, range(1, 2))
+    assert digest == honest_hash(INIT, 1, 0, 3)
+    stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
+    s.send(A, stop)
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
+def hostile_config() -> Script:
+    s = Script("hostile-config", "B in the lobby gets a config it cannot build (width 65 with "
+               "4 heads): it answers error incompatible with a hint and closes that channel, "
+               "keeps running, and joins D's valid run next.", B)  # fmt: skip
+    s.connect(A, D)
+    out = s.send(A, config(width=65, heads=4))
+    refused = errors(out)
+    assert len(refused) == 1 and refused[0][0] == A, out
+    error = refused[0][1]
+    assert isinstance(error, messages.Error) and error.code == "incompatible" and error.hint
+    assert not any(isinstance(f, fx.Finished) for f in out), "the follower keeps running"
+    out = s.send(D, config(2))
+    assert sent(out, messages.Ready) == [(D, messages.Ready(RUN, 0, INIT, [D]))], out
+    return s
+
+
+def stop_races_failover() -> Script:
+    s = Script("stop-races-failover", "The server's peer-left for leader A reaches B before "
+               "A's stop (A's user ended the run after step 1). B fails over and, as successor, "
+               "commits roster 2, then A's stop arrives from the gone leader: the stop wins, B "
+               "repeats it and stops.", B)  # fmt: skip
+    _follow(s, A, (C,), config(10))
+    _train(s, A, ABC, range(1, 2))
+    s.at(s.now + 0.5)
+    out = s.left(A)
+    assert [(r.step, r.peers) for r in rosters(out)] == [(2, [B, C])], out
+    stop = messages.Stop(RUN, "leader-request", 1, "the leader ended the run at step 1", {})
+    out = s.send(A, stop)
+    assert stops(out) == [(A, stop), (C, stop)], out
+    assert finished(s.send(C, stop)).reason == "leader-request"
+    return s
+
+
+def straggler_recommit() -> Script:
+    s = Script("straggler-recommit", "Leader A: C stays connected but never sends its step-1 "
+               "pieces. Every repair_after A asks again and B reports C missing; at the step "
+               "timeout A re-commits step 1 as round 1 without every peer whose pieces it "
+               "lacks (B's reduced chunk waited for C too): A alone. B and C ask for the state "
+               "and are back in roster 2 after the checkpoint.", A,
+               state=fresh_state())  # fmt: skip
+    _lead(s, (B, C), steps=2)
+    s.at(2.0)
+    s.compute(1, 0, ABC)
+    s.frames(B, FrameKind.CONTRIBUTION, contributions(1, 1, 0, 3)[0], 1, 0, 0)
+    out = s.timer()
+    assert (C, "contribution", 0) in repairs(out), out
+    s.send(B, messages.Missing(RUN, 1, 0, [C]))
+    out = s.timer()
+    assert not rosters(out), "repair_after again: still waiting"
+    while not rosters(out):
+        out = s.timer()
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(1, 1, [A])], out
+    s.send(B, messages.SyncRequest(RUN))
+    s.send(C, messages.SyncRequest(RUN))
+    s.at(s.now + 0.5)
+    out = s.compute(1, 1, (A,))
+    applied(out)
+    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [B, C], "checkpoints"
+    assert [(r.step, r.peers) for r in rosters(out)] == [(2, [A, B, C])], out
+    s.at(s.now + 1.0)
+    s.hashes(2, 0, ABC, s.exchange(2, 0, ABC))
+    stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
+    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def _raw_frame(kind: int = 1, total: int = 40, offset: int = 0, data: bytes = b"x" * 40) -> bytes:
+    crc = zlib.crc32(data)
+    return frames.HEADER.pack(b"DC", 1, kind, 0, 0, 1, 9, 1, total, offset, crc) + data
+
+
+def frames_hostile() -> Script:
+    s = Script("frames-hostile", "B in a run meets four hostile peers: D sends a frame before "
+               "hello, E a transfer that starts at offset 8 (out of order), F a payload of "
+               "2^31 bytes (oversized), G an unknown frame kind, and H never says hello. Each is "
+               "answered error and closed; the step completes.", B)  # fmt: skip
+    g, h = "G" * 12, "H" * 12
+    _follow(s, A, (C,), config(1))
+    s.at(1.0)
+    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.feed(ev.ChannelOpened(s.now, D))
+    s.feed(ev.FrameReceived(s.now, D, _raw_frame()))
+    s.connect(E, F, g)
+    s.feed(ev.FrameReceived(s.now, E, _raw_frame(total=48, offset=8)))
+    s.feed(ev.FrameReceived(s.now, F, _raw_frame(total=2**31)))
+    s.feed(ev.FrameReceived(s.now, g, _raw_frame(kind=9)))
+    s.feed(ev.ChannelOpened(s.now, h))
+    codes = {}
+    for step in s.steps:
+        for f in step["effects"]:
+            if f["effect"] == "send-message" and f["message"]["type"] == "error":
+                codes[f["peer"]] = f["message"]["message"]
+    assert set(codes) == {D, E, F, g}, codes
+    assert "before hello" in codes[D] and "offset 8" in codes[E], codes
+    assert "exceeds the limit" in codes[F] and "unknown frame kind 9" in codes[g], codes
+    digest = s.exchange(1, 0, ABC)
+    s.hashes(1, 0, ABC, digest)
+    out = s.timer()  # H's hello is overdue
+    assert [(p, m.message) for p, m in errors(out)] == [(h, "no hello in time")]
+    stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
+    s.send(A, stop)
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
+def save_and_leave() -> Script:
+    s = Script("save-and-leave", "B has a checkpoint path and saves every 2 steps: the "
+               "leader's save request for step 1, the periodic save at step 2, then its user "
+               "leaves (leave to all, no second save of step 2).", B, can_save=True,
+               save_every=2)  # fmt: skip
+    _follow(s, A, (C,), config(5))
+    _train(s, A, ABC, range(1, 2))
+    out = s.send(A, messages.Save(RUN, 1))
+    assert [f for f in out if isinstance(f, fx.Save)] == [fx.Save(1)], out
+    _train(s, A, ABC, range(2, 3))
+    assert any(st["effects"] == [{"effect": "save", "step": 2}] or
+               {"effect": "save", "step": 2} in st["effects"] for st in s.steps)  # fmt: skip
+    out = s.feed(ev.UserLeave(s.now, "interrupted"))
+    assert sent(out, messages.Leave) == [(A, messages.Leave("interrupted")),
+                                         (C, messages.Leave("interrupted"))], out  # fmt: skip
+    assert finished(out).reason == "left" and not any(isinstance(f, fx.Save) for f in out)
+    return s
+
+
+SCENARIOS: dict[str, Callable[[], Script]] = {
+    "leader-3-peers": leader_three_peers,
+    "follower-3-peers": follower_three_peers,
+    "join-with-checkpoint": join_with_checkpoint,
+    "follower-gone-mid-exchange": follower_gone_mid_exchange,
+    "leader-gone-before-roster": leader_gone_before_roster,
+    "leader-gone-during-exchange": leader_gone_during_exchange,
+    "leader-gone-after-apply": leader_gone_after_apply,
+    "follower-held-roster": follower_held_roster,
+    "crc-damage-repair": crc_damage_repair,
+    "forged-reduced-guard": forged_reduced_guard,
+    "hash-mismatch-fork": hash_mismatch_fork,
+    "probe-mismatch": probe_mismatch,
+    "version-mismatch-lobby": version_mismatch_lobby,
+    "version-mismatch-in-run": version_mismatch_in_run,
+    "wrong-run": wrong_run,
+    "hostile-config": hostile_config,
+    "stop-races-failover": stop_races_failover,
+    "straggler-recommit": straggler_recommit,
+    "frames-hostile": frames_hostile,
+    "save-and-leave": save_and_leave,
+}
