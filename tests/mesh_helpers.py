@@ -25,6 +25,7 @@ import pytest
 
 from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import Compute, Faults, LeadConfig, Node, Outcome, StepRecord, Timers
+from daisychain.p2p.runconfig import Limits
 from daisychain.server.app import serve_local
 from server_fixtures import ByteTokenizer, config
 
@@ -92,6 +93,7 @@ async def start_peer(
     mesh_cls: type[Mesh] = Mesh,
     compute: Compute | None = None,
     save_every: int = 0,
+    limits: Limits | None = None,
 ) -> Peer:
     tokens, sha, vocab = corpus()
     mesh = mesh_cls(url, name=name)
@@ -100,7 +102,7 @@ async def start_peer(
     node = Node(
         mesh, tokens, sha, vocab, lead=lead, timers=timers, faults=faults,
         checkpoint_path=checkpoint_path, save_every=save_every, on_step=records.append,
-        compute=compute,
+        compute=compute, limits=limits,
     )  # fmt: skip
 
     async def main() -> Outcome:

@@ -451,7 +451,14 @@ class Mesh:
             await asyncio.sleep(0.02)
         return True
 
-    async def close_link(self, peer: str) -> None:
+    async def close_link(self, peer: str, drain_s: float = 0.0) -> None:
+        """Close the channel to ``peer``; with ``drain_s``, first give what is queued towards it
+        (a refusal's ``error`` above all) up to that long to reach SCTP, so it is not lost."""
+        link = self._links.get(peer)
+        if link is not None and drain_s > 0:
+            deadline = time.monotonic() + drain_s
+            while link.state is LinkState.OPEN and link.pending() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
         link = self._links.pop(peer, None)
         if link is not None:
             link.set_state(LinkState.CLOSED)

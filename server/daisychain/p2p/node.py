@@ -348,7 +348,7 @@ class Node:
             peer, messages.Error(code, why[:200], hint or "see docs/PROTOCOL.md, Data channels")
         )
         membership.peer_gone(self, peer, f"rejected ({code})")
-        self._spawn(self.mesh.close_link(peer))
+        self._spawn(self.mesh.close_link(peer, drain_s=1.0))  # the error first, then the close
 
     def _fatal_peer(self, peer: str, message: str, hint: str) -> None:
         """The other side speaks another protocol version. A peer already in a run keeps
