@@ -1,4 +1,5 @@
-"""Private rooms: code minting, host approval enforced by the server, denial, timeout, hand-off."""
+"""Private rooms: code minting, exact codes, host approval enforced by the server whatever a
+newcomer claims, denial, timeout, hand-off to members only, and the limits on join requests."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from daisychain.server.config import SignalingLimits
-from daisychain.server.messages import CLOSE_DENIED, CLOSE_JOIN_TIMEOUT, CLOSE_PROTOCOL
+from daisychain.server.messages import (
+    CLOSE_ABUSE,
+    CLOSE_DENIED,
+    CLOSE_JOIN_TIMEOUT,
+    CLOSE_PROTOCOL,
+    CLOSE_ROOM_CLOSED,
+)
 from server_fixtures import WsPeer, config, connect, join, serve
 
 ROOM = "room-abc123"
@@ -189,12 +196,139 @@ async def test_pending_requests_move_to_the_new_host() -> None:
         assert 0 < moved["expires_in_s"] <= 120
 
 
-async def test_last_member_leaving_makes_the_oldest_requester_host() -> None:
+async def test_last_member_leaving_closes_the_waiting_requests() -> None:
     async with serve() as client:
         host, requester, _ = await host_and_requester(client)
         await host.close()
-        welcome = await requester.expect("welcome")
+        denied = await requester.expect("denied")
+        assert denied["reason"] == "closed" and denied["hint"]
+        assert await requester.expect_close() == CLOSE_ROOM_CLOSED
+        status = await (await client.get("/api/status")).json()
+        assert (status["rooms"], status["pending"], status["peers"]) == (0, 0, 0)
+
+
+async def test_a_requester_is_never_promoted_and_the_returning_host_hosts_again() -> None:
+    async with serve() as client:
+        host, first, _ = await host_and_requester(client)
+        second, _ = await join(client, "second", room=ROOM, expect="pending")
+        await host.expect("join-request")
+        await host.close()
+        for requester in (first, second):
+            assert (await requester.expect("denied"))["reason"] == "closed"
+            assert await requester.expect_close() == CLOSE_ROOM_CLOSED
+        # The host reloads its page: it finds the room empty and hosts it, and nobody who was
+        # waiting can deny it. The requesters ask again and the host sees them.
+        back, welcome = await join(client, "host", room=ROOM)
         assert welcome["role"] == "host" and welcome["members"] == []
+        again, _ = await join(client, "guest", room=ROOM, expect="pending")
+        assert (await back.expect("join-request"))["peer"]["id"] == again.id
+
+
+async def test_host_hand_off_skips_a_requester_that_waited_longer_than_a_member() -> None:
+    async with serve() as client:
+        host, early, _ = await host_and_requester(client)  # waits, unanswered
+        member, _ = await join(client, "member", room=ROOM, expect="pending")
+        assert (await host.expect("join-request"))["peer"]["id"] == member.id
+        await host.send({"type": "approve", "peer": member.id})
+        await member.expect("welcome")
+        await host.close()
+        await member.expect("peer-left")
+        assert await member.expect("host-changed") == {"type": "host-changed", "host": member.id}
+        moved = await member.expect("join-request")
+        assert moved["peer"]["id"] == early.id
+        await early.barrier()  # still pending: no welcome, no membership event
+
+
+async def test_room_codes_match_exactly() -> None:
+    async with serve() as client:
+        _host, _ = await join(client, "host", room=ROOM)
+        # Other case, a prefix, an extension: each is a room of its own (empty: its own host).
+        for other in (ROOM.upper(), ROOM[:-1], ROOM + "0"):
+            _peer, welcome = await join(client, "x", room=other)
+            assert welcome["role"] == "host" and welcome["group"]["id"] == other, other
+        # Whitespace is never trimmed into a valid code: it is refused.
+        for padded in (f"%20{ROOM}", f"{ROOM}%20", f"{ROOM}%0A"):
+            peer = await connect(client, room=padded)
+            await peer.send({"type": "hello", "version": 1, "name": "x", "device": {}})
+            await peer.expect_error("bad-room-code")
+            assert await peer.expect_close() == CLOSE_PROTOCOL
+        peer = await connect(client)
+        hello = {"type": "hello", "version": 1, "name": "x", "device": {}, "room": f" {ROOM}"}
+        await peer.send(hello)
+        await peer.expect_error("bad-room-code")
+
+
+async def test_every_newcomer_needs_approval_whatever_it_claims() -> None:
+    async with serve() as client:
+        host, welcome = await join(client, "host", room=ROOM)
+        claims: list[dict[str, Any]] = [
+            {"name": "host"},  # the host's own name
+            {"name": welcome["id"]},  # the host's id as a name
+            {"name": "x", "id": welcome["id"], "role": "host", "host": welcome["id"]},
+            {"name": "x", "from": welcome["id"], "approved": True},
+        ]
+        for extra in claims:
+            peer = await connect(client, room=ROOM)
+            await peer.send({"type": "hello", "version": 1, "device": {}, **extra})
+            pending = await peer.expect("pending")
+            assert pending["id"] != welcome["id"]
+            request = await host.expect("join-request")
+            assert request["peer"]["id"] == pending["id"]
+            peer.id = pending["id"]
+            await peer.send({"type": "signal", "to": welcome["id"], "data": {}})
+            await peer.expect_error("not-admitted")
+        await host.barrier()
+
+
+async def test_one_network_cannot_fill_a_room_with_requests() -> None:
+    limits = replace(SignalingLimits(), max_pending_per_address=2)
+    async with serve(config(signaling=limits, trust_proxy=True)) as client:
+        host, _ = await join(client, "host", room=ROOM, xff="11.0.0.1")
+        for _ in range(2):
+            await join(client, "flood", room=ROOM, xff="11.0.0.66", expect="pending")
+            await host.expect("join-request")
+        busy = await connect(client, room=ROOM, xff="11.0.0.66")
+        await busy.send({"type": "hello", "version": 1, "name": "flood", "device": {}})
+        error = await busy.expect_error("room-busy")
+        assert "your network" in error["message"]
+        assert await busy.expect_close() == CLOSE_PROTOCOL
+        # Another network still gets its request through to the host.
+        honest, _ = await join(client, "honest", room=ROOM, xff="11.0.0.77", expect="pending")
+        assert (await host.expect("join-request"))["peer"]["id"] == honest.id
+
+
+async def test_a_full_room_queue_refuses_with_a_hint() -> None:
+    limits = replace(SignalingLimits(), max_pending=2)
+    async with serve(config(signaling=limits, trust_proxy=True)) as client:
+        _host, _ = await join(client, "host", room=ROOM, xff="11.0.0.1")
+        for n in (2, 3):
+            await join(client, "guest", room=ROOM, xff=f"11.0.0.{n}", expect="pending")
+        busy = await connect(client, room=ROOM, xff="11.0.0.4")
+        await busy.send({"type": "hello", "version": 1, "name": "late", "device": {}})
+        error = await busy.expect_error("room-busy")
+        assert "ask the host" in error["hint"]
+        assert await busy.expect_close() == CLOSE_PROTOCOL
+
+
+async def test_join_requests_are_paced_per_network() -> None:
+    # The deny-and-reconnect loop: ask, withdraw, ask again. After the burst the network is
+    # refused (4429) and the host is shown nothing more; another network is unaffected.
+    limits = replace(SignalingLimits(), join_request_burst=3, join_requests_per_s=0.001)
+    async with serve(config(signaling=limits, trust_proxy=True)) as client:
+        host, _ = await join(client, "host", room=ROOM, xff="11.0.0.1")
+        for _ in range(3):
+            peer, _ = await join(client, "loop", room=ROOM, xff="11.0.0.66", expect="pending")
+            await host.expect("join-request")
+            await peer.close()
+            assert (await host.expect("join-request-closed"))["reason"] == "left"
+        peer = await connect(client, room=ROOM, xff="11.0.0.66")
+        await peer.send({"type": "hello", "version": 1, "name": "loop", "device": {}})
+        error = await peer.expect_error("rate-limited")
+        assert error["ref"] == "hello" and "reconnect" in error["hint"]
+        assert await peer.expect_close() == CLOSE_ABUSE
+        await host.barrier()  # the refused request never reached the host
+        honest, _ = await join(client, "honest", room=ROOM, xff="11.0.0.77", expect="pending")
+        assert (await host.expect("join-request"))["peer"]["id"] == honest.id
 
 
 async def test_room_members_are_not_in_the_local_group() -> None:

@@ -1,14 +1,28 @@
-"""Signaling over real WebSockets on loopback: membership events, relaying, and abuse handling."""
+"""Signaling over real WebSockets on loopback: membership events, relaying, abuse handling, and
+the limits against hostile clients (deep/non-finite JSON, per-address caps, non-reading clients)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
+import logging
+import weakref
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
+import pytest
+from aiohttp.test_utils import TestClient
+
+from daisychain.server.app import SIGNALING
 from daisychain.server.config import SignalingLimits
-from daisychain.server.messages import CLOSE_ABUSE, CLOSE_PROTOCOL
-from server_fixtures import config, connect, join, serve
+from daisychain.server.messages import CLOSE_ABUSE, CLOSE_PROTOCOL, MAX_JSON_DEPTH
+from daisychain.server.rooms import Hub
+from daisychain.server.signaling import Signaling
+from hostile_harness import raw_websocket, read_frame, text_frame
+from server_fixtures import WAIT_S, WsPeer, config, connect, join, serve
 
 
 async def test_first_peer_is_welcomed_into_an_empty_local_group() -> None:
@@ -263,3 +277,190 @@ async def test_server_shutdown_closes_sockets_with_going_away() -> None:
         closing = asyncio.create_task(client.server.close())
         assert await alice.expect_close() == 1001
         await closing
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input (issue 8): refused at parse time, at a strike each; per-address limits.
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+async def test_deep_or_non_finite_data_is_refused_with_a_strike_and_never_relayed() -> None:
+    limits = replace(SignalingLimits(), max_strikes=4, strike_refill_s=1000.0)
+    async with serve(config(signaling=limits)) as client:
+        alice, _ = await join(client, "alice")
+        bob, b_welcome = await join(client, "bob")
+        await alice.expect("peer-joined")
+        to = b_welcome["id"]
+        frames = [
+            f'{{"type":"broadcast","data":{{"x":{_nested(800)}}}}}',
+            f'{{"type":"signal","to":"{to}","data":{{"x":{_nested(600)}}}}}',
+            '{"type":"broadcast","data":{"x":NaN}}',
+            f'{{"type":"signal","to":"{to}","data":{{"x":[1,Infinity]}}}}',
+            f'{{"type":"signal","to":"{to}","data":{{"x":1e999}}}}',
+        ]
+        expected = ["nested deeper", "nested deeper", "'NaN'", "'Infinity'", "'1e999'"]
+        for frame, words in zip(frames, expected, strict=True):
+            await alice.ws.send_str(frame)
+            if words == expected[-1]:
+                break
+            error = await alice.expect_error("bad-json")
+            assert words in error["message"], error
+        await alice.expect_error("bad-json")
+        assert await alice.expect_close() == CLOSE_ABUSE  # 5 refusals > 4 strikes
+        assert (await bob.expect("peer-left"))["peer"] != to  # bob saw no relay, only the exit
+        await bob.barrier()
+
+
+async def test_depth_limit_is_exact_and_brackets_inside_strings_do_not_count() -> None:
+    async with serve() as client:
+        alice, _ = await join(client, "alice")
+        bob, b_welcome = await join(client, "bob")
+        await alice.expect("peer-joined")
+        # The message object is level 1 and data level 2: data may hold 30 more levels.
+        for depth, ok in ((MAX_JSON_DEPTH - 2, True), (MAX_JSON_DEPTH - 1, False)):
+            frame = f'{{"type":"signal","to":"{b_welcome["id"]}","data":{{"x":{_nested(depth)}}}}}'
+            await alice.ws.send_str(frame)
+            if ok:
+                assert (await bob.expect("signal"))["data"]["x"] == json.loads(_nested(depth))
+            else:
+                await alice.expect_error("bad-json")
+        sdp = "[" * 500 + "{" * 500  # text, not structure
+        await alice.send(
+            {"type": "signal", "to": b_welcome["id"], "data": {"sdp": sdp, "n": 1e308}}
+        )
+        assert (await bob.expect("signal"))["data"] == {"sdp": sdp, "n": 1e308}
+
+
+async def test_an_internal_error_costs_one_line_and_a_strike_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: Hub, sender: object, to: str, data: object) -> None:
+        raise RecursionError("planted bug")
+
+    monkeypatch.setattr(Hub, "relay_signal", broken)
+    limits = replace(SignalingLimits(), max_strikes=10, strike_refill_s=1000.0)
+    caplog.set_level(logging.INFO, logger="daisychain.server.signaling")
+    async with serve(config(signaling=limits)) as client:
+        alice, _ = await join(client, "alice")
+        bob, b_welcome = await join(client, "bob")
+        await alice.expect("peer-joined")
+        for _ in range(12):
+            await alice.send({"type": "signal", "to": b_welcome["id"], "data": {}})
+        for _ in range(11):
+            error = await alice.expect_error("internal-error")
+            assert "report" in error["hint"]
+        assert await alice.expect_close() == CLOSE_ABUSE
+        await bob.expect("peer-left")
+        await bob.barrier()  # the server carried on for everyone else
+    records = [r for r in caplog.records if r.name == "daisychain.server.signaling"]
+    assert not any(r.exc_info for r in records), "no traceback is logged"
+    internal = [r.getMessage() for r in records if "internal error" in r.getMessage()]
+    assert 1 <= len(internal) <= 5, internal  # throttled: 12 errors, a handful of lines
+    assert "RecursionError: planted bug at " in internal[0]
+    assert any("suppressed" in r.getMessage() for r in records)
+
+
+async def test_connections_per_address_are_capped_and_the_slot_comes_back() -> None:
+    limits = replace(SignalingLimits(), max_connections_per_address=2)
+    async with serve(config(signaling=limits, trust_proxy=True)) as client:
+        first = await connect(client, xff="11.0.0.66")
+        await connect(client, xff="11.0.0.66")
+        third = await connect(client, xff="11.0.0.66")
+        error = await third.expect_error("too-many-connections")
+        assert "close other tabs" in error["hint"]
+        assert await third.expect_close() == CLOSE_ABUSE
+        _, welcome = await join(client, "other network", xff="11.0.0.77")
+        assert welcome["group"]["kind"] == "network"
+        await first.close()
+        await _until(lambda: _signaling(client).per_address["v4:11.0.0.66"] == 1)
+        _, welcome = await join(client, "fourth", xff="11.0.0.66")
+        assert welcome["members"] == []
+
+
+async def test_hellos_are_paced_per_address() -> None:
+    limits = replace(SignalingLimits(), hello_burst=3, hellos_per_s=0.001)
+    async with serve(config(signaling=limits, trust_proxy=True)) as client:
+        for n in range(3):
+            await join(client, f"squat-{n}", room=f"squatted-{n}", xff="11.0.0.66")
+        peer = await connect(client, room="squatted-3", xff="11.0.0.66")
+        await peer.send({"type": "hello", "version": 1, "name": "squat", "device": {}})
+        error = await peer.expect_error("rate-limited")
+        assert error["ref"] == "hello" and "hellos from your network" in error["message"]
+        assert await peer.expect_close() == CLOSE_ABUSE
+        status = await (await client.get("/api/status")).json()
+        assert status["rooms"] == 3  # the refused hello squatted nothing
+        _, welcome = await join(client, "honest", room="squatted-3", xff="11.0.0.77")
+        assert welcome["role"] == "host"
+
+
+async def test_a_client_that_stops_reading_is_aborted_and_freed() -> None:
+    limits = replace(SignalingLimits(), outbox_limit_bytes=200_000)
+    async with serve(config(signaling=limits)) as client:
+        alice, _ = await join(client, "alice")
+        assert client.server.host is not None and client.server.port is not None
+        reader, writer = await raw_websocket(
+            client.server.host, client.server.port, receive_buffer=4096
+        )
+        writer.write(text_frame(json.dumps({"type": "hello", "version": 1, "name": "slow"})))
+        slow_id = (await alice.expect("peer-joined"))["peer"]["id"]
+        conn = next(c for c in _signaling(client).connections if c.peer.id == slow_id)
+        pinned = weakref.ref(conn)
+        del conn
+        seen: list[dict[str, Any]] = []
+        listener = asyncio.create_task(_collect(alice, seen))
+        sent = 0
+        while not any(m["type"] == "peer-left" for m in seen) and sent < 190:
+            await alice.send({"type": "signal", "to": slow_id, "data": {"sdp": "x" * 60_000}})
+            sent += 1
+            await asyncio.sleep(0.01)
+        await _until(lambda: any(m["type"] == "peer-left" for m in seen))
+        listener.cancel()
+        assert [m["peer"] for m in seen if m["type"] == "peer-left"] == [slow_id]
+        assert not [m for m in seen if m["type"] == "error"], seen  # no strike for alice
+        status = await (await client.get("/api/status")).json()
+        assert status["peers"] == 1
+        await _until(lambda: pinned() is None or gc.collect() < 0)
+        assert pinned() is None, "something still holds the aborted connection"
+        # Aborted, not closed politely: the reader finds the stream cut with no close frame.
+        opcodes = []
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            for _ in range(1000):
+                opcode, _payload = await asyncio.wait_for(read_frame(reader), WAIT_S)
+                opcodes.append(opcode)
+        assert 0x8 not in opcodes
+        writer.close()
+
+
+async def test_a_close_on_a_client_that_never_answers_it_is_cut_short() -> None:
+    limits = replace(SignalingLimits(), max_strikes=2, close_timeout_s=0.2)
+    async with serve(config(signaling=limits)) as client:
+        assert client.server.host is not None and client.server.port is not None
+        _reader, writer = await raw_websocket(client.server.host, client.server.port)
+        for _ in range(3):
+            writer.write(text_frame("nope"))  # out of strikes: the server closes (4429)
+        # The client never reads or answers the close frame; the server drops it anyway.
+        await _until(lambda: not _signaling(client).connections)
+        status = await (await client.get("/api/status")).json()
+        assert status["peers"] == 0
+        writer.close()
+
+
+def _signaling(client: TestClient[Any, Any]) -> Signaling:
+    return client.server.app[SIGNALING]
+
+
+async def _collect(peer: WsPeer, into: list[dict[str, Any]]) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        while True:
+            into.append(await peer.recv())
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """Bounded polling (no fixed sleeps)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)

@@ -139,55 +139,64 @@ def slow_readers(
 
     async def attack(a: Attack) -> None:
         room = "mallory-slow-0001"
+        writers: list[asyncio.StreamWriter] = []
+        feeding: list[aiohttp.ClientWebSocketResponse] = []
+        watchers: list[asyncio.Task[None]] = []
         async with aiohttp.ClientSession() as session:
-            host = await session.ws_connect(f"{a.ws_url}?room={room}")
-            a.outcome.connections += 1
-            await host.send_json(HELLO)
-            await _receive(host, "welcome")
-            writers: list[asyncio.StreamWriter] = []
-            for _ in range(readers):
-                _reader, writer = await raw_websocket(
-                    a.host, a.port, f"/ws?room={room}", receive_buffer=4096
-                )
-                writer.write(text_frame(json.dumps({**HELLO, "name": "slow-reader"})))
-                writers.append(writer)
+            try:
+                host = await session.ws_connect(f"{a.ws_url}?room={room}")
+                feeding.append(host)
                 a.outcome.connections += 1
-            feeding = [host]
-            for _ in range(feeders - 1):
-                feeder = await session.ws_connect(f"{a.ws_url}?room={room}")
-                a.outcome.connections += 1
-                await feeder.send_json({**HELLO, "name": "feeder"})
-                feeding.append(feeder)
-            targets: list[str] = []
-            for _ in range(readers + feeders - 1):
-                request = await _receive(host, "join-request")
-                await host.send_json({"type": "approve", "peer": request["peer"]["id"]})
-                if request["peer"]["name"] == "slow-reader":
+                await host.send_json(HELLO)
+                await _receive(host, "welcome")
+                targets: list[str] = []
+                # One at a time, each approved before the next asks: a room takes only a few
+                # waiting requests from one address.
+                for _ in range(readers):
+                    _reader, writer = await raw_websocket(
+                        a.host, a.port, f"/ws?room={room}", receive_buffer=4096
+                    )
+                    writers.append(writer)
+                    a.outcome.connections += 1
+                    writer.write(text_frame(json.dumps({**HELLO, "name": "slow-reader"})))
+                    request = await _receive(host, "join-request")
+                    await host.send_json({"type": "approve", "peer": request["peer"]["id"]})
                     targets.append(request["peer"]["id"])
-            gone: set[str] = set()
-            watchers = [asyncio.create_task(_watch(ws, gone, a.outcome)) for ws in feeding]
-            pad = "x" * message_bytes
-            n = 0
-            while not a.over() and not gone.issuperset(targets):
-                for feeder in feeding:
-                    alive = [t for t in targets if t not in gone]
-                    if not alive:
-                        break
-                    signal = {"type": "signal", "to": alive[n % len(alive)], "data": {"sdp": pad}}
-                    n += 1
-                    with contextlib.suppress(ConnectionError, RuntimeError):
-                        await feeder.send_json(signal)
-                        a.outcome.sent += 1
-                await asyncio.sleep(1.0 / per_s)
-            a.outcome.notes["readers_dropped"] = len(gone.intersection(targets))
-            a.outcome.notes["readers"] = readers
-            for writer in writers:
-                writer.close()
-            for ws in feeding:
-                await ws.close()
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+                for _ in range(feeders - 1):
+                    feeder = await session.ws_connect(f"{a.ws_url}?room={room}")
+                    feeding.append(feeder)
+                    a.outcome.connections += 1
+                    await feeder.send_json({**HELLO, "name": "feeder"})
+                    request = await _receive(host, "join-request")
+                    await host.send_json({"type": "approve", "peer": request["peer"]["id"]})
+                    await _receive(feeder, "welcome")
+                gone: set[str] = set()
+                watchers = [asyncio.create_task(_watch(ws, gone, a.outcome)) for ws in feeding]
+                pad = "x" * message_bytes
+                n = 0
+                while not a.over() and not gone.issuperset(targets):
+                    for feeder in feeding:
+                        alive = [t for t in targets if t not in gone]
+                        if not alive:
+                            break
+                        to = alive[n % len(alive)]
+                        n += 1
+                        with contextlib.suppress(ConnectionError, RuntimeError):
+                            await feeder.send_json(
+                                {"type": "signal", "to": to, "data": {"sdp": pad}}
+                            )
+                            a.outcome.sent += 1
+                    await asyncio.sleep(1.0 / per_s)
+                a.outcome.notes["readers"] = readers
+                a.outcome.notes["readers_dropped"] = len(gone.intersection(targets))
+            finally:
+                for writer in writers:
+                    writer.close()
+                for ws in feeding:
+                    await ws.close()
+                for task in watchers:
+                    task.cancel()
+                await asyncio.gather(*watchers, return_exceptions=True)
 
     return attack
 

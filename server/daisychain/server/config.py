@@ -41,14 +41,40 @@ class SignalingLimits:
     heartbeat_s: float = 20.0
     # A connection that never says hello is closed: it holds a socket and learns nothing.
     hello_timeout_s: float = 15.0
-    # Messages queued for one client; a client that does not read is disconnected past this.
+    # Messages queued for one client, and their bytes (JSON is ASCII: characters are bytes). The
+    # outbox holds only what the kernel's socket buffer (hundreds of KB on a live link) could
+    # not take, so a reading client never comes near; past either bound the client is not
+    # reading and its socket is aborted at once, its queue freed. 1 MiB is 16 of the largest
+    # signals; without the byte bound 1024 such signals pinned 64 MB per client.
     outbox_limit: int = 1024
+    outbox_limit_bytes: int = 1 << 20
+    # A polite close (our close frame, then the client's) that has not finished by then is cut
+    # off: a client that does not read would otherwise hold the socket, and its memory, forever.
+    close_timeout_s: float = 5.0
     # Automatic groups past this size are refused with a hint to use a private room.
     max_group_size: int = 256
     # Join requests waiting for one host at a time.
     max_pending: int = 16
     # How long a join request waits for the host before the requester is told it timed out.
     join_timeout_s: float = 120.0
+    # Per client address (an IPv4 address, an IPv6 /64: grouping.network_key), so one machine
+    # cannot spend what the server has for everyone:
+    # - open WebSockets. A classroom behind one NAT (20-40 devices, each with a tab or two)
+    #   fits; more than that from one address is a script, and 64 sockets each holding at most
+    #   an outbox and a frame bound what one address can pin (~80 MB worst case, usually <5 MB).
+    max_connections_per_address: int = 64
+    # - hellos: a classroom loading the page at once (40 hellos) fits the burst; then 2/s, which
+    #   reloads never reach. A flood used to squat 152 room codes a second.
+    hello_burst: int = 48
+    hellos_per_s: float = 2.0
+    # - join requests (hellos into a room that has members): a host reads each one, so after a
+    #   burst of 8 a network may ask once per 5 s; a deny-and-reconnect loop used to show a host
+    #   68 requests a second.
+    join_request_burst: int = 8
+    join_requests_per_s: float = 0.2
+    # - join requests waiting in one room: a single network can no longer fill the room's 16
+    #   places and lock everyone else out for the 120 s the requests take to expire.
+    max_pending_per_address: int = 4
 
 
 @dataclass(frozen=True)

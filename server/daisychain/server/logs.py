@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 LogFormat = Literal["kv", "json"]
@@ -49,6 +50,48 @@ class KeyValueFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return json.dumps(_record_fields(record), default=str)
+
+
+class Throttle:
+    """Log lines one source (a connection) may write: ``burst`` at once, then one per
+    ``every_s``; what it holds back is counted and reported with the next line it lets through.
+
+    A client that sends nothing but bad input must not be able to fill the disk or stall the
+    event loop on logging: it gets a few lines, then a count.
+    """
+
+    def __init__(
+        self, burst: int = 5, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        assert burst >= 1 and every_s > 0, f"bad throttle burst={burst} every_s={every_s}"
+        self.burst = burst
+        self.every_s = every_s
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self.suppressed = 0  # held back since the last line let through
+
+    def allow(self) -> int | None:
+        """None: drop this line (counted). Else the number dropped since the last one allowed."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) / self.every_s)
+        self._last = now
+        if self._tokens < 1.0:
+            self.suppressed += 1
+            return None
+        self._tokens -= 1.0
+        dropped, self.suppressed = self.suppressed, 0
+        return dropped
+
+    def log(self, logger: logging.Logger, level: int, msg: str, *args: object) -> None:
+        """``logger.log(level, msg, *args)`` unless throttled; notes how many lines were held."""
+        dropped = self.allow()
+        if dropped is None:
+            return
+        if dropped:
+            msg += " (%d similar lines suppressed)"
+            args = (*args, dropped)
+        logger.log(level, msg, *args)
 
 
 def configure(level: str = "info", fmt: LogFormat = "kv") -> None:

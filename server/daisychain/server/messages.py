@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Literal
 
 from daisychain import wire
@@ -28,14 +28,19 @@ MAX_DEVICE_KEYS = 16
 MAX_DEVICE_KEY_CHARS = 32
 MAX_DEVICE_VALUE_CHARS = 128
 MAX_NONCE_CHARS = 64
+# Nesting of a whole client message, the message object itself being level 1 (``data`` is 2).
+# SDP descriptions and ICE candidates are 2-3 levels deep; 32 leaves room for any small control
+# message and keeps every later step (relay, encode) far from Python's recursion limit, which a
+# 600-900 level ``data`` used to hit while the reply was built.
+MAX_JSON_DEPTH = 32
 PEER_ID_EXPECTED = "a peer id from welcome/peer-joined"
 
 # Close codes (4000-4999 is the application range of RFC 6455).
 CLOSE_PROTOCOL = 4400  # bad hello: wrong version, bad room code
 CLOSE_DENIED = 4403  # the host denied the join request
 CLOSE_JOIN_TIMEOUT = 4408  # the host did not answer in time
-CLOSE_ABUSE = 4429  # too many rejected messages
-CLOSE_OVERLOADED = 4503  # the client does not read its messages fast enough
+CLOSE_ROOM_CLOSED = 4410  # everyone left the room while the join request waited
+CLOSE_ABUSE = 4429  # too many rejected messages, or too many connections/hellos from one address
 CLOSE_GOING_AWAY = 1001  # server shutting down
 
 ErrorCode = Literal[
@@ -54,6 +59,7 @@ ErrorCode = Literal[
     "unknown-peer",
     "group-full",
     "room-busy",
+    "too-many-connections",
     "internal-error",
 ]
 
@@ -178,9 +184,10 @@ class Pending:
 
 @dataclass(frozen=True)
 class Denied:
-    """Your join request was refused (``denied``) or not answered (``timeout``); closes next."""
+    """Your join request was refused (``denied``), not answered (``timeout``), or the room lost
+    its last member while you waited (``closed``); the socket closes next."""
 
-    reason: Literal["denied", "timeout"]
+    reason: Literal["denied", "timeout", "closed"]
     message: str
     hint: str
     type: Literal["denied"] = "denied"
@@ -270,12 +277,25 @@ CLIENT_TYPES = ("hello", "signal", "broadcast", "approve", "deny", "ping")
 
 
 def encode(message: ServerMessage) -> str:
-    """Serialize a server record; ``from_`` goes on the wire as ``from``."""
+    """Serialize a server record; ``from_`` goes on the wire as ``from``.
+
+    Relayed ``data`` is passed through as parsed (``parse_client`` bounded its depth and refused
+    non-finite numbers), not deep-copied the way ``dataclasses.asdict`` would.
+    """
     obj: dict[str, Any] = {"type": message.type}
-    for key, value in asdict(message).items():
-        if key != "type":
-            obj["from" if key == "from_" else key] = value
+    for item in fields(message):
+        if item.name != "type":
+            obj["from" if item.name == "from_" else item.name] = _plain(getattr(message, item.name))
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    """Nested records (``PeerInfo``, ``GroupInfo``) as dicts; everything else as it is."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {item.name: _plain(getattr(value, item.name)) for item in fields(value)}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def error_from(exc: ProtocolError) -> Error:
@@ -290,14 +310,29 @@ def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
     """Parse one text frame into a client record, or raise ``ProtocolError``.
 
     Unknown fields are ignored (forward compatibility, and so that a forged ``from`` is dropped
-    rather than trusted); missing or mistyped known fields are errors.
+    rather than trusted); missing or mistyped known fields are errors. JSON that Python's parser
+    accepts but the protocol does not is refused here too, before anything acts on it: nesting
+    deeper than ``MAX_JSON_DEPTH`` and the non-finite numbers ``NaN``, ``Infinity`` and literals
+    such as ``1e999`` that overflow to infinity (none of them is JSON, RFC 8259 section 6).
     """
     try:
-        obj = json.loads(raw)
+        obj = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as exc:
+        raise ProtocolError(
+            "bad-json",
+            f"message holds the non-finite number {exc.text[:24]!r}, which JSON does not allow",
+            "send finite numbers only (NaN and Infinity have no JSON form)",
+        ) from None
     except (ValueError, RecursionError):
         raise ProtocolError(
             "bad-json", "message is not valid JSON", "send one JSON object per text frame"
         ) from None
+    if _deeper_than(obj, raw, MAX_JSON_DEPTH):
+        raise ProtocolError(
+            "bad-json",
+            f"message is nested deeper than {MAX_JSON_DEPTH} levels",
+            "signaling data is an SDP description or an ICE candidate: a flat object",
+        )
     if not isinstance(obj, dict):
         raise ProtocolError(
             "bad-message", "message is not a JSON object", 'send an object like {"type": "ping"}'
@@ -342,6 +377,43 @@ def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
     if nonce is not None and not _is_nonce(nonce):
         raise _bad(kind, "nonce", f"a string of at most {MAX_NONCE_CHARS} characters or an int")
     return Ping(nonce=nonce)
+
+
+class _NonFinite(ValueError):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _refuse_constant(text: str) -> float:
+    raise _NonFinite(text)  # "NaN", "Infinity", "-Infinity"
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)  # e.g. 1e999
+    return value
+
+
+def _deeper_than(obj: object, raw: str, limit: int) -> bool:
+    """Whether ``obj`` (parsed from ``raw``) nests more than ``limit`` containers deep.
+
+    Exact, and cheap for real messages: a text with at most ``limit`` brackets cannot nest
+    deeper (``str.count`` runs in C), so only a message holding many containers is walked, once,
+    iteratively: the walk itself cannot overflow the stack.
+    """
+    if not isinstance(obj, dict | list) or raw.count("[") + raw.count("{") <= limit:
+        return False
+    stack: list[tuple[dict[Any, Any] | list[Any], int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        for child in value.values() if isinstance(value, dict) else value:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def check_room_code(code: str) -> str:

@@ -1,7 +1,8 @@
 """Token buckets: a burst allowance that refills at a steady rate.
 
 Used per WebSocket connection (messages, and strikes for rejected messages) and per client
-address for ``/data``. Time comes from a monotonic clock passed in, so tests can drive it.
+address (``KeyedLimiter``: hellos and join requests on ``/ws``, requests to ``/data``). Time
+comes from a monotonic clock passed in, so tests can drive it.
 """
 
 from __future__ import annotations
@@ -37,18 +38,33 @@ class TokenBucket:
 
 
 class KeyedLimiter:
-    """One bucket per key (a client address), keeping at most ``max_keys`` most recent keys."""
+    """One bucket per key (a client address), keeping at most ``max_keys`` most recent keys.
 
-    def __init__(self, rate_per_s: float, burst: float, max_keys: int = 4096) -> None:
+    Forgetting the least recently seen key hands that client a full bucket if it comes back:
+    harmless, since only a client idle while ``max_keys`` others arrived is forgotten.
+    """
+
+    def __init__(
+        self,
+        rate_per_s: float,
+        burst: float,
+        max_keys: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.max_keys = max_keys
+        self._clock = clock
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def take(self, key: str, cost: float = 1.0) -> bool:
+        """Spend from ``key``'s bucket; False means that key is over the limit."""
+        return self.bucket(key).take(cost)
 
     def bucket(self, key: str) -> TokenBucket:
         bucket = self._buckets.pop(key, None)
         if bucket is None:
-            bucket = TokenBucket(self.rate_per_s, self.burst)
+            bucket = TokenBucket(self.rate_per_s, self.burst, self._clock)
             if len(self._buckets) >= self.max_keys:
                 self._buckets.popitem(last=False)  # forget the least recently seen client
         self._buckets[key] = bucket

@@ -11,12 +11,19 @@ Membership of one connection (``MemberState``), changed only through ``Peer._set
     CONNECTED --hello (auto group, or empty room)--> MEMBER
     CONNECTED --hello (room with members)---------> PENDING
     PENDING   --approve--> MEMBER     PENDING --deny--> DENIED     PENDING --timer--> EXPIRED
+    PENDING   --last member left--> DENIED (reason "closed")
     any state --socket closed--> LEFT
 
 When the host leaves, the oldest remaining member (earliest admitted) becomes host and everyone
-is told. When the last member leaves a room that still has pending requests, the oldest
-requester becomes its host, exactly as if it had arrived first in an empty room: an empty room
-holds nothing to protect.
+is told. Only members are ever handed the room: a pending requester was admitted by nobody, so
+when the last member leaves, every waiting request is closed (``denied`` with reason
+``closed``, close 4410) rather than one requester being promoted to host, where it could deny
+the host coming back. The next device to arrive finds an empty room and hosts it, as any first
+arrival does.
+
+Limits against one network hogging a room (each client address is ``Peer.address``): at most
+``max_pending_per_address`` of a room's ``max_pending`` waiting requests come from one address,
+and each address may ask to join rooms at ``join_requests`` (a token bucket) pace.
 
 Everything here is synchronous: the hub mutates state and queues messages on each peer's outbox
 in the same step, so every client sees events in the order the state changed.
@@ -38,6 +45,7 @@ from daisychain.server.grouping import LOCAL_GROUP
 from daisychain.server.messages import (
     CLOSE_DENIED,
     CLOSE_JOIN_TIMEOUT,
+    CLOSE_ROOM_CLOSED,
     PROTOCOL_VERSION,
     BroadcastFrom,
     Denied,
@@ -57,6 +65,7 @@ from daisychain.server.messages import (
     Welcome,
     encode,
 )
+from daisychain.server.ratelimit import KeyedLimiter
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +113,7 @@ class Peer:
     id: str
     post: Callable[[OutboxItem], None]
     network_key: str  # automatic group key from grouping.py; used when no room is asked for
+    address: str = ""  # per-address limit key (grouping.network_key); "" in unit tests
     name: str = ""
     device: dict[str, Any] = field(default_factory=dict)
     state: MemberState = MemberState.CONNECTED
@@ -117,7 +127,10 @@ class Peer:
         if new not in _TRANSITIONS[old]:
             raise InvalidStateError(f"peer {self.id}: cannot go from {old.value} to {new.value}")
         self.state = new
-        log.info(
+        # A socket that leaves without ever saying hello changed nothing anyone could see.
+        quiet = old is MemberState.CONNECTED and new is MemberState.LEFT
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "peer %s: %s -> %s",
             self.id,
             old.value,
@@ -171,10 +184,14 @@ class Hub:
         max_group_size: int,
         max_pending: int,
         join_timeout_s: float,
+        max_pending_per_address: int,
+        join_requests: KeyedLimiter,
     ) -> None:
         self.max_group_size = max_group_size
         self.max_pending = max_pending
         self.join_timeout_s = join_timeout_s
+        self.max_pending_per_address = max_pending_per_address
+        self.join_requests = join_requests
         self.groups: dict[str, Group] = {}
         self.peers: dict[str, Peer] = {}
         # Per-process secret so automatic group ids reveal nothing about the address behind them.
@@ -219,6 +236,11 @@ class Hub:
         if not group.members:
             self._admit(peer, group)
             return
+        self._check_request(peer, group)
+        self._queue_request(peer, group)
+
+    def _check_request(self, peer: Peer, group: Group) -> None:
+        """Refuse a join request the room has no place for, or that comes too fast."""
         if len(group.pending) >= self.max_pending:
             raise ProtocolError(
                 "room-busy",
@@ -226,7 +248,24 @@ class Hub:
                 "wait a minute and reconnect, or ask the host to answer the waiting requests",
                 ref="hello",
             )
-        self._queue_request(peer, group)
+        mine = sum(1 for other in group.pending.values() if other.address == peer.address)
+        if mine >= self.max_pending_per_address:
+            raise ProtocolError(
+                "room-busy",
+                f"{mine} join requests from your network are already waiting for this host",
+                "ask the host to answer those first, then reconnect",
+                ref="hello",
+            )
+        bucket = self.join_requests.bucket(peer.address)
+        if not bucket.take():
+            raise ProtocolError(
+                "rate-limited",
+                f"more than {self.join_requests.burst:g} join requests from your network, then "
+                f"one per {1 / self.join_requests.rate_per_s:g} s",
+                f"wait {bucket.retry_after_s():.0f} s, then reconnect (the host sees every "
+                "request; please do not retry in a loop)",
+                ref="hello",
+            )
 
     def disconnect(self, peer: Peer) -> None:
         """Remove a closed connection from wherever it is; safe to call in any state."""
@@ -385,12 +424,19 @@ class Hub:
                 self._to_host(group, JoinRequest(requester.info(), max(0.0, remaining)))
             return
         group.host = None
-        if group.pending:
-            oldest_id = next(iter(group.pending))
-            oldest = group.pending.pop(oldest_id)
-            self._cancel_timer(group, oldest_id)
-            self._admit(oldest, group)  # becomes host of the empty room, then sees the others
-            self._hand_off_host(group)
+        # Nobody is left who could approve: close the waiting requests (see the docstring).
+        for peer_id, requester in list(group.pending.items()):
+            del group.pending[peer_id]
+            self._cancel_timer(group, peer_id)
+            requester._set_state(MemberState.DENIED)
+            requester.send(
+                Denied(
+                    reason="closed",
+                    message="everyone left this room while your request waited",
+                    hint="ask the host to open the room again, then reconnect",
+                )
+            )
+            requester.post(Close(CLOSE_ROOM_CLOSED, "room closed"))
 
     def _to_host(self, group: Group, message: ServerMessage) -> None:
         host = group.members.get(group.host) if group.host else None

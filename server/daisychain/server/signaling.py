@@ -6,6 +6,19 @@ writer task that drains the connection's outbox in order. Every rejected frame i
 ``error`` (code + hint) and costs a strike; a connection out of strikes is closed with 4429.
 Whatever happens, the ``finally`` clause removes the peer from the hub, so membership never
 outlives a socket.
+
+Against a hostile client (docs/SERVER.md, *Limits against hostile clients*):
+
+* a client that does not read has its socket **aborted** the moment its outbox passes
+  ``outbox_limit`` messages or ``outbox_limit_bytes`` bytes, and its queue is dropped: a polite
+  close would queue a close frame behind the very bytes it does not read. Every polite close is
+  also bounded by ``close_timeout_s``, then aborted;
+* per client address (``grouping.network_key``: an IPv4 address, an IPv6 /64): at most
+  ``max_connections_per_address`` open sockets, and hellos at a token-bucket pace (join
+  requests are paced by the hub);
+* a message that fails in an unexpected way costs that message and a strike, never the loop;
+  logging of one connection's bad input is throttled (``logs.Throttle``): a few lines, then a
+  count, never a traceback per message.
 """
 
 from __future__ import annotations
@@ -13,15 +26,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 
 from aiohttp import WSMsgType, web
 
 from daisychain.server.config import SignalingLimits
-from daisychain.server.grouping import request_group_key
+from daisychain.server.grouping import client_address, group_key, network_key
+from daisychain.server.logs import Throttle
 from daisychain.server.messages import (
     CLOSE_ABUSE,
     CLOSE_GOING_AWAY,
-    CLOSE_OVERLOADED,
     CLOSE_PROTOCOL,
     PROTOCOL_VERSION,
     Approve,
@@ -38,28 +52,40 @@ from daisychain.server.messages import (
     error_from,
     parse_client,
 )
-from daisychain.server.ratelimit import TokenBucket
+from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
 from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
 
 log = logging.getLogger(__name__)
 
-# Hello refusals the client cannot fix on this socket: answer, then close with 4400.
-_FATAL_HELLO_CODES = frozenset({"version-mismatch", "bad-room-code", "group-full", "room-busy"})
+# Hello refusals the client cannot fix on this socket: answer, then close (4400, or 4429 when
+# the refusal is a rate limit).
+_FATAL_HELLO_CODES = frozenset(
+    {"version-mismatch", "bad-room-code", "group-full", "room-busy", "rate-limited"}
+)
 
 
 class Connection:
     """The server side of one socket: its peer record, limits and ordered outbox."""
 
     def __init__(
-        self, ws: web.WebSocketResponse, peer_id: str, network_key: str, limits: SignalingLimits
+        self,
+        ws: web.WebSocketResponse,
+        transport: asyncio.Transport | None,
+        peer: Peer,
+        limits: SignalingLimits,
     ) -> None:
         self.ws = ws
+        self.transport = transport
         self.limits = limits
-        self.peer = Peer(id=peer_id, post=self.post, network_key=network_key)
+        self.peer = peer
+        peer.post = self.post
         self.rate = TokenBucket(limits.rate_per_s, limits.burst)
         self.strikes = TokenBucket(1.0 / limits.strike_refill_s, limits.max_strikes)
+        self.log_lines = Throttle()
         self._queue: asyncio.Queue[OutboxItem | None] = asyncio.Queue()
+        self._queued_bytes = 0
         self._closing = False
+        self.aborted = False
         self.writer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -71,17 +97,49 @@ class Connection:
             return
         if isinstance(item, Close):
             self._closing = True
-        elif self._queue.qsize() >= self.limits.outbox_limit:
-            # The client does not read: do not let its backlog grow without bound.
-            self._closing = True
-            log.warning("peer %s: outbox full, closing", self.peer.id)
-            asyncio.get_running_loop().create_task(self._abort(CLOSE_OVERLOADED))
+        elif (
+            self._queue.qsize() >= self.limits.outbox_limit
+            or self._queued_bytes + len(item) > self.limits.outbox_limit_bytes
+        ):
+            log.warning(
+                "peer %s: outbox full (%d messages, %d bytes): client not reading, aborting",
+                self.peer.id, self._queue.qsize(), self._queued_bytes,
+            )  # fmt: skip
+            self.abort()
             return
+        else:
+            self._queued_bytes += len(item)  # encode() writes ASCII: characters are bytes
         self._queue.put_nowait(item)
 
-    def reject(self, exc: ProtocolError, *, strike: bool = True) -> None:
+    def abort(self) -> None:
+        """Drop the socket now, without a close handshake, and free everything queued for it.
+
+        The reader's ``async for`` then ends (the transport reports the connection lost) and the
+        handler's ``finally`` takes the peer out of the hub.
+        """
+        self._closing = True
+        if self.aborted:
+            return
+        self.aborted = True
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queued_bytes = 0
+        if self.transport is not None:
+            self.transport.abort()
+        if self.writer is not None and self.writer is not asyncio.current_task():
+            self.writer.cancel()
+
+    @property
+    def closing(self) -> bool:
+        """A close (or an abort) is under way: nothing more from this client is acted on."""
+        return self._closing
+
+    def reject(self, exc: ProtocolError, *, strike: bool = True, logged: bool = False) -> None:
+        if not logged:
+            self.log_lines.log(log, logging.INFO, "peer %s: refused (%s) %s", self.peer.id,
+                               exc.code, exc.message)  # fmt: skip
         self.post(encode(error_from(exc)))
-        if strike and not self.strikes.take():
+        if strike and not self.strikes.take() and not self._closing:
             log.warning("peer %s: out of strikes, closing", self.peer.id)
             self.post(Close(CLOSE_ABUSE, "too many rejected messages"))
 
@@ -91,12 +149,12 @@ class Connection:
         if self.writer is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self.writer, timeout=1.0)
-
-    async def _abort(self, code: int) -> None:
-        if self.writer is not None:
-            self.writer.cancel()
-        with contextlib.suppress(Exception):
-            await self.ws.close(code=code, message=b"client too slow")
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queued_bytes = 0
+        if self.log_lines.suppressed:
+            log.info("peer %s: %d more log lines suppressed", self.peer.id,
+                     self.log_lines.suppressed)  # fmt: skip
 
     async def _write_loop(self) -> None:
         try:
@@ -105,11 +163,29 @@ class Connection:
                 if item is None:
                     return
                 if isinstance(item, Close):
-                    await self.ws.close(code=item.code, message=item.reason.encode())
+                    await close_or_abort(self.ws, self.transport, item.code, item.reason,
+                                         self.limits.close_timeout_s)  # fmt: skip
                     return
+                self._queued_bytes -= len(item)
                 await self.ws.send_str(item)
         except (ConnectionError, RuntimeError):
             return  # the socket went away under us; the reader's finally cleans up
+
+
+async def close_or_abort(
+    ws: web.WebSocketResponse,
+    transport: asyncio.Transport | None,
+    code: int,
+    reason: str,
+    timeout_s: float,
+) -> None:
+    """Close politely, but never wait longer than ``timeout_s`` on a client that does not read
+    (or does not answer the close): then drop the socket."""
+    try:
+        await asyncio.wait_for(ws.close(code=code, message=reason.encode()), timeout_s)
+    except (TimeoutError, ConnectionError, RuntimeError):
+        if transport is not None:
+            transport.abort()
 
 
 class Signaling:
@@ -122,8 +198,15 @@ class Signaling:
             max_group_size=limits.max_group_size,
             max_pending=limits.max_pending,
             join_timeout_s=limits.join_timeout_s,
+            max_pending_per_address=limits.max_pending_per_address,
+            join_requests=KeyedLimiter(limits.join_requests_per_s, limits.join_request_burst),
         )
+        self.hellos = KeyedLimiter(limits.hellos_per_s, limits.hello_burst)
+        # Refusals at the door (over the per-address caps) come one per new socket, so a flood
+        # of sockets would dodge any per-connection throttle: they share this one.
+        self.door_lines = Throttle(burst=10, every_s=10.0)
         self.connections: set[Connection] = set()
+        self.per_address: Counter[str] = Counter()
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         # aiohttp itself closes with 1009 past max_msg_size; below that (and above our limit) we
@@ -132,18 +215,29 @@ class Signaling:
             heartbeat=self.limits.heartbeat_s, max_msg_size=4 * self.limits.max_message_bytes
         )
         await ws.prepare(request)
-        network_key = request_group_key(
-            request.headers, request.remote, trust_proxy=self.trust_proxy
+        address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
+        address_key = network_key(address) if address is not None else "unknown"
+        if self.per_address[address_key] >= self.limits.max_connections_per_address:
+            await self._refuse(ws, request.transport)
+            return ws
+        peer = Peer(
+            id=self.hub.new_peer_id(),
+            post=lambda item: None,
+            network_key=group_key(address),
+            address=address_key,
         )
-        conn = Connection(ws, self.hub.new_peer_id(), network_key, self.limits)
+        conn = Connection(ws, request.transport, peer, self.limits)
         self.hub.connect(conn.peer)
         self.connections.add(conn)
+        self.per_address[address_key] += 1
         conn.start()
         hello_timer = asyncio.get_running_loop().call_later(
             self.limits.hello_timeout_s, self._hello_timeout, conn
         )
         room_from_url = request.query.get("room")
-        log.info("peer %s connected", conn.peer.id)
+        # Lifecycle lines are debug: a connection flood would otherwise write several info lines
+        # per socket. Membership changes (rooms.py) stay at info.
+        log.debug("peer %s connected", conn.peer.id)
         try:
             async for frame in ws:
                 if frame.type is WSMsgType.TEXT:
@@ -162,9 +256,28 @@ class Signaling:
             hello_timer.cancel()
             self.hub.disconnect(conn.peer)
             self.connections.discard(conn)
+            self.per_address[address_key] -= 1
+            if self.per_address[address_key] <= 0:
+                del self.per_address[address_key]
             await conn.stop()
-            log.info("peer %s disconnected", conn.peer.id)
+            log.debug("peer %s disconnected", conn.peer.id)
         return ws
+
+    async def _refuse(self, ws: web.WebSocketResponse, transport: asyncio.Transport | None) -> None:
+        """Over the per-address cap: say why (an honest user behind a busy NAT learns what to
+        do), then close 4429 without ever joining the hub."""
+        cap = self.limits.max_connections_per_address
+        self.door_lines.log(log, logging.INFO, "refused a WebSocket: %d open from its address", cap)
+        error = ProtocolError(
+            "too-many-connections",
+            f"your network already has {cap} connections open to this server",
+            "close other tabs or devices on this network, or run your own server "
+            "(python -m daisychain.server)",
+        )
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.send_str(encode(error_from(error)))
+        await close_or_abort(ws, transport, CLOSE_ABUSE, "too many connections",
+                             self.limits.close_timeout_s)  # fmt: skip
 
     async def close_all(self, timeout_s: float = 2.0) -> None:
         """Server shutdown: tell every client to go (1001) and give the close frames a moment.
@@ -191,6 +304,8 @@ class Signaling:
             conn.post(Close(CLOSE_PROTOCOL, "no hello"))
 
     def _on_text(self, conn: Connection, data: str, room_from_url: str | None) -> None:
+        if conn.closing:
+            return  # the frames that follow a close are not acted on (and cost nothing)
         if len(data) > self.limits.max_message_bytes // 4 and (
             len(data.encode("utf-8")) > self.limits.max_message_bytes
         ):
@@ -215,19 +330,33 @@ class Signaling:
             message = parse_client(data, max_broadcast_bytes=self.limits.max_broadcast_bytes)
             self._dispatch(conn, message, room_from_url)
         except ProtocolError as exc:
-            conn.reject(exc)
-            if exc.code in _FATAL_HELLO_CODES:
-                conn.post(Close(CLOSE_PROTOCOL, exc.code))
-        except Exception:
-            # A bug must cost this message, not the server or the other clients.
-            log.exception("peer %s: internal error handling a message", conn.peer.id)
+            at_door = exc.ref == "hello" and exc.code == "rate-limited"
+            if at_door:
+                self.door_lines.log(log, logging.INFO, "peer %s: refused (%s) %s", conn.peer.id,
+                                    exc.code, exc.message)  # fmt: skip
+            conn.reject(exc, logged=at_door)
+            if exc.ref == "hello" and exc.code in _FATAL_HELLO_CODES:
+                code = CLOSE_ABUSE if exc.code == "rate-limited" else CLOSE_PROTOCOL
+                conn.post(Close(code, exc.code))
+        except Exception as exc:
+            # A bug must cost this message (and the sender a strike, so that a client which
+            # found a way to trigger it cannot repeat it forever), never the loop or the other
+            # clients; and one line, not a traceback, so that it cannot flood the log either.
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
+            conn.log_lines.log(
+                log, logging.ERROR, "peer %s: internal error handling a message: %s: %s at %s",
+                conn.peer.id, type(exc).__name__, str(exc)[:200], where,
+            )  # fmt: skip
             conn.reject(
                 ProtocolError(
                     "internal-error",
                     "the server failed to handle this message",
                     "please report it with the server log",
                 ),
-                strike=False,
+                logged=True,
             )
 
     def _dispatch(
@@ -238,7 +367,7 @@ class Signaling:
             case Ping(nonce=nonce):
                 peer.send(Pong(nonce=nonce))
             case Hello():
-                self._hello(peer, message, room_from_url)
+                self._hello(conn, message, room_from_url)
             case _ if peer.state is MemberState.CONNECTED:
                 raise ProtocolError(
                     "hello-first",
@@ -255,7 +384,16 @@ class Signaling:
             case Deny(peer=peer_id):
                 self.hub.deny(peer, peer_id)
 
-    def _hello(self, peer: Peer, hello: Hello, room_from_url: str | None) -> None:
+    def _hello(self, conn: Connection, hello: Hello, room_from_url: str | None) -> None:
+        if conn.peer.state is MemberState.CONNECTED and not self.hellos.take(conn.peer.address):
+            raise ProtocolError(
+                "rate-limited",
+                f"more than {self.limits.hello_burst} hellos from your network, then "
+                f"{self.limits.hellos_per_s:g} per second",
+                f"wait {self.hellos.bucket(conn.peer.address).retry_after_s():.0f} s, then "
+                "reconnect",
+                ref="hello",
+            )
         if hello.version != PROTOCOL_VERSION:
             raise ProtocolError(
                 "version-mismatch",
@@ -274,4 +412,4 @@ class Signaling:
                     ref="hello",
                 )
             room = room_from_url
-        self.hub.hello(peer, hello, room)
+        self.hub.hello(conn.peer, hello, room)
