@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tracemalloc
 from typing import Any
 
@@ -357,3 +358,83 @@ def test_headless_peer_refuses_a_cap_below_one(
     assert main(["--server", "http://127.0.0.1:9", flag, "0"]) == EXIT_JOIN
     err = capsys.readouterr().err
     assert flag.removeprefix("--").replace("-", "_") in err and "hint:" in err
+
+
+# -- versions and the handshake (docs/PROTOCOL.md, "Version handshake") ----------------------
+
+
+def test_versions_come_from_their_single_definitions() -> None:
+    from daisychain.numerics import CONTRACT_VERSION
+    from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, versions
+    from daisychain.server.messages import PROTOCOL_VERSION
+
+    assert versions.SIGNALING_VERSION == PROTOCOL_VERSION
+    assert versions.CONTRACT_VERSION == CONTRACT_VERSION
+    assert versions.DATA_PROTOCOL_VERSION == DATA_PROTOCOL_VERSION
+    header = next(frames.fragment(frames.FrameKind.CHECKPOINT, b"x", transfer=1, step=0))
+    assert header[2] == versions.FRAME_VERSION
+
+
+PROTOCOL_VERSIONS = re.compile(
+    r"\b(SIGNALING_VERSION|PROTOCOL_VERSION|DATA_PROTOCOL_VERSION|CONTRACT_VERSION|FRAME_VERSION)\b"
+)
+
+
+def version_sources(source: str) -> list[str]:
+    """Lines of a p2p module that define a protocol version, or import one from anywhere but
+    ``versions`` (or its re-export as ``daisychain.p2p.DATA_PROTOCOL_VERSION``)."""
+    found = []
+    for line in source.splitlines():
+        text = line.strip()
+        if not PROTOCOL_VERSIONS.search(text):
+            continue
+        defines = re.match(r"[A-Z_]+\s*(:[^=]*)?=[^=]", text) is not None
+        imports = text.startswith("from ") and not text.startswith(
+            ("from daisychain.p2p.versions import", "from daisychain.p2p import")
+        )
+        if defines or imports:
+            found.append(text)
+    return found
+
+
+def test_no_p2p_module_defines_or_imports_a_version_elsewhere() -> None:
+    from pathlib import Path
+
+    import daisychain.p2p
+
+    root = Path(daisychain.p2p.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "versions.py":
+            found = version_sources(path.read_text())
+            assert not found, f"{path.relative_to(root)}: {found}"
+    # The scan sees what it is looking for.
+    planted = "FRAME_VERSION = 2\nfrom daisychain.numerics import CONTRACT_VERSION\n"
+    assert version_sources(planted) == [
+        "FRAME_VERSION = 2",
+        "from daisychain.numerics import CONTRACT_VERSION",
+    ]
+
+
+def test_hello_carries_the_contract_version() -> None:
+    from daisychain.numerics import CONTRACT_VERSION
+
+    hello = messages.Hello(1, "ada")
+    assert json.loads(messages.encode(hello))["contract"] == CONTRACT_VERSION
+    assert messages.parse(messages.encode(hello)) == hello
+
+
+@pytest.mark.parametrize(
+    ("obj", "code", "text"),
+    [
+        ({"version": 1, "contract": 2, "name": ""}, "version-mismatch", "contract version 2"),
+        ({"version": 1, "name": ""}, "bad-message", "hello.contract"),
+        ({"version": 1, "contract": "1", "name": ""}, "bad-message", "hello.contract"),
+        ({"version": 2, "contract": 2, "name": ""}, "version-mismatch", "protocol version 2"),
+    ],
+)
+def test_hello_with_another_contract_is_refused(obj: dict[str, Any], code: str, text: str) -> None:
+    with pytest.raises(messages.MessageError, match=text) as info:
+        messages.parse(json.dumps({"type": "hello", **obj}))
+    assert info.value.code == code
+    if code == "version-mismatch":
+        assert "same DaisyChain version" in info.value.hint

@@ -9,8 +9,10 @@ by concept: ``options`` (what a node is given), ``membership`` (config, join, le
 ``rosters`` (accepting rosters, the leader's decisions), ``exchange`` (one step's gradient
 exchange), ``repair``, ``guard`` (hash and probe checks), ``checkpoints`` (state sync, saves)
 and ``stopping`` (the stop protocol); ``local`` runs several peers in one process (demo, bench).
+``versions`` holds every version a peer states or checks; ``runconfig`` validates a leader's
+``config`` (with ``footprint``, the memory it would take).
 """
 
-DATA_PROTOCOL_VERSION = 1
+from daisychain.p2p.versions import DATA_PROTOCOL_VERSION  # every version: ``versions``
 
 __all__ = ["DATA_PROTOCOL_VERSION"]

@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
+from daisychain.p2p.versions import FRAME_VERSION
+
 MAGIC = b"DC"
-FRAME_VERSION = 1
 HEADER = struct.Struct("<2sBBBBHIIIII")
 HEADER_BYTES = HEADER.size  # 28
 MAX_FRAME_BYTES = 48 * 1024

@@ -35,7 +35,7 @@ from aiortc import (
 )
 from aiortc.sdp import candidate_from_sdp
 
-from daisychain.server.messages import PROTOCOL_VERSION as SIGNALING_VERSION
+from daisychain.p2p.versions import SIGNALING_VERSION
 
 log = logging.getLogger("daisychain.p2p.mesh")
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, cast, get_args
 
 from daisychain import wire
-from daisychain.p2p import DATA_PROTOCOL_VERSION
+from daisychain.p2p.versions import CONTRACT_VERSION, DATA_PROTOCOL_VERSION
 from daisychain.wire import PEER_ID_RE
 
 MAX_MESSAGE_BYTES = 16 * 1024
@@ -51,10 +51,13 @@ class MessageError(ValueError):
 
 @dataclass(frozen=True)
 class Hello:
-    """First message on every channel, from both ends: the version handshake."""
+    """First message on every channel, from both ends: the version handshake. ``version`` is
+    the data-channel protocol's, ``contract`` the numerical contract's (docs/NUMERICS.md): a
+    peer computing other bits could only fork the run, so both must equal this peer's."""
 
     version: int
     name: str
+    contract: int = CONTRACT_VERSION
     type: Literal["hello"] = "hello"
 
 
@@ -280,7 +283,14 @@ def parse(raw: str) -> Message:
                 f"{DATA_PROTOCOL_VERSION}",
                 "every peer of a run must run the same DaisyChain version; upgrade the older one",
             )
-        return Hello(version=version, name=f.text("name", 40))
+        contract = f.integer("contract", 0, U32_MAX)
+        if contract != CONTRACT_VERSION:
+            raise MessageError(
+                "version-mismatch",
+                f"numerical contract version {contract}, this peer implements {CONTRACT_VERSION}",
+                "every peer of a run must run the same DaisyChain version; upgrade the older one",
+            )
+        return Hello(version=version, name=f.text("name", 40), contract=contract)
     if kind == "config":
         # Shape only: every field present, of its JSON type, integers within 32 bits, numbers
         # finite. Whether this peer can and will train it (ranges, invariants, caps) is
