@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import struct
@@ -19,6 +20,7 @@ from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.corpus import load_builtin_text
 from daisychain.server.app import create_app
 from daisychain.server.config import DataConfig
+from daisychain.server.datasource import DataService
 from daisychain.server.tokenize import ServingTokenizer, TokenizerMismatch
 from daisychain.tokenizer import EOT_TOKEN, Tokenizer, default_path, load_default
 from daisychain.tokenizer.vectors import CASE_TEXTS
@@ -368,3 +370,33 @@ async def test_data_tokens_are_the_shipped_encoders_ids() -> None:
         # The same seed picks the same slice; the token budget is 8 characters per token.
         text = (await get_json(client, "max_chars=16000&seed=4"))["texts"][0]
         assert tokens == load_default().encode(text)[:2000]
+
+
+async def test_concurrent_first_requests_load_the_corpus_once() -> None:
+    loads: list[int] = []
+
+    def counted() -> str:
+        loads.append(1)
+        return FALLBACK_TEXT
+
+    async with serve(config(), fallback_text=counted) as client:
+        responses = await asyncio.gather(*(client.get(f"/data?seed={i}") for i in range(8)))
+        assert [r.status for r in responses] == [200] * 8
+    assert len(loads) == 1
+
+
+async def test_preload_loads_offline_needs_and_survives_a_missing_tokenizer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def missing() -> Tokenizer:
+        raise FileNotFoundError("tokenizer file luts/tokenizer.json not found")
+
+    service = DataService(
+        replace(DataConfig(), offline=True), None, fallback_text=lambda: FALLBACK_TEXT,
+        tokenizer=missing,
+    )  # fmt: skip
+    await service.preload()
+    assert await service.builtin_text() == FALLBACK_TEXT
+    assert "no tokenizer for /data?format=tokens" in caplog.text
+    with pytest.raises(FileNotFoundError):
+        await service.tokenizer()  # tried again on use: the endpoint turns it into a 503

@@ -9,6 +9,7 @@ are configured short (``HttpLimits``); each wait for the server's reaction is bo
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import pytest
 
 from daisychain.server.app import serve_local
 from daisychain.server.config import HttpLimits
+from daisychain.server.main import add_arguments, config_from_args
 from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config
 
 WAIT_S = 10.0
@@ -165,3 +167,21 @@ async def test_parser_errors_carry_the_security_headers(
         assert header in head, f"{header!r} missing from the parser's 400"
     # One line per refused request, no traceback.
     assert not [record for record in caplog.records if record.exc_info], caplog.text
+
+
+def parse_serve_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_head_timeout_flag_sets_the_deadline() -> None:
+    cfg = config_from_args(parse_serve_args("--head-timeout", "2.5", "--port", "0"))
+    assert cfg.http.head_timeout_s == 2.5
+    assert cfg.http.keepalive_timeout_s == HttpLimits().keepalive_timeout_s
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_head_timeout_flag_refuses_what_is_not_a_positive_time(value: str) -> None:
+    with pytest.raises(SystemExit, match=r"--head-timeout .* must be a positive number"):
+        config_from_args(parse_serve_args("--head-timeout", value, "--port", "0"))

@@ -133,7 +133,7 @@ class DataEndpoint:
         max_tokens = _int_param(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_TOKENS_LIMIT)
         encoding = _choice_param(request, "encoding", ("binary", "json"))
         try:
-            tokenizer = service.tokenizer()
+            tokenizer = await service.tokenizer()
         except (ImportError, OSError, ValueError) as exc:  # ValueError: a file we cannot match
             raise web.HTTPServiceUnavailable(
                 text=_json(

@@ -295,6 +295,8 @@ class DataService:
         self._tokenizer_loader = tokenizer
         self._tokenizer: Tokenizer | None = None
         self._builtin: str | None = None
+        # Both loads take a fifth of a second or so: in a worker thread, once, never on the loop.
+        self._loading = asyncio.Lock()
         self._clock = clock
         self.state = UpstreamState.OFFLINE if config.offline or session is None else (
             UpstreamState.UNTRIED
@@ -339,12 +341,38 @@ class DataService:
                 self.served["fineweb"] += 1
                 return sample
         self.served["builtin"] += 1
-        return self._builtin_sample(rng, max_chars)
+        return self._builtin_sample(await self.builtin_text(), rng, max_chars)
 
-    def tokenizer(self) -> Tokenizer:
+    async def tokenizer(self) -> Tokenizer:
+        """The tokenizer, loaded on first use; a failed load raises and is tried again later."""
         if self._tokenizer is None:
-            self._tokenizer = self._tokenizer_loader()
+            async with self._loading:
+                if self._tokenizer is None:
+                    self._tokenizer = await asyncio.to_thread(self._tokenizer_loader)
         return self._tokenizer
+
+    async def builtin_text(self) -> str:
+        """The built-in corpus (~12 M characters, ~24 MB as a str), loaded on first use."""
+        if self._builtin is None:
+            async with self._loading:
+                if self._builtin is None:
+                    text = await asyncio.to_thread(self._fallback_text)
+                    assert text, "the built-in corpus is empty"
+                    self._builtin = text
+        return self._builtin
+
+    async def preload(self) -> None:
+        """Load what requests will need before serving (``daisychain serve`` does): no request
+        waits for a load, and the server's memory is steady from its first request. The
+        built-in corpus only when offline, where it is the only source; online it stays a
+        fallback loaded on the first failure. A tokenizer that fails to load is reported here
+        and again, with a hint, by every ``format=tokens`` request."""
+        try:
+            await self.tokenizer()
+        except (ImportError, OSError, ValueError) as exc:
+            log.warning("no tokenizer for /data?format=tokens: %s", exc)
+        if self.state is UpstreamState.OFFLINE:
+            await self.builtin_text()
 
     def _failed(self, reason: str) -> None:
         self.failures += 1
@@ -381,11 +409,8 @@ class DataService:
             source="fineweb", texts=picked, shard=shard, row_group=row_group, first_row=first
         )
 
-    def _builtin_sample(self, rng: random.Random, max_chars: int) -> TextSample:
-        if self._builtin is None:
-            self._builtin = self._fallback_text()
-        text = self._builtin
-        assert text, "the built-in corpus is empty"
+    @staticmethod
+    def _builtin_sample(text: str, rng: random.Random, max_chars: int) -> TextSample:
         offset = rng.randrange(len(text))
         piece = text[offset : offset + max_chars]
         if len(piece) < max_chars:  # wrap round so short corpora still fill the request

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 from dataclasses import replace
@@ -16,13 +17,14 @@ from dataclasses import replace
 from aiohttp import web
 
 from daisychain.server import logs
-from daisychain.server.app import create_app
+from daisychain.server.app import DATA, create_app
 from daisychain.server.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     FINEWEB_BASE_URL,
     FINEWEB_REVISION,
     DataConfig,
+    HttpLimits,
     ServerConfig,
     SignalingLimits,
 )
@@ -52,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trust-proxy", action="store_true",
         help="group clients by X-Forwarded-For/Forwarded (only behind your own reverse proxy)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--head-timeout", type=float, default=HttpLimits.head_timeout_s,
+        help="seconds from accepting a connection to a complete request head before it is closed",
     )  # fmt: skip
     data = parser.add_argument_group("data source (/data)")
     data.add_argument(
@@ -86,10 +92,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     port = args.port if args.port is not None else _default_port()
     if not 0 <= port <= 65535:
         raise SystemExit(f"--port {port} is out of range 0-65535")
+    if not (math.isfinite(args.head_timeout) and args.head_timeout > 0):
+        raise SystemExit(f"--head-timeout {args.head_timeout} must be a positive number of seconds")
     return ServerConfig(
         host=args.host,
         port=port,
         trust_proxy=args.trust_proxy,
+        http=replace(HttpLimits(), head_timeout_s=args.head_timeout),
         signaling=replace(SignalingLimits(), join_timeout_s=args.join_timeout),
         data=replace(
             DataConfig(),
@@ -106,6 +115,7 @@ async def serve(config: ServerConfig) -> None:
     app = create_app(config)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
+    await app[DATA].preload()  # before listening: no request waits for a load
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
