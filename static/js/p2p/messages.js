@@ -1,0 +1,355 @@
+// Every JSON control message on a data channel, declared once, parsed and validated here.
+// Mirror of server/daisychain/p2p/messages.py (with the field checks of daisychain/wire.py),
+// normative in docs/PROTOCOL.md "Control messages": the same records, the same checks in the
+// same order, the same error codes and texts, proven by tests/vectors/p2p_wire/.
+//
+// A text message on a channel is one JSON object with a `type`; `parse` turns it into a record
+// (a plain frozen object with `type` and the declared fields) or throws MessageError (code,
+// message, hint), which the receiver answers with an `error` message before closing. Unknown
+// fields are ignored; an unknown type or a missing or mistyped field is an error, never a
+// silent drop. No message names its sender: the sender is the channel it arrived on.
+//
+// JSON is read by pyjson.js (Python's json.loads: integers and floats stay apart; objects are
+// Maps) and written by `encode` exactly as Python's json.dumps(asdict(m), separators=(",", ":"),
+// allow_nan=False) writes it: fields in declaration order with `type` last, ASCII only, floats
+// in Python's repr. So a message encodes to the same bytes on both sides.
+
+import { CONTRACT_VERSION } from '../numerics/index.js';
+import { parse as parseJson, PyFloat } from './pyjson.js';
+import { floatRepr, pyLen, pySlice, strRepr, utf8Length } from './pyrepr.js';
+
+// The versions a peer states in `hello` (daisychain/p2p/versions.py; docs/PROTOCOL.md
+// "Version handshake"): the data-channel protocol's and the numerical contract's.
+export const DATA_PROTOCOL_VERSION = 1;
+export { CONTRACT_VERSION };
+export const MAX_MESSAGE_BYTES = 16 * 1024;
+export const MAX_ROSTER = 64;
+export const U32_MAX = 2 ** 32 - 1;
+export const PEER_ID_RE = /^[A-Za-z0-9_-]{1,32}$/;
+export const RUN_ID_RE = /^[0-9a-f]{16}$/;
+export const HASH_RE = /^[0-9a-f]{64}$/;
+
+export const ERROR_CODES = Object.freeze([
+  'bad-json', 'bad-message', 'unknown-type', 'too-large', 'version-mismatch', 'bad-frame',
+  'wrong-run', 'incompatible',
+]);
+export const STOP_REASONS = Object.freeze(['done', 'fork', 'error', 'leader-request']);
+export const PIECES = Object.freeze(['contribution', 'reduced']);
+export const MODEL_FIELDS = Object.freeze(
+  ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
+const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
+
+// The declarations: each record's fields in Python's dataclass order (`type` comes last) with
+// their JSON types. `encode` writes them in this order; `parse` below builds them.
+export const DECLARATIONS = Object.freeze({
+  hello: [['version', 'int'], ['name', 'str'], ['contract', 'int']],
+  config: [['run', 'str'], ['preset', 'str?'], ['model', MODEL_FIELDS.map((f) => [f, 'int'])],
+    ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
+    ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?']],
+  ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids']],
+  'sync-request': [['run', 'str']],
+  roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids']],
+  hash: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['hash', 'str'], ['loss', 'float'],
+    ['probe', 'str'], ['backend', 'str']],
+  missing: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids']],
+  repair: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['piece', 'str'], ['chunk', 'int']],
+  save: [['run', 'str'], ['step', 'int']],
+  leave: [['reason', 'str']],
+  stop: [['run', 'str'], ['reason', 'str'], ['step', 'int'], ['message', 'str'],
+    ['hashes', 'map']],
+  error: [['code', 'str'], ['message', 'str'], ['hint', 'str']],
+});
+export const TYPES = Object.freeze(Object.keys(DECLARATIONS));
+
+/** A control message that cannot be accepted; becomes an `error` reply. */
+export class MessageError extends Error {
+  constructor(code, message, hint) {
+    super(message);
+    this.name = 'MessageError';
+    this.code = code;
+    this.hint = hint;
+  }
+}
+
+/** The `error` record answering a refused message (Python's error_from). */
+export function errorFrom(exc) {
+  return record('error', { code: exc.code, message: pySlice(exc.message, 200), hint: exc.hint });
+}
+
+function record(type, fields) {
+  return Object.freeze({ type, ...fields });
+}
+
+/** A message record of `type` from its fields (checked as `encode` will need them). */
+export function message(type, fields) {
+  const m = record(type, fields);
+  encode(m); // throws TypeError on a missing or mistyped field
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing: json.dumps(asdict(m), separators=(",", ":"), allow_nan=False), ensure_ascii.
+
+function jsonString(s) {
+  return JSON.stringify(s).replace(/[\u007f-\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+function encodeValue(value, kind, where) {
+  const wrong = () => {
+    throw new TypeError(`${where} is not a valid ${Array.isArray(kind) ? 'object' : kind}`);
+  };
+  if (Array.isArray(kind)) {
+    if (value === null || typeof value !== 'object') wrong();
+    return `{${kind.map(([f, k]) => `${jsonString(f)}:${encodeValue(value[f], k, `${where}.${f}`)}`).join(',')}}`;
+  }
+  switch (kind) {
+    case 'int':
+      if (!Number.isSafeInteger(value)) wrong();
+      return String(value);
+    case 'float':
+      // allow_nan=False: Python refuses to write NaN or an infinity.
+      if (typeof value !== 'number' || !Number.isFinite(value)) wrong();
+      return floatRepr(value);
+    case 'str':
+      if (typeof value !== 'string') wrong();
+      return jsonString(value);
+    case 'str?':
+      if (value === null || value === undefined) return 'null';
+      if (typeof value !== 'string') wrong();
+      return jsonString(value);
+    case 'ids':
+      if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) wrong();
+      return `[${value.map(jsonString).join(',')}]`;
+    case 'map': {
+      const entries = value instanceof Map ? [...value] : Object.entries(value ?? wrong());
+      if (!entries.every(([k, v]) => typeof k === 'string' && typeof v === 'string')) wrong();
+      return `{${entries.map(([k, v]) => `${jsonString(k)}:${jsonString(v)}`).join(',')}}`;
+    }
+    default:
+      throw new TypeError(`unknown field kind ${kind}`);
+  }
+}
+
+/** The JSON text of a message record, byte for byte what the Python peer writes for it. */
+export function encode(m) {
+  const fields = DECLARATIONS[m.type];
+  if (fields === undefined) throw new TypeError(`unknown control message type ${m.type}`);
+  const body = fields.map(([f, k]) => `${jsonString(f)}:${encodeValue(m[f], k, `${m.type}.${f}`)}`);
+  body.push(`"type":${jsonString(m.type)}`);
+  return `{${body.join(',')}}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing: the one place where control JSON from a peer is trusted to have a shape.
+
+/** Parse one text message from a channel into a record; MessageError when refused. */
+export function parse(raw) {
+  if (typeof raw !== 'string') throw new TypeError('a control message is a string');
+  if (utf8Length(raw) > MAX_MESSAGE_BYTES) {
+    throw new MessageError('too-large', `control message larger than ${MAX_MESSAGE_BYTES} bytes`,
+      'send bulk data as binary frames');
+  }
+  let obj;
+  try {
+    obj = parseJson(raw);
+  } catch {
+    throw new MessageError('bad-json', 'control message is not valid JSON', 'send one JSON object');
+  }
+  if (!(obj instanceof Map)) {
+    throw new MessageError('bad-message', 'control message is not a JSON object', 'see PROTOCOL.md');
+  }
+  const kind = obj.get('type');
+  if (typeof kind !== 'string' || !TYPES.includes(kind)) {
+    const shown = typeof kind === 'string' ? strRepr(pySlice(kind, 32)) : 'None';
+    throw new MessageError('unknown-type', `unknown control message type ${shown}`,
+      `control messages are: ${TYPES.join(', ')} (docs/PROTOCOL.md)`);
+  }
+  const f = new Fields(obj, kind);
+  if (kind === 'hello') {
+    const version = f.integer('version', 0, U32_MAX);
+    if (version !== DATA_PROTOCOL_VERSION) {
+      throw new MessageError('version-mismatch',
+        `data-channel protocol version ${version}, this peer speaks ${DATA_PROTOCOL_VERSION}`,
+        'every peer of a run must run the same DaisyChain version; upgrade the older one');
+    }
+    const contract = f.integer('contract', 0, U32_MAX);
+    if (contract !== CONTRACT_VERSION) {
+      throw new MessageError('version-mismatch',
+        `numerical contract version ${contract}, this peer implements ${CONTRACT_VERSION}`,
+        'every peer of a run must run the same DaisyChain version; upgrade the older one');
+    }
+    return record('hello', { version, name: f.text('name', 40), contract });
+  }
+  if (kind === 'config') {
+    // Shape only: every field present, of its JSON type, integers within 32 bits, numbers
+    // finite. Whether this peer can and will train it is runconfig's decision (`incompatible`).
+    const m = new Fields(f.obj('model'), 'config.model');
+    const o = new Fields(f.obj('optim'), 'config.optim');
+    let preset = obj.get('preset');
+    if (preset === undefined) preset = null;
+    if (preset !== null && !(typeof preset === 'string' && pyLen(preset) <= 32)) {
+      throw f.bad('preset', 'a string of at most 32 characters or null');
+    }
+    const resumeStep = f.integer('resume_step', 0, U32_MAX);
+    const resumeHash = resumeStep > 0 ? f.hash('resume_hash') : null;
+    const run = f.run();
+    const model = {};
+    for (const name of MODEL_FIELDS) model[name] = m.integer(name, 0, U32_MAX);
+    const optim = {
+      lr: o.number('lr', -Infinity, Infinity),
+      warmup_steps: o.integer('warmup_steps', 0, U32_MAX),
+      weight_decay: o.number('weight_decay', -Infinity, Infinity),
+      clip: o.number('clip', -Infinity, Infinity),
+    };
+    return record('config', {
+      run, preset, model: Object.freeze(model), optim: Object.freeze(optim),
+      steps: f.integer('steps', 0, U32_MAX), seed: f.integer('seed', 0, U32_MAX),
+      data: f.text('data', 32), tokenizer_sha256: f.hash('tokenizer_sha256'),
+      resume_step: resumeStep, resume_hash: resumeHash,
+    });
+  }
+  if (kind === 'ready') {
+    return record('ready', {
+      run: f.run(), step: f.integer('step', 0, U32_MAX), hash: f.hash('hash'),
+      peers: f.ids('peers', MAX_ROSTER),
+    });
+  }
+  if (kind === 'sync-request') return record('sync-request', { run: f.run() });
+  if (kind === 'roster') {
+    const peers = f.ids('peers', MAX_ROSTER);
+    if (peers.length === 0) throw f.bad('peers', 'a non-empty list of peer ids');
+    return record('roster', {
+      run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255), peers,
+    });
+  }
+  if (kind === 'hash') {
+    return record('hash', {
+      run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255),
+      hash: f.hash('hash'), loss: f.number('loss', -Infinity, Infinity), probe: f.hash('probe'),
+      backend: f.text('backend', 32),
+    });
+  }
+  if (kind === 'missing') {
+    return record('missing', {
+      run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255),
+      peers: f.ids('peers', MAX_ROSTER),
+    });
+  }
+  if (kind === 'repair') {
+    const piece = f.choice('piece', PIECES);
+    return record('repair', {
+      run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255),
+      piece, chunk: f.integer('chunk', 0, MAX_ROSTER - 1),
+    });
+  }
+  if (kind === 'save') return record('save', { run: f.run(), step: f.integer('step', 0, U32_MAX) });
+  if (kind === 'leave') return record('leave', { reason: f.text('reason', 200) });
+  if (kind === 'stop') {
+    const reason = f.choice('reason', STOP_REASONS);
+    const hashes = f.obj('hashes');
+    let ok = hashes.size <= MAX_ROSTER;
+    for (const [k, v] of hashes) {
+      ok &&= PEER_ID_RE.test(k) && typeof v === 'string' && pyLen(v) <= 64;
+    }
+    if (!ok) throw f.bad('hashes', 'an object mapping peer ids to hashes');
+    return record('stop', {
+      run: f.run(), reason, step: f.integer('step', 0, U32_MAX), message: f.text('message', 1000),
+      hashes: new Map(hashes),
+    });
+  }
+  // kind === 'error'. A code this version does not know is still an error: "bad-message".
+  const code = f.text('code', 32);
+  return record('error', {
+    code: ERROR_CODES.includes(code) ? code : 'bad-message',
+    message: f.text('message', 1000), hint: f.text('hint', 1000),
+  });
+}
+
+/** Typed access to the fields of one JSON object (daisychain/wire.py's Fields). */
+class Fields {
+  constructor(fields, kind) {
+    this.fields = fields; // a Map (pyjson.js)
+    this.kind = kind;
+  }
+
+  bad(name, expected) {
+    return new MessageError('bad-message', `${this.kind}.${name} must be ${expected}`,
+      'see the control message declarations in docs/PROTOCOL.md');
+  }
+
+  integer(name, lo, hi) {
+    const value = this.fields.get(name);
+    // Only integer literals arrive as numbers (pyjson.js): 1.0 is a PyFloat, as in Python.
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < lo || value > hi) {
+      throw this.bad(name, `an integer in [${lo}, ${hi}]`);
+    }
+    return value;
+  }
+
+  number(name, lo, hi) {
+    const raw = this.fields.get(name);
+    let value;
+    if (typeof raw === 'number') {
+      // An integer literal beyond float range: Python's float() overflows.
+      if (!Number.isFinite(raw)) throw this.bad(name, 'a finite number');
+      value = raw;
+    } else if (raw instanceof PyFloat) {
+      value = raw.value;
+    } else {
+      throw this.bad(name, 'a number');
+    }
+    if (!(Number.isFinite(value) && lo <= value && value <= hi)) {
+      const bounded = Number.isFinite(lo) || Number.isFinite(hi);
+      throw this.bad(name, bounded ?
+        `a finite number in [${floatRepr(lo)}, ${floatRepr(hi)}]` : 'a finite number');
+    }
+    return value;
+  }
+
+  text(name, maxChars) {
+    const value = this.fields.get(name);
+    if (typeof value !== 'string' || pyLen(value) > maxChars) {
+      throw this.bad(name, `a string of at most ${maxChars} characters`);
+    }
+    return value;
+  }
+
+  choice(name, options) {
+    const value = this.fields.get(name);
+    if (typeof value !== 'string' || !options.includes(value)) {
+      throw this.bad(name, `one of ${options.join(', ')}`);
+    }
+    return value;
+  }
+
+  obj(name) {
+    const value = this.fields.get(name);
+    if (!(value instanceof Map)) throw this.bad(name, 'a JSON object');
+    return value;
+  }
+
+  matching(name, pattern, expected) {
+    const value = this.fields.get(name);
+    if (typeof value !== 'string' || !pattern.test(value)) throw this.bad(name, expected);
+    return value;
+  }
+
+  ids(name, maxCount) {
+    const value = this.fields.get(name);
+    if (!Array.isArray(value) || value.length > maxCount ||
+      !value.every((v) => typeof v === 'string' && PEER_ID_RE.test(v)) ||
+      new Set(value).size !== value.length) {
+      throw this.bad(name, `a list of at most ${maxCount} distinct peer ids`);
+    }
+    return Object.freeze([...value]);
+  }
+
+  run() {
+    return this.matching('run', RUN_ID_RE, '16 lowercase hex digits');
+  }
+
+  hash(name) {
+    return this.matching(name, HASH_RE, '64 lowercase hex digits (SHA-256)');
+  }
+}

@@ -1,0 +1,99 @@
+// static/js/p2p/messages.js (with pyjson.js and pyrepr.js) against the Python implementation
+// (daisychain/p2p/messages.py) through tests/vectors/p2p_wire/messages.json: every raw text
+// parses to the record Python makes (compared through encode, byte for byte what Python writes)
+// or is refused with Python's code, message and hint, and the `error` reply encodes the same.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import * as M from '../../static/js/p2p/messages.js';
+import { parse as parseJson, PyFloat, MAX_DEPTH } from '../../static/js/p2p/pyjson.js';
+import { floatRepr, strRepr } from '../../static/js/p2p/pyrepr.js';
+import { REPO } from './helpers.mjs';
+
+const V = JSON.parse(fs.readFileSync(path.join(REPO, 'tests', 'vectors', 'p2p_wire', 'messages.json'), 'utf8'));
+
+test('declarations match Python: types, error codes, size limit', () => {
+  assert.equal(V.format, 'daisychain-p2p-wire');
+  assert.deepEqual([...M.TYPES], V.types);
+  assert.deepEqual([...M.ERROR_CODES], V.error_codes);
+  assert.equal(M.MAX_MESSAGE_BYTES, V.max_message_bytes);
+});
+
+test('every vector: the same record (same encoding) or the same refusal', () => {
+  let accepted = 0;
+  let refused = 0;
+  for (const c of V.cases) {
+    let got;
+    try {
+      got = M.parse(c.raw);
+    } catch (exc) {
+      assert.ok(exc instanceof M.MessageError, `${c.name}: ${exc.stack}`);
+      assert.ok(c.error, `${c.name}: refused (${exc.code}: ${exc.message}) but Python accepted it`);
+      assert.deepEqual({ code: exc.code, message: exc.message, hint: exc.hint }, c.error, c.name);
+      assert.equal(M.encode(M.errorFrom(exc)), c.reply, `${c.name}: error reply`);
+      refused++;
+      continue;
+    }
+    assert.ok(!c.error, `${c.name}: accepted but Python refused it: ${c.error && c.error.message}`);
+    assert.equal(M.encode(got), c.encoded, c.name);
+    // What a peer writes, the other reads back to the same record.
+    assert.equal(M.encode(M.parse(M.encode(got))), c.encoded, `${c.name}: re-parse`);
+    accepted++;
+  }
+  assert.ok(accepted >= 30 && refused >= 90, `${accepted} accepted, ${refused} refused`);
+  for (const type of M.TYPES) {
+    assert.ok(V.cases.some((c) => c.name === `valid-${type}` && c.encoded), `no valid ${type}`);
+  }
+  for (const code of ['bad-json', 'bad-message', 'unknown-type', 'too-large', 'version-mismatch']) {
+    assert.ok(V.cases.some((c) => c.error && c.error.code === code), `no vector refused as ${code}`);
+  }
+});
+
+test('records are frozen and carry exactly the declared fields', () => {
+  const m = M.parse(V.cases.find((c) => c.name === 'valid-config').raw);
+  assert.ok(Object.isFrozen(m) && Object.isFrozen(m.model) && Object.isFrozen(m.optim));
+  assert.deepEqual(Object.keys(m).sort(), ['type', ...M.DECLARATIONS.config.map(([f]) => f)].sort());
+  const stop = M.parse(V.cases.find((c) => c.name === 'valid-stop').raw);
+  assert.ok(stop.hashes instanceof Map);
+  assert.deepEqual([...stop.hashes.keys()], ['b', 'a', '123']); // the sender's order, as a dict
+});
+
+test('message() builds what encode can write, and refuses a missing or mistyped field', () => {
+  const hello = M.message('hello', { version: 1, name: 'tab', contract: M.CONTRACT_VERSION });
+  assert.equal(M.encode(hello), '{"version":1,"name":"tab","contract":1,"type":"hello"}');
+  assert.throws(() => M.message('hello', { version: 1, contract: 1 }), /hello.name/);
+  assert.throws(() => M.message('hash', { run: 'r', step: 1, round: 0, hash: 'h', loss: NaN,
+    probe: 'p', backend: 'b' }), /hash.loss/); // allow_nan=False, as Python
+  assert.throws(() => M.message('gossip', {}), /unknown control message type/);
+  assert.throws(() => M.parse(new Uint8Array(3)), TypeError);
+});
+
+test('pyjson keeps integers and floats apart, reads NaN/Infinity, refuses what json.loads does', () => {
+  assert.equal(parseJson('1'), 1);
+  assert.ok(parseJson('1.0') instanceof PyFloat);
+  assert.ok(parseJson('1e2') instanceof PyFloat);
+  assert.ok(Number.isNaN(parseJson('NaN').value));
+  assert.equal(parseJson('-Infinity').value, -Infinity);
+  assert.ok(Object.is(parseJson('-0'), 0));
+  const obj = parseJson('{"__proto__": 1, "a": 2, "a": 3}');
+  assert.deepEqual([...obj], [['__proto__', 1], ['a', 3]]);
+  assert.equal(parseJson('"\\ud83d\\ude00"'), '😀');
+  for (const bad of ['', '01', '-', '1.', '.5', '+1', '[1,]', '{"a"}', '"\\x"', '"a', 'nul',
+    '-NaN', 'infinity', '\ufeff1', '1 2', '"\u0001"', '9'.repeat(4301)]) {
+    assert.throws(() => parseJson(bad), /JsonError|at character/, JSON.stringify(bad));
+  }
+  assert.equal(parseJson('9'.repeat(4300)), Number('9'.repeat(4300)));
+  parseJson('['.repeat(MAX_DEPTH) + ']'.repeat(MAX_DEPTH));
+  assert.throws(() => parseJson('['.repeat(MAX_DEPTH + 1) + ']'.repeat(MAX_DEPTH + 1)), /too deep/);
+});
+
+test('pyrepr writes floats and strings as Python does', () => {
+  const floats = [[0.003, '0.003'], [1e-5, '1e-05'], [1e16, '1e+16'], [1e15, '1000000000000000.0'],
+    [3, '3.0'], [-0, '-0.0'], [0.1 + 0.2, '0.30000000000000004'], [5e-324, '5e-324'],
+    [1.7976931348623157e308, '1.7976931348623157e+308'], [-2.5e-7, '-2.5e-07'], [Infinity, 'inf']];
+  for (const [x, text] of floats) assert.equal(floatRepr(x), text);
+  assert.equal(strRepr("it's"), `"it's"`);
+  assert.equal(strRepr('\'"'), `'\\'"'`);
+  assert.equal(strRepr('a\\b\n\u0000\u00e9\u00a0'), `'a\\\\b\\n\\x00é\\xa0'`);
+});
