@@ -5,6 +5,8 @@ the channel and sends the offer; the other answers. Signal payloads (docs/PROTOC
 connections") are ``{"kind": "offer"|"answer", "sdp": ...}`` and, from peers that trickle ICE,
 ``{"kind": "candidate", "candidate": ..., "sdpMid": ..., "sdpMLineIndex": ...}``. aiortc gathers
 before it answers, so its own descriptions carry every candidate and it never trickles.
+Every server message and every relayed signal payload is parsed by ``signaling`` into a typed
+record first; one the peer cannot parse is an error, never a silent drop.
 
 Everything that happens (a channel opens, a message arrives, a channel closes, the server says a
 peer left) becomes one ``MeshEvent`` on a queue that the owner of the mesh consumes in order: the
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
@@ -35,12 +36,13 @@ from aiortc import (
 )
 from aiortc.sdp import candidate_from_sdp
 
+from daisychain.p2p import signaling
 from daisychain.p2p.versions import SIGNALING_VERSION
+from daisychain.server import messages as sm
 
 log = logging.getLogger("daisychain.p2p.mesh")
 
 CHANNEL_LABEL = "daisychain"
-MAX_SIGNAL_SDP = 60_000
 # Flow control (docs/PROTOCOL.md, "Flow control"): a channel is handed the next message only
 # while its bufferedAmount is at most HIGH_WATER; above it the writer waits for the channel's
 # `bufferedamountlow` event, which fires when the amount falls to LOW_WATER.
@@ -245,39 +247,35 @@ class Mesh:
                 "check --server (for example http://HOST:8787) and that the server is running "
                 "(python -m daisychain.server)",
             ) from None
-        hello: dict[str, Any] = {
-            "type": "hello",
-            "version": SIGNALING_VERSION,
-            "name": self.name[:40],
-            "device": self.device,
-        }
-        await self._ws.send_str(json.dumps(hello))
+        hello = sm.Hello(version=SIGNALING_VERSION, name=self.name[:40], device=self.device)
+        await self._ws.send_str(signaling.encode_client(hello))
         while True:
             msg = await self._recv(timeout=None if self.room else self.connect_timeout_s)
-            kind = msg.get("type")
-            if kind == "welcome":
-                self.id = str(msg["id"])
-                self.role = str(msg.get("role", "member"))
-                for member in msg.get("members", []):
-                    self._introduce(str(member["id"]))
+            if isinstance(msg, sm.Welcome):
+                self.id = msg.id
+                self.role = msg.role
+                for member in msg.members:
+                    self._introduce(member.id)
                 break
-            if kind == "pending":
+            if isinstance(msg, sm.Pending):
                 log.info("%s: waiting for the room's host to approve this peer", self.name)
                 print(
                     f"waiting for the host of room {self.room} to approve {self.name!r} ...",
                     flush=True,
                 )
                 continue
-            if kind == "denied":
-                raise MeshError(f"room {self.room}: {msg.get('message')}", str(msg.get("hint")))
-            if kind == "error":
-                code = msg.get("code")
-                what = "signaling version mismatch" if code == "version-mismatch" else code
-                raise MeshError(f"server refused this peer: {what}: {msg.get('message')}",
-                                str(msg.get("hint")))  # fmt: skip
+            if isinstance(msg, sm.Denied):
+                raise MeshError(f"room {self.room}: {msg.message}", msg.hint)
+            if isinstance(msg, sm.Error):
+                what = "signaling version mismatch" if msg.code == "version-mismatch" else msg.code
+                raise MeshError(f"server refused this peer: {what}: {msg.message}", msg.hint)
+            raise MeshError(
+                f"the server sent {msg.type!r} before welcome",
+                "is --server a DaisyChain server of this version? (docs/PROTOCOL.md, Signaling)",
+            )
         self._reader = asyncio.create_task(self._read_loop())
 
-    async def _recv(self, timeout: float | None) -> dict[str, Any]:
+    async def _recv(self, timeout: float | None) -> sm.ServerMessage:
         assert self._ws is not None
         try:
             msg = await self._ws.receive(timeout=timeout)
@@ -286,29 +284,34 @@ class Mesh:
                 "the server did not answer hello in time",
                 "check that --server points at a DaisyChain server",
             ) from None
-        if msg.type is not aiohttp.WSMsgType.TEXT:
+        if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
             code = self._ws.close_code
             raise MeshError(
                 f"the server closed the connection (code {code})",
                 "check the server's log; a version mismatch or a full group closes the socket",
             )
-        data = json.loads(msg.data)
-        if not isinstance(data, dict):
-            raise MeshError("the server sent a non-object message", "is --server a DaisyChain?")
-        return data
+        try:
+            return signaling.parse_server(msg.data)
+        except signaling.SignalingError as exc:
+            raise MeshError(exc.message, exc.hint) from None
 
     async def _read_loop(self) -> None:
+        """Every server message after welcome, in order. One this peer cannot parse ends the
+        signaling connection (``SignalingLost`` says why): the server is not speaking this
+        version's protocol, and acting on a guess could only corrupt the mesh."""
         assert self._ws is not None
         reason = "server closed the connection"
         try:
             async for msg in self._ws:
-                if msg.type is not aiohttp.WSMsgType.TEXT:
-                    continue
+                if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    break  # an error or a close: the loop ends with `reason`
                 try:
-                    data = json.loads(msg.data)
-                    await self._on_signaling(data)
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.warning("%s: bad signaling message ignored: %s", self.name, exc)
+                    parsed = signaling.parse_server(msg.data)
+                except signaling.SignalingError as exc:
+                    reason = f"{exc.message} (hint: {exc.hint})"
+                    log.error("%s: %s", self.name, reason)
+                    break
+                await self._on_signaling(parsed)
         except (aiohttp.ClientError, asyncio.CancelledError) as exc:
             reason = f"signaling error: {exc!r}"
             if isinstance(exc, asyncio.CancelledError):
@@ -317,28 +320,46 @@ class Mesh:
             if not self._closing:
                 self.events.put_nowait(SignalingLost(reason))
 
-    async def _on_signaling(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "peer-joined":
-            self._introduce(str(msg["peer"]["id"]))
-        elif kind == "peer-left":
-            self._spawn(self._peer_left(str(msg["peer"])))
-        elif kind == "signal":
-            await self._on_signal(str(msg["from"]), msg["data"])
-        elif kind == "join-request":
-            peer = str(msg["peer"]["id"])
+    async def _on_signaling(self, msg: sm.ServerMessage) -> None:
+        if isinstance(msg, sm.PeerJoined):
+            self._introduce(msg.peer.id)
+        elif isinstance(msg, sm.PeerLeft):
+            self._spawn(self._peer_left(msg.peer))
+        elif isinstance(msg, sm.SignalFrom):
+            try:
+                data = signaling.parse_signal_data(msg.data)
+            except signaling.SignalingError as exc:
+                # Another peer wrote it (the server relays any object): refuse that signal,
+                # keep the connection to the server.
+                log.warning("%s: signal from %s refused: %s", self.name, msg.from_, exc.message)
+                return
+            try:
+                await self._on_signal(msg.from_, data)
+            except Exception as exc:  # aiortc refused it: that one peer's link fails, not the mesh
+                log.warning("%s: signal from %s failed: %r", self.name, msg.from_, exc)
+        elif isinstance(msg, sm.JoinRequest):
             verb = "approve" if self.auto_approve else "deny"
             if not self.auto_approve:
                 print(
-                    f"denied join request from {msg['peer'].get('name')!r}: this headless "
-                    "peer approves nobody unless started with --approve all",
+                    f"denied join request from {msg.peer.name!r}: this headless peer approves "
+                    "nobody unless started with --approve all",
                     flush=True,
                 )
-            await self._send_signaling({"type": verb, "peer": peer})
-        elif kind == "host-changed":
-            self.role = "host" if msg.get("host") == self.id else "member"
-        elif kind == "error":
-            log.warning("%s: server error %s: %s", self.name, msg.get("code"), msg.get("message"))
+            answer = sm.Approve(msg.peer.id) if self.auto_approve else sm.Deny(msg.peer.id)
+            log.info("%s: %s join request from %s", self.name, verb, msg.peer.id)
+            await self._send_signaling(answer)
+        elif isinstance(msg, sm.HostChanged):
+            self.role = "host" if msg.host == self.id else "member"
+        elif isinstance(msg, sm.Error):
+            log.warning("%s: server error %s: %s (%s)", self.name, msg.code, msg.message, msg.hint)
+        elif isinstance(msg, sm.JoinRequestClosed):
+            log.info("%s: join request of %s closed: %s", self.name, msg.peer, msg.reason)
+        elif isinstance(msg, sm.BroadcastFrom | sm.Pong):
+            log.debug(
+                "%s: %s from the server ignored (this peer uses neither)", self.name, msg.type
+            )
+        else:  # welcome, pending, denied: only before welcome
+            log.warning("%s: unexpected %s from the server ignored", self.name, msg.type)
 
     async def _peer_left(self, peer: str) -> None:
         link = self._links.get(peer)
@@ -348,9 +369,9 @@ class Mesh:
         self.events.put_nowait(PeerLeft(peer))
         await self.close_link(peer)
 
-    async def _send_signaling(self, obj: dict[str, Any]) -> None:
+    async def _send_signaling(self, message: sm.ClientMessage) -> None:
         if self._ws is not None and not self._ws.closed:
-            await self._ws.send_str(json.dumps(obj))
+            await self._ws.send_str(signaling.encode_client(message))
 
     # -- peer connections ----------------------------------------------------------------------
 
@@ -381,14 +402,16 @@ class Mesh:
     async def _offer(self, link: _Link) -> None:
         await link.pc.setLocalDescription(await link.pc.createOffer())
         desc = link.pc.localDescription
-        await self._send_signaling(
-            {"type": "signal", "to": link.peer, "data": {"kind": "offer", "sdp": desc.sdp}}
-        )
+        await self._send_signaling(sm.Signal(link.peer, {"kind": "offer", "sdp": desc.sdp}))
 
-    async def _on_signal(self, peer: str, data: dict[str, Any]) -> None:
-        kind = data.get("kind")
-        sdp = data.get("sdp")
-        if kind == "offer" and isinstance(sdp, str) and len(sdp) <= MAX_SIGNAL_SDP:
+    async def _on_signal(self, peer: str, data: signaling.SignalData) -> None:
+        if isinstance(data, signaling.Candidate):
+            if peer in self._links:
+                cand = candidate_from_sdp(data.candidate.removeprefix("candidate:"))
+                cand.sdpMid = data.sdp_mid
+                cand.sdpMLineIndex = data.sdp_mline_index
+                await self._links[peer].pc.addIceCandidate(cand)
+        elif data.kind == "offer":
             if peer in self._links:
                 return  # a duplicate offer, or glare with our own: keep the first connection
             link = self._new_link(peer)
@@ -398,21 +421,15 @@ class Mesh:
                 if channel.label == CHANNEL_LABEL and link.channel is None:
                     link.attach(channel)
 
-            await link.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+            await link.pc.setRemoteDescription(RTCSessionDescription(sdp=data.sdp, type="offer"))
             await link.pc.setLocalDescription(await link.pc.createAnswer())
             answer = {"kind": "answer", "sdp": link.pc.localDescription.sdp}
-            await self._send_signaling({"type": "signal", "to": peer, "data": answer})
-        elif kind == "answer" and isinstance(sdp, str) and peer in self._links:
+            await self._send_signaling(sm.Signal(peer, answer))
+        elif peer in self._links:
             link = self._links[peer]
             if link.pc.signalingState == "have-local-offer":
-                await link.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
-        elif kind == "candidate" and peer in self._links:
-            text = data.get("candidate")
-            if isinstance(text, str) and text:
-                cand = candidate_from_sdp(text.removeprefix("candidate:"))
-                cand.sdpMid = data.get("sdpMid")
-                cand.sdpMLineIndex = data.get("sdpMLineIndex")
-                await self._links[peer].pc.addIceCandidate(cand)
+                desc = RTCSessionDescription(sdp=data.sdp, type="answer")
+                await link.pc.setRemoteDescription(desc)
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
