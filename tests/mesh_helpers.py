@@ -6,6 +6,7 @@ aiortc channels inside the test run's network namespace, see conftest.py) and su
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,8 +24,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from daisychain.p2p import frames
+from daisychain.p2p.frames import FrameKind
+from daisychain.p2p.machine.effects import SendPayload
 from daisychain.p2p.mesh import Mesh
-from daisychain.p2p.node import Compute, Faults, LeadConfig, Node, Outcome, StepRecord, Timers
+from daisychain.p2p.node import Compute, LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
 from daisychain.server.app import serve_local
 from server_fixtures import ByteTokenizer, config
@@ -72,6 +76,45 @@ def lead_config(steps: int = 30, **changes: Any) -> LeadConfig:
 
 
 @dataclass
+class Faults:
+    """Make a peer misbehave on purpose: test-only, applied by ``FaultyNode`` to what its
+    machine sends (the product never damages anything)."""
+
+    # Flip one byte of the next contribution sent at this step, after the CRC: a frame damaged
+    # in transit (the receiver must detect it and repair).
+    damage_contribution_at: int | None = None
+    # Send one peer a reduced chunk with one value changed (valid CRC) at this step: a silent
+    # fork that only the sync guard can catch.
+    fork_reduced_at: int | None = None
+
+
+class FaultyNode(Node):
+    """A node whose outgoing payloads ``faults`` damages (the shell's ``send_payload`` hook)."""
+
+    def __init__(self, *args: Any, faults: Faults, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.faults = faults
+
+    def send_payload(self, effect: SendPayload) -> int:
+        f = self.faults
+        if effect.kind is FrameKind.REDUCED and f.fork_reduced_at == effect.step:
+            f.fork_reduced_at = None
+            bad = bytearray(effect.payload)
+            bad[len(bad) // 257 + 7] ^= 0x01  # one value off by one quantization step
+            return super().send_payload(dataclasses.replace(effect, payload=bytes(bad)))
+        if effect.kind is FrameKind.CONTRIBUTION and f.damage_contribution_at == effect.step:
+            f.damage_contribution_at = None
+            parts = list(frames.fragment(
+                effect.kind, effect.payload, transfer=effect.transfer, step=effect.step,
+                round=effect.round, chunk=effect.chunk, deflate=effect.deflate,
+            ))  # fmt: skip
+            parts[0] = parts[0][:-1] + bytes([parts[0][-1] ^ 0x5A])
+            self.mesh.send_frames(effect.peer, parts)
+            return sum(len(p) for p in parts)
+        return super().send_payload(effect)
+
+
+@dataclass
 class Peer:
     node: Node
     task: asyncio.Task[Outcome]
@@ -99,11 +142,16 @@ async def start_peer(
     mesh = mesh_cls(url, name=name)
     await mesh.connect()
     records: list[StepRecord] = []
-    node = Node(
-        mesh, tokens, sha, vocab, lead=lead, timers=timers, faults=faults,
-        checkpoint_path=checkpoint_path, save_every=save_every, on_step=records.append,
-        compute=compute, limits=limits,
-    )  # fmt: skip
+    options: dict[str, Any] = {
+        "lead": lead, "timers": timers, "checkpoint_path": checkpoint_path,
+        "save_every": save_every, "on_step": records.append, "compute": compute,
+        "limits": limits,
+    }  # fmt: skip
+    node = (
+        Node(mesh, tokens, sha, vocab, **options)
+        if faults is None
+        else FaultyNode(mesh, tokens, sha, vocab, faults=faults, **options)
+    )
 
     async def main() -> Outcome:
         try:

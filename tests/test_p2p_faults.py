@@ -8,10 +8,11 @@ import signal
 from pathlib import Path
 
 from daisychain import checkpoint, training
-from daisychain.p2p import frames
+from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, messages
 from daisychain.p2p.mesh import ChannelOpen, Mesh
-from daisychain.p2p.node import Faults
 from mesh_helpers import (
+    Faults,
+    FaultyNode,
     PeerProcess,
     assert_identical,
     corpus,
@@ -32,7 +33,9 @@ async def test_damaged_contribution_is_detected_and_repaired() -> None:
         bad = await start_peer(url, "bad", faults=Faults(damage_contribution_at=3))
         outcomes = await finish([leader, bad], timeout=120)
     assert [o.reason for o in outcomes] == ["done", "done"], outcomes
-    assert bad.node.faults.damage_contribution_at is None, "the fault fired"
+    assert isinstance(bad.node, FaultyNode) and bad.node.faults.damage_contribution_at is None, (
+        "the fault fired"
+    )
     assert_identical([leader, bad], range(1, 6))
     assert [r.round for r in leader.records] == [0] * 5, "repaired in place, no re-commit"
 
@@ -143,7 +146,7 @@ async def test_hostile_frames_are_rejected_and_the_run_continues() -> None:
         await wait_for(lambda: len(leader.records) >= 1, 120, "step 1")
         mesh, _ = await _hostile(url, 2)
         lead_id, other_id = leader.node.id, other.node.id
-        hello = json.dumps({"type": "hello", "version": 1, "name": "hostile"})
+        hello = messages.encode(messages.Hello(DATA_PROTOCOL_VERSION, "hostile"))
         mesh.send(lead_id, hello)
         mesh.send(lead_id, b"DC\x01\x01" + bytes(100))  # header claims total 0: malformed
         mesh.send(other_id, hello)

@@ -43,20 +43,11 @@ from daisychain.p2p.traces.script import (
 )
 
 P2P = Path(__file__).resolve().parents[1] / "server" / "daisychain" / "p2p"
-# The per-concept ``def f(node, ...)`` modules the machine replaces; they go when node.py
-# becomes the shell (and this set becomes empty).
-LEGACY = {"checkpoints", "exchange", "guard", "membership", "options", "repair", "rosters",
-          "stopping", "node"}  # fmt: skip
-
-
-def _legacy(name: str) -> bool:
-    return name.count(".") == 2 and name.rsplit(".", 1)[-1] in LEGACY
-
-
 BANNED = ("asyncio", "aiortc", "aioice", "time", "threading", "socket", "selectors", "subprocess")
+PURE = ("run", "messages", "frames", "codec", "allreduce", "runconfig", "footprint")
 CORE = [
     *sorted((P2P / "machine").glob("*.py")),
-    *(P2P / f"{name}.py" for name in ("run", "messages", "frames", "codec", "allreduce")),
+    *(P2P / f"{name}.py" for name in PURE),
     *sorted((P2P / "traces").glob("*.py")),
 ]
 
@@ -136,7 +127,7 @@ def test_the_scan_fails_on_a_planted_import(planted: str) -> None:
 
 
 def p2p_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in P2P.rglob("*.py") if not _legacy(module_name(p))}
+    modules = {module_name(p): p for p in P2P.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -202,7 +193,7 @@ def test_no_p2p_module_uses_another_modules_private_names() -> None:
     problems = {
         module_name(p): uses
         for p in sorted(P2P.rglob("*.py"))
-        if not _legacy(module_name(p)) and (uses := private_uses(p.read_text(encoding="utf-8")))
+        if (uses := private_uses(p.read_text(encoding="utf-8")))
     }
     assert not problems, problems
 
@@ -369,7 +360,7 @@ def test_hostile_config_is_refused_with_a_hint_and_the_peer_stays_up() -> None:
 def test_a_roster_before_the_state_asks_for_it() -> None:
     s = Script("t", "resume", B)
     s.connect(A, C)
-    out = s.send(A, config(3, resume=(4, "a" * 64)))
+    out = s.send(A, config(10, resume=(4, "a" * 64)))
     assert [type(f.message).__name__ for f in out if isinstance(f, fx.SendMessage)] == [
         "SyncRequest"]  # fmt: skip
     out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))

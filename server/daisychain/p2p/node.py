@@ -1,58 +1,39 @@
-"""A training peer: the run protocol of docs/PROTOCOL.md driven by one event loop.
+"""A training peer: the I/O shell around the protocol machine (``p2p.machine``).
 
-One ``Node`` owns a ``Mesh`` (signaling + data channels), its replica (``TrainState``) and its
-view of the run. Every input (a channel message, a channel closing, a compute result, a timer)
-becomes an event on one queue, handled in order by ``_handle``: protocol state never changes
-from two places at once. Heavy work (forward/backward, quantization) runs in a worker thread so
-the event loop keeps serving the data channels meanwhile.
-
-The leader is a role, not a different program: the peer that leads commits rosters and serves
-checkpoints; when it vanishes the lowest id of the last committed roster takes over with the
-state it already holds (``run.successor``).
-
-This module holds the ``Node`` itself: its state, the event loop, the dispatch of every event
-and message, sending, and the timers. What the events do lives in one module per concept:
-``membership`` (config, join, leave, failover), ``rosters`` (accepting rosters, the leader's
-decisions), ``exchange`` (one step's gradient exchange), ``repair``, ``guard`` (the sync
-guard), ``checkpoints`` (state sync and saves) and ``stopping`` (the stop protocol); the
-node's inputs (``LeadConfig``, ``Timers``, ``Compute``, ``Faults``) live in ``options``.
+The machine decides everything the protocol says (docs/PROTOCOL.md, "The protocol machine");
+this shell does what it cannot: it owns the ``Mesh`` (signaling and data channels), the model
+replica and the worker thread that computes gradients, the disk, the clock and the user's
+signals. Every input (a mesh event, a compute result, a user request) goes on one queue and is
+fed to the machine in order, stamped with ``time.monotonic()``; the effects that come back are
+carried out in order; when nothing arrives before ``machine.next_deadline()`` the shell feeds
+``Timer``. When the machine says ``Finished`` the shell drains its send buffers (a stop and its
+acknowledgements are not lost) and returns the outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from daisychain import training
 from daisychain.gpu.probe import reference_probe_hash
-from daisychain.model.config import ModelConfig
-from daisychain.model.params import param_shapes
-from daisychain.p2p import (
-    DATA_PROTOCOL_VERSION,
-    checkpoints,
-    codec,
-    exchange,
-    frames,
-    guard,
-    membership,
-    messages,
-    repair,
-    rosters,
-    run,
-    runconfig,
-    stopping,
-)
-from daisychain.p2p.exchange import ComputeDone, ComputeFailed, Key, StepRecord, Work
+from daisychain.model.config import preset
+from daisychain.optim import AdamWConfig
+from daisychain.p2p import allreduce, codec, frames, messages
 from daisychain.p2p.frames import FrameKind
+from daisychain.p2p.machine import Machine, Settings, Timers
+from daisychain.p2p.machine import effects as fx
+from daisychain.p2p.machine import events as ev
+from daisychain.p2p.machine.effects import Outcome
 from daisychain.p2p.mesh import (
     ChannelClosed,
     ChannelMessage,
@@ -62,40 +43,54 @@ from daisychain.p2p.mesh import (
     PeerLeft,
     SignalingLost,
 )
-from daisychain.p2p.options import Compute, Faults, LeadConfig, Timers
-from daisychain.p2p.run import CommittedRoster, Phase
-from daisychain.p2p.stopping import Outcome, StopRun
+from daisychain.p2p.options import Compute, LeadConfig
+from daisychain.p2p.replica import ModelReplica
+from daisychain.p2p.run import RunPhase
+from daisychain.p2p.runconfig import Limits
 
-__all__ = [
-    "Compute",
-    "Faults",
-    "LeadConfig",
-    "Node",
-    "Outcome",
-    "StepRecord",
-    "StopRun",
-    "Timers",
-    "replace_lead",
-]
+__all__ = ["Compute", "LeadConfig", "Limits", "Node", "Outcome", "StepRecord", "Timers"]
 
 log = logging.getLogger("daisychain.p2p.node")
 
-
-@dataclass(frozen=True)
-class _Shutdown:
-    reason: str
+Input = Callable[[float], ev.Event]  # an event waiting for its timestamp
 
 
 @dataclass(frozen=True)
-class _EndRun:
-    reason: str
+class StepRecord:
+    """What the node reports after applying a step."""
+
+    step: int
+    round: int
+    loss: float
+    hash: str
+    roster: tuple[str, ...]
+    tokens: int
+    compute_s: float
+    exchange_s: float
+    bytes_sent: int
+    leader: str
+    probe: str
+    backend: str
 
 
-Event = MeshEvent | ComputeDone | ComputeFailed | _Shutdown | _EndRun
+def from_mesh(e: MeshEvent) -> Input:
+    if isinstance(e, ChannelOpen):
+        return lambda now: ev.ChannelOpened(now, e.peer)
+    if isinstance(e, ChannelMessage):
+        data = e.data
+        if isinstance(data, bytes):
+            return lambda now: ev.FrameReceived(now, e.peer, data)
+        return lambda now: ev.MessageReceived(now, e.peer, data)
+    if isinstance(e, ChannelClosed):
+        return lambda now: ev.ChannelClosed(now, e.peer)
+    if isinstance(e, PeerLeft):
+        return lambda now: ev.PeerLeft(now, e.peer)
+    assert isinstance(e, SignalingLost)
+    return lambda now: ev.SignalingLost(now, e.reason)
 
 
 class Node:
-    """A headless training peer."""
+    """A headless training peer (the mesh must be connected)."""
 
     def __init__(
         self,
@@ -109,89 +104,112 @@ class Node:
         checkpoint_path: str | None = None,
         save_every: int = 0,
         on_step: Callable[[StepRecord], None] | None = None,
-        faults: Faults | None = None,
         compute: Compute | None = None,
-        limits: runconfig.Limits | None = None,
+        limits: Limits | None = None,
     ) -> None:
+        assert mesh.id, "connect the mesh before building its node"
         self.mesh = mesh
-        self.limits = limits or runconfig.Limits()  # what a leader may impose (--max-*)
         self.tokens = tokens
         self.tokenizer_sha256 = tokenizer_sha256
-        self.vocab_size = vocab_size
         self.lead = lead
-        self.timers = timers or Timers()
         self.checkpoint_path = checkpoint_path
-        self.save_every = save_every  # also save every this many steps (0: only at the end)
-        self._saved_step = -1
         self.on_step = on_step
-        self.faults = faults or Faults()
         self.compute = compute or Compute()
-        self.reference_probe = reference_probe_hash()
         self.name = mesh.name
-        self.phase = run.RunPhase(self.name)
-        self.inbox: asyncio.Queue[Event] = asyncio.Queue()
-        self.config: messages.Config | None = None
-        self.state: training.TrainState | None = None
-        self.my_hash = ""
-        self.leader: str | None = None
-        self.greeted: set[str] = set()  # peers whose hello we accepted (gone ones included)
-        self.opened_at: dict[str, float] = {}
-        self.gone: set[str] = set()
-        self.reassembly: dict[str, frames.Reassembler] = {}
-        self.transfer_id = 0
-        self.roster: CommittedRoster | None = None
-        self.work: dict[Key, Work] = {}
-        self.early: dict[Key, list[tuple[str, frames.Payload]]] = {}
-        self.hashes: dict[Key, dict[str, str]] = {}
-        self.missing_reports: dict[Key, set[str]] = {}
-        self.ready: dict[str, messages.Ready] = {}
-        self.sync_wanted: dict[str, list[str]] = {}
-        self.awaiting_checkpoint = False
-        self.want_sync = False
-        self.held_rosters: dict[str, CommittedRoster] = {}
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.total_blocks = 0
-        self.save_at: set[int] = set()
-        self.saved: list[str] = []
+        self.timers = timers or Timers()
+        self.replica = ModelReplica(tokenizer_sha256, vocab_size, self.compute.ops)
+        settings = Settings(
+            id=mesh.id, name=mesh.name, tokenizer_sha256=tokenizer_sha256,
+            vocab_size=vocab_size, backend=self.compute.name,
+            reference_probe=reference_probe_hash(), timers=self.timers,
+            can_save=bool(checkpoint_path), save_every=save_every, limits=limits or Limits(),
+        )  # fmt: skip
+        self.machine = Machine(settings, self.replica)
+        self.inbox: asyncio.Queue[Input] = asyncio.Queue()
         self.records: list[StepRecord] = []
+        self.saved: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._stats_total_bytes = 0
-        self._tick_at = 0.0
-        self.end_requested = ""  # leader: end the run at the next step boundary (the reason)
-        self.final_stop: messages.Stop | None = None  # the stop this peer sent or received
-        self.stop_from: set[str] = set()  # peers that announced the stop to this peer
+        self._compute_s: dict[tuple[int, int], float] = {}
+        self._computed_at: dict[tuple[int, int], float] = {}
+        self._bytes: dict[tuple[int, int], int] = {}
+        self.bytes_sent = 0
 
-    # ------------------------------------------------------------------------------------------
-    # lifecycle
+    # -- what the CLI, the demo and the tests look at -------------------------------------------
 
     @property
     def id(self) -> str:
         return self.mesh.id
 
     @property
+    def state(self) -> training.TrainState | None:
+        return self.replica.state
+
+    @property
+    def config(self) -> messages.Config | None:
+        return self.machine.config
+
+    @property
+    def phase(self) -> RunPhase:
+        return self.machine.phase
+
+    @property
+    def gone(self) -> set[str]:
+        return self.machine.peers.gone_set
+
+    @property
     def is_leader(self) -> bool:
-        return self.leader is not None and self.leader == self.id
+        return self.machine.is_leader
+
+    def agreement(self, step: int) -> tuple[int, int]:
+        """(peers whose hash of ``step`` equals ours, peers that reported one)."""
+        return self.machine.agreement(step)
+
+    # -- user requests (signal handlers) --------------------------------------------------------
+
+    def shutdown(self, reason: str = "interrupted") -> None:
+        """Leave the run cleanly (Ctrl-C): tell every peer, then stop."""
+        self.inbox.put_nowait(lambda now: ev.UserLeave(now, reason))
+
+    def end_run(self, reason: str = "the leader ended the run") -> None:
+        """Leader: end the whole run at the next step boundary (`stop leader-request`)."""
+        self.inbox.put_nowait(lambda now: ev.UserStop(now, reason))
+
+    def request_save(self) -> None:
+        """Save now (SIGUSR1); a leader also asks every peer to save this step."""
+        self.inbox.put_nowait(lambda now: ev.UserSave(now))
+
+    # -- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> Outcome:
-        """Train until the run stops; returns how it ended. The mesh must be connected."""
+        """Train until the run stops; returns how it ended."""
         pump = asyncio.create_task(self._pump())
         try:
             if self.lead is not None:
-                membership.start_leading(self)
+                config = self._prepare_lead(self.lead)
+                min_peers = self.lead.min_peers
+                self.inbox.put_nowait(lambda now: ev.UserLead(now, config, min_peers))
             while True:
-                timeout = self._next_deadline() - time.monotonic()
-                if timeout <= 0:
-                    self._on_timers()
+                deadline = self.machine.next_deadline()
+                now = time.monotonic()
+                if deadline is not None and deadline <= now and self.inbox.empty():
+                    outcome = self._feed(ev.Timer(now))
+                    if outcome is None and (self.machine.next_deadline() or now + 1) <= now:
+                        await asyncio.sleep(0.01)  # never spin on a deadline that stays put
                 elif self.inbox.empty():
+                    timeout = None if deadline is None else deadline - now
                     # wait_for cancels the get() when it times out; the queue keeps the item.
                     with contextlib.suppress(TimeoutError):
-                        self._handle(await asyncio.wait_for(self.inbox.get(), timeout))
+                        item = await asyncio.wait_for(self.inbox.get(), timeout)
+                        outcome = self._feed(item(time.monotonic()))
+                        if outcome is not None:
+                            break
+                    continue
                 else:
-                    self._handle(self.inbox.get_nowait())
-                rosters.advance(self)
-        except StopRun as stop:
-            await stopping.finish(self, stop.outcome)
-            return stop.outcome
+                    outcome = self._feed(self.inbox.get_nowait()(time.monotonic()))
+                if outcome is not None:
+                    break
+            await self.mesh.drain(self.timers.linger_s)
+            return outcome
         finally:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -199,257 +217,150 @@ class Node:
             for task in list(self._tasks):
                 task.cancel()
 
-    def shutdown(self, reason: str = "interrupted") -> None:
-        """Leave the run cleanly (Ctrl-C): tell every peer, then stop."""
-        self.inbox.put_nowait(_Shutdown(reason))
-
-    def end_run(self, reason: str = "the leader ended the run") -> None:
-        """Leader: end the whole run at the next step boundary (`stop leader-request`)."""
-        self.inbox.put_nowait(_EndRun(reason))
-
-    def agreement(self, step: int) -> tuple[int, int]:
-        """(peers whose hash of ``step`` equals ours, peers that reported one)."""
-        return guard.agreement(self, step)
-
-    def request_save(self) -> None:
-        """Save now (SIGUSR1 in the CLI); a leader also asks every peer to save this step."""
-        if self.is_leader and self.config is not None and self.state is not None:
-            self._broadcast(messages.Save(self.config.run, self.state.step))
-        if self.checkpoint_path and self.state is not None:
-            checkpoints.save(self, self.checkpoint_path)
-
     async def _pump(self) -> None:
         while True:
-            self.inbox.put_nowait(await self.mesh.events.get())
+            self.inbox.put_nowait(from_mesh(await self.mesh.events.get()))
 
-    def _stop(
-        self, reason: str, message: str, hashes: dict[str, str] | None = None, code: str = ""
-    ) -> NoReturn:
-        step = self.state.step if self.state is not None else 0
-        if self.config is not None and reason in ("done", "fork", "leader-request"):
-            self.final_stop = messages.Stop(
-                self.config.run, cast(messages.StopReason, reason), step, message,
-                dict(hashes or {}),
-            )  # fmt: skip
-        raise StopRun(Outcome(reason, step, self.my_hash, message, dict(hashes or {}), code))
+    def _feed(self, event: ev.Event) -> Outcome | None:
+        outcome = None
+        for effect in self.machine.handle(event):
+            if isinstance(effect, fx.Finished):
+                outcome = effect.outcome
+            else:
+                self._execute(effect)
+        return outcome
+
+    def _execute(self, effect: fx.Effect) -> None:
+        if isinstance(effect, fx.SendMessage):
+            self.mesh.send(effect.peer, messages.encode(effect.message))
+        elif isinstance(effect, fx.SendPayload):
+            sent = self.send_payload(effect)
+            self.bytes_sent += sent
+            key = (effect.step, effect.round)
+            if effect.kind is not FrameKind.CHECKPOINT:
+                self._bytes[key] = self._bytes.get(key, 0) + sent
+        elif isinstance(effect, fx.Close):
+            # The refusal's error was queued just before: give it a moment to leave first.
+            self._spawn(self.mesh.close_link(effect.peer, drain_s=1.0))
+        elif isinstance(effect, fx.Compute):
+            self._start_compute(effect)
+        elif isinstance(effect, fx.Save):
+            self._save()
+        else:
+            assert isinstance(effect, fx.StepApplied)
+            self._record(effect)
+
+    def send_payload(self, effect: fx.SendPayload) -> int:
+        """Frame one payload and queue it; returns the bytes sent. (The test harness
+        overrides this to damage what leaves.)"""
+        parts = frames.fragment(
+            effect.kind, effect.payload, transfer=effect.transfer, step=effect.step,
+            round=effect.round, chunk=effect.chunk, deflate=effect.deflate,
+        )  # fmt: skip
+        if effect.deflate:
+            # A gradient chunk is small: frame it now (its compressed size is the statistic).
+            wire = list(parts)
+            self.mesh.send_frames(effect.peer, wire)
+            return sum(len(f) for f in wire)
+        # A checkpoint is cut into frames only as fast as the channel drains (flow control).
+        self.mesh.send_frames(effect.peer, parts)
+        count = -(-len(effect.payload) // frames.MAX_FRAGMENT_BYTES)
+        return len(effect.payload) + count * frames.HEADER_BYTES
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ------------------------------------------------------------------------------------------
-    # sending
+    # -- leading --------------------------------------------------------------------------------
 
-    def _send(self, peer: str, message: messages.Message) -> None:
-        self.mesh.send(peer, messages.encode(message))
-
-    def _broadcast(self, message: messages.Message, peers: set[str] | None = None) -> None:
-        text = messages.encode(message)
-        for peer in peers if peers is not None else self.greeted - self.gone:
-            self.mesh.send(peer, text)
-
-    def _send_payload(
-        self, peer: str, kind: FrameKind, payload: bytes, step: int, rnd: int = 0, chunk: int = 0
-    ) -> int:
-        self.transfer_id = (self.transfer_id + 1) & 0xFFFFFFFF
-        deflate = kind is not FrameKind.CHECKPOINT
-        parts = frames.fragment(
-            kind, payload, transfer=self.transfer_id, step=step, round=rnd, chunk=chunk,
-            deflate=deflate,
+    def _prepare_lead(self, lead: LeadConfig) -> messages.Config:
+        """The leader's replica (fresh, or restored from ``--resume``) and the config that
+        describes it."""
+        if lead.resume:
+            self.replica.load(lead.resume)
+        else:
+            changes = {"vocab_size": self.replica.vocab_size}
+            if lead.batch:
+                changes["batch"] = lead.batch
+            if lead.seq_len:
+                changes["seq_len"] = lead.seq_len
+            mc = preset(lead.preset, **changes)
+            opt = AdamWConfig(lr=lead.lr, warmup_steps=min(lead.warmup, max(lead.steps - 1, 0)))
+            self.replica.start(mc, opt, lead.seed)
+        state = self.replica.state
+        assert state is not None
+        mc, opt = state.cfg, state.opt_cfg
+        model = messages.ModelSpec(
+            vocab_size=mc.vocab_size, width=mc.width, layers=mc.layers, heads=mc.heads,
+            seq_len=mc.seq_len, batch=mc.batch, mlp_mult=mc.mlp_mult,
         )  # fmt: skip
-        if deflate:
-            # A gradient chunk is small: frame it now (its compressed size is the statistic).
-            wire = list(parts)
-            self.mesh.send_frames(peer, wire)
-            sent = sum(len(f) for f in wire)
-        else:
-            # A checkpoint is cut into frames only as fast as the channel drains (flow control).
-            self.mesh.send_frames(peer, parts)
-            count = -(-len(payload) // frames.MAX_FRAGMENT_BYTES)
-            sent = len(payload) + count * frames.HEADER_BYTES
-        self._stats_total_bytes += sent
-        return sent
-
-    # ------------------------------------------------------------------------------------------
-    # events
-
-    def _handle(self, event: Event) -> None:
-        if isinstance(event, ChannelOpen):
-            self.opened_at[event.peer] = time.monotonic()
-            self.reassembly[event.peer] = frames.Reassembler(self._limit)
-            self._send(event.peer, messages.Hello(DATA_PROTOCOL_VERSION, self.name[:40]))
-        elif isinstance(event, ChannelMessage):
-            self._on_channel_message(event.peer, event.data)
-        elif isinstance(event, ChannelClosed | PeerLeft):
-            membership.peer_gone(
-                self, event.peer, "left" if isinstance(event, PeerLeft) else "closed"
-            )
-        elif isinstance(event, SignalingLost):
-            self._stop("error", f"lost the signaling server: {event.reason}")
-        elif isinstance(event, ComputeDone):
-            exchange.on_computed(self, event)
-        elif isinstance(event, ComputeFailed):
-            self._stop("error", f"step {event.key[0]}: compute failed: {event.error}")
-        elif isinstance(event, _EndRun):
-            if self.is_leader and self.config is not None:
-                log.info("%s: ending the run at the next boundary: %s", self.name, event.reason)
-                self.end_requested = event.reason or "the leader ended the run"
-            else:
-                log.warning("%s: only the leader can end the run", self.name)
-        else:
-            assert isinstance(event, _Shutdown)
-            self._broadcast(messages.Leave(event.reason))
-            step = self.state.step if self.state else 0
-            raise StopRun(Outcome("left", step, self.my_hash, event.reason))
-
-    def _on_channel_message(self, peer: str, data: str | bytes) -> None:
-        if peer in self.gone:
-            stopping.from_gone(self, peer, data)
-            return
-        if isinstance(data, bytes):
-            if peer not in self.greeted:
-                self._reject(peer, "bad-frame", "binary frame before hello")
-                return
-            try:
-                payload = self.reassembly[peer].feed(data)
-            except frames.ChecksumError as exc:
-                log.warning("%s: %s from %s; asking again", self.name, exc, peer)
-                repair.ask_again(self, peer, exc.head)
-                return
-            except frames.FrameError as exc:
-                self._reject(peer, "bad-frame", str(exc))
-                return
-            if payload is not None:
-                self._on_payload(peer, payload)
-            return
-        try:
-            message = messages.parse(data)
-        except messages.MessageError as exc:
-            if exc.code == "version-mismatch":
-                self._send(peer, messages.error_from(exc))
-                self._fatal_peer(peer, exc.message, exc.hint)
-                return
-            self._reject(peer, exc.code, exc.message, exc.hint)
-            return
-        if isinstance(message, messages.Hello):
-            self.greeted.add(peer)
-            membership.on_greeted(self, peer)
-            return
-        if peer not in self.greeted:
-            self._reject(peer, "bad-message", f"{message.type} before hello")
-            return
-        self._on_message(peer, message)
-
-    def _reject(self, peer: str, code: messages.ErrorCode, why: str, hint: str = "") -> None:
-        """A hostile or broken peer: say why, close its channel, drop it from the run."""
-        log.warning("%s: closing channel to %s: %s: %s", self.name, peer, code, why)
-        self._send(
-            peer, messages.Error(code, why[:200], hint or "see docs/PROTOCOL.md, Data channels")
+        return messages.Config(
+            run=secrets.token_hex(8),
+            preset=None if lead.resume else lead.preset,
+            model=model,
+            optim=messages.OptimSpec(opt.lr, opt.warmup_steps, opt.weight_decay, opt.clip),
+            steps=lead.steps,
+            seed=state.seed,
+            data="builtin",
+            tokenizer_sha256=self.tokenizer_sha256,
+            resume_step=state.step,
+            resume_hash=self.replica.hash if state.step > 0 else None,
         )
-        membership.peer_gone(self, peer, f"rejected ({code})")
-        self._spawn(self.mesh.close_link(peer, drain_s=1.0))  # the error first, then the close
 
-    def _fatal_peer(self, peer: str, message: str, hint: str) -> None:
-        """The other side speaks another protocol version. A peer already in a run keeps
-        training without it; a peer still in the lobby cannot join this group and exits."""
-        if self.phase.phase is Phase.LOBBY and self.lead is None:
-            self._stop("error", f"{message} (peer {peer}); {hint}", code="version-mismatch")
-        membership.peer_gone(self, peer, "protocol version mismatch")
-        self._spawn(self.mesh.close_link(peer))
+    # -- compute, records, saves ----------------------------------------------------------------
 
-    def _on_message(self, peer: str, m: messages.Message) -> None:
-        cfg = self.config
-        if isinstance(m, messages.Config):
-            membership.on_config(self, peer, m)
-            return
-        if isinstance(m, messages.Leave):
-            membership.peer_gone(self, peer, f"leave: {m.reason}")
-            return
-        if isinstance(m, messages.Error):
-            if m.code == "version-mismatch":
-                self._fatal_peer(peer, m.message, m.hint)
-            log.warning("%s: %s says %s: %s", self.name, peer, m.code, m.message)
-            return
-        if cfg is None or getattr(m, "run", cfg.run) != cfg.run:
-            self._reject(peer, "wrong-run", f"{m.type} for a run this peer is not in")
-            return
-        if isinstance(m, messages.Ready):
-            self.ready[peer] = m
-        elif isinstance(m, messages.SyncRequest):
-            self.sync_wanted[peer] = sorted(self.mesh.open_peers())
-        elif isinstance(m, messages.Roster):
-            rosters.on_roster(self, peer, m)
-        elif isinstance(m, messages.StepHash):
-            guard.on_hash(self, peer, m)
-        elif isinstance(m, messages.Missing):
-            self.missing_reports.setdefault((m.step, m.round), set()).update(m.peers)
-        elif isinstance(m, messages.Repair):
-            repair.on_repair(self, peer, m)
-        elif isinstance(m, messages.Save):
-            self.save_at.add(m.step)
-            checkpoints.maybe_save(self)
-        elif isinstance(m, messages.Stop):
-            stopping.on_stop(self, peer, m)
+    def _start_compute(self, c: fx.Compute) -> None:
+        state = self.replica.state
+        assert state is not None
+        x, y = training.next_batch(state, self.tokens, c.rank)
+        total_blocks = codec.n_blocks(sum(g.size for g in state.params.values()))
+        probe = self.compute.probe
 
-    # ------------------------------------------------------------------------------------------
-    # state
+        def compute() -> tuple[float, tuple[bytes, ...], str, float]:
+            t0 = time.perf_counter()
+            loss, grads = training.compute_grads(state, x, y)
+            probe_hash = probe()
+            flat = codec.flatten(grads)
+            payloads = tuple(
+                codec.encode(flat[allreduce.chunk_slice(total_blocks, c.peers, k)])[0]
+                for k in range(c.peers)
+            )
+            return float(loss), payloads, probe_hash, time.perf_counter() - t0
 
-    def _set_state(self, state: training.TrainState) -> None:
-        state.ops = self.compute.ops  # never part of the identity (compare=False)
-        self.state = state
-        self.my_hash = training.state_hash(state)
-        self._set_shapes(state.cfg)
+        async def task() -> None:
+            try:
+                loss, payloads, probe_hash, seconds = await asyncio.to_thread(compute)
+            except Exception as exc:  # reported to the machine, which stops the run
+                error = repr(exc)
+                self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
+            else:
+                key = (c.step, c.round)
+                self._compute_s[key] = seconds
+                self._computed_at[key] = time.perf_counter()
+                self.inbox.put_nowait(
+                    lambda now: ev.ComputeDone(now, c.step, c.round, loss, payloads, probe_hash)
+                )
 
-    def _set_shapes(self, mc: ModelConfig) -> None:
-        """Parameter shapes fix every frame size limit (known from the config alone)."""
-        self.shapes = param_shapes(mc)
-        self.total_blocks = codec.n_blocks(sum(int(np.prod(s)) for s in self.shapes.values()))
+        self._spawn(task())
 
-    def _limit(self, kind: FrameKind) -> int:
-        if not self.shapes:
-            return 0
-        if kind is FrameKind.CHECKPOINT:
-            n = sum(int(np.prod(s)) for s in self.shapes.values())
-            return 12 * n + 1024 * 1024 if self.awaiting_checkpoint else 0
-        return self.total_blocks * (codec.BLOCK + 1)
+    def _record(self, a: fx.StepApplied) -> None:
+        key = (a.step, a.round)
+        state = self.replica.state
+        assert state is not None
+        record = StepRecord(
+            step=a.step, round=a.round, loss=a.loss, hash=a.hash, roster=a.roster,
+            tokens=state.cfg.tokens * len(a.roster), compute_s=self._compute_s.pop(key, 0.0),
+            exchange_s=time.perf_counter() - self._computed_at.pop(key, time.perf_counter()),
+            bytes_sent=self._bytes.pop(key, 0), leader=a.leader, probe=a.probe,
+            backend=a.backend,
+        )  # fmt: skip
+        self.records.append(record)
+        if self.on_step is not None:
+            self.on_step(record)
 
-    def _on_payload(self, peer: str, p: frames.Payload) -> None:
-        if p.kind is FrameKind.CHECKPOINT:
-            checkpoints.on_checkpoint(self, peer, p)
-            return
-        exchange.on_piece(self, peer, p)
-
-    def _current_work(self) -> Work | None:
-        if self.roster is None:
-            return None
-        return self.work.get((self.roster.step, self.roster.round))
-
-    # ------------------------------------------------------------------------------------------
-    # timers
-
-    def _next_deadline(self) -> float:
-        soon = self._tick_at
-        w = self._current_work()
-        if w is not None and not w.applied:
-            soon = min(soon, w.repair_at)
-            if self.is_leader:
-                soon = min(soon, w.deadline)
-        return soon
-
-    def _on_timers(self) -> None:
-        """Periodic checks; every deadline handled here is moved forward so none can spin."""
-        now = time.monotonic()
-        self._tick_at = now + 0.5
-        for peer, at in list(self.opened_at.items()):
-            late = now - at > self.timers.hello_timeout_s
-            if late and peer not in self.greeted and peer not in self.gone:
-                self._reject(peer, "bad-message", "no hello in time")
-        w = self._current_work()
-        if w is None or w.applied or w.rank is None:
-            return
-        repair.on_timer(self, w, now)
-
-
-def replace_lead(lead: LeadConfig, **changes: Any) -> LeadConfig:
-    return dataclasses.replace(lead, **changes)
+    def _save(self) -> None:
+        assert self.checkpoint_path
+        saved = self.replica.save(self.checkpoint_path)
+        self.saved.append(saved)
+        log.info("%s: saved %s", self.name, saved)

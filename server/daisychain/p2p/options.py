@@ -1,4 +1,5 @@
-"""What a training peer is given: the run it leads, its timers, its compute and test faults."""
+"""What a training peer is given: the run it leads and its compute (its protocol timers are
+``machine.settings.Timers``, re-exported here)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from dataclasses import dataclass
 
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps
+from daisychain.p2p.machine.settings import Timers
+
+__all__ = ["Compute", "LeadConfig", "Timers"]
 
 
 @dataclass(frozen=True)
@@ -25,33 +29,9 @@ class LeadConfig:
 
 
 @dataclass(frozen=True)
-class Timers:
-    """Protocol timers (shortened in tests)."""
-
-    step_timeout_s: float = 60.0  # leader: a roster step not complete by then is re-decided
-    repair_after_s: float = 10.0  # a piece still missing after this is requested again
-    hello_timeout_s: float = 20.0  # a channel without a valid hello by then is closed
-    # A stopping peer keeps its channels open until every peer acknowledged the stop (its own
-    # `stop`, its channel closing, or the server's peer-left), at most this long.
-    linger_s: float = 10.0
-
-
-@dataclass(frozen=True)
 class Compute:
     """Who computes this peer's products (``--backend``) and its per-step kernel probe."""
 
     name: str = "numpy"
     ops: GemmOps = NUMPY_OPS
     probe: Callable[[], str] = reference_probe_hash  # numpy peers publish the reference's
-
-
-@dataclass
-class Faults:
-    """Test hooks that make this peer misbehave on purpose (never set by the CLI)."""
-
-    # Flip one payload byte of the next contribution sent at this step, after the CRC: a frame
-    # damaged in transit (the receiver must detect it and repair).
-    damage_contribution_at: int | None = None
-    # Send a reduced chunk with one value changed (valid CRC) to one peer only at this step:
-    # a silent fork that only the sync guard can catch.
-    fork_reduced_at: int | None = None

@@ -9,16 +9,14 @@ steers) and ``settings``. Nothing here imports asyncio, aiortc, time, threading 
 (``tests/test_protocol_machine.py`` checks it).
 """
 
-from daisychain.p2p.machine.machine import Incompatible, Machine, parse_run_config
+from daisychain.p2p.machine.machine import Machine
 from daisychain.p2p.machine.replica import Replica, ReplicaRefused
 from daisychain.p2p.machine.settings import Settings, Timers
 
 __all__ = [
-    "Incompatible",
     "Machine",
     "Replica",
     "ReplicaRefused",
     "Settings",
     "Timers",
-    "parse_run_config",
 ]

@@ -18,13 +18,11 @@ that tie them together.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import cast
 
-from daisychain.model.config import ConfigError, ModelConfig
+from daisychain.model.config import ModelConfig
 from daisychain.model.params import param_shapes
-from daisychain.optim import AdamWConfig
-from daisychain.p2p import DATA_PROTOCOL_VERSION, codec, frames, messages, run
+from daisychain.p2p import DATA_PROTOCOL_VERSION, codec, frames, messages, run, runconfig
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
@@ -43,46 +41,14 @@ log = logging.getLogger("daisychain.p2p.machine")
 
 MAX_ROUNDS = 256  # a step re-committed this often ends the run
 
-ConfigParser = Callable[[messages.Config], tuple[ModelConfig, AdamWConfig]]
-
-
-class Incompatible(ValueError):
-    """A leader's config this peer cannot (or will not) train: answered ``error incompatible``."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-
-def parse_run_config(cfg: messages.Config) -> tuple[ModelConfig, AdamWConfig]:
-    """The model and optimizer a ``config`` asks for, every invariant checked."""
-    spec = cfg.model
-    try:
-        model = ModelConfig(
-            vocab_size=spec.vocab_size, width=spec.width, layers=spec.layers, heads=spec.heads,
-            seq_len=spec.seq_len, batch=spec.batch, mlp_mult=spec.mlp_mult,
-        )  # fmt: skip
-    except ConfigError as exc:
-        hint = "the leader must choose a model every peer can build"
-        raise Incompatible(str(exc), hint) from None
-    optim = AdamWConfig(
-        lr=cfg.optim.lr, warmup_steps=cfg.optim.warmup_steps,
-        weight_decay=cfg.optim.weight_decay, clip=cfg.optim.clip,
-    )  # fmt: skip
-    return model, optim
-
 
 class Machine:
     """One peer's data-channel protocol (docs/PROTOCOL.md, "Data channels")."""
 
-    def __init__(
-        self, settings: Settings, replica: Replica, parse_config: ConfigParser = parse_run_config
-    ) -> None:
+    def __init__(self, settings: Settings, replica: Replica) -> None:
         self.settings = settings
         self.id = settings.id
         self.replica = replica
-        self.parse_config = parse_config
         self.phase = run.RunPhase(settings.name or settings.id)
         self.peers = PeerTable(settings.id, self._limit)
         self.leadership = Leadership(settings.id)
@@ -366,8 +332,18 @@ class Machine:
     # ------------------------------------------------------------------------------------------
     # membership: leading, config, greeting, peers gone, failover
 
+    def _parse(self, cfg: messages.Config) -> runconfig.RunConfig:
+        """Validate once (``runconfig.parse``): the run, or ``runconfig.Incompatible``."""
+        s = self.settings
+        return runconfig.parse(cfg, tokenizer_sha256=s.tokenizer_sha256,
+                               vocab_size=s.vocab_size, limits=s.limits)  # fmt: skip
+
     def _lead(self, config: messages.Config, min_peers: int) -> None:
-        model, _ = self.parse_config(config)
+        try:  # the leader trains its run too: the followers' rules and its own caps apply
+            model = self._parse(config).model
+        except runconfig.Incompatible as exc:
+            raise self._stop("error", f"cannot lead this run: {exc.message}; {exc.hint}",
+                             code=exc.code) from None  # fmt: skip
         self.leadership.lead(min_peers)
         self.config = config
         self.has_state = True
@@ -384,24 +360,17 @@ class Machine:
                 self._reject(peer, "wrong-run", "a second, different run configuration")
             return
         try:
-            model, optim = self.parse_config(cfg)
-        except Incompatible as exc:
-            self._reject(peer, "incompatible", exc.message, exc.hint)
+            accepted = self._parse(cfg)
+        except runconfig.Incompatible as exc:
+            # Refused, not fatal: this peer stays in the lobby for the next run.
+            self._reject(peer, exc.code, exc.message, exc.hint)
             return
-        s = self.settings
-        if cfg.tokenizer_sha256 != s.tokenizer_sha256 or cfg.model.vocab_size != s.vocab_size:
-            raise self._stop(
-                "error",
-                f"the leader's tokenizer is {cfg.tokenizer_sha256[:12]}... with "
-                f"{cfg.model.vocab_size} tokens; this peer has {s.tokenizer_sha256[:12]}... "
-                f"with {s.vocab_size}",
-            )
         self.config = cfg
         self.leadership.leader = peer
-        self._set_shapes(model)
+        self._set_shapes(accepted.model)
         self.phase.transition(Phase.CONFIGURED, f"config from {peer}")
         if cfg.resume_step == 0:
-            self.replica.start(model, optim, cfg.seed)
+            self.replica.start(accepted.model, accepted.optim, cfg.seed)
             self.has_state = True
             self._send(peer, self._ready())
         else:

@@ -39,6 +39,7 @@ class PeerTable:
         self.me = me
         self._limit = limit
         self._peers: dict[str, PeerEntry] = {}
+        self._gone: set[str] = set()  # kept in step with the entries (read often)
 
     def get(self, peer: str) -> PeerEntry | None:
         return self._peers.get(peer)
@@ -64,6 +65,7 @@ class PeerTable:
             entry = self._peers[peer] = PeerEntry(
                 PeerState.GONE, 0.0, frames.Reassembler(self._limit), channel_open=False
             )
+            self._gone.add(peer)
             log.info("%s: peer %s: -> gone", self.me, peer)
             return True
         if entry.state is PeerState.GONE:
@@ -81,6 +83,8 @@ class PeerTable:
         if old is new or old is PeerState.GONE:
             return
         entry.state = new
+        if new is PeerState.GONE:
+            self._gone.add(peer)
         log.info("%s: peer %s: %s -> %s", self.me, peer, old.value, new.value)
 
     def is_gone(self, peer: str) -> bool:
@@ -92,7 +96,8 @@ class PeerTable:
 
     @property
     def gone_set(self) -> set[str]:
-        return {p for p, e in self._peers.items() if e.state is PeerState.GONE}
+        """Every gone peer (a live view: read it, never change it)."""
+        return self._gone
 
     def live(self) -> list[str]:
         """Greeted peers that are not gone (sorted): who hears a broadcast."""

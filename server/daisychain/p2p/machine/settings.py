@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from daisychain.p2p.runconfig import Limits
 
 
 @dataclass(frozen=True)
@@ -28,3 +30,6 @@ class Settings:
     timers: Timers = Timers()
     can_save: bool = False  # this peer has a checkpoint path
     save_every: int = 0  # also save every this many steps (0: only when asked and at the end)
+    limits: Limits = field(
+        default_factory=Limits
+    )  # what a leader may impose on this peer (runconfig.parse)

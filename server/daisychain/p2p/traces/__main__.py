@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="replay every stored trace")
     parser.add_argument("--dir", type=Path, default=default_dir())
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.ERROR)
+    logging.basicConfig(level=logging.CRITICAL)  # the traces provoke errors on purpose
     return write(args.dir) if args.write else check(args.dir)
 
 

@@ -10,18 +10,17 @@ trace written is exactly what was fed. Chunk payloads follow a documented rule
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from daisychain.model.params import param_shapes
-from daisychain.p2p import DATA_PROTOCOL_VERSION, allreduce, codec, frames, messages
+from daisychain.p2p import DATA_PROTOCOL_VERSION, allreduce, codec, frames, messages, runconfig
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
-from daisychain.p2p.machine.machine import parse_run_config
 from daisychain.p2p.traces.jsonform import Json, effect_to_json, event_from_json, event_to_json
 from daisychain.p2p.traces.replica import TraceReplica, init_hash
+from daisychain.p2p.versions import FRAME_VERSION
 
 FORMAT = "daisychain-protocol-trace"
 FORMAT_VERSION = 1
@@ -49,7 +48,7 @@ def config(steps: int = 3, resume: tuple[int, str] | None = None, **model: int) 
 
 
 def total_blocks() -> int:
-    model, _ = parse_run_config(config())
+    model = runconfig.parse(config(), tokenizer_sha256=TOKENIZER, vocab_size=VOCAB).model
     size = 0
     for shape in param_shapes(model).values():
         n = 1
@@ -91,7 +90,7 @@ def loss_of(step: int) -> float:
 
 
 def hello_text(version: int = DATA_PROTOCOL_VERSION, name: str = "peer") -> str:
-    return json.dumps({"type": "hello", "version": version, "name": name})
+    return messages.encode(messages.Hello(version, name))
 
 
 class Script:
@@ -111,6 +110,7 @@ class Script:
             "id": me, "name": f"trace-{me[0].lower()}", "tokenizer_sha256": TOKENIZER,
             "vocab_size": VOCAB, "backend": "numpy", "reference_probe": REFERENCE_PROBE,
             "timers": TIMERS.__dict__.copy(), "can_save": can_save, "save_every": save_every,
+            "limits": runconfig.Limits().__dict__.copy(),
             "replica": None if state is None else {"step": state[0], "hash": state[1]},
         }  # fmt: skip
         self.description = description
@@ -133,7 +133,7 @@ class Script:
     def trace(self) -> Json:
         return {
             "format": FORMAT, "format_version": FORMAT_VERSION,
-            "protocol_version": DATA_PROTOCOL_VERSION, "frame_version": frames.FRAME_VERSION,
+            "protocol_version": DATA_PROTOCOL_VERSION, "frame_version": FRAME_VERSION,
             "name": self.name, "description": self.description, "setup": self.setup,
             "steps": self.steps,
         }  # fmt: skip
@@ -237,6 +237,7 @@ def build_machine(setup: Json) -> Machine:
         vocab_size=setup["vocab_size"], backend=setup["backend"],
         reference_probe=setup["reference_probe"], timers=Timers(**setup["timers"]),
         can_save=setup["can_save"], save_every=setup["save_every"],
+        limits=runconfig.Limits(**setup["limits"]),
     )  # fmt: skip
     state = setup["replica"]
     replica = TraceReplica() if state is None else TraceReplica(state["step"], state["hash"])
