@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 
 from daisychain.server.app import SIGNALING
@@ -464,3 +465,35 @@ async def _until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> No
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.02)
+
+
+async def test_silent_sockets_are_pinged_and_dropped_when_they_do_not_answer() -> None:
+    limits = replace(SignalingLimits(), heartbeat_s=0.2)
+    async with serve(config(signaling=limits)) as client:
+        hello = {"type": "hello", "version": 1, "name": "x", "device": {}}
+        # Separate rooms, so neither hears of the other.
+        answering = await client.ws_connect("/ws?room=alive-room", autoping=False)
+        await answering.send_json(hello)
+        assert json.loads((await answering.receive(timeout=WAIT_S)).data)["type"] == "welcome"
+        mute = await client.ws_connect("/ws?room=muted-room", autoping=False)
+        await mute.send_json(hello)
+        assert json.loads((await mute.receive(timeout=WAIT_S)).data)["type"] == "welcome"
+        for _ in range(3):  # three periods: pinged each time, alive while it answers
+            ping = await answering.receive(timeout=WAIT_S)
+            assert ping.type is WSMsgType.PING
+            await answering.pong(ping.data)
+        # The mute one was pinged too, never answered, and was dropped without a close frame.
+        seen = []
+        for _ in range(10):
+            frame = await mute.receive(timeout=WAIT_S)
+            seen.append(frame.type)
+            if frame.type not in (WSMsgType.PING, WSMsgType.TEXT):
+                break
+        assert WSMsgType.PING in seen and seen[-1] in (WSMsgType.CLOSED, WSMsgType.ERROR), seen
+        assert mute.close_code not in (CLOSE_ABUSE, CLOSE_PROTOCOL, 1000)
+        await answering.ping(b"still here")  # a client's ping is answered by the server
+        while (frame := await answering.receive(timeout=WAIT_S)).type is WSMsgType.PING:
+            await answering.pong(frame.data)
+        assert frame.type is WSMsgType.PONG and frame.data == b"still here"
+        status = await (await client.get("/api/status")).json()
+        assert status["peers"] == 1

@@ -16,6 +16,11 @@ Against a hostile client (docs/SERVER.md, *Limits against hostile clients*):
 * per client address (``grouping.network_key``: an IPv4 address, an IPv6 /64): at most
   ``max_connections_per_address`` open sockets, and hellos at a token-bucket pace (join
   requests are paced by the hub);
+* liveness is this module's own sweep, one timer for all sockets (``_sweep``): a socket silent
+  for ``heartbeat_s`` gets a WebSocket ping, and one still silent half a period later is
+  aborted. (aiohttp's per-socket heartbeat re-armed itself when data arrived during the close,
+  keeping every closed connection's objects alive for up to 30 s: a connection flood pinned
+  ~8 MB per 1000 sockets that way);
 * a message that fails in an unexpected way costs that message and a strike, never the loop;
   logging of one connection's bad input is throttled (``logs.Throttle``): a few lines, then a
   count, never a traceback per message.
@@ -64,6 +69,13 @@ _FATAL_HELLO_CODES = frozenset(
 )
 
 
+class _Ping:
+    """Outbox item: send a WebSocket ping (liveness sweep), in order with the messages."""
+
+
+PING = _Ping()
+
+
 class Connection:
     """The server side of one socket: its peer record, limits and ordered outbox."""
 
@@ -82,7 +94,9 @@ class Connection:
         self.rate = TokenBucket(limits.rate_per_s, limits.burst)
         self.strikes = TokenBucket(1.0 / limits.strike_refill_s, limits.max_strikes)
         self.log_lines = Throttle()
-        self._queue: asyncio.Queue[OutboxItem | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[OutboxItem | _Ping | None] = asyncio.Queue()
+        self.last_heard = asyncio.get_running_loop().time()  # any frame from the client
+        self.pinged = False
         self._queued_bytes = 0
         self._closing = False
         self.aborted = False
@@ -90,6 +104,10 @@ class Connection:
 
     def start(self) -> None:
         self.writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.peer.id}")
+
+    def ping(self) -> None:
+        if not self._closing:
+            self._queue.put_nowait(PING)
 
     def post(self, item: OutboxItem) -> None:
         """Queue a message or a close. Never blocks: the hub calls this while changing state."""
@@ -162,6 +180,9 @@ class Connection:
                 item = await self._queue.get()
                 if item is None:
                     return
+                if isinstance(item, _Ping):
+                    await self.ws.ping()
+                    continue
                 if isinstance(item, Close):
                     await close_or_abort(self.ws, self.transport, item.code, item.reason,
                                          self.limits.close_timeout_s)  # fmt: skip
@@ -207,14 +228,17 @@ class Signaling:
         self.door_lines = Throttle(burst=10, every_s=10.0)
         self.connections: set[Connection] = set()
         self.per_address: Counter[str] = Counter()
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         # aiohttp itself closes with 1009 past max_msg_size; below that (and above our limit) we
         # answer with a too-large error instead, so a client learns what went wrong.
-        ws = web.WebSocketResponse(
-            heartbeat=self.limits.heartbeat_s, max_msg_size=4 * self.limits.max_message_bytes
-        )
+        # No aiohttp heartbeat and no autoping: liveness is ``_sweep``, and pings are answered
+        # in the loop below (where they count as hearing from the client, and against its rate).
+        ws = web.WebSocketResponse(autoping=False, max_msg_size=4 * self.limits.max_message_bytes)
         await ws.prepare(request)
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="ws-liveness")
         address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
         address_key = network_key(address) if address is not None else "unknown"
         if self.per_address[address_key] >= self.limits.max_connections_per_address:
@@ -240,8 +264,14 @@ class Signaling:
         log.debug("peer %s connected", conn.peer.id)
         try:
             async for frame in ws:
+                conn.last_heard, conn.pinged = asyncio.get_running_loop().time(), False
                 if frame.type is WSMsgType.TEXT:
                     self._on_text(conn, frame.data, room_from_url)
+                elif frame.type is WSMsgType.PING:
+                    if conn.rate.take():
+                        await ws.pong(frame.data)
+                elif frame.type is WSMsgType.PONG:
+                    pass  # heard from: that is all a pong is for
                 elif frame.type is WSMsgType.BINARY:
                     conn.reject(
                         ProtocolError(
@@ -285,11 +315,32 @@ class Signaling:
         aiohttp cancels handlers soon after ``on_shutdown`` returns; without the wait a client
         sees its socket drop (1006) instead of a clean "going away".
         """
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         writers = [conn.writer for conn in self.connections if conn.writer is not None]
         for conn in list(self.connections):
             conn.post(Close(CLOSE_GOING_AWAY, "server shutting down"))
         if writers:
             await asyncio.wait(writers, timeout=timeout_s)
+
+    async def _sweep(self) -> None:
+        """Every half heartbeat: ping the sockets silent for a heartbeat, abort those that stayed
+        silent since the ping (a dead peer, or one that does not read)."""
+        period = self.limits.heartbeat_s / 2
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for conn in list(self.connections):
+                silent = now - conn.last_heard
+                if conn.pinged and silent >= self.limits.heartbeat_s + period:
+                    log.debug("peer %s: no answer to a ping, dropping", conn.peer.id)
+                    conn.abort()
+                elif not conn.pinged and silent >= self.limits.heartbeat_s:
+                    conn.pinged = True
+                    conn.ping()
 
     def _hello_timeout(self, conn: Connection) -> None:
         if conn.peer.state is MemberState.CONNECTED:
