@@ -414,3 +414,30 @@ async def test_live_audit_catches_one_unit_at_every_browser_shape() -> None:
         )
         assert found is not None, f"{label}: {r['audit']}"
         assert int(found[2]) - int(found[1]) == 1
+
+
+async def test_train_check_stops_on_a_one_unit_plant() -> None:
+    """The page's own run: DP4A one unit off at (300, 40) of every product with M = 512 (the
+    stacked [hi; lo] logits gradient, 512 x 2048 x 64; no gate case or probe has M = 512)."""
+    plant = OneCellPlant(300, 40, 1, m=512)
+    async with browser_tab(webgpu=True) as tab:
+        await tab.page.route("**/kernels/*.wgsl", serve_planted({"gemm_dp4a": plant.wgsl("dp4a")}))
+        await tab.page.goto(tab.base + "/train-check.html?vectors=/vectors/manifest.json")
+        await tab.page.wait_for_selector(
+            "body:not([data-state='running'])", state="attached", timeout=PAGE_TIMEOUT_MS
+        )
+        state = await tab.page.get_attribute("body", "data-state")
+        text = await tab.page.text_content("#result")
+        status = await tab.page.text_content("#status")
+        steps = await tab.page.locator("#steps tbody tr").count()
+    assert state == "error", text
+    assert text is not None and status is not None
+    error = json.loads(text)["error"]
+    assert re.search(
+        r"\(512 x 2048 x 64, batch 0\): live audit failed: .* first at \[300, 40\]: "
+        r"expected (-?\d+), got (-?\d+)",
+        error,
+    ), error
+    assert "train check failed" in status
+    assert steps == 0  # the first step never completed: no weights were updated
+    assert any("live audit failed" in e for e in tab.errors)  # the page reports it loudly
