@@ -24,6 +24,7 @@ from daisychain import training
 from daisychain.gpu.audit import Int8Array, Int32Array
 from daisychain.gpu.backend import Backend, NumpyGemm
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.gemm import GemmKind, GpuGemm
 from daisychain.gpu.live import AuditedMatmul, KernelAuditError, training_ops
 from daisychain.model.config import preset
@@ -125,6 +126,28 @@ def test_rotation_alone_reaches_a_quiet_cell_within_one_cycle() -> None:
     assert mm.calls > 1  # the first product of the shape did not see it
 
 
+def _step(gemm: IntGemm | None) -> tuple[np.float32, str]:
+    """(loss, state hash) of one tiny step: the reference, or audited products of ``gemm``."""
+    cfg = preset("tiny")
+    state = training.init(cfg, AdamWConfig(), 1)
+    if gemm is not None:
+        state.ops = training_ops(Backend(gemm, "test adapter"))
+    rng = np.random.default_rng(2)  # test tokens only
+    x, y = (rng.integers(0, cfg.vocab_size, (cfg.batch, cfg.seq_len)) for _ in range(2))
+    result = training.train_step(state, x, y)
+    return result.loss, result.hash
+
+
+class ExactGemm(NumpyGemm):
+    """The reference under another name, so training_ops audits it like a GPU kernel."""
+
+    name = "exact"
+
+
+def test_audited_step_on_an_exact_kernel_has_no_false_alarm() -> None:
+    assert _step(ExactGemm()) == _step(None)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in SHAPES])
 @pytest.mark.parametrize("delta", [1, -1])
 def test_training_step_audit_catches_one_unit_in_one_cell(
@@ -167,6 +190,8 @@ def test_wgpu_kernel_one_unit_off_at_a_live_shape_is_caught(
     gpu: GpuDevice, kind: GemmKind, product: LiveProduct
 ) -> None:
     plant = quiet_plant(product.shape)
+    honest = GpuGemm(gpu, kind)
+    AuditedMatmul(honest, tile=honest.tile)(product.a, product.b)  # the real kernel passes
     gemm = GpuGemm(gpu, kind, source=plant.wgsl(kind))
     out = gemm.matmul_int(product.a, product.b)
     assert np.array_equal(out, plant.apply(product.a, product.b))  # the plant is live
@@ -179,6 +204,10 @@ def test_wgpu_kernel_one_unit_off_at_a_live_shape_is_caught(
         p for p in LIVE if p.shape[0] != product.shape[0] or p.shape[2] != product.shape[2]
     )
     AuditedMatmul(gemm, tile=gemm.tile)(other.a, other.b)  # exact elsewhere: confined
+
+
+def test_wgpu_audited_step_on_the_honest_kernel_matches_numpy(gpu: GpuDevice) -> None:
+    assert _step(GpuGemm(gpu, "dp4a")) == _step(None)  # every product audited, no false alarm
 
 
 def test_wgpu_training_step_stops_before_the_weights(gpu: GpuDevice) -> None:
