@@ -28,6 +28,7 @@ with probability 1 - 16 / 524288); the checksums see it at once.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -207,8 +208,8 @@ def audit(
         seen = {(x.row, x.col) for x in mismatches}
         search_rows = bad_rows or (list(range(m)) if bad_cols else [])
         search_cols = bad_cols or (list(range(n)) if bad_rows else [])
-        pairs = [(i, j) for i in search_rows for j in search_cols if (i, j) not in seen]
-        pairs = pairs[:MAX_LOCATED]
+        candidates = ((i, j) for i in search_rows for j in search_cols if (i, j) not in seen)
+        pairs = list(itertools.islice(candidates, MAX_LOCATED))
         if pairs:
             pr = np.array([p[0] for p in pairs], dtype=np.int64)
             pc = np.array([p[1] for p in pairs], dtype=np.int64)
