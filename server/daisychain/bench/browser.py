@@ -39,6 +39,21 @@ OFFLINE_FLAGS = [
     "--disable-sync",
 ]
 WEBGPU_FLAG = "--enable-unsafe-webgpu"
+# Playwright passes its own --disable-features list and Chromium keeps only the last such switch,
+# so a test that must disable one more feature repeats the list that keeps Chromium quiet
+# (Playwright's, for the features that matter here: no media-router discovery, optimization
+# hints, network-time queries, search preconnects, HTTPS upgrades of the loopback server).
+QUIET_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
+    "ThirdPartyStoragePartitioning", "AvoidCorsURLLoaderRestartOnRedirect", "OptimizationHints",
+    "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch",
+)  # fmt: skip
+# WebRTC between tabs and aiortc peers (ENVIRONMENT.md): host candidates as plain addresses,
+# not mDNS `.local` names (aioice would stall resolving them).
+WEBRTC_FLAGS = [
+    "--disable-features=" + ",".join((*QUIET_DISABLED_FEATURES, "WebRtcHideLocalIpsWithMdns"))
+]
 FLAGS = [*OFFLINE_FLAGS, WEBGPU_FLAG]
 Shape = tuple[str, int, int, int]  # (name, M, K, N)
 

@@ -1,0 +1,336 @@
+// The browser's signaling connection: one WebSocket to the server's /ws (docs/PROTOCOL.md,
+// "Signaling"), its messages parsed and validated here, and reconnection with backoff.
+//
+// Every server message is parsed by `parseServer` into a plain record (the server's
+// declarations in daisychain/server/messages.py; the Python peer's parser is
+// daisychain/p2p/signaling.py) or refused with SignalingError (what, and a hint): an unknown
+// type or a malformed field is reported as an `error` event, never dropped in silence. The
+// `data` another peer relays (SDP, ICE candidates) is peer-controlled: `parseSignalData`.
+//
+// States (one transition function, `setState`, logs "old -> new" and emits `state`):
+//   idle -> connecting -> open (hello sent) -> joined | pending -> joined
+//   any -> reconnecting (after an unexpected close; a timer, then connecting)
+//   any -> failed (a close the server means as final: refused hello, denied, expired)
+//   any -> closed (close() was called)
+// A new connection gets a new id from the server: whoever owns this client (mesh.js) treats
+// each `welcome` as a fresh membership.
+
+export const SIGNALING_VERSION = 1;
+export const MAX_SDP = 60_000;
+export const MAX_CANDIDATE = 1024;
+const PEER_ID_RE = /^[A-Za-z0-9_-]{1,32}$/;
+const ROOM_CODE_RE = /^[A-Za-z0-9_-]{6,32}$/;
+export const SERVER_TYPES = Object.freeze([
+  'welcome', 'pending', 'denied', 'join-request', 'join-request-closed', 'peer-joined',
+  'peer-left', 'host-changed', 'signal', 'broadcast', 'pong', 'error',
+]);
+// Close codes after which reconnecting cannot help (docs/PROTOCOL.md, "Close codes"): the hello
+// was refused (version, room code, full group), the host denied us or never answered, or the
+// room's requests were closed. Every other close (server restart 1001, network loss 1006, a
+// slow reader 4503, out of strikes 4429) is retried with backoff.
+export const FINAL_CLOSE_CODES = Object.freeze([4400, 4403, 4408, 4410]);
+
+/** An event with a `detail` (CustomEvent's shape; Node 18 has Event but no CustomEvent). */
+export class DetailEvent extends Event {
+  constructor(type, detail) {
+    super(type);
+    this.detail = detail;
+  }
+}
+
+/** A server message or relayed signal this peer cannot act on. */
+export class SignalingError extends Error {
+  constructor(message, hint) {
+    super(message);
+    this.name = 'SignalingError';
+    this.hint = hint;
+  }
+}
+
+const SERVER_HINT = 'is this page served by a DaisyChain server of this version? (docs/PROTOCOL.md, Signaling)';
+const PEER_HINT = 'the sending peer does not speak this version (docs/PROTOCOL.md, Peer connections)';
+
+function check(ok, where, expected, hint = SERVER_HINT) {
+  if (!ok) throw new SignalingError(`server message ${where} must be ${expected}`, hint);
+}
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isText = (v, max) => typeof v === 'string' && v.length <= max;
+const isId = (v) => typeof v === 'string' && PEER_ID_RE.test(v);
+
+function peerInfo(value, where) {
+  check(isObject(value), where, 'a peer {id, name, device}');
+  check(isId(value.id), `${where}.id`, 'a peer id');
+  check(isText(value.name, 64), `${where}.name`, 'a string of at most 64 characters');
+  check(isObject(value.device) && Object.keys(value.device).length <= 16, `${where}.device`,
+    'an object of at most 16 keys');
+  return Object.freeze({ id: value.id, name: value.name, device: Object.freeze({ ...value.device }) });
+}
+
+/** One text frame from the server as a record `{type, ...}`, or SignalingError. */
+export function parseServer(raw) {
+  if (typeof raw !== 'string') throw new SignalingError('the server sent a binary frame', SERVER_HINT);
+  if (raw.length > 1024 * 1024) throw new SignalingError('server message larger than 1 MiB', SERVER_HINT);
+  let m;
+  try {
+    m = JSON.parse(raw);
+  } catch {
+    throw new SignalingError('the server sent a message that is not JSON', SERVER_HINT);
+  }
+  if (!isObject(m)) throw new SignalingError('the server sent a message that is not a JSON object', SERVER_HINT);
+  const type = m.type;
+  if (typeof type !== 'string' || !SERVER_TYPES.includes(type)) {
+    throw new SignalingError(`unknown server message type ${JSON.stringify(typeof type === 'string' ? type.slice(0, 32) : null)}`,
+      `a DaisyChain server sends: ${SERVER_TYPES.join(', ')} (docs/PROTOCOL.md)`);
+  }
+  const text = (name, max = 1000) => {
+    check(isText(m[name], max), `${type}.${name}`, `a string of at most ${max} characters`);
+    return m[name];
+  };
+  const id = (name) => {
+    check(isId(m[name]), `${type}.${name}`, 'a peer id');
+    return m[name];
+  };
+  const choice = (name, options) => {
+    check(options.includes(m[name]), `${type}.${name}`, `one of ${options.join(', ')}`);
+    return m[name];
+  };
+  const seconds = (name) => {
+    check(typeof m[name] === 'number' && m[name] >= 0 && m[name] <= 86_400, `${type}.${name}`,
+      'a finite number in [0.0, 86400.0]');
+    return m[name];
+  };
+  const r = (fields) => Object.freeze({ type, ...fields });
+  switch (type) {
+    case 'welcome': {
+      check(Number.isInteger(m.version), 'welcome.version', 'an integer in [0, 4294967295]');
+      if (m.version !== SIGNALING_VERSION) {
+        throw new SignalingError(
+          `the server speaks signaling version ${m.version}, this page ${SIGNALING_VERSION}`,
+          'reload the page: the server was updated');
+      }
+      check(isObject(m.group) && ['local', 'network', 'room'].includes(m.group.kind) &&
+        isText(m.group.id, 64), 'welcome.group', 'a group {kind, id}');
+      check(Array.isArray(m.members) && m.members.length <= 1024, 'welcome.members',
+        'a list of at most 1024 peers');
+      return r({
+        version: m.version, id: id('id'), group: Object.freeze({ ...m.group }),
+        role: choice('role', ['host', 'member']), host: m.host == null ? null : id('host'),
+        members: Object.freeze(m.members.map((p) => peerInfo(p, 'welcome.members[]'))),
+      });
+    }
+    case 'pending':
+      check(typeof m.room === 'string' && ROOM_CODE_RE.test(m.room), 'pending.room', 'a room code');
+      return r({ id: id('id'), room: m.room, timeout_s: seconds('timeout_s'), message: text('message') });
+    case 'denied':
+      return r({ reason: choice('reason', ['denied', 'timeout', 'closed']), message: text('message'), hint: text('hint') });
+    case 'join-request':
+      return r({ peer: peerInfo(m.peer, 'join-request.peer'), expires_in_s: seconds('expires_in_s') });
+    case 'join-request-closed':
+      return r({ peer: id('peer'), reason: choice('reason', ['approved', 'denied', 'timeout', 'left']) });
+    case 'peer-joined':
+      return r({ peer: peerInfo(m.peer, 'peer-joined.peer') });
+    case 'peer-left':
+      return r({ peer: id('peer') });
+    case 'host-changed':
+      return r({ host: id('host') });
+    case 'signal':
+    case 'broadcast':
+      check(isObject(m.data), `${type}.data`, 'a JSON object');
+      return r({ from: id('from'), data: m.data });
+    case 'pong':
+      check(m.nonce == null || typeof m.nonce === 'string' || Number.isInteger(m.nonce), 'pong.nonce',
+        'a string, an integer or null');
+      return r({ nonce: m.nonce ?? null });
+    default: // 'error'
+      check(m.ref == null || isText(m.ref, 32), 'error.ref', 'a message type or null');
+      return r({ code: text('code', 32), message: text('message'), hint: text('hint'), ref: m.ref ?? null });
+  }
+}
+
+/**
+ * The `data` of a relayed signal (docs/PROTOCOL.md, "Peer connections"): a description
+ * `{kind: 'offer'|'answer', sdp}` or a trickled candidate `{kind: 'candidate', candidate,
+ * sdpMid, sdpMLineIndex}`; SignalingError otherwise.
+ */
+export function parseSignalData(data) {
+  const bad = (name, expected) => new SignalingError(`relayed signal.data.${name} must be ${expected}`, PEER_HINT);
+  if (!isObject(data)) throw bad('', 'a JSON object');
+  if (data.kind === 'offer' || data.kind === 'answer') {
+    if (!isText(data.sdp, MAX_SDP)) throw bad('sdp', `a string of at most ${MAX_SDP} characters`);
+    return Object.freeze({ kind: data.kind, sdp: data.sdp });
+  }
+  if (data.kind === 'candidate') {
+    if (!isText(data.candidate, MAX_CANDIDATE)) throw bad('candidate', `a string of at most ${MAX_CANDIDATE} characters`);
+    if (!(data.sdpMid == null || isText(data.sdpMid, 64))) throw bad('sdpMid', 'a string or null');
+    if (!(data.sdpMLineIndex == null || (Number.isInteger(data.sdpMLineIndex) && data.sdpMLineIndex >= 0 &&
+      data.sdpMLineIndex < 65536))) throw bad('sdpMLineIndex', 'an integer in [0, 65535] or null');
+    return Object.freeze({
+      kind: 'candidate', candidate: data.candidate, sdpMid: data.sdpMid ?? null,
+      sdpMLineIndex: data.sdpMLineIndex ?? null,
+    });
+  }
+  throw bad('kind', 'one of offer, answer, candidate');
+}
+
+/** A [0, 1) generator from an explicit seed (xorshift32), for reproducible backoff jitter. */
+export function seededRandom(seed) {
+  let s = seed >>> 0 || 0x9e3779b9;
+  return () => {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    return s / 2 ** 32;
+  };
+}
+
+/**
+ * Reconnect delays: attempt n (0-based) waits a uniformly jittered share of
+ * min(maxMs, initialMs * factor^n), between half of it and all of it ("equal jitter"), so many
+ * pages that lost the same server do not all come back in the same millisecond.
+ */
+export class Backoff {
+  constructor({ initialMs = 500, maxMs = 15_000, factor = 2, random = Math.random } = {}) {
+    if (!(initialMs > 0 && maxMs >= initialMs && factor >= 1)) {
+      throw new RangeError(`backoff needs 0 < initialMs <= maxMs and factor >= 1, got ${initialMs}, ${maxMs}, ${factor}`);
+    }
+    Object.assign(this, { initialMs, maxMs, factor, random });
+    this.attempt = 0;
+  }
+
+  next() {
+    const cap = Math.min(this.maxMs, this.initialMs * this.factor ** this.attempt);
+    this.attempt++;
+    return cap / 2 + (cap / 2) * this.random();
+  }
+
+  reset() {
+    this.attempt = 0;
+  }
+}
+
+/** The URL of the server's /ws for a page or server URL, with the room code if any. */
+export function wsUrl(server, room = null) {
+  const url = new URL(server);
+  url.protocol = url.protocol === 'https:' || url.protocol === 'wss:' ? 'wss:' : 'ws:';
+  if (!url.pathname.endsWith('/ws')) url.pathname = `${url.pathname.replace(/\/$/, '')}/ws`;
+  url.search = room ? `?room=${encodeURIComponent(room)}` : '';
+  url.hash = '';
+  return url.href;
+}
+
+/**
+ * The signaling connection. Events (DetailEvent, `detail`):
+ *   state   {state, old, ...}   every transition (reconnecting adds {delayMs, attempt, reason})
+ *   message {message}           a parsed server record (after the socket says hello)
+ *   error   {message, hint}     a server message this page cannot parse, or a refused hello
+ */
+export class SignalingClient extends EventTarget {
+  constructor({ server, room = null, name = '', device = { kind: 'browser' }, backoff = {},
+    WebSocketImpl = globalThis.WebSocket, log = () => {} } = {}) {
+    super();
+    this.url = wsUrl(server, room);
+    this.hello = { type: 'hello', version: SIGNALING_VERSION, name: name.slice(0, 40), device };
+    this.backoff = backoff instanceof Backoff ? backoff : new Backoff(backoff);
+    this.WebSocketImpl = WebSocketImpl;
+    this.log = log;
+    this.state = 'idle';
+    this.ws = null;
+    this.timer = null;
+    this.connections = 0; // sockets opened so far (the first is not a reconnect)
+  }
+
+  setState(state, detail = {}) {
+    const old = this.state;
+    if (old === state || old === 'closed') return;
+    this.state = state;
+    this.log(`signaling ${old} -> ${state}`);
+    this.dispatchEvent(new DetailEvent('state', { state, old, ...detail }));
+  }
+
+  start() {
+    if (this.state !== 'idle') throw new Error(`start() in state ${this.state}`);
+    this.connect();
+  }
+
+  connect() {
+    this.timer = null;
+    this.setState('connecting', { attempt: this.backoff.attempt });
+    let ws;
+    try {
+      ws = new this.WebSocketImpl(this.url);
+    } catch (exc) {
+      this.lost(`cannot open ${this.url}: ${exc.message}`, null);
+      return;
+    }
+    this.ws = ws;
+    this.connections++;
+    ws.onopen = () => {
+      if (this.ws !== ws) return;
+      ws.send(JSON.stringify(this.hello));
+      this.setState('open');
+    };
+    ws.onmessage = (e) => {
+      if (this.ws !== ws) return;
+      let msg;
+      try {
+        msg = parseServer(e.data);
+      } catch (exc) {
+        this.emitError(exc.message, exc.hint);
+        return;
+      }
+      if (msg.type === 'welcome') {
+        this.backoff.reset();
+        this.setState('joined', { id: msg.id });
+      } else if (msg.type === 'pending') {
+        this.setState('pending', { room: msg.room });
+      } else if (msg.type === 'denied') {
+        this.emitError(msg.message, msg.hint);
+      } else if (msg.type === 'error' && (this.state === 'open' || this.state === 'pending')) {
+        this.emitError(`the server refused this page: ${msg.code}: ${msg.message}`, msg.hint);
+      }
+      this.dispatchEvent(new DetailEvent('message', { message: msg }));
+    };
+    ws.onclose = (e) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      this.lost(`the server closed the connection (code ${e.code}${e.reason ? `: ${e.reason}` : ''})`, e.code);
+    };
+    // A failed connect fires error then close; close decides what happens next.
+    ws.onerror = () => {};
+  }
+
+  lost(reason, code) {
+    if (this.state === 'closed') return;
+    if (FINAL_CLOSE_CODES.includes(code)) {
+      this.emitError(reason, 'reload the page to try again; a room host may have to approve you');
+      this.setState('failed', { reason, code });
+      return;
+    }
+    const delayMs = this.backoff.next();
+    this.setState('reconnecting', { reason, code, delayMs, attempt: this.backoff.attempt });
+    this.timer = setTimeout(() => this.connect(), delayMs);
+  }
+
+  emitError(message, hint) {
+    this.dispatchEvent(new DetailEvent('error', { message, hint }));
+  }
+
+  /** Send a client message (an object); false when the socket is not open. */
+  send(message) {
+    if (this.ws === null || this.ws.readyState !== 1) return false;
+    this.ws.send(JSON.stringify(message));
+    return true;
+  }
+
+  close() {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    const ws = this.ws;
+    this.ws = null;
+    this.setState('closed');
+    if (ws !== null) ws.close(1000, 'page closed');
+  }
+}

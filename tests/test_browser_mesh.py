@@ -1,0 +1,404 @@
+"""The browser mesh (static/js/p2p/): Chromium tabs on the real server's /mesh-check.html page.
+
+Every test runs inside the test run's network namespace (conftest.py), like the other mesh
+tests: the tabs and the Python peer gather host candidates on the namespace's veth address and
+nothing leaves the machine. Chromium gets the project's offline flags plus ``WEBRTC_FLAGS``
+(host candidates as addresses, not mDNS names). What the tests prove:
+
+- two tabs connect through ``/ws`` (who offers by id), exchange control messages
+  (messages.js, parsed on arrival) and a fragmented, compressed payload both ways, each end
+  reassembling it with frames.js (CRC-32 checked) to the exact bytes;
+- a tab and a headless Python peer (``daisychain.p2p.mesh.Mesh``, aiortc) do the same: the
+  Python side parses the tab's frames and messages with ``p2p.frames``/``p2p.messages`` and
+  the tab parses Python's with frames.js/messages.js;
+- when the server goes away, the page says so and reconnects with growing, jittered delays,
+  and is admitted again (a new id) when the server is back.
+
+A console error on a page fails its test (the only ones expected are Chromium's own reports of
+the refused WebSocket connects while the server is down, in the reconnect test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from aiohttp import web
+
+from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+from daisychain.p2p import frames, messages
+from daisychain.p2p.frames import FrameKind
+from daisychain.p2p.mesh import ChannelMessage, Mesh
+from daisychain.server.app import create_app
+from mesh_helpers import needs_namespace
+from server_fixtures import ByteTokenizer, config
+
+if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
+    pytest.skip(
+        "/usr/bin/chromium is missing: apt-get install -y chromium to run the browser tests",
+        allow_module_level=True,
+    )
+async_api = pytest.importorskip(
+    "playwright.async_api", reason="the playwright package is missing: pip install -e '.[test]'"
+)
+pytestmark = needs_namespace
+
+WAIT_MS = 30_000
+PAGE = "/mesh-check.html"
+
+
+def pattern(n: int, salt: int) -> bytes:
+    """Test bytes that deflate about halves (random values 0..15, xorshift32); same in page JS."""
+    out = bytearray(n)
+    s = salt or 1
+    for i in range(n):
+        s ^= (s << 13) & 0xFFFFFFFF
+        s ^= s >> 17
+        s ^= (s << 5) & 0xFFFFFFFF
+        out[i] = s & 15
+    return bytes(out)
+
+
+# Page-side helpers (run with page.evaluate; the page's CSP allows its own modules).
+PATTERN_JS = """
+const pattern = (n, salt) => {
+  const out = new Uint8Array(n);
+  let s = salt || 1;
+  for (let i = 0; i < n; i++) {
+    s = (s ^ (s << 13)) >>> 0;
+    s = (s ^ (s >>> 17)) >>> 0;
+    s = (s ^ (s << 5)) >>> 0;
+    out[i] = s & 15;
+  }
+  return out;
+};
+"""
+
+WAIT_OPEN = """
+async ([count, waitMs]) => {
+  const { mesh } = await import('/js/p2p/check.js');
+  const deadline = Date.now() + waitMs;
+  while (mesh.openPeers().length < count) {
+    if (Date.now() > deadline) throw new Error(`${mesh.openPeers().length}/${count} channels open`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { id: mesh.id, peers: mesh.openPeers() };
+}
+"""
+
+SEND = (
+    """
+async ([peer, n, salt, deflate, transfer]) => {
+  const { mesh } = await import('/js/p2p/check.js');
+  const M = await import('/js/p2p/messages.js');
+"""
+    + PATTERN_JS
+    + """
+  const hello = M.message('hello', { version: M.DATA_PROTOCOL_VERSION, name: `tab ${mesh.id}`,
+    contract: M.CONTRACT_VERSION });
+  const leave = M.message('leave', { reason: 'end of the exchange test' });
+  const ok = [
+    mesh.sendMessage(peer, hello),
+    mesh.sendPayload(peer, { kind: 2, step: 3, round: 1, chunk: 2, transfer, deflate,
+      payload: pattern(n, salt) }),
+    mesh.sendMessage(peer, leave),
+  ];
+  return ok;
+}
+"""
+)
+
+# Waits until `peer` sent two messages and a whole payload; parses both with the JS mirror.
+RECEIVE = """
+async ([peer, limit, waitMs]) => {
+  const { inbox } = await import('/js/p2p/check.js');
+  const F = await import('/js/p2p/frames.js');
+  const M = await import('/js/p2p/messages.js');
+  const r = new F.Reassembler(() => limit);
+  const deadline = Date.now() + waitMs;
+  const out = { messages: [], frames: 0, maxFrame: 0, flags: [], payload: null, order: [] };
+  let seen = 0;
+  while (out.payload === null || out.messages.length < 2) {
+    if (seen === inbox.length) {
+      if (Date.now() > deadline) throw new Error(`timed out: ${JSON.stringify(out)}`);
+      await new Promise((res) => setTimeout(res, 20));
+      continue;
+    }
+    const item = inbox[seen++];
+    if (item.peer !== peer) continue;
+    if (item.type === 'message') {
+      out.messages.push(M.encode(M.parse(item.data)));
+      out.order.push('message');
+      continue;
+    }
+    out.frames++;
+    out.maxFrame = Math.max(out.maxFrame, item.data.length);
+    out.flags.push(F.parseHeader(item.data).head.flags);
+    const done = await r.feed(item.data);
+    if (done !== null) {
+      out.order.push('payload');
+      const digest = await crypto.subtle.digest('SHA-256', done.data);
+      out.payload = { kind: done.kind, step: done.step, round: done.round, chunk: done.chunk,
+        bytes: done.data.length,
+        sha256: [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('') };
+    }
+  }
+  return out;
+}
+"""
+
+TRICKLES = """
+async () => (await import('/js/p2p/check.js')).mesh.links.values().next().value.trickle
+"""
+
+EVENTS = """
+async () => {
+  const { events } = await import('/js/p2p/check.js');
+  return events.map(({ type, detail }) => ({ type, detail }));
+}
+"""
+
+
+class AppServer:
+    """The real DaisyChain app on 127.0.0.1 at a fixed port, so a test can stop and restart it."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        self.runner = web.AppRunner(create_app(config(), tokenizer=ByteTokenizer))
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+@dataclass
+class Tab:
+    page: Any  # playwright.async_api.Page
+    errors: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    allowed: list[re.Pattern[str]] = field(default_factory=list)
+
+    def check_clean(self) -> None:
+        unexpected = [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
+        assert not unexpected, f"console errors: {unexpected}"
+        assert not self.foreign, f"the page reached outside the test server: {self.foreign}"
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Any]:
+    async with async_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=[*OFFLINE_FLAGS, *WEBRTC_FLAGS]
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def open_tab(browser: Any, base: str, query: str = "") -> Tab:
+    page = await browser.new_page()
+    tab = Tab(page)
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            tab.errors.append(message.text)
+
+    def on_request(request: Any) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
+            tab.foreign.append(request.url)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
+    page.on("request", on_request)
+    response = await page.goto(base + PAGE + query)
+    assert response is not None and response.ok, f"GET {PAGE}: {response}"
+    await page.wait_for_selector("body[data-signaling='joined']", state="attached", timeout=WAIT_MS)
+    return tab
+
+
+def expected_payload(n: int, salt: int) -> dict[str, Any]:
+    data = pattern(n, salt)
+    return {"kind": 2, "step": 3, "round": 1, "chunk": 2, "bytes": n,
+            "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+
+
+def check_received(got: dict[str, Any], n: int, salt: int, deflate: bool, sender: str) -> None:
+    assert got["payload"] == expected_payload(n, salt)
+    assert got["frames"] >= 2, "the payload must have been fragmented"
+    assert got["maxFrame"] <= frames.MAX_FRAME_BYTES
+    assert set(got["flags"]) == {frames.FLAG_DEFLATE if deflate else 0}
+    assert got["order"] == ["message", "payload", "message"], "queue order not kept"
+    hello, leave = (messages.parse(text) for text in got["messages"])
+    assert isinstance(hello, messages.Hello) and hello.name == f"tab {sender}"
+    assert isinstance(leave, messages.Leave)
+
+
+async def test_two_tabs_exchange_messages_and_compressed_fragmented_frames() -> None:
+    server = AppServer()
+    await server.start()
+    try:
+        async with chromium() as browser:
+            a = await open_tab(browser, server.url)
+            b = await open_tab(browser, server.url)
+            ia, ib = await asyncio.gather(
+                a.page.evaluate(WAIT_OPEN, [1, WAIT_MS]), b.page.evaluate(WAIT_OPEN, [1, WAIT_MS])
+            )
+            assert ia["peers"] == [ib["id"]] and ib["peers"] == [ia["id"]]
+            # a -> b: 300 000 compressible bytes deflated (still more than one frame);
+            # b -> a: 120 000 bytes uncompressed (three frames).
+            sent = await asyncio.gather(
+                a.page.evaluate(SEND, [ib["id"], 300_000, 1, True, 11]),
+                b.page.evaluate(SEND, [ia["id"], 120_000, 2, False, 12]),
+            )
+            assert list(sent) == [[True, True, True], [True, True, True]]
+            got_b, got_a = await asyncio.gather(
+                b.page.evaluate(RECEIVE, [ia["id"], 1 << 20, WAIT_MS]),
+                a.page.evaluate(RECEIVE, [ib["id"], 1 << 20, WAIT_MS]),
+            )
+            check_received(got_b, 300_000, 1, True, ia["id"])
+            check_received(got_a, 120_000, 2, False, ib["id"])
+            events = await a.page.evaluate(EVENTS)
+            assert [e["type"] for e in events if e["type"] == "error"] == []
+            trickled = await a.page.evaluate(TRICKLES)
+            assert trickled is True, "two browsers trickle ICE to each other"
+            a.check_clean()
+            b.check_clean()
+    finally:
+        await server.stop()
+
+
+async def python_receive(
+    mesh: Mesh, peer: str, limit: int, timeout: float
+) -> tuple[list[messages.Message], frames.Payload, int]:
+    """Read mesh events until ``peer`` sent two messages and one whole payload."""
+    r = frames.Reassembler(lambda kind: limit)
+    got: list[messages.Message] = []
+    payload: frames.Payload | None = None
+    count = 0
+    async with asyncio.timeout(timeout):
+        while payload is None or len(got) < 2:
+            event = await mesh.events.get()
+            if not isinstance(event, ChannelMessage) or event.peer != peer:
+                continue
+            if isinstance(event.data, str):
+                got.append(messages.parse(event.data))
+                continue
+            count += 1
+            assert len(event.data) <= frames.MAX_FRAME_BYTES
+            head, _ = frames.parse_header(event.data)
+            assert head.flags == frames.FLAG_DEFLATE
+            payload = r.feed(event.data) or payload
+    assert payload is not None
+    return got, payload, count
+
+
+async def test_tab_and_python_peer_exchange_frames_both_ways() -> None:
+    server = AppServer()
+    await server.start()
+    py = Mesh(server.url, name="python")
+    try:
+        await py.connect()
+        async with chromium() as browser:
+            tab = await open_tab(browser, server.url)
+            info = await tab.page.evaluate(WAIT_OPEN, [1, WAIT_MS])
+            assert info["peers"] == [py.id]
+            async with asyncio.timeout(WAIT_MS / 1000):
+                while py.open_peers() != {info["id"]}:
+                    await asyncio.sleep(0.05)
+            # Python -> tab: Python's hello, a deflated 200 000-byte payload, a leave.
+            tab_id = info["id"]
+            hello = messages.Hello(version=1, name=f"tab {py.id}")
+            assert py.send(tab_id, messages.encode(hello))
+            body = pattern(200_000, 3)
+            parts = frames.fragment(FrameKind.REDUCED, body, transfer=21, step=3, round=1,
+                                    chunk=2, deflate=True)  # fmt: skip
+            assert py.send_frames(tab_id, parts)
+            assert py.send(tab_id, messages.encode(messages.Leave(reason="done")))
+            # Tab -> Python: the same shape, compressed by the browser's CompressionStream.
+            sent = await tab.page.evaluate(SEND, [py.id, 250_000, 4, True, 22])
+            assert sent == [True, True, True]
+            got_tab = await tab.page.evaluate(RECEIVE, [py.id, 1 << 20, WAIT_MS])
+            check_received(got_tab, 200_000, 3, True, py.id)
+            got, payload, count = await python_receive(py, tab_id, 1 << 20, WAIT_MS / 1000)
+            assert count >= 2
+            assert (payload.kind, payload.step, payload.round, payload.chunk) == (
+                FrameKind.REDUCED, 3, 1, 2,
+            )  # fmt: skip
+            assert payload.data == pattern(250_000, 4)
+            assert isinstance(got[0], messages.Hello) and got[0].name == f"tab {tab_id}"
+            assert isinstance(got[1], messages.Leave)
+            trickled = await tab.page.evaluate(TRICKLES)
+            assert trickled is False, "the Python peer never trickles: it gets full descriptions"
+            tab.check_clean()
+    finally:
+        await py.close()
+        await server.stop()
+
+
+async def test_page_reconnects_with_backoff_when_the_server_goes_away() -> None:
+    server = AppServer()
+    await server.start()
+    try:
+        async with chromium() as browser:
+            tab = await open_tab(browser, server.url, "?seed=7")
+            # Chromium reports each refused connect on the console itself: expected here.
+            refused = r"WebSocket connection to 'ws://127\.0\.0\.1:\d+/ws' failed"
+            tab.allowed.append(re.compile(refused))
+            first = await tab.page.text_content("#me")
+            await server.stop()  # the server closes every socket (1001) and stops listening
+            await tab.page.wait_for_selector(
+                "body[data-signaling='reconnecting']", state="attached", timeout=WAIT_MS
+            )
+            shown = await tab.page.text_content("#signaling")
+            assert shown is not None and shown.startswith("reconnecting in "), shown
+            # Let a few connects fail so the delays grow, then bring the server back.
+            async with asyncio.timeout(WAIT_MS / 1000):
+                while True:
+                    events = await tab.page.evaluate(EVENTS)
+                    waits = [e["detail"] for e in events if e["type"] == "signaling"
+                             and e["detail"]["state"] == "reconnecting"]  # fmt: skip
+                    if len(waits) >= 3:
+                        break
+                    await asyncio.sleep(0.1)
+            await server.start()
+            await tab.page.wait_for_selector(
+                "body[data-signaling='joined']", state="attached", timeout=WAIT_MS
+            )
+            events = await tab.page.evaluate(EVENTS)
+            second = await tab.page.text_content("#me")
+            errors = await tab.page.locator("#errors li").all_text_contents()
+            tab.check_clean()
+    finally:
+        await server.stop()
+    waits = [e["detail"] for e in events
+             if e["type"] == "signaling" and e["detail"]["state"] == "reconnecting"]  # fmt: skip
+    assert len(waits) >= 3
+    for n, wait in enumerate(waits[:3]):
+        cap = min(4000, 250 * 2**n)  # the page's backoff: 250 ms doubling, capped at 4 s
+        assert wait["attempt"] == n + 1
+        assert cap / 2 <= wait["delayMs"] <= cap, (n, wait)
+    assert "1001" in waits[0]["reason"], waits[0]
+    welcomes = [e["detail"]["id"] for e in events if e["type"] == "welcome"]
+    assert len(welcomes) == 2 and welcomes[0] != welcomes[1], "a reconnect is a new identity"
+    assert first and second and first != second
+    assert any("signaling lost" in e for e in errors), errors
