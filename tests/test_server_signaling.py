@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from aiohttp import WSMsgType
+from aiohttp import WSMsgType, WSServerHandshakeError
 from aiohttp.test_utils import TestClient
 
 from daisychain.server.app import SIGNALING
@@ -369,10 +369,14 @@ async def test_connections_per_address_are_capped_and_the_slot_comes_back() -> N
     async with serve(config(signaling=limits, trust_proxy=True)) as client:
         first = await connect(client, xff="11.0.0.66")
         await connect(client, xff="11.0.0.66")
-        third = await connect(client, xff="11.0.0.66")
-        error = await third.expect_error("too-many-connections")
-        assert "close other tabs" in error["hint"]
-        assert await third.expect_close() == CLOSE_ABUSE
+        # Refused before the upgrade: an HTTP 429 that says why and when to retry.
+        with pytest.raises(WSServerHandshakeError) as refused:
+            await connect(client, xff="11.0.0.66")
+        assert refused.value.status == 429
+        response = await client.get("/ws", headers={"X-Forwarded-For": "11.0.0.66"})
+        assert response.status == 429 and int(response.headers["Retry-After"]) >= 1
+        body = await response.json()
+        assert body["code"] == "too-many-connections" and "close other tabs" in body["hint"]
         _, welcome = await join(client, "other network", xff="11.0.0.77")
         assert welcome["group"]["kind"] == "network"
         await first.close()
@@ -384,15 +388,24 @@ async def test_connections_per_address_are_capped_and_the_slot_comes_back() -> N
 async def test_hellos_are_paced_per_address() -> None:
     limits = replace(SignalingLimits(), hello_burst=3, hellos_per_s=0.001)
     async with serve(config(signaling=limits, trust_proxy=True)) as client:
-        for n in range(3):
-            await join(client, f"squat-{n}", room=f"squatted-{n}", xff="11.0.0.66")
-        peer = await connect(client, room="squatted-3", xff="11.0.0.66")
-        await peer.send({"type": "hello", "version": 1, "name": "squat", "device": {}})
-        error = await peer.expect_error("rate-limited")
+        # Four sockets opened while the address still had hellos; the fourth hello is one too
+        # many: refused with a hint, close 4429, and it squats nothing.
+        peers = [await connect(client, room=f"squatted-{n}", xff="11.0.0.66") for n in range(4)]
+        for n, peer in enumerate(peers[:3]):
+            await peer.send({"type": "hello", "version": 1, "name": f"squat-{n}", "device": {}})
+            await peer.expect("welcome")
+        await peers[3].send({"type": "hello", "version": 1, "name": "squat", "device": {}})
+        error = await peers[3].expect_error("rate-limited")
         assert error["ref"] == "hello" and "hellos from your network" in error["message"]
-        assert await peer.expect_close() == CLOSE_ABUSE
+        assert "wait" in error["hint"]
+        assert await peers[3].expect_close() == CLOSE_ABUSE
         status = await (await client.get("/api/status")).json()
-        assert status["rooms"] == 3  # the refused hello squatted nothing
+        assert status["rooms"] == 3
+        # With no hello left, the address's next socket is refused before the upgrade.
+        response = await client.get("/ws", headers={"X-Forwarded-For": "11.0.0.66"})
+        assert response.status == 429 and (await response.json())["code"] == "rate-limited"
+        with pytest.raises(WSServerHandshakeError):
+            await connect(client, xff="11.0.0.66")
         _, welcome = await join(client, "honest", room="squatted-3", xff="11.0.0.77")
         assert welcome["role"] == "host"
 

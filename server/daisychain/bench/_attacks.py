@@ -212,9 +212,11 @@ async def _watch(ws: aiohttp.ClientWebSocketResponse, gone: set[str], out: Attac
             out.errors[message["code"]] += 1
 
 
-def hello_flood(*, max_connections: int = 1000, parallel: int = 8) -> Attacker:
-    """Connect and say hello as fast as possible, each time into a new room code (squatting it
-    as host), holding every socket the server lets it keep."""
+def hello_flood(
+    *, max_connections: int = 1000, parallel: int = 8, per_s: float | None = None
+) -> Attacker:
+    """Connect and say hello, each time into a new room code (squatting it as host), holding
+    every socket the server lets it keep: as fast as possible, or ``per_s`` hellos a second."""
 
     async def attack(a: Attack) -> None:
         held: list[aiohttp.ClientWebSocketResponse] = []
@@ -224,6 +226,8 @@ def hello_flood(*, max_connections: int = 1000, parallel: int = 8) -> Attacker:
             for i in counter:
                 if a.over():
                     return
+                if per_s is not None:
+                    await asyncio.sleep(max(0.0, started + i / per_s - time.monotonic()))
                 a.outcome.connections += 1
                 try:
                     ws = await session.ws_connect(f"{a.ws_url}?room=squat-{i:06d}")
@@ -272,6 +276,9 @@ def join_flood(*, max_requests: int = 2000) -> Attacker:
                 a.outcome.connections += 1
                 try:
                     ws = await session.ws_connect(f"{a.ws_url}?room={a.room}")
+                except aiohttp.WSServerHandshakeError as exc:
+                    a.outcome.closes[f"http-{exc.status}"] += 1  # refused before the upgrade
+                    continue
                 except aiohttp.ClientError as exc:
                     a.outcome.closes[type(exc).__name__] += 1
                     continue
@@ -287,5 +294,41 @@ def join_flood(*, max_requests: int = 2000) -> Attacker:
                     a.outcome.closes[str(ws.close_code)] += 1
                 await ws.close()
         a.outcome.notes["requests_pending"] = reached
+
+    return attack
+
+
+def socket_hog(*, max_connections: int = 200) -> Attacker:
+    """Open WebSockets from one address and hold them without a hello, as many as it may."""
+
+    async def attack(a: Attack) -> None:
+        held: list[aiohttp.ClientWebSocketResponse] = []
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            try:
+                for _ in range(max_connections):
+                    if a.over():
+                        break
+                    a.outcome.connections += 1
+                    try:
+                        ws = await session.ws_connect(a.ws_url)
+                    except aiohttp.WSServerHandshakeError as exc:
+                        a.outcome.closes[f"http-{exc.status}"] += 1  # refused before the upgrade
+                        continue
+                    # A ping (allowed before hello) tells a held socket from a refused one: the
+                    # first answer is a pong, or the refusal.
+                    await ws.send_json({"type": "ping"})
+                    a.outcome.sent += 1
+                    frame = await ws.receive(timeout=_WAIT_S)
+                    reply = json.loads(frame.data) if frame.type is aiohttp.WSMsgType.TEXT else {}
+                    if reply.get("type") == "pong":
+                        held.append(ws)
+                        continue
+                    a.outcome.errors[str(reply.get("code", frame.type.name))] += 1
+                    await read_until_closed(ws, a.outcome, _WAIT_S)
+                    await ws.close()
+                a.outcome.notes["sockets_held"] = len(held)
+            finally:
+                for ws in held:
+                    await ws.close()
 
     return attack

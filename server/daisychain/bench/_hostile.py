@@ -8,15 +8,17 @@ and ``daisychain bench signaling --hostile``. The server runs in a child process
 A run (``run_hostile``):
 
 1. start the server, connect the bystanders (a host and an approved member of a private room,
-   isolated from whatever the attacker joins) and let them relay ``signal`` messages back and
-   forth at a fixed cadence: A -> B (one-way latency, both ends timed in this process) and
-   B -> A (the echo: round trip);
+   isolated from whatever the attacker joins; in a child process of their own, so that the
+   attacker's client-side work does not delay their reading) and let them relay ``signal``
+   messages back and forth at a fixed cadence: A -> B (one-way latency, both ends timed in
+   that process) and B -> A (the echo: round trip);
 2. ``baseline_s`` seconds of that with no attacker (the same-run baseline); then read the
    server's RSS (``rss_start``);
 3. run the attacker coroutine until it returns or its deadline passes (it is cancelled then),
    sampling the server's RSS every 50 ms (``rss_peak``) while the bystanders keep relaying;
-4. stop relaying, wait until every attacker connection is gone from ``/api/status`` and give the
-   server ``settle_s`` to free what it held, then read ``rss_after``.
+4. wait until every attacker connection is gone from ``/api/status`` and give the server
+   ``settle_s`` to free what it held (the bystanders still relaying, as at ``rss_start``), then
+   read ``rss_after``.
 
 Every loop is bounded by a count and a deadline, and the server is always stopped.
 """
@@ -35,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -504,24 +506,19 @@ async def run_hostile(
 ) -> HostileResult:
     """Start a server, run the bystanders, the baseline and the attacker; see the docstring."""
     async with server_process(workdir, server_args) as server:
-        bystanders = Bystanders(
+        bystanders = await BystanderProcess.start(
             server.url,
             room=BYSTANDER_ROOM,
             headers=bystander_headers or {},
+            interval_s=interval_s,
             payload_bytes=payload_bytes,
         )
-        await bystanders.connect()
         try:
-            stop = asyncio.Event()
-            sender = asyncio.create_task(bystanders.relay(stop, interval_s))
             await asyncio.sleep(baseline_s)
-            await _pause(bystanders, stop, sender)
-            baseline = bystanders.take_stats()
+            baseline = await bystanders.cut()
             rss_start = server.rss()
             log_start = server.log_size()
 
-            stop = asyncio.Event()
-            sender = asyncio.create_task(bystanders.relay(stop, interval_s))
             attack = Attack(url=server.url, deadline=time.monotonic() + attack_s)
             peak = [rss_start]
             sampler = asyncio.create_task(_sample_rss(server, peak))
@@ -531,8 +528,7 @@ async def run_hostile(
             except TimeoutError:
                 attack.outcome.notes["cancelled_at_deadline"] = True
             elapsed = time.perf_counter() - started
-            await _pause(bystanders, stop, sender)
-            under_attack = bystanders.take_stats()
+            under_attack = await bystanders.cut()
             await _wait_for_peers(server.url, 2, timeout_s=15.0)
             await asyncio.sleep(settle_s)
             sampler.cancel()
@@ -540,8 +536,7 @@ async def run_hostile(
             rss_after = server.rss()
             log = server.log_text(log_start)
             status = await server_status(server.url)
-            trouble = list(bystanders.trouble[:20])
-            join_requests = bystanders.join_requests
+            after = await bystanders.stop()
         finally:
             await bystanders.close()
     return HostileResult(
@@ -549,22 +544,16 @@ async def run_hostile(
         rss_start=rss_start,
         rss_peak=max(peak),
         rss_after=rss_after,
-        baseline=baseline,
-        under_attack=under_attack,
+        baseline=baseline.stats,
+        under_attack=under_attack.stats,
         attack=attack.outcome,
-        bystander_trouble=trouble,
-        join_requests_seen=join_requests,
+        bystander_trouble=baseline.trouble + under_attack.trouble + after.trouble,
+        join_requests_seen=under_attack.join_requests,
         attack_s=elapsed,
         log_bytes=len(log.encode()),
         log_tracebacks=log.count("Traceback"),
         status_after=status,
     )
-
-
-async def _pause(bystanders: Bystanders, stop: asyncio.Event, sender: asyncio.Task[None]) -> None:
-    stop.set()
-    await sender
-    await bystanders.drain(timeout_s=10.0)
 
 
 async def _sample_rss(server: ServerProcess, peak: list[int]) -> None:
@@ -582,3 +571,118 @@ async def _wait_for_peers(url: str, peers: int, timeout_s: float) -> None:
         if status["peers"] <= peers:
             return
         await asyncio.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bystanders' own process
+#
+# The attacker's client side (hundreds of handshakes a second) would otherwise run on the same
+# event loop as the bystanders and delay their reading: the latency measured would be the
+# harness's, not the server's. The child relays continuously; "cut" on its stdin makes it pause,
+# drain, print one JSON report of the figures since the last cut, and resume; "stop" ends it.
+
+
+@dataclass
+class BystanderReport:
+    stats: RelayStats
+    trouble: list[str]
+    join_requests: int
+
+
+class BystanderProcess:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def start(
+        cls,
+        url: str,
+        *,
+        room: str,
+        headers: Mapping[str, str],
+        interval_s: float,
+        payload_bytes: int,
+        timeout_s: float = 30.0,
+    ) -> BystanderProcess:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "daisychain.bench._hostile", url, room,
+            json.dumps(dict(headers)), str(interval_s), str(payload_bytes),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        child = cls(proc)
+        try:
+            assert proc.stdout is not None
+            ready = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+            if json.loads(ready or b"{}").get("ready") is not True:
+                raise RuntimeError(f"the bystanders did not start: {ready!r}")
+        except BaseException:
+            await child.close()
+            raise
+        return child
+
+    async def _command(self, word: str) -> BystanderReport:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{word}\n".encode())
+        await self.proc.stdin.drain()
+        line = await asyncio.wait_for(self.proc.stdout.readline(), 60.0)
+        report = json.loads(line)
+        return BystanderReport(
+            stats=RelayStats(**report["stats"]),
+            trouble=report["trouble"],
+            join_requests=report["join_requests"],
+        )
+
+    async def cut(self) -> BystanderReport:
+        """The figures since the last cut; the bystanders carry on relaying."""
+        return await self._command("cut")
+
+    async def stop(self) -> BystanderReport:
+        """The figures since the last cut; the bystanders disconnect."""
+        report = await self._command("stop")
+        await asyncio.wait_for(self.proc.wait(), 30.0)
+        return report
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+async def _bystander_child(
+    url: str, room: str, headers: dict[str, str], interval_s: float, payload_bytes: int
+) -> None:
+    bystanders = Bystanders(url, room=room, headers=headers, payload_bytes=payload_bytes)
+    await bystanders.connect()
+    loop = asyncio.get_running_loop()
+    commands = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+    print(json.dumps({"ready": True}), flush=True)
+    try:
+        while True:
+            stop = asyncio.Event()
+            sender = asyncio.create_task(bystanders.relay(stop, interval_s))
+            word = (await commands.readline()).decode().strip()
+            stop.set()
+            await sender
+            await bystanders.drain(timeout_s=10.0)
+            report = {
+                "stats": asdict(bystanders.take_stats()),
+                "trouble": bystanders.trouble[:20],
+                "join_requests": bystanders.join_requests,
+            }
+            bystanders.trouble, bystanders.join_requests = [], 0
+            print(json.dumps(report), flush=True)
+            if word != "cut":
+                return
+    finally:
+        await bystanders.close()
+
+
+if __name__ == "__main__":
+    _url, _room, _headers, _interval, _payload = sys.argv[1:6]
+    asyncio.run(
+        _bystander_child(_url, _room, json.loads(_headers), float(_interval), int(_payload))
+    )

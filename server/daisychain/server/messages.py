@@ -59,7 +59,6 @@ ErrorCode = Literal[
     "unknown-peer",
     "group-full",
     "room-busy",
-    "too-many-connections",
     "internal-error",
 ]
 

@@ -25,13 +25,17 @@ class TokenBucket:
 
     def take(self, cost: float = 1.0) -> bool:
         """Spend ``cost`` tokens if available; False means over the limit."""
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)
-        self._last = now
-        if self._tokens >= cost:
+        if self.available() >= cost:
             self._tokens -= cost
             return True
         return False
+
+    def available(self) -> float:
+        """Tokens there now (refilled up to this moment), without spending any."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)
+        self._last = now
+        return self._tokens
 
     def retry_after_s(self, cost: float = 1.0) -> float:
         return max(0.0, (cost - self._tokens) / self.rate_per_s)

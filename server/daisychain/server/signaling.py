@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import math
 from collections import Counter
 
 from aiohttp import WSMsgType, web
 
 from daisychain.server.config import SignalingLimits
-from daisychain.server.grouping import client_address, group_key, network_key
+from daisychain.server.grouping import IPAddress, client_address, group_key, network_key
 from daisychain.server.logs import Throttle
 from daisychain.server.messages import (
     CLOSE_ABUSE,
@@ -230,7 +232,56 @@ class Signaling:
         self.per_address: Counter[str] = Counter()
         self._sweeper: asyncio.Task[None] | None = None
 
-    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
+        address_key = network_key(address) if address is not None else "unknown"
+        refusal = self._at_the_door(address_key)
+        if refusal is not None:
+            return refusal
+        self.per_address[address_key] += 1  # the slot is taken before the first await
+        try:
+            return await self._serve(request, address, address_key)
+        finally:
+            self.per_address[address_key] -= 1
+            if self.per_address[address_key] <= 0:
+                del self.per_address[address_key]
+
+    def _at_the_door(self, address_key: str) -> web.Response | None:
+        """Refuse a socket before the upgrade (HTTP 429) when its address has all the sockets it
+        may hold, or no hello left to say. A refusal here costs the server a third of one made
+        after the upgrade (no handshake, no close handshake), which is what a flood of sockets
+        from one address meets."""
+        if self.per_address[address_key] >= self.limits.max_connections_per_address:
+            code, retry_s = "too-many-connections", self.limits.heartbeat_s
+            message = (
+                f"your network already has {self.limits.max_connections_per_address} "
+                "connections open to this server"
+            )
+            hint = (
+                "close other tabs or devices on this network, or run your own server "
+                "(python -m daisychain.server)"
+            )
+        elif (tokens := self.hellos.bucket(address_key).available()) < 1.0:
+            code, retry_s = "rate-limited", (1.0 - tokens) / self.limits.hellos_per_s
+            message = (
+                f"more than {self.limits.hello_burst} connections from your network, then "
+                f"{self.limits.hellos_per_s:g} per second"
+            )
+            hint = f"wait {math.ceil(retry_s)} s, then reconnect"
+        else:
+            return None
+        self.door_lines.log(log, logging.INFO, "refused a WebSocket at the door: %s", message)
+        body = json.dumps({"error": message, "code": code, "hint": hint})
+        return web.Response(
+            status=429,
+            text=body,
+            content_type="application/json",
+            headers={"Retry-After": str(max(1, math.ceil(retry_s)))},
+        )
+
+    async def _serve(
+        self, request: web.Request, address: IPAddress | None, address_key: str
+    ) -> web.WebSocketResponse:
         # aiohttp itself closes with 1009 past max_msg_size; below that (and above our limit) we
         # answer with a too-large error instead, so a client learns what went wrong.
         # No aiohttp heartbeat and no autoping: liveness is ``_sweep``, and pings are answered
@@ -239,11 +290,6 @@ class Signaling:
         await ws.prepare(request)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep(), name="ws-liveness")
-        address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
-        address_key = network_key(address) if address is not None else "unknown"
-        if self.per_address[address_key] >= self.limits.max_connections_per_address:
-            await self._refuse(ws, request.transport)
-            return ws
         peer = Peer(
             id=self.hub.new_peer_id(),
             post=lambda item: None,
@@ -253,7 +299,6 @@ class Signaling:
         conn = Connection(ws, request.transport, peer, self.limits)
         self.hub.connect(conn.peer)
         self.connections.add(conn)
-        self.per_address[address_key] += 1
         conn.start()
         hello_timer = asyncio.get_running_loop().call_later(
             self.limits.hello_timeout_s, self._hello_timeout, conn
@@ -286,28 +331,9 @@ class Signaling:
             hello_timer.cancel()
             self.hub.disconnect(conn.peer)
             self.connections.discard(conn)
-            self.per_address[address_key] -= 1
-            if self.per_address[address_key] <= 0:
-                del self.per_address[address_key]
             await conn.stop()
             log.debug("peer %s disconnected", conn.peer.id)
         return ws
-
-    async def _refuse(self, ws: web.WebSocketResponse, transport: asyncio.Transport | None) -> None:
-        """Over the per-address cap: say why (an honest user behind a busy NAT learns what to
-        do), then close 4429 without ever joining the hub."""
-        cap = self.limits.max_connections_per_address
-        self.door_lines.log(log, logging.INFO, "refused a WebSocket: %d open from its address", cap)
-        error = ProtocolError(
-            "too-many-connections",
-            f"your network already has {cap} connections open to this server",
-            "close other tabs or devices on this network, or run your own server "
-            "(python -m daisychain.server)",
-        )
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await ws.send_str(encode(error_from(error)))
-        await close_or_abort(ws, transport, CLOSE_ABUSE, "too many connections",
-                             self.limits.close_timeout_s)  # fmt: skip
 
     async def close_all(self, timeout_s: float = 2.0) -> None:
         """Server shutdown: tell every client to go (1001) and give the close frames a moment.
