@@ -16,6 +16,7 @@ from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.machine.attempt import AttemptPhase
 from daisychain.p2p.machine.peers import PeerState
+from daisychain.p2p.traces.replica import TraceReplica
 from daisychain.p2p.traces.scenarios import (
     ABC,
     INIT,
@@ -412,3 +413,55 @@ def test_reduced_chunks_from_a_non_roster_peer_are_refused() -> None:
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     out = s.frames(D, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
     assert [e.code for _, e in errors(out)] == ["bad-frame"] and Close_of(out) == [D]
+
+
+def test_a_message_before_hello_is_refused() -> None:
+    s = Script("t", "before hello", B)
+    s.feed(ev.ChannelOpened(s.now, A))
+    out = s.send(A, config(3))
+    assert [(p, e.code) for p, e in errors(out)] == [(A, "bad-message")] and Close_of(out) == [A]
+    assert "before hello" in errors(out)[0][1].message
+
+
+def test_a_channel_without_hello_is_closed_at_the_deadline_only() -> None:
+    s = Script("t", "hello timeout", B)
+    s.feed(ev.ChannelOpened(s.now, A))
+    assert s.machine.next_deadline() == 20.0
+    assert s.feed(ev.Timer(19.5)) == []
+    out = s.timer()
+    assert [(p, e.message) for p, e in errors(out)] == [(A, "no hello in time")]
+    assert s.machine.next_deadline() is None
+
+
+def test_pieces_that_arrive_before_their_roster_are_kept() -> None:
+    s = Script("t", "early", B)
+    _follow(s, A, (C,), config(3))
+    for j, p in ((0, A), (2, C)):  # contributions and reduced chunks, all before roster 1
+        s.frames(p, FrameKind.CONTRIBUTION, contributions(j, 1, 0, 3)[1], 1, 0, 1)
+        s.frames(p, FrameKind.REDUCED, reduced(1, 0, 3, j), 1, 0, j)
+    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    digest = [f for f in s.compute(1, 0, ABC) if isinstance(f, fx.StepApplied)]
+    assert [a.hash for a in digest] == [honest_hash(INIT, 1, 0, 3)]
+
+
+def test_a_refused_checkpoint_ends_the_run_and_only_the_leaders_counts() -> None:
+    s = Script("t", "checkpoint", D)
+    s.connect(A, B)
+    s.send(A, config(10, resume=(4, "a" * 64)))
+    good = TraceReplica(4, "a" * 64).checkpoint()
+    assert s.frames(B, FrameKind.CHECKPOINT, good, 4) == [], "not from the leader: ignored"
+    assert s.machine.replica.step == 0
+    outcome = finished(s.frames(A, FrameKind.CHECKPOINT, b"DCTRACE1" + bytes(68), 4))
+    assert outcome.reason == "error" and "checkpoint was refused" in outcome.message
+
+
+def test_a_step_that_never_completes_ends_the_run_after_256_rounds() -> None:
+    s = Script("t", "rounds", A, state=fresh_state())
+    _lead(s, (B,), steps=3, min_peers=2)
+    out: list[fx.Effect] = []
+    for _ in range(2000):
+        out = s.timer()
+        if any(isinstance(f, fx.Finished) for f in out):
+            break
+    outcome = finished(out)
+    assert outcome.reason == "error" and "failed 256 times" in outcome.message

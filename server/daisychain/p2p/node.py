@@ -191,21 +191,24 @@ class Node:
             while True:
                 deadline = self.machine.next_deadline()
                 now = time.monotonic()
-                if deadline is not None and deadline <= now and self.inbox.empty():
+                if deadline is not None and deadline <= now:
+                    # A due timer first, then one waiting input: neither starves the other.
                     outcome = self._feed(ev.Timer(now))
-                    if outcome is None and (self.machine.next_deadline() or now + 1) <= now:
-                        await asyncio.sleep(0.01)  # never spin on a deadline that stays put
-                elif self.inbox.empty():
+                    if outcome is None and not self.inbox.empty():
+                        outcome = self._feed(self.inbox.get_nowait()(time.monotonic()))
+                    if outcome is None and self.machine.next_deadline() == deadline:
+                        log.warning("%s: deadline %.3f did not move", self.name, deadline)
+                        await asyncio.sleep(0.01)  # never spin
+                elif not self.inbox.empty():
+                    outcome = self._feed(self.inbox.get_nowait()(now))
+                else:
                     timeout = None if deadline is None else deadline - now
                     # wait_for cancels the get() when it times out; the queue keeps the item.
-                    with contextlib.suppress(TimeoutError):
+                    try:
                         item = await asyncio.wait_for(self.inbox.get(), timeout)
-                        outcome = self._feed(item(time.monotonic()))
-                        if outcome is not None:
-                            break
-                    continue
-                else:
-                    outcome = self._feed(self.inbox.get_nowait()(time.monotonic()))
+                    except TimeoutError:
+                        continue
+                    outcome = self._feed(item(time.monotonic()))
                 if outcome is not None:
                     break
             await self.mesh.drain(self.timers.linger_s)

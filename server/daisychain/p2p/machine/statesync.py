@@ -4,7 +4,10 @@ checkpoint and must reach every member), then waits for the checkpoint frame."""
 
 from __future__ import annotations
 
+import logging
 from enum import Enum
+
+log = logging.getLogger("daisychain.p2p.machine")
 
 
 class SyncState(Enum):
@@ -23,10 +26,15 @@ class StateSync:
 
     def want(self) -> None:
         if self.state is SyncState.IDLE:
-            self.state = SyncState.WANTED
+            self._set(SyncState.WANTED)
 
     def sent(self) -> None:
-        self.state = SyncState.AWAITING
+        self._set(SyncState.AWAITING)
 
     def done(self) -> None:
-        self.state = SyncState.IDLE
+        self._set(SyncState.IDLE)
+
+    def _set(self, new: SyncState) -> None:
+        old, self.state = self.state, new
+        if old is not new:
+            log.debug("state sync %s -> %s", old.value, new.value)
