@@ -6,6 +6,7 @@ longer covers its case fails to generate)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import zlib
 from collections.abc import Callable
 
@@ -37,6 +38,7 @@ from daisychain.p2p.traces.script import (
 )
 
 INIT = init_hash(SEED)
+H4 = hashlib.sha256(b"daisychain-trace state at step 4").hexdigest()
 ABC = (A, B, C)
 
 
@@ -562,6 +564,55 @@ def save_and_leave() -> Script:
     return s
 
 
+def resume_leader() -> Script:
+    s = Script("resume-leader", "A leads a run restored from a checkpoint of step 4: its "
+               "config carries resume_step and resume_hash, B and C ask for the state, A sends "
+               "each its checkpoint as it asks and commits roster 5 once both have it.", A,
+               state=(4, H4))  # fmt: skip
+    s.feed(ev.UserLead(s.now, config(6, resume=(4, H4)), 3))
+    s.connect(B, C)
+    s.at(1.0)
+    out = s.send(B, messages.SyncRequest(RUN))  # served at once: the lobby has no boundary
+    out += s.send(C, messages.SyncRequest(RUN))
+    checkpoints = [f for f in out if isinstance(f, fx.SendPayload)]
+    assert [(f.peer, f.kind, f.step) for f in checkpoints] == [
+        (B, FrameKind.CHECKPOINT, 4), (C, FrameKind.CHECKPOINT, 4)], out  # fmt: skip
+    assert checkpoints[0].payload == TraceReplica(4, H4).checkpoint()
+    assert [(r.step, r.peers) for r in rosters(out)] == [(5, list(ABC))], out
+    s.at(2.0)
+    s.hashes(5, 0, ABC, s.exchange(5, 0, ABC))
+    s.hashes(6, 0, ABC, s.exchange(6, 0, ABC))
+    stop = messages.Stop(RUN, "done", 6, "reached step 6", {})
+    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def contract_mismatch() -> Script:
+    s = Script("contract-mismatch", "B, in the lobby, meets a peer of the same data protocol "
+               "but another numerical contract (hello.contract 2): error version-mismatch, and "
+               "B stops with a hint (its replica could not stay bit-identical).", B)  # fmt: skip
+    s.feed(ev.ChannelOpened(s.now, A))
+    hello = json.loads(hello_text(name="trace-a"))
+    hello["contract"] = hello.get("contract", 1) + 1
+    out = s.text(A, json.dumps(hello))
+    assert [e.code for _, e in errors(out)] == ["version-mismatch"], out
+    assert finished(out).code == "version-mismatch"
+    return s
+
+
+def compute_failed() -> Script:
+    s = Script("compute-failed", "B's own gradient computation fails in step 1 (its shell "
+               "reports the exception): the run ends for B with an error, announced to no one "
+               "(the others drop it by the usual rules).", B)  # fmt: skip
+    _follow(s, A, (C,), config(3))
+    s.at(1.0)
+    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    out = s.feed(ev.ComputeFailed(s.now, 1, 0, "MemoryError()"))
+    outcome = finished(out)
+    assert outcome.reason == "error" and not stops(out), out
+    return s
+
+
 SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-3-peers": leader_three_peers,
     "follower-3-peers": follower_three_peers,
@@ -583,4 +634,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "straggler-recommit": straggler_recommit,
     "frames-hostile": frames_hostile,
     "save-and-leave": save_and_leave,
+    "resume-leader": resume_leader,
+    "contract-mismatch": contract_mismatch,
+    "compute-failed": compute_failed,
 }
