@@ -4,13 +4,16 @@ trace with one effect changed is refused (the replay can fail)."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daisychain.nodejs import NodeError, node_argv
 from daisychain.p2p.traces.replay import TraceMismatch, load, replay
 from daisychain.p2p.traces.scenarios import SCENARIOS
 
@@ -131,3 +134,95 @@ def test_every_trace_says_what_it_covers() -> None:
         assert trace["steps"][0]["event"]["at"] >= 0
         times = [s["event"]["at"] for s in trace["steps"]]
         assert times == sorted(times), f"{path.name}: time runs forward"
+
+
+# A second implementation rebuilds every input of a trace from the trace and the documented
+# rules alone (tests/vectors/README.md): here, Node.js without any DaisyChain code recomputes the
+# trace replica's init hash and checkpoints and the rule payloads of every compute-done event.
+JS_INPUTS = r"""
+import {readFileSync, readdirSync} from "node:fs";
+import {createHash} from "node:crypto";
+const dir = process.argv[2];
+const sha = (bytes) => createHash("sha256").update(bytes).digest("hex");
+const TOTAL_BLOCKS = 11;
+function rule(rank, step, rnd, chunk, blocks) {
+  const out = new Uint8Array(blocks * 257).fill(0xf9, 0, blocks);  // exponents: -7
+  const base = 13 * rank + 5 * step + 3 * rnd + 11 * chunk;
+  for (let i = 0; i < blocks * 256; i++) out[blocks + i] = (((7 * i + base) % 255) - 127) & 0xff;
+  return out;
+}
+function checkpoint(step, hash) {
+  const out = Buffer.alloc(76);
+  out.write("DCTRACE1", 0, "ascii");
+  out.writeUInt32LE(step, 8);
+  out.write(hash, 12, "ascii");
+  return out;
+}
+const counts = {init: 0, payloads: 0, checkpoints: 0};
+for (const name of readdirSync(dir).filter((n) => n.endsWith(".json")).sort()) {
+  const trace = JSON.parse(readFileSync(`${dir}/${name}`, "utf8"));
+  const fail = (what) => { throw new Error(`${name}: ${what}`); };
+  let state = trace.setup.replica ? {...trace.setup.replica} : null;
+  const ranks = new Map();
+  for (const [i, step] of trace.steps.entries()) {
+    const e = step.event;
+    if (e.event === "compute-done") {
+      const rank = ranks.get(`${e.step}/${e.round}`);
+      const n = e.payloads.length;
+      e.payloads.forEach((b64, k) => {
+        const blocks = Math.floor((k + 1) * TOTAL_BLOCKS / n) - Math.floor(k * TOTAL_BLOCKS / n);
+        const want = rule(rank, e.step, e.round, k, blocks);
+        if (!Buffer.from(b64, "base64").equals(Buffer.from(want))) fail(`step ${i} payload ${k}`);
+        counts.payloads++;
+      });
+    }
+    if (e.event === "lead" && e.config.resume_step === 0) {
+      if (state.hash !== sha(`daisychain-trace init seed=${e.config.seed}`)) fail("lead init");
+      counts.init++;
+    }
+    for (const f of step.effects) {
+      if (f.effect === "compute") ranks.set(`${f.step}/${f.round}`, f.rank);
+      if (f.effect === "step-applied") state = {step: f.step, hash: f.hash};
+      if (f.effect === "send-message" && f.message.type === "ready" && f.message.step === 0) {
+        const seed = JSON.parse(trace.steps.find((s) => s.event.event === "message" &&
+          JSON.parse(s.event.text).type === "config").event.text).seed;
+        if (f.message.hash !== sha(`daisychain-trace init seed=${seed}`)) fail(`step ${i} ready`);
+        counts.init++;
+      }
+      if (f.effect === "send-payload" && f.kind === 3) {
+        if (sha(checkpoint(state.step, state.hash)) !== f.sha256) fail(`step ${i} checkpoint`);
+        counts.checkpoints++;
+      }
+    }
+  }
+}
+console.log(JSON.stringify(counts));
+"""
+
+
+def test_a_second_implementation_rebuilds_every_input(tmp_path: Path) -> None:
+    try:
+        node = node_argv()
+    except NodeError as exc:
+        if "not on PATH" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    script = tmp_path / "inputs.mjs"
+    script.write_text(JS_INPUTS, encoding="utf-8")
+    proc = subprocess.run([*node, str(script), str(TRACES)], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout)
+    assert counts["payloads"] >= 90 and counts["init"] >= 15 and counts["checkpoints"] >= 4, counts
+    # ...and it can fail: one payload byte changed in a copy of the traces.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    trace = load(TRACES / "leader-3-peers.json")
+    step = next(s for s in trace["steps"] if s["event"]["event"] == "compute-done")
+    raw = bytearray(base64.b64decode(step["event"]["payloads"][1]))
+    raw[300] ^= 1
+    step["event"]["payloads"][1] = base64.b64encode(bytes(raw)).decode("ascii")
+    (broken / "leader-3-peers.json").write_text(json.dumps(trace), encoding="utf-8")
+    proc = subprocess.run([*node, str(script), str(broken)], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode != 0 and "leader-3-peers.json: step" in proc.stderr, proc.stderr
