@@ -13,7 +13,7 @@ An attacker is ``async def attacker(a: Attack) -> None``: aim at ``a.url``/``a.w
 (``a.over()``), and count what the server did in ``a.outcome`` (``errors``, ``closes``,
 ``notes``). The scenarios of issue 8 are in ``daisychain.bench._attacks``. No timing threshold
 is asserted here: the bystanders' p50/p99 are printed and written to the JSON; the latency goal
-is shown by ``daisychain bench signaling --hostile``.
+is shown by ``daisychain bench signaling`` (its ``hostile`` part).
 """
 
 from __future__ import annotations

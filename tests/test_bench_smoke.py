@@ -4,6 +4,8 @@ One run (tiny shapes, one repeat, one timed ``tiny`` step per backend) checked f
 explicit ``{"skipped": reason}`` for every backend, and a ``<backend>_ratio`` key beside each. No
 timing thresholds: the machines are shared and noisy, and --quick figures mean nothing. A backend
 that crashed is reported as ``{"error": ...}`` and fails here.
+
+Also ``daisychain bench signaling`` at toy sizes, with two of its hostile-client scenarios.
 """
 
 from __future__ import annotations
@@ -79,3 +81,32 @@ def test_backends_say_what_ran(report: dict[str, Any]) -> None:
     assert set(info) == set(GEMM_BACKENDS)
     for backend, entry in info.items():
         assert entry.keys() & {"adapter", "node", "skipped"}, f"{backend}: {entry!r}"
+
+
+def test_bench_signaling_runs_small_with_its_hostile_scenarios() -> None:
+    # ``daisychain bench signaling`` at toy sizes: the relay figures and, for two attacks, the
+    # bystanders' latency beside their own baseline, RSS before/peak/after. Shape only.
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "server"))
+    command = [sys.executable, "-m", "daisychain", "bench", "signaling", "--json"]
+    command += ["--clients", "20", "--group-size", "5", "--rounds", "2", "--idle-samples", "5"]
+    command += ["--attack-s", "1.5", "--attacks", "nested-flood,join-flood"]
+    proc = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=200, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    assert report["errors"] == 0 and report["messages_relayed"] > 0
+    hostile = report["hostile"]
+    assert hostile["worst_relay_p99_attack"] in ("nested-flood", "join-flood")
+    for name in ("nested-flood", "join-flood"):
+        row = hostile[name]
+        for phase in ("baseline", "under_attack"):
+            stats = row[phase]
+            assert stats["sent"] > 0 and stats["delivered"] == stats["sent"], (name, stats)
+            assert isinstance(stats["relay_p99_ms"], float), (name, stats)
+        assert isinstance(row["relay_p50_ratio"], float) and row["relay_p50_ratio"] > 0
+        assert isinstance(row["relay_p99_ratio"], float) and row["relay_p99_ratio"] > 0
+        assert 0 < row["rss_start_mib"] <= row["rss_peak_mib"]
+        assert row["rss_after_mib"] > 0 and row["bystander_trouble"] == []
+    assert hostile["nested-flood"]["attack"]["errors"]["bad-json"] > 0
+    assert hostile["join-flood"]["attack"]["errors"]["rate-limited"] > 0

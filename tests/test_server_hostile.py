@@ -10,7 +10,7 @@ production limits of ``SignalingLimits``. Each asserts three things:
 
 No latency threshold is asserted (the machines are shared and noisy): the bystanders' p50/p99
 with and without the attacker are printed (``pytest -rA``) and written to ``<tmp>/<name>.json``.
-The latency goal is shown by ``daisychain bench signaling --hostile``.
+The latency goal is shown by ``daisychain bench signaling`` (its ``hostile`` part).
 """
 
 from __future__ import annotations

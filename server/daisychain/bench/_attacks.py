@@ -2,7 +2,7 @@
 
 Each factory returns an ``Attacker``: a coroutine that attacks until its count or its deadline
 runs out, records what it saw in ``attack.outcome`` and closes everything it opened. The tests
-(``tests/test_server_hostile.py``) and ``daisychain bench signaling --hostile`` run the same ones.
+(``tests/test_server_hostile.py``) and ``daisychain bench signaling`` run the same ones.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -298,8 +299,9 @@ def join_flood(*, max_requests: int = 2000) -> Attacker:
     return attack
 
 
-def socket_hog(*, max_connections: int = 200) -> Attacker:
-    """Open WebSockets from one address and hold them without a hello, as many as it may."""
+def socket_hog(*, max_connections: int = 200, hold: bool = False) -> Attacker:
+    """Open WebSockets from one address without a hello, as many as it may, and (``hold``) keep
+    them open until the deadline."""
 
     async def attack(a: Attack) -> None:
         held: list[aiohttp.ClientWebSocketResponse] = []
@@ -327,8 +329,21 @@ def socket_hog(*, max_connections: int = 200) -> Attacker:
                     await read_until_closed(ws, a.outcome, _WAIT_S)
                     await ws.close()
                 a.outcome.notes["sockets_held"] = len(held)
+                while hold and not a.over():
+                    await asyncio.sleep(min(0.1, a.left()))
             finally:
                 for ws in held:
                     await ws.close()
 
     return attack
+
+
+# The scenarios ``daisychain bench signaling`` runs, by name, at their benchmark sizes (each is
+# also bounded by the run's attack time).
+SCENARIOS: dict[str, Callable[[], Attacker]] = {
+    "nested-flood": lambda: nested_flood(depth=800, per_s=20.0, max_messages=100_000),
+    "slow-readers": lambda: slow_readers(readers=4, feeders=2, message_bytes=60_000),
+    "hello-flood": lambda: hello_flood(max_connections=100_000),
+    "join-flood": lambda: join_flood(max_requests=100_000),
+    "socket-hog": lambda: socket_hog(max_connections=80, hold=True),
+}

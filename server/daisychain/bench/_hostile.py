@@ -1,7 +1,7 @@
 """One hostile client against the real server while a bystander pair keeps relaying.
 
 Shared by the hostile-client tests (``tests/hostile_harness.py``, ``tests/test_server_*hostile*``)
-and ``daisychain bench signaling --hostile``. The server runs in a child process
+and ``daisychain bench signaling``. The server runs in a child process
 (``python -m daisychain.server --port 0 --offline``) so its resident memory can be read from
 ``/proc/<pid>/status`` apart from the clients'. Everything stays on 127.0.0.1.
 

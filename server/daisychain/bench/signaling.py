@@ -12,6 +12,15 @@ the same for single messages sent one at a time (``idle_*``); server CPU seconds
 messages; and, as a baseline measured in the same run, a burst of ping/pong round trips through
 the same sockets (``relay_vs_ping_p50_ratio``). The clients share one Python process, so on a
 small machine their own scheduling is part of every latency.
+
+Then the hostile clients of issue 8 (``--attacks``, see ``_attacks.SCENARIOS`` and
+docs/SERVER.md), each against a fresh server (``_hostile.run_hostile``): a bystander pair relays
+``signal`` messages through the server in a child process of its own, first alone for
+``--attack-s`` seconds (the baseline), then while the attacker runs for as long again. Reported
+per attack, under ``hostile``: the bystanders' relay p50/p99 under attack next to their own
+baseline from the same run (``relay_p50_ratio``, ``relay_p99_ratio``), relays delivered of
+sent, the server's RSS before, at its peak and after the attacker left, and what the attacker
+met. ``--hostile-only`` skips the 1000-client part, ``--no-hostile`` the attacks.
 """
 
 from __future__ import annotations
@@ -26,12 +35,16 @@ import resource
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from daisychain.bench._attacks import SCENARIOS
+from daisychain.bench._hostile import run_hostile
 
 ROOM_EVERY = 5  # every 5th group is a private room with host approval
 
@@ -69,6 +82,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-samples", type=int, default=200, help="one-at-a-time relays")
     parser.add_argument("--payload", type=int, default=300, help="bytes of fake SDP per message")
     parser.add_argument("--timeout", type=float, default=240.0, help="give up after this long")
+    hostile = parser.add_argument_group("hostile clients")
+    hostile.add_argument(
+        "--attacks", default=",".join(SCENARIOS),
+        help=f"comma-separated attacks to run (default: all of {', '.join(SCENARIOS)})",
+    )  # fmt: skip
+    hostile.add_argument(
+        "--attack-s", type=float, default=8.0,
+        help="seconds of baseline, then at most as long under each attack",
+    )  # fmt: skip
+    only = hostile.add_mutually_exclusive_group()
+    only.add_argument("--hostile-only", action="store_true", help="skip the 1000-client relay")
+    only.add_argument("--no-hostile", action="store_true", help="skip the attacks")
 
 
 def _free_port() -> int:
@@ -244,6 +269,45 @@ async def _wait_for_server(session: aiohttp.ClientSession, base: str, deadline: 
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    names = [name.strip() for name in args.attacks.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        raise SystemExit(
+            f"bench signaling: unknown attack {', '.join(unknown)}; "
+            f"choose from {', '.join(SCENARIOS)}"
+        )
+    result: dict[str, Any] = {}
+    if not args.hostile_only:
+        result.update(_measure_relay(args))
+    if not args.no_hostile and names:
+        result["hostile"] = asyncio.run(_measure_hostile(names, args.attack_s))
+    return result
+
+
+async def _measure_hostile(names: list[str], attack_s: float) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="daisychain-hostile-") as tmp:
+        for name in names:
+            result = await run_hostile(
+                SCENARIOS[name](), Path(tmp) / name, name=name,
+                baseline_s=attack_s, attack_s=attack_s,
+            )  # fmt: skip
+            summary = result.summary()
+            base, under = summary["baseline"], summary["under_attack"]
+            for q in ("p50", "p99"):
+                attacked, alone = under[f"relay_{q}_ms"], base[f"relay_{q}_ms"]
+                ratio = attacked / alone if attacked is not None and alone else None
+                summary[f"relay_{q}_ratio"] = None if ratio is None else round(ratio, 3)
+            report[name] = summary
+    measured = [s for s in report.values() if s["under_attack"]["relay_p99_ms"] is not None]
+    if measured:
+        worst = max(measured, key=lambda s: float(s["under_attack"]["relay_p99_ms"]))
+        report["worst_relay_p99_ms"] = worst["under_attack"]["relay_p99_ms"]
+        report["worst_relay_p99_attack"] = worst["name"]
+    return report
+
+
+def _measure_relay(args: argparse.Namespace) -> dict[str, Any]:
     # Each client holds a socket here and one in the server: lift the soft descriptor limit.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.clients + 256)), hard))
