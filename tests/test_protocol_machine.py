@@ -20,15 +20,15 @@ from daisychain.p2p.traces.replica import TraceReplica
 from daisychain.p2p.traces.scenarios import (
     ABC,
     INIT,
-    _follow,
-    _lead,
-    _train,
     errors,
     finished,
+    follow,
     honest_hash,
+    lead_run,
     repairs,
     rosters,
     stops,
+    train,
 )
 from daisychain.p2p.traces.script import (
     RUN,
@@ -210,8 +210,8 @@ def test_the_private_name_check_finds_a_planted_use(planted: str) -> None:
 
 def test_failover_successor_recommits_and_leads() -> None:
     s = Script("t", "failover", B)
-    _follow(s, A, (C,), config(3))
-    _train(s, A, ABC, range(1, 2))
+    follow(s, A, (C,), config(3))
+    train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
     s.send(A, messages.Roster(RUN, 2, 0, list(ABC)))
     s.compute(2, 0, ABC)
@@ -228,7 +228,7 @@ def test_failover_successor_recommits_and_leads() -> None:
 
 def test_a_gone_peer_is_never_readmitted() -> None:
     s = Script("t", "gone", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.closed(C)
     assert s.feed(ev.ChannelOpened(s.now, C)) == []
     assert s.text(C, json.dumps({"type": "hello", "version": 1, "name": "again"})) == []
@@ -237,7 +237,7 @@ def test_a_gone_peer_is_never_readmitted() -> None:
 
 def test_repair_is_served_only_from_what_is_held() -> None:
     s = Script("t", "repair", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.compute(1, 0, ABC)
     mine = contributions(1, 1, 0, 3)
@@ -257,7 +257,7 @@ def test_repair_is_served_only_from_what_is_held() -> None:
 
 def test_crc_damage_is_repaired_without_closing_the_channel() -> None:
     s = Script("t", "crc", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.compute(1, 0, ABC)
     out = s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1, damage=True)
@@ -268,7 +268,7 @@ def test_crc_damage_is_repaired_without_closing_the_channel() -> None:
 
 def test_missing_pieces_are_asked_for_after_repair_after() -> None:
     s = Script("t", "timer", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.compute(1, 0, ABC)
     assert s.machine.next_deadline() == s.now + 5.0
@@ -282,7 +282,7 @@ def test_missing_pieces_are_asked_for_after_repair_after() -> None:
 
 def test_the_guard_stops_a_fork_and_never_saves_it() -> None:
     s = Script("t", "guard", B, can_save=True)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     digest = s.exchange(1, 0, ABC)
     out = s.hashes(1, 0, (A,), "f" * 64)
@@ -294,7 +294,7 @@ def test_the_guard_stops_a_fork_and_never_saves_it() -> None:
 
 def test_a_matching_hash_does_not_stop_the_run() -> None:
     s = Script("t", "guard", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     digest = s.exchange(1, 0, ABC)
     assert digest == honest_hash(INIT, 1, 0, 3)
@@ -303,7 +303,7 @@ def test_a_matching_hash_does_not_stop_the_run() -> None:
 
 def test_stop_lingers_until_every_peer_acknowledged_or_the_deadline() -> None:
     s = Script("t", "stop", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     stop = messages.Stop(RUN, "leader-request", 0, "over", {})
     out = s.send(A, stop)
     assert stops(out) == [(A, stop), (C, stop)], "repeated to everyone, the sender included"
@@ -318,8 +318,8 @@ def test_stop_lingers_until_every_peer_acknowledged_or_the_deadline() -> None:
 
 def test_a_stop_from_a_gone_leader_wins_over_failover() -> None:
     s = Script("t", "race", B)
-    _follow(s, A, (C,), config(10))
-    _train(s, A, ABC, range(1, 2))
+    follow(s, A, (C,), config(10))
+    train(s, A, ABC, range(1, 2))
     s.left(A)
     assert s.machine.is_leader
     stop = messages.Stop(RUN, "leader-request", 1, "ended", {})
@@ -327,8 +327,8 @@ def test_a_stop_from_a_gone_leader_wins_over_failover() -> None:
     assert stops(out) and s.machine.phase.phase.value == "stopped"
     # ...but only a stop of this run, and only from a peer that said hello.
     s2 = Script("t", "race", B)
-    _follow(s2, A, (C,), config(10))
-    _train(s2, A, ABC, range(1, 2))
+    follow(s2, A, (C,), config(10))
+    train(s2, A, ABC, range(1, 2))
     s2.left(A)
     other = messages.Stop("f" * 16, "leader-request", 1, "ended", {})
     assert s2.send(A, other) == []
@@ -336,13 +336,13 @@ def test_a_stop_from_a_gone_leader_wins_over_failover() -> None:
 
 def test_user_stop_ends_the_run_at_the_boundary_only_for_the_leader() -> None:
     s = Script("t", "user stop", A, state=fresh_state())
-    _lead(s, (B, C), steps=10)
+    lead_run(s, (B, C), steps=10)
     s.feed(ev.UserStop(s.now, "enough"))
     digest = s.exchange(1, 0, ABC)
     out = s.hashes(1, 0, ABC, digest)
     assert [m.reason for _, m in stops(out)] == ["leader-request", "leader-request"]
     follower = Script("t", "user stop", B)
-    _follow(follower, A, (C,), config(3))
+    follow(follower, A, (C,), config(3))
     assert follower.feed(ev.UserStop(follower.now, "enough")) == []
     assert follower.machine.leadership.end_requested == ""
 
@@ -370,7 +370,7 @@ def test_a_roster_before_the_state_asks_for_it() -> None:
 
 def test_an_unsolicited_checkpoint_frame_is_refused() -> None:
     s = Script("t", "checkpoint", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     out = s.frames(C, FrameKind.CHECKPOINT, b"x" * 76, 0)
     assert [e.code for _, e in errors(out)] == ["bad-frame"]
     assert Close_of(out) == [C]
@@ -382,7 +382,7 @@ def Close_of(out: list[fx.Effect]) -> list[str]:
 
 def test_a_contribution_for_another_chunk_is_refused() -> None:
     s = Script("t", "chunk", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.compute(1, 0, ABC)
     out = s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[0], 1, 0, 0)
@@ -391,7 +391,7 @@ def test_a_contribution_for_another_chunk_is_refused() -> None:
 
 def test_compute_for_an_abandoned_attempt_is_ignored() -> None:
     s = Script("t", "abandoned", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.send(A, messages.Roster(RUN, 1, 1, [A, B]))
     assert s.compute(1, 0, ABC) == []
@@ -401,7 +401,7 @@ def test_compute_for_an_abandoned_attempt_is_ignored() -> None:
 
 def test_compute_failure_ends_the_run_with_an_error() -> None:
     s = Script("t", "failed", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     outcome = finished(s.feed(ev.ComputeFailed(s.now, 1, 0, "MemoryError()")))
     assert outcome.reason == "error" and "MemoryError" in outcome.message
@@ -409,7 +409,7 @@ def test_compute_failure_ends_the_run_with_an_error() -> None:
 
 def test_reduced_chunks_from_a_non_roster_peer_are_refused() -> None:
     s = Script("t", "non-roster", B)
-    _follow(s, A, (C, D), config(3))
+    follow(s, A, (C, D), config(3))
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     out = s.frames(D, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
     assert [e.code for _, e in errors(out)] == ["bad-frame"] and Close_of(out) == [D]
@@ -435,7 +435,7 @@ def test_a_channel_without_hello_is_closed_at_the_deadline_only() -> None:
 
 def test_pieces_that_arrive_before_their_roster_are_kept() -> None:
     s = Script("t", "early", B)
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     for j, p in ((0, A), (2, C)):  # contributions and reduced chunks, all before roster 1
         s.frames(p, FrameKind.CONTRIBUTION, contributions(j, 1, 0, 3)[1], 1, 0, 1)
         s.frames(p, FrameKind.REDUCED, reduced(1, 0, 3, j), 1, 0, j)
@@ -457,7 +457,7 @@ def test_a_refused_checkpoint_ends_the_run_and_only_the_leaders_counts() -> None
 
 def test_a_step_that_never_completes_ends_the_run_after_256_rounds() -> None:
     s = Script("t", "rounds", A, state=fresh_state())
-    _lead(s, (B,), steps=3, min_peers=2)
+    lead_run(s, (B,), steps=3, min_peers=2)
     out: list[fx.Effect] = []
     for _ in range(2000):
         out = s.timer()

@@ -86,14 +86,14 @@ def _ready(peers: list[str], step: int = 0, digest: str = INIT) -> messages.Read
     return messages.Ready(RUN, step, digest, peers)
 
 
-def _follow(s: Script, leader: str, others: tuple[str, ...], cfg: messages.Config) -> None:
+def follow(s: Script, leader: str, others: tuple[str, ...], cfg: messages.Config) -> None:
     """A follower joins: channels to everyone, the leader's config, its ready."""
     s.connect(leader, *others)
     out = s.send(leader, cfg)
     assert sent(out, messages.Ready), out
 
 
-def _lead(s: Script, followers: tuple[str, ...], steps: int = 3, min_peers: int = 3) -> None:
+def lead_run(s: Script, followers: tuple[str, ...], steps: int = 3, min_peers: int = 3) -> None:
     s.feed(ev.UserLead(s.now, config(steps), min_peers))
     s.connect(*followers)
     s.at(s.now + 1.0)
@@ -102,7 +102,7 @@ def _lead(s: Script, followers: tuple[str, ...], steps: int = 3, min_peers: int 
     assert rosters(out)[0].peers == sorted((s.me, *followers)), out
 
 
-def _stop_acks(s: Script, peers: tuple[str, ...], stop: messages.Stop) -> list[fx.Effect]:
+def stop_acks(s: Script, peers: tuple[str, ...], stop: messages.Stop) -> list[fx.Effect]:
     out: list[fx.Effect] = []
     for p in peers:
         out += s.send(p, stop)
@@ -116,21 +116,21 @@ def leader_three_peers() -> Script:
     s = Script("leader-3-peers", "A leads B and C for 3 steps: config, readys, rosters, the "
                "exchange, hashes, stop done acknowledged by both.", A,
                state=fresh_state())  # fmt: skip
-    _lead(s, (B, C))
+    lead_run(s, (B, C))
     for step in (1, 2, 3):
         s.at(s.now + 1.0)
         digest = s.exchange(step, 0, ABC)
         out = s.hashes(step, 0, ABC, digest)
     stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
     assert stops(out) == [(B, stop), (C, stop)], out
-    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
 
 
 def follower_three_peers() -> Script:
     s = Script("follower-3-peers", "B follows leader A with C for 3 steps and stops when A "
                "says done (repeating the stop as its acknowledgement).", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     for step in (1, 2, 3):
         s.at(s.now + 1.0)
         out = s.send(A, messages.Roster(RUN, step, 0, list(ABC)))
@@ -156,7 +156,7 @@ def honest_hash(prev: str, step: int, rnd: int, n: int) -> str:
     return replica.hash
 
 
-def _train(s: Script, leader: str, roster: tuple[str, ...], steps: range, rnd: int = 0) -> str:
+def train(s: Script, leader: str, roster: tuple[str, ...], steps: range, rnd: int = 0) -> str:
     """Follower steps: the leader's roster, the exchange, everyone's hash."""
     digest = ""
     for step in steps:
@@ -186,7 +186,7 @@ def join_with_checkpoint() -> Script:
     s.hashes(6, 0, roster, digest)
     stop = messages.Stop(RUN, "done", 6, "reached step 6", {})
     s.send(A, stop)
-    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
 
 
@@ -196,7 +196,7 @@ def follower_gone_mid_exchange() -> Script:
                "re-commits step 2 as round 1 without every peer whose pieces it lacks (B's "
                "reduced chunk needed C's contribution): A alone. B asks for the state and is "
                "back in roster 3 after the checkpoint.", A, state=fresh_state())  # fmt: skip
-    _lead(s, (B, C), steps=3)
+    lead_run(s, (B, C), steps=3)
     s.at(2.0)
     s.hashes(1, 0, ABC, s.exchange(1, 0, ABC))
     s.at(3.0)
@@ -218,7 +218,7 @@ def follower_gone_mid_exchange() -> Script:
     s.at(s.now + 0.5)
     s.hashes(3, 0, (A, B), s.exchange(3, 0, (A, B)))
     stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
-    assert finished(_stop_acks(s, (B,), stop)).reason == "done"
+    assert finished(stop_acks(s, (B,), stop)).reason == "done"
     assert digest
     return s
 
@@ -227,7 +227,7 @@ def leader_gone_before_roster() -> Script:
     s = Script("leader-gone-before-roster", "B got A's config and said ready; A's channel "
                "closes before the first roster: the run ends with an error (no failover "
                "without a committed roster).", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.at(2.0)
     outcome = finished(s.closed(A))
     assert outcome.reason == "error" and "before the first step" in outcome.message
@@ -239,8 +239,8 @@ def leader_gone_during_exchange() -> Script:
                "before its pieces arrived. B is the successor (lowest id left): it asks C again, "
                "re-commits step 2 without the peers whose pieces it lacks (B alone), serves C "
                "the checkpoint C asks for, and leads B and C to the end.", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
-    _train(s, A, ABC, range(1, 2))
+    follow(s, A, (C,), config(3))
+    train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
     s.send(A, messages.Roster(RUN, 2, 0, list(ABC)))
     s.compute(2, 0, ABC)
@@ -261,7 +261,7 @@ def leader_gone_during_exchange() -> Script:
     s.at(s.now + 0.5)
     s.hashes(3, 0, (B, C), s.exchange(3, 0, (B, C)))
     stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
-    assert finished(_stop_acks(s, (C,), stop)).reason == "done"
+    assert finished(stop_acks(s, (C,), stop)).reason == "done"
     return s
 
 
@@ -269,8 +269,8 @@ def leader_gone_after_apply() -> Script:
     s = Script("leader-gone-after-apply", "A applies step 2 and publishes its hash, then leaves "
                "before committing roster 3. B (successor) holds every hash of step 2 and "
                "commits roster 3 with C at once.", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
-    _train(s, A, ABC, range(1, 3))
+    follow(s, A, (C,), config(3))
+    train(s, A, ABC, range(1, 3))
     s.at(s.now + 1.0)
     s.left(A)  # the server's peer-left (after the shell's grace): A is gone
     out = s.send(A, messages.Leave("bye"))  # in flight before A left: ignored
@@ -280,7 +280,7 @@ def leader_gone_after_apply() -> Script:
     s.at(s.now + 1.0)
     s.hashes(3, 0, (B, C), s.exchange(3, 0, (B, C)))
     stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
-    assert finished(_stop_acks(s, (C,), stop)).reason == "done"
+    assert finished(stop_acks(s, (C,), stop)).reason == "done"
     return s
 
 
@@ -288,8 +288,8 @@ def follower_held_roster() -> Script:
     s = Script("follower-held-roster", "C follows A with B. A leaves after step 1; B (its "
                "successor) commits roster 2 before C learns that A is gone: C holds it, and "
                "applies it when the server's peer-left for A makes B its leader.", C)  # fmt: skip
-    _follow(s, A, (B,), config(2))
-    _train(s, A, ABC, range(1, 2))
+    follow(s, A, (B,), config(2))
+    train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
     out = s.send(B, messages.Roster(RUN, 2, 0, [B, C]))
     assert not out, "held"
@@ -306,7 +306,7 @@ def crc_damage_repair() -> Script:
     s = Script("crc-damage-repair", "B receives A's contribution damaged in transit (CRC "
                "mismatch): it asks A for it again (no channel closed) and completes the step "
                "with the repaired piece.", B)  # fmt: skip
-    _follow(s, A, (C,), config(1))
+    follow(s, A, (C,), config(1))
     s.at(1.0)
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.compute(1, 0, ABC)
@@ -333,7 +333,7 @@ def forged_reduced_guard() -> Script:
     s = Script("forged-reduced-guard", "C sends B a reduced chunk with one value changed and a "
                "valid CRC: B cannot tell, applies it, and the sync guard stops the run when A's "
                "and C's hashes differ from B's.", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.at(1.0)
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.compute(1, 0, ABC)
@@ -351,7 +351,7 @@ def forged_reduced_guard() -> Script:
     stop = said[0][1]
     assert isinstance(stop, messages.Stop) and stop.reason == "fork"
     assert stop.hashes == {A: honest, B: mine}, stop
-    assert finished(_stop_acks(s, (A, C), stop)).reason == "fork"
+    assert finished(stop_acks(s, (A, C), stop)).reason == "fork"
     return s
 
 
@@ -359,7 +359,7 @@ def hash_mismatch_fork() -> Script:
     s = Script("hash-mismatch-fork", "Leader A: every piece of step 1 is right, but C "
                "publishes another hash: the sync guard stops the run (stop fork naming both "
                "hashes) and no roster 2 is committed.", A, state=fresh_state())  # fmt: skip
-    _lead(s, (B, C))
+    lead_run(s, (B, C))
     s.at(2.0)
     digest = s.exchange(1, 0, ABC)
     s.hashes(1, 0, (B,), digest)
@@ -369,14 +369,14 @@ def hash_mismatch_fork() -> Script:
     stop = stops(out)[0][1]
     assert isinstance(stop, messages.Stop) and stop.reason == "fork"
     assert stop.message.startswith("replicas diverged after step 1"), stop.message
-    assert finished(_stop_acks(s, (B, C), stop)).reason == "fork"
+    assert finished(stop_acks(s, (B, C), stop)).reason == "fork"
     return s
 
 
 def probe_mismatch() -> Script:
     s = Script("probe-mismatch", "B: C's hash of step 1 carries a kernel probe that is not the "
                "reference's: the run stops (fork) naming C and its backend.", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.at(1.0)
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     digest = s.exchange(1, 0, ABC)
@@ -386,7 +386,7 @@ def probe_mismatch() -> Script:
     stop = stops(out)[0][1]
     assert isinstance(stop, messages.Stop) and stop.hashes == {C: bad}, stop
     assert "kernel probe mismatch" in stop.message and "wgpu-drifted" in stop.message
-    assert finished(_stop_acks(s, (A, C), stop)).reason == "fork"
+    assert finished(stop_acks(s, (A, C), stop)).reason == "fork"
     return s
 
 
@@ -407,7 +407,7 @@ def version_mismatch_in_run() -> Script:
     s = Script("version-mismatch-in-run", "Leader A in a run: a newcomer D says hello with "
                "version 2; A answers error version-mismatch, closes D's channel and goes on "
                "training (D is gone for good).", A, state=fresh_state())  # fmt: skip
-    _lead(s, (B, C), steps=1)
+    lead_run(s, (B, C), steps=1)
     s.at(2.0)
     s.feed(ev.ChannelOpened(s.now, D))
     out = s.text(D, hello_text(version=2))
@@ -416,7 +416,7 @@ def version_mismatch_in_run() -> Script:
     out = s.hashes(1, 0, ABC, digest)
     stop = stops(out)[0][1]
     assert [p for p, _ in stops(out)] == [B, C], "not to D"
-    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
 
 
@@ -424,7 +424,7 @@ def wrong_run() -> Script:
     s = Script("wrong-run", "B in A's run: D sends a second, different config and E a roster "
                "of another run; both are answered error wrong-run and their channels closed. "
                "The run goes on.", B)  # fmt: skip
-    _follow(s, A, (C, D, E), config(1))
+    follow(s, A, (C, D, E), config(1))
     other = config(1).__dict__ | {"run": OTHER_RUN}
     other.pop("type")
     out = s.send(D, messages.Config(**other))
@@ -432,7 +432,7 @@ def wrong_run() -> Script:
     out = s.send(E, messages.Roster(OTHER_RUN, 1, 0, [E]))
     assert [(p, m.code) for p, m in errors(out)] == [(E, "wrong-run")]
     s.at(1.0)
-    digest = _train(s, A, ABC, range(1, 2))
+    digest = train(s, A, ABC, range(1, 2))
     assert digest == honest_hash(INIT, 1, 0, 3)
     stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
     s.send(A, stop)
@@ -461,8 +461,8 @@ def stop_races_failover() -> Script:
                "A's stop (A's user ended the run after step 1). B fails over and, as successor, "
                "commits roster 2, then A's stop arrives from the gone leader: the stop wins, B "
                "repeats it and stops.", B)  # fmt: skip
-    _follow(s, A, (C,), config(10))
-    _train(s, A, ABC, range(1, 2))
+    follow(s, A, (C,), config(10))
+    train(s, A, ABC, range(1, 2))
     s.at(s.now + 0.5)
     out = s.left(A)
     assert [(r.step, r.peers) for r in rosters(out)] == [(2, [B, C])], out
@@ -480,7 +480,7 @@ def straggler_recommit() -> Script:
                "lacks (B's reduced chunk waited for C too): A alone. B and C ask for the state "
                "and are back in roster 2 after the checkpoint.", A,
                state=fresh_state())  # fmt: skip
-    _lead(s, (B, C), steps=2)
+    lead_run(s, (B, C), steps=2)
     s.at(2.0)
     s.compute(1, 0, ABC)
     s.frames(B, FrameKind.CONTRIBUTION, contributions(1, 1, 0, 3)[0], 1, 0, 0)
@@ -502,7 +502,7 @@ def straggler_recommit() -> Script:
     s.at(s.now + 1.0)
     s.hashes(2, 0, ABC, s.exchange(2, 0, ABC))
     stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
-    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
 
 
@@ -517,7 +517,7 @@ def frames_hostile() -> Script:
                "2^31 bytes (oversized), G an unknown frame kind, and H never says hello. Each is "
                "answered error and closed; the step completes.", B)  # fmt: skip
     g, h = "G" * 12, "H" * 12
-    _follow(s, A, (C,), config(1))
+    follow(s, A, (C,), config(1))
     s.at(1.0)
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     s.feed(ev.ChannelOpened(s.now, D))
@@ -550,11 +550,11 @@ def save_and_leave() -> Script:
                "leader's save request for step 1, the periodic save at step 2, then its user "
                "leaves (leave to all, no second save of step 2).", B, can_save=True,
                save_every=2)  # fmt: skip
-    _follow(s, A, (C,), config(5))
-    _train(s, A, ABC, range(1, 2))
+    follow(s, A, (C,), config(5))
+    train(s, A, ABC, range(1, 2))
     out = s.send(A, messages.Save(RUN, 1))
     assert [f for f in out if isinstance(f, fx.Save)] == [fx.Save(1)], out
-    _train(s, A, ABC, range(2, 3))
+    train(s, A, ABC, range(2, 3))
     assert any(st["effects"] == [{"effect": "save", "step": 2}] or
                {"effect": "save", "step": 2} in st["effects"] for st in s.steps)  # fmt: skip
     out = s.feed(ev.UserLeave(s.now, "interrupted"))
@@ -583,7 +583,7 @@ def resume_leader() -> Script:
     s.hashes(5, 0, ABC, s.exchange(5, 0, ABC))
     s.hashes(6, 0, ABC, s.exchange(6, 0, ABC))
     stop = messages.Stop(RUN, "done", 6, "reached step 6", {})
-    assert finished(_stop_acks(s, (B, C), stop)).reason == "done"
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
 
 
@@ -604,7 +604,7 @@ def compute_failed() -> Script:
     s = Script("compute-failed", "B's own gradient computation fails in step 1 (its shell "
                "reports the exception): the run ends for B with an error, announced to no one "
                "(the others drop it by the usual rules).", B)  # fmt: skip
-    _follow(s, A, (C,), config(3))
+    follow(s, A, (C,), config(3))
     s.at(1.0)
     s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
     out = s.feed(ev.ComputeFailed(s.now, 1, 0, "MemoryError()"))
