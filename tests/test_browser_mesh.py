@@ -12,7 +12,10 @@ nothing leaves the machine. Chromium gets the project's offline flags plus ``WEB
   Python side parses the tab's frames and messages with ``p2p.frames``/``p2p.messages`` and
   the tab parses Python's with frames.js/messages.js;
 - when the server goes away, the page says so and reconnects with growing, jittered delays,
-  and is admitted again (a new id) when the server is back.
+  and is admitted again (a new id) when the server is back;
+- the wire vectors (tests/vectors/p2p_wire/) replay in Chromium as under Node: Chromium's
+  DecompressionStream refuses trailing bytes itself and words its errors its own way, and the
+  answers must still be Python's.
 
 A console error on a page fails its test (the only ones expected are Chromium's own reports of
 the refused WebSocket connects while the server is down, in the reconnect test).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 import shutil
 import socket
@@ -38,6 +42,7 @@ from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.mesh import ChannelMessage, Mesh
+from daisychain.p2p_wire_vectors import DEFAULT_DIR as WIRE_VECTORS
 from daisychain.server.app import create_app
 from mesh_helpers import needs_namespace
 from server_fixtures import ByteTokenizer, config
@@ -158,6 +163,60 @@ async ([peer, limit, waitMs]) => {
 
 TRICKLES = """
 async () => (await import('/js/p2p/check.js')).mesh.links.values().next().value.trickle
+"""
+
+# Every wire vector through frames.js/messages.js in the page; returns the mismatches.
+REPLAY = """
+async ([fv, mv]) => {
+  const F = await import('/js/p2p/frames.js');
+  const M = await import('/js/p2p/messages.js');
+  const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const blob = (name) => bytes(fv.blobs[name]);
+  const zlibWords = 'payload is not valid deflate-raw data (';
+  const same = (exc, want) => exc.name === want.error && (exc.message === want.message ||
+    (want.message.startsWith(zlibWords) && exc.message.startsWith(zlibWords)));
+  const bad = [];
+  let checked = 0;
+  for (const c of fv.reassembly) {
+    const r = new F.Reassembler((kind) => c.limits[String(kind)]);
+    for (let i = 0; i < c.frames.length; i++) {
+      const want = c.results[i];
+      checked++;
+      try {
+        const got = await r.feed(blob(c.frames[i]));
+        if (want.error) bad.push(`${c.name}/${i}: accepted, Python: ${want.message}`);
+        else if (want.incomplete ? got !== null :
+          got === null || bytes(fv.blobs[want.payload.data]).join() !== got.data.join()) {
+          bad.push(`${c.name}/${i}: wrong payload`);
+        }
+      } catch (exc) {
+        if (!want.error || !same(exc, want)) bad.push(`${c.name}/${i}: ${exc.message}`);
+      }
+    }
+  }
+  for (const c of fv.inflate) {
+    checked++;
+    try {
+      const out = await F.inflate(bytes(c.data), c.limit);
+      if (c.error || bytes(c.output).join() !== out.join()) bad.push(`inflate ${c.name}: accepted`);
+    } catch (exc) {
+      if (!c.error || !same(exc, c)) bad.push(`inflate ${c.name}: ${exc.name}: ${exc.message}`);
+    }
+  }
+  for (const c of mv.cases) {
+    checked++;
+    try {
+      const got = M.encode(M.parse(c.raw));
+      if (got !== c.encoded) bad.push(`${c.name}: ${got}`);
+    } catch (exc) {
+      const e = c.error;
+      if (!e || exc.code !== e.code || exc.message !== e.message || exc.hint !== e.hint) {
+        bad.push(`${c.name}: ${exc.code}: ${exc.message}`);
+      }
+    }
+  }
+  return { checked, bad };
+}
 """
 
 EVENTS = """
@@ -402,3 +461,19 @@ async def test_page_reconnects_with_backoff_when_the_server_goes_away() -> None:
     assert len(welcomes) == 2 and welcomes[0] != welcomes[1], "a reconnect is a new identity"
     assert first and second and first != second
     assert any("signaling lost" in e for e in errors), errors
+
+
+async def test_wire_vectors_replay_in_chromium() -> None:
+    fv, mv = (json.loads((WIRE_VECTORS / n).read_text()) for n in ("frames.json", "messages.json"))
+    server = AppServer()
+    await server.start()
+    try:
+        async with chromium() as browser:
+            tab = await open_tab(browser, server.url)
+            result = await tab.page.evaluate(REPLAY, [fv, mv])
+            tab.check_clean()
+    finally:
+        await server.stop()
+    total = sum(len(c["frames"]) for c in fv["reassembly"]) + len(fv["inflate"]) + len(mv["cases"])
+    assert result["checked"] == total
+    assert result["bad"] == [], result["bad"]
