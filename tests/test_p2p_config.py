@@ -438,3 +438,27 @@ def test_hello_with_another_contract_is_refused(obj: dict[str, Any], code: str, 
     assert info.value.code == code
     if code == "version-mismatch":
         assert "same DaisyChain version" in info.value.hint
+
+
+def test_a_new_optimizer_or_model_rule_is_still_a_refusal_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The optimizer and the model validate themselves too; a rule they gain that the checks
+    above do not know yet still reaches the leader as `incompatible`, never as a crash."""
+    from daisychain.model.config import ConfigError
+    from daisychain.optim import OptimizerError
+
+    def strict_optimizer(**_: Any) -> AdamWConfig:
+        raise OptimizerError("betas must be tuned")
+
+    monkeypatch.setattr(runconfig, "AdamWConfig", strict_optimizer)
+    refuse(config(), "optimizer", "optimizer: betas must be tuned")
+    monkeypatch.undo()
+
+    def strict_model(**_: Any) -> ModelConfig:
+        raise ConfigError("layers must be even", "even-layers")
+
+    monkeypatch.setattr(runconfig, "ModelConfig", strict_model)
+    with pytest.raises(Incompatible, match="layers must be even") as info:
+        accept(config())
+    assert info.value.rule == "even-layers" and "MODEL.md" in info.value.hint
