@@ -202,7 +202,9 @@ function pyBytesRepr(bytes) {
  * sent). `feed(frame)` also inflates a compressed body and resolves to a Payload
  * `{kind, round, chunk, step, data}` (Python's Reassembler.feed). Both throw FrameError for
  * any violation (close the channel) and ChecksumError for a damaged payload (ask again). The
- * state changes before `feed` awaits anything, so frames fed in arrival order stay in order.
+ * state changes before `feed` awaits anything, so frames fed in arrival order are checked in
+ * that order; but a compressed payload resolves only after its inflate, so a caller that must
+ * see payloads in arrival order awaits each `feed` before the next (or uses `feedSync`).
  */
 export class Reassembler {
   constructor(limit) {
