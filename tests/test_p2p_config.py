@@ -462,3 +462,29 @@ def test_a_new_optimizer_or_model_rule_is_still_a_refusal_not_a_crash(
     with pytest.raises(Incompatible, match="layers must be even") as info:
         accept(config())
     assert info.value.rule == "even-layers" and "MODEL.md" in info.value.hint
+
+
+def test_a_finished_attempt_keeps_only_the_bytes_the_estimate_counts() -> None:
+    """footprint counts the int8 pieces kept for repair, not float32 copies of them: once an
+    attempt is applied its values are released (its keys and bytes stay for repair)."""
+    from daisychain.p2p import allreduce, codec
+    from daisychain.p2p.machine.attempt import Attempt, AttemptPhase
+    from daisychain.p2p.run import CommittedRoster
+
+    blocks = 6
+    a = Attempt(CommittedRoster(1, 0, ("a", "b")), 0, blocks, now=0.0)
+    rng = np.random.default_rng(3)
+    grad = rng.standard_normal(blocks * codec.BLOCK).astype(np.float32)
+    mine = tuple(codec.encode(grad[allreduce.chunk_slice(blocks, 2, k)])[0] for k in range(2))
+    a.computed_with(1.0, mine, "p" * 64)
+    other, _ = codec.encode(grad[allreduce.chunk_slice(blocks, 2, 0)])
+    a.contributions[1] = codec.decode(other, a.chunk_blocks(0))
+    assert a.reduce() is not None
+    a.reduced[1] = codec.decode(mine[1], a.chunk_blocks(1))
+    assert a.complete() and a.mean_gradient().shape == (blocks * codec.BLOCK,)
+    held = sum(v.nbytes for v in [*a.contributions.values(), *a.reduced.values()])
+    assert held == 2 * blocks * codec.BLOCK * 4  # contributions to my chunk + every reduced one
+    a.transition(AttemptPhase.APPLIED)
+    assert sum(v.nbytes for v in [*a.contributions.values(), *a.reduced.values()]) == 0
+    assert set(a.contributions) == {0, 1} and set(a.reduced) == {0, 1}
+    assert a.sent == mine and 0 in a.reduced_payload and not a.missing_from()

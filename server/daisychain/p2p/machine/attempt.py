@@ -82,6 +82,14 @@ class Attempt:
         assert new in _ALLOWED[old], f"attempt {self.key} is {old.value}: cannot become {new.value}"
         self.phase = new
         log.debug("attempt %s: %s -> %s", self.key, old.value, new.value)
+        if not self.live:
+            # A finished attempt takes no more pieces and serves repairs from the bytes
+            # (``sent``, ``reduced_payload``): its float32 values (8 bytes a parameter, held for
+            # HISTORY_STEPS steps) would be dead weight the memory cap does not count
+            # (p2p.footprint). The keys stay: they say which pieces arrived.
+            empty = np.zeros(0, dtype=np.float32)
+            self.contributions = dict.fromkeys(self.contributions, empty)
+            self.reduced = dict.fromkeys(self.reduced, empty)
 
     def chunk_blocks(self, k: int) -> int:
         first, end = allreduce.chunk_blocks(self.total_blocks, self.n, k)
