@@ -219,6 +219,48 @@ async ([fv, mv]) => {
 }
 """
 
+# A 6 MiB payload through a real RTCDataChannel, recording bufferedAmount after every send.
+SEND_WATCHED = """
+async ([peer, n]) => {
+  const { mesh } = await import('/js/p2p/check.js');
+  const channel = mesh.links.get(peer).channel;
+  const send = channel.send.bind(channel);
+  const seen = { peak: 0, sends: 0 };
+  channel.send = (data) => {
+    send(data);
+    seen.sends++;
+    seen.peak = Math.max(seen.peak, channel.bufferedAmount);
+  };
+  const payload = new Uint8Array(n);
+  for (let i = 0; i < n; i++) payload[i] = (i * 7) & 0xff;
+  mesh.sendPayload(peer, { kind: 3, step: 1, transfer: 77, payload });
+  while (mesh.buffered(peer) > 0) await new Promise((r) => setTimeout(r, 20));
+  channel.send = send;
+  return seen;
+}
+"""
+
+RECEIVE_BIG = """
+async ([peer, n, waitMs]) => {
+  const { inbox } = await import('/js/p2p/check.js');
+  const F = await import('/js/p2p/frames.js');
+  const r = new F.Reassembler(() => n);
+  const deadline = Date.now() + waitMs;
+  for (let seen = 0; ;) {
+    if (seen === inbox.length) {
+      if (Date.now() > deadline) throw new Error(`timed out after ${seen} messages`);
+      await new Promise((res) => setTimeout(res, 10));
+      continue;
+    }
+    const item = inbox[seen++];
+    if (item.peer !== peer || item.type !== 'frame') continue;
+    const done = await r.feed(item.data);
+    if (done === null || done.kind !== 3) continue; // the earlier exchange's payload is kind 2
+    return done.data.every((v, i) => v === ((i * 7) & 0xff)) ? done.data.length : -1;
+  }
+}
+"""
+
 EVENTS = """
 async () => {
   const { events } = await import('/js/p2p/check.js');
@@ -336,6 +378,14 @@ async def test_two_tabs_exchange_messages_and_compressed_fragmented_frames() -> 
             )
             check_received(got_b, 300_000, 1, True, ia["id"])
             check_received(got_a, 120_000, 2, False, ib["id"])
+            # Flow control on a real channel: 6 MiB leave a -> b with never more than
+            # HIGH_WATER (1 MiB) plus one frame in the channel's buffer.
+            n = 6 * 1024 * 1024
+            got_big = asyncio.ensure_future(b.page.evaluate(RECEIVE_BIG, [ia["id"], n, WAIT_MS]))
+            seen = await a.page.evaluate(SEND_WATCHED, [ib["id"], n])
+            assert await got_big == n
+            assert seen["sends"] == -(-n // frames.MAX_FRAGMENT_BYTES)
+            assert 0 < seen["peak"] <= 1024 * 1024 + frames.MAX_FRAME_BYTES, seen
             events = await a.page.evaluate(EVENTS)
             assert [e["type"] for e in events if e["type"] == "error"] == []
             trickled = await a.page.evaluate(TRICKLES)
