@@ -436,8 +436,13 @@ async def test_a_client_that_stops_reading_is_aborted_and_freed() -> None:
         assert not [m for m in seen if m["type"] == "error"], seen  # no strike for alice
         status = await (await client.get("/api/status")).json()
         assert status["peers"] == 1
-        await _until(lambda: pinned() is None or gc.collect() < 0)
-        assert pinned() is None, "something still holds the aborted connection"
+        # Freed by reference counting alone, as soon as its handler returned: no cycle keeps
+        # it for the next full collection (which a busy server may not run for a long time).
+        gc.disable()
+        try:
+            await _until(lambda: pinned() is None)
+        finally:
+            gc.enable()
         # Aborted, not closed politely: the reader finds the stream cut with no close frame.
         opcodes = []
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):

@@ -15,7 +15,8 @@ Against a hostile client (docs/SERVER.md, *Limits against hostile clients*):
   also bounded by ``close_timeout_s``, then aborted;
 * per client address (``grouping.network_key``: an IPv4 address, an IPv6 /64): at most
   ``max_connections_per_address`` open sockets, and hellos at a token-bucket pace (join
-  requests are paced by the hub);
+  requests are paced by the hub). A socket over the cap, or from an address with no hello left,
+  is refused before the upgrade (HTTP 429), the cheapest refusal there is;
 * liveness is this module's own sweep, one timer for all sockets (``_sweep``): a socket silent
   for ``heartbeat_s`` gets a WebSocket ping, and one still silent half a period later is
   aborted. (aiohttp's per-socket heartbeat re-armed itself when data arrived during the close,
@@ -69,6 +70,10 @@ log = logging.getLogger(__name__)
 _FATAL_HELLO_CODES = frozenset(
     {"version-mismatch", "bad-room-code", "group-full", "room-busy", "rate-limited"}
 )
+
+
+def _drop(item: OutboxItem) -> None:
+    """``Peer.post`` of a peer without a live connection."""
 
 
 class _Ping:
@@ -292,7 +297,7 @@ class Signaling:
             self._sweeper = asyncio.create_task(self._sweep(), name="ws-liveness")
         peer = Peer(
             id=self.hub.new_peer_id(),
-            post=lambda item: None,
+            post=_drop,
             network_key=group_key(address),
             address=address_key,
         )
@@ -332,6 +337,10 @@ class Signaling:
             self.hub.disconnect(conn.peer)
             self.connections.discard(conn)
             await conn.stop()
+            # Peer and connection point at each other (``peer.post`` is ``conn.post``): cut the
+            # cycle so the socket's memory goes when the handler returns, not at the next full
+            # garbage collection.
+            conn.peer.post = _drop
             log.debug("peer %s disconnected", conn.peer.id)
         return ws
 
