@@ -385,6 +385,20 @@ async def test_connections_per_address_are_capped_and_the_slot_comes_back() -> N
         assert welcome["members"] == []
 
 
+async def test_the_socket_cap_counts_an_ipv6_64_as_one_address() -> None:
+    # A device picks new IPv6 addresses inside its /64 at will: they share one budget, as they
+    # share one group. (2a00:1450:4001:81c::/64 is public; nothing here contacts it.)
+    limits = replace(SignalingLimits(), max_connections_per_address=2)
+    async with serve(config(signaling=limits, trust_proxy=True)) as client:
+        await connect(client, xff="2a00:1450:4001:81c::1")
+        await connect(client, xff="2a00:1450:4001:81c:ffff:ffff:ffff:ffff")
+        with pytest.raises(WSServerHandshakeError) as refused:
+            await connect(client, xff="2a00:1450:4001:81c::3")
+        assert refused.value.status == 429
+        _, welcome = await join(client, "next /64", xff="2a00:1450:4001:81d::1")
+        assert welcome["group"]["kind"] == "network"
+
+
 async def test_hellos_are_paced_per_address() -> None:
     limits = replace(SignalingLimits(), hello_burst=3, hellos_per_s=0.001)
     async with serve(config(signaling=limits, trust_proxy=True)) as client:
