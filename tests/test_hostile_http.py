@@ -162,3 +162,33 @@ async def test_a_forged_forwarded_for_line_buys_no_data_budget_and_no_group(
     assert_bystanders_unharmed(result)
     assert_memory_returned(result)
     (tmp_path / "checked.json").write_text(json.dumps({"allowed": allowed}))
+
+
+def tokenize_flood(*, requests: int = DATA_BURST, max_tokens: int = 131_072) -> Attacker:
+    """``requests`` (one client's whole burst) ``format=tokens`` requests of the largest size at
+    once: ~1 MB of text each to tokenize."""
+
+    async def attack(a: Attack) -> None:
+        async with aiohttp.ClientSession() as session:
+
+            async def one(seed: int) -> None:
+                url = f"{a.url}/data?format=tokens&max_tokens={max_tokens}&seed={seed}"
+                async with session.get(url) as response:
+                    body = await response.read()
+                    a.outcome.closes[f"http-{response.status}"] += 1
+                    a.outcome.notes.setdefault("token_bytes", []).append(len(body))
+
+            await asyncio.gather(*(one(seed) for seed in range(requests)))
+            a.outcome.sent = requests
+
+    return attack
+
+
+async def test_a_tokenize_flood_leaves_the_bystanders_relaying(tmp_path: Path) -> None:
+    result = await run_hostile(tokenize_flood(), tmp_path, name="tokenize-flood", attack_s=60.0)
+    summary = record(result, tmp_path)
+    assert result.attack.closes == {"http-200": DATA_BURST}, summary
+    assert result.attack.notes["token_bytes"] == [2 * 131_072] * DATA_BURST, summary
+    assert result.log_tracebacks == 0, summary
+    assert_bystanders_unharmed(result)
+    assert_memory_returned(result)

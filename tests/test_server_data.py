@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,13 +19,19 @@ from multidict import CIMultiDict
 
 from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.corpus import load_builtin_text
+from daisychain.server import tokenize
 from daisychain.server.app import create_app
 from daisychain.server.config import DataConfig
 from daisychain.server.datasource import DataService
-from daisychain.server.tokenize import ServingTokenizer, TokenizerMismatch
+from daisychain.server.tokenize import (
+    PIECE_CHARS,
+    ServingTokenizer,
+    TokenizerMismatch,
+    encode_prefix,
+)
 from daisychain.tokenizer import EOT_TOKEN, Tokenizer, default_path, load_default
 from daisychain.tokenizer.vectors import CASE_TEXTS
-from server_fixtures import FALLBACK_TEXT, config, serve
+from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config, serve
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -400,3 +407,59 @@ async def test_preload_loads_offline_needs_and_survives_a_missing_tokenizer(
     assert "no tokenizer for /data?format=tokens" in caplog.text
     with pytest.raises(FileNotFoundError):
         await service.tokenizer()  # tried again on use: the endpoint turns it into a 503
+
+
+def cut_texts() -> list[str]:
+    """Texts dense in whitespace runs around line ends: where a wrong cut point shows."""
+    rng = random.Random(23)
+    parts = ["\n", "\r\n", "\n\n", "\n ", "\n  ", " \n", "\t", "\t\n", "\x0b", "\x0c", " ",
+             "  ", "a", "The", " b", "7", "123456", "!", "(", "é", "日本", "😀", EOT_TOKEN, "<|",
+             "|>"]  # fmt: skip
+    return [
+        "".join(rng.choice(parts) for _ in range(rng.randrange(1, 200))) for _ in range(300)
+    ] + ["x\n  b", "x\n\n<|endoftext|>y", "a\r\n\r\n b\n\tc"]
+
+
+def test_encoding_piece_by_piece_gives_the_ids_of_the_whole() -> None:
+    serving, oracle = serving_pair()
+    corpus = load_builtin_text()[1_000_000:1_300_000]
+    cases = [(text, piece) for text in cut_texts() for piece in (1, 5)] + [(corpus, 4096)]
+    for text, piece in cases:
+        whole = oracle.encode(text)
+        for limit in sorted({0, 1, len(whole) // 2, len(whole), len(whole) + 5}):
+            got = encode_prefix(serving.encode, text, limit, piece_chars=piece)
+            assert got.tolist() == whole[:limit], (text[:80], piece, limit)
+
+
+def test_cutting_after_any_whitespace_would_change_the_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The cut rule is what keeps the ids: cutting after a space (before " b" is a token) breaks
+    # them, and the comparison above would see it.
+    _serving, oracle = serving_pair()
+    monkeypatch.setattr(tokenize, "_CUT_RE", re.compile(r"\s"))
+    wrong = [
+        text
+        for text in cut_texts()
+        if encode_prefix(oracle.encode, text, 10**6, piece_chars=1).tolist() != oracle.encode(text)
+    ]
+    assert wrong, "a cut after any whitespace kept every id: the texts do not exercise the rule"
+
+
+async def test_a_tokens_flood_is_tokenized_piece_by_piece_within_the_budget() -> None:
+    calls: list[int] = []
+
+    class Counting(ByteTokenizer):
+        def encode(self, text: str) -> list[int]:
+            calls.append(len(text))
+            return super().encode(text)
+
+    text = ("A line of the built-in corpus.\n" * 100_000)[: 8 * 131_072]
+    app = create_app(config(), fallback_text=lambda: text, tokenizer=Counting)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/data?format=tokens&max_tokens=100000&seed=1")
+        assert response.status == 200 and len(await response.read()) == 200_000
+    # One byte per token: 100 000 characters are needed, so about seven 16 K pieces are encoded,
+    # not the whole 1 MB sample.
+    assert 100_000 <= sum(calls) < 100_000 + 2 * PIECE_CHARS, calls
+    assert max(calls) < PIECE_CHARS + 100, calls

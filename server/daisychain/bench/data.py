@@ -6,6 +6,12 @@ with 206, like the CDN), and times row-group reads: cold (a fresh reader: footer
 group) and warm (footers cached: one range GET per row group). Reports row groups per second,
 bytes per row group, range GETs per row group, and the warm/cold throughput ratio.
 
+Then ``/healthz`` latency while ``--flood`` (20) parallel ``format=tokens&max_tokens=131072``
+requests run against the real server (``serve_local``, offline: the built-in corpus), once with
+the shipped pure-Python encoder (``before``: it holds the interpreter lock while it encodes)
+and once with the serving tokenizer (``after``: the ``tokenizers`` library, lock released), and
+the after/before ratios of ``/healthz`` p99 and worst latency and of the flood's duration.
+
 The stand-in upstream (``write_fineweb_shard``, ``UpstreamStub``) is also what the tests use.
 """
 
@@ -134,6 +140,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chars", type=int, default=3000, help="mean characters per row")
     parser.add_argument("--reads", type=int, default=32, help="warm row-group reads to time")
     parser.add_argument("--workdir", type=Path, default=None, help="where to write shards")
+    parser.add_argument(
+        "--flood", type=int, default=20,
+        help="parallel max-token /data requests while /healthz is timed (0 skips this part)",
+    )  # fmt: skip
+    parser.add_argument("--flood-tokens", type=int, default=131_072, help="max_tokens of each")
 
 
 async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -205,10 +216,85 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
 
 
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _healthz_under_flood(loader: Any, flood: int, max_tokens: int) -> dict[str, Any]:
+    """``/healthz`` round trips (ms) while ``flood`` max-token ``/data`` requests run."""
+    import aiohttp
+
+    from daisychain.server.app import serve_local
+    from daisychain.server.config import DataConfig, ServerConfig
+
+    data = replace(DataConfig(), offline=True, burst=flood + 10)  # the flood is not rate-limited
+    async with (
+        serve_local(ServerConfig(data=data), tokenizer=loader) as url,
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def get(path: str) -> float:
+            start = time.perf_counter()
+            async with session.get(url + path) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"{path}: HTTP {response.status}")
+            return (time.perf_counter() - start) * 1e3
+
+        await get("/data?format=tokens&max_tokens=1024&seed=0")  # loads tokenizer and corpus
+        idle = [await get("/healthz") for _ in range(50)]
+        start = time.perf_counter()
+        tasks = [
+            asyncio.create_task(get(f"/data?format=tokens&max_tokens={max_tokens}&seed={i + 1}"))
+            for i in range(flood)
+        ]
+        probes: list[float] = []
+        while not all(task.done() for task in tasks):
+            probes.append(await get("/healthz"))
+            await asyncio.sleep(0.01)
+        data_ms = await asyncio.gather(*tasks)
+        flood_s = time.perf_counter() - start
+    return {
+        "healthz_idle_p50_ms": round(_percentile(idle, 0.5), 3),
+        "healthz_p50_ms": round(_percentile(probes, 0.5), 3),
+        "healthz_p99_ms": round(_percentile(probes, 0.99), 3),
+        "healthz_max_ms": round(max(probes), 3),
+        "healthz_probes": len(probes),
+        "data_p50_ms": round(_percentile(list(data_ms), 0.5), 1),
+        "flood_s": round(flood_s, 3),
+    }
+
+
+async def _flood(args: argparse.Namespace) -> dict[str, Any]:
+    from daisychain.server.tokenize import load_serving_tokenizer
+    from daisychain.tokenizer import load_default
+
+    before = await _healthz_under_flood(load_default, args.flood, args.flood_tokens)
+    after = await _healthz_under_flood(load_serving_tokenizer, args.flood, args.flood_tokens)
+    return {
+        "requests": args.flood,
+        "max_tokens": args.flood_tokens,
+        "before_pure_python": before,
+        "after_tokenizers_library": after,
+        "healthz_p99_after_vs_before_ratio": round(
+            after["healthz_p99_ms"] / before["healthz_p99_ms"], 4
+        ),
+        "healthz_max_after_vs_before_ratio": round(
+            after["healthz_max_ms"] / before["healthz_max_ms"], 4
+        ),
+        "flood_s_after_vs_before_ratio": round(after["flood_s"] / before["flood_s"], 3),
+    }
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     if args.workdir is not None:
-        return asyncio.run(_measure(args, args.workdir))
-    with tempfile.TemporaryDirectory(prefix="daisychain-bench-data-") as tmp:
-        return asyncio.run(_measure(args, Path(tmp)))
+        result = asyncio.run(_measure(args, args.workdir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="daisychain-bench-data-") as tmp:
+            result = asyncio.run(_measure(args, Path(tmp)))
+    if args.flood > 0:
+        result["healthz_under_tokenize_flood"] = asyncio.run(_flood(args))
+    return result

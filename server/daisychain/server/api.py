@@ -21,13 +21,11 @@ Every ``/data`` response names its source (``fineweb`` or ``builtin``) in the
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import re
 import secrets
 import sys
-from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +47,7 @@ CHARS_PER_TOKEN_BUDGET = 8
 DOCUMENT_SEPARATOR = "\n\n"
 # 2^63 - 1 has 19 digits; more is out of every bound here, so int() never sees a huge string.
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
+_TYPECODES = {"uint16": "H", "uint32": "I"}
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -144,24 +143,25 @@ class DataEndpoint:
                 ),
                 content_type="application/json",
             ) from None
-        sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
-        text = DOCUMENT_SEPARATOR.join(sample.texts)
-        # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the loop, and
-        # with the interpreter lock released (see server/tokenize.py).
-        tokens = (await asyncio.to_thread(tokenizer.encode, text))[:max_tokens]
         dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
+        async with service.token_slots:  # bounds the text and ids held at once
+            sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
+            text = DOCUMENT_SEPARATOR.join(sample.texts)
+            # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the
+            # loop, and with the interpreter lock released (server/tokenize.py).
+            packed = await service.encode(tokenizer, text, max_tokens, _TYPECODES[dtype])
+            del text
         headers = _headers(sample) | {
             "X-DaisyChain-Token-Dtype": dtype,
             "X-DaisyChain-Tokenizer-Sha256": tokenizer.sha256,
         }
         if encoding == "json":
             body = _describe(sample) | {
-                "tokens": tokens,
+                "tokens": packed.tolist(),
                 "dtype": dtype,
                 "tokenizer_sha256": tokenizer.sha256,
             }
             return web.json_response(body, headers=headers)
-        packed = array("H" if dtype == "uint16" else "I", tokens)
         assert packed.itemsize == (2 if dtype == "uint16" else 4), "unexpected C int width"
         if sys.byteorder != "little":
             packed.byteswap()

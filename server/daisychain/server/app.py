@@ -44,10 +44,12 @@ def create_app(
         session = None
         if not config.data.offline:
             session = aiohttp.ClientSession(raise_for_status=False)
-        app[DATA] = DataService(
+        service = DataService(
             config.data, session, fallback_text=fallback_text, tokenizer=tokenizer
         )
+        app[DATA] = service
         yield
+        service.close()
         if session is not None:
             await session.close()
 

@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import io
 import logging
+import os
 import random
 import re
 import struct
 import time
+from array import array
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -297,6 +301,10 @@ class DataService:
         self._builtin: str | None = None
         # Both loads take a fifth of a second or so: in a worker thread, once, never on the loop.
         self._loading = asyncio.Lock()
+        threads = config.tokenize_threads or max(1, (os.cpu_count() or 2) - 1)
+        self._tokenize_pool = ThreadPoolExecutor(threads, thread_name_prefix="tokenize")
+        # Held from sampling to the last id (see DataConfig.token_requests_at_once).
+        self.token_slots = asyncio.Semaphore(config.token_requests_at_once or threads + 1)
         self._clock = clock
         self.state = UpstreamState.OFFLINE if config.offline or session is None else (
             UpstreamState.UNTRIED
@@ -351,6 +359,21 @@ class DataService:
                     self._tokenizer = await asyncio.to_thread(self._tokenizer_loader)
         return self._tokenizer
 
+    async def encode(
+        self, tokenizer: Tokenizer, text: str, max_tokens: int, typecode: str
+    ) -> array[int]:
+        """The first ``max_tokens`` ids of ``text`` as an ``array`` of ``typecode``, on one of
+        the ``tokenize_threads`` (never on the loop), piece by piece (``encode_prefix``)."""
+        from daisychain.server.tokenize import encode_prefix
+
+        job = functools.partial(
+            encode_prefix, tokenizer.encode, text, max_tokens, typecode=typecode
+        )
+        return await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, job)
+
+    def close(self) -> None:
+        self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
+
     async def builtin_text(self) -> str:
         """The built-in corpus (~12 M characters, ~24 MB as a str), loaded on first use."""
         if self._builtin is None:
@@ -368,9 +391,11 @@ class DataService:
         fallback loaded on the first failure. A tokenizer that fails to load is reported here
         and again, with a hint, by every ``format=tokens`` request."""
         try:
-            await self.tokenizer()
+            tokenizer = await self.tokenizer()
         except (ImportError, OSError, ValueError) as exc:
             log.warning("no tokenizer for /data?format=tokens: %s", exc)
+        else:
+            await self.encode(tokenizer, "warm up the tokenize threads", 16, "I")
         if self.state is UpstreamState.OFFLINE:
             await self.builtin_text()
 
