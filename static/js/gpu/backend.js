@@ -1,10 +1,14 @@
-// Backend selection in the browser, best first: WebGPU DP4A -> WebGPU LUT -> the JS CPU mirror.
+// Backend selection in the browser: correct first, then measured fastest (docs/KERNELS.md,
+// "Backend choice").
 //
-// Mirrors server/daisychain/gpu/backend.py. A WebGPU candidate is used only if it compiles on
-// this device, passes EVERY exact gate (gates.js) on a poisoned pool and reproduces the
-// reference probe hash; every candidate that does not is demoted with its reason kept, so the
-// page can say why this device computes on the CPU. The CPU mirror is the last resort and is
-// gated and probed too (it must pass; the node suite proves it against the golden vectors).
+// Mirrors server/daisychain/gpu/backend.py and peer/backend.py. A candidate (WebGPU DP4A, WebGPU
+// LUT, the JS CPU mirror, in that preference order) is usable only if it compiles on this device,
+// passes EVERY exact gate (gates.js) on a poisoned pool and reproduces the reference probe hash;
+// every candidate that does not is demoted with its reason kept, so the page can say why this
+// device computes where it does. Among the usable ones, chooseBackend() takes the fastest
+// measured at start on the step it will run (the caller's `timeStep`); without a measurement, the
+// first usable one in preference order. The CPU mirror is gated and probed too (it must pass; the
+// node suite proves it against the golden vectors).
 
 import { acquireGpu, DP4A_FEATURE } from './device.js';
 import { CpuGemm, GpuGemm, productOps } from './gemm.js';
@@ -39,8 +43,8 @@ export async function measureGops(gemm, [m, k, n] = GOPS_SHAPE, repeats = 3) {
   return (2 * m * k * n) / (best * 1e-3) / 1e9;
 }
 
-/** Gates and probe for one GEMM: {gemm, row} where row.gates_passed says whether it is usable. */
-async function evaluate(gemm, adapter, { measure, pool }) {
+/** Gates and probe for one GEMM: a row whose `gates_passed` says whether it is usable. */
+export async function evaluateGemm(gemm, adapter, { measure = false, pool = null } = {}) {
   const report = await runGemmGates(gemm, { pool, tile: gemm.tile });
   const row = {
     name: gemm.name,
@@ -50,6 +54,8 @@ async function evaluate(gemm, adapter, { measure, pool }) {
     failure: report.failure ? report.failure.describe() : null,
     probe_hash: null,
     gops: null,
+    step_ms: null,
+    step_complete: null,
   };
   if (report.failure) return row;
   try {
@@ -72,24 +78,83 @@ async function evaluate(gemm, adapter, { measure, pool }) {
 function unusable(name, adapter, reason) {
   return {
     name, adapter, gates_passed: false, cases_passed: 0, failure: reason, probe_hash: null,
-    gops: null,
+    gops: null, step_ms: null, step_complete: null,
+  };
+}
+
+const fmtMs = (ms) => `${ms.toFixed(ms < 100 ? 1 : 0)} ms`;
+
+/**
+ * The rule, as a pure function of the evaluated rows (in preference order): among the rows
+ * that passed their gates and probe, the one with the smallest measured `step_ms`; ties go to
+ * the earlier row. A row with `step_complete === false` was stopped once it had run longer than
+ * a complete one, so its `step_ms` is a lower bound and it cannot be the fastest. When any usable
+ * row has no measurement, the first usable row wins ("preference"). A row that failed its gates
+ * is never chosen, whatever its timing says. Returns {selected, rule, reason, measurements}.
+ */
+export function chooseBackend(rows) {
+  const usable = rows.filter((r) => r.gates_passed);
+  const measurements = rows
+    .filter((r) => r.step_ms !== null && r.step_ms !== undefined)
+    .map((r) => ({ name: r.name, step_ms: r.step_ms, complete: r.step_complete !== false }));
+  if (!usable.length) {
+    const why = rows.map((r) => `${r.name}: ${r.failure}`).join('; ');
+    throw new Error(`no backend passes its gates (${why})`);
+  }
+  const timed = usable.filter((r) => typeof r.step_ms === 'number' && r.step_ms >= 0);
+  if (timed.length !== usable.length) {
+    const first = usable[0];
+    return {
+      selected: first.name,
+      rule: 'preference',
+      reason: `${first.name}: the first backend in preference order that passes its gates ` +
+        '(speed not measured)',
+      measurements,
+    };
+  }
+  let best = null;
+  for (const r of timed) {
+    if (r.step_complete !== false && (best === null || r.step_ms < best.step_ms)) best = r;
+  }
+  if (best === null) throw new Error('every step measurement was stopped early: none to compare');
+  for (const r of timed) {
+    if (r.step_complete === false && r.step_ms < best.step_ms) {
+      throw new Error(`${r.name}: measurement stopped at ${fmtMs(r.step_ms)}, below the best ` +
+        `${fmtMs(best.step_ms)}: the cutoff must only stop a slower candidate`);
+    }
+  }
+  const others = timed.filter((r) => r !== best)
+    .map((r) => `${r.name} ${r.step_complete === false ? '>= ' : ''}${fmtMs(r.step_ms)}`);
+  const failed = rows.filter((r) => !r.gates_passed).map((r) => r.name);
+  return {
+    selected: best.name,
+    rule: 'measured',
+    reason: `${best.name}: ${fmtMs(best.step_ms)} per step, the fastest of the backends that ` +
+      `pass their gates${others.length ? ` (${others.join(', ')})` : ''}` +
+      `${failed.length ? `; failed their gates: ${failed.join(', ')}` : ''}`,
+    measurements,
   };
 }
 
 /**
- * Evaluates the backends of this device in order and selects the first usable one.
+ * Evaluates the backends of this device and selects one by the rule above.
  * Options: `order` (GPU kinds to try, default GPU_ORDER; [] for the CPU mirror only), `all`
- * (evaluate every row even after one passed: the selftest table), `measure`
- * (GOP/s of each usable row), `kernelBase`, `lutBase`, `sources` ({dp4a, lut}: replacement
- * WGSL), `onProgress(message)`, `onEvent(message)` (device loss, uncaptured errors).
- * Resolves to {selected, adapter, gemm, onGpu, demotions: [{name, reason}], rows, device}.
+ * (evaluate every row even after one passed: the selftest table; implied by `timeStep`),
+ * `measure` (GOP/s of each usable row at GOPS_SHAPE, for display), `timeStep(candidate,
+ * limitMs)` (async; candidate {name, gemm, onGpu, gpu}; resolves to {ms, complete}: the time of
+ * the step that backend would run, stopped once past `limitMs` (Infinity for the first) with
+ * complete: false), `kernelBase`, `lutBase`, `sources` ({dp4a, lut}: replacement WGSL),
+ * `onProgress(message)`, `onEvent(message)` (device loss, uncaptured errors).
+ * Resolves to {selected, adapter, gemm, onGpu, gpu, demotions: [{name, reason}], rows, choice,
+ * device}; `demotions` are the rows that failed their gates, `choice` says by which rule and why.
  */
 export async function selectBackend(options = {}) {
-  const { all = false, measure = false, kernelBase, lutBase, sources = {} } = options;
+  const { measure = false, kernelBase, lutBase, sources = {}, timeStep = null } = options;
+  const all = options.all ?? timeStep !== null;
   const order = options.order ?? GPU_ORDER;
   const progress = options.onProgress ?? (() => {});
-  const rows = [];
-  let chosen = null;
+  const candidates = []; // {row, gemm}
+  const passed = () => candidates.some((c) => c.row.gates_passed);
   let gpu = null;
   let noGpu = null;
   if (order.length) {
@@ -101,14 +166,14 @@ export async function selectBackend(options = {}) {
   }
   for (const kind of order) {
     const name = `webgpu-${kind}`;
-    if (chosen && !all) break;
+    if (passed() && !all) break;
     if (!gpu) {
-      rows.push(unusable(name, 'none', noGpu));
+      candidates.push({ row: unusable(name, 'none', noGpu), gemm: null });
       continue;
     }
     if (kind === 'dp4a' && !gpu.hasDp4a) {
-      rows.push(unusable(name, gpu.adapterName,
-        `WGSL language feature ${DP4A_FEATURE} is missing on this browser/device`));
+      candidates.push({ row: unusable(name, gpu.adapterName,
+        `WGSL language feature ${DP4A_FEATURE} is missing on this browser/device`), gemm: null });
       continue;
     }
     progress(`gating ${name} on ${gpu.adapterName}`);
@@ -116,34 +181,54 @@ export async function selectBackend(options = {}) {
     try {
       gemm = await GpuGemm.create(gpu, kind, { source: sources[kind], kernelBase, lutBase });
     } catch (exc) {
-      rows.push(unusable(name, gpu.adapterName, exc.message));
+      candidates.push({ row: unusable(name, gpu.adapterName, exc.message), gemm: null });
       continue;
     }
-    const row = await evaluate(gemm, gpu.adapterName, { measure, pool: gemm.pool });
-    rows.push(row);
-    if (row.gates_passed && !chosen) chosen = { gemm, row };
+    candidates.push({ row: await evaluateGemm(gemm, gpu.adapterName, { measure,
+      pool: gemm.pool }), gemm });
   }
-  if (!chosen || all) {
+  if (!passed() || all) {
     progress('gating the JS CPU mirror');
     const cpu = new CpuGemm();
-    const row = await evaluate(cpu, CPU_ADAPTER, { measure, pool: null });
-    rows.push(row);
-    if (!chosen && row.gates_passed) chosen = { gemm: cpu, row };
+    candidates.push({ row: await evaluateGemm(cpu, CPU_ADAPTER, { measure }), gemm: cpu });
   }
-  if (!chosen) throw new Error(`no backend passes its gates: ${rows.at(-1).failure}`);
-  const demotions = [];
-  for (const row of rows) {
-    if (row === chosen.row) break;
-    demotions.push({ name: row.name, reason: row.failure });
+  if (timeStep) {
+    // In preference order; a candidate is stopped once it has run longer than the best so far
+    // (it cannot win), which bounds the whole measurement by about one step per candidate.
+    let best = Infinity;
+    for (const { row, gemm } of candidates) {
+      if (!row.gates_passed) continue;
+      progress(`timing one step on ${row.name}`);
+      const onGpu = gemm instanceof GpuGemm;
+      let t;
+      try {
+        t = await timeStep({ name: row.name, gemm, onGpu, gpu: onGpu ? gpu : null }, best);
+      } catch (exc) {
+        // e.g. the live audit caught a wrong product at a step shape no gate has: not usable.
+        row.gates_passed = false;
+        row.failure = `${row.name}: failed while timing a step: ${exc.message}`;
+        continue;
+      }
+      row.step_ms = t.ms;
+      row.step_complete = t.complete;
+      if (t.complete) best = Math.min(best, t.ms);
+    }
   }
+  const rows = candidates.map((c) => c.row);
+  const choice = chooseBackend(rows);
+  const chosen = candidates.find((c) => c.row.name === choice.selected);
+  const demotions = rows.filter((r) => !r.gates_passed)
+    .map((r) => ({ name: r.name, reason: r.failure }));
   const onGpu = chosen.gemm instanceof GpuGemm;
   return {
-    selected: chosen.row.name,
+    selected: choice.selected,
     adapter: chosen.row.adapter,
     gemm: chosen.gemm,
     onGpu,
+    gpu: onGpu ? gpu : null,
     demotions,
     rows,
+    choice,
     device: gpu
       ? {
           adapter: gpu.adapterName,

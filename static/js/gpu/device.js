@@ -4,7 +4,9 @@
 // GpuUnavailable whose message says why and what to do (the backend shows it as the demotion
 // reason of every WebGPU row, and the CPU mirror computes the same bits meanwhile). Device loss
 // and uncaptured errors are never silent: they are recorded on the GpuDevice, reported to the
-// listener, and `check()` (called by every product) throws once one happened.
+// listener, and `check()` (called by every product) throws once one happened. Works the same in
+// a page and in a dedicated worker (navigator.gpu is on WorkerNavigator too); the training
+// worker (static/js/train/) rebuilds a lost device and gates it again (docs/JS_MIRROR.md).
 
 export const DP4A_FEATURE = 'packed_4x8_integer_dot_product';
 
@@ -52,10 +54,12 @@ export class GpuDevice {
     this.faults = [];
     this.lost = null;
     this.onEvent = onEvent;
-    device.lost.then((info) => {
-      this.lost = `device lost (${info.reason}): ${info.message}`;
+    // Resolves to the loss message once the device is lost (destroy() included).
+    this.whenLost = device.lost.then((info) => {
+      this.lost = `device lost (${info.reason || 'unknown'}): ${info.message}`;
       this.faults.push(this.lost);
       this.onEvent?.(this.lost);
+      return this.lost;
     });
     device.addEventListener('uncapturederror', (event) => {
       const message = `uncaptured WebGPU error: ${event.error?.message ?? event.error}`;
@@ -76,6 +80,23 @@ export class GpuDevice {
   /** Throws GpuFault if the device was lost or reported an uncaptured error. */
   check() {
     if (this.faults.length) throw new GpuFault(this.faults[0]);
+  }
+
+  /**
+   * Whether `error` (thrown by work on this device) means the device failed rather than the
+   * computation: a GpuFault, a recorded fault, or a loss that is reported within `graceMs`
+   * (a rejected mapAsync() may arrive before device.lost resolves). An audit failure or a bad
+   * argument is not a device failure and must not be retried on a rebuilt device.
+   */
+  async failed(error, graceMs = 250) {
+    if (error instanceof GpuFault || this.faults.length) return true;
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(() => resolve(false), graceMs); });
+    try {
+      return await Promise.race([this.whenLost.then(() => true), late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 }
 

@@ -1,0 +1,153 @@
+// The page's side of the training worker: starts worker.js as a module Worker and turns its
+// messages (messages.js) into promises and DOM events.
+//
+//   const w = new TrainWorker();
+//   w.addEventListener('fallback', (e) => show(e.detail.reason));
+//   const sel = await w.init({model: {preset: 'tiny'}, seed: 1});   // sel.choice.reason
+//   const r = await w.step(x, y);                                     // {step, loss, hash, ...}
+//
+// Every reply is validated (parseReply) before it is used; a request that fails rejects with a
+// WorkerError carrying the worker's name, message and hint. Events from the worker are
+// dispatched under their kind ('selection', 'device-lost', 'device-rebuilt', 'fallback',
+// 'progress', 'state') with the event as `detail`, and kept in `events`; the client adds its
+// own 'error' (the worker failed to load or crashed, or sent a malformed message). The page's own
+// `visibilitychange` is re-dispatched as 'visibility' ({hidden, busy}) so the page wiring can
+// tell the mesh, rather than the tab vanishing from a run silently; the worker keeps computing
+// while hidden (docs/JS_MIRROR.md, "The training worker").
+
+import { buffersOf, parseReply } from './messages.js';
+
+export const WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/** A request the worker refused or could not serve. */
+export class WorkerError extends Error {
+  constructor({ name, message, hint }) {
+    super(message);
+    this.name = 'WorkerError';
+    this.remoteName = name;
+    this.hint = hint;
+  }
+}
+
+export class TrainWorker extends EventTarget {
+  constructor({ url = WORKER_URL } = {}) {
+    super();
+    this.worker = new Worker(url, { type: 'module', name: 'daisychain-train' });
+    this.pending = new Map(); // id -> {resolve, reject, type}
+    this.nextId = 1;
+    this.events = [];
+    this.broken = null;
+    this.worker.onmessage = (e) => this.receive(e.data);
+    this.worker.onerror = (e) => {
+      e.preventDefault?.();
+      this.breakDown(`the training worker failed: ${e.message || 'it could not be loaded'}`,
+        'reload the page; if it persists, the browser may not support module workers');
+    };
+    this.worker.onmessageerror = () => this.breakDown('a worker reply could not be deserialized',
+      'reload the page');
+    this.onVisibility = () => this.emit({ kind: 'visibility',
+      hidden: document.visibilityState === 'hidden', busy: this.pending.size > 0 });
+    globalThis.document?.addEventListener('visibilitychange', this.onVisibility);
+  }
+
+  emit(event) {
+    this.events.push(event);
+    this.dispatchEvent(new CustomEvent(event.kind, { detail: event }));
+  }
+
+  breakDown(message, hint, { event = true } = {}) {
+    this.broken = new WorkerError({ name: 'WorkerFailed', message, hint });
+    for (const { reject } of this.pending.values()) reject(this.broken);
+    this.pending.clear();
+    if (event) this.emit({ kind: 'error', message, hint });
+  }
+
+  receive(data) {
+    let msg;
+    try {
+      msg = parseReply(data);
+    } catch (exc) {
+      this.emit({ kind: 'error', message: `malformed worker message: ${exc.message}`,
+        hint: exc.hint });
+      return;
+    }
+    if (msg.type === 'event') {
+      this.emit(msg.event);
+      return;
+    }
+    const entry = this.pending.get(msg.id);
+    if (!entry) {
+      // An error with no request id: the worker could not tell which request it answers.
+      this.emit({ kind: 'error', message: msg.error?.message ?? `unexpected reply ${msg.id}`,
+        hint: msg.error?.hint ?? 'a worker bug: report it' });
+      return;
+    }
+    this.pending.delete(msg.id);
+    if (msg.type === 'result') entry.resolve(msg.result);
+    else entry.reject(new WorkerError(msg.error));
+  }
+
+  /** Sends {type, ...fields}; resolves to the worker's result. */
+  request(type, fields = {}, transfer = []) {
+    if (this.broken) return Promise.reject(this.broken);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, type });
+      this.worker.postMessage({ id, type, ...fields }, transfer);
+    });
+  }
+
+  /** {model, optim?, seed, backend?, measure?, audit?, state?, ...}: the selection record. */
+  init(options) {
+    return this.request('init', options);
+  }
+
+  /** One training step on tokens x, y (Int32Array, copied unless `transfer`). */
+  step(x, y, { batch, hash, transfer = false } = {}) {
+    const fields = { x, y };
+    if (batch !== undefined) fields.batch = batch;
+    if (hash !== undefined) fields.hash = hash;
+    return this.request('step', fields, transfer ? [x.buffer, y.buffer] : []);
+  }
+
+  /** Gradients without applying them: {loss, grads: {names, arrays}, ...}. */
+  grads(x, y, { batch } = {}) {
+    return this.request('grads', batch === undefined ? { x, y } : { x, y, batch });
+  }
+
+  /** Applies gradients {names, arrays} (e.g. combined across peers); `transfer` gives them up. */
+  apply(grads, { transfer = false } = {}) {
+    return this.request('apply', { grads }, transfer ? buffersOf(grads) : []);
+  }
+
+  probe() {
+    return this.request('probe');
+  }
+
+  hash() {
+    return this.request('hash');
+  }
+
+  /** Resolves to the state {step, p1, p2, params, m, v} (copies: the worker keeps training). */
+  async exportState() {
+    return (await this.request('export')).state;
+  }
+
+  loadState(state) {
+    return this.request('load', { state });
+  }
+
+  /** Test hook: destroy the worker's GPU device after `afterProducts` more products. */
+  injectFault(afterProducts, rebuildSources) {
+    const fields = { afterProducts };
+    if (rebuildSources) fields.rebuildSources = rebuildSources;
+    return this.request('inject-fault', fields);
+  }
+
+  terminate() {
+    globalThis.document?.removeEventListener('visibilitychange', this.onVisibility);
+    this.worker.terminate();
+    this.breakDown('the training worker was terminated', 'start a new TrainWorker',
+      { event: false });
+  }
+}

@@ -1,0 +1,237 @@
+// The messages between a page and its training worker (docs/JS_MIRROR.md, "The training
+// worker"), declared and validated in this one module: the worker parses every request with
+// parseRequest() and the page every reply and event with parseReply(); anything malformed is
+// refused with a MessageError naming the field and saying what to send instead.
+//
+// Page -> worker: {id, type, ...fields}; `id` is the page's request number, echoed in the reply.
+//   init          {model, optim?, seed, backend?, measure?, audit?, state?, sources?, kernelBase?,
+//                  lutBase?}                        -> {backend, adapter, onGpu, choice, rows,
+//                                                       demotions, step, hash}
+//   grads         {x, y, batch?}                    -> {loss, grads, backend, products, ms}
+//   apply         {grads}                           -> {step, lr, gradNorm, clipped, hash}
+//   step          {x, y, batch?, hash?}             -> {step, loss, gradNorm, lr, clipped, hash,
+//                                                       probe, backend, products, ms}
+//   probe         {}                                -> {probe, backend}
+//   hash          {}                                -> {step, hash}
+//   export        {}                                -> {state}
+//   load          {state}                           -> {step, hash}
+//   inject-fault  {afterProducts, rebuildSources?}  -> {armed}  (test hook: loses the device)
+// Worker -> page: {type: 'result', id, result} | {type: 'error', id, error: {name, message,
+// hint}} | {type: 'event', event: {kind, ...}} with kind one of EVENT_KINDS.
+//
+// Tensors travel as {names: [string], arrays: [Float32Array]} in parameter order (a Map does not
+// survive structured cloning in every browser, and the order is the hash's order); tokens as
+// Int32Array. A state is {step, p1, p2, params, m, v} with three such tensor lists.
+
+export const REQUEST_TYPES = Object.freeze([
+  'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'inject-fault',
+]);
+export const BACKEND_CHOICES = Object.freeze(['auto', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu']);
+export const EVENT_KINDS = Object.freeze([
+  'state', 'progress', 'selection', 'device-lost', 'device-rebuilt', 'fallback',
+]);
+export const MAX_AUDIT_SAMPLES = 4096;
+const U32 = 2 ** 32;
+
+/** A malformed message: `field` names what is wrong, `hint` what to send instead. */
+export class MessageError extends Error {
+  constructor(message, hint) {
+    super(message);
+    this.name = 'MessageError';
+    this.hint = hint;
+  }
+}
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v) &&
+  !ArrayBuffer.isView(v);
+
+function refuse(what, hint) {
+  throw new MessageError(what, hint);
+}
+
+function onlyFields(msg, allowed, what) {
+  for (const k of Object.keys(msg)) {
+    if (!allowed.includes(k)) {
+      refuse(`${what}: unknown field '${k}'`, `a ${what} message has only ${allowed.join(', ')}`);
+    }
+  }
+}
+
+function integer(v, name, min, max) {
+  if (!Number.isSafeInteger(v) || v < min || v > max) {
+    refuse(`${name} must be an integer in [${min}, ${max}], got ${String(v).slice(0, 40)}`,
+      `send ${name} as a whole number`);
+  }
+  return v;
+}
+
+function tokens(v, name) {
+  if (!(v instanceof Int32Array) || v.length === 0) {
+    refuse(`${name} must be a non-empty Int32Array of token ids`,
+      'send x and y as Int32Arrays of B * T token ids in (b, t) order');
+  }
+  return v;
+}
+
+function sources(v, name) {
+  if (v === undefined) return {};
+  if (!isObject(v)) refuse(`${name} must be an object {dp4a?, lut?} of WGSL text`, 'omit it');
+  for (const [k, text] of Object.entries(v)) {
+    if (!['dp4a', 'lut'].includes(k) || typeof text !== 'string') {
+      refuse(`${name}.${k} is not replacement WGSL for dp4a or lut`, 'omit it');
+    }
+  }
+  return v;
+}
+
+/** {names, arrays} of Float32Arrays, names unique, as many arrays as names. */
+export function parseTensors(v, name) {
+  if (!isObject(v) || !Array.isArray(v.names) || !Array.isArray(v.arrays)) {
+    refuse(`${name} must be {names: [string], arrays: [Float32Array]}`,
+      'send tensors in parameter order as two parallel lists');
+  }
+  if (v.names.length !== v.arrays.length) {
+    refuse(`${name}: ${v.names.length} names but ${v.arrays.length} arrays`,
+      'send one Float32Array per name');
+  }
+  if (new Set(v.names).size !== v.names.length || v.names.some((n) => typeof n !== 'string')) {
+    refuse(`${name}: names must be distinct strings`, 'send each parameter once');
+  }
+  v.arrays.forEach((a, i) => {
+    if (!(a instanceof Float32Array)) {
+      refuse(`${name}: ${v.names[i]} is not a Float32Array`, 'send float32 tensors');
+    }
+  });
+  return v;
+}
+
+/** An exported training state (shapes are checked against the model by the trainer). */
+export function parseState(v, name = 'state') {
+  if (!isObject(v)) refuse(`${name} must be an object {step, p1, p2, params, m, v}`, 'send the ' +
+    'result of an export request unchanged');
+  onlyFields(v, ['step', 'p1', 'p2', 'params', 'm', 'v'], name);
+  integer(v.step, `${name}.step`, 0, Number.MAX_SAFE_INTEGER);
+  for (const k of ['p1', 'p2']) {
+    if (typeof v[k] !== 'number' || !(v[k] >= 0 && v[k] <= 1) || Math.fround(v[k]) !== v[k]) {
+      refuse(`${name}.${k} must be a float32 in [0, 1]`, 'send the exported value unchanged');
+    }
+  }
+  for (const k of ['params', 'm', 'v']) parseTensors(v[k], `${name}.${k}`);
+  return v;
+}
+
+const FIELDS = {
+  init: ['model', 'optim', 'seed', 'backend', 'measure', 'audit', 'state', 'sources',
+    'kernelBase', 'lutBase'],
+  grads: ['x', 'y', 'batch'],
+  apply: ['grads'],
+  step: ['x', 'y', 'batch', 'hash'],
+  probe: [],
+  hash: [],
+  export: [],
+  load: ['state'],
+  'inject-fault': ['afterProducts', 'rebuildSources'],
+};
+
+function base(v, name) {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || !v.startsWith('/') || !v.endsWith('/')) {
+    refuse(`${name} must be a same-origin path like '/kernels/'`, 'omit it for the default');
+  }
+  return v;
+}
+
+/** Validates a page -> worker request; returns {id, type, ...fields} with defaults filled. */
+export function parseRequest(msg) {
+  if (!isObject(msg)) refuse('a request must be an object {id, type, ...}', 'see messages.js');
+  integer(msg.id, 'id', 0, Number.MAX_SAFE_INTEGER);
+  if (!REQUEST_TYPES.includes(msg.type)) {
+    refuse(`unknown request type ${JSON.stringify(msg.type)?.slice(0, 40)}`,
+      `send one of ${REQUEST_TYPES.join(', ')}`);
+  }
+  const { id, type, ...fields } = msg;
+  onlyFields(fields, FIELDS[type], type);
+  const out = { id, type, ...fields };
+  if (type === 'init') {
+    if (!isObject(fields.model)) {
+      refuse('init: model must be an object of model config fields', "e.g. {preset: 'tiny'}");
+    }
+    if (fields.optim !== undefined && !isObject(fields.optim)) {
+      refuse('init: optim must be an object of AdamW fields', 'omit it for the defaults');
+    }
+    out.optim = fields.optim ?? {};
+    integer(fields.seed, 'init: seed', 0, U32 - 1);
+    out.backend = fields.backend ?? 'auto';
+    if (!BACKEND_CHOICES.includes(out.backend)) {
+      refuse(`init: backend ${JSON.stringify(out.backend)?.slice(0, 40)} is not one of ` +
+        BACKEND_CHOICES.join(', '), "send 'auto' to pick the fastest correct backend");
+    }
+    out.measure = fields.measure ?? true;
+    if (typeof out.measure !== 'boolean') refuse('init: measure must be a boolean', 'omit it');
+    out.audit = integer(fields.audit ?? 16, 'init: audit', 0, MAX_AUDIT_SAMPLES);
+    if (fields.state !== undefined) parseState(fields.state, 'init: state');
+    out.sources = sources(fields.sources, 'init: sources');
+    base(fields.kernelBase, 'init: kernelBase');
+    base(fields.lutBase, 'init: lutBase');
+  } else if (type === 'grads' || type === 'step') {
+    tokens(fields.x, `${type}: x`);
+    tokens(fields.y, `${type}: y`);
+    if (fields.x.length !== fields.y.length) {
+      refuse(`${type}: x has ${fields.x.length} tokens, y ${fields.y.length}`,
+        'send targets of the inputs\' shape');
+    }
+    if (fields.batch !== undefined) integer(fields.batch, `${type}: batch`, 1, fields.x.length);
+    if (type === 'step') {
+      out.hash = fields.hash ?? true;
+      if (typeof out.hash !== 'boolean') refuse('step: hash must be a boolean', 'omit it');
+    }
+  } else if (type === 'apply') {
+    parseTensors(fields.grads, 'apply: grads');
+  } else if (type === 'load') {
+    parseState(fields.state, 'load: state');
+  } else if (type === 'inject-fault') {
+    integer(fields.afterProducts, 'inject-fault: afterProducts', 1, 1e9);
+    out.rebuildSources = sources(fields.rebuildSources, 'inject-fault: rebuildSources');
+  }
+  return out;
+}
+
+/** Validates a worker -> page message; returns it. */
+export function parseReply(msg) {
+  if (!isObject(msg)) refuse('a worker message must be an object', 'a worker bug: report it');
+  if (msg.type === 'result') {
+    integer(msg.id, 'result id', 0, Number.MAX_SAFE_INTEGER);
+    if (!isObject(msg.result)) refuse('result without a result object', 'a worker bug');
+  } else if (msg.type === 'error') {
+    if (msg.id !== null) integer(msg.id, 'error id', 0, Number.MAX_SAFE_INTEGER);
+    const e = msg.error;
+    if (!isObject(e) || typeof e.message !== 'string' || typeof e.name !== 'string' ||
+        typeof e.hint !== 'string') {
+      refuse('error without {name, message, hint}', 'a worker bug: report it');
+    }
+  } else if (msg.type === 'event') {
+    if (!isObject(msg.event) || !EVENT_KINDS.includes(msg.event.kind)) {
+      refuse(`unknown event ${JSON.stringify(msg.event?.kind)?.slice(0, 40)}`, 'a worker bug');
+    }
+  } else {
+    refuse(`unknown worker message type ${JSON.stringify(msg.type)?.slice(0, 40)}`,
+      'a worker bug: report it');
+  }
+  return msg;
+}
+
+/** Map name -> Float32Array (in order) as a tensor list; `copy` detaches from the source. */
+export function toTensors(map, { copy = false } = {}) {
+  const names = [...map.keys()];
+  return { names, arrays: names.map((n) => (copy ? map.get(n).slice() : map.get(n))) };
+}
+
+/** A tensor list as a Map, in its order. */
+export function fromTensors({ names, arrays }) {
+  return new Map(names.map((n, i) => [n, arrays[i]]));
+}
+
+/** The ArrayBuffers of tensor lists (to transfer rather than copy). */
+export function buffersOf(...lists) {
+  return lists.flatMap((t) => t.arrays.map((a) => a.buffer));
+}

@@ -1,0 +1,300 @@
+// One replica's training, behind the worker's messages (docs/JS_MIRROR.md, "The training
+// worker"). Environment-agnostic: the worker (worker.js) drives it in a browser, the node tests
+// drive it directly on the CPU tier.
+//
+// States: new -> selecting -> ready (a failed init goes back to new). The backend is chosen at
+// init by the rule of gpu/backend.js (correct first, then measured fastest on this model's step)
+// and lives in a `tier` {name, adapter, gemm, gpu, onGpu, ops}. A step's products run on the
+// tier; if the WebGPU device fails (device.lost, an uncaptured error) the step is abandoned --
+// nothing of it reached the weights, gradients are computed into fresh arrays -- a new device is
+// acquired and the same kernel gated and probed on it again, then the step is recomputed from
+// the same state. If the new device fails its gates (or there is none), the tier falls back to
+// the CPU mirror and says so (a `fallback` event). Either way the bits are the contract's: the
+// same loss and hash as if nothing had happened. An audit failure is not a device failure: it
+// stops the step with an error and is never retried.
+
+import * as M from '../model/index.js';
+import { forwardBackwardAsync } from '../model/gpt.js';
+import { CPU_OPS } from '../model/ops.js';
+import { CPU_ADAPTER, evaluateGemm, selectBackend } from '../gpu/backend.js';
+import { acquireGpu } from '../gpu/device.js';
+import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
+import { Auditor } from '../gpu/audit.js';
+import { probeHash } from '../gpu/probe.js';
+import { stepTimer } from './timing.js';
+import { buffersOf, fromTensors, toTensors } from './messages.js';
+
+// A device that keeps getting lost is not worth rebuilding forever: after this many losses the
+// trainer stays on the CPU tier.
+export const MAX_DEVICE_REBUILDS = 3;
+
+/** A request that cannot be served in this state or with these values; `hint` says what to do. */
+export class TrainerError extends Error {
+  constructor(message, hint) {
+    super(message);
+    this.name = 'TrainerError';
+    this.hint = hint;
+  }
+}
+
+const KINDS = { 'webgpu-dp4a': 'dp4a', 'webgpu-lut': 'lut' };
+
+function configOf(model) {
+  const { preset, ...fields } = model;
+  return preset === undefined ? M.modelConfig(fields) : M.preset(preset, fields);
+}
+
+export class Trainer {
+  /** `emit(event)` hears every event ({kind, ...}, kinds in messages.js EVENT_KINDS). */
+  constructor(emit = () => {}) {
+    this.emit = emit;
+    this.state = 'new';
+    this.run = null; // training.js state
+    this.tier = null;
+    this.options = null; // {sources, kernelBase, lutBase, audit} of init
+    this.fault = null; // armed test fault {remaining, rebuildSources}
+    this.rebuildSources = null; // replacement WGSL for the next rebuild (test hook)
+    this.rebuilds = 0;
+    this.gpuProducts = 0;
+  }
+
+  setState(next) {
+    const from = this.state;
+    if (from === next) return;
+    this.state = next;
+    this.emit({ kind: 'state', from, to: next });
+  }
+
+  /** Serves one validated request (messages.parseRequest); resolves to {result, transfer}. */
+  async handle(req) {
+    if (req.type === 'init') return { result: await this.init(req), transfer: [] };
+    if (this.state !== 'ready') {
+      throw new TrainerError(`cannot ${req.type}: the trainer is ${this.state}`,
+        this.state === 'new' ? 'send init first' : 'wait for init to finish');
+    }
+    switch (req.type) {
+      case 'grads': {
+        const r = await this.grads(req.x, req.y, req.batch);
+        const grads = toTensors(r.grads);
+        return { result: { ...r, grads }, transfer: buffersOf(grads) };
+      }
+      case 'apply': return { result: await this.apply(fromTensors(req.grads)), transfer: [] };
+      case 'step': return { result: await this.step(req), transfer: [] };
+      case 'probe': return { result: { probe: await this.probe(), backend: this.tier.name },
+        transfer: [] };
+      case 'hash': return { result: { step: M.stepOf(this.run), hash: await M.stateHash(this.run) },
+        transfer: [] };
+      case 'export': {
+        const state = this.exportState();
+        return { result: { state }, transfer: buffersOf(state.params, state.m, state.v) };
+      }
+      case 'load': return { result: await this.load(req.state), transfer: [] };
+      case 'inject-fault': return { result: this.injectFault(req), transfer: [] };
+      default: throw new TrainerError(`unknown request ${req.type}`, 'see messages.js');
+    }
+  }
+
+  async init(req) {
+    if (this.state !== 'new') {
+      throw new TrainerError(`init: the trainer is already ${this.state}`,
+        'start a new worker for a new run (terminate this one)');
+    }
+    this.setState('selecting');
+    try {
+      const cfg = configOf(req.model);
+      const run = M.init(cfg, req.optim, req.seed);
+      if (req.state) this.loadInto(run, req.state);
+      this.options = { sources: req.sources, kernelBase: req.kernelBase, lutBase: req.lutBase,
+        audit: req.audit };
+      const sel = await this.select(cfg, run, req);
+      this.run = run;
+      this.tier = this.makeTier(sel.selected, sel.gemm, sel.gpu, sel.adapter);
+      const selection = {
+        backend: sel.selected, adapter: sel.adapter, onGpu: sel.onGpu, choice: sel.choice,
+        rows: sel.rows, demotions: sel.demotions, device: sel.device,
+      };
+      this.emit({ kind: 'selection', ...selection });
+      this.setState('ready');
+      return { ...selection, step: M.stepOf(run), hash: await M.stateHash(run) };
+    } catch (exc) {
+      this.setState('new');
+      throw exc;
+    }
+  }
+
+  async select(cfg, run, req) {
+    const common = {
+      sources: req.sources, kernelBase: req.kernelBase, lutBase: req.lutBase,
+      onProgress: (message) => this.emit({ kind: 'progress', message }),
+    };
+    if (req.backend === 'auto') {
+      const timeStep = req.measure ? stepTimer(cfg, run.params, { audit: req.audit }) : null;
+      return selectBackend({ ...common, timeStep });
+    }
+    const kind = KINDS[req.backend];
+    const sel = await selectBackend({ ...common, order: kind ? [kind] : [] });
+    if (sel.selected !== req.backend) {
+      const why = sel.demotions.map((d) => `${d.name}: ${d.reason}`).join('; ');
+      throw new TrainerError(`backend ${req.backend} was requested but is not usable here (${why})`,
+        "send backend 'auto' to use the fastest backend that passes its gates");
+    }
+    return sel;
+  }
+
+  makeTier(name, gemm, gpu, adapter) {
+    const tier = { name, adapter, gemm, gpu, onGpu: gpu !== null, ops: CPU_OPS };
+    if (tier.onGpu) {
+      const auditor = new Auditor({ samples: this.options.audit });
+      tier.ops = productOps(gemm, {
+        audit: (p, acc) => {
+          auditor.check(p, acc);
+          this.afterGpuProduct(tier);
+        },
+      });
+    }
+    return tier;
+  }
+
+  afterGpuProduct(tier) {
+    this.gpuProducts += 1;
+    if (this.fault === null || tier !== this.tier) return;
+    this.fault.remaining -= 1;
+    if (this.fault.remaining === 0) {
+      this.rebuildSources = this.fault.rebuildSources;
+      this.fault = null;
+      tier.gpu.device.destroy(); // the test hook: the next product meets a lost device
+    }
+  }
+
+  /** Runs `fn(tier)`; on a device failure rebuilds (or falls back) and runs it again. */
+  async onTier(fn) {
+    for (;;) {
+      const tier = this.tier;
+      try {
+        return await fn(tier);
+      } catch (exc) {
+        if (!tier.onGpu || !(await tier.gpu.failed(exc))) throw exc;
+        await this.recover(tier, exc);
+      }
+    }
+  }
+
+  async recover(tier, exc) {
+    const reason = tier.gpu.lost ?? tier.gpu.faults[0] ?? exc.message;
+    this.rebuilds += 1;
+    this.emit({ kind: 'device-lost', backend: tier.name, reason, step: M.stepOf(this.run) + 1 });
+    const sources = { ...this.options.sources, ...(this.rebuildSources ?? {}) };
+    this.rebuildSources = null;
+    let why;
+    if (this.rebuilds > MAX_DEVICE_REBUILDS) {
+      why = `the device was lost ${this.rebuilds} times; not rebuilding it again`;
+    } else {
+      try {
+        const gpu = await acquireGpu();
+        const kind = tier.gemm.kind;
+        const gemm = await GpuGemm.create(gpu, kind, { source: sources[kind],
+          kernelBase: this.options.kernelBase, lutBase: this.options.lutBase });
+        const row = await evaluateGemm(gemm, gpu.adapterName, { pool: gemm.pool });
+        if (row.gates_passed) {
+          this.tier = this.makeTier(tier.name, gemm, gpu, gpu.adapterName);
+          this.emit({ kind: 'device-rebuilt', backend: tier.name, adapter: gpu.adapterName,
+            cases_passed: row.cases_passed, probe_hash: row.probe_hash, rebuilds: this.rebuilds });
+          return;
+        }
+        why = `the rebuilt device failed its gates: ${row.failure}`;
+      } catch (err) {
+        why = `no device could be rebuilt: ${err.message}`;
+      }
+    }
+    const cpu = new CpuGemm();
+    const row = await evaluateGemm(cpu, CPU_ADAPTER);
+    if (!row.gates_passed) {
+      throw new TrainerError(`${tier.name} was lost and the CPU tier fails its gates: ` +
+        `${row.failure}`, 'this browser computes wrong bits; use another browser');
+    }
+    this.tier = this.makeTier('js-cpu', cpu, null, CPU_ADAPTER);
+    this.emit({ kind: 'fallback', from: tier.name, to: 'js-cpu', reason: `${reason}; ${why}`,
+      probe_hash: row.probe_hash });
+  }
+
+  async grads(x, y, batch = this.run.cfg.batch) {
+    const { cfg, params, workspace } = this.run;
+    const t0 = performance.now();
+    const p0 = this.gpuProducts;
+    const { loss, grads } = await this.onTier((tier) =>
+      forwardBackwardAsync(params, cfg, x, y, { batch, workspace, ops: tier.ops }));
+    return { loss, grads, backend: this.tier.name, products: this.gpuProducts - p0,
+      ms: performance.now() - t0 };
+  }
+
+  async apply(grads) {
+    const stats = M.applyGrads(this.run, grads);
+    return { ...stats, hash: await M.stateHash(this.run) };
+  }
+
+  async step(req) {
+    const t0 = performance.now();
+    const g = await this.grads(req.x, req.y, req.batch);
+    const stats = M.applyGrads(this.run, g.grads);
+    const hash = req.hash ? await M.stateHash(this.run) : '';
+    const probe = await this.probe();
+    return {
+      step: stats.step, loss: g.loss, gradNorm: stats.gradNorm, lr: stats.lr,
+      clipped: stats.clipped, hash, probe, backend: this.tier.name, products: g.products,
+      ms: performance.now() - t0,
+    };
+  }
+
+  /** The kernel probe through the live kernel (the CPU mirror's product on the CPU tier). */
+  probe() {
+    return this.onTier((tier) => probeHash(tier.gemm));
+  }
+
+  exportState() {
+    const { params, optState } = this.run;
+    return {
+      step: optState.step, p1: optState.p1, p2: optState.p2,
+      params: toTensors(params, { copy: true }),
+      m: toTensors(optState.m, { copy: true }),
+      v: toTensors(optState.v, { copy: true }),
+    };
+  }
+
+  async load(state) {
+    this.loadInto(this.run, state);
+    return { step: M.stepOf(this.run), hash: await M.stateHash(this.run) };
+  }
+
+  /** Replaces run's parameters and moments with `state` after checking every name and size. */
+  loadInto(run, state) {
+    const shapes = M.paramShapes(run.cfg);
+    const names = [...shapes.keys()];
+    for (const part of ['params', 'm', 'v']) {
+      const t = state[part];
+      if (t.names.length !== names.length || t.names.some((n, i) => n !== names[i])) {
+        throw new TrainerError(`load: ${part} lists [${t.names.slice(0, 4).join(', ')}...], ` +
+          `this model has [${names.slice(0, 4).join(', ')}...] (${names.length} tensors)`,
+          'load a state exported by a worker with the same model config');
+      }
+      t.arrays.forEach((a, i) => {
+        const want = M.numel(shapes.get(names[i]));
+        if (a.length !== want) {
+          throw new TrainerError(`load: ${part} ${names[i]} has ${a.length} values, the model ` +
+            `needs ${want}`, 'load a state exported by a worker with the same model config');
+        }
+      });
+    }
+    run.params = fromTensors(state.params);
+    run.optState = { m: fromTensors(state.m), v: fromTensors(state.v), step: state.step,
+      p1: state.p1, p2: state.p2 };
+  }
+
+  injectFault({ afterProducts, rebuildSources }) {
+    if (!this.tier.onGpu) {
+      throw new TrainerError(`inject-fault: this worker computes on ${this.tier.name}, no GPU ` +
+        'device to lose', 'inject a device loss only into a worker on a WebGPU backend');
+    }
+    this.fault = { remaining: afterProducts, rebuildSources };
+    return { armed: true, backend: this.tier.name };
+  }
+}

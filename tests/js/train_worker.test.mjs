@@ -1,0 +1,211 @@
+// The training worker's pieces that need no browser (static/js/train/, static/js/gpu/backend.js):
+// every request rule refusing a wrong input with a hint, the backend-choice rule on given
+// measurements (a backend failing its gates is never chosen, whatever its time), and the
+// trainer itself on the CPU tier: the golden hashes through step and through grads + apply,
+// export/load continuing bit for bit, and the state machine refusing out-of-order requests.
+// Chromium runs the same trainer inside a real Worker (tests/test_browser_worker.py).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseRequest, parseReply, MessageError } from '../../static/js/train/messages.js';
+import { chooseBackend } from '../../static/js/gpu/backend.js';
+import { Trainer, TrainerError } from '../../static/js/train/trainer.js';
+import { REPO, bitsOf } from './helpers.mjs';
+
+const DIR = path.join(REPO, 'tests', 'vectors');
+const manifest = JSON.parse(fs.readFileSync(path.join(DIR, 'manifest.json'), 'utf-8'));
+const golden = manifest.cases.find((c) => c.name === 'train_run.tiny');
+const blob = (field, Type) => new Type(new Uint8Array(fs.readFileSync(path.join(DIR, field.blob))).buffer);
+
+function refused(msg, pattern) {
+  assert.throws(() => parseRequest(msg), (exc) => {
+    assert.ok(exc instanceof MessageError, `${exc}`);
+    assert.match(exc.message, pattern);
+    assert.ok(exc.hint.length > 0, 'a refusal carries a hint');
+    return true;
+  });
+}
+
+const x = new Int32Array([1, 2, 3, 4]);
+const y = new Int32Array([2, 3, 4, 5]);
+
+test('parseRequest accepts the declared messages and fills defaults', () => {
+  const init = parseRequest({ id: 1, type: 'init', model: { preset: 'tiny' }, seed: 1 });
+  assert.equal(init.backend, 'auto');
+  assert.equal(init.measure, true);
+  assert.equal(init.audit, 16);
+  assert.deepEqual(init.optim, {});
+  assert.equal(parseRequest({ id: 2, type: 'step', x, y }).hash, true);
+  parseRequest({ id: 3, type: 'grads', x, y, batch: 2 });
+  parseRequest({ id: 4, type: 'apply', grads: { names: ['a'], arrays: [new Float32Array(2)] } });
+  for (const type of ['probe', 'hash', 'export']) parseRequest({ id: 5, type });
+  parseRequest({ id: 6, type: 'inject-fault', afterProducts: 3, rebuildSources: { dp4a: 'x' } });
+});
+
+test('parseRequest refuses each malformed request with a hint', () => {
+  const ok = { names: ['a'], arrays: [new Float32Array(1)] };
+  const state = { step: 0, p1: 1, p2: 1, params: ok, m: ok, v: ok };
+  refused(null, /must be an object/);
+  refused([1], /must be an object/);
+  refused({ id: -1, type: 'probe' }, /id must be an integer/);
+  refused({ id: 1.5, type: 'probe' }, /id must be an integer/);
+  refused({ id: 1, type: 'train' }, /unknown request type "train"/);
+  refused({ id: 1, type: 'probe', extra: 1 }, /unknown field 'extra'/);
+  refused({ id: 1, type: 'init', seed: 1 }, /model must be an object/);
+  refused({ id: 1, type: 'init', model: {}, seed: 2 ** 32 }, /seed must be an integer/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, backend: 'cuda' }, /backend "cuda"/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, measure: 'yes' }, /measure must be/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, audit: 5000 }, /audit must be/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, optim: 3 }, /optim must be/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, sources: { cuda: 'x' } }, /sources.cuda/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, kernelBase: 'http://x/' }, /kernelBase/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, state: { ...state, p1: 2 } }, /p1 must be/);
+  refused({ id: 1, type: 'step', x: [1, 2], y }, /x must be a non-empty Int32Array/);
+  refused({ id: 1, type: 'step', x, y: new Int32Array(0) }, /y must be a non-empty Int32Array/);
+  refused({ id: 1, type: 'step', x, y: new Int32Array(3) }, /x has 4 tokens, y 3/);
+  refused({ id: 1, type: 'grads', x, y, batch: 0 }, /batch must be an integer/);
+  refused({ id: 1, type: 'step', x, y, hash: 1 }, /hash must be a boolean/);
+  refused({ id: 1, type: 'apply', grads: new Map() }, /grads must be \{names/);
+  refused({ id: 1, type: 'apply', grads: { names: ['a', 'b'], arrays: [new Float32Array(1)] } },
+    /2 names but 1 arrays/);
+  refused({ id: 1, type: 'apply', grads: { names: ['a', 'a'], arrays: [ok.arrays[0], ok.arrays[0]] } },
+    /names must be distinct/);
+  refused({ id: 1, type: 'apply', grads: { names: ['a'], arrays: [new Float64Array(1)] } },
+    /a is not a Float32Array/);
+  refused({ id: 1, type: 'load', state: { ...state, step: -1 } }, /step must be an integer/);
+  refused({ id: 1, type: 'load', state: { ...state, extra: 1 } }, /unknown field 'extra'/);
+  refused({ id: 1, type: 'load', state: { ...state, m: undefined } }, /state.m must be/);
+  refused({ id: 1, type: 'inject-fault', afterProducts: 0 }, /afterProducts must be/);
+});
+
+test('parseReply refuses malformed worker messages', () => {
+  parseReply({ type: 'result', id: 1, result: {} });
+  parseReply({ type: 'error', id: null, error: { name: 'E', message: 'm', hint: 'h' } });
+  parseReply({ type: 'event', event: { kind: 'fallback' } });
+  assert.throws(() => parseReply({ type: 'result', id: 1 }), /without a result/);
+  assert.throws(() => parseReply({ type: 'error', id: 1, error: { message: 'm' } }),
+    /without \{name, message, hint\}/);
+  assert.throws(() => parseReply({ type: 'event', event: { kind: 'boom' } }), /unknown event/);
+  assert.throws(() => parseReply({ type: 'shout' }), /unknown worker message type/);
+});
+
+const row = (name, passed, ms, complete = true) => ({
+  name, gates_passed: passed, failure: passed ? null : `${name} failed gate 'x'`,
+  step_ms: ms, step_complete: ms === null ? null : complete,
+});
+
+test('the choice is the fastest measured backend among those that pass their gates', () => {
+  const rows = [row('webgpu-dp4a', true, 900), row('webgpu-lut', true, 300, false),
+    row('js-cpu', true, 250)];
+  const c = chooseBackend(rows);
+  assert.equal(c.selected, 'js-cpu');
+  assert.equal(c.rule, 'measured');
+  assert.match(c.reason, /^js-cpu: 250 ms per step, the fastest .*webgpu-dp4a 900 ms, webgpu-lut >= 300 ms/);
+  assert.deepEqual(c.measurements.map((m) => [m.name, m.complete]),
+    [['webgpu-dp4a', true], ['webgpu-lut', false], ['js-cpu', true]]);
+  // The same numbers with the GPU faster: the GPU wins; a tie goes to the earlier row.
+  assert.equal(chooseBackend([row('webgpu-dp4a', true, 40), row('js-cpu', true, 250)]).selected,
+    'webgpu-dp4a');
+  assert.equal(chooseBackend([row('webgpu-dp4a', true, 40), row('js-cpu', true, 40)]).selected,
+    'webgpu-dp4a');
+});
+
+test('a backend failing its gates is never chosen, even when its time is the fastest', () => {
+  const c = chooseBackend([row('webgpu-dp4a', false, 1), row('webgpu-lut', true, 500),
+    row('js-cpu', true, 600)]);
+  assert.equal(c.selected, 'webgpu-lut');
+  assert.match(c.reason, /failed their gates: webgpu-dp4a/);
+  assert.throws(() => chooseBackend([row('webgpu-dp4a', false, 1), row('js-cpu', false, 2)]),
+    /no backend passes its gates \(webgpu-dp4a: webgpu-dp4a failed gate/);
+});
+
+test('without a measurement of every usable backend the rule is the preference order', () => {
+  const c = chooseBackend([row('webgpu-dp4a', false, null), row('webgpu-lut', true, null),
+    row('js-cpu', true, 10)]);
+  assert.equal(c.selected, 'webgpu-lut');
+  assert.equal(c.rule, 'preference');
+  assert.match(c.reason, /speed not measured/);
+});
+
+test('a measurement stopped below the best is refused (the cutoff may only stop the slower)', () => {
+  assert.throws(() => chooseBackend([row('webgpu-dp4a', true, 100, false), row('js-cpu', true, 200)]),
+    /stopped at 100 ms, below the best 200 ms/);
+  assert.throws(() => chooseBackend([row('webgpu-dp4a', true, 100, false)]), /stopped early/);
+});
+
+function goldenInputs() {
+  const { model, optim, seed, steps } = golden.params;
+  const xs = blob(golden.inputs.x, Int32Array);
+  const ys = blob(golden.inputs.y, Int32Array);
+  const loss = blob(golden.outputs.loss, Float32Array);
+  const bt = xs.length / steps;
+  const batch = (s) => ({ x: xs.slice(s * bt, (s + 1) * bt), y: ys.slice(s * bt, (s + 1) * bt) });
+  return { model, optim, seed, batch, loss, hashes: golden.outputs.hashes.value };
+}
+
+test('the trainer on the CPU tier: golden hashes through step, grads + apply, export/load', async () => {
+  const g = goldenInputs();
+  const events = [];
+  const a = new Trainer((e) => events.push(e));
+  await assert.rejects(a.handle({ type: 'step', ...g.batch(0), hash: true }),
+    (exc) => exc instanceof TrainerError && /trainer is new/.test(exc.message) &&
+      exc.hint === 'send init first');
+  const sel = (await a.handle({ type: 'init', model: g.model, optim: g.optim, seed: g.seed,
+    backend: 'auto', measure: true, audit: 16, sources: {} })).result;
+  // No navigator.gpu under Node: both WebGPU rows unusable with the reason, the CPU measured.
+  assert.equal(sel.backend, 'js-cpu');
+  assert.equal(sel.choice.rule, 'measured');
+  assert.deepEqual(sel.rows.map((r) => [r.name, r.gates_passed]),
+    [['webgpu-dp4a', false], ['webgpu-lut', false], ['js-cpu', true]]);
+  assert.match(sel.rows[0].failure, /navigator.gpu is missing/);
+  assert.ok(sel.rows[2].step_ms > 0 && sel.rows[2].step_complete);
+  assert.deepEqual(events.filter((e) => e.kind === 'state').map((e) => `${e.from}->${e.to}`),
+    ['new->selecting', 'selecting->ready']);
+  assert.equal(events.filter((e) => e.kind === 'selection').length, 1);
+  await assert.rejects(a.handle({ type: 'init', model: g.model, seed: 1 }), /already ready/);
+  await assert.rejects(a.handle({ type: 'inject-fault', afterProducts: 1 }), /no GPU device/);
+
+  // Steps 1-2 with `step`, step 3 with grads + apply, like a peer that combines gradients.
+  for (let s = 0; s < 2; s++) {
+    const r = (await a.handle({ type: 'step', ...g.batch(s), hash: true })).result;
+    assert.equal(r.step, s + 1);
+    assert.equal(bitsOf(r.loss), bitsOf(g.loss[s]));
+    assert.equal(r.hash, g.hashes[s]);
+    assert.equal(r.backend, 'js-cpu');
+    assert.equal(r.probe, 'fd4bd82715373741b0a6c82113567db8e5b86980ea9a296ea228cc901f4677cb');
+  }
+  const gr = (await a.handle({ type: 'grads', ...g.batch(2) })).result;
+  assert.equal(bitsOf(gr.loss), bitsOf(g.loss[2]));
+  assert.equal(gr.grads.names[0], 'wte');
+  const applied = (await a.handle({ type: 'apply', grads: gr.grads })).result;
+  assert.equal(applied.step, 3);
+  assert.equal(applied.hash, g.hashes[2]);
+
+  // export -> a second trainer loads it and continues exactly like the first.
+  const { state } = (await a.handle({ type: 'export' })).result;
+  const b = new Trainer();
+  const loaded = (await b.handle({ type: 'init', model: g.model, optim: g.optim, seed: 99,
+    backend: 'js-cpu', measure: false, audit: 16, sources: {}, state })).result;
+  assert.equal(loaded.step, 3);
+  assert.equal(loaded.hash, g.hashes[2]);
+  const ra = (await a.handle({ type: 'step', ...g.batch(3), hash: true })).result;
+  const rb = (await b.handle({ type: 'step', ...g.batch(3), hash: true })).result;
+  assert.equal(ra.hash, g.hashes[3]);
+  assert.equal(rb.hash, g.hashes[3]);
+
+  // A state of another model is refused before anything changes.
+  const wrong = { ...state, params: { names: state.params.names.slice(1),
+    arrays: state.params.arrays.slice(1) } };
+  await assert.rejects(b.handle({ type: 'load', state: wrong }),
+    (exc) => exc instanceof TrainerError && /load: params lists/.test(exc.message));
+  const short = { ...state, m: { names: state.m.names,
+    arrays: state.m.arrays.map((t, i) => (i === 0 ? t.subarray(1) : t)) } };
+  await assert.rejects(b.handle({ type: 'load', state: short }), /m wte has \d+ values/);
+  assert.equal((await b.handle({ type: 'hash' })).result.hash, g.hashes[3]);
+  // A forced WebGPU backend with no WebGPU: refused with the reason and a hint.
+  await assert.rejects(new Trainer().handle({ type: 'init', model: g.model, seed: 1,
+    backend: 'webgpu-dp4a', measure: true, audit: 16, sources: {} }),
+  (exc) => /webgpu-dp4a was requested but is not usable here/.test(exc.message) &&
+    /backend 'auto'/.test(exc.hint));
+});
