@@ -11,7 +11,14 @@ from daisychain.gpu.backend import Backend, Demotion, NumpyGemm
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.p2p.node import Compute
-from daisychain.peer.backend import BackendUnavailable, choose
+from daisychain.peer.backend import (
+    BackendUnavailable,
+    Candidate,
+    StepTimer,
+    choose,
+    choose_fastest,
+    step_timer,
+)
 from mesh_helpers import (
     assert_identical,
     finish,
@@ -26,29 +33,85 @@ class _FakeKernel(NumpyGemm):
     name = "wgpu-dp4a"
 
 
-def _gpu() -> Backend:
-    return Backend(_FakeKernel(), "test adapter")
-
-
 def _no_gpu() -> Backend:
     return Backend(NumpyGemm(), "cpu", [Demotion("wgpu-dp4a", "no adapter")])
 
 
-def test_auto_prefers_numpy_unless_the_kernel_is_measured_faster() -> None:
-    speeds = {"numpy": 50.0, "wgpu-dp4a": 1.5}
-    slow = choose("auto", _gpu, lambda g: speeds[g.name])
-    assert slow.compute.name == "numpy" and "1.5 GOP/s" in slow.reason
-    speeds["wgpu-dp4a"] = 500.0
-    fast = choose("auto", _gpu, lambda g: speeds[g.name])
-    assert fast.compute.name == "wgpu-dp4a" and "500.0 GOP/s > numpy" in fast.reason
+def _gated() -> tuple[list[Backend], list[Demotion]]:
+    return [Backend(_FakeKernel(), "test adapter")], []
+
+
+def _timer(times: dict[str, float], asked: list[str]) -> StepTimer:
+    """A step timer with given times, stopping (complete=False) past the limit like the real one."""
+
+    def time_step(compute: Compute, limit_s: float) -> tuple[float, bool]:
+        asked.append(compute.name)
+        t = times[compute.name]
+        return (t, True) if t <= limit_s else (limit_s, False)
+
+    return time_step
+
+
+def test_auto_takes_the_fastest_measured_backend_that_passes_its_gates() -> None:
+    asked: list[str] = []
+    slow = choose("auto", gated=_gated, time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 1.5}, asked))
+    assert slow.compute.name == "numpy", slow.reason
+    assert slow.reason == (
+        "numpy: 50.0 ms per step, the fastest of the backends that pass their gates "
+        "(wgpu-dp4a 1500 ms)"
+    )
+    assert asked == ["wgpu-dp4a", "numpy"]  # preference order
+    fast = choose("auto", gated=_gated, time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.01}, []))
+    assert fast.compute.name == "wgpu-dp4a", fast.reason
+    assert "(numpy >= 10.0 ms)" in fast.reason  # stopped once slower than the best
     assert fast.compute.probe() == reference_probe_hash()
+
+
+def test_auto_never_measures_nor_takes_a_kernel_that_failed_its_gates() -> None:
+    asked: list[str] = []
+    failed = Demotion("wgpu-dp4a", "wgpu-dp4a failed gate '1x1x1'")
+    chosen = choose(
+        "auto",
+        gated=lambda: ([], [failed]),
+        time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.0}, asked),
+    )
+    assert chosen.compute.name == "numpy" and asked == ["numpy"]
+    assert chosen.reason.endswith("; failed their gates: wgpu-dp4a"), chosen.reason
+
+
+def test_the_rule_on_given_rows() -> None:
+    rows = [
+        Candidate("wgpu-dp4a", False, "failed gate", 0.001),
+        Candidate("wgpu-lut", True, None, 0.2),
+        Candidate("numpy", True, None, 0.2),
+    ]
+    assert choose_fastest(rows)[0] == "wgpu-lut"  # tie: the earlier; a failed row never wins
+    with pytest.raises(ValueError, match="cutoff must only stop the slower"):
+        choose_fastest(
+            [Candidate("wgpu-lut", True, None, 0.1, False), Candidate("numpy", True, None, 0.2)]
+        )
+    with pytest.raises(ValueError, match="no backend passes its gates"):
+        choose_fastest([Candidate("wgpu-lut", False, "probe")])
+    name, reason = choose_fastest(
+        [Candidate("wgpu-lut", True), Candidate("numpy", True, None, 0.1)]
+    )
+    assert name == "wgpu-lut" and "preference order" in reason  # not every usable row measured
+
+
+def test_the_real_step_timer_measures_and_stops_a_step() -> None:
+    time_step = step_timer()
+    seconds, complete = time_step(Compute(), float("inf"))
+    assert complete and seconds > 0
+    seconds, complete = time_step(Compute(), 0.0)  # past the limit at the first product
+    assert not complete and seconds < 1.0
 
 
 def test_wgpu_without_a_gated_kernel_fails_with_a_hint() -> None:
     with pytest.raises(BackendUnavailable) as info:
         choose("wgpu", _no_gpu)
     assert "no adapter" in info.value.message and "--backend auto or numpy" in info.value.hint
-    assert choose("auto", _no_gpu).compute.name == "numpy"
+    no_gpu = Demotion("wgpu-dp4a", "no adapter")
+    assert choose("auto", gated=lambda: ([], [no_gpu])).compute.name == "numpy"
     assert choose("numpy", _no_gpu).compute.name == "numpy"
 
 

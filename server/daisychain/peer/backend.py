@@ -2,23 +2,43 @@
 
 ``wgpu`` uses the best GPU kernel that passes its gates and probe (``gpu.backend.select_backend``)
 through ``gpu.live.training_ops`` (every product audited) and fails with a hint when none does.
-``numpy`` is the reference. ``auto`` takes the faster correct one: a gated kernel only when its
-measured throughput (``gpu.backend.measure_gops``, once at start) beats numpy's, since a software
-adapter (lavapipe/llvmpipe) passes every gate yet runs many times slower than BLAS. Either way
-the bits are the same (docs/KERNELS.md); the per-step kernel probe proves it to the other peers.
+``numpy`` is the reference. ``auto`` follows the rule the browser follows (docs/KERNELS.md,
+"Backend choice"): correct first -- every wgpu kernel is gated and probed, and one that fails is
+never a candidate -- then the fastest measured at start on a training step: each candidate
+(wgpu DP4A, wgpu LUT, numpy, in that preference order) computes one forward-backward of the
+``tiny`` model with the ops it would train with (a GPU kernel audited, as in training), stopped
+once it has run longer than the best so far; ties go to the earlier candidate. A software adapter
+(lavapipe/llvmpipe) passes every gate yet runs many times slower than BLAS, so on such a machine
+numpy wins on its measured time, not by a special case. Either way the bits are the same; the
+per-step kernel probe proves it to the other peers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from daisychain.gpu.backend import Backend, NumpyGemm, measure_gops, select_backend
-from daisychain.gpu.gates import IntGemm
+import numpy as np
+
+from daisychain.gpu.backend import (
+    GPU_ORDER,
+    Backend,
+    Demotion,
+    evaluate_gpu,
+    select_backend,
+)
+from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
+from daisychain.model import gpt
+from daisychain.model.config import ModelConfig, preset
+from daisychain.model.ops import GemmOps
+from daisychain.model.params import init_params
+from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.node import Compute
 
 CHOICES = ("auto", "wgpu", "numpy")
+TIMING_PRESET = "tiny"  # a follower does not know the run's model yet when it chooses
 
 
 class BackendUnavailable(Exception):
@@ -36,6 +56,135 @@ class Choice:
     reason: str  # printed at start: why this backend
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One row of the choice: a backend, whether it passed its gates, its measured step."""
+
+    name: str
+    passed: bool
+    failure: str | None = None
+    seconds: float | None = None
+    complete: bool = True  # False: stopped once past the best so far (seconds is a lower bound)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def choose_fastest(rows: Sequence[Candidate]) -> tuple[str, str]:
+    """The rule, as a pure function of rows in preference order: (name, reason).
+
+    Among the rows that passed their gates, the smallest measured ``seconds`` (ties: the earlier
+    row); a stopped row cannot win; without a measurement of every usable row, the first usable
+    row. A row that failed its gates is never chosen. Mirrors ``chooseBackend`` in
+    static/js/gpu/backend.js.
+    """
+    usable = [r for r in rows if r.passed]
+    if not usable:
+        why = "; ".join(f"{r.name}: {r.failure}" for r in rows)
+        raise ValueError(f"no backend passes its gates ({why})")
+    if any(r.seconds is None for r in usable):
+        first = usable[0].name
+        return first, f"{first}: the first backend in preference order that passes its gates"
+    complete = [r for r in usable if r.complete]
+    if not complete:
+        raise ValueError("every step measurement was stopped early: none to compare")
+    best = min(complete, key=lambda r: r.seconds or 0.0)  # min() keeps the first of equals
+    assert best.seconds is not None
+    for r in usable:
+        if not r.complete and (r.seconds or 0.0) < best.seconds:
+            raise ValueError(
+                f"{r.name}: stopped below the best: the cutoff must only stop the slower"
+            )
+    others = ", ".join(
+        f"{r.name} {'>= ' if not r.complete else ''}{_ms(r.seconds or 0.0)}"
+        for r in usable
+        if r is not best
+    )
+    failed = ", ".join(r.name for r in rows if not r.passed)
+    reason = f"{best.name}: {_ms(best.seconds)} per step, the fastest of the backends that pass"
+    reason += " their gates" + (f" ({others})" if others else "")
+    reason += f"; failed their gates: {failed}" if failed else ""
+    return best.name, reason
+
+
+class _Cutoff(Exception):
+    pass
+
+
+class _Deadline:
+    """``ops`` that stop the step (raise _Cutoff) once a product starts or ends past a deadline."""
+
+    def __init__(self, ops: GemmOps, deadline: float) -> None:
+        self.ops, self.deadline = ops, deadline
+        self.name = ops.name
+
+    def _check(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise _Cutoff
+
+    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+        self._check()
+        out = self.ops.qmatmul(a_q, a_e, b_q, b_e)
+        self._check()
+        return out
+
+    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
+        self._check()
+        out = self.ops.grad_left(g, fold_e, b_q)
+        self._check()
+        return out
+
+    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
+        self._check()
+        out = self.ops.grad_right(a_q, fold_e, g)
+        self._check()
+        return out
+
+
+StepTimer = Callable[[Compute, float], tuple[float, bool]]
+
+
+def step_timer(cfg: ModelConfig | None = None) -> StepTimer:
+    """``time_step(compute, limit_s) -> (seconds, complete)``: one forward-backward of ``cfg``
+    (default the tiny preset) with ``compute.ops``, stopped past ``limit_s``. Timing input only
+    (a fixed token pattern), never part of the contract."""
+    cfg = cfg or preset(TIMING_PRESET)
+    params = init_params(cfg, 0)
+    n = np.arange(cfg.batch * cfg.seq_len, dtype=np.int64)
+    x = ((n * 7919 + 13) % cfg.vocab_size).reshape(cfg.batch, cfg.seq_len)
+    y = ((n * 104729 + 7) % cfg.vocab_size).reshape(cfg.batch, cfg.seq_len)
+
+    def time_step(compute: Compute, limit_s: float) -> tuple[float, bool]:
+        t0 = time.perf_counter()
+        try:
+            gpt.forward_backward(params, cfg, x, y, _Deadline(compute.ops, t0 + limit_s))
+        except _Cutoff:
+            return time.perf_counter() - t0, False
+        return time.perf_counter() - t0, True
+
+    return time_step
+
+
+def gated_gpu_backends() -> tuple[list[Backend], list[Demotion]]:
+    """Every wgpu kernel of this machine that passes its gates and probe, in preference order,
+    and the demotions of those that do not."""
+    try:
+        gpu = acquire()
+    except GpuUnavailable as exc:
+        return [], [Demotion(f"wgpu-{kind}", str(exc)) for kind in GPU_ORDER]
+    usable: list[Backend] = []
+    demotions: list[Demotion] = []
+    for kind in GPU_ORDER:
+        gemm, reason = evaluate_gpu(gpu, kind)
+        if gemm is None:
+            demotions.append(Demotion(f"wgpu-{kind}", reason or "unknown"))
+        else:
+            usable.append(Backend(gemm, gpu.adapter_name, list(demotions)))
+    return usable, demotions
+
+
 def _gpu(backend: Backend) -> Compute:
     return Compute(backend.name, training_ops(backend), lambda: step_probe(backend))
 
@@ -43,28 +192,40 @@ def _gpu(backend: Backend) -> Compute:
 def choose(
     choice: str,
     select: Callable[[], Backend] = select_backend,
-    measure: Callable[[IntGemm], float] = measure_gops,
+    *,
+    gated: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_gpu_backends,
+    time_step: StepTimer | None = None,
 ) -> Choice:
-    """The backend for ``--backend choice``; raises BackendUnavailable for an impossible wgpu."""
+    """The backend for ``--backend choice``; raises BackendUnavailable for an impossible wgpu.
+
+    ``select`` serves ``wgpu`` (the first gated kernel), ``gated`` and ``time_step`` serve
+    ``auto`` (tests pass their own).
+    """
     if choice not in CHOICES:
         raise ValueError(f"--backend must be one of {', '.join(CHOICES)}, not {choice!r}")
     if choice == "numpy":
         return Choice(Compute(), "numpy: requested with --backend numpy")
-    backend = select()
-    if backend.name == "numpy":
-        why = "; ".join(f"{d.name}: {d.reason}" for d in backend.demotions) or "no GPU kernel"
-        if choice == "wgpu":
+    if choice == "wgpu":
+        backend = select()
+        if backend.name == "numpy":
+            why = "; ".join(f"{d.name}: {d.reason}" for d in backend.demotions) or "no GPU kernel"
             raise BackendUnavailable(
                 f"--backend wgpu: no GPU kernel passed its gates on this machine ({why})",
                 "run with --backend auto or numpy; `daisychain selftest` shows each kernel",
             )
-        return Choice(Compute(), f"numpy: no gated GPU kernel ({why})")
-    where = f"{backend.name} on {backend.adapter}"
-    if choice == "wgpu":
+        where = f"{backend.name} on {backend.adapter}"
         return Choice(_gpu(backend), f"{where}: requested with --backend wgpu")
-    gpu_gops, cpu_gops = measure(backend.gemm), measure(NumpyGemm())
-    if gpu_gops > cpu_gops:
-        return Choice(_gpu(backend), f"{where}: {gpu_gops:.1f} GOP/s > numpy {cpu_gops:.1f} GOP/s")
-    return Choice(
-        Compute(), f"numpy: {cpu_gops:.1f} GOP/s >= {where} {gpu_gops:.1f} GOP/s (gated, slower)"
-    )
+    usable, demotions = gated()
+    computes = [_gpu(b) for b in usable] + [Compute()]
+    timer = time_step or step_timer()
+    rows = [Candidate(d.name, False, d.reason) for d in demotions]
+    best = float("inf")
+    for compute in computes:  # preference order; stop a candidate once it cannot win
+        seconds, complete = timer(compute, best)
+        rows.append(Candidate(compute.name, True, None, seconds, complete))
+        if complete:
+            best = min(best, seconds)
+    order = {name: i for i, name in enumerate([*(f"wgpu-{k}" for k in GPU_ORDER), "numpy"])}
+    rows.sort(key=lambda r: order.get(r.name, len(order)))
+    name, reason = choose_fastest(rows)
+    return Choice(next(c for c in computes if c.name == name), reason)
