@@ -4,11 +4,16 @@
 
 export const DEFAULT_VOCAB = 4096;
 
-/** The model configuration cannot be built under the numerical contract. */
+/**
+ * The model configuration cannot be built under the numerical contract. `rule` names the
+ * invariant that failed, as Python's ConfigError.rule (a peer refusing a leader's config with
+ * `error incompatible` reports it: static/js/p2p/runconfig.js).
+ */
 export class ConfigError extends Error {
-  constructor(message) {
+  constructor(message, rule = 'model') {
     super(message);
     this.name = 'ConfigError';
+    this.rule = rule;
   }
 }
 
@@ -38,7 +43,7 @@ export function modelConfig(fields) {
   for (const name of INT_FIELDS) {
     const v = f[name];
     if (!Number.isInteger(v) || v < 1) {
-      throw new ConfigError(`${name} must be a positive integer, got ${v}`);
+      throw new ConfigError(`${name} must be a positive integer, got ${v}`, 'positive');
     }
   }
   let eps = fields.normEps ?? fields.norm_eps;
@@ -52,6 +57,7 @@ export function modelConfig(fields) {
     throw new ConfigError(
       `width ${f.width} is not divisible by heads ${f.heads}; choose heads so that ` +
         'width / heads is a power of 4 (16, 64, 256)',
+      'heads-divide-width',
     );
   }
   const headDim = f.width / f.heads;
@@ -59,14 +65,15 @@ export function modelConfig(fields) {
     throw new ConfigError(
       `head dim width/heads = ${headDim} must be a power of 4 (16, 64, 256) so the attention ` +
         'scale 1/sqrt(head dim) is an exact power of two; change width or heads',
+      'head-dim',
     );
   }
-  if (f.vocabSize >= 2 ** 24) throw new ConfigError(`vocab_size ${f.vocabSize} must be below 2^24`);
+  if (f.vocabSize >= 2 ** 24) throw new ConfigError(`vocab_size ${f.vocabSize} must be below 2^24`, 'vocab-range');
   if (f.batch * f.seqLen >= 2 ** 24) {
-    throw new ConfigError('batch * seq_len must be below 2^24 (1/N is taken in float32)');
+    throw new ConfigError('batch * seq_len must be below 2^24 (1/N is taken in float32)', 'tokens-range');
   }
   if (!(Number.isFinite(eps) && eps > 0)) {
-    throw new ConfigError(`norm_eps must be a positive finite float32, got ${eps}`);
+    throw new ConfigError(`norm_eps must be a positive finite float32, got ${eps}`, 'norm-eps');
   }
   return Object.freeze({
     ...f,
@@ -93,7 +100,8 @@ export const PRESETS = Object.freeze({
 export function preset(name, changes = null) {
   const cfg = PRESETS[name];
   if (!cfg) {
-    throw new ConfigError(`unknown model preset ${name}; choose one of ${Object.keys(PRESETS).join(', ')}`);
+    throw new ConfigError(
+      `unknown model preset ${name}; choose one of ${Object.keys(PRESETS).join(', ')}`, 'preset');
   }
   return changes ? replaceConfig(cfg, changes) : cfg;
 }

@@ -1,0 +1,152 @@
+// One attempt (step, round) of the gradient exchange at this peer. Mirror of
+// server/daisychain/p2p/machine/attempt.py.
+//
+//   computing --compute done--> exchanging --all reduced chunks in--> applied
+//   computing/exchanging --a later round of the step committed--> abandoned
+//
+// The attempt holds the pieces of the exchange (docs/PROTOCOL.md, "Gradient chunks and the
+// exchange arithmetic"): the contributions to this peer's own chunk, the reduced chunks, and the
+// bytes it sent (served again on `repair`). The arithmetic is the pure functions of allreduce.js
+// and codec.js, called here: exact integer and pinned float32 rules, part of the machine's
+// contract (a trace pins the bytes they produce).
+
+import { chunkBlocks, chunkSlice, reduceChunk } from '../allreduce.js';
+import { BLOCK, decode, encode } from '../codec.js';
+
+export const AttemptPhase = Object.freeze({
+  COMPUTING: 'computing', // the compute effect is out
+  EXCHANGING: 'exchanging', // contributions sent; waiting for pieces
+  APPLIED: 'applied',
+  ABANDONED: 'abandoned', // superseded by a later round: never applied (its pieces are still
+  // served on request, to peers that have not seen the new roster yet)
+});
+
+const ALLOWED = {
+  computing: ['exchanging', 'abandoned'],
+  exchanging: ['applied', 'abandoned'],
+  applied: [],
+  abandoned: [],
+};
+
+/** The Map key of an attempt (step, round). */
+export const keyOf = (step, round) => `${step}/${round}`;
+
+export class Attempt {
+  constructor(roster, rank, totalBlocks, now, log = () => {}) {
+    this.roster = roster; // CommittedRoster
+    this.rank = rank;
+    this.n = roster.peers.length;
+    this.totalBlocks = totalBlocks;
+    this.phase = AttemptPhase.COMPUTING;
+    this.contributions = new Map(); // for my chunk: rank -> Float32Array
+    this.reduced = new Map(); // chunk -> Float32Array
+    this.reducedPayload = new Map(); // chunk -> Uint8Array (served for repair)
+    this.sent = []; // chunk -> my contribution bytes (served for repair)
+    this.loss = 0;
+    this.probe = '';
+    this.repairAt = now;
+    this.deadline = now;
+    this.log = log;
+  }
+
+  get step() {
+    return this.roster.step;
+  }
+
+  get round() {
+    return this.roster.round;
+  }
+
+  get key() {
+    return keyOf(this.roster.step, this.roster.round);
+  }
+
+  get computed() {
+    return this.sent.length > 0;
+  }
+
+  /** Still working towards applying (not applied, not abandoned). */
+  get live() {
+    return this.phase === AttemptPhase.COMPUTING || this.phase === AttemptPhase.EXCHANGING;
+  }
+
+  get applied() {
+    return this.phase === AttemptPhase.APPLIED;
+  }
+
+  transition(next) {
+    const old = this.phase;
+    if (!ALLOWED[old].includes(next)) {
+      throw new Error(`attempt ${this.key} is ${old}: cannot become ${next}`);
+    }
+    this.phase = next;
+    this.log('debug', `attempt ${this.key}: ${old} -> ${next}`);
+    if (!this.live) {
+      // A finished attempt takes no more pieces and serves repairs from the bytes: its float32
+      // values would be dead weight. The keys stay: they say which pieces arrived.
+      const empty = new Float32Array(0);
+      for (const k of this.contributions.keys()) this.contributions.set(k, empty);
+      for (const k of this.reduced.keys()) this.reduced.set(k, empty);
+    }
+  }
+
+  chunkBlocks(k) {
+    const [first, end] = chunkBlocks(this.totalBlocks, this.n, k);
+    return end - first;
+  }
+
+  /**
+   * Our gradient is in: keep what we send, and our own chunk's contribution as the dequantized
+   * values of what we encoded (never the float gradient).
+   */
+  computedWith(loss, payloads, probe) {
+    this.transition(AttemptPhase.EXCHANGING);
+    this.loss = loss;
+    this.sent = [...payloads];
+    this.probe = probe;
+    this.contributions.set(this.rank, decode(payloads[this.rank], this.chunkBlocks(this.rank)));
+  }
+
+  /**
+   * Our reduced chunk once every contribution is in (roster order: the pinned sum order); null
+   * before, or when already reduced.
+   */
+  reduce() {
+    if (this.reduced.has(this.rank) || this.contributions.size < this.n) return null;
+    const parts = [];
+    for (let j = 0; j < this.n; j++) parts.push(this.contributions.get(j));
+    const { payload, values } = encode(reduceChunk(parts));
+    this.reduced.set(this.rank, values);
+    this.reducedPayload.set(this.rank, payload);
+    return payload;
+  }
+
+  complete() {
+    return this.phase === AttemptPhase.EXCHANGING && this.reduced.size === this.n;
+  }
+
+  meanGradient() {
+    const flat = new Float32Array(this.totalBlocks * BLOCK);
+    for (let k = 0; k < this.n; k++) {
+      flat.set(this.reduced.get(k), chunkSlice(this.totalBlocks, this.n, k)[0]);
+    }
+    return flat;
+  }
+
+  /** Roster peers whose pieces this peer still waits for (a Set). */
+  missingFrom() {
+    const out = new Set();
+    if (this.applied) return out;
+    const peers = this.roster.peers;
+    if (!this.reduced.has(this.rank)) {
+      peers.forEach((p, j) => {
+        if (!this.contributions.has(j)) out.add(p);
+      });
+    }
+    peers.forEach((p, k) => {
+      if (!this.reduced.has(k)) out.add(p);
+    });
+    out.delete(peers[this.rank]);
+    return out;
+  }
+}

@@ -1,0 +1,49 @@
+// What the protocol machine asks its shell to do (docs/PROTOCOL.md, "The protocol machine").
+// Mirror of server/daisychain/p2p/machine/effects.py: one frozen record per effect, `type`
+// naming it. The shell executes effects in the order the machine returned them: messages and
+// payloads to one peer leave in that order (a checkpoint precedes the roster that follows it).
+// `send-message`, `send-payload` and `close` have the shapes mesh.js's `apply(effect)` takes.
+
+const fx = (type, fields) => Object.freeze({ type, ...fields });
+
+/** Encode `message` (messages.encode) and queue it on the channel to `peer`. */
+export const sendMessage = (peer, message) => fx('send-message', { peer, message });
+
+/**
+ * Frame `payload` (frames.fragment, deflate-raw when `deflate`) with exactly these header
+ * fields and queue it. Every header field but the per-fragment ones (total, offset, crc) is
+ * chosen by the machine.
+ */
+export const sendPayload = (peer, kind, step, round, chunk, transfer, deflate, payload) =>
+  fx('send-payload', { peer, kind, step, round, chunk, transfer, deflate, payload });
+
+/** Close the channel to `peer` (it was rejected or speaks another version). */
+export const close = (peer) => fx('close', { peer });
+
+/**
+ * Compute this replica's gradient of step `step` (its state is at step - 1) as roster rank
+ * `rank` of `peers`, and answer with a `compute-done` or `compute-failed` event.
+ */
+export const compute = (step, round, rank, peers) => fx('compute', { step, round, rank, peers });
+
+/** Save the replica (it is at `step`) to this peer's checkpoint path. */
+export const save = (step) => fx('save', { step });
+
+export const stepApplied = (step, round, loss, hash, roster, probe, backend, leader) =>
+  fx('step-applied', {
+    step, round, loss, hash, roster: Object.freeze([...roster]), probe, backend, leader,
+  });
+
+/**
+ * How the run ended for this peer: `reason` done | fork | error | left | leader-request;
+ * `hashes` a Map peer -> hash; `code` a machine-readable cause for errors ('' if none).
+ */
+export function outcome(reason, step, hash, message, hashes = new Map(), code = '') {
+  return Object.freeze({ reason, step, hash, message, hashes: new Map(hashes), code });
+}
+
+/**
+ * The run is over and every peer acknowledged the stop (or the linger ran out): the shell
+ * drains its send buffers, closes and reports `outcome`.
+ */
+export const finished = (result) => fx('finished', { outcome: result });

@@ -1,0 +1,46 @@
+// What the protocol machine is fed (docs/PROTOCOL.md, "The protocol machine"). Mirror of
+// server/daisychain/p2p/machine/events.py: one frozen record per event, `type` naming it as the
+// conformance traces do, every one carrying `now` (seconds on the shell's monotonic clock). The
+// machine never reads a clock, so the same events with the same `now` produce the same effects
+// on every platform; tests/vectors/protocol/ holds exactly such sequences.
+
+const ev = (type, fields) => Object.freeze({ type, ...fields });
+
+export const EVENT_TYPES = Object.freeze([
+  'channel-open', 'channel-closed', 'peer-left', 'message', 'frame', 'compute-done',
+  'compute-failed', 'timer', 'lead', 'user-stop', 'user-leave', 'user-save', 'signaling-lost',
+]);
+
+/** The data channel to `peer` is open (this peer sends `hello` on it). */
+export const channelOpened = (now, peer) => ev('channel-open', { now, peer });
+/** The data channel to `peer` closed: the peer is gone. */
+export const channelClosed = (now, peer) => ev('channel-closed', { now, peer });
+/** The signaling server says `peer` left (after the shell's grace for its channel). */
+export const peerLeft = (now, peer) => ev('peer-left', { now, peer });
+/** A text (control) message from `peer`, exactly as received (parsed by the machine). */
+export const messageReceived = (now, peer, text) => ev('message', { now, peer, text });
+/** A binary message (one frame, a Uint8Array) from `peer`, exactly as received. */
+export const frameReceived = (now, peer, data) => ev('frame', { now, peer, data });
+/**
+ * The gradient a `compute` effect asked for: one quantized chunk payload (Uint8Array) per
+ * roster peer (`payloads[k]` goes to the owner of chunk k; ours stays), the batch loss and the
+ * kernel probe of the backend that computed it.
+ */
+export const computeDone = (now, step, round, loss, payloads, probe) =>
+  ev('compute-done', { now, step, round, loss, payloads: Object.freeze([...payloads]), probe });
+export const computeFailed = (now, step, round, error) =>
+  ev('compute-failed', { now, step, round, error });
+/** The deadline the machine last announced (nextDeadline()) has passed. */
+export const timer = (now) => ev('timer', { now });
+/**
+ * This peer leads the run `config` (a parsed `config` record); its replica is already at the
+ * config's state (fresh or restored by the shell). The first roster needs `minPeers` peers.
+ */
+export const userLead = (now, config, minPeers) => ev('lead', { now, config, minPeers });
+/** The leader's user ends the run at the next step boundary (`stop leader-request`). */
+export const userStop = (now, reason) => ev('user-stop', { now, reason });
+/** This peer's user leaves: `leave` to every peer, then finish. */
+export const userLeave = (now, reason) => ev('user-leave', { now, reason });
+/** Save now; a leader also asks every peer to save this step. */
+export const userSave = (now) => ev('user-save', { now });
+export const signalingLost = (now, reason) => ev('signaling-lost', { now, reason });

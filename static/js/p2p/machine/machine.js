@@ -1,0 +1,910 @@
+// The protocol machine: one peer's whole data-channel protocol, without I/O. Mirror of
+// server/daisychain/p2p/machine/machine.py, rule for rule and in the same order (normative:
+// docs/PROTOCOL.md "The protocol machine"; proven by replaying tests/vectors/protocol/).
+//
+// In the spirit of aioquic's QuicConnection and h11: the machine owns every piece of protocol
+// state and changes it only in `handle(event)`, which resolves to the effects the shell must
+// carry out, in order; `nextDeadline()` says when the shell must feed a `timer` event. It reads
+// no clock (`now` comes with every event), opens no socket and starts no timer.
+//
+// One difference from Python, and why: `handle` is async, because the replica's hashing
+// (crypto.subtle) and inflating a compressed frame (DecompressionStream) are asynchronous on the
+// web platform. The machine awaits them exactly where Python calls them synchronously, so the
+// decisions and their order are the same; the shell feeds one event at a time and awaits each
+// (a second `handle` while one is in flight is refused, never interleaved).
+//
+// The state lives in one object per concept: PeerTable, Leadership, RepairStore (each attempt an
+// Attempt with its phase), SyncGuard, StateSync and Stopping; the run's phase is run.RunPhase.
+// This module holds the rules that tie them together.
+
+import { paramShapes } from '../../model/params.js';
+import { BLOCK, CodecError, decode, nBlocks } from '../codec.js';
+import { ChecksumError, FrameError, FrameKind } from '../frames.js';
+import { MessageError, errorFrom, message, parse as parseMessage } from '../messages.js';
+import { CommittedRoster, Phase, RunPhase, makeRoster } from '../run.js';
+import { Incompatible, parse as parseRunConfig } from '../runconfig.js';
+import { CONTRACT_VERSION, DATA_PROTOCOL_VERSION } from '../versions.js';
+import * as fx from './effects.js';
+import { Attempt, AttemptPhase, keyOf } from './attempt.js';
+import { Fork, SyncGuard } from './guard.js';
+import { Leadership } from './leadership.js';
+import { PeerState, PeerTable } from './peers.js';
+import { RepairStore, requests } from './repair.js';
+import { ReplicaRefused, checkReplica } from './replica.js';
+import { StateSync, SyncState } from './statesync.js';
+import { Stopped, Stopping } from './stopping.js';
+
+export const MAX_ROUNDS = 256; // a step re-committed this often ends the run
+const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
+
+/** Two parsed `config` records describe the same run (Python's dataclass ==). */
+export function sameConfig(a, b) {
+  const keys = ['run', 'preset', 'steps', 'seed', 'data', 'tokenizer_sha256', 'resume_step',
+    'resume_hash'];
+  return keys.every((k) => a[k] === b[k]) &&
+    Object.keys(a.model).every((k) => a.model[k] === b.model[k]) &&
+    Object.keys(a.optim).every((k) => a.optim[k] === b.optim[k]);
+}
+
+const size = (shape) => shape.reduce((n, d) => n * d, 1);
+
+/** One peer's data-channel protocol (docs/PROTOCOL.md, "Data channels"). */
+export class Machine {
+  /**
+   * `settings` from settings.js, `replica` with the interface of replica.js; `log(level, text)`
+   * hears every state transition (silent by default).
+   */
+  constructor(settings, replica, { log = () => {} } = {}) {
+    this.settings = settings;
+    this.id = settings.id;
+    this.replica = checkReplica(replica);
+    this.log = log;
+    this.phase = new RunPhase(settings.name || settings.id, log);
+    this.peers = new PeerTable(settings.id, (kind) => this.limit(kind), log);
+    this.leadership = new Leadership(settings.id, log);
+    this.store = new RepairStore();
+    this.guard = new SyncGuard(settings.id, settings.reference_probe);
+    this.sync = new StateSync(log);
+    this.stopping = new Stopping(log);
+    this.config = null;
+    this.hasState = false;
+    this.shapes = new Map();
+    this.totalBlocks = 0;
+    this.transfer = 0;
+    this.saveAt = new Set();
+    this.savedStep = -1;
+    this.out = [];
+    this.now = 0;
+    this.busy = false;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // the interface
+
+  get isLeader() {
+    return this.leadership.isLeader;
+  }
+
+  get leader() {
+    return this.leadership.leader;
+  }
+
+  get roster() {
+    return this.leadership.roster;
+  }
+
+  get finished() {
+    return this.stopping.finished;
+  }
+
+  /** Feed one event; resolves to the effects to carry out, in order. One event at a time. */
+  async handle(event) {
+    if (this.busy) {
+      throw new Error('Machine.handle: an event is still being handled; await each handle() ' +
+        'before feeding the next (events are processed in order, one at a time)');
+    }
+    this.busy = true;
+    try {
+      this.now = event.now;
+      if (this.stopping.finished) return [];
+      try {
+        if (this.stopping.stopped) {
+          this.whileStopped(event);
+        } else {
+          await this.dispatch(event);
+          await this.advance();
+        }
+      } catch (exc) {
+        if (exc instanceof Stopped) await this.beginStopping(exc);
+        else if (exc instanceof Fork) await this.beginStopping(this.forkStop(exc));
+        else throw exc;
+      }
+      if (this.stopping.stopped && this.stopping.done(this.now)) {
+        this.out.push(fx.finished(this.stopping.outcome));
+      }
+      const out = this.out;
+      this.out = [];
+      return out;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** When the shell must feed `timer` (null: no timer is running). */
+  nextDeadline() {
+    if (this.stopping.finished) return null;
+    if (this.stopping.stopped) return this.stopping.waiting.size > 0 ? this.stopping.lingerUntil : null;
+    const t = this.settings.timers;
+    let soon = this.peers.nextHelloDeadline(t.hello_timeout_s);
+    const a = this.current();
+    if (a !== null && a.live) soon = soon === null ? a.repairAt : Math.min(soon, a.repairAt);
+    if (a !== null && this.isLeader && this.phase.phase === Phase.TRAINING) {
+      soon = soon === null ? a.deadline : Math.min(soon, a.deadline);
+    }
+    return soon;
+  }
+
+  agreement(step) {
+    return this.guard.agreement(step);
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // effects
+
+  send(peer, m) {
+    this.out.push(fx.sendMessage(peer, m));
+  }
+
+  broadcast(m) {
+    for (const peer of this.peers.live()) this.send(peer, m);
+  }
+
+  sendPayload(peer, kind, payload, step, round = 0, chunk = 0) {
+    this.transfer = (this.transfer + 1) >>> 0;
+    const deflate = kind !== FrameKind.CHECKPOINT; // checkpoints go uncompressed
+    this.out.push(fx.sendPayload(peer, kind, step, round, chunk, this.transfer, deflate, payload));
+  }
+
+  /**
+   * The run ends here (throw the result). `done`, `fork` and `leader-request` are announced with
+   * `stop`; an `error` is this peer's own failure.
+   */
+  stop(reason, text, hashes = new Map(), code = '') {
+    const step = this.hasState ? this.replica.step : 0;
+    let announce = null;
+    if (this.config !== null && STOP_ANNOUNCED.includes(reason)) {
+      announce = message('stop', {
+        run: this.config.run, reason, step, message: text, hashes: new Map(hashes),
+      });
+    }
+    return new Stopped(fx.outcome(reason, step, this.hash(), text, hashes, code), announce);
+  }
+
+  forkStop(fork) {
+    this.log('error', `${this.id}: SYNC GUARD: ${fork.message}`);
+    return this.stop('fork', fork.message, fork.hashes);
+  }
+
+  hash() {
+    return this.hasState ? this.replica.hash : '';
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // events
+
+  async dispatch(e) {
+    switch (e.type) {
+      case 'channel-open':
+        if (this.peers.state(e.peer) === null) {
+          this.peers.opened(e.peer, e.now);
+          this.send(e.peer, message('hello', {
+            version: DATA_PROTOCOL_VERSION, name: sliceName(this.settings.name),
+            contract: CONTRACT_VERSION,
+          }));
+        }
+        return;
+      case 'channel-closed':
+        this.peers.channelClosed(e.peer);
+        await this.peerGone(e.peer, 'closed');
+        return;
+      case 'peer-left':
+        await this.peerGone(e.peer, 'left');
+        return;
+      case 'message':
+        await this.onText(e.peer, e.text);
+        return;
+      case 'frame':
+        await this.onFrame(e.peer, e.data);
+        return;
+      case 'compute-done':
+        await this.onComputed(e);
+        return;
+      case 'compute-failed':
+        throw this.stop('error', `step ${e.step}: compute failed: ${e.error}`);
+      case 'timer':
+        await this.onTimer(e.now);
+        return;
+      case 'lead':
+        this.lead(e.config, e.minPeers);
+        return;
+      case 'user-stop':
+        if (this.isLeader && this.config !== null) {
+          this.log('info', `${this.id}: ending the run at the next boundary: ${e.reason}`);
+          this.leadership.endRequested = e.reason || 'the leader ended the run';
+        } else {
+          this.log('warning', `${this.id}: only the leader can end the run`);
+        }
+        return;
+      case 'user-leave':
+        this.broadcast(message('leave', { reason: e.reason }));
+        throw new Stopped(fx.outcome('left', this.hasState ? this.replica.step : 0, this.hash(),
+          e.reason));
+      case 'user-save':
+        if (this.isLeader && this.config !== null && this.hasState) {
+          this.broadcast(message('save', { run: this.config.run, step: this.replica.step }));
+        }
+        if (this.settings.can_save && this.hasState) this.save();
+        return;
+      case 'signaling-lost':
+        throw this.stop('error', `lost the signaling server: ${e.reason}`);
+      default:
+        throw new TypeError(`unknown machine event ${String(e.type)}`);
+    }
+  }
+
+  async onText(peer, text) {
+    const state = this.peers.state(peer);
+    if (state === null) {
+      this.log('warning', `${this.id}: message from ${peer} without a channel ignored`);
+      return;
+    }
+    if (state === PeerState.GONE) {
+      this.fromGone(peer, text);
+      return;
+    }
+    let m;
+    try {
+      m = parseMessage(text);
+    } catch (exc) {
+      if (!(exc instanceof MessageError)) throw exc;
+      if (exc.code === 'version-mismatch') {
+        this.send(peer, errorFrom(exc));
+        await this.otherVersion(peer, exc.message, exc.hint);
+        return;
+      }
+      await this.reject(peer, exc.code, exc.message, exc.hint);
+      return;
+    }
+    if (m.type === 'hello') {
+      this.peers.greet(peer);
+      this.onGreeted(peer);
+      return;
+    }
+    if (state !== PeerState.GREETED) {
+      await this.reject(peer, 'bad-message', `${m.type} before hello`);
+      return;
+    }
+    await this.onMessage(peer, m);
+  }
+
+  async onFrame(peer, data) {
+    const entry = this.peers.get(peer);
+    if (entry === null || entry.state === PeerState.GONE) return; // only a stop is heard from a gone peer, and a stop is text
+    if (entry.state !== PeerState.GREETED) {
+      await this.reject(peer, 'bad-frame', 'binary frame before hello');
+      return;
+    }
+    let payload;
+    try {
+      payload = await entry.reassembler.feed(data);
+    } catch (exc) {
+      if (exc instanceof ChecksumError) {
+        this.log('warning', `${this.id}: ${exc.message} from ${peer}; asking again`);
+        this.askAgain(peer, exc.head);
+        return;
+      }
+      if (exc instanceof FrameError) {
+        await this.reject(peer, 'bad-frame', exc.message);
+        return;
+      }
+      throw exc;
+    }
+    if (payload === null) return;
+    if (payload.kind === FrameKind.CHECKPOINT) await this.onCheckpoint(peer, payload);
+    else await this.onPiece(peer, payload);
+  }
+
+  async onMessage(peer, m) {
+    const cfg = this.config;
+    if (m.type === 'config') {
+      await this.onConfig(peer, m);
+      return;
+    }
+    if (m.type === 'leave') {
+      await this.peerGone(peer, `leave: ${m.reason}`);
+      return;
+    }
+    if (m.type === 'error') {
+      if (m.code === 'version-mismatch') await this.otherVersion(peer, m.message, m.hint);
+      this.log('warning', `${this.id}: ${peer} says ${m.code}: ${m.message}`);
+      return;
+    }
+    if (cfg === null || ('run' in m ? m.run : cfg.run) !== cfg.run) {
+      await this.reject(peer, 'wrong-run', `${m.type} for a run this peer is not in`);
+      return;
+    }
+    const lead = this.leadership;
+    switch (m.type) {
+      case 'ready':
+        lead.ready.set(peer, m);
+        break;
+      case 'sync-request':
+        lead.syncWanted.add(peer);
+        break;
+      case 'roster': {
+        const r = new CommittedRoster(m.step, m.round, m.peers);
+        if (peer !== lead.leader) {
+          // Our view of who left may lag behind the sender's: hold it; if the successor rule
+          // later names the sender, it is applied then.
+          lead.hold(peer, r);
+        } else {
+          await this.acceptRoster(r);
+        }
+        break;
+      }
+      case 'hash':
+        this.guard.checkProbe(peer, m.step, m.probe, m.backend);
+        this.guard.record(peer, m.step, m.round, m.hash);
+        break;
+      case 'missing': {
+        const key = keyOf(m.step, m.round);
+        if (!lead.missingReports.has(key)) lead.missingReports.set(key, new Set());
+        for (const p of m.peers) lead.missingReports.get(key).add(p);
+        break;
+      }
+      case 'repair': {
+        const served = this.store.serve(peer, m);
+        if (served !== null) {
+          this.sendPayload(peer, served.kind, served.payload, m.step, m.round, m.chunk);
+        }
+        break;
+      }
+      case 'save':
+        this.saveAt.add(m.step);
+        this.maybeSave();
+        break;
+      case 'stop':
+        this.onStop(peer, m);
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** A hostile or broken peer: say why, close its channel, drop it from the run. */
+  async reject(peer, code, why, hint = '') {
+    this.log('warning', `${this.id}: closing channel to ${peer}: ${code}: ${why}`);
+    this.send(peer, message('error', {
+      code, message: sliceChars(why, 200), hint: hint || 'see docs/PROTOCOL.md, Data channels',
+    }));
+    await this.peerGone(peer, `rejected (${code})`);
+    this.out.push(fx.close(peer));
+  }
+
+  /**
+   * The other side speaks another protocol version. A peer already in a run keeps training
+   * without it; a peer still in the lobby cannot join this group and stops.
+   */
+  async otherVersion(peer, text, hint) {
+    if (this.phase.phase === Phase.LOBBY && !this.leadership.leadsOwnRun) {
+      throw this.stop('error', `${text} (peer ${peer}); ${hint}`, new Map(), 'version-mismatch');
+    }
+    await this.peerGone(peer, 'protocol version mismatch');
+    this.out.push(fx.close(peer));
+  }
+
+  /** The largest payload of `kind` accepted now (0: not expected). */
+  limit(kind) {
+    if (this.shapes.size === 0) return 0;
+    if (kind === FrameKind.CHECKPOINT) {
+      let n = 0;
+      for (const s of this.shapes.values()) n += size(s);
+      return this.sync.awaiting ? 12 * n + 1024 * 1024 : 0;
+    }
+    return this.totalBlocks * (BLOCK + 1);
+  }
+
+  current() {
+    const r = this.leadership.roster;
+    return r === null ? null : this.store.get(r.step, r.round);
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // membership: leading, config, greeting, peers gone, failover
+
+  /** Validate once (runconfig.parse): the run, or Incompatible. */
+  parseConfig(cfg) {
+    const s = this.settings;
+    return parseRunConfig(cfg, {
+      tokenizerSha256: s.tokenizer_sha256, vocabSize: s.vocab_size, caps: s.limits,
+    });
+  }
+
+  lead(config, minPeers) {
+    let model;
+    try { // the leader trains its run too: the followers' rules and its own caps apply
+      model = this.parseConfig(config).model;
+    } catch (exc) {
+      if (!(exc instanceof Incompatible)) throw exc;
+      throw this.stop('error', `cannot lead this run: ${exc.message}; ${exc.hint}`, new Map(),
+        exc.code);
+    }
+    this.leadership.lead(minPeers);
+    this.config = config;
+    this.hasState = true;
+    this.setShapes(model);
+    this.phase.transition(Phase.CONFIGURED, 'leading');
+    this.broadcast(config);
+  }
+
+  async onConfig(peer, cfg) {
+    if (this.leadership.leadsOwnRun) {
+      await this.reject(peer, 'wrong-run', 'this peer leads its own run');
+      return;
+    }
+    if (this.config !== null) {
+      if (!sameConfig(cfg, this.config)) {
+        await this.reject(peer, 'wrong-run', 'a second, different run configuration');
+      }
+      return;
+    }
+    let accepted;
+    try {
+      accepted = this.parseConfig(cfg);
+    } catch (exc) {
+      if (!(exc instanceof Incompatible)) throw exc;
+      // Refused, not fatal: this peer stays in the lobby for the next run.
+      await this.reject(peer, exc.code, exc.message, exc.hint);
+      return;
+    }
+    this.config = cfg;
+    this.leadership.leader = peer;
+    this.setShapes(accepted.model);
+    this.phase.transition(Phase.CONFIGURED, `config from ${peer}`);
+    if (cfg.resume_step === 0) {
+      await this.replica.start(accepted.model, accepted.optim, cfg.seed);
+      this.hasState = true;
+      this.send(peer, this.ready());
+    } else {
+      this.requestSync();
+    }
+  }
+
+  /** Parameter shapes fix every frame size limit (known from the config alone). */
+  setShapes(model) {
+    this.shapes = paramShapes(model);
+    let n = 0;
+    for (const s of this.shapes.values()) n += size(s);
+    this.totalBlocks = nBlocks(n);
+  }
+
+  ready() {
+    return message('ready', {
+      run: this.config.run, step: this.replica.step, hash: this.replica.hash,
+      peers: this.peers.liveOpen(),
+    });
+  }
+
+  onGreeted(peer) {
+    if (this.isLeader && this.config !== null) {
+      // A late peer learns the run from the leader: config, then the current roster (a peer not
+      // in it asks for the state and enters the roster after the checkpoint).
+      this.send(peer, this.config);
+      const r = this.leadership.roster;
+      if (r !== null) {
+        this.send(peer, message('roster', {
+          run: this.config.run, step: r.step, round: r.round, peers: [...r.peers],
+        }));
+      }
+    }
+  }
+
+  /** Marks `peer` gone; true when it was the leader (a failover is then due). */
+  markGone(peer, why) {
+    if (!this.peers.gone(peer)) return false;
+    this.leadership.forget(peer);
+    this.log('info', `${this.id}: peer ${peer} gone (${why})`);
+    const a = this.current();
+    if (a !== null && a.roster.peers.includes(peer) && a.live) {
+      a.repairAt = Math.min(a.repairAt, this.now);
+      a.deadline = Math.min(a.deadline, this.now + this.settings.timers.repair_after_s);
+    }
+    return peer === this.leadership.leader;
+  }
+
+  async peerGone(peer, why) {
+    if (this.markGone(peer, why)) await this.leaderGone();
+  }
+
+  async leaderGone() {
+    const lead = this.leadership;
+    if (lead.roster === null) {
+      throw this.stop('error', 'the leader left before the first step; start the run again');
+    }
+    const next = lead.failOver(this.peers.goneSet);
+    if (next === null) throw this.stop('error', 'every peer of the last roster left');
+    if (this.isLeader) {
+      const a = this.current();
+      if (a !== null) a.deadline = Math.min(a.deadline, this.now + this.settings.timers.repair_after_s);
+      return;
+    }
+    if (this.sync.awaiting) {
+      this.sync.done();
+      this.requestSync(); // ask the successor
+    }
+    const held = lead.takeHeld();
+    if (held !== null) await this.acceptRoster(held);
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // rosters
+
+  async acceptRoster(r) {
+    this.leadership.roster = r;
+    if (this.phase.phase === Phase.CONFIGURED) {
+      this.phase.transition(Phase.TRAINING, `roster of step ${r.step}`);
+    }
+    if (!this.hasState) {
+      this.requestSync();
+      return;
+    }
+    const step = this.replica.step;
+    if (!r.peers.includes(this.id)) {
+      if (step !== r.step - 1 || !this.isLeader) this.requestSync();
+      return;
+    }
+    if (step !== r.step - 1) {
+      if (step < r.step - 1 || !this.store.has(r.step, r.round)) this.requestSync();
+      return;
+    }
+    const t = this.settings.timers;
+    const a = new Attempt(r, r.rank(this.id), this.totalBlocks, this.now, this.log);
+    a.repairAt = this.now + t.repair_after_s;
+    a.deadline = this.now + t.step_timeout_s;
+    this.store.add(a);
+    this.store.abandonBefore(r.step, r.round);
+    this.out.push(fx.compute(r.step, r.round, a.rank, a.n));
+    for (const [sender, payload] of this.store.takeEarly(r.step, r.round)) {
+      await this.onPiece(sender, payload);
+    }
+  }
+
+  /** The leader's decisions, re-evaluated after every event. */
+  async advance() {
+    this.followerSync();
+    if (!this.isLeader || !this.hasState || this.config === null) return;
+    if (this.phase.phase === Phase.CONFIGURED) {
+      await this.leaderStart();
+      return;
+    }
+    const r = this.leadership.roster;
+    if (this.phase.phase !== Phase.TRAINING || r === null) return;
+    const a = this.store.get(r.step, r.round);
+    const gone = this.peers.goneSet;
+    const alive = r.peers.filter((p) => !gone.has(p));
+    if (a !== null && a.applied) {
+      const have = this.guard.have(r.step, r.round);
+      if (!alive.every((p) => have.has(p)) && this.now < a.deadline) return;
+      await this.boundary(alive.filter((p) => have.get(p) === this.replica.hash));
+      return;
+    }
+    if (a !== null && this.now < a.deadline) return;
+    // The attempt cannot complete: re-commit the step without the peers that vanished or whose
+    // pieces never arrived (at the leader or at any peer that reported).
+    const drop = new Set([...gone, ...(this.leadership.missingReports.get(keyOf(r.step, r.round)) ?? [])]);
+    if (a !== null) for (const p of a.missingFrom()) drop.add(p);
+    drop.delete(this.id);
+    const peers = makeRoster([...r.peers.filter((p) => !drop.has(p)), this.id]);
+    this.log('warning', `${this.id}: step ${r.step} round ${r.round} incomplete; dropping ` +
+      `${r.peers.filter((p) => drop.has(p)).sort().join(', ')}`);
+    await this.commit(r.step, r.round + 1, peers);
+  }
+
+  async leaderStart() {
+    for (const peer of await this.serveSyncs()) {
+      this.leadership.ready.set(peer, message('ready', {
+        run: this.config.run, step: this.replica.step, hash: this.replica.hash, peers: [],
+      }));
+    }
+    const candidates = [this.id, ...this.eligible()];
+    if (candidates.length < this.leadership.minPeers) return;
+    await this.commit(this.replica.step + 1, 0, makeRoster(candidates));
+  }
+
+  eligible() {
+    return this.leadership.eligible(this.peers.goneSet, this.replica.step, this.replica.hash);
+  }
+
+  /** Step replica.step is complete: stop, or commit the next roster. */
+  async boundary(continuing) {
+    const step = this.replica.step;
+    if (step >= this.config.steps) throw this.stop('done', `reached step ${step}`);
+    if (this.leadership.endRequested) {
+      throw this.stop('leader-request', `${this.leadership.endRequested} at step ${step}`);
+    }
+    const joiners = [...(await this.serveSyncs()), ...this.eligible()];
+    this.leadership.ready.clear();
+    await this.commit(step + 1, 0, makeRoster([...continuing, ...joiners, this.id]));
+  }
+
+  async commit(step, round, peers) {
+    if (round >= MAX_ROUNDS) throw this.stop('error', `step ${step} failed ${MAX_ROUNDS} times`);
+    this.broadcast(message('roster', { run: this.config.run, step, round, peers: [...peers] }));
+    this.log('info', `${this.id}: roster step ${step} round ${round}: ${peers.join(', ')}`);
+    await this.acceptRoster(new CommittedRoster(step, round, peers));
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // the exchange
+
+  async onComputed(e) {
+    const a = this.store.get(e.step, e.round);
+    if (a === null || a.phase !== AttemptPhase.COMPUTING) return; // abandoned meanwhile
+    if (e.payloads.length !== a.n) {
+      throw this.stop('error',
+        `step ${e.step}: compute returned ${e.payloads.length} chunks for ${a.n} peers`);
+    }
+    a.computedWith(e.loss, e.payloads, e.probe);
+    a.roster.peers.forEach((peer, k) => {
+      if (k !== a.rank) {
+        this.sendPayload(peer, FrameKind.CONTRIBUTION, e.payloads[k], e.step, e.round, k);
+      }
+    });
+    await this.tryReduce(a);
+  }
+
+  /** A contribution or a reduced chunk (a checkpoint is never a piece). */
+  async onPiece(peer, p) {
+    const a = this.store.get(p.step, p.round);
+    if (a === null) {
+      if (this.hasState) this.store.holdEarly(peer, p, this.replica.step);
+      return;
+    }
+    if (!a.roster.peers.includes(peer) || !(p.chunk >= 0 && p.chunk < a.n)) {
+      await this.reject(peer, 'bad-frame', `piece of step ${p.step} from a non-roster peer`);
+      return;
+    }
+    let values;
+    try {
+      values = decode(p.data, a.chunkBlocks(p.chunk));
+    } catch (exc) {
+      if (!(exc instanceof CodecError)) throw exc;
+      await this.reject(peer, 'bad-frame', exc.message);
+      return;
+    }
+    if (!a.live) return; // applied already (a repaired duplicate) or abandoned
+    if (p.kind === FrameKind.CONTRIBUTION) {
+      if (p.chunk !== a.rank) {
+        await this.reject(peer, 'bad-frame', `contribution for chunk ${p.chunk} sent to me`);
+        return;
+      }
+      const rank = a.roster.rank(peer);
+      if (!a.contributions.has(rank)) a.contributions.set(rank, values);
+      await this.tryReduce(a);
+    } else {
+      if (!a.reduced.has(p.chunk)) {
+        a.reduced.set(p.chunk, values);
+        a.reducedPayload.set(p.chunk, p.data);
+      }
+      await this.tryApply(a);
+    }
+  }
+
+  async tryReduce(a) {
+    if (a.phase !== AttemptPhase.EXCHANGING) return;
+    const payload = a.reduce();
+    if (payload === null) return;
+    a.roster.peers.forEach((peer, k) => {
+      if (k !== a.rank) this.sendPayload(peer, FrameKind.REDUCED, payload, a.step, a.round, a.rank);
+    });
+    await this.tryApply(a);
+  }
+
+  async tryApply(a) {
+    if (!a.complete() || !this.hasState || this.replica.step !== a.roster.step - 1) return;
+    await this.replica.apply(a.meanGradient());
+    a.transition(AttemptPhase.APPLIED);
+    const { step, round } = a;
+    const digest = this.replica.hash;
+    this.broadcast(message('hash', {
+      run: this.config.run, step, round, hash: digest, loss: a.loss, probe: a.probe,
+      backend: this.settings.backend,
+    }));
+    this.out.push(fx.stepApplied(step, round, a.loss, digest, a.roster.peers, a.probe,
+      this.settings.backend, this.leadership.leader ?? ''));
+    this.guard.checkProbe(this.id, step, a.probe, this.settings.backend);
+    this.guard.record(this.id, step, round, digest);
+    this.maybeSave();
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // repair and timers
+
+  askAgain(peer, head) {
+    if (this.config === null) return;
+    if (head.kind === FrameKind.CHECKPOINT) {
+      this.sync.done();
+      this.requestSync();
+      return;
+    }
+    const piece = head.kind === FrameKind.CONTRIBUTION ? 'contribution' : 'reduced';
+    this.send(peer, message('repair', {
+      run: this.config.run, step: head.step, round: head.round, piece, chunk: head.chunk,
+    }));
+  }
+
+  async onTimer(now) {
+    const t = this.settings.timers;
+    for (const peer of this.peers.helloOverdue(now, t.hello_timeout_s)) {
+      await this.reject(peer, 'bad-message', 'no hello in time');
+    }
+    const a = this.current();
+    if (a === null || !a.live || now < a.repairAt) return;
+    // Still incomplete past repairAt: ask for what is missing, and tell the leader whose pieces
+    // never arrived.
+    a.repairAt = now + t.repair_after_s;
+    if (!a.computed || this.config === null) return; // our own gradient is not ready yet
+    for (const [peer, m] of requests(a, this.id, this.peers.goneSet, this.config.run)) {
+      this.send(peer, m);
+    }
+    const leader = this.leadership.leader;
+    if (!this.isLeader && leader !== null) {
+      this.send(leader, message('missing', {
+        run: this.config.run, step: a.step, round: a.round, peers: [...a.missingFrom()].sort(),
+      }));
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // state sync and saves
+
+  requestSync() {
+    if (this.config === null || this.leadership.leader === null || this.isLeader) return;
+    this.sync.want();
+    this.followerSync();
+  }
+
+  followerSync() {
+    const lead = this.leadership;
+    if (this.sync.state !== SyncState.WANTED || this.config === null) return;
+    if (lead.leader === null || this.isLeader) return;
+    const needed = new Set(lead.roster !== null ? lead.roster.peers : [lead.leader]);
+    for (const p of this.peers.goneSet) needed.delete(p);
+    needed.delete(this.id);
+    for (const p of needed) if (this.peers.state(p) !== PeerState.GREETED) return;
+    this.log('info', `${this.id}: asking ${lead.leader} for the state`);
+    this.sync.sent();
+    this.send(lead.leader, message('sync-request', { run: this.config.run }));
+  }
+
+  async onCheckpoint(peer, p) {
+    if (peer !== this.leadership.leader || !this.sync.awaiting) return;
+    try {
+      await this.replica.restore(p.data, `checkpoint from ${peer}`);
+    } catch (exc) {
+      if (!(exc instanceof ReplicaRefused)) throw exc;
+      throw this.stop('error', `the leader's checkpoint was refused: ${exc.message}`);
+    }
+    this.sync.done();
+    this.hasState = true;
+    this.log('info', `${this.id}: synced to step ${this.replica.step} (${this.replica.hash.slice(0, 12)})`);
+    // The leader commits the next roster right after the checkpoint (same ordered channel).
+  }
+
+  /**
+   * Leader at a step boundary: send the state to every peer that asked; they may enter the next
+   * roster. Resolves to the peers served.
+   */
+  async serveSyncs() {
+    const lead = this.leadership;
+    if (lead.syncWanted.size === 0) return [];
+    const blob = await this.replica.checkpoint();
+    const served = [];
+    for (const peer of [...lead.syncWanted].sort()) {
+      if (this.peers.state(peer) === PeerState.GREETED) {
+        this.sendPayload(peer, FrameKind.CHECKPOINT, blob, this.replica.step);
+        served.push(peer);
+      }
+    }
+    lead.syncWanted.clear();
+    return served;
+  }
+
+  save() {
+    this.out.push(fx.save(this.replica.step));
+    this.savedStep = this.replica.step;
+  }
+
+  maybeSave() {
+    if (!this.hasState || !this.settings.can_save) return;
+    const step = this.replica.step;
+    const asked = this.saveAt.has(step);
+    this.saveAt.delete(step);
+    const every = this.settings.save_every;
+    if (asked || (every > 0 && step % every === 0)) this.save();
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // stopping
+
+  onStop(peer, m) {
+    this.stopping.stopFrom.add(peer);
+    throw new Stopped(fx.outcome(m.reason, m.step, this.hash(), m.message, m.hashes), m);
+  }
+
+  /**
+   * A peer this one already dropped can still have messages in flight. Only one is acted on: a
+   * `stop` of this run is final and wins over the failover its sender's departure started.
+   */
+  fromGone(peer, text) {
+    if (!this.peers.wasGreeted(peer) || this.config === null) return;
+    let m;
+    try {
+      m = parseMessage(text);
+    } catch (exc) {
+      if (exc instanceof MessageError) return;
+      throw exc;
+    }
+    if (m.type === 'stop' && m.run === this.config.run) {
+      this.log('info', `${this.id}: stop from ${peer}, which already left: the run is over`);
+      this.onStop(peer, m);
+    }
+  }
+
+  async beginStopping(stopped) {
+    const { outcome, stop } = stopped;
+    if (this.phase.phase !== Phase.STOPPED) this.phase.transition(Phase.STOPPED, outcome.reason);
+    if (stop !== null) {
+      // Every peer that stops repeats the stop on every open channel, the sender's included:
+      // that is its acknowledgement, and it reaches a peer whose channel to the original sender
+      // is already gone.
+      for (const peer of this.peers.greetedOpen()) this.send(peer, stop);
+    }
+    // A forked state is never saved; any other ending keeps the last applied step.
+    const unsaved = this.hasState && this.replica.step !== this.savedStep;
+    if (this.settings.can_save && unsaved && outcome.reason !== 'fork') this.save();
+    this.stopping.begin(outcome, stop, new Set(this.peers.live()), this.now + this.settings.timers.linger_s);
+  }
+
+  /**
+   * Stopped: only acknowledgements matter (a stop or leave, a channel closing, the server's
+   * peer-left), until none is missing or the linger deadline passes.
+   */
+  whileStopped(e) {
+    if (e.type === 'channel-closed' || e.type === 'peer-left') {
+      this.stopping.acknowledged(e.peer);
+    } else if (e.type === 'message') {
+      let m;
+      try {
+        m = parseMessage(e.text);
+      } catch (exc) {
+        if (exc instanceof MessageError) return;
+        throw exc;
+      }
+      if (m.type === 'stop' || m.type === 'leave') this.stopping.acknowledged(e.peer);
+    }
+  }
+}
+
+// Python's s[:n] of the name sent in hello and of a refusal's reason (code points, not units).
+function sliceChars(s, n) {
+  let out = '';
+  let k = 0;
+  for (const ch of s) {
+    if (k++ >= n) break;
+    out += ch;
+  }
+  return out;
+}
+
+const sliceName = (name) => sliceChars(name, 40);

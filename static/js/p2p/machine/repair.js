@@ -1,0 +1,109 @@
+// The repair store: the attempts this peer still holds (the last HISTORY_STEPS steps) and the
+// pieces that arrived before their attempt (docs/PROTOCOL.md, "Gradient repair"). Mirror of
+// server/daisychain/p2p/machine/repair.py.
+//
+// Anyone who applied an attempt holds every reduced chunk of it, and every peer holds the
+// contributions it sent: a request for either is answered from here.
+
+import { FrameKind } from '../frames.js';
+import { message } from '../messages.js';
+import { HISTORY_STEPS } from '../run.js';
+import { AttemptPhase, keyOf } from './attempt.js';
+
+export const MAX_EARLY = 256; // pieces buffered for attempts this peer has not started yet
+
+export class RepairStore {
+  constructor() {
+    this.attempts = new Map(); // keyOf(step, round) -> Attempt
+    this.early = new Map(); // keyOf(step, round) -> {step, pieces: [[peer, payload], ...]}
+  }
+
+  get(step, round) {
+    return this.attempts.get(keyOf(step, round)) ?? null;
+  }
+
+  has(step, round) {
+    return this.attempts.has(keyOf(step, round));
+  }
+
+  add(attempt) {
+    const step = attempt.step;
+    this.attempts.set(attempt.key, attempt);
+    for (const [k, a] of [...this.attempts]) {
+      if (a.step <= step - HISTORY_STEPS) this.attempts.delete(k);
+    }
+    for (const [k, e] of [...this.early]) {
+      if (e.step < step) this.early.delete(k);
+    }
+  }
+
+  /** A later round of the same step was committed: earlier ones never apply. */
+  abandonBefore(step, round) {
+    for (const a of this.attempts.values()) {
+      if (a.step === step && a.round < round && a.live) a.transition(AttemptPhase.ABANDONED);
+    }
+  }
+
+  /**
+   * A piece of an attempt not started yet (its roster is still on the way): kept, up to two
+   * steps ahead and MAX_EARLY pieces.
+   */
+  holdEarly(peer, p, myStep) {
+    let buffered = 0;
+    for (const e of this.early.values()) buffered += e.pieces.length;
+    if (myStep < p.step && p.step <= myStep + 2 && buffered < MAX_EARLY) {
+      const k = keyOf(p.step, p.round);
+      if (!this.early.has(k)) this.early.set(k, { step: p.step, pieces: [] });
+      this.early.get(k).pieces.push([peer, p]);
+    }
+  }
+
+  takeEarly(step, round) {
+    const k = keyOf(step, round);
+    const e = this.early.get(k);
+    this.early.delete(k);
+    return e === undefined ? [] : e.pieces;
+  }
+
+  /** The piece `peer` asks for in a `repair` record, when held ({kind, payload}; null: ignore). */
+  serve(peer, m) {
+    const a = this.get(m.step, m.round);
+    if (a === null || !(m.chunk >= 0 && m.chunk < a.n)) return null;
+    if (m.piece === 'contribution') {
+      // Only the chunk's owner may ask for our contribution to it.
+      if (a.computed && m.chunk < a.sent.length && a.roster.peers[m.chunk] === peer) {
+        return { kind: FrameKind.CONTRIBUTION, payload: a.sent[m.chunk] };
+      }
+      return null;
+    }
+    if (a.reducedPayload.has(m.chunk)) {
+      return { kind: FrameKind.REDUCED, payload: a.reducedPayload.get(m.chunk) };
+    }
+    return null;
+  }
+}
+
+/**
+ * What to ask for again ([peer, repair record] pairs): a missing contribution from its sender, a
+ * missing reduced chunk from every roster peer (anyone who applied the attempt can serve it).
+ */
+export function requests(a, me, gone, run) {
+  const { step, round } = a;
+  const out = [];
+  if (!a.reduced.has(a.rank)) {
+    a.roster.peers.forEach((peer, j) => {
+      if (!a.contributions.has(j) && !gone.has(peer)) {
+        out.push([peer, message('repair', { run, step, round, piece: 'contribution', chunk: a.rank })]);
+      }
+    });
+  }
+  for (let k = 0; k < a.n; k++) {
+    if (a.reduced.has(k)) continue;
+    for (const peer of a.roster.peers) {
+      if (peer !== me && !gone.has(peer)) {
+        out.push([peer, message('repair', { run, step, round, piece: 'reduced', chunk: k })]);
+      }
+    }
+  }
+  return out;
+}

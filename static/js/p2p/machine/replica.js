@@ -1,0 +1,39 @@
+// The replica as the protocol machine sees it: a state with a step and a hash. Mirror of
+// server/daisychain/p2p/machine/replica.py.
+//
+// The machine never touches weights. It asks its replica to start from a config, to restore a
+// checkpoint it received, to encode one it serves, and to apply the mean gradient it assembled.
+// In JavaScript these may return promises (SHA-256 is crypto.subtle's, which is asynchronous):
+// the machine awaits each before its next decision, exactly where Python calls them
+// synchronously. The interface:
+//
+//   get step(): number              the state's step
+//   get hash(): string              64 lowercase hex digits
+//   start(model, optim, seed)       a fresh state (step 0) from the run's config
+//   restore(blob, source)           replace the state by checkpoint bytes; throws ReplicaRefused
+//   checkpoint(): Uint8Array        the state as checkpoint bytes
+//   apply(flat: Float32Array)       apply the flat mean gradient (parameter order, block padded)
+//
+// The traces' replica is ../traces/replica.js (defined by hashing alone); the browser peer's is
+// the model.
+
+/** A checkpoint the replica cannot restore (its message says why). */
+export class ReplicaRefused extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ReplicaRefused';
+  }
+}
+
+const METHODS = ['start', 'restore', 'checkpoint', 'apply'];
+
+/** Throws TypeError unless `replica` has the interface above (checked once, at machine birth). */
+export function checkReplica(replica) {
+  for (const m of METHODS) {
+    if (typeof replica?.[m] !== 'function') throw new TypeError(`a replica needs a ${m}() method`);
+  }
+  for (const p of ['step', 'hash']) {
+    if (!(p in replica)) throw new TypeError(`a replica needs a ${p} property`);
+  }
+  return replica;
+}

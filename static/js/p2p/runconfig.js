@@ -1,0 +1,252 @@
+// Validate once: a leader's `config` message becomes this peer's run, or one typed refusal.
+// Mirror of server/daisychain/p2p/runconfig.py: the same rules in the same order, the same rule
+// names, messages and hints (normative: docs/PROTOCOL.md "Config validation").
+//
+// messages.parse checks that a `config` is well formed; `parse` here decides whether this peer
+// can and will train it: the invariants the model, the optimizer and the wire need, then the caps
+// a follower puts on what a leader may impose on it (Limits). Anything else throws Incompatible
+// (a MessageError with code `incompatible`, plus `rule`), which the receiver answers with
+// `error incompatible` and survives. Pure: no I/O, no clock, no allocation of the model.
+
+import { ConfigError, PRESETS, modelConfig } from '../model/config.js';
+import { OptimizerError, adamwConfig } from '../model/optim.js';
+import { MIB, estimate } from './footprint.js';
+import { MessageError, U32_MAX, errorFrom } from './messages.js';
+import { floatRepr, pySlice, strRepr } from './pyrepr.js';
+
+export const MAX_EXACT_STEPS = 2 ** 24 - 1; // step counts enter float32 arithmetic
+export const MAX_TRANSFER_BYTES = 2 ** 32 - 1; // a checkpoint is one transfer: u32 total
+// Protocol-v1 size ranges: every size and every count derived from them stays far below 2^53.
+export const SIZE_RANGES = Object.freeze({
+  vocab_size: [1, 2 ** 24 - 1],
+  width: [1, 8192],
+  layers: [1, 256],
+  heads: [1, 256],
+  seq_len: [1, 65536],
+  batch: [1, 4096],
+  mlp_mult: [1, 16],
+});
+export const MAX_WEIGHT_DECAY = 1.0;
+export const MAX_CLIP = 1e6;
+
+/** A well-formed config this peer will not train; `rule` names the check that failed. */
+export class Incompatible extends MessageError {
+  constructor(rule, reason, hint) {
+    super('incompatible', reason, hint);
+    this.name = 'Incompatible';
+    this.rule = rule;
+  }
+}
+
+const LIMIT_DEFAULTS = Object.freeze({
+  max_memory_mb: 4096, max_seq_len: 1024, max_batch: 64, max_steps: 1_000_000,
+});
+
+/** What a follower accepts from a leader (Python's runconfig.Limits; snake_case fields). */
+export function limits(fields = {}) {
+  const out = { ...LIMIT_DEFAULTS };
+  for (const name of Object.keys(LIMIT_DEFAULTS)) {
+    if (!(name in fields)) continue;
+    const value = fields[name];
+    if (!Number.isSafeInteger(value) || value < 1) {
+      throw new RangeError(`${name} must be a positive integer, got ${value}`);
+    }
+    out[name] = value;
+  }
+  return Object.freeze(out);
+}
+
+// Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
+const MODEL_HINTS = {
+  'heads-divide-width': 'the leader must choose heads so that width / heads is a power of 4 ' +
+    '(16, 64, 256); for example width 64 with 4 heads',
+  'head-dim': 'the leader must choose width and heads so that width / heads is 16, 64 or 256',
+  'vocab-range': 'the vocabulary must be below 2^24',
+  'tokens-range': 'the leader must lower batch or seq_len: batch * seq_len must be below 2^24',
+};
+
+/**
+ * `cfg` (a parsed `config` record) as this peer's run, or Incompatible. `tokenizerSha256` and
+ * `vocabSize` describe this peer's tokenizer; `caps` are its Limits (defaults: limits()).
+ * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...}.
+ */
+export function parse(cfg, { tokenizerSha256, vocabSize, caps = limits() }) {
+  checkData(cfg, tokenizerSha256, vocabSize);
+  const model = buildModel(cfg.model);
+  checkPreset(cfg.preset, model);
+  checkRun(cfg);
+  const optim = buildOptim(cfg.optim, cfg.steps);
+  const footprint = estimate(model);
+  checkTransfer(footprint);
+  checkLimits(model, cfg.steps, footprint, caps);
+  return Object.freeze({
+    message: cfg, model, optim, footprint, run: cfg.run, steps: cfg.steps, seed: cfg.seed,
+    resumeStep: cfg.resume_step, resumeHash: cfg.resume_hash,
+  });
+}
+
+/** The `error incompatible` reply to the leader. */
+export function error(exc) {
+  return errorFrom(exc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python's number formats: `{n:,}` of an int and `{x:,.0f}` of a float (ties to even).
+
+/** Digits with thousands separators (`{n:,}`) of an integer Number or BigInt. */
+export function grouped(n) {
+  const s = BigInt(n).toString();
+  const neg = s.startsWith('-');
+  const digits = neg ? s.slice(1) : s;
+  return (neg ? '-' : '') + digits.replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+}
+
+/** `{x:,.0f}` for a finite x >= 0: rounded to an integer, ties to even (not toFixed's up). */
+export function groupedFixed0(x) {
+  const r = x < 2 ** 52 ? (x + 2 ** 52) - 2 ** 52 : x; // rint, ties to even
+  return grouped(BigInt(r));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rules, in the order they are checked (the first failure is reported).
+
+function checkData(cfg, tokenizerSha256, vocabSize) {
+  if (cfg.data !== 'builtin') {
+    throw new Incompatible('data',
+      `data source ${strRepr(pySlice(cfg.data, 32))}; this peer trains on the built-in corpus only`,
+      'lead with the built-in corpus (data "builtin")');
+  }
+  if (cfg.tokenizer_sha256 !== tokenizerSha256 || cfg.model.vocab_size !== vocabSize) {
+    throw new Incompatible('tokenizer',
+      `the leader's tokenizer is ${cfg.tokenizer_sha256.slice(0, 12)}... with ` +
+      `${cfg.model.vocab_size} tokens; this peer has ${pySlice(tokenizerSha256, 12)}... with ` +
+      `${vocabSize}`,
+      'every peer of a run must ship the same tokenizer: run the same DaisyChain version');
+  }
+}
+
+function buildModel(spec) {
+  for (const [name, [lo, hi]] of Object.entries(SIZE_RANGES)) {
+    const value = spec[name];
+    if (!(lo <= value && value <= hi)) {
+      throw new Incompatible('size-range', `model ${name} ${value} outside [${lo}, ${hi}]`,
+        'protocol version 1 sizes: ' +
+        Object.entries(SIZE_RANGES).map(([k, [a, b]]) => `${k} ${a}-${b}`).join(', '));
+    }
+  }
+  try {
+    return modelConfig({
+      vocab_size: spec.vocab_size, width: spec.width, layers: spec.layers, heads: spec.heads,
+      seq_len: spec.seq_len, batch: spec.batch, mlp_mult: spec.mlp_mult,
+    });
+  } catch (exc) {
+    if (!(exc instanceof ConfigError)) throw exc;
+    throw new Incompatible(exc.rule, `model: ${exc.message}`,
+      MODEL_HINTS[exc.rule] ?? 'see docs/MODEL.md, Configuration');
+  }
+}
+
+// The preset fields that name an architecture, as (Python name, JS model field).
+const PRESET_FIELDS = [['width', 'width'], ['layers', 'layers'], ['heads', 'heads'],
+  ['mlp_mult', 'mlpMult']];
+
+function checkPreset(name, model) {
+  if (name === null) return;
+  const known = Object.hasOwn(PRESETS, name) ? PRESETS[name] : undefined;
+  if (known === undefined) {
+    throw new Incompatible('preset', `unknown preset ${strRepr(pySlice(name, 32))}`,
+      `presets are ${Object.keys(PRESETS).join(', ')}; a custom model is sent with preset null`);
+  }
+  for (const [field, js] of PRESET_FIELDS) {
+    if (model[js] !== known[js]) {
+      throw new Incompatible('preset',
+        `preset ${strRepr(name)} has ${field} ${known[js]}, the config says ${model[js]}`,
+        "send the preset's architecture, or preset null for a custom model");
+    }
+  }
+}
+
+function checkRun(cfg) {
+  if (!(cfg.steps >= 1 && cfg.steps <= MAX_EXACT_STEPS)) {
+    throw new Incompatible('steps-range', `steps ${cfg.steps} outside [1, ${MAX_EXACT_STEPS}]`,
+      'step counts must be exact in float32 (below 2^24)');
+  }
+  if (!(cfg.seed >= 0 && cfg.seed <= U32_MAX)) {
+    throw new Incompatible('seed', `seed ${cfg.seed} is not a u32`, 'choose a seed in [0, 2^32)');
+  }
+  if (cfg.resume_step < 0 || cfg.resume_step >= cfg.steps) {
+    throw new Incompatible('resume',
+      `resume step ${cfg.resume_step} with ${cfg.steps} steps: nothing left to train`,
+      'resume from a checkpoint taken before the last step, or lead with more --steps');
+  }
+  if ((cfg.resume_step > 0) !== (cfg.resume_hash !== null)) {
+    throw new Incompatible('resume', 'resume_hash must be given exactly when resume_step > 0',
+      'a resumed run names the hash of its checkpoint');
+  }
+}
+
+function buildOptim(spec, steps) {
+  const lr = spec.lr;
+  // A learning rate is one float32 constant (docs/MODEL.md): it must stay positive there.
+  if (!(Number.isFinite(lr) && lr > 0 && lr <= 1 && Math.fround(lr) > 0)) {
+    throw new Incompatible('lr',
+      `learning rate ${floatRepr(lr)} outside (0, 1] (or zero as a float32)`,
+      'lead with --lr in (0, 1], for example 3e-3');
+  }
+  if (!(spec.warmup_steps >= 0 && spec.warmup_steps <= steps)) {
+    throw new Incompatible('warmup', `warm-up of ${spec.warmup_steps} steps in a run of ${steps}`,
+      "warm-up must be between 0 and the run's steps");
+  }
+  const wd = spec.weight_decay;
+  if (!(Number.isFinite(wd) && wd >= 0 && wd <= MAX_WEIGHT_DECAY)) {
+    throw new Incompatible('weight-decay',
+      `weight decay ${floatRepr(wd)} outside [0, ${floatRepr(MAX_WEIGHT_DECAY)}]`,
+      'lead with a weight decay in [0, 1] (0.1 is the default)');
+  }
+  if (!(Number.isFinite(spec.clip) && spec.clip >= 0 && spec.clip <= MAX_CLIP)) {
+    throw new Incompatible('clip', `gradient clip ${floatRepr(spec.clip)} outside [0, 1e+06]`,
+      'lead with a clip threshold in [0, 1e6] (0 disables clipping)');
+  }
+  try {
+    return adamwConfig({
+      lr, warmup_steps: spec.warmup_steps, weight_decay: wd, clip: spec.clip,
+    });
+  } catch (exc) { // every rule above should have caught it first
+    if (!(exc instanceof OptimizerError)) throw exc;
+    throw new Incompatible('optimizer', `optimizer: ${exc.message}`, 'see docs/MODEL.md');
+  }
+}
+
+function checkTransfer(footprint) {
+  const need = 12n * footprint.params + BigInt(MIB);
+  if (need > BigInt(MAX_TRANSFER_BYTES)) {
+    throw new Incompatible('checkpoint-size',
+      `${grouped(footprint.params)} parameters: a checkpoint of ${grouped(need)} bytes does not ` +
+      'fit one frame transfer (u32 total)',
+      'the leader must choose a smaller model (below about 357 million parameters)');
+  }
+}
+
+function checkLimits(model, steps, footprint, caps) {
+  if (model.seqLen > caps.max_seq_len) {
+    throw new Incompatible('max-seq-len',
+      `seq_len ${model.seqLen} above this peer's cap of ${caps.max_seq_len}`,
+      'the leader can lower --seq-len; this peer\'s user can raise --max-seq-len');
+  }
+  if (model.batch > caps.max_batch) {
+    throw new Incompatible('max-batch',
+      `batch ${model.batch} above this peer's cap of ${caps.max_batch}`,
+      'the leader can lower --batch; this peer\'s user can raise --max-batch');
+  }
+  if (steps > caps.max_steps) {
+    throw new Incompatible('max-steps', `${steps} steps above this peer's cap of ${caps.max_steps}`,
+      'the leader can lower --steps; this peer\'s user can raise --max-steps');
+  }
+  if (footprint.total > BigInt(caps.max_memory_mb) * BigInt(MIB)) {
+    throw new Incompatible('max-memory',
+      `this run would take about ${groupedFixed0(footprint.totalMb)} MiB on this peer ` +
+      `(${grouped(footprint.params)} parameters), above its cap of ${caps.max_memory_mb} MiB`,
+      'the leader can choose a smaller model, batch or seq_len; this peer\'s user can ' +
+      'raise --max-memory-mb');
+  }
+}
