@@ -32,6 +32,7 @@ HEAD_TIMEOUT_S = 1.0  # the server's --head-timeout in the slowloris scenario
 # What the real client's proxy line names: a public address, so --trust-proxy believes it.
 PROXY_SEEN = "8.8.4.4"
 DATA_BURST, DATA_PER_S = 20, 2.0  # DataConfig's production limits
+CONNECTIONS_PER_ADDRESS = 512  # HttpLimits.max_connections_per_address
 
 
 def slowloris(*, connections: int = 96, byte_interval_s: float = 0.2) -> Attacker:
@@ -74,6 +75,43 @@ def slowloris(*, connections: int = 96, byte_interval_s: float = 0.2) -> Attacke
 
     async def attack(a: Attack) -> None:
         await asyncio.gather(*(hold(a, index) for index in range(connections)))
+
+    return attack
+
+
+def silent_socket_flood(*, sockets: int = 1500, parallel: int = 100) -> Attacker:
+    """Open ``sockets`` connections from one address, ``parallel`` at a time, send nothing and
+    hold every one the server keeps until the attack ends."""
+
+    async def attack(a: Attack) -> None:
+        held: list[asyncio.StreamWriter] = []
+
+        async def one() -> None:
+            try:
+                reader, writer = await asyncio.open_connection(a.host, a.port)
+            except OSError:
+                a.outcome.closes["connect-failed"] += 1
+                return
+            a.outcome.connections += 1
+            try:
+                data = await asyncio.wait_for(reader.read(100), 0.5)
+            except TimeoutError:
+                held.append(writer)  # accepted: the server waits for a request head
+                return
+            a.outcome.closes["http-429" if data.startswith(b"HTTP/1.1 429 ") else "other"] += 1
+            writer.close()
+
+        try:
+            for start in range(0, sockets, parallel):
+                if a.over():
+                    break
+                await asyncio.gather(*(one() for _ in range(min(parallel, sockets - start))))
+            a.outcome.notes["held"] = len(held)
+            while not a.over():
+                await asyncio.sleep(min(0.1, a.left()))
+        finally:
+            for writer in held:
+                writer.close()
 
     return attack
 
@@ -134,6 +172,21 @@ async def test_slowloris_and_silent_connections_are_closed_by_the_head_deadline(
     assert closes["closed-by-server"] >= 96, summary
     assert closes["open-at-deadline"] <= 96, summary
     assert result.log_tracebacks == 0, summary
+    assert_bystanders_unharmed(result)
+    assert_memory_returned(result)
+
+
+async def test_a_socket_flood_from_one_address_is_capped(tmp_path: Path) -> None:
+    result = await run_hostile(
+        silent_socket_flood(), tmp_path, name="silent-socket-flood", attack_s=ATTACK_S
+    )
+    summary = record(result, tmp_path)
+    # The bystanders' sockets share the address (127.0.0.1) and count against it too.
+    assert (
+        CONNECTIONS_PER_ADDRESS - 10 <= result.attack.notes["held"] <= CONNECTIONS_PER_ADDRESS - 2
+    )
+    assert result.attack.closes["http-429"] > 0, summary
+    assert set(result.attack.closes) == {"http-429"}, summary
     assert_bystanders_unharmed(result)
     assert_memory_returned(result)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,8 +36,17 @@ SECURITY_HEADERS = (
 
 
 @asynccontextmanager
-async def listener(head_s: float = SHORT_S, keepalive_s: float = 60.0) -> AsyncIterator[int]:
-    cfg = config(http=HttpLimits(head_timeout_s=head_s, keepalive_timeout_s=keepalive_s))
+async def listener(
+    head_s: float = SHORT_S,
+    keepalive_s: float = 60.0,
+    per_address: int = HttpLimits.max_connections_per_address,
+    trust_proxy: bool = False,
+) -> AsyncIterator[int]:
+    limits = HttpLimits(
+        head_timeout_s=head_s, keepalive_timeout_s=keepalive_s,
+        max_connections_per_address=per_address,
+    )  # fmt: skip
+    cfg = config(http=limits, trust_proxy=trust_proxy)
     async with serve_local(
         cfg, fallback_text=lambda: FALLBACK_TEXT, tokenizer=ByteTokenizer
     ) as url:
@@ -185,3 +195,47 @@ def test_head_timeout_flag_sets_the_deadline() -> None:
 def test_head_timeout_flag_refuses_what_is_not_a_positive_time(value: str) -> None:
     with pytest.raises(SystemExit, match=r"--head-timeout .* must be a positive number"):
         config_from_args(parse_serve_args("--head-timeout", value, "--port", "0"))
+
+
+async def healthz_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    return await read_response(reader)
+
+
+async def test_connections_over_the_per_address_count_get_a_429_and_are_closed() -> None:
+    async with listener(head_s=60.0, per_address=3) as port:
+        held = [await open_raw(port) for _ in range(3)]
+        reader, writer = await open_raw(port)  # the fourth, before it sends anything
+        refusal = await closed_by_server(reader)
+        writer.close()
+        head, body = refusal.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 429 "), refusal[:200]
+        for header in SECURITY_HEADERS:
+            assert header in head.lower(), f"{header!r} missing from the 429"
+        assert b"retry-after: 15" in head.lower()
+        assert json.loads(body)["hint"]
+        # The held ones are served; closing one gives its place to a new connection.
+        assert (await healthz_on(*held[0])).startswith(b"HTTP/1.1 200")
+        held.pop()[1].close()
+        for _ in range(100):  # bounded wait for the server to see that close
+            reader, writer = await open_raw(port)
+            try:
+                response = await healthz_on(reader, writer)
+            except asyncio.IncompleteReadError:
+                response = b""
+            writer.close()
+            if response.startswith(b"HTTP/1.1 200"):
+                break
+            await asyncio.sleep(0.05)
+        assert response.startswith(b"HTTP/1.1 200"), response[:200]
+        for _, held_writer in held:
+            held_writer.close()
+
+
+async def test_behind_a_trusted_proxy_connections_are_not_counted_per_address() -> None:
+    # Every connection comes from the proxy: its address says nothing about the client.
+    async with listener(head_s=60.0, per_address=3, trust_proxy=True) as port:
+        held = [await open_raw(port) for _ in range(5)]
+        for reader, writer in held:
+            assert (await healthz_on(reader, writer)).startswith(b"HTTP/1.1 200")
+            writer.close()

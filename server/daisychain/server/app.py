@@ -100,7 +100,7 @@ async def serve_local(
     runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
     await runner.setup()
     try:
-        await GuardedSite(runner, host, 0, config.http).start()
+        await GuardedSite(runner, host, 0, config.http, trust_proxy=config.trust_proxy).start()
         yield f"http://{host}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()

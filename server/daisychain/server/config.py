@@ -133,6 +133,11 @@ class HttpLimits:
     # whose next request head is not complete by then. Longer than the 60 s a reverse proxy
     # (nginx's default) keeps an idle upstream connection, so a proxy never races our close.
     keepalive_timeout_s: float = 75.0
+    # Open connections per client network (an IPv4 address, an IPv6 /64) when the server faces
+    # clients directly (not with --trust-proxy). A classroom of 40 devices behind one NAT, each
+    # browser holding up to 6 connections and a WebSocket, needs ~280; more from one address is
+    # a flood of sockets, each a file descriptor and ~5 KB held until the head deadline.
+    max_connections_per_address: int = 512
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,14 @@ close that at its cause, whatever the aiohttp version:
   (``HttpLimits.keepalive_timeout_s``), which closes a connection whose next head is not
   complete that long after the previous response.
 
+The deadline bounds how long a connection lives, not how many one client opens: each costs a
+file descriptor and ~5 KB of server memory (3000 silent ones: +16 MB). So connections are also
+counted per client network (``grouping.network_key`` of the socket's peer) and one past
+``HttpLimits.max_connections_per_address`` is answered 429 and closed as soon as it is accepted,
+before anything is read. Not behind ``--trust-proxy``: there every connection comes from the
+proxy, and the per-address limits that need the forwarded address apply later (``/ws``,
+``/data``).
+
 ``GuardedSite`` listens with this handler; ``main.serve`` and ``app.serve_local`` use it. (Tests
 that mount the app on aiohttp's ``TestServer`` get aiohttp's own handler and no deadline.)
 
@@ -27,6 +35,7 @@ connection, so a traceback each would let anyone fill the log).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,27 +44,101 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from daisychain.server.config import HttpLimits
-from daisychain.server.static import set_security_headers
+from daisychain.server.grouping import network_key, parse_address
+from daisychain.server.static import security_headers, set_security_headers
 
 log = logging.getLogger(__name__)
 
 
-class GuardedRequestHandler(web.RequestHandler):
-    """aiohttp's connection handler, closing connections whose first request head is late."""
+class ConnectionCounts:
+    """Open connections per client network, at most ``limit`` each (no I/O here)."""
 
-    def __init__(self, manager: web.Server, *, limits: HttpLimits, **options: Any) -> None:
+    def __init__(self, limit: int) -> None:
+        assert limit >= 1, f"bad connection limit {limit}"
+        self.limit = limit
+        self.open: dict[str, int] = {}
+        self.refused = 0
+
+    def admit(self, key: str) -> bool:
+        if self.open.get(key, 0) >= self.limit:
+            self.refused += 1
+            return False
+        self.open[key] = self.open.get(key, 0) + 1
+        return True
+
+    def release(self, key: str) -> None:
+        left = self.open[key] - 1
+        if left:
+            self.open[key] = left
+        else:
+            del self.open[key]
+
+
+def peer_key(transport: asyncio.BaseTransport) -> str:
+    """The network of the socket's peer (an IPv4 address, an IPv6 /64)."""
+    peer = transport.get_extra_info("peername")
+    address = parse_address(str(peer[0])) if isinstance(peer, tuple) and peer else None
+    return network_key(address) if address is not None else "unknown"
+
+
+def _refusal(limit: int) -> bytes:
+    """The whole 429 response, written before anything is read (so no request to answer)."""
+    body = json.dumps(
+        {
+            "error": f"your network already has {limit} connections open to this server",
+            "hint": "close other tabs or devices on this network, or run your own server "
+            "(python -m daisychain.server)",
+        }
+    ).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+        "Retry-After": "15",
+        "Connection": "close",
+        **security_headers(None),
+    }
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"HTTP/1.1 429 Too Many Requests\r\n{head}\r\n".encode() + body
+
+
+class GuardedRequestHandler(web.RequestHandler):
+    """aiohttp's connection handler, closing connections whose first request head is late,
+    and refusing those over their network's connection count."""
+
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        limits: HttpLimits,
+        counts: ConnectionCounts | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(manager, keepalive_timeout=limits.keepalive_timeout_s, **options)
         self.head_timeout_s = limits.head_timeout_s
         self.head_received = False
         self._head_timer: asyncio.TimerHandle | None = None
+        self._counts = counts
+        self._counted: str | None = None  # the key this connection holds a place under
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self._counts is not None:
+            key = peer_key(transport)
+            if not self._counts.admit(key):
+                log.debug("refused a connection from %s: over its connection count", key)
+                assert isinstance(transport, asyncio.WriteTransport)
+                transport.write(_refusal(self._counts.limit))
+                self.force_close()  # closes once the refusal is written
+                return
+            self._counted = key
         loop = asyncio.get_running_loop()
         self._head_timer = loop.call_later(self.head_timeout_s, self._head_deadline)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._cancel_head_timer()
+        if self._counted is not None and self._counts is not None:
+            self._counts.release(self._counted)
+            self._counted = None
         super().connection_lost(exc)
 
     def mark_head_received(self) -> None:
@@ -107,12 +190,24 @@ async def head_complete(
 
 
 class GuardedSite(web.BaseSite):
-    """A TCP listener like ``web.TCPSite`` whose connections get ``GuardedRequestHandler``."""
+    """A TCP listener like ``web.TCPSite`` whose connections get ``GuardedRequestHandler``.
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, limits: HttpLimits) -> None:
+    ``trust_proxy``: every connection comes from the proxy, so none is counted per address."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        limits: HttpLimits,
+        *,
+        trust_proxy: bool = False,
+    ) -> None:
         super().__init__(runner)
         self.runner = runner
         self.host, self.requested_port, self.limits = host, port, limits
+        cap = limits.max_connections_per_address
+        self.counts = ConnectionCounts(cap) if cap and not trust_proxy else None
 
     @property
     def name(self) -> str:
@@ -126,7 +221,7 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
 
         def protocol() -> GuardedRequestHandler:
-            return GuardedRequestHandler(manager, limits=self.limits, loop=loop)
+            return GuardedRequestHandler(manager, limits=self.limits, counts=self.counts, loop=loop)
 
         # BaseSite.stop() closes what ``_server`` holds: the subclassing contract of BaseSite.
         self._server = await loop.create_server(

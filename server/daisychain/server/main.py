@@ -149,7 +149,10 @@ async def serve(config: ServerConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         # Not web.TCPSite: GuardedSite adds the request-head deadline (httpconn.py).
-        await GuardedSite(runner, config.host, config.port, config.http).start()
+        site = GuardedSite(
+            runner, config.host, config.port, config.http, trust_proxy=config.trust_proxy
+        )
+        await site.start()
         for host, port, *_ in runner.addresses:
             shown = f"[{host}]" if ":" in host else host
             log.info(
