@@ -280,21 +280,49 @@ async def test_every_newcomer_needs_approval_whatever_it_claims() -> None:
         await host.barrier()
 
 
-async def test_one_network_cannot_fill_a_room_with_requests() -> None:
-    limits = replace(SignalingLimits(), max_pending_per_address=2)
+async def test_one_network_cannot_lock_other_networks_out_of_a_room() -> None:
+    limits = replace(SignalingLimits(), max_pending=3)
     async with serve(config(signaling=limits, trust_proxy=True)) as client:
         host, _ = await join(client, "host", room=ROOM, xff="11.0.0.1")
-        for _ in range(2):
-            await join(client, "flood", room=ROOM, xff="11.0.0.66", expect="pending")
+        flood = []
+        for _ in range(3):  # one network fills the waiting list
+            peer, _ = await join(client, "flood", room=ROOM, xff="11.0.0.66", expect="pending")
+            flood.append(peer)
             await host.expect("join-request")
-        busy = await connect(client, room=ROOM, xff="11.0.0.66")
-        await busy.send({"type": "hello", "version": 1, "name": "flood", "device": {}})
-        error = await busy.expect_error("room-busy")
-        assert "your network" in error["message"]
-        assert await busy.expect_close() == CLOSE_PROTOCOL
-        # Another network still gets its request through to the host.
+        # Another network still gets through: it takes the place of the crowd's newest request.
         honest, _ = await join(client, "honest", room=ROOM, xff="11.0.0.77", expect="pending")
+        error = await flood[-1].expect_error("room-busy")
+        assert "another network" in error["message"] and "reconnect" in error["hint"]
+        assert await flood[-1].expect_close() == CLOSE_PROTOCOL
+        dropped = await host.expect("join-request-closed")
+        assert dropped == {"type": "join-request-closed", "peer": flood[-1].id, "reason": "dropped"}
         assert (await host.expect("join-request"))["peer"]["id"] == honest.id
+        # The crowd cannot take the place back (its 2 waiting against its own 2).
+        busy = await connect(client, room=ROOM, xff="11.0.0.66")
+        await busy.send({"type": "hello", "version": 1, "name": "again", "device": {}})
+        await busy.expect_error("room-busy")
+        assert await busy.expect_close() == CLOSE_PROTOCOL
+        # A third network still finds a place (the crowd has 2, it has none); then every
+        # network has one request waiting, and a fourth is refused: the list is simply full.
+        third, _ = await join(client, "third", room=ROOM, xff="11.0.0.88", expect="pending")
+        await flood[1].expect_error("room-busy")
+        assert (await host.expect("join-request-closed"))["peer"] == flood[1].id
+        assert (await host.expect("join-request"))["peer"]["id"] == third.id
+        busy = await connect(client, room=ROOM, xff="11.0.0.99")
+        await busy.send({"type": "hello", "version": 1, "name": "late", "device": {}})
+        await busy.expect_error("room-busy")
+        for peer in (flood[0], honest, third):
+            await peer.barrier()  # still waiting
+        await host.barrier()
+
+
+async def test_one_network_may_fill_an_idle_room_queue() -> None:
+    # A class behind one NAT joining its room at once: every request reaches the host.
+    async with serve(config(trust_proxy=True)) as client:
+        host, _ = await join(client, "teacher", room=ROOM, xff="11.0.0.1")
+        for n in range(SignalingLimits().max_pending):
+            await join(client, f"pupil-{n}", room=ROOM, xff="11.0.0.66", expect="pending")
+            await host.expect("join-request")
 
 
 async def test_a_full_room_queue_refuses_with_a_hint() -> None:
@@ -310,7 +338,7 @@ async def test_a_full_room_queue_refuses_with_a_hint() -> None:
         assert await busy.expect_close() == CLOSE_PROTOCOL
 
 
-async def test_join_requests_are_paced_per_network() -> None:
+async def test_join_requests_are_paced_per_network_and_room() -> None:
     # The deny-and-reconnect loop: ask, withdraw, ask again. After the burst the network is
     # refused (4429) and the host is shown nothing more; another network is unaffected.
     limits = replace(SignalingLimits(), join_request_burst=3, join_requests_per_s=0.001)
@@ -329,6 +357,10 @@ async def test_join_requests_are_paced_per_network() -> None:
         await host.barrier()  # the refused request never reached the host
         honest, _ = await join(client, "honest", room=ROOM, xff="11.0.0.77", expect="pending")
         assert (await host.expect("join-request"))["peer"]["id"] == honest.id
+        # The paced network may still ask another room.
+        other, _ = await join(client, "other host", room="room-other1", xff="11.0.0.2")
+        await join(client, "loop", room="room-other1", xff="11.0.0.66", expect="pending")
+        await other.expect("join-request")
 
 
 async def test_room_members_are_not_in_the_local_group() -> None:

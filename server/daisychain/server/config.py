@@ -67,14 +67,12 @@ class SignalingLimits:
     #   reloads never reach. A flood used to squat 152 room codes a second.
     hello_burst: int = 48
     hellos_per_s: float = 2.0
-    # - join requests (hellos into a room that has members): a host reads each one, so after a
-    #   burst of 8 a network may ask once per 5 s; a deny-and-reconnect loop used to show a host
-    #   68 requests a second.
-    join_request_burst: int = 8
+    # - join requests (hellos into a room that has members), per address and room: a host
+    #   reads each one, so after a burst the size of a room's waiting list (a class behind one
+    #   NAT joining its room at once) a network may ask that room once per 5 s; a
+    #   deny-and-reconnect loop used to show a host 68 requests a second.
+    join_request_burst: int = 16
     join_requests_per_s: float = 0.2
-    # - join requests waiting in one room: a single network can no longer fill the room's 16
-    #   places and lock everyone else out for the 120 s the requests take to expire.
-    max_pending_per_address: int = 4
 
 
 @dataclass(frozen=True)

@@ -203,10 +203,11 @@ class JoinRequest:
 
 @dataclass(frozen=True)
 class JoinRequestClosed:
-    """To the host: a request is no longer pending (answered, timed out, or requester left)."""
+    """To the host: a request is no longer pending (answered, timed out, requester left, or
+    dropped to give its place to another network's request)."""
 
     peer: str
-    reason: Literal["approved", "denied", "timeout", "left"]
+    reason: Literal["approved", "denied", "timeout", "left", "dropped"]
     type: Literal["join-request-closed"] = "join-request-closed"
 
 

@@ -12,6 +12,7 @@ Membership of one connection (``MemberState``), changed only through ``Peer._set
     CONNECTED --hello (room with members)---------> PENDING
     PENDING   --approve--> MEMBER     PENDING --deny--> DENIED     PENDING --timer--> EXPIRED
     PENDING   --last member left--> DENIED (reason "closed")
+    PENDING   --place taken by another network's request--> DENIED (error room-busy)
     any state --socket closed--> LEFT
 
 When the host leaves, the oldest remaining member (earliest admitted) becomes host and everyone
@@ -21,9 +22,12 @@ when the last member leaves, every waiting request is closed (``denied`` with re
 the host coming back. The next device to arrive finds an empty room and hosts it, as any first
 arrival does.
 
-Limits against one network hogging a room (each client address is ``Peer.address``): at most
-``max_pending_per_address`` of a room's ``max_pending`` waiting requests come from one address,
-and each address may ask to join rooms at ``join_requests`` (a token bucket) pace.
+Limits against one network hogging a room (each client address is ``Peer.address``): an
+address may ask to join one room at ``join_requests`` (a token bucket per address and room)
+pace; and when a room's ``max_pending`` places are full, a request from an address with fewer
+waiting requests than the address with the most takes the place of that address's newest
+request (which is told so and closed). One network can fill an idle room's waiting list (a
+class behind one NAT joining its room at once) but never lock other networks out of it.
 
 Everything here is synchronous: the hub mutates state and queues messages on each peer's outbox
 in the same step, so every client sees events in the order the state changed.
@@ -37,6 +41,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +50,7 @@ from daisychain.server.grouping import LOCAL_GROUP
 from daisychain.server.messages import (
     CLOSE_DENIED,
     CLOSE_JOIN_TIMEOUT,
+    CLOSE_PROTOCOL,
     CLOSE_ROOM_CLOSED,
     PROTOCOL_VERSION,
     BroadcastFrom,
@@ -64,6 +70,7 @@ from daisychain.server.messages import (
     SignalFrom,
     Welcome,
     encode,
+    error_from,
 )
 from daisychain.server.ratelimit import KeyedLimiter
 
@@ -184,13 +191,11 @@ class Hub:
         max_group_size: int,
         max_pending: int,
         join_timeout_s: float,
-        max_pending_per_address: int,
         join_requests: KeyedLimiter,
     ) -> None:
         self.max_group_size = max_group_size
         self.max_pending = max_pending
         self.join_timeout_s = join_timeout_s
-        self.max_pending_per_address = max_pending_per_address
         self.join_requests = join_requests
         self.groups: dict[str, Group] = {}
         self.peers: dict[str, Peer] = {}
@@ -240,32 +245,55 @@ class Hub:
         self._queue_request(peer, group)
 
     def _check_request(self, peer: Peer, group: Group) -> None:
-        """Refuse a join request the room has no place for, or that comes too fast."""
-        if len(group.pending) >= self.max_pending:
+        """Refuse a join request that comes too fast, or that the room has no place for."""
+        bucket = self.join_requests.bucket(f"{peer.address} {group.key}")
+        if not bucket.take():
+            raise ProtocolError(
+                "rate-limited",
+                f"more than {self.join_requests.burst:g} join requests to this room from your "
+                f"network, then one per {1 / self.join_requests.rate_per_s:g} s",
+                f"wait {bucket.retry_after_s():.0f} s, then reconnect (the host sees every "
+                "request; please do not retry in a loop)",
+                ref="hello",
+            )
+        if len(group.pending) < self.max_pending:
+            return
+        victim = self._crowding_request(group, peer.address)
+        if victim is None:
             raise ProtocolError(
                 "room-busy",
                 f"the host already has {self.max_pending} join requests to answer",
                 "wait a minute and reconnect, or ask the host to answer the waiting requests",
                 ref="hello",
             )
-        mine = sum(1 for other in group.pending.values() if other.address == peer.address)
-        if mine >= self.max_pending_per_address:
-            raise ProtocolError(
-                "room-busy",
-                f"{mine} join requests from your network are already waiting for this host",
-                "ask the host to answer those first, then reconnect",
-                ref="hello",
+        self._drop_request(group, victim)
+
+    def _crowding_request(self, group: Group, address: str) -> Peer | None:
+        """The newest request of the address with the most waiting, if it has at least two more
+        than ``address`` (so that places only ever move from a crowd to a newcomer)."""
+        counts = Counter(requester.address for requester in group.pending.values())
+        top, most = counts.most_common(1)[0]
+        if most < counts[address] + 2:
+            return None
+        return [r for r in group.pending.values() if r.address == top][-1]
+
+    def _drop_request(self, group: Group, requester: Peer) -> None:
+        del group.pending[requester.id]
+        self._cancel_timer(group, requester.id)
+        requester._set_state(MemberState.DENIED)
+        requester.send(
+            error_from(
+                ProtocolError(
+                    "room-busy",
+                    "your join request gave its place to another network's: this room's "
+                    "waiting list is full, and most of it is from your network",
+                    "wait until the host has answered the others, then reconnect",
+                    ref="hello",
+                )
             )
-        bucket = self.join_requests.bucket(peer.address)
-        if not bucket.take():
-            raise ProtocolError(
-                "rate-limited",
-                f"more than {self.join_requests.burst:g} join requests from your network, then "
-                f"one per {1 / self.join_requests.rate_per_s:g} s",
-                f"wait {bucket.retry_after_s():.0f} s, then reconnect (the host sees every "
-                "request; please do not retry in a loop)",
-                ref="hello",
-            )
+        )
+        requester.post(Close(CLOSE_PROTOCOL, "room-busy"))
+        self._to_host(group, JoinRequestClosed(peer=requester.id, reason="dropped"))
 
     def disconnect(self, peer: Peer) -> None:
         """Remove a closed connection from wherever it is; safe to call in any state."""

@@ -226,7 +226,6 @@ class Signaling:
             max_group_size=limits.max_group_size,
             max_pending=limits.max_pending,
             join_timeout_s=limits.join_timeout_s,
-            max_pending_per_address=limits.max_pending_per_address,
             join_requests=KeyedLimiter(limits.join_requests_per_s, limits.join_request_burst),
         )
         self.hellos = KeyedLimiter(limits.hellos_per_s, limits.hello_burst)
