@@ -1,4 +1,5 @@
-"""HTTP connections: a deadline for the request head, and security headers on the parser's errors.
+"""HTTP connections: a request-head deadline, a count per client network, and security headers
+on the parser's errors.
 
 aiohttp's server reads a request head for as long as the client keeps the connection open, so a
 silent connection, or a slowloris client trickling its headers a byte at a time, holds a socket
