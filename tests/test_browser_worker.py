@@ -50,6 +50,12 @@ async ([opts]) => {
   tick();
   const w = new TrainWorker();
   const out = { errors: [] };
+  // Headless Chromium keeps every page visible (minimizing its window through CDP does not
+  // change visibilityState), so the state is set on the document and the event dispatched.
+  const setVisibility = (state) => {
+    Object.defineProperty(document, 'visibilityState', { value: state, configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  };
   try {
     out.selection = await w.init({ model: c.params.model, optim: c.params.optim,
       seed: c.params.seed, backend: opts.backend, measure: opts.measure });
@@ -65,7 +71,10 @@ async ([opts]) => {
         catch (exc) { out.faultRefused = { message: exc.message, hint: exc.hint }; }
       }
       const before = ticks;
-      const r = await w.step(xs.slice(s * bt, (s + 1) * bt), ys.slice(s * bt, (s + 1) * bt));
+      const pending = w.step(xs.slice(s * bt, (s + 1) * bt), ys.slice(s * bt, (s + 1) * bt));
+      if (s === opts.hideAt) setVisibility('hidden'); // the tab goes hidden mid-step
+      const r = await pending;
+      if (s === opts.hideAt) setVisibility('visible');
       out.steps.push({ ...r, loss_bits: bitsOf(r.loss), ticks: ticks - before });
     }
     // Control: one step on the main thread (the CPU mirror is synchronous): the page's
@@ -112,7 +121,13 @@ async def train(
     async with browser_tab(webgpu=webgpu) as tab:
         await tab.page.route("**" + HARNESS, _blank)
         await tab.page.goto(tab.base + HARNESS)
-        opts = {"backend": backend, "measure": measure, "steps": STEPS, "faults": faults or {}}
+        opts = {
+            "backend": backend,
+            "measure": measure,
+            "steps": STEPS,
+            "faults": faults or {},
+            "hideAt": 3,
+        }
         result: dict[str, Any] = await tab.page.evaluate(_PAGE_TRAIN, [opts])
         assert not tab.errors, f"console errors: {tab.errors}"
         assert not tab.foreign, tab.foreign
@@ -169,6 +184,10 @@ async def test_worker_cpu_tier_golden_hashes_with_a_responsive_page() -> None:
     assert "step: x must be a non-empty Int32Array" in refusal["message"] and refusal["hint"]
     # The device-loss hook is refused on the CPU tier, with a hint.
     assert "no GPU device to lose" in result["faultRefused"]["message"], result
+    # The tab went hidden during step 4: the page heard it while the step was running, and the
+    # worker finished that step (its hash is checked above) and every later one.
+    seen = [(e["hidden"], e["busy"]) for e in result["events"] if e["kind"] == "visibility"]
+    assert seen == [(True, True), (False, False)], seen
     states = [f"{e['from']}->{e['to']}" for e in result["events"] if e["kind"] == "state"]
     assert states == ["new->selecting", "selecting->ready"]
 
@@ -191,7 +210,8 @@ async def test_worker_webgpu_golden_hashes_through_device_loss_rebuild_and_fallb
     assert [s["backend"] for s in done] == ["webgpu-dp4a"] * 5 + ["js-cpu"] * 5
     assert all(s["products"] >= 39 for s in done[:5]), [s["products"] for s in done]
     assert done[2]["products"] == 7 + 39  # 7 before the loss, then the whole step again
-    kinds = [e["kind"] for e in result["events"] if e["kind"] not in ("progress", "state")]
+    ignore = ("progress", "state", "visibility")
+    kinds = [e["kind"] for e in result["events"] if e["kind"] not in ignore]
     assert kinds == ["selection", "device-lost", "device-rebuilt", "device-lost", "fallback"]
     lost1, rebuilt, lost2, fallback = (e for e in result["events"] if e["kind"] in kinds[1:])
     assert lost1["step"] == 3 and lost2["step"] == 6

@@ -10,7 +10,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseRequest, parseReply, MessageError } from '../../static/js/train/messages.js';
 import { chooseBackend } from '../../static/js/gpu/backend.js';
-import { Trainer, TrainerError } from '../../static/js/train/trainer.js';
+import { MAX_DEVICE_REBUILDS, Trainer, TrainerError } from '../../static/js/train/trainer.js';
+import { GpuFault } from '../../static/js/gpu/device.js';
 import { REPO, bitsOf } from './helpers.mjs';
 
 const DIR = path.join(REPO, 'tests', 'vectors');
@@ -208,4 +209,61 @@ test('the trainer on the CPU tier: golden hashes through step, grads + apply, ex
     backend: 'webgpu-dp4a', measure: true, audit: 16, sources: {} }),
   (exc) => /webgpu-dp4a was requested but is not usable here/.test(exc.message) &&
     /backend 'auto'/.test(exc.hint));
+});
+
+// A tier that claims to be WebGPU and whose every product throws `error`; gpu.failed() answers
+// `deviceFailed` (the real GpuDevice asks device.lost).
+function fakeGpuTier(error, deviceFailed) {
+  const fail = () => { throw error; };
+  return {
+    name: 'webgpu-dp4a', adapter: 'fake adapter', gemm: { kind: 'dp4a' }, onGpu: true,
+    gpu: { lost: deviceFailed ? 'device lost (unknown): fake' : null, faults: [],
+      failed: async () => deviceFailed },
+    ops: { qmatmul: fail, gradMatmulLeft: fail, gradMatmulRight: fail },
+  };
+}
+
+async function cpuTrainer(events) {
+  const g = goldenInputs();
+  const t = new Trainer((e) => events.push(e));
+  const init = (await t.handle({ type: 'init', model: g.model, optim: g.optim, seed: g.seed,
+    backend: 'js-cpu', measure: false, audit: 16, sources: {} })).result;
+  return { g, t, init };
+}
+
+test('a lost device with nothing to rebuild on: the step is recomputed on the CPU tier', async () => {
+  const events = [];
+  const { g, t } = await cpuTrainer(events);
+  t.tier = fakeGpuTier(new GpuFault('device lost'), true);
+  const r = (await t.handle({ type: 'step', ...g.batch(0), hash: true })).result;
+  assert.equal(r.backend, 'js-cpu');
+  assert.equal(r.hash, g.hashes[0]);
+  assert.equal(bitsOf(r.loss), bitsOf(g.loss[0]));
+  const kinds = events.map((e) => e.kind).filter((k) => k.startsWith('device') || k === 'fallback');
+  assert.deepEqual(kinds, ['device-lost', 'fallback']);
+  const fallback = events.find((e) => e.kind === 'fallback');
+  assert.equal(fallback.from, 'webgpu-dp4a');
+  assert.match(fallback.reason, /^device lost \(unknown\): fake; no device could be rebuilt: WebGPU is not available here/);
+});
+
+test('a device lost too often is not rebuilt again', async () => {
+  const events = [];
+  const { g, t } = await cpuTrainer(events);
+  t.rebuilds = MAX_DEVICE_REBUILDS;
+  t.tier = fakeGpuTier(new GpuFault('device lost'), true);
+  const r = (await t.handle({ type: 'step', ...g.batch(0), hash: true })).result;
+  assert.equal(r.hash, g.hashes[0]);
+  assert.match(events.find((e) => e.kind === 'fallback').reason,
+    new RegExp(`lost ${MAX_DEVICE_REBUILDS + 1} times; not rebuilding it again`));
+});
+
+test('an error that is not a device failure (a failed audit) stops the step, never retried', async () => {
+  const events = [];
+  const { g, t, init } = await cpuTrainer(events);
+  const tier = fakeGpuTier(new Error('product 3: live audit failed: ...'), false);
+  t.tier = tier;
+  await assert.rejects(t.handle({ type: 'step', ...g.batch(0), hash: true }), /live audit failed/);
+  assert.equal(t.tier, tier); // no fallback: the page decides
+  assert.deepEqual(events.filter((e) => e.kind === 'device-lost' || e.kind === 'fallback'), []);
+  assert.equal((await t.handle({ type: 'hash' })).result.hash, init.hash); // weights untouched
 });
