@@ -463,3 +463,22 @@ async def test_a_tokens_flood_is_tokenized_piece_by_piece_within_the_budget() ->
     # not the whole 1 MB sample.
     assert 100_000 <= sum(calls) < 100_000 + 2 * PIECE_CHARS, calls
     assert max(calls) < PIECE_CHARS + 100, calls
+
+
+def test_bench_data_reports_healthz_under_a_tokenize_flood(tmp_path: Path) -> None:
+    """The shape of ``daisychain bench data`` at a tiny size (no timing is checked)."""
+    import argparse
+
+    from daisychain.bench import data as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
+         "--workdir", str(tmp_path), "--flood", "3", "--flood-tokens", "2000"]
+    )  # fmt: skip
+    flood = bench.measure(args)["healthz_under_tokenize_flood"]
+    for side in ("before_pure_python", "after_tokenizers_library"):
+        assert flood[side]["healthz_probes"] >= 1 and flood[side]["flood_s"] > 0, flood
+    for key in ("healthz_p99", "healthz_max", "flood_s"):
+        assert flood[f"{key}_after_vs_before_ratio"] > 0, flood
