@@ -248,6 +248,11 @@ async def test_worker_choice_is_the_fastest_correct_backend() -> None:
             _PAGE_SELECT, [{"dp4a": gate, "lut": probe_plant.wgsl("lut")}]
         )
         assert not tab.errors, tab.errors
+        # /selftest shows the same rule on a tiny step, with the numbers and the reason.
+        page = await tab.run("/selftest.html")
+        shown = await tab.page.text_content("#choice")
+    check_rule({"rows": page["backends"], "backend": page["selected"], "choice": page["choice"]})
+    assert shown == f"Why: {page['choice']['reason']}.", shown
     rows = {r["name"]: r for r in selection["rows"]}
     assert all(rows[name]["gates_passed"] for name in ("webgpu-dp4a", "webgpu-lut", "js-cpu")), rows
     check_rule(selection)

@@ -1,11 +1,17 @@
 // The /selftest page: every backend of this device (WebGPU DP4A, WebGPU LUT, the JS CPU
 // mirror) gated, probed and timed, as a table and as JSON in <pre id="result"> (the shape of
-// `daisychain selftest --json`, plus `selected`, `demotions` and the gate inputs' digest).
-// Query: ?gops=0 skips the timing.
+// `daisychain selftest --json`, plus `selected`, `choice`, `demotions` and the gate inputs'
+// digest). The selection is the training worker's rule (docs/KERNELS.md, "Backend choice"):
+// correct first, then the fastest measured on one `tiny` training step.
+// Query: ?gops=0 skips the timing (then the first correct backend in preference order).
 
 import { selectBackend } from './gpu/backend.js';
 import { casesDigest } from './gpu/gates.js';
 import { REFERENCE_PROBE_HASH } from './gpu/probe.js';
+import { initParams, preset } from './model/index.js';
+import { stepTimer } from './train/timing.js';
+
+export const TIMING_PRESET = 'tiny';
 
 const $ = (id) => document.getElementById(id);
 
@@ -37,12 +43,15 @@ function render(result) {
         cell(row.failure ?? '—'),
         cell(row.probe_hash ? code(row.probe_hash) : '—', 'hash'),
         cell(row.gops === null ? '—' : row.gops.toFixed(2), 'num'),
+        cell(row.step_ms === null ? '—'
+          : `${row.step_complete ? '' : '≥ '}${row.step_ms.toFixed(0)}`, 'num'),
       );
       return tr;
     }),
   );
   $('summary').replaceChildren('Selected backend: ', Object.assign(
     document.createElement('strong'), { textContent: result.selected }), ` on ${result.adapter}`);
+  $('choice').textContent = `Why: ${result.choice.reason}.`;
   $('demotions').replaceChildren(
     ...result.demotions.map((d) => {
       const li = document.createElement('li');
@@ -56,9 +65,12 @@ function render(result) {
 async function main() {
   const params = new URLSearchParams(location.search);
   const events = [];
+  const timing = params.get('gops') !== '0';
+  const cfg = preset(TIMING_PRESET);
   const backend = await selectBackend({
     all: true,
-    measure: params.get('gops') !== '0',
+    measure: timing,
+    timeStep: timing ? stepTimer(cfg, initParams(cfg, 1)) : null,
     onProgress: (m) => { $('status').textContent = `${m}…`; },
     onEvent: (m) => events.push(m),
   });
@@ -66,6 +78,7 @@ async function main() {
     backends: backend.rows,
     selected: backend.selected,
     adapter: backend.adapter,
+    choice: backend.choice,
     demotions: backend.demotions,
     reference_probe_hash: REFERENCE_PROBE_HASH,
     gate_cases_digest: await casesDigest(),
