@@ -1,0 +1,51 @@
+// Helpers for the protocol machine's Node tests (not a test file itself): the stored traces, a
+// copy of static/js/ with one line changed (a planted bug), and the Python reference's answers
+// for runconfig, codec and allreduce (the tests only spawn Python; static/ never does).
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { REPO } from './helpers.mjs';
+
+export const TRACES = path.join(REPO, 'tests', 'vectors', 'protocol');
+
+/** Every stored trace: [{file, trace}] sorted by file name. */
+export function loadTraces() {
+  return readdirSync(TRACES).filter((n) => n.endsWith('.json')).sort()
+    .map((file) => ({ file, trace: JSON.parse(readFileSync(path.join(TRACES, file), 'utf8')) }));
+}
+
+/**
+ * A copy of static/js/ in a temporary folder with `from` replaced by `to` in `file` (relative to
+ * static/js/; `from` must occur exactly once). Returns {url(module), dispose()}.
+ */
+export function plantedCopy(file, from, to) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'dc-plant-'));
+  cpSync(path.join(REPO, 'static', 'js'), path.join(dir, 'js'), { recursive: true });
+  cpSync(path.join(REPO, 'static', 'package.json'), path.join(dir, 'package.json'));
+  const target = path.join(dir, 'js', file);
+  const src = readFileSync(target, 'utf8');
+  const count = src.split(from).length - 1;
+  if (count !== 1) throw new Error(`${file}: the planted line occurs ${count} times, not once`);
+  writeFileSync(target, src.replace(from, to));
+  return {
+    url: (module) => pathToFileURL(path.join(dir, 'js', module)).href,
+    dispose: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+/** Runs `script` with the Python reference (PYTHON or python; PYTHONPATH=server), JSON in/out. */
+export function python(script, input) {
+  const py = process.env.PYTHON ?? 'python';
+  const res = spawnSync(py, ['-c', script], {
+    cwd: REPO,
+    env: { ...process.env, PYTHONPATH: path.join(REPO, 'server') },
+    input: JSON.stringify(input),
+    encoding: 'utf-8',
+    timeout: 120_000,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  if (res.status !== 0) throw new Error(`Python reference failed: ${res.error ?? ''}\n${res.stderr}`);
+  return JSON.parse(res.stdout);
+}
