@@ -164,6 +164,94 @@ for (const [what, file, from, to, expected] of PLANTED) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Beyond the stored traces: scenarios the Python machine plays at test time (daisychain.p2p.
+// traces.script), with the events no stored trace has (user-stop, user-save, signaling-lost) and
+// refusals the stored traces do not reach (compute returning too few chunks, a checkpoint the
+// replica refuses, a config the leader cannot train, a chunk the codec refuses).
+
+const EXTRA_PY = String.raw`
+import logging
+logging.disable(logging.CRITICAL)
+import json
+from daisychain.p2p import messages
+from daisychain.p2p.frames import FrameKind
+from daisychain.p2p.machine import events as ev
+from daisychain.p2p.traces.script import RUN, A, B, C, D, Script, config, contributions, fresh_state
+from daisychain.p2p.traces.scenarios import ABC, follow, lead_run, stop_acks
+
+out = []
+
+s = Script("x-leader-stop-save", "A leads, saves, ends the run at a boundary", A,
+           state=fresh_state(), can_save=True, save_every=2)
+lead_run(s, (B, C), steps=5)
+for step in (1, 2):
+    s.at(s.now + 1.0)
+    digest = s.exchange(step, 0, ABC)
+    if step == 1:
+        s.feed(ev.UserSave(s.now))
+    else:
+        s.feed(ev.UserStop(s.now, "enough"))
+    r = s.hashes(step, 0, ABC, digest)
+s.at(s.now + 1.0)
+stop_acks(s, (B, C), messages.Stop(RUN, "leader-request", 2, "enough at step 2", {}))
+out.append(s.trace())
+
+s = Script("x-follower-lost", "B follows; user-stop ignored, user-save, signaling lost", B,
+           can_save=True)
+follow(s, A, (C,), config(3))
+s.at(1.0)
+s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+s.exchange(1, 0, ABC)
+s.feed(ev.UserStop(s.now, "not mine to stop"))
+s.feed(ev.UserSave(s.now))
+s.at(2.0)
+s.feed(ev.SignalingLost(s.now, "socket closed"))
+out.append(s.trace())
+
+s = Script("x-chunk-count", "B: compute returns 2 chunks for 3 peers", B)
+follow(s, A, (C,), config(3))
+s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+s.feed(ev.ComputeDone(s.now, 1, 0, 3.5, contributions(1, 1, 0, 2), "0" * 64))
+out.append(s.trace())
+
+s = Script("x-bad-checkpoint", "D joins; the leader's checkpoint is refused by the replica", D)
+follow(s, A, (B, C), config(8))
+s.at(1.0)
+s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+s.frames(A, FrameKind.CHECKPOINT, b"DCTRACE1" + b"\0" * 68, 4)
+out.append(s.trace())
+
+s = Script("x-cannot-lead", "A leads a config it cannot train", A, state=fresh_state())
+s.feed(ev.UserLead(s.now, config(3, width=65, heads=4), 2))
+out.append(s.trace())
+
+s = Script("x-codec-refusal", "B: a contribution whose exponent is out of range", B)
+follow(s, A, (C,), config(3))
+s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+bad = bytearray(contributions(2, 1, 0, 3)[1])
+bad[0] = 101
+s.frames(C, FrameKind.CONTRIBUTION, bytes(bad), 1, 0, 1)
+s.at(30.0)
+s.feed(ev.Timer(s.now))
+out.append(s.trace())
+
+print(json.dumps(out))
+`;
+
+test('scenarios beyond the stored traces replay to the Python machine\'s effects', async (t) => {
+  const extra = python(EXTRA_PY, null);
+  assert.equal(extra.length, 6);
+  let events = 0;
+  for (const trace of extra) events += await replay(trace);
+  const seen = new Set();
+  for (const trace of [...TRACES.map((x) => x.trace), ...extra]) {
+    for (const step of trace.steps) seen.add(step.event.event);
+  }
+  assert.deepEqual([...seen].sort(), [...ev.EVENT_TYPES].sort(), 'an event type is never replayed');
+  t.diagnostic(`${extra.length} scenarios, ${events} events replayed`);
+});
+
+// ---------------------------------------------------------------------------------------------
 // The machine's own guards.
 
 test('a second handle() while one is in flight is refused, never interleaved', async () => {
