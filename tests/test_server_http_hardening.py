@@ -21,6 +21,7 @@ import pytest
 
 from daisychain.server.app import serve_local
 from daisychain.server.config import HttpLimits
+from daisychain.server.httpconn import ConnectionCounts, peer_key
 from daisychain.server.main import add_arguments, config_from_args
 from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config
 
@@ -239,3 +240,39 @@ async def test_behind_a_trusted_proxy_connections_are_not_counted_per_address() 
         for reader, writer in held:
             assert (await healthz_on(reader, writer)).startswith(b"HTTP/1.1 200")
             writer.close()
+
+
+def test_connection_counts_admit_up_to_the_limit_per_key() -> None:
+    counts = ConnectionCounts(2)
+    assert counts.admit("v4:8.8.8.8") and counts.admit("v4:8.8.8.8")
+    assert not counts.admit("v4:8.8.8.8") and counts.refused == 1
+    assert counts.admit("v4:9.9.9.9")  # another network has its own count
+    counts.release("v4:8.8.8.8")
+    assert counts.admit("v4:8.8.8.8")
+    counts.release("v4:9.9.9.9")
+    assert counts.open == {"v4:8.8.8.8": 2}  # released keys are forgotten
+
+
+class PeerOnly(asyncio.BaseTransport):
+    """A transport that only knows its peer's address (``peer_key`` reads nothing else)."""
+
+    def __init__(self, peer: object) -> None:
+        super().__init__()
+        self.peer = peer
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self.peer if name == "peername" else default
+
+
+@pytest.mark.parametrize(
+    ("peer", "key"),
+    [
+        (("203.0.113.9", 5000), "v4:203.0.113.9"),
+        (("::ffff:203.0.113.9", 5000, 0, 0), "v4:203.0.113.9"),
+        (("2606:4700:10:20::1", 5000, 0, 0), "v6:2606:4700:10:20::/64"),
+        (("2606:4700:10:20:ffff::2", 5000, 0, 0), "v6:2606:4700:10:20::/64"),
+        (None, "unknown"),
+    ],
+)
+def test_connections_are_counted_per_network_of_the_peer(peer: object, key: str) -> None:
+    assert peer_key(PeerOnly(peer)) == key
