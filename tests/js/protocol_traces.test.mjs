@@ -16,6 +16,7 @@ import * as codec from '../../static/js/p2p/codec.js';
 import { chunkBlocks, reduceChunk } from '../../static/js/p2p/allreduce.js';
 import { parse as parseMessage } from '../../static/js/p2p/messages.js';
 import * as versions from '../../static/js/p2p/versions.js';
+import { setRawSupport, usesRawFormat } from '../../static/js/p2p/deflate.js';
 
 const TRACES = loadTraces();
 const byName = (name) => structuredClone(TRACES.find((t) => t.trace.name === name).trace);
@@ -249,6 +250,86 @@ test('scenarios beyond the stored traces replay to the Python machine\'s effects
   }
   assert.deepEqual([...seen].sort(), [...ev.EVENT_TYPES].sort(), 'an event type is never replayed');
   t.diagnostic(`${extra.length} scenarios, ${events} events replayed`);
+});
+
+// Off the script: every stored trace with one to three of its events dropped, duplicated,
+// swapped, delayed, or a frame bit or a text character damaged (seeded), fed to the Python
+// machine at test time; the JS machine must hand back the same effects on every variant
+// (hostile frames, repairs, early pieces, refusals, timers). A Python crash would be listed.
+
+const FUZZ_PY = String.raw`
+import base64, copy, json, logging, random, sys
+from pathlib import Path
+from daisychain.p2p.traces.jsonform import effect_to_json, event_from_json
+from daisychain.p2p.traces.script import build_machine
+
+logging.disable(logging.CRITICAL)
+args = json.load(sys.stdin)
+rng = random.Random(args["seed"])
+out = []
+crashes = []
+for path in sorted(Path(args["dir"]).glob("*.json")):
+    base = json.loads(path.read_text())
+    for v in range(args["variants"]):
+        events = [copy.deepcopy(s["event"]) for s in base["steps"]]
+        what = []
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(events))
+            kind = rng.choice(["drop", "dup", "swap", "damage", "text", "late"])
+            e = events[i]
+            if kind == "drop" and len(events) > 1:
+                events.pop(i)
+            elif kind == "dup":
+                events.insert(i, copy.deepcopy(e))
+            elif kind == "swap" and i + 1 < len(events):
+                a, b = events[i], events[i + 1]
+                a["at"], b["at"] = b["at"], a["at"]
+                events[i], events[i + 1] = b, a
+            elif kind == "damage" and e["event"] == "frame":
+                raw = bytearray(base64.b64decode(e["data"]))
+                raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+                e["data"] = base64.b64encode(bytes(raw)).decode()
+            elif kind == "text" and e["event"] == "message":
+                t = e["text"]
+                j = rng.randrange(len(t))
+                e["text"] = rng.choice([t[:j], t[:j] + rng.choice('0"x}') + t[j + 1:]])
+            elif kind == "late":
+                for later in events[i:]:
+                    later["at"] += 7.5
+            else:
+                continue
+            what.append(f"{kind}@{i}")
+        m = build_machine(base["setup"])
+        steps = []
+        for e in events:
+            try:
+                effects = [effect_to_json(f) for f in m.handle(event_from_json(e))]
+            except Exception as exc:  # a Python crash: reported, the variant is cut there
+                crashes.append(f"{base['name']} {what}: {type(exc).__name__}: {exc}")
+                break
+            steps.append({"event": e, "effects": effects, "deadline": m.next_deadline()})
+        trace = {**base, "name": f"{base['name']}~{v} {' '.join(what)}", "steps": steps}
+        out.append(trace)
+print(json.dumps({"traces": out, "crashes": crashes}))
+`;
+
+test('perturbed event sequences: the JS machine answers as the Python machine does', async (t) => {
+  const { traces, crashes } = python(FUZZ_PY, { seed: 20261201, variants: 6, dir: 'tests/vectors/protocol' });
+  assert.deepEqual(crashes, [], 'the Python machine crashed on a perturbed trace');
+  assert.equal(traces.length, 6 * TRACES.length);
+  let events = 0;
+  for (const trace of traces) events += await replay(trace);
+  t.diagnostic(`${traces.length} perturbed traces, ${events} events replayed`);
+});
+
+test('every trace also replays on Node 18\'s inflate path (node:zlib)', async () => {
+  setRawSupport(false);
+  try {
+    assert.equal(usesRawFormat(), false);
+    for (const { trace } of TRACES) await replay(trace);
+  } finally {
+    setRawSupport(true);
+  }
 });
 
 // ---------------------------------------------------------------------------------------------
