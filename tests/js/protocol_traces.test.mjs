@@ -352,10 +352,13 @@ test('an object without the replica interface is refused at birth', () => {
   assert.ok(checkReplica(new TraceReplica()));
 });
 
-test('an unknown event type is refused', async () => {
+test('an unknown event type, or an event without a finite now, is refused', async () => {
   const machine = buildMachine(byName('leader-3-peers').setup);
   await assert.rejects(machine.handle({ type: 'channel-opened', now: 0, peer: 'B' }),
     /unknown machine event channel-opened/);
+  await assert.rejects(machine.handle({ type: 'timer' }), /a type and a finite `now`/);
+  await assert.rejects(machine.handle(ev.timer(NaN)), /a type and a finite `now`/);
+  assert.deepEqual(await machine.handle(ev.timer(1)), []); // still usable after the refusals
 });
 
 test('the trace replica follows the README rules and refuses foreign checkpoints', async () => {

@@ -103,6 +103,10 @@ export class Machine {
       throw new Error('Machine.handle: an event is still being handled; await each handle() ' +
         'before feeding the next (events are processed in order, one at a time)');
     }
+    // The shell stamps every event; JS has no type checker to say so, so the machine does.
+    if (typeof event?.type !== 'string' || !Number.isFinite(event.now)) {
+      throw new TypeError('Machine.handle takes an event of events.js: a type and a finite `now`');
+    }
     this.busy = true;
     try {
       this.now = event.now;
