@@ -37,7 +37,7 @@ SERVER_TYPES = (
 )  # fmt: skip
 ERROR_CODES: tuple[str, ...] = get_args(sm.ErrorCode)
 DENIED_REASONS = ("denied", "timeout", "closed")
-CLOSED_REASONS = ("approved", "denied", "timeout", "left")
+CLOSED_REASONS = ("approved", "denied", "timeout", "left", "dropped")
 SIGNAL_DATA = "signal.data"
 
 
@@ -144,7 +144,7 @@ def parse_server(raw: str | bytes) -> sm.ServerMessage:
         reason = f.choice("reason", CLOSED_REASONS)
         return sm.JoinRequestClosed(
             peer=f.peer_id("peer"),
-            reason=cast(Literal["approved", "denied", "timeout", "left"], reason),
+            reason=cast(Literal["approved", "denied", "timeout", "left", "dropped"], reason),
         )
     if kind == "peer-joined":
         return sm.PeerJoined(peer=_peer_info(f.obj("peer"), "peer-joined.peer"))

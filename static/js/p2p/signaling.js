@@ -127,7 +127,7 @@ export function parseServer(raw) {
     case 'join-request':
       return r({ peer: peerInfo(m.peer, 'join-request.peer'), expires_in_s: seconds('expires_in_s') });
     case 'join-request-closed':
-      return r({ peer: id('peer'), reason: choice('reason', ['approved', 'denied', 'timeout', 'left']) });
+      return r({ peer: id('peer'), reason: choice('reason', ['approved', 'denied', 'timeout', 'left', 'dropped']) });
     case 'peer-joined':
       return r({ peer: peerInfo(m.peer, 'peer-joined.peer') });
     case 'peer-left':
