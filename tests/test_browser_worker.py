@@ -57,6 +57,9 @@ async ([opts]) => {
     document.dispatchEvent(new Event('visibilitychange'));
   };
   try {
+    // An impossible model: refused with the config's message, and the worker accepts a new init.
+    try { await w.init({ model: { ...c.params.model, heads: 3 }, seed: 1 }); }
+    catch (exc) { out.badInit = { name: exc.remoteName, message: exc.message, hint: exc.hint }; }
     out.selection = await w.init({ model: c.params.model, optim: c.params.optim,
       seed: c.params.seed, backend: opts.backend, measure: opts.measure });
     // A malformed request through the real worker: refused with a hint, nothing changes.
@@ -189,7 +192,10 @@ async def test_worker_cpu_tier_golden_hashes_with_a_responsive_page() -> None:
     seen = [(e["hidden"], e["busy"]) for e in result["events"] if e["kind"] == "visibility"]
     assert seen == [(True, True), (False, False)], seen
     states = [f"{e['from']}->{e['to']}" for e in result["events"] if e["kind"] == "state"]
-    assert states == ["new->selecting", "selecting->ready"]
+    assert states == ["new->selecting", "selecting->new", "new->selecting", "selecting->ready"]
+    bad = result["badInit"]
+    assert bad["name"] == "ConfigError" and "not divisible by heads 3" in bad["message"], bad
+    assert "send init again" in bad["hint"], bad
 
 
 async def test_worker_webgpu_golden_hashes_through_device_loss_rebuild_and_fallback() -> None:

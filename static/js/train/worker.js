@@ -9,14 +9,19 @@
 import { Trainer } from './trainer.js';
 import { parseRequest } from './messages.js';
 
-const GENERIC_HINT = 'the step did not change the weights; see the message, then retry or ' +
-  "restart the worker with backend 'js-cpu'";
+// Errors that carry no hint of their own (a ConfigError, an audit failure) get one by request.
+const HINTS = {
+  init: 'fix the init fields (model, optim, seed) and send init again: the worker is back in ' +
+    "state 'new'",
+  other: 'the request did not change the weights; see the message, then retry, or start a new ' +
+    "worker with backend 'js-cpu'",
+};
 
-function describe(exc) {
+function describe(exc, type) {
   return {
     name: exc?.name ?? 'Error',
     message: String(exc?.message ?? exc),
-    hint: typeof exc?.hint === 'string' ? exc.hint : GENERIC_HINT,
+    hint: typeof exc?.hint === 'string' ? exc.hint : HINTS[type === 'init' ? 'init' : 'other'],
   };
 }
 
@@ -30,7 +35,7 @@ async function serve(data) {
     const { result, transfer } = await trainer.handle(request);
     self.postMessage({ type: 'result', id, result }, transfer);
   } catch (exc) {
-    self.postMessage({ type: 'error', id, error: describe(exc) });
+    self.postMessage({ type: 'error', id, error: describe(exc, data?.type) });
   }
 }
 
