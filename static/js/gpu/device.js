@@ -85,10 +85,13 @@ export class GpuDevice {
   /**
    * Whether `error` (thrown by work on this device) means the device failed rather than the
    * computation: a GpuFault, a recorded fault, or a loss that is reported within `graceMs`
-   * (a rejected mapAsync() may arrive before device.lost resolves). An audit failure or a bad
-   * argument is not a device failure and must not be retried on a rebuilt device.
+   * (a rejected mapAsync() may arrive before device.lost resolves; a loaded machine can delay
+   * that resolution, and the wait is paid only on an error path). An audit failure or a bad
+   * argument on a healthy device is not a device failure and must not be retried on a rebuilt
+   * one; an audit failure on a device that then reports its loss is (the lost device's output
+   * was garbage).
    */
-  async failed(error, graceMs = 250) {
+  async failed(error, graceMs = 1000) {
     if (error instanceof GpuFault || this.faults.length) return true;
     let timer;
     const late = new Promise((resolve) => { timer = setTimeout(() => resolve(false), graceMs); });
