@@ -19,9 +19,9 @@ Against a hostile client (docs/SERVER.md, *Limits against hostile clients*):
   is refused before the upgrade (HTTP 429), the cheapest refusal there is;
 * liveness is this module's own sweep, one timer for all sockets (``_sweep``): a socket silent
   for ``heartbeat_s`` gets a WebSocket ping, and one still silent half a period later is
-  aborted. (aiohttp's per-socket heartbeat re-armed itself when data arrived during the close,
-  keeping every closed connection's objects alive for up to 30 s: a connection flood pinned
-  ~8 MB per 1000 sockets that way);
+  aborted. (aiohttp 3.14's per-socket heartbeat left its timer armed on many closed sockets,
+  its data-received reset not checking for a close, which kept each one's objects alive for up
+  to 30 s: a connection flood pinned ~8 MB per 1000 sockets that way);
 * a message that fails in an unexpected way costs that message and a strike, never the loop;
   logging of one connection's bad input is throttled (``logs.Throttle``): a few lines, then a
   count, never a traceback per message.
