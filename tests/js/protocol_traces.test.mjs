@@ -4,9 +4,11 @@
 // deadlines); a perturbed trace and a machine with one planted line are refused with the exact
 // field named; runconfig, codec and allreduce give the Python reference's answers, byte for byte.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { test } from 'node:test';
 import { loadTraces, plantedCopy, python } from './protocol_helpers.mjs';
-import { testRng } from './helpers.mjs';
+import { REPO, testRng } from './helpers.mjs';
 import { FORMAT, TraceMismatch, buildMachine, firstDifference, replay } from '../../static/js/p2p/traces/replay.js';
 import { TraceReplica, initHash } from '../../static/js/p2p/traces/replica.js';
 import { ReplicaRefused, checkReplica } from '../../static/js/p2p/machine/replica.js';
@@ -598,4 +600,57 @@ test('codec.decode refuses a wrong length, an exponent out of range and -128', (
 test('allreduce chunks cover the blocks in order (the traces\' 11 blocks over 3 peers: 3, 4, 4)', () => {
   assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, 3, k)), [[0, 3], [3, 7], [7, 11]]);
   assert.throws(() => chunkBlocks(11, 3, 3), /chunk 3 of 3/);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Sans-IO: the machine, its pure helpers and the trace replay read no clock, start no timer and
+// touch no socket, DOM or randomness (Python's machine is scanned the same way for asyncio, time,
+// threading and socket); the scan must fire on a planted use.
+
+const PURE = ['p2p/machine/', 'p2p/traces/', 'p2p/codec.js', 'p2p/allreduce.js', 'p2p/run.js',
+  'p2p/footprint.js', 'p2p/runconfig.js', 'p2p/versions.js'];
+const FORBIDDEN = /\b(Date|performance|setTimeout|setInterval|queueMicrotask|requestAnimationFrame|WebSocket|RTCPeerConnection|document|window|localStorage|fetch|Worker)\b|Math\.random/;
+
+function impureLines(file, text) {
+  const code = text.replace(/\/\*[\s\S]*?\*\//g, '').split('\n');
+  const bad = [];
+  code.forEach((line, i) => {
+    const stripped = line.replace(/\/\/.*$/, '').replace(/'[^']*'|`[^`]*`/g, "''");
+    if (FORBIDDEN.test(stripped)) bad.push(`${file}:${i + 1}: ${line.trim()}`);
+  });
+  return bad;
+}
+
+function importClosure(start) {
+  const seen = new Set();
+  const todo = [path.resolve(start)];
+  while (todo.length > 0) {
+    const file = todo.pop();
+    if (seen.has(file)) continue;
+    seen.add(file);
+    const text = readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/^(?:import|export)[^'"]*from\s+'([^']+)'/gm)) {
+      if (m[1].startsWith('.')) todo.push(path.resolve(path.dirname(file), m[1]));
+    }
+  }
+  return seen;
+}
+
+test('the machine is sans-IO: no clock, timer, socket, DOM or randomness (and the scan fires)', () => {
+  const js = path.join(REPO, 'static', 'js');
+  const files = [...importClosure(path.join(js, 'p2p', 'traces', 'replay.js'))]
+    .map((f) => path.relative(js, f)).filter((f) => PURE.some((p) => f.startsWith(p)));
+  assert.ok(files.length >= 20, files.join(', '));
+  const bad = files.flatMap((f) => impureLines(f, readFileSync(path.join(js, f), 'utf8')));
+  assert.deepEqual(bad, []);
+  // The closure never reaches the I/O shell; signaling.js only for its version constant.
+  const closure = [...importClosure(path.join(js, 'p2p', 'machine', 'index.js'))].map((f) => path.relative(js, f));
+  assert.ok(!closure.includes(path.join('p2p', 'mesh.js')), 'the machine imports the mesh');
+  assert.match(readFileSync(path.join(js, 'p2p', 'versions.js'), 'utf8'),
+    /export \{ SIGNALING_VERSION \} from '\.\/signaling\.js';/);
+  for (const planted of ['const t = Date.now();', 'setTimeout(f, 10);', 'x = Math.random();',
+    'this.now = performance.now();']) {
+    assert.equal(impureLines('planted.js', planted).length, 1, planted);
+  }
+  assert.deepEqual(impureLines('ok.js', "// Date.now() in a comment\nconst s = 'setTimeout';"), []);
 });
