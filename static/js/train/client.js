@@ -102,7 +102,10 @@ export class TrainWorker extends EventTarget {
     return this.request('init', options);
   }
 
-  /** One training step on tokens x, y (Int32Array, copied unless `transfer`). */
+  /**
+   * One training step on tokens x, y (Int32Array, copied unless `transfer`: then each must own
+   * its whole buffer, which the page gives up).
+   */
   step(x, y, { batch, hash, transfer = false } = {}) {
     const fields = { x, y };
     if (batch !== undefined) fields.batch = batch;
