@@ -35,6 +35,7 @@ import json
 import logging
 import math
 from collections import Counter
+from dataclasses import dataclass
 
 from aiohttp import WSMsgType, web
 
@@ -76,11 +77,13 @@ def _drop(item: OutboxItem) -> None:
     """``Peer.post`` of a peer without a live connection."""
 
 
-class _Ping:
-    """Outbox item: send a WebSocket ping (liveness sweep), in order with the messages."""
+@dataclass(frozen=True)
+class _Control:
+    """Outbox item: a WebSocket ping (liveness sweep) or pong (answer to the client's ping),
+    sent by the writer in order with the messages, so the reader never waits on the socket."""
 
-
-PING = _Ping()
+    opcode: WSMsgType
+    data: bytes = b""
 
 
 class Connection:
@@ -101,7 +104,7 @@ class Connection:
         self.rate = TokenBucket(limits.rate_per_s, limits.burst)
         self.strikes = TokenBucket(1.0 / limits.strike_refill_s, limits.max_strikes)
         self.log_lines = Throttle()
-        self._queue: asyncio.Queue[OutboxItem | _Ping | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[OutboxItem | _Control | None] = asyncio.Queue()
         self.last_heard = asyncio.get_running_loop().time()  # any frame from the client
         self.pinged = False
         self._queued_bytes = 0
@@ -112,9 +115,14 @@ class Connection:
     def start(self) -> None:
         self.writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.peer.id}")
 
-    def ping(self) -> None:
-        if not self._closing:
-            self._queue.put_nowait(PING)
+    def control(self, opcode: WSMsgType, data: bytes = b"") -> None:
+        """Queue a ping or pong (counted with the messages against ``outbox_limit``)."""
+        if self._closing:
+            return
+        if self._queue.qsize() >= self.limits.outbox_limit:
+            self.abort()
+            return
+        self._queue.put_nowait(_Control(opcode, data))
 
     def post(self, item: OutboxItem) -> None:
         """Queue a message or a close. Never blocks: the hub calls this while changing state."""
@@ -187,8 +195,11 @@ class Connection:
                 item = await self._queue.get()
                 if item is None:
                     return
-                if isinstance(item, _Ping):
-                    await self.ws.ping()
+                if isinstance(item, _Control):
+                    if item.opcode is WSMsgType.PING:
+                        await self.ws.ping(item.data)
+                    else:
+                        await self.ws.pong(item.data)
                     continue
                 if isinstance(item, Close):
                     await close_or_abort(self.ws, self.transport, item.code, item.reason,
@@ -318,7 +329,7 @@ class Signaling:
                     self._on_text(conn, frame.data, room_from_url)
                 elif frame.type is WSMsgType.PING:
                     if conn.rate.take():
-                        await ws.pong(frame.data)
+                        conn.control(WSMsgType.PONG, frame.data)
                 elif frame.type is WSMsgType.PONG:
                     pass  # heard from: that is all a pong is for
                 elif frame.type is WSMsgType.BINARY:
@@ -374,7 +385,7 @@ class Signaling:
                     conn.abort()
                 elif not conn.pinged and silent >= self.limits.heartbeat_s:
                     conn.pinged = True
-                    conn.ping()
+                    conn.control(WSMsgType.PING)
 
     def _hello_timeout(self, conn: Connection) -> None:
         if conn.peer.state is MemberState.CONNECTED:
