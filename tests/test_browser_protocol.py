@@ -6,8 +6,9 @@ from the server (``/js/p2p/traces/replay.js`` and what it imports: the machine, 
 Chromium's own ``DecompressionStream``, crypto.subtle for SHA-256) and fetches each trace of
 ``tests/vectors/protocol/`` itself, as a second implementation would (the traces and the blank
 page are served by this test under ``/vectors/``, never by the product server). Every trace must
-replay to exactly the Python effects, and a trace with one payload hash changed must be refused
-with the exact step and field named. No WebRTC: no namespace is needed.
+replay to exactly the Python effects, and so must the scenarios and perturbed event sequences that
+``tests/protocol_variants.py`` has the Python machine play at test time; a trace with one payload
+hash changed must be refused with the exact step and field named. No WebRTC: no namespace.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS
 from daisychain.server.app import create_app
+from protocol_variants import extra_scenarios, perturbed
 from server_fixtures import ByteTokenizer, config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,9 +44,10 @@ async_api = pytest.importorskip(
     "playwright.async_api", reason="the playwright package is missing: pip install -e '.[test]'"
 )
 
-# Replays the named traces in the page, then the perturbed one; returns what happened.
+# Replays the named traces in the page (fetched by the page), then the traces handed over
+# (`more`: played by the Python machine at test time), then the perturbed one.
 REPLAY = """
-async ([names, perturbed]) => {
+async ([names, more, perturbed]) => {
   const R = await import('/js/p2p/traces/replay.js');
   const D = await import('/js/p2p/deflate.js');
   const results = [];
@@ -60,13 +63,21 @@ async ([names, perturbed]) => {
     }
   }
   const ms = performance.now() - t0;
+  const beyond = [];
+  for (const trace of more) {
+    try {
+      beyond.push({ name: trace.name, events: await R.replay(trace), error: null });
+    } catch (exc) {
+      beyond.push({ name: trace.name, events: 0, error: `${exc.name}: ${exc.message}` });
+    }
+  }
   let mismatch = null;
   try {
     await R.replay(perturbed);
   } catch (exc) {
     mismatch = `${exc.name}: ${exc.message}`;
   }
-  return { results, ms, mismatch, rawDeflate: D.usesRawFormat() };
+  return { results, ms, beyond, mismatch, rawDeflate: D.usesRawFormat() };
 }
 """
 
@@ -120,7 +131,10 @@ def perturbed_trace() -> tuple[dict[str, Any], str]:
 async def test_every_protocol_trace_replays_in_chromium() -> None:
     names = sorted(p.name for p in TRACES.glob("*.json"))
     assert len(names) >= 23
-    perturbed, refusal = perturbed_trace()
+    changed, refusal = perturbed_trace()
+    variants, crashes = perturbed(TRACES, seed=20261202, variants=3)
+    assert not crashes, crashes
+    more = extra_scenarios() + variants
     errors: list[str] = []
     foreign: list[str] = []
     async with product_server() as base, async_api.async_playwright() as pw:
@@ -140,7 +154,7 @@ async def test_every_protocol_trace_replays_in_chromium() -> None:
                              _serve_test_files)  # fmt: skip
             response = await page.goto(base + PAGE)
             assert response is not None and response.ok
-            result = await page.evaluate(REPLAY, [names, perturbed])
+            result = await page.evaluate(REPLAY, [names, more, changed])
         finally:
             await browser.close()
     failed = [r for r in result["results"] if r["error"] is not None]
@@ -151,8 +165,10 @@ async def test_every_protocol_trace_replays_in_chromium() -> None:
     }
     assert {r["name"]: r["events"] for r in result["results"]} == steps
     assert result["rawDeflate"], "Chromium inflated without its own DecompressionStream"
+    assert [r for r in result["beyond"] if r["error"] is not None] == []
+    assert [r["events"] for r in result["beyond"]] == [len(t["steps"]) for t in more]
     assert result["mismatch"] == refusal
     assert not errors, f"console errors: {errors}"
     assert not foreign, f"the page reached outside the test server: {foreign}"
     print(f"chromium: {len(names)} traces, {sum(steps.values())} events replayed in "
-          f"{result['ms']:.0f} ms")  # fmt: skip
+          f"{result['ms']:.0f} ms; {len(more)} more played by Python at test time")  # fmt: skip

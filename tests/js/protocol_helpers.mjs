@@ -35,10 +35,19 @@ export function plantedCopy(file, from, to) {
   };
 }
 
-/** Runs `script` with the Python reference (PYTHON or python; PYTHONPATH=server), JSON in/out. */
+/** Runs Python code with the reference (PYTHON or python; PYTHONPATH=server), JSON in and out. */
 export function python(script, input) {
+  return runPython(['-c', script], input);
+}
+
+/** Runs a Python file of the repository (e.g. tests/protocol_variants.py), JSON in and out. */
+export function pythonFile(file, input) {
+  return runPython([path.join(REPO, file)], input);
+}
+
+function runPython(args, input) {
   const py = process.env.PYTHON ?? 'python';
-  const res = spawnSync(py, ['-c', script], {
+  const res = spawnSync(py, args, {
     cwd: REPO,
     env: { ...process.env, PYTHONPATH: path.join(REPO, 'server') },
     input: JSON.stringify(input),

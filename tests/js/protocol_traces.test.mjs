@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { loadTraces, plantedCopy, python } from './protocol_helpers.mjs';
+import { loadTraces, plantedCopy, python, pythonFile } from './protocol_helpers.mjs';
 import { REPO, testRng } from './helpers.mjs';
 import { FORMAT, TraceMismatch, buildMachine, firstDifference, replay } from '../../static/js/p2p/traces/replay.js';
 import { TraceReplica, initHash } from '../../static/js/p2p/traces/replica.js';
@@ -167,82 +167,19 @@ for (const [what, file, from, to, expected] of PLANTED) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Beyond the stored traces: scenarios the Python machine plays at test time (daisychain.p2p.
-// traces.script), with the events no stored trace has (user-stop, user-save, signaling-lost) and
-// refusals the stored traces do not reach (compute returning too few chunks, a checkpoint the
-// replica refuses, a config the leader cannot train, a chunk the codec refuses).
+// Beyond the stored traces (tests/protocol_variants.py, played by the Python machine at test
+// time): six scenarios with the events no stored trace has (user-stop, user-save,
+// signaling-lost) and refusals the stored traces do not reach (too few chunks, a checkpoint the
+// replica refuses, a config the leader cannot train, a chunk the codec refuses); and every
+// stored trace perturbed six ways (events dropped, duplicated, swapped or delayed, a frame bit or
+// a text character damaged; seeded). The JS machine must hand back the Python effects on all.
 
-const EXTRA_PY = String.raw`
-import logging
-logging.disable(logging.CRITICAL)
-import json
-from daisychain.p2p import messages
-from daisychain.p2p.frames import FrameKind
-from daisychain.p2p.machine import events as ev
-from daisychain.p2p.traces.script import RUN, A, B, C, D, Script, config, contributions, fresh_state
-from daisychain.p2p.traces.scenarios import ABC, follow, lead_run, stop_acks
-
-out = []
-
-s = Script("x-leader-stop-save", "A leads, saves, ends the run at a boundary", A,
-           state=fresh_state(), can_save=True, save_every=2)
-lead_run(s, (B, C), steps=5)
-for step in (1, 2):
-    s.at(s.now + 1.0)
-    digest = s.exchange(step, 0, ABC)
-    if step == 1:
-        s.feed(ev.UserSave(s.now))
-    else:
-        s.feed(ev.UserStop(s.now, "enough"))
-    r = s.hashes(step, 0, ABC, digest)
-s.at(s.now + 1.0)
-stop_acks(s, (B, C), messages.Stop(RUN, "leader-request", 2, "enough at step 2", {}))
-out.append(s.trace())
-
-s = Script("x-follower-lost", "B follows; user-stop ignored, user-save, signaling lost", B,
-           can_save=True)
-follow(s, A, (C,), config(3))
-s.at(1.0)
-s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
-s.exchange(1, 0, ABC)
-s.feed(ev.UserStop(s.now, "not mine to stop"))
-s.feed(ev.UserSave(s.now))
-s.at(2.0)
-s.feed(ev.SignalingLost(s.now, "socket closed"))
-out.append(s.trace())
-
-s = Script("x-chunk-count", "B: compute returns 2 chunks for 3 peers", B)
-follow(s, A, (C,), config(3))
-s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
-s.feed(ev.ComputeDone(s.now, 1, 0, 3.5, contributions(1, 1, 0, 2), "0" * 64))
-out.append(s.trace())
-
-s = Script("x-bad-checkpoint", "D joins; the leader's checkpoint is refused by the replica", D)
-follow(s, A, (B, C), config(8))
-s.at(1.0)
-s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
-s.frames(A, FrameKind.CHECKPOINT, b"DCTRACE1" + b"\0" * 68, 4)
-out.append(s.trace())
-
-s = Script("x-cannot-lead", "A leads a config it cannot train", A, state=fresh_state())
-s.feed(ev.UserLead(s.now, config(3, width=65, heads=4), 2))
-out.append(s.trace())
-
-s = Script("x-codec-refusal", "B: a contribution whose exponent is out of range", B)
-follow(s, A, (C,), config(3))
-s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
-bad = bytearray(contributions(2, 1, 0, 3)[1])
-bad[0] = 101
-s.frames(C, FrameKind.CONTRIBUTION, bytes(bad), 1, 0, 1)
-s.at(30.0)
-s.feed(ev.Timer(s.now))
-out.append(s.trace())
-
-print(json.dumps(out))
-`;
+let variants = null;
+const pythonVariants = () => (variants ??= pythonFile('tests/protocol_variants.py',
+  { extra: true, seed: 20261201, variants: 6 }));
 
 test('scenarios beyond the stored traces replay to the Python machine\'s effects', async (t) => {
-  const extra = python(EXTRA_PY, null);
+  const { extra } = pythonVariants();
   assert.equal(extra.length, 6);
   let events = 0;
   for (const trace of extra) events += await replay(trace);
@@ -254,74 +191,13 @@ test('scenarios beyond the stored traces replay to the Python machine\'s effects
   t.diagnostic(`${extra.length} scenarios, ${events} events replayed`);
 });
 
-// Off the script: every stored trace with one to three of its events dropped, duplicated,
-// swapped, delayed, or a frame bit or a text character damaged (seeded), fed to the Python
-// machine at test time; the JS machine must hand back the same effects on every variant
-// (hostile frames, repairs, early pieces, refusals, timers). A Python crash would be listed.
-
-const FUZZ_PY = String.raw`
-import base64, copy, json, logging, random, sys
-from pathlib import Path
-from daisychain.p2p.traces.jsonform import effect_to_json, event_from_json
-from daisychain.p2p.traces.script import build_machine
-
-logging.disable(logging.CRITICAL)
-args = json.load(sys.stdin)
-rng = random.Random(args["seed"])
-out = []
-crashes = []
-for path in sorted(Path(args["dir"]).glob("*.json")):
-    base = json.loads(path.read_text())
-    for v in range(args["variants"]):
-        events = [copy.deepcopy(s["event"]) for s in base["steps"]]
-        what = []
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(events))
-            kind = rng.choice(["drop", "dup", "swap", "damage", "text", "late"])
-            e = events[i]
-            if kind == "drop" and len(events) > 1:
-                events.pop(i)
-            elif kind == "dup":
-                events.insert(i, copy.deepcopy(e))
-            elif kind == "swap" and i + 1 < len(events):
-                a, b = events[i], events[i + 1]
-                a["at"], b["at"] = b["at"], a["at"]
-                events[i], events[i + 1] = b, a
-            elif kind == "damage" and e["event"] == "frame":
-                raw = bytearray(base64.b64decode(e["data"]))
-                raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
-                e["data"] = base64.b64encode(bytes(raw)).decode()
-            elif kind == "text" and e["event"] == "message":
-                t = e["text"]
-                j = rng.randrange(len(t))
-                e["text"] = rng.choice([t[:j], t[:j] + rng.choice('0"x}') + t[j + 1:]])
-            elif kind == "late":
-                for later in events[i:]:
-                    later["at"] += 7.5
-            else:
-                continue
-            what.append(f"{kind}@{i}")
-        m = build_machine(base["setup"])
-        steps = []
-        for e in events:
-            try:
-                effects = [effect_to_json(f) for f in m.handle(event_from_json(e))]
-            except Exception as exc:  # a Python crash: reported, the variant is cut there
-                crashes.append(f"{base['name']} {what}: {type(exc).__name__}: {exc}")
-                break
-            steps.append({"event": e, "effects": effects, "deadline": m.next_deadline()})
-        trace = {**base, "name": f"{base['name']}~{v} {' '.join(what)}", "steps": steps}
-        out.append(trace)
-print(json.dumps({"traces": out, "crashes": crashes}))
-`;
-
 test('perturbed event sequences: the JS machine answers as the Python machine does', async (t) => {
-  const { traces, crashes } = python(FUZZ_PY, { seed: 20261201, variants: 6, dir: 'tests/vectors/protocol' });
+  const { perturbed, crashes } = pythonVariants();
   assert.deepEqual(crashes, [], 'the Python machine crashed on a perturbed trace');
-  assert.equal(traces.length, 6 * TRACES.length);
+  assert.equal(perturbed.length, 6 * TRACES.length);
   let events = 0;
-  for (const trace of traces) events += await replay(trace);
-  t.diagnostic(`${traces.length} perturbed traces, ${events} events replayed`);
+  for (const trace of perturbed) events += await replay(trace);
+  t.diagnostic(`${perturbed.length} perturbed traces, ${events} events replayed`);
 });
 
 test('every trace also replays on Node 18\'s inflate path (node:zlib)', async () => {
