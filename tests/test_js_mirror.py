@@ -81,3 +81,30 @@ def test_js_mirror_node_suite() -> None:
     )
     assert counts.get("pass", 0) > 0, f"node --test ran no tests:\n{report[-5000:]}"
     assert counts.get("cancelled", 0) == 0, f"node tests were cancelled:\n{report[-20000:]}"
+
+
+def test_js_presets_equal_python_presets() -> None:
+    """The browser's model presets are the Python presets, field for field (a follower in the
+    page and one in Python must build the same model from a preset name)."""
+    import json
+
+    from daisychain.model.config import PRESETS
+
+    script = (
+        "const M = await import(process.argv[1]);"
+        "console.log(JSON.stringify(Object.fromEntries(Object.entries(M.PRESETS).map("
+        "([k, c]) => [k, [c.vocabSize, c.width, c.layers, c.heads, c.seqLen, c.batch, c.mlpMult,"
+        " c.normEps]]))));"
+    )
+    config_js = (REPO / "static" / "js" / "model" / "config.js").as_uri()
+    out = subprocess.run(
+        [*_node(), "--input-type=module", "-e", script, config_js],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    js = json.loads(out)
+    py = {
+        name: [c.vocab_size, c.width, c.layers, c.heads, c.seq_len, c.batch, c.mlp_mult,
+               float(c.norm_eps)]
+        for name, c in PRESETS.items()
+    }  # fmt: skip
+    assert js == py

@@ -139,7 +139,7 @@ after(() => {
 });
 
 test('config: presets, derived sizes and validation hints', () => {
-  assert.equal(M.countParams(M.preset('tiny')), 364864);
+  assert.equal(M.countParams(M.preset('tiny')), 233792); // = Python's tiny
   assert.equal(M.preset('tiny', { vocabSize: 2048 }).vocabSize, 2048);
   assert.equal(TINY.headDim, 16);
   assert.equal(TINY.hidden, 256);

@@ -2,7 +2,7 @@
 // server/daisychain/model/config.py: the configuration is the whole architecture; it is
 // validated up front so an impossible shape fails with a hint, not deep in a product.
 
-export const DEFAULT_VOCAB = 4096;
+export const DEFAULT_VOCAB = 2048; // the shipped tokenizer (luts/tokenizer.json); equal to Python's DEFAULT_VOCAB
 
 /**
  * The model configuration cannot be built under the numerical contract. `rule` names the
