@@ -111,7 +111,12 @@ def test_a_changed_effect_fails_the_replay(what: str) -> None:
 
 def test_a_trace_of_another_version_is_refused() -> None:
     trace = load(TRACES / "leader-3-peers.json")
-    for key, value in (("format_version", 2), ("protocol_version", 2), ("format", "other")):
+    for key, value in (
+        ("format_version", 2),
+        ("protocol_version", 2),
+        ("frame_version", 2),
+        ("format", "other"),
+    ):
         with pytest.raises(TraceMismatch, match=r"version|not a|protocol"):
             replay({**trace, key: value})
 

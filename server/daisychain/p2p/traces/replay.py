@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daisychain.p2p import DATA_PROTOCOL_VERSION
 from daisychain.p2p.traces.jsonform import Json, effect_to_json, event_from_json
 from daisychain.p2p.traces.script import FORMAT, FORMAT_VERSION, build_machine
+from daisychain.p2p.versions import DATA_PROTOCOL_VERSION, FRAME_VERSION
 
 
 class TraceMismatch(AssertionError):
@@ -23,6 +23,8 @@ def replay(trace: Json) -> int:
         raise TraceMismatch(f"{name}: not a {FORMAT} version {FORMAT_VERSION} file")
     if trace.get("protocol_version") != DATA_PROTOCOL_VERSION:
         raise TraceMismatch(f"{name}: written for protocol {trace.get('protocol_version')}")
+    if trace.get("frame_version") != FRAME_VERSION:
+        raise TraceMismatch(f"{name}: written for frame version {trace.get('frame_version')}")
     machine = build_machine(trace["setup"])
     for i, step in enumerate(trace["steps"]):
         got = [effect_to_json(f) for f in machine.handle(event_from_json(step["event"]))]
