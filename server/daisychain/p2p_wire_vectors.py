@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from daisychain.numerics import CONTRACT_VERSION
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.versions import FRAME_VERSION
@@ -315,7 +316,7 @@ def _valid_messages() -> dict[str, dict[str, Any]]:
               "steps": 30, "seed": 7, "data": "builtin", "tokenizer_sha256": HASH_B,
               "resume_step": 0}  # fmt: skip
     return {
-        "hello": {"type": "hello", "version": 1, "contract": 1, "name": "Ada"},
+        "hello": {"type": "hello", "version": 1, "contract": CONTRACT_VERSION, "name": "Ada"},
         "config": config,
         "ready": {"type": "ready", "run": RUN, "step": 0, "hash": HASH_A, "peers": ["Q2x-_9"]},
         "sync-request": {"type": "sync-request", "run": RUN},
@@ -374,7 +375,10 @@ def _message_texts() -> list[tuple[str, str]]:
     add(("valid-error-non-ascii", _dumps(_with(v["error"], message="ünïcode\u2028\x7f"))))
     add(("valid-roster-64", _dumps(_with(v["roster"], peers=[f"p{i}" for i in range(64)]))))
     add(("valid-stop-empty-hashes", _dumps(_with(v["stop"], hashes={}))))
-    pair_and_lone = '{"type":"hello","version":1,"contract":1,"name":"\\ud83d\\ude00\\ud800"}'
+    pair_and_lone = (
+        '{"type":"hello","version":1,"contract":' + str(CONTRACT_VERSION) + ","
+        '"name":"\\ud83d\\ude00\\ud800"}'
+    )
     add(("valid-escaped-surrogates", pair_and_lone))
     base = _dumps(_with(v["leave"], reason=""))
     add(("valid-max-size", base[:-1] + " " * (16384 - len(base)) + "}"))

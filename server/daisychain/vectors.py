@@ -237,6 +237,31 @@ register_kind(
 )
 
 
+def _eval_quantize3(params: Params, inputs: Fields) -> Fields:
+    hi, mid, lo, e = quant.quantize3(_f32(inputs["x"]), int(params["axis"]))
+    return {"hi": hi, "mid": mid, "lo": lo, "e": e}
+
+
+def _gen_quantize3() -> Iterable[Case]:
+    for suffix, x, axis in _quant_inputs():
+        yield Case(f"quantize3.{suffix}", "quantize3", {"x": x}, {"axis": axis})
+    # A softmax-like row: one large negative entry, a tail spanning 2^-30 .. 2^-2 of it.
+    d = Draw(40)
+    tail = np.ldexp(np.float32(1.0), -d.ints((6, 300), 2, 30).astype(np.int32)).astype(np.float32)
+    tail *= d.uniform((6, 300), 0.5, 1.0)
+    tail[:, 7] = np.float32(-0.75)
+    yield Case("quantize3.softmax-tail", "quantize3", {"x": tail}, {"axis": -1})
+
+
+register_kind(
+    "quantize3",
+    "hi, mid, lo, e = quantize3(x, axis): x ~= (65536 hi + 256 mid + lo) 2^(e-16) "
+    "(NUMERICS.md section 2)",
+    _eval_quantize3,
+    _gen_quantize3,
+)
+
+
 # --- GEMM ----------------------------------------------------------------------------------------
 
 
@@ -265,6 +290,48 @@ def _eval_grad_matmul_right(params: Params, inputs: Fields) -> Fields:
     a_q, fold_e, g = _f32(inputs["a_q"]), _i32(inputs["fold_e"]), _f32(inputs["g"])
     hi, lo, e = quant.quantize2(g * quant.pow2(fold_e), axis=-2)
     return {"hi": hi, "lo": lo, "e": e, "y": gemm.grad_matmul_right(a_q, fold_e, g)}
+
+
+def _eval_grad_matmul3_left(params: Params, inputs: Fields) -> Fields:
+    g, fold_e, b_q = _f32(inputs["g"]), _i32(inputs["fold_e"]), _f32(inputs["b_q"])
+    hi, mid, lo, e = quant.quantize3(g * quant.pow2(fold_e), axis=-1)
+    y = gemm.grad_matmul_left(g, fold_e, b_q, limbs=3)
+    return {"hi": hi, "mid": mid, "lo": lo, "e": e, "y": y}
+
+
+def _eval_grad_matmul3_right(params: Params, inputs: Fields) -> Fields:
+    a_q, fold_e, g = _f32(inputs["a_q"]), _i32(inputs["fold_e"]), _f32(inputs["g"])
+    hi, mid, lo, e = quant.quantize3(g * quant.pow2(fold_e), axis=-2)
+    y = gemm.grad_matmul_right(a_q, fold_e, g, limbs=3)
+    return {"hi": hi, "mid": mid, "lo": lo, "e": e, "y": y}
+
+
+def _gen_grad_matmul3() -> Iterable[Case]:
+    d = Draw(41)
+    # (M, K, N): small, the logits' K = 2048 (vocabulary; K > 1024 takes the chunked sum), batched
+    for batch, m, k, n in (((), 16, 40, 12), ((), 6, 2048, 8), ((2,), 4, 24, 6)):
+        tag = "x".join(str(v) for v in (*batch, m, k, n))
+        g = d.uniform((*batch, m, k), 0.0, 1e-3)
+        g *= np.ldexp(np.float32(1.0), -d.ints((*batch, m, k), 0, 24).astype(np.int32))
+        g[..., 0] = np.float32(-1e-3)  # the target's p - 1 beside a softmax-like tail
+        yield Case(
+            f"grad_matmul3_left.{tag}",
+            "grad_matmul3_left",
+            {
+                "g": g,
+                "fold_e": d.exps((*batch, 1, k), -12, -4),
+                "b_q": d.ints((*batch, k, n), -127, 127),
+            },
+        )
+        yield Case(
+            f"grad_matmul3_right.{tag}",
+            "grad_matmul3_right",
+            {
+                "a_q": d.ints((*batch, n, m), -127, 127),
+                "fold_e": d.exps((*batch, m, 1), -9, 3),
+                "g": g.copy(),
+            },
+        )
 
 
 def _full(shape: tuple[int, ...], v: float) -> npt.NDArray[np.float32]:
@@ -409,6 +476,20 @@ register_kind(
     "hi, lo, e = quantize2(g * 2^fold_e, -2); y = qmatmul_grad_right(a_q, hi, lo, e)",
     _eval_grad_matmul_right,
     lambda: (c for c in _gen_grad_matmul() if c.kind == "grad_matmul_right"),
+)
+register_kind(
+    "grad_matmul3_left",
+    "hi, mid, lo, e = quantize3(g * 2^fold_e, -1); "
+    "y = f32((65536 hi@b_q + 256 mid@b_q + lo@b_q) * 2^(e - 16)) (NUMERICS.md section 6)",
+    _eval_grad_matmul3_left,
+    lambda: (c for c in _gen_grad_matmul3() if c.kind == "grad_matmul3_left"),
+)
+register_kind(
+    "grad_matmul3_right",
+    "hi, mid, lo, e = quantize3(g * 2^fold_e, -2); "
+    "y = f32((65536 a_q@hi + 256 a_q@mid + a_q@lo) * 2^(e - 16)) (NUMERICS.md section 6)",
+    _eval_grad_matmul3_right,
+    lambda: (c for c in _gen_grad_matmul3() if c.kind == "grad_matmul3_right"),
 )
 
 

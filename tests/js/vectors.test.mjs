@@ -68,6 +68,12 @@ function quantizeAlong(x, axis, twoLimbs) {
   return quantize(x, len, inner, {}, outer);
 }
 
+function quantize3Along(x, axis) {
+  const [outer, len, inner] = around(x.shape, axis);
+  if (inner === 1) return N.quantize3Rows(x, outer, len);
+  return N.quantize3Cols(x, len, inner, outer);
+}
+
 const KINDS = {
   quantize({ x }, { axis }) {
     const { q, e } = quantizeAlong(x, axis, false);
@@ -76,6 +82,10 @@ const KINDS = {
   quantize2({ x }, { axis }) {
     const { hi, lo, e } = quantizeAlong(x, axis, true);
     return { hi: asF32(hi), lo: asF32(lo), e };
+  },
+  quantize3({ x }, { axis }) {
+    const { hi, mid, lo, e } = quantize3Along(x, axis);
+    return { hi: asF32(hi), mid: asF32(mid), lo: asF32(lo), e };
   },
   qmatmul({ a_q, a_e, b_q, b_e }) {
     const [batch, M, K] = mat(a_q);
@@ -109,6 +119,20 @@ const KINDS = {
     const opts = { batch, limbs };
     const y = N.gradMatmulRight(int8(a_q, 'a_q'), fold_e, g, M, K, g.shape.at(-1), opts);
     return { hi: asF32(limbs.hi), lo: asF32(limbs.lo), e: limbs.e, y };
+  },
+  grad_matmul3_left({ g, fold_e, b_q }) {
+    const [batch, M, K] = mat(g);
+    const limbs = {};
+    const opts = { batch, limbs, limbCount: 3 };
+    const y = N.gradMatmulLeft(g, fold_e, int8(b_q, 'b_q'), M, K, b_q.shape.at(-1), opts);
+    return { hi: asF32(limbs.hi), mid: asF32(limbs.mid), lo: asF32(limbs.lo), e: limbs.e, y };
+  },
+  grad_matmul3_right({ a_q, fold_e, g }) {
+    const [batch, M, K] = mat(a_q);
+    const limbs = {};
+    const opts = { batch, limbs, limbCount: 3 };
+    const y = N.gradMatmulRight(int8(a_q, 'a_q'), fold_e, g, M, K, g.shape.at(-1), opts);
+    return { hi: asF32(limbs.hi), mid: asF32(limbs.mid), lo: asF32(limbs.lo), e: limbs.e, y };
   },
   exp: ({ x }) => ({ y: N.expArray(x) }),
   log: ({ x }) => ({ y: N.logArray(x) }),

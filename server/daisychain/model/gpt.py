@@ -1,4 +1,4 @@
-"""The contract-v1 GPT: forward and hand-written backward on the numerical contract.
+"""The contract GPT: forward and hand-written backward on the numerical contract.
 
 Normative text: docs/MODEL.md (merged into docs/NUMERICS.md). Every matrix product is an exact
 int8 product from ``daisychain.numerics`` (forward ``qmatmul``; backward ``grad_matmul_left`` /
@@ -91,15 +91,16 @@ def rmsnorm_backward(
 
 
 def linear_backward(
-    dy: FloatArray, x: QTensor, w: QTensor, ops: GemmOps = NUMPY_OPS
+    dy: FloatArray, x: QTensor, w: QTensor, ops: GemmOps = NUMPY_OPS, limbs: int = 2
 ) -> tuple[FloatArray, FloatArray]:
     """y = x @ W with x quantized per row and W per column.
 
     dx = dy @ W^T folds W's per-output-channel scales into dy's columns;
-    dW = x^T @ dy folds x's per-token scales into dy's rows.
+    dW = x^T @ dy folds x's per-token scales into dy's rows. ``limbs`` is the gradient
+    operand's limb count (3 for the logits gradient, 2 elsewhere: docs/NUMERICS.md section 6).
     """
-    dw = ops.grad_right(x.q.T, x.e, dy)  # (in, out)
-    dx = ops.grad_left(dy, w.e, w.q.T)  # (N, in)
+    dw = ops.grad_right(x.q.T, x.e, dy, limbs)  # (in, out)
+    dx = ops.grad_left(dy, w.e, w.q.T, limbs)  # (N, in)
     return dx, dw
 
 
@@ -317,13 +318,25 @@ def softmax_causal(s: FloatArray, scale: np.float32) -> FloatArray:
     return s
 
 
+# Limb count of the logits gradient's two products (contract v2; v1 used 2, which rounds the
+# softmax tail below 2^-16 of the target's p - 1 to zero and biases the output layer's gradient).
+LOGITS_LIMBS = 3
+
+
 def forward_backward(
-    params: Params, cfg: ModelConfig, x: TokenArray, y: TokenArray, ops: GemmOps = NUMPY_OPS
+    params: Params,
+    cfg: ModelConfig,
+    x: TokenArray,
+    y: TokenArray,
+    ops: GemmOps = NUMPY_OPS,
+    logits_limbs: int = LOGITS_LIMBS,
 ) -> tuple[np.float32, dict[str, FloatArray]]:
     """Mean cross-entropy of next tokens ``y`` given ``x`` (both (B, T)) and its gradients.
 
     ``ops`` computes the integer products (numpy by default, or a gated GPU kernel); the bits
-    are the same either way (daisychain.model.ops).
+    are the same either way (daisychain.model.ops). ``logits_limbs`` exists so tests and
+    benchmarks can run contract v1's two-limb logits gradient beside v2's; training uses the
+    default.
     """
     if y.shape != x.shape:
         raise ValueError(f"targets {y.shape} must have the tokens' shape {x.shape}")
@@ -335,7 +348,7 @@ def forward_backward(
     loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
 
     grads: dict[str, FloatArray] = {}
-    dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops)  # (N, C), (C, V)
+    dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops, logits_limbs)  # (N, C), (C, V)
     del dlogits, logits  # (N, V) buffer no longer needed
     dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)
     for i in reversed(range(cfg.layers)):

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quantize2
+from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quantize2, quantize3
 
 MatmulInt = Callable[[npt.NDArray[np.int8], npt.NDArray[np.int8]], npt.NDArray[np.int32]]
 
@@ -30,9 +30,13 @@ class GemmOps(Protocol):
         self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray
     ) -> FloatArray: ...
 
-    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray: ...
+    def grad_left(
+        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+    ) -> FloatArray: ...
 
-    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray: ...
+    def grad_right(
+        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+    ) -> FloatArray: ...
 
 
 class NumpyOps:
@@ -43,11 +47,15 @@ class NumpyOps:
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         return ref.qmatmul(a_q, a_e, b_q, b_e)
 
-    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
-        return ref.grad_matmul_left(g, fold_e, b_q)
+    def grad_left(
+        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+    ) -> FloatArray:
+        return ref.grad_matmul_left(g, fold_e, b_q, limbs)
 
-    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
-        return ref.grad_matmul_right(a_q, fold_e, g)
+    def grad_right(
+        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+    ) -> FloatArray:
+        return ref.grad_matmul_right(a_q, fold_e, g, limbs)
 
 
 NUMPY_OPS = NumpyOps()
@@ -73,12 +81,30 @@ class IntGemmOps:
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         return ref.round_scaled(self._int(a_q, b_q), a_e + b_e)
 
-    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
+    def grad_left(
+        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+    ) -> FloatArray:
+        ref._check_limbs(limbs)
+        if limbs == 3:
+            h3, m3, l3, e3 = quantize3(g * pow2(fold_e), axis=-1)
+            acc = (self._int(h3, b_q) * float(1 << LO_SHIFT) + self._int(m3, b_q)) * float(
+                1 << LO_SHIFT
+            ) + self._int(l3, b_q)  # exact (below 2^53)
+            return ref.round_scaled(acc, e3 - 2 * LO_SHIFT)
         hi, lo, e = quantize2(g * pow2(fold_e), axis=-1)
         acc = self._int(hi, b_q) * float(1 << LO_SHIFT) + self._int(lo, b_q)  # exact
         return ref.round_scaled(acc, e - LO_SHIFT)
 
-    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
+    def grad_right(
+        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+    ) -> FloatArray:
+        ref._check_limbs(limbs)
+        if limbs == 3:
+            h3, m3, l3, e3 = quantize3(g * pow2(fold_e), axis=-2)
+            acc = (self._int(a_q, h3) * float(1 << LO_SHIFT) + self._int(a_q, m3)) * float(
+                1 << LO_SHIFT
+            ) + self._int(a_q, l3)  # exact (below 2^53)
+            return ref.round_scaled(acc, e3 - 2 * LO_SHIFT)
         hi, lo, e = quantize2(g * pow2(fold_e), axis=-2)
         acc = self._int(a_q, hi) * float(1 << LO_SHIFT) + self._int(a_q, lo)  # exact
         return ref.round_scaled(acc, e - LO_SHIFT)

@@ -11,6 +11,8 @@ from daisychain.numerics.gemm import (
     grad_matmul_right,
     int_matmul,
     qmatmul,
+    qmatmul_grad3_left,
+    qmatmul_grad3_right,
     qmatmul_grad_left,
     qmatmul_grad_right,
 )
@@ -21,11 +23,13 @@ from daisychain.numerics.quant import (
     pow2,
     quantize,
     quantize2,
+    quantize3,
     to_int8,
 )
 from daisychain.numerics.reduce import tree_sum
 
-CONTRACT_VERSION = 1
+# 2: the logits gradient is quantized in three limbs (docs/NUMERICS.md section 6, issue 12).
+CONTRACT_VERSION = 2
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -38,10 +42,13 @@ __all__ = [
     "log",
     "pow2",
     "qmatmul",
+    "qmatmul_grad3_left",
+    "qmatmul_grad3_right",
     "qmatmul_grad_left",
     "qmatmul_grad_right",
     "quantize",
     "quantize2",
+    "quantize3",
     "rint",
     "sha256_arrays",
     "to_int8",

@@ -37,6 +37,7 @@ from daisychain.numerics.quant import (
     pow2,
     pow2_unchecked,
     quantize2,
+    quantize3,
 )
 
 K_CHUNK = 1024  # largest K for which float32 BLAS on int8 values is exact in any order
@@ -179,7 +180,61 @@ def _pre_scale(k: int, n_out: int) -> bool:
     return 3 * k < 2 * n_out
 
 
-def grad_matmul_left(g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
+def _limbs3_matmul(
+    limbs: tuple[FloatArray, FloatArray, FloatArray], other: FloatArray, left: bool
+) -> npt.NDArray[np.float64]:
+    """Exact integer 65536 * P(hi) + 256 * P(mid) + P(lo), P(x) = x @ other (``left``) or
+    other @ x: float32 BLAS on K-chunks of at most K_CHUNK is exact per limb (as in
+    ``int_matmul``); the combination and the chunk sum are exact in float64 (|acc| < 2^24 per
+    limb and chunk, so every partial value stays below 2^53 for K < 2^12 * K_CHUNK)."""
+    hi = limbs[0]
+    k = hi.shape[-1] if left else other.shape[-1]
+    acc: npt.NDArray[np.float64] | None = None
+    for i in range(0, max(k, 1), K_CHUNK):
+        part: npt.NDArray[np.float64] | None = None
+        for limb in limbs:
+            if left:
+                p = np.matmul(limb[..., i : i + K_CHUNK], other[..., i : i + K_CHUNK, :])
+            else:
+                p = np.matmul(other[..., i : i + K_CHUNK], limb[..., i : i + K_CHUNK, :])
+            if part is None:
+                part = p.astype(np.float64)
+            else:
+                part *= float(1 << LO_SHIFT)  # exact
+                part += p  # exact
+        assert part is not None
+        if acc is None:
+            acc = part
+        else:
+            acc += part
+    assert acc is not None
+    return acc
+
+
+def qmatmul_grad3_left(
+    g_hi: FloatArray, g_mid: FloatArray, g_lo: FloatArray, g_e: IntArray, b_q: FloatArray
+) -> FloatArray:
+    """Three-limb gradient on the left: f32((65536 hi@b + 256 mid@b + lo@b) * 2^(g_e - 16))."""
+    acc = _limbs3_matmul((g_hi, g_mid, g_lo), b_q, left=True)
+    return round_scaled(acc, g_e - 2 * LO_SHIFT)
+
+
+def qmatmul_grad3_right(
+    a_q: FloatArray, g_hi: FloatArray, g_mid: FloatArray, g_lo: FloatArray, g_e: IntArray
+) -> FloatArray:
+    """Three-limb gradient on the right: f32((65536 a@hi + 256 a@mid + a@lo) * 2^(g_e - 16))."""
+    acc = _limbs3_matmul((g_hi, g_mid, g_lo), a_q, left=False)
+    return round_scaled(acc, g_e - 2 * LO_SHIFT)
+
+
+def _check_limbs(limbs: int) -> None:
+    if limbs not in (2, 3):
+        raise ValueError(f"a gradient operand has 2 or 3 limbs, got {limbs}")
+
+
+def grad_matmul_left(
+    g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+) -> FloatArray:
     """dA = G @ B for a forward product whose right operand B was quantized on its rows.
 
     B's scales sit on the summed axis, so they are folded into G's columns first (an exact
@@ -191,7 +246,14 @@ def grad_matmul_left(g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatA
     ``* 256`` is exact, the addition is the one rounding (of an integer), and scaling by a power
     of two commutes with that rounding while the result stays normal (``_fast_ok``), so both
     give the same bits; the cheaper one for the shapes is used.
+
+    ``limbs=3`` (the logits gradient, docs/NUMERICS.md section 6) quantizes G in three limbs and
+    combines the three exact integer products in float64 before the one rounding.
     """
+    _check_limbs(limbs)
+    if limbs == 3:
+        h3, m3, l3, e3 = quantize3(np.multiply(g, pow2(fold_e)), axis=-1, overwrite=True)
+        return qmatmul_grad3_left(h3, m3, l3, e3, b_q)
     hi, lo, e = quantize2(np.multiply(g, pow2(fold_e)), axis=-1, overwrite=True)
     k, n = g.shape[-1], b_q.shape[-1]
     e_lo, e_hi = _range(e)
@@ -200,13 +262,19 @@ def grad_matmul_left(g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatA
     return _limb_products(hi, lo, e, lambda limb: np.matmul(limb, b_q), _pre_scale(k, n))
 
 
-def grad_matmul_right(a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
+def grad_matmul_right(
+    a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+) -> FloatArray:
     """dB = A @ G for a forward product whose left operand A was quantized on its columns.
 
     a_q (..., M, K) reused int8 values; fold_e broadcastable to (..., K, 1) (A's scales on the
     summed axis, folded into G's rows); g (..., K, N) two-limb quantized per column. The fast
-    path is chosen as in ``grad_matmul_left``.
+    path is chosen as in ``grad_matmul_left``; ``limbs=3`` as there.
     """
+    _check_limbs(limbs)
+    if limbs == 3:
+        h3, m3, l3, e3 = quantize3(np.multiply(g, pow2(fold_e)), axis=-2, overwrite=True)
+        return qmatmul_grad3_right(a_q, h3, m3, l3, e3)
     hi, lo, e = quantize2(np.multiply(g, pow2(fold_e)), axis=-2, overwrite=True)
     m, k = a_q.shape[-2], a_q.shape[-1]
     e_lo, e_hi = _range(e)

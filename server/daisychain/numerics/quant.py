@@ -19,6 +19,10 @@ straight to float32 BLAS (see gemm.py), so no conversion is paid per product.
 Two-limb quantization (gradients, docs/NUMERICS.md "Backward"): hi as above, the residual
 ``r = x - hi * 2^e`` (exact in float32), and ``lo = clamp(rint(r * 2^(8-e)), -127, 127)`` so that
 ``x ~= (256 * hi + lo) * 2^(e-8)`` with about 15 significant bits.
+
+Three limbs (the logits gradient only, contract v2): the second limb's residual is split once
+more, ``x ~= (65536 * hi + 256 * mid + lo) * 2^(e-16)`` with about 23 significant bits, so the
+softmax tail far below the target's ``p - 1`` survives instead of rounding to zero.
 """
 
 from __future__ import annotations
@@ -119,6 +123,33 @@ def quantize2(
     np.clip(y, F32(-127), F32(127), out=y)
     np.add(y, F32(0.0), out=y)
     return hi, y, e
+
+
+def quantize3(
+    x: FloatArray, axis: int, overwrite: bool = False
+) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
+    """Three-limb quantization: (hi, mid, lo, e) with x ~= (65536 hi + 256 mid + lo) 2^(e - 16).
+
+    hi and mid are exactly ``quantize2``'s hi and lo; lo quantizes the residual left by mid,
+    ``r2 = r - mid * 2^(e-8)`` (exact, as r is), as ``clamp(rint(r2 * 2^(16-e)), -127, 127)``.
+    """
+    e = scale_exponent(x, axis)
+    y = np.multiply(x, pow2_unchecked(-e), out=x if overwrite else None)  # exact
+    hi = np.rint(y)
+    np.add(hi, F32(0.0), out=hi)
+    np.subtract(y, hi, out=y)  # exact (see quantize2)
+    np.multiply(y, F32(1 << LO_SHIFT), out=y)  # r * 2^(8 - e), exact
+    mid = np.rint(y)
+    np.clip(mid, F32(-127), F32(127), out=mid)
+    np.add(mid, F32(0.0), out=mid)
+    # r2 * 2^(16 - e) = (r * 2^(8-e) - mid) * 2^8: the subtraction is exact (mid is the nearest
+    # integer, or the clamp's 127 at most one step away, and both are multiples of y's ulp).
+    np.subtract(y, mid, out=y)
+    np.multiply(y, F32(1 << LO_SHIFT), out=y)
+    np.rint(y, out=y)
+    np.clip(y, F32(-127), F32(127), out=y)
+    np.add(y, F32(0.0), out=y)
+    return hi, mid, y, e
 
 
 def dequantize(q: FloatArray, e: IntArray) -> FloatArray:

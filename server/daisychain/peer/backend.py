@@ -130,15 +130,19 @@ class _Deadline:
         self._check()
         return out
 
-    def grad_left(self, g: FloatArray, fold_e: IntArray, b_q: FloatArray) -> FloatArray:
+    def grad_left(
+        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+    ) -> FloatArray:
         self._check()
-        out = self.ops.grad_left(g, fold_e, b_q)
+        out = self.ops.grad_left(g, fold_e, b_q, limbs)
         self._check()
         return out
 
-    def grad_right(self, a_q: FloatArray, fold_e: IntArray, g: FloatArray) -> FloatArray:
+    def grad_right(
+        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+    ) -> FloatArray:
         self._check()
-        out = self.ops.grad_right(a_q, fold_e, g)
+        out = self.ops.grad_right(a_q, fold_e, g, limbs)
         self._check()
         return out
 

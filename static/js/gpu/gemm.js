@@ -209,7 +209,8 @@ export class CpuGemm {
  * sees every product ({a, b, M, K, N, transA, transB, batch}) with its accumulators.
  * Two-limb gradients: hi and lo are stacked into one product (rows for the left gradient,
  * columns for the right one); 256 * acc_hi + acc_lo is an exact integer in a double, the value
- * the CPU kernel accumulates directly.
+ * the CPU kernel accumulates directly. Three limbs (the logits gradient, contract v2) stack hi,
+ * mid and lo the same way and combine (256 * acc_hi + acc_mid) * 256 + acc_lo, exact too.
  */
 export function productOps(gemm, { audit } = {}) {
   let comb = new Float64Array(0);
@@ -232,50 +233,66 @@ export function productOps(gemm, { audit } = {}) {
 
     async gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
       const { transB = false, batch = 1 } = opts;
-      const { hi, lo, e } = gradLeftLimbs(g, foldE, M, K, batch);
-      if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
+      const n = opts.limbCount ?? 2;
+      if (n !== 2 && n !== 3) throw new RangeError(`a gradient operand has 2 or 3 limbs, got ${n}`);
+      const limbs = gradLeftLimbs(g, foldE, M, K, batch, n);
+      if (opts.limbs) Object.assign(opts.limbs, limbs);
+      const parts = n === 3 ? [limbs.hi, limbs.mid, limbs.lo] : [limbs.hi, limbs.lo];
       const out = opts.out ?? new Float32Array(batch * M * N);
       const mk = M * K;
-      const stacked = new Int8Array(2 * batch * mk); // per product: [hi; lo], (2M x K)
+      const stacked = new Int8Array(n * batch * mk); // per product: [hi; (mid;) lo], (nM x K)
       for (let t = 0; t < batch; t++) {
-        stacked.set(hi.subarray(t * mk, (t + 1) * mk), 2 * t * mk);
-        stacked.set(lo.subarray(t * mk, (t + 1) * mk), (2 * t + 1) * mk);
+        parts.forEach((p, l) => stacked.set(p.subarray(t * mk, (t + 1) * mk), (n * t + l) * mk));
       }
-      const acc = await product({ a: stacked, b: bq, M: 2 * M, K, N, transB, batch });
+      const acc = await product({ a: stacked, b: bq, M: n * M, K, N, transB, batch });
       const mn = M * N;
       const c = scratch(mn);
       for (let t = 0; t < batch; t++) {
-        const base = 2 * t * mn;
-        for (let i = 0; i < mn; i++) c[i] = 256 * acc[base + i] + acc[base + mn + i];
-        dequantizeGradLeft(c, e, M, N, t, out);
+        const base = n * t * mn;
+        if (n === 3) {
+          for (let i = 0; i < mn; i++) {
+            c[i] = (256 * acc[base + i] + acc[base + mn + i]) * 256 + acc[base + 2 * mn + i];
+          }
+        } else {
+          for (let i = 0; i < mn; i++) c[i] = 256 * acc[base + i] + acc[base + mn + i];
+        }
+        dequantizeGradLeft(c, limbs.e, M, N, t, out, 8 * (n - 1));
       }
       return out;
     },
 
     async gradMatmulRight(aq, foldE, g, M, K, N, opts = {}) {
       const { transA = false, batch = 1 } = opts;
-      const { hi, lo, e } = gradRightLimbs(g, foldE, K, N, batch);
-      if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
+      const n = opts.limbCount ?? 2;
+      if (n !== 2 && n !== 3) throw new RangeError(`a gradient operand has 2 or 3 limbs, got ${n}`);
+      const limbs = gradRightLimbs(g, foldE, K, N, batch, n);
+      if (opts.limbs) Object.assign(opts.limbs, limbs);
+      const parts = n === 3 ? [limbs.hi, limbs.mid, limbs.lo] : [limbs.hi, limbs.lo];
       const out = opts.out ?? new Float32Array(batch * M * N);
-      const stacked = new Int8Array(2 * batch * K * N); // per product: [hi | lo], (K x 2N)
+      const stacked = new Int8Array(n * batch * K * N); // per product: [hi | (mid |) lo], (K x nN)
       for (let t = 0; t < batch; t++) {
         for (let k = 0; k < K; k++) {
           const src = (t * K + k) * N;
-          const dst = 2 * src;
-          stacked.set(hi.subarray(src, src + N), dst);
-          stacked.set(lo.subarray(src, src + N), dst + N);
+          const dst = n * src;
+          parts.forEach((p, l) => stacked.set(p.subarray(src, src + N), dst + l * N));
         }
       }
-      const acc = await product({ a: aq, b: stacked, M, K, N: 2 * N, transA, batch });
+      const acc = await product({ a: aq, b: stacked, M, K, N: n * N, transA, batch });
       const mn = M * N;
       const c = scratch(mn);
       for (let t = 0; t < batch; t++) {
-        const base = 2 * t * mn;
+        const base = n * t * mn;
         for (let i = 0; i < M; i++) {
-          const row = base + 2 * i * N;
-          for (let j = 0; j < N; j++) c[i * N + j] = 256 * acc[row + j] + acc[row + N + j];
+          const row = base + n * i * N;
+          if (n === 3) {
+            for (let j = 0; j < N; j++) {
+              c[i * N + j] = (256 * acc[row + j] + acc[row + N + j]) * 256 + acc[row + 2 * N + j];
+            }
+          } else {
+            for (let j = 0; j < N; j++) c[i * N + j] = 256 * acc[row + j] + acc[row + N + j];
+          }
         }
-        dequantizeGradRight(c, e, M, N, t, out);
+        dequantizeGradRight(c, limbs.e, M, N, t, out, 8 * (n - 1));
       }
       return out;
     },

@@ -20,6 +20,9 @@ import { request, runAsync, runSync } from './ops.js';
 import { treeSumStrided, treeSumLast, treeSumRows } from '../numerics/reduce.js';
 import { paramShapes, numel, zerosLike } from './params.js';
 
+// Limb count of the logits gradient (contract v2; 2 elsewhere): gpt.py's LOGITS_LIMBS.
+export const LOGITS_LIMBS = 3;
+
 const f32 = Math.fround;
 
 /** Named typed arrays reused across calls (reallocated only when a size changes). */
@@ -408,10 +411,11 @@ function* gradientSteps(params, cfg, x, y, batch, workspace) {
   const dlogits = logits;
 
   const grads = zerosLike(cfg);
+  // The logits gradient has three limbs (contract v2, docs/NUMERICS.md section 6).
   const dhf = yield request('gradMatmulLeft', dlogits, w.wte.e, w.wte.q, N, V, C,
-    { out: ws.f32('dhf', N * C) });
+    { out: ws.f32('dhf', N * C), limbCount: LOGITS_LIMBS });
   const dwteT = yield request('gradMatmulRight', hq.q, hq.e, dlogits, C, N, V,
-    { transA: true, out: ws.f32('dwteT', C * V) });
+    { transA: true, out: ws.f32('dwteT', C * V), limbCount: LOGITS_LIMBS });
   const dh = ws.f32('dh', N * C);
   const dx = ws.f32('dx', N * C);
   const prod = ws.f32('prod', N * C);

@@ -21,7 +21,7 @@
 // so every partial sum is an exact integer; after each chunk the lanes are separated exactly.
 // Four rows of A share each packed row of B (register tile). About twice the plain loop.
 
-import { LO_SHIFT, quantize2Cols, quantize2Rows } from './quant.js';
+import { LO_SHIFT, quantize2Cols, quantize2Rows, quantize3Cols, quantize3Rows } from './quant.js';
 import { POW2_SPAN, POW2_TABLE } from './fmath.js';
 
 const LANE = 67108864; // 2^26: lane offset of the packed forward operand
@@ -268,21 +268,24 @@ export function dequantizeProduct(acc, ae, be, M, N, t, out) {
   }
 }
 
-/** Two-limb left epilogue of product `t`: out[t] = f32(acc * 2^(ge[i] - 8)), acc = 256 hi + lo. */
-export function dequantizeGradLeft(acc, ge, M, N, t, out) {
+/**
+ * Two-limb left epilogue of product `t`: out[t] = f32(acc * 2^(ge[i] - 8)), acc = 256 hi + lo.
+ * Three limbs pass shift = 16 (acc = 65536 hi + 256 mid + lo).
+ */
+export function dequantizeGradLeft(acc, ge, M, N, t, out, shift = LO_SHIFT) {
   const o = t * M * N;
   for (let i = 0; i < M; i++) {
-    const s = POW2_TABLE[ge[t * M + i] - LO_SHIFT + POW2_SPAN];
+    const s = POW2_TABLE[ge[t * M + i] - shift + POW2_SPAN];
     for (let j = 0; j < N; j++) out[o + i * N + j] = acc[i * N + j] * s;
   }
 }
 
-/** Two-limb right epilogue of product `t`: out[t] = f32(acc * 2^(ge[j] - 8)). */
-export function dequantizeGradRight(acc, ge, M, N, t, out) {
+/** Two-limb right epilogue of product `t`: out[t] = f32(acc * 2^(ge[j] - shift)). */
+export function dequantizeGradRight(acc, ge, M, N, t, out, shift = LO_SHIFT) {
   const o = t * M * N;
   for (let i = 0; i < M; i++) {
     for (let j = 0; j < N; j++) {
-      out[o + i * N + j] = acc[i * N + j] * POW2_TABLE[ge[t * N + j] - LO_SHIFT + POW2_SPAN];
+      out[o + i * N + j] = acc[i * N + j] * POW2_TABLE[ge[t * N + j] - shift + POW2_SPAN];
     }
   }
 }
@@ -334,6 +337,65 @@ export function qmatmulGradRight(aq, ghi, glo, ge, M, K, N, opts = {}) {
   return out;
 }
 
+/** The 24-bit integers 65536 * hi + 256 * mid + lo of a three-limb operand (exact). */
+export function combineLimbs3(hi, mid, lo) {
+  const out = new Int32Array(hi.length);
+  for (let i = 0; i < hi.length; i++) out[i] = (hi[i] * 256 + mid[i]) * 256 + lo[i];
+  return out;
+}
+
+/**
+ * Three-limb gradient on the left (contract v2, the logits gradient):
+ * f32((65536 * (hi @ b) + 256 * (mid @ b) + (lo @ b)) * 2^(ge[i] - 16)), accumulated as one
+ * exact integer (|products| < 2^31, sums below 2^53 for K < 2^22).
+ */
+export function qmatmulGrad3Left(ghi, gmid, glo, ge, bq, M, K, N, opts = {}) {
+  const { transB = false, batch = 1 } = opts;
+  checkLength(ghi, batch * M * K, 'qmatmulGrad3Left hi');
+  checkLength(gmid, batch * M * K, 'qmatmulGrad3Left mid');
+  checkLength(glo, batch * M * K, 'qmatmulGrad3Left lo');
+  checkLength(ge, batch * M, 'qmatmulGrad3Left exponents');
+  checkLength(bq, batch * K * N, 'qmatmulGrad3Left b');
+  const g = combineLimbs3(ghi, gmid, glo);
+  const out = opts.out ?? new Float32Array(batch * M * N);
+  const acc = buffer('acc', Float64Array, M * N);
+  const X = buffer('X', Float64Array, M * K);
+  const Y = buffer('Y', Float64Array, ((N + 3) & ~3) * K);
+  for (let t = 0; t < batch; t++) {
+    rowsF64(g, null, t * M * K, M, K, false, M, X);
+    rowsF64(bq, null, t * K * N, N, K, !transB, (N + 3) & ~3, Y);
+    dotProduct(X, Y, M, K, N, acc);
+    dequantizeGradLeft(acc, ge, M, N, t, out, 2 * LO_SHIFT);
+  }
+  return out;
+}
+
+/** Three-limb gradient on the right: f32((65536 a@hi + 256 a@mid + a@lo) * 2^(ge[j] - 16)). */
+export function qmatmulGrad3Right(aq, ghi, gmid, glo, ge, M, K, N, opts = {}) {
+  const { transA = false, batch = 1 } = opts;
+  checkLength(aq, batch * M * K, 'qmatmulGrad3Right a');
+  checkLength(ghi, batch * K * N, 'qmatmulGrad3Right hi');
+  checkLength(gmid, batch * K * N, 'qmatmulGrad3Right mid');
+  checkLength(glo, batch * K * N, 'qmatmulGrad3Right lo');
+  checkLength(ge, batch * N, 'qmatmulGrad3Right exponents');
+  const g = combineLimbs3(ghi, gmid, glo);
+  const out = opts.out ?? new Float32Array(batch * M * N);
+  const acc = buffer('acc', Float64Array, M * N);
+  const X = buffer('X', Float64Array, M * K);
+  const Y = buffer('Y', Float64Array, ((N + 3) & ~3) * K);
+  for (let t = 0; t < batch; t++) {
+    rowsF64(aq, null, t * M * K, M, K, transA, M, X);
+    rowsF64(g, null, t * K * N, N, K, true, (N + 3) & ~3, Y);
+    dotProduct(X, Y, M, K, N, acc);
+    dequantizeGradRight(acc, ge, M, N, t, out, 2 * LO_SHIFT);
+  }
+  return out;
+}
+
+function checkLimbCount(n) {
+  if (n !== 2 && n !== 3) throw new RangeError(`a gradient operand has 2 or 3 limbs, got ${n}`);
+}
+
 // g * 2^fold per column (foldE: K or batch * K entries), rounded to float32 like numpy.
 function foldColumns(g, foldE, batch, rows, cols) {
   const shared = foldE.length === cols;
@@ -377,9 +439,18 @@ function checkFold(foldE) {
  * sit on the summed axis): fold 2^foldE into G's columns (exact), two-limb quantize G per row,
  * reuse B's int8 values. g: Float32Array (M x K); foldE: Int32Array(K) (or batch * K);
  * bq: Int8Array (K x N), or (N x K) with transB (dA = dY @ Bq^T reuses the forward Bq as stored).
- * `opts.limbs`, if given an object, receives the gradient's {hi, lo, e}.
+ * `opts.limbs`, if given an object, receives the gradient's {hi, lo, e} ({hi, mid, lo, e} with
+ * three limbs). `opts.limbCount` = 3 quantizes the gradient in three limbs (the logits gradient,
+ * contract v2); the default is 2.
  */
 export function gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
+  const n = opts.limbCount ?? 2;
+  checkLimbCount(n);
+  if (n === 3) {
+    const l3 = gradLeftLimbs(g, foldE, M, K, opts.batch ?? 1, 3);
+    if (opts.limbs) Object.assign(opts.limbs, l3);
+    return qmatmulGrad3Left(l3.hi, l3.mid, l3.lo, l3.e, bq, M, K, N, opts);
+  }
   const { hi, lo, e } = gradLeftLimbs(g, foldE, M, K, opts.batch ?? 1);
   if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
   return qmatmulGradLeft(hi, lo, e, bq, M, K, N, opts);
@@ -389,20 +460,28 @@ export function gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
  * The gradient operand of gradMatmulLeft: 2^foldE folded into g's columns, then two-limb
  * quantized per row: {hi, lo: Int8Array (batch * M * K), e: Int32Array (batch * M)}.
  */
-export function gradLeftLimbs(g, foldE, M, K, batch = 1) {
+export function gradLeftLimbs(g, foldE, M, K, batch = 1, limbCount = 2) {
   checkLength(g, batch * M * K, 'gradMatmulLeft g');
   checkFold(foldE);
   const f = foldColumns(g, foldE, batch, M, K);
-  return quantize2Rows(f, batch * M, K);
+  return limbCount === 3 ? quantize3Rows(f, batch * M, K) : quantize2Rows(f, batch * M, K);
 }
 
 /**
  * dB = A @ G for a forward product whose left operand A was quantized on its columns: fold
  * 2^foldE into G's rows, two-limb quantize G per column, reuse A's int8 values. aq: Int8Array
  * (M x K), or (K x M) with transA (dB = Aq^T @ dY); foldE: Int32Array(K) (or batch * K);
- * g: Float32Array (K x N). `opts.limbs`, if given an object, receives the gradient's {hi, lo, e}.
+ * g: Float32Array (K x N). `opts.limbs`, if given an object, receives the gradient's {hi, lo, e}
+ * ({hi, mid, lo, e} with three limbs); `opts.limbCount` as in gradMatmulLeft.
  */
 export function gradMatmulRight(aq, foldE, g, M, K, N, opts = {}) {
+  const n = opts.limbCount ?? 2;
+  checkLimbCount(n);
+  if (n === 3) {
+    const l3 = gradRightLimbs(g, foldE, K, N, opts.batch ?? 1, 3);
+    if (opts.limbs) Object.assign(opts.limbs, l3);
+    return qmatmulGrad3Right(aq, l3.hi, l3.mid, l3.lo, l3.e, M, K, N, opts);
+  }
   const { hi, lo, e } = gradRightLimbs(g, foldE, K, N, opts.batch ?? 1);
   if (opts.limbs) Object.assign(opts.limbs, { hi, lo, e });
   return qmatmulGradRight(aq, hi, lo, e, M, K, N, opts);
@@ -412,9 +491,9 @@ export function gradMatmulRight(aq, foldE, g, M, K, N, opts = {}) {
  * The gradient operand of gradMatmulRight: 2^foldE folded into g's rows, then two-limb
  * quantized per column: {hi, lo: Int8Array (batch * K * N), e: Int32Array (batch * N)}.
  */
-export function gradRightLimbs(g, foldE, K, N, batch = 1) {
+export function gradRightLimbs(g, foldE, K, N, batch = 1, limbCount = 2) {
   checkLength(g, batch * K * N, 'gradMatmulRight g');
   checkFold(foldE);
   const f = foldRows(g, foldE, batch, K, N);
-  return quantize2Cols(f, K, N, {}, batch);
+  return limbCount === 3 ? quantize3Cols(f, K, N, batch) : quantize2Cols(f, K, N, {}, batch);
 }

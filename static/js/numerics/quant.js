@@ -191,6 +191,55 @@ export function quantize2Cols(x, rows, cols, out = {}, batch = 1) {
   return { hi, lo, e };
 }
 
+// The third limb of one element (contract v2, the logits gradient): with r = x - hi * 2^e and
+// mid its clamped second limb, r2 = f32(r - mid * 2^(e - 8)) (exact) and
+// lo = clamp(rint(f32(r2 * 2^(16 - e))), -127, 127).
+function limbs3(x, hi, up, down, j, mid, lo) {
+  const r = fround(x - hi * up);
+  let m = fround(r * down) + RINT_MAGIC - RINT_MAGIC;
+  m = m > 127 ? 127 : m < -127 ? -127 : m;
+  const r2 = fround(r - m * (up / 256)); // m * 2^(e - 8) is exact
+  const l = fround(r2 * (down * 256)) + RINT_MAGIC - RINT_MAGIC;
+  mid[j] = m;
+  lo[j] = l > 127 ? 127 : l < -127 ? -127 : l;
+}
+
+/**
+ * Three-limb quantization of each row: {hi, mid, lo: Int8Array(rows * cols), e: Int32Array(rows)}
+ * with x ~= (65536 * hi + 256 * mid + lo) * 2^(e - 16); hi and mid are quantize2Rows' hi and lo.
+ */
+export function quantize3Rows(x, rows, cols) {
+  const mid = new Int8Array(rows * cols);
+  const lo = new Int8Array(rows * cols);
+  const { q: hi, e } = quantizeRows(x, rows, cols);
+  for (let r = 0; r < rows; r++) {
+    const o = r * cols;
+    const up = pow2d(e[r]);
+    const down = pow2d(LO_SHIFT - e[r]);
+    for (let c = 0; c < cols; c++) limbs3(x[o + c], hi[o + c], up, down, o + c, mid, lo);
+  }
+  return { hi, mid, lo, e };
+}
+
+/** Three-limb quantization of each column of `batch` stacked (rows x cols) matrices. */
+export function quantize3Cols(x, rows, cols, batch = 1) {
+  const mid = new Int8Array(batch * rows * cols);
+  const lo = new Int8Array(batch * rows * cols);
+  const { q: hi, e } = quantizeCols(x, rows, cols, {}, batch);
+  for (let b = 0; b < batch; b++) {
+    const so = b * cols;
+    for (let r = 0; r < rows; r++) {
+      const o = (b * rows + r) * cols;
+      for (let c = 0; c < cols; c++) {
+        const up = pow2d(e[so + c]);
+        const down = pow2d(LO_SHIFT - e[so + c]);
+        limbs3(x[o + c], hi[o + c], up, down, o + c, mid, lo);
+      }
+    }
+  }
+  return { hi, mid, lo, e };
+}
+
 /** q * 2^e per row (`e` has one entry per row), as float32 (exact for quantizer output). */
 export function dequantizeRows(q, e, rows, cols, out = new Float32Array(rows * cols)) {
   for (let r = 0; r < rows; r++) {
