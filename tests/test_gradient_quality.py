@@ -96,11 +96,13 @@ def test_bias_ratio_separates_planted_bias_from_noise() -> None:
 def test_logits_gradient_loses_under_a_thousandth_of_its_norm() -> None:
     state, _ = _trained()
     x, y = _batches()[0]
-    v2 = quality.logits_lost_share(state.params, state.cfg, x, y)
-    v1 = quality.logits_lost_share(state.params, state.cfg, x, y, limbs=2)
+    v2, v2_product = quality.logits_lost(state.params, state.cfg, x, y)
+    v1, v1_product = quality.logits_lost(state.params, state.cfg, x, y, limbs=2)
     print(f"\nlost-norm share: v2 {v2:.2e}, v1 {v1:.2e}")
-    assert v2 < MAX_LOST_SHARE
+    print(f"product error: v2 {v2_product:.2e}, v1 {v1_product:.2e}")
+    assert v2 < MAX_LOST_SHARE and v2_product < MAX_LOST_SHARE
     assert v2 < v1 / 10, "three limbs should keep what two limbs lost"
+    assert v1_product > MAX_LOST_SHARE, "v1's lost tail should show in its products"
 
 
 def test_contract_gradients_track_the_float64_reference_at_trained_weights() -> None:

@@ -10,9 +10,12 @@ converge``:
   (deterministic, weight-dependent) quantization error taken out.
 - ``bias_ratio``: over K batches, ``|mean_k err_k| / mean_k |err_k| * sqrt(K)``. Independent
   noise gives about 1; an error that repeats from batch to batch (a bias) grows like sqrt(K).
-- ``logits_lost_share``: the share of the logits gradient's norm that its limb quantization
-  loses, ``|deq(Q(G)) - G| / |G|`` for the gradient operand G of each of the logits product's two
-  backward products (the larger of the two is reported).
+- ``logits_lost``: the share of the logits gradient's norm that its limb quantization loses,
+  ``|deq(Q(G)) - G| / |G|`` for the gradient operand G of each of the logits product's two
+  backward products, and the relative error that loss leaves in those products,
+  ``|deq(Q(G)) @ B - G @ B| / |G @ B|`` (the larger of the two products is reported for each).
+  The second is the sharper one: the lost entries (the softmax tail) are small but share a sign,
+  so they add up in the product.
 """
 
 from __future__ import annotations
@@ -72,38 +75,53 @@ class _LogitsCapture(NumpyOps):
 
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
-        self.shares: list[float] = []
+        self.shares: list[float] = []  # operand: |deq(Q(G)) - G| / |G|
+        self.product_errors: list[float] = []  # product: |deq(Q(G)) @ B - G @ B| / |G @ B|
 
-    def _record(self, g: FloatArray, fold_e: IntArray, axis: int, limbs: int) -> None:
-        if g.shape[-1] != self.vocab and g.shape[-2] != self.vocab:
-            return
+    def _record(
+        self, g: FloatArray, fold_e: IntArray, other: FloatArray, limbs: int, left: bool
+    ) -> None:
         folded = _fold(g, fold_e)
         exact = folded.astype(np.float32)  # the fold is an exact power-of-two multiply
-        lost = float(np.linalg.norm(dequantized_limbs(exact, axis, limbs) - folded))
+        seen = dequantized_limbs(exact, -1 if left else -2, limbs)
+        lost = float(np.linalg.norm(seen - folded))
         self.shares.append(lost / max(float(np.linalg.norm(folded)), 1e-300))
+        o = other.astype(np.float64)
+        want, got = (folded @ o, seen @ o) if left else (o @ folded, o @ seen)
+        err = float(np.linalg.norm(got - want))
+        self.product_errors.append(err / max(float(np.linalg.norm(want)), 1e-300))
 
     def grad_left(
         self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
     ) -> FloatArray:
         if g.shape[-1] == self.vocab:
-            self._record(g, fold_e, -1, limbs)
+            self._record(g, fold_e, b_q, limbs, left=True)
         return super().grad_left(g, fold_e, b_q, limbs)
 
     def grad_right(
         self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
     ) -> FloatArray:
         if g.shape[-1] == self.vocab:
-            self._record(g, fold_e, -2, limbs)
+            self._record(g, fold_e, a_q, limbs, left=False)
         return super().grad_right(a_q, fold_e, g, limbs)
+
+
+def logits_lost(
+    params: Params, cfg: ModelConfig, x: Any, y: Any, limbs: int = gpt.LOGITS_LIMBS
+) -> tuple[float, float]:
+    """(lost-norm share, product error) of the logits gradient on one batch, the larger of its
+    two backward products each: how much of G's norm its limbs lose, and how far the products
+    of the limbs are from the products of the exact G (the part that reaches the gradients)."""
+    cap = _LogitsCapture(cfg.vocab_size)
+    gpt.forward_backward(params, cfg, x, y, cap, logits_limbs=limbs)
+    return max(cap.shares), max(cap.product_errors)
 
 
 def logits_lost_share(
     params: Params, cfg: ModelConfig, x: Any, y: Any, limbs: int = gpt.LOGITS_LIMBS
 ) -> float:
     """The larger lost-norm share of the logits gradient's two backward operands on one batch."""
-    cap = _LogitsCapture(cfg.vocab_size)
-    gpt.forward_backward(params, cfg, x, y, cap, logits_limbs=limbs)
-    return max(cap.shares)
+    return logits_lost(params, cfg, x, y, limbs)[0]
 
 
 def bias_ratio(errors: list[F64]) -> float:
