@@ -18,6 +18,7 @@ reference (target: within 0.5% in the mean over seeds), and, at the contract's f
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -130,6 +131,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.steps):
                 x, y = training.next_batch(state, train)
                 losses.append(float(training.train_step(state, x, y, with_hash=False).loss))
+                if len(losses) % 100 == 0:  # progress on stderr: long runs can be followed
+                    print(
+                        f"seed {seed} {backend} step {len(losses)} loss {losses[-1]:.4f} "
+                        f"{time.perf_counter() - t0:.0f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             run[backend] = {
                 "first_loss": round(losses[0], 4) if losses else None,
                 "final_loss": round(float(np.mean(losses[-20:])), 4) if losses else None,
