@@ -401,8 +401,10 @@ async def test_live_audit_catches_one_unit_at_every_browser_shape() -> None:
     # The page's schedule is the Python schedule (same PRNG stream, same permutation).
     assert [tuple(c) for c in recorded["schedule"]] == sample_cells(70, 40, (32, 32), 16, 3, 2)[0]
     kinds = {(s["M"], s["K"], s["N"]) for s in recorded["shapes"]}
-    v = recorded["vocab"]  # logits forward, then the stacked [hi; lo] and [hi | lo] gradients
-    assert {(256, 64, v), (512, v, 64), (64, 256, 2 * v)} <= kinds, kinds
+    # logits forward, then the logits gradient's stacked [hi; mid; lo] and [hi | mid | lo]
+    # (three limbs, contract v2) and another layer's two-limb [hi; lo]
+    v = recorded["vocab"]
+    assert {(256, 64, v), (768, v, 64), (64, 256, 3 * v), (512, 256, 64)} <= kinds, kinds
     assert len(results) == len(recorded["shapes"]) == 21
     for r, shape in zip(results, recorded["shapes"], strict=True):
         label = f"{shape}"
@@ -417,9 +419,9 @@ async def test_live_audit_catches_one_unit_at_every_browser_shape() -> None:
 
 
 async def test_train_check_stops_on_a_one_unit_plant() -> None:
-    """The page's own run: DP4A one unit off at (300, 40) of every product with M = 512 (the
-    stacked [hi; lo] logits gradient, 512 x 2048 x 64; no gate case or probe has M = 512)."""
-    plant = OneCellPlant(300, 40, 1, m=512)
+    """The page's own run: DP4A one unit off at (300, 40) of every product with M = 768 (the
+    stacked [hi; mid; lo] logits gradient, 768 x 2048 x 64; no gate case or probe has M = 768)."""
+    plant = OneCellPlant(300, 40, 1, m=768)
     async with browser_tab(webgpu=True) as tab:
         await tab.page.route("**/kernels/*.wgsl", serve_planted({"gemm_dp4a": plant.wgsl("dp4a")}))
         await tab.page.goto(tab.base + "/train-check.html?vectors=/vectors/manifest.json")
@@ -434,7 +436,7 @@ async def test_train_check_stops_on_a_one_unit_plant() -> None:
     assert text is not None and status is not None
     error = json.loads(text)["error"]
     assert re.search(
-        r"\(512 x 2048 x 64, batch 0\): live audit failed: .* first at \[300, 40\]: "
+        r"\(768 x 2048 x 64, batch 0\): live audit failed: .* first at \[300, 40\]: "
         r"expected (-?\d+), got (-?\d+)",
         error,
     ), error

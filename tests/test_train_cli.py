@@ -50,3 +50,30 @@ def test_missing_text_file_gives_a_hint(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "does not exist" in proc.stderr
     assert "pass a UTF-8 text file" in proc.stderr
+
+
+def test_steps_0_exports_the_initial_weights_and_a_resume_continues_them(tmp_path: Path) -> None:
+    from daisychain import checkpoint, training
+    from daisychain.tokenizer import load_default
+
+    init = tmp_path / "init.safetensors"
+    assert _train(tmp_path, "--steps", "0", "--checkpoint", str(init)) == []
+    tok = load_default()
+    ck = checkpoint.load(init, tokenizer_sha256=tok.sha256, vocab_size=tok.vocab_size)
+    assert ck.state.step == 0
+    fresh = training.init(ck.state.cfg, ck.state.opt_cfg, 1)
+    assert training.state_hash(ck.state) == training.state_hash(fresh)
+    full = _train(tmp_path, "--steps", "2", "--checkpoint", str(tmp_path / "full.safetensors"))
+    rest = _train(tmp_path, "--steps", "2", "--resume", str(init))
+    assert [r["hash"] for r in rest] == [r["hash"] for r in full]
+
+
+def test_help_shows_the_defaults() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "server"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "daisychain", "train", "--help"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )  # fmt: skip
+    text = " ".join(proc.stdout.split())
+    for shown in ("(default: 300)", "(default: 0.003)", "(default: 20)", "(default: 1)"):
+        assert shown in text, f"--help lacks {shown}"

@@ -46,7 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     name, rest = args[0], args[1:]
     module = importlib.import_module(COMMANDS[name][0])
-    sub = argparse.ArgumentParser(prog=f"daisychain {name}", description=COMMANDS[name][1])
+    # Every option's default is shown by --help (docs/USAGE.md lists them too).
+    sub = argparse.ArgumentParser(
+        prog=f"daisychain {name}",
+        description=COMMANDS[name][1],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     module.add_arguments(sub)
     if name == "bench":
         # The benchmark declares its own options: pass everything after NAME through (its own

@@ -40,9 +40,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--text", metavar="FILE", help="train on this UTF-8 text file (default: built-in corpus)"
     )
-    parser.add_argument("--steps", type=int, default=300, help="total steps to reach")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=300,
+        help="total steps to reach (0: write the initial weights' checkpoint and stop)",
+    )
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    parser.add_argument("--warmup", type=int, default=20, help="linear warm-up steps")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="linear warm-up steps (clamped to --steps - 1, and to 0 when --steps is 0 or 1)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of init and batches (uint32)")
     parser.add_argument("--batch", type=int, help="sequences per step (default: the preset's)")
     parser.add_argument("--seq-len", type=int, help="context length (default: the preset's)")
@@ -80,8 +90,9 @@ def load_corpus(text_path: str | None, tok: Tokenizer) -> Corpus:
             ) from None
         except UnicodeDecodeError as exc:
             raise SystemExit(f"daisychain train: {path} is not UTF-8 text ({exc})") from None
-        cut = int(len(text) * 0.95)
-        train_text, val_text = text[:cut], text[cut:]
+        from daisychain.corpus import split_train_val
+
+        train_text, val_text = split_train_val(text)  # the built-in corpus's rule (MODEL.md)
         source = str(path)
     return Corpus(
         encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok), source
@@ -164,7 +175,16 @@ def run(args: argparse.Namespace) -> int:
     corpus = load_corpus(args.text, tok)
     cfg = state.cfg
     if state.step >= args.steps:
-        print(f"checkpoint is at step {state.step} >= --steps {args.steps}: nothing to do")
+        if args.resume:
+            print(f"checkpoint is at step {state.step} >= --steps {args.steps}: nothing to do")
+            return 0
+        # --steps 0 on a fresh run: export the initial weights (step 0, zero moments).
+        digest = checkpoint.save(ck_path, state, tok.sha256)
+        if not args.quiet:
+            print(
+                f"saved the initial weights to {ck_path} (step 0, hash {digest[:16]})",
+                file=sys.stderr,
+            )
         return 0
     progress = Progress(args.steps, args.quiet or (args.json and not sys.stderr.isatty()))
     if not args.quiet:

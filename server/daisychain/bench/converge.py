@@ -38,17 +38,17 @@ def _seeds(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="small", help="model preset (default: small)")
-    parser.add_argument("--steps", type=int, default=300, help="training steps (default: 300)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: 3e-3)")
-    parser.add_argument("--warmup", type=int, default=20, help="warm-up steps (default: 20)")
+    parser.add_argument("--preset", default="small", help="model preset")
+    parser.add_argument("--steps", type=int, default=300, help="training steps")
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    parser.add_argument("--warmup", type=int, default=20, help="warm-up steps")
     parser.add_argument(
-        "--seeds", type=_seeds, default=[1], help="comma-separated run seeds (default: 1)"
+        "--seeds", type=_seeds, default=[1], help="comma-separated run seeds"
     )
     parser.add_argument(
         "--backends",
         default="contract,reference",
-        help="which runs (default: contract,reference)",
+        help="which runs",
     )
 
 
