@@ -110,3 +110,13 @@ def test_bench_signaling_runs_small_with_its_hostile_scenarios() -> None:
         assert row["rss_after_mib"] > 0 and row["bystander_trouble"] == []
     assert hostile["nested-flood"]["attack"]["errors"]["bad-json"] > 0
     assert hostile["join-flood"]["attack"]["errors"]["rate-limited"] > 0
+
+
+def test_identity_first_mismatch_names_the_first_differing_or_missing_step() -> None:
+    from daisychain.bench.identity import first_mismatch
+
+    ref = ["a", "b", "c"]
+    assert first_mismatch(["a", "b", "c"], ref) is None
+    assert first_mismatch(["a", "x", "c"], ref) == 2
+    assert first_mismatch(["a", "b"], ref) == 3  # a path that stopped early is not identical
+    assert first_mismatch(["a", "b", "c", "d"], ref) == 4

@@ -1,4 +1,4 @@
-// The contract-v1 model in JavaScript (docs/MODEL.md; reference: server/daisychain/model/,
+// The contract model (v2) in JavaScript (docs/MODEL.md; reference: server/daisychain/model/,
 // optim.py, batches.py, training.py). Bit-identical to the Python reference. See
 // docs/JS_MIRROR.md.
 export * from './config.js';
