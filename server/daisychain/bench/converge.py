@@ -42,9 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=300, help="training steps")
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     parser.add_argument("--warmup", type=int, default=20, help="warm-up steps")
-    parser.add_argument(
-        "--seeds", type=_seeds, default=[1], help="comma-separated run seeds"
-    )
+    parser.add_argument("--seeds", type=_seeds, default=[1], help="comma-separated run seeds")
     parser.add_argument(
         "--backends",
         default="contract,reference",
