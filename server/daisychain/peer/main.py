@@ -31,6 +31,9 @@ from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
 from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
+from daisychain.server.config import IceConfig
+from daisychain.server.ice import IceError, IceIssuer
+from daisychain.server.messages import IceServer
 
 EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_INTERRUPTED = 0, 1, 3, 130
 
@@ -44,9 +47,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="who computes the products: a gated wgpu kernel, the numpy reference, or auto "
         "(the faster of the two, measured at start)",
     )  # fmt: skip
-    parser.add_argument(
+    ice = parser.add_argument_group(
+        "ICE servers (default: the ones the server hands out, usually none: direct routes only)"
+    )
+    ice.add_argument(
         "--ice-server", action="append", default=[], metavar="URL",
-        help="STUN/TURN server (repeatable); none by default, so only direct routes are tried",
+        help="STUN/TURN server, repeatable (replaces the server's): stun:HOST[:PORT], "
+        "turn:HOST[:PORT][?transport=udp|tcp], turns:HOST[:PORT]",
+    )  # fmt: skip
+    ice.add_argument("--ice-username", help="TURN username for the --ice-server turn: URL")
+    ice.add_argument("--ice-credential", help="TURN password for --ice-username")
+    ice.add_argument(
+        "--ice-relay-only", action="store_true",
+        help="connect through the TURN relay only (iceTransportPolicy relay): hides this "
+        "device's addresses; every byte goes through the TURN server",
     )  # fmt: skip
     parser.add_argument("--approve", choices=("all", "none"), default="none",
                         help="as a room's host: admit every join request, or none")  # fmt: skip
@@ -136,7 +150,8 @@ async def _main(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"backend {chosen.reason}", file=sys.stderr)
     mesh = Mesh(
-        args.server, room=args.room, name=args.name, ice_servers=args.ice_server,
+        args.server, room=args.room, name=args.name, ice_servers=ice_servers(args),
+        relay_only=args.ice_relay_only,
         device={"kind": "python", "backend": chosen.compute.name},
     )  # fmt: skip
     mesh.auto_approve = args.approve == "all"
@@ -203,6 +218,17 @@ def _report(outcome: Outcome, display: Display) -> int:
     return EXIT_JOIN
 
 
+def ice_servers(args: argparse.Namespace) -> list[IceServer] | None:
+    """The --ice-* flags as the peer's own ICE servers, or None to take the server's; checked
+    by the server's rules (``server.ice``): ``IceError`` with a hint."""
+    if not args.ice_server and args.ice_username is None and args.ice_credential is None:
+        return None
+    config = IceConfig(
+        urls=tuple(args.ice_server), username=args.ice_username, credential=args.ice_credential
+    )
+    return IceIssuer(config).servers("peer")
+
+
 def limits(args: argparse.Namespace) -> Limits:
     return Limits(
         max_memory_mb=args.max_memory_mb, max_seq_len=args.max_seq_len,
@@ -216,6 +242,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"daisychain peer: {exc}\nhint: every --max-* cap is a positive integer",
               file=sys.stderr)  # fmt: skip
+        return EXIT_JOIN
+    try:
+        ice_servers(args)
+    except IceError as exc:
+        print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return EXIT_JOIN
     if args.save_every < 0 or (args.save_every and not args.checkpoint):
         print(
