@@ -41,6 +41,8 @@ import pytest
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from mesh_helpers import (
     FAST,
+    TEST_BATCH,
+    TEST_SEQ,
     Peer,
     finish,
     lead_config,
@@ -240,3 +242,47 @@ async def test_mixed_mesh_webgpu_tab_cpu_tab_and_python_peer_match_an_all_python
                 for r in states[0]["records"]
             ), states[0]["records"]
             assert all(r["gpuProducts"] == 0 for r in states[1]["records"])
+
+
+async def test_browser_leader_with_python_followers() -> None:
+    """Must-show 3a: a tab leads (the page's own `lead`, with the test's batch and sequence
+    length) and two Python peers follow; the hashes are those of the all-Python run of the same
+    config, so a browser leader builds the same config a Python leader does."""
+    steps = 5
+    async with signaling_server() as url:
+        reference = await python_reference(url, 3, steps)
+        async with chromium(webgpu=False) as browser:
+            tab = await open_tab(browser, url, "name=tab-lead")
+            followers = [await start_peer(url, f"py-{i}") for i in range(2)]
+            choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                       "lr": 3e-3, "warmup": 0, "seed": 7, "minPeers": 3}  # fmt: skip
+            await tab.page.evaluate(LEAD, choices)
+            outcomes = await finish(followers, 300)
+            assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+            [state] = await wait_tabs([tab], finished, 60, "the leader tab's outcome")
+            assert state["outcome"]["reason"] == "done", state
+            assert all(r["leader"] == state["id"] for r in state["records"])
+            assert tab.hashes(state) == reference
+            for p in followers:
+                assert p.hashes == reference
+                assert {r.leader for r in p.records} == {state["id"]}
+            tab.check_clean()
+
+
+async def test_python_leader_with_browser_followers() -> None:
+    """Must-show 3b: a Python leader and two tabs (one browser, two pages) as followers."""
+    steps = 5
+    async with signaling_server() as url:
+        reference = await python_reference(url, 3, steps)
+        async with chromium(webgpu=False) as browser:
+            tabs = [await open_tab(browser, url, f"name=tab-{i}") for i in range(2)]
+            lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
+            outcomes = await finish([lead], 300)
+            assert outcomes[0].reason == "done", outcomes
+            states = await wait_tabs(tabs, finished, 60, "the tabs' outcomes")
+            assert lead.hashes == reference
+            for tab, state in zip(tabs, states, strict=True):
+                assert state["outcome"]["reason"] == "done", state
+                assert tab.hashes(state) == reference
+                assert {r["leader"] for r in state["records"]} == {lead.node.id}
+                tab.check_clean()

@@ -44,7 +44,7 @@ function runId() {
  * batch, sequence length, learning rate, warm-up and seed. The same record node.py's
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
  */
-export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 20, seed = 1, batch, seqLen,
+export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
   vocabSize, tokenizerSha256 }) {
   const p = PRESETS[preset];
   if (p === undefined) {
