@@ -72,10 +72,6 @@ class ServerProcess:
         """Resident memory now, bytes (``VmRSS``)."""
         return _status_kib(self.pid, "VmRSS") * 1024
 
-    def rss_high_water(self) -> int:
-        """Largest resident memory since start, bytes (``VmHWM``)."""
-        return _status_kib(self.pid, "VmHWM") * 1024
-
     def log_size(self) -> int:
         return self.log_path.stat().st_size
 
@@ -448,10 +444,6 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     elif n == 127:
         n = int.from_bytes(await reader.readexactly(8), "big")
     return first & 0x0F, await reader.readexactly(n)
-
-
-def close_code(payload: bytes) -> str:
-    return str(int.from_bytes(payload[:2], "big")) if len(payload) >= 2 else "1005"
 
 
 async def read_until_closed(
