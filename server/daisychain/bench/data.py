@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,7 +36,7 @@ _WORD_TEXT = (
 )
 WORDS = tuple(_WORD_TEXT.split())
 
-StubMode = Literal["ok", "redirect", "full", "slow", "error"]
+StubMode = Literal["ok", "redirect", "full", "slow", "error", "truncated", "short", "garbage"]
 
 
 def fineweb_table(rows: int, chars_per_row: int, seed: int) -> Any:
@@ -86,7 +87,12 @@ class UpstreamStub:
 
     ``mode`` picks the behaviour (``ok``; ``redirect``: 302 to a /cdn/ URL like the real
     resolver; ``full``: ignore Range and answer 200; ``slow``: answer after ``delay_s``;
-    ``error``: 500). Every request is appended to ``log`` as (method, path, Range header).
+    ``error``: 500; the faults below apply to ranges that are not the footer probe's suffix
+    ``bytes=-N``, so a shard's footer still loads and the fault hits a row group:
+    ``truncated``: a 206 whose body stops halfway through its Content-Length, then the
+    connection closes; ``short``: a consistent 206 with a few bytes fewer than asked for (the
+    wrong length); ``garbage``: a 206 of the right length holding random bytes). Every request
+    is appended to ``log`` as (method, path, Range header).
     """
 
     root: Path
@@ -124,6 +130,26 @@ class UpstreamStub:
             await asyncio.sleep(self.delay_s)
         if self.mode == "full":
             return web.Response(body=path.read_bytes(), content_type="application/octet-stream")
+        byte_range = request.headers.get("Range", "")
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range)
+        if self.mode in ("truncated", "short", "garbage") and match is not None:
+            start, end = int(match.group(1)), int(match.group(2))
+            data = path.read_bytes()[start : end + 1]
+            size = path.stat().st_size
+            if self.mode == "garbage":
+                data = random.Random(start).randbytes(len(data))
+            if self.mode == "short":
+                data, end = data[:-7], end - 7
+            headers = {"Content-Range": f"bytes {start}-{end}/{size}"}
+            if self.mode != "truncated":
+                return web.Response(status=206, body=data, headers=headers)
+            response = web.StreamResponse(status=206, headers=headers)
+            response.content_length = len(data)
+            await response.prepare(request)
+            await response.write(data[: len(data) // 2])
+            assert request.transport is not None
+            request.transport.close()  # the rest never comes
+            return response
         return web.FileResponse(path)
 
 

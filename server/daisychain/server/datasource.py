@@ -503,7 +503,8 @@ class DataService:
         self.retry_at = self._clock() + delay
         self.last_error = reason[:200]
         log.warning(
-            "fineweb upstream failed: %s; serving the built-in corpus, retrying in %g s",
+            "fineweb upstream failed: %s; retrying in %g s (until then the random form serves "
+            "the built-in corpus and the addressed form answers 503)",
             reason, delay, extra={"fields": {"failures": self.failures, "retry_in_s": delay}},
         )  # fmt: skip
         self._set_state(UpstreamState.BACKOFF, reason[:80])
