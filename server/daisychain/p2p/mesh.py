@@ -247,6 +247,20 @@ class Mesh:
         try:
             self._ws = await self._session.ws_connect(url, timeout=aiohttp.ClientWSTimeout(
                 ws_close=5.0), heartbeat=None)  # fmt: skip
+        except aiohttp.WSServerHandshakeError as exc:
+            await self._session.close()
+            if exc.status != 429:
+                raise MeshError(
+                    f"the DaisyChain server at {url} refused the connection (HTTP {exc.status})",
+                    "check --server: it must be a DaisyChain server (python -m daisychain.server)",
+                ) from None
+            # The server's per-address limits (sockets, hellos) answer before the upgrade.
+            retry = (exc.headers or {}).get("Retry-After", "a few")
+            raise MeshError(
+                f"the DaisyChain server at {url} is refusing more connections from this network "
+                "address (HTTP 429: too many open connections or hellos)",
+                f"close other DaisyChain tabs or peers on this network, or retry in {retry} s",
+            ) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             await self._session.close()
             raise MeshError(
