@@ -255,7 +255,7 @@ class Mesh:
                     "check --server: it must be a DaisyChain server (python -m daisychain.server)",
                 ) from None
             # The server's per-address limits (sockets, hellos) answer before the upgrade.
-            retry = (exc.headers or {}).get("Retry-After", "a few")
+            retry = exc.headers.get("Retry-After", "a few") if exc.headers else "a few"
             raise MeshError(
                 f"the DaisyChain server at {url} is refusing more connections from this network "
                 "address (HTTP 429: too many open connections or hellos)",
