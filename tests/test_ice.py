@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from daisychain.server import main as server_main
 from daisychain.server import messages as sm
 from daisychain.server.config import IceConfig
 from daisychain.server.ice import IceError, IceIssuer, check, mint, parse_url, turn_credential
+from mesh_helpers import signaling_server
 from server_fixtures import config, join, serve
 
 TURN = "turn:10.231.0.1:3478?transport=udp"
@@ -374,3 +377,20 @@ def test_peer_flags_become_its_own_servers() -> None:
     assert peer_main.ice_servers(args) == [sm.IceServer([TURN], "u", "p")]
     assert args.ice_relay_only is True
     assert peer_main.ice_servers(parser.parse_args(["--server", "http://h"])) is None
+
+
+async def test_peer_relay_only_with_no_turn_server_anywhere_stops_with_a_hint() -> None:
+    """The server hands out no ICE servers and the peer has none of its own: relay-only could
+    never connect, so ``python -m daisychain.peer --ice-relay-only`` stops at welcome, exit 1.
+    (Signaling only, on loopback: no peer connection is attempted.)"""
+    async with signaling_server() as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "daisychain.peer", "--server", url, "--ice-relay-only",
+            "--backend", "numpy", stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 180)
+    text = err.decode()
+    assert proc.returncode == peer_main.EXIT_JOIN, text
+    assert "relay-only ICE was asked for but no TURN server is known" in text, text
+    assert "hint: give --ice-server turn:" in text, text
