@@ -41,8 +41,6 @@ StubMode = Literal["ok", "redirect", "full", "slow", "error", "truncated", "shor
 
 def fineweb_table(rows: int, chars_per_row: int, seed: int) -> Any:
     """A pyarrow table with FineWeb-Edu's columns and types, filled with seeded word salad."""
-    import pyarrow as pa
-
     rng = random.Random(seed)
     texts = []
     for i in range(rows):
@@ -54,6 +52,14 @@ def fineweb_table(rows: int, chars_per_row: int, seed: int) -> Any:
             words.append(word)
             size += len(word) + 1
         texts.append(f"[{seed}:{i}] " + " ".join(words))
+    return fineweb_table_of(texts, seed)
+
+
+def fineweb_table_of(texts: list[str], seed: int = 0) -> Any:
+    """A pyarrow table with FineWeb-Edu's columns and types holding ``texts``."""
+    import pyarrow as pa
+
+    rows = len(texts)
     return pa.table(
         {
             "text": pa.array(texts, pa.string()),
