@@ -291,6 +291,17 @@ async def test_bad_addressed_requests_get_400_with_a_hint(
         assert stub.log == [], "a refused request reads nothing"
 
 
+async def test_addressed_requests_have_their_own_budget_per_network(shard_root: Path) -> None:
+    async with stack(shard_root, window_burst=3, window_requests_per_s=0.01) as (_stub, client):
+        for step in range(3):
+            assert (await client.get(query(step=step))).status == 200
+        refused = await client.get(query(step=3))
+        assert refused.status == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert "retry in" in (await refused.json())["hint"]
+        random_form = await client.get("/data?max_chars=10")  # the other budget is untouched
+        assert random_form.status == 200
+
+
 async def test_another_revision_is_a_409_and_reads_nothing(shard_root: Path) -> None:
     async with stack(shard_root) as (stub, client):
         response = await client.get(query(revision="f" * 40))

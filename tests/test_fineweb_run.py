@@ -55,7 +55,7 @@ async def fineweb_server(root: Path) -> AsyncIterator[tuple[str, UpstreamStub]]:
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     stub.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     data = replace(DataConfig(), base_url=stub.base_url, revision=REVISION, shards=SHARDS,
-                   timeout_s=5.0, burst=10_000, requests_per_s=1000.0)  # fmt: skip
+                   timeout_s=5.0, window_burst=10_000)  # fmt: skip
     try:
         async with serve_local(config(data=data), tokenizer=ByteTokenizer) as url:
             yield url, stub

@@ -117,11 +117,23 @@ class DataEndpoint:
         # Each request may cost an upstream GET, and the upstream rate-limits this server's
         # address as a whole: bound what one client can ask for.
         self.limiter = KeyedLimiter(requests_per_s, burst)
+        # The addressed form has its own budget (DataConfig.window_requests_per_s says why),
+        # made on its first request from the service's config.
+        self.window_limiter: KeyedLimiter | None = None
+
+    def _limiter(self, addressed: bool) -> KeyedLimiter:
+        if not addressed:
+            return self.limiter
+        if self.window_limiter is None:
+            config = self._service().config
+            self.window_limiter = KeyedLimiter(config.window_requests_per_s, config.window_burst)
+        return self.window_limiter
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
         # Per network, as groups are: one IPv6 host picks any of 2^64 addresses in its /64.
-        bucket = self.limiter.bucket(network_key(address) if address else "unknown")
+        limiter = self._limiter("split" in request.query)
+        bucket = limiter.bucket(network_key(address) if address else "unknown")
         if not bucket.take():
             retry = max(1, round(bucket.retry_after_s()))
             raise web.HTTPTooManyRequests(

@@ -112,6 +112,13 @@ class DataConfig:
     # holds ~1 MB of text, and twenty holding theirs at once left the server 56 MB larger after
     # they were freed.
     token_requests_at_once: int = 0
+    # Addressed windows (/data?split=...) per client network: a training peer asks one per
+    # step, a few steps ahead, and every device of a classroom behind one NAT shares the
+    # budget. A window is small (8 characters per token: ~8 KB for the small preset) and
+    # costs an upstream read only once per rank and 32 steps (fineweb.STEPS_PER_ROW_GROUP);
+    # upstream reads stay bounded by max_concurrent_reads whoever asks.
+    window_requests_per_s: float = 20.0
+    window_burst: int = 100
 
     def shard_url(self, shard: str) -> str:
         return f"{self.base_url.rstrip('/')}/datasets/{self.repo}/resolve/{self.revision}/{shard}"
