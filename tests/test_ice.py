@@ -394,3 +394,19 @@ async def test_peer_relay_only_with_no_turn_server_anywhere_stops_with_a_hint() 
     assert proc.returncode == peer_main.EXIT_JOIN, text
     assert "relay-only ICE was asked for but no TURN server is known" in text, text
     assert "hint: give --ice-server turn:" in text, text
+
+
+def test_the_start_log_names_the_servers_and_never_a_credential(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="daisychain.server")
+    server_main.log_ice(IceConfig())
+    server_main.log_ice(cfg(urls=(TURN,), username="u", credential="cred-XYZ"))
+    server_main.log_ice(cfg(urls=(TURN,), secret="secret-XYZ", relay_only=True))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "ICE servers: none (clients use direct routes only)",
+        f"ICE servers: {TURN}; TURN credentials static; policy all",
+        f"ICE servers: {TURN}; TURN credentials minted from the secret; policy relay",
+    ]
+    assert "XYZ" not in caplog.text

@@ -171,6 +171,20 @@ def ice_config_from_args(args: argparse.Namespace) -> IceConfig:
     return config
 
 
+def log_ice(config: IceConfig) -> None:
+    """One line saying which ICE servers clients are given (never a credential or secret)."""
+    if not config.urls:
+        log.info("ICE servers: none (clients use direct routes only)")
+        return
+    auth = "minted from the secret" if config.secret else "static" if config.username else "none"
+    log.info(
+        "ICE servers: %s; TURN credentials %s; policy %s", " ".join(config.urls), auth,
+        "relay" if config.relay_only else "all",
+        extra={"fields": {"ice_servers": list(config.urls), "credentials": auth,
+                          "relay_only": config.relay_only}},
+    )  # fmt: skip
+
+
 # glibc's mallopt(): M_MMAP_THRESHOLD is -3 in <malloc.h>.
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 128 * 1024
@@ -218,6 +232,7 @@ async def serve(config: ServerConfig) -> None:
                 "listening on http://%s:%d/", shown, port,
                 extra={"fields": {"url": f"http://{shown}:{port}/", "port": port}},
             )  # fmt: skip
+        log_ice(config.ice)
         await stop.wait()
         log.info("shutting down")
     finally:
