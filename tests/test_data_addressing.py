@@ -453,3 +453,38 @@ async def test_the_feed_refuses_a_window_that_is_not_the_one_it_asked_for(
                 await feed.batch(Address(7, 0, 0, 1, 8))
         finally:
             await feed.close()
+
+
+# -- the rule in the protocol machine (Settings.data_sources) -------------------------------------
+
+
+@pytest.mark.parametrize("readable", [True, False], ids=["reads-it", "cannot"])
+def test_the_machine_refuses_a_fineweb_run_its_peer_cannot_read(readable: bool) -> None:
+    from daisychain.p2p.machine import Machine, Settings
+    from daisychain.p2p.machine import effects as fx
+    from daisychain.p2p.machine import events as ev
+    from daisychain.p2p.traces import script
+    from daisychain.p2p.traces.replica import TraceReplica
+
+    data = fineweb.data_name(REVISION)
+    sources = ("builtin", data) if readable else ("builtin",)
+    machine = Machine(
+        Settings(id="B" * 12, name="b", tokenizer_sha256=script.TOKENIZER,
+                 vocab_size=script.VOCAB, backend="numpy", reference_probe=script.REFERENCE_PROBE,
+                 data_sources=sources),
+        TraceReplica(),
+    )  # fmt: skip
+    leader = "A" * 12
+    machine.handle(ev.ChannelOpened(0.0, leader))
+    machine.handle(ev.MessageReceived(0.1, leader, messages.encode(messages.Hello(1, "a"))))
+    cfg = replace(script.config(), data=data)
+    effects = machine.handle(ev.MessageReceived(0.2, leader, messages.encode(cfg)))
+    errors = [e.message for e in effects if isinstance(e, fx.SendMessage)
+              and isinstance(e.message, messages.Error)]  # fmt: skip
+    if readable:
+        assert errors == [] and machine.config == cfg
+    else:
+        assert len(errors) == 1 and errors[0].code == "incompatible", effects
+        assert "cannot read FineWeb-Edu" in errors[0].message and "--offline" in errors[0].hint
+        assert any(isinstance(e, fx.Close) and e.peer == leader for e in effects)
+        assert machine.config is None, "the peer stays in the lobby"
