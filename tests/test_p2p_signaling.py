@@ -164,6 +164,13 @@ async def scripted_server(script: Script) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/ws", ws)
+    async with serving(app) as url:
+        yield url
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serves ``app`` on a free loopback port; yields its URL."""
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -253,17 +260,9 @@ async def test_connect_explains_the_servers_per_address_refusal() -> None:
 
 
 async def test_connect_names_a_server_that_is_not_daisychain() -> None:
-    app = web.Application()  # no /ws route: the upgrade gets a 404
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        mesh = Mesh(f"http://127.0.0.1:{port}", name="p")
+    async with serving(web.Application()) as url:  # no /ws route: the upgrade gets a 404
+        mesh = Mesh(url, name="p")
         with pytest.raises(MeshError, match="HTTP 404") as info:
             await mesh.connect()
         await mesh.close()
-    finally:
-        await runner.cleanup()
     assert "must be a DaisyChain server" in info.value.hint
