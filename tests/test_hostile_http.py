@@ -5,7 +5,7 @@
 Each scenario asserts that the server refused what it should, that the bystanders got every
 relay, and that the server's RSS is back within 20 MB of its start once the attacker is gone.
 Bystander latency is printed and kept as JSON (``pytest -rA`` shows it), never asserted: timing
-belongs to ``daisychain bench signaling --hostile``.
+belongs to ``daisychain bench signaling`` (its hostile scenarios) and ``daisychain bench data``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_width_65_with_4_heads_is_incompatible_not_a_crash() -> None:
 
 
 def test_data_source_other_than_builtin() -> None:
-    refuse(config(data="my-files"), "data", "built-in corpus only")
+    refuse(config(data="my-files"), "data", "not one this version knows")
 
 
 @pytest.mark.parametrize(

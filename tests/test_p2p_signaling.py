@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
@@ -21,6 +22,8 @@ from daisychain.p2p.mesh import Mesh, MeshError, PeerLeft, SignalingLost
 from daisychain.p2p.signaling import Candidate, Description, SignalingError
 from daisychain.p2p.versions import SIGNALING_VERSION
 from daisychain.server import messages as sm
+from daisychain.server.config import SignalingLimits
+from server_fixtures import config, serve
 
 PEER = sm.PeerInfo("Q2xabc", "Ada", {"kind": "browser", "gpu": True})
 WELCOME = sm.Welcome(
@@ -161,6 +164,13 @@ async def scripted_server(script: Script) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/ws", ws)
+    async with serving(app) as url:
+        yield url
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serves ``app`` on a free loopback port; yields its URL."""
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -232,3 +242,27 @@ async def test_a_malformed_relayed_signal_is_refused_alone(
         "signal from Q2xabc refused" in r.message and "signal.data.sdp" in r.message
         for r in caplog.records
     )
+
+
+async def test_connect_explains_the_servers_per_address_refusal() -> None:
+    """The real server refuses a socket over its per-address cap with HTTP 429 before the
+    upgrade; the peer says that, not "cannot reach the server"."""
+    limits = replace(SignalingLimits(), max_connections_per_address=1)
+    async with serve(config(signaling=limits)) as client:
+        url = str(client.make_url("/"))
+        holder = await client.ws_connect("/ws")  # takes this address's only socket
+        mesh = Mesh(url, name="p")
+        with pytest.raises(MeshError, match="HTTP 429") as info:
+            await mesh.connect()
+        await mesh.close()
+        await holder.close()
+    assert "retry in" in info.value.hint
+
+
+async def test_connect_names_a_server_that_is_not_daisychain() -> None:
+    async with serving(web.Application()) as url:  # no /ws route: the upgrade gets a 404
+        mesh = Mesh(url, name="p")
+        with pytest.raises(MeshError, match="HTTP 404") as info:
+            await mesh.connect()
+        await mesh.close()
+    assert "must be a DaisyChain server" in info.value.hint

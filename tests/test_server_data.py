@@ -11,16 +11,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
+from daisychain import fineweb
 from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.corpus import load_builtin_text
 from daisychain.server import tokenize
-from daisychain.server.app import create_app
+from daisychain.server.app import DATA, create_app
 from daisychain.server.config import DataConfig
 from daisychain.server.datasource import DataService
 from daisychain.server.tokenize import (
@@ -475,10 +476,99 @@ def test_bench_data_reports_healthz_under_a_tokenize_flood(tmp_path: Path) -> No
     bench.add_arguments(parser)
     args = parser.parse_args(
         ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
-         "--workdir", str(tmp_path), "--flood", "3", "--flood-tokens", "2000"]
+         "--workdir", str(tmp_path), "--flood", "3", "--flood-tokens", "2000", "--windows", "0"]
     )  # fmt: skip
     flood = bench.measure(args)["healthz_under_tokenize_flood"]
     for side in ("before_pure_python", "after_tokenizers_library"):
         assert flood[side]["healthz_probes"] >= 1 and flood[side]["flood_s"] > 0, flood
     for key in ("healthz_p99", "healthz_max", "flood_s"):
         assert flood[f"{key}_after_vs_before_ratio"] > 0, flood
+
+
+def test_bench_data_reports_delivery_against_consumption(tmp_path: Path) -> None:
+    """The shape of the delivery part at a tiny size: every window and step is counted (no
+    timing is checked)."""
+    import argparse
+
+    from daisychain.bench import data as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
+         "--workdir", str(tmp_path), "--flood", "0", "--windows", "3", "--train-steps", "2"]
+    )  # fmt: skip
+    delivery = bench.measure(args)["delivery"]
+    assert delivery["windows_fetched"] == 3 and delivery["train_steps"] == 2
+    assert delivery["tokens_per_step"] == 8 * 128 and delivery["window_chars"] == 8 * 8 * 129
+    assert delivery["data_tokens_per_s_delivered_per_peer"] > 0
+    assert delivery["training_tokens_per_s_consumed"] > 0
+    assert delivery["delivered_vs_consumed_ratio"] > 0
+    assert delivery["first_step_waited"] is True  # nothing is ahead of a run's first step
+    assert 0 <= delivery["steady_state_wait_fraction"] <= 1
+
+
+# -- the addressed form under upstream faults -------------------------------------------------
+
+
+def addressed(step: int, rank: int, chars: int = 300) -> str:
+    return f"/data?split=train&revision={REVISION}&seed=7&step={step}&rank={rank}&max_chars={chars}"
+
+
+def _row_group_of(rank: int) -> tuple[int, int]:
+    shard = fineweb.shard_of(7, 0, rank, "train", len(SHARDS))
+    rows = [50] * ROW_GROUPS
+    where = fineweb.window(7, 0, rank, "train", shard=shard, n_shards=len(SHARDS), rows=rows,
+                           chars=300)  # fmt: skip
+    return shard, where.row_group
+
+
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("refused", "the FineWeb-Edu upstream failed: ClientConnectorError"),
+        ("error", "the FineWeb-Edu upstream failed: HTTP 500 for a range request"),
+        ("truncated", "the FineWeb-Edu upstream failed: ClientPayloadError"),
+        ("short", "the FineWeb-Edu upstream failed: asked for"),
+        ("slow", "the FineWeb-Edu upstream failed: timed out"),
+        ("garbage", "the FineWeb-Edu upstream failed: cannot decode row group"),
+    ],
+)
+async def test_an_upstream_fault_is_a_503_with_the_reason_and_leaves_no_bad_state(
+    shard_root: Path, mode: StubMode | Literal["refused"], error: str
+) -> None:
+    """Each fault hits a row group read once the footers are cached (the last read that can go
+    wrong): the window is refused with the reason, never answered from the built-in corpus;
+    /api/status shows it; and once the upstream is back the same address gives exactly what a
+    fresh server gives (nothing half-read was kept)."""
+    target = next(r for r in range(1, 64) if _row_group_of(r) != _row_group_of(0))
+    async with (
+        upstream(shard_root) as stub,
+        serve(data_config(stub, timeout_s=0.3, retry_initial_s=0.0)) as client,
+    ):
+        service = client.app[DATA]
+        assert service.reader is not None
+        assert (await client.get(addressed(0, 0))).status == 200
+        for shard in SHARDS:  # every footer cached: the fault meets a row group read
+            await service.reader.index(shard)
+        healthy = service.reader.config
+        if mode == "refused":
+            service.reader.config = replace(healthy, base_url="http://127.0.0.1:9")
+        else:
+            stub.mode, stub.delay_s = mode, 2.0
+        response = await client.get(addressed(0, target))
+        body = await response.json()
+        assert response.status == 503, body
+        assert body["error"].startswith(error) and "/api/status" in body["hint"], body
+        assert response.headers["Retry-After"] == "1"
+        status = (await (await client.get("/api/status")).json())["data"]
+        assert status["state"] == "backoff", status
+        assert status["last_error"] in body["error"], (body, status)
+        assert status["served"]["builtin"] == 0, "never the built-in corpus"
+        stub.mode, service.reader.config = "ok", healthy
+        healed = await client.get(addressed(0, target))
+        assert healed.status == 200, await healed.text()
+        got = await healed.json()
+    async with upstream(shard_root) as stub, serve(data_config(stub)) as fresh:
+        expected = await (await fresh.get(addressed(0, target))).json()
+    assert got == expected and got["source"] == "fineweb"

@@ -5,7 +5,8 @@ Each test runs one bounded attacker (``daisychain.bench._attacks``) while a byst
 production limits of ``SignalingLimits``. Each asserts three things:
 
 * the attacker was refused, struck or dropped as docs/SERVER.md says;
-* every relay the bystanders sent during the attack arrived (and they met no error);
+* every relay the bystanders sent during the attack arrived (and they met no error), and
+  ``/healthz`` answered every poll;
 * once the attacker is gone the server's RSS is back within 20 MB of its start.
 
 No latency threshold is asserted (the machines are shared and noisy): the bystanders' p50/p99
@@ -39,6 +40,8 @@ def _checked(result: HostileResult, folder: Path) -> None:
     assert_memory_returned(result)
     assert result.status_after["peers"] == 2, "only the bystanders are left"
     assert result.log_tracebacks == 0, "no traceback in the server log"
+    health = result.under_attack
+    assert health.healthz_ms and health.healthz_failed == 0, "/healthz answered every poll"
 
 
 async def test_nested_and_non_finite_flood_is_refused_struck_and_disconnected(

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vectors": ("daisychain.vectors", "regenerate or check the golden vectors in tests/vectors/"),
     "demo": ("daisychain.demo", "start a local server and three peers, train a few steps"),
     "selftest": ("daisychain.selftest", "check the compute backends here (gates, probe)"),
+    "generate": ("daisychain.generate", "continue a prompt from a checkpoint (seeded, exact)"),
 }
 
 

@@ -12,6 +12,15 @@ the shipped pure-Python encoder (``before``: it holds the interpreter lock while
 and once with the serving tokenizer (``after``: the ``tokenizers`` library, lock released), and
 the after/before ratios of ``/healthz`` p99 and worst latency and of the flood's duration.
 
+Then the data a FineWeb-Edu run needs against what it consumes (``delivery``): the real server
+(production limits) reading the same shards, one peer's feed (``p2p.datafeed``) fetching and
+tokenizing the addressed windows of the ``small`` preset back to back (data tokens/s delivered
+per peer), the ``small`` preset training on numpy on those batches (training tokens/s consumed),
+their ratio, and the fraction of steps that waited for their batch while the feed prefetched
+``--prefetch`` steps ahead (the first step of a run has nothing ahead of it and is reported
+apart). The window budget per network caps what one peer may ask for: its tokens/s are reported
+with their ratio to consumption too.
+
 The stand-in upstream (``write_fineweb_shard``, ``UpstreamStub``) is also what the tests use.
 """
 
@@ -20,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,13 +45,11 @@ _WORD_TEXT = (
 )
 WORDS = tuple(_WORD_TEXT.split())
 
-StubMode = Literal["ok", "redirect", "full", "slow", "error"]
+StubMode = Literal["ok", "redirect", "full", "slow", "error", "truncated", "short", "garbage"]
 
 
 def fineweb_table(rows: int, chars_per_row: int, seed: int) -> Any:
     """A pyarrow table with FineWeb-Edu's columns and types, filled with seeded word salad."""
-    import pyarrow as pa
-
     rng = random.Random(seed)
     texts = []
     for i in range(rows):
@@ -53,6 +61,14 @@ def fineweb_table(rows: int, chars_per_row: int, seed: int) -> Any:
             words.append(word)
             size += len(word) + 1
         texts.append(f"[{seed}:{i}] " + " ".join(words))
+    return fineweb_table_of(texts, seed)
+
+
+def fineweb_table_of(texts: list[str], seed: int = 0) -> Any:
+    """A pyarrow table with FineWeb-Edu's columns and types holding ``texts``."""
+    import pyarrow as pa
+
+    rows = len(texts)
     return pa.table(
         {
             "text": pa.array(texts, pa.string()),
@@ -86,7 +102,12 @@ class UpstreamStub:
 
     ``mode`` picks the behaviour (``ok``; ``redirect``: 302 to a /cdn/ URL like the real
     resolver; ``full``: ignore Range and answer 200; ``slow``: answer after ``delay_s``;
-    ``error``: 500). Every request is appended to ``log`` as (method, path, Range header).
+    ``error``: 500; the faults below apply to ranges that are not the footer probe's suffix
+    ``bytes=-N``, so a shard's footer still loads and the fault hits a row group:
+    ``truncated``: a 206 whose body stops halfway through its Content-Length, then the
+    connection closes; ``short``: a consistent 206 with a few bytes fewer than asked for (the
+    wrong length); ``garbage``: a 206 of the right length holding random bytes). Every request
+    is appended to ``log`` as (method, path, Range header).
     """
 
     root: Path
@@ -124,6 +145,26 @@ class UpstreamStub:
             await asyncio.sleep(self.delay_s)
         if self.mode == "full":
             return web.Response(body=path.read_bytes(), content_type="application/octet-stream")
+        byte_range = request.headers.get("Range", "")
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range)
+        if self.mode in ("truncated", "short", "garbage") and match is not None:
+            start, end = int(match.group(1)), int(match.group(2))
+            data = path.read_bytes()[start : end + 1]
+            size = path.stat().st_size
+            if self.mode == "garbage":
+                data = random.Random(start).randbytes(len(data))
+            if self.mode == "short":
+                data, end = data[:-7], end - 7
+            headers = {"Content-Range": f"bytes {start}-{end}/{size}"}
+            if self.mode != "truncated":
+                return web.Response(status=206, body=data, headers=headers)
+            response = web.StreamResponse(status=206, headers=headers)
+            response.content_length = len(data)
+            await response.prepare(request)
+            await response.write(data[: len(data) // 2])
+            assert request.transport is not None
+            request.transport.close()  # the rest never comes
+            return response
         return web.FileResponse(path)
 
 
@@ -145,6 +186,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="parallel max-token /data requests while /healthz is timed (0 skips this part)",
     )  # fmt: skip
     parser.add_argument("--flood-tokens", type=int, default=131_072, help="max_tokens of each")
+    parser.add_argument(
+        "--windows", type=int, default=64,
+        help="small-preset windows one peer fetches back to back (0 skips the delivery part)",
+    )  # fmt: skip
+    parser.add_argument("--train-steps", type=int, default=12, help="small steps on numpy")
+    parser.add_argument("--prefetch", type=int, default=4, help="steps the feed fetches ahead")
 
 
 async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -287,14 +334,98 @@ async def _flood(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def _delivery(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Data tokens/s one peer's feed delivers against tokens/s the small preset consumes."""
+    from daisychain import fineweb, training
+    from daisychain.model.config import preset
+    from daisychain.optim import AdamWConfig
+    from daisychain.p2p.datafeed import Address, FineWebFeed
+    from daisychain.server.app import serve_local
+    from daisychain.server.config import DataConfig, ServerConfig
+    from daisychain.tokenizer import load_default
+
+    shards = tuple(f"sample/10BT/{i:03d}_00000.parquet" for i in range(args.shards))
+    stub = UpstreamStub(root)
+    runner = web.AppRunner(stub.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    data = replace(DataConfig(), base_url=f"http://127.0.0.1:{runner.addresses[0][1]}",
+                   shards=shards)  # fmt: skip
+    cfg = preset("small", vocab_size=load_default().vocab_size)
+    step_tokens = cfg.batch * cfg.seq_len  # what one training step consumes
+
+    def at(step: int) -> Address:
+        return Address(seed=1, step=step, rank=0, batch=cfg.batch, seq_len=cfg.seq_len)
+
+    try:
+        async with serve_local(ServerConfig(data=data)) as url:
+            # Delivered: one peer, nothing else running, windows back to back (no prefetch).
+            feed = FineWebFeed(url, data.revision, depth=0)
+            try:
+                await feed.batch(at(0))  # loads the tokenizer, reads the footer
+                gets = stub.range_gets()
+                start = time.perf_counter()
+                for step in range(1, args.windows + 1):
+                    await feed.batch(at(step))
+                fetch_s = time.perf_counter() - start
+                gets = stub.range_gets() - gets
+            finally:
+                await feed.close()
+            # Consumed, and waiting: train on the windows while the feed prefetches ahead.
+            state = training.init(cfg, AdamWConfig(), seed=1)
+            feed = FineWebFeed(url, data.revision, depth=args.prefetch)
+            compute_s, waited = 0.0, []
+            base = 10 * fineweb.STEPS_PER_ROW_GROUP  # a row group no earlier part read
+            try:
+                for i in range(args.train_steps):
+                    before = feed.stats.waited
+                    x, y = await feed.batch(at(base + i))
+                    if feed.stats.waited > before:
+                        waited.append(i)
+                    t0 = time.perf_counter()
+                    await asyncio.to_thread(training.train_step, state, x, y, False)
+                    compute_s += time.perf_counter() - t0
+            finally:
+                await feed.close()
+    finally:
+        await runner.cleanup()
+    delivered = args.windows * step_tokens / fetch_s
+    consumed = args.train_steps * step_tokens / compute_s
+    capped = min(delivered, data.window_requests_per_s * step_tokens)
+    steady = [i for i in waited if i > 0]
+    return {
+        "preset": "small",
+        "tokens_per_step": step_tokens,
+        "window_chars": fineweb.window_chars(cfg.batch, cfg.seq_len),
+        "windows_fetched": args.windows,
+        "range_gets_while_fetching": gets,
+        "data_tokens_per_s_delivered_per_peer": round(delivered),
+        "window_ms": round(fetch_s / args.windows * 1e3, 2),
+        "training_tokens_per_s_consumed": round(consumed, 1),
+        "train_step_s": round(compute_s / args.train_steps, 3),
+        "delivered_vs_consumed_ratio": round(delivered / consumed, 2),
+        "window_budget_tokens_per_s": round(data.window_requests_per_s * step_tokens),
+        "budget_capped_vs_consumed_ratio": round(capped / consumed, 2),
+        "prefetch_steps": args.prefetch,
+        "train_steps": args.train_steps,
+        "first_step_waited": 0 in waited,
+        "steady_state_steps_waited": len(steady),
+        "steady_state_wait_fraction": round(len(steady) / max(1, args.train_steps - 1), 3),
+    }
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     if args.workdir is not None:
         result = asyncio.run(_measure(args, args.workdir))
+        if args.windows > 0:
+            result["delivery"] = asyncio.run(_delivery(args, args.workdir))
     else:
         with tempfile.TemporaryDirectory(prefix="daisychain-bench-data-") as tmp:
             result = asyncio.run(_measure(args, Path(tmp)))
+            if args.windows > 0:
+                result["delivery"] = asyncio.run(_delivery(args, Path(tmp)))
     if args.flood > 0:
         result["healthz_under_tokenize_flood"] = asyncio.run(_flood(args))
     return result

@@ -88,8 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated attacks to run (default: all of {', '.join(SCENARIOS)})",
     )  # fmt: skip
     hostile.add_argument(
-        "--attack-s", type=float, default=8.0,
-        help="seconds of baseline, then at most as long under each attack",
+        "--attack-s", type=float, default=20.0,
+        help="seconds of baseline, then at most as long under each attack (~800 samples each: "
+        "a p99 that one stall of a shared machine does not decide)",
     )  # fmt: skip
     only = hostile.add_mutually_exclusive_group()
     only.add_argument("--hostile-only", action="store_true", help="skip the 1000-client relay")

@@ -31,6 +31,7 @@ from aiortc import (
     RTCConfiguration,
     RTCDataChannel,
     RTCIceServer,
+    RTCIceTransportPolicy,
     RTCPeerConnection,
     RTCSessionDescription,
 )
@@ -197,7 +198,8 @@ class Mesh:
         room: str | None = None,
         name: str = "",
         device: dict[str, str | int | float | bool | None] | None = None,
-        ice_servers: list[str] | None = None,
+        ice_servers: list[sm.IceServer] | None = None,
+        relay_only: bool = False,
         connect_timeout_s: float = 10.0,
         peer_left_grace_s: float = 1.0,
     ) -> None:
@@ -205,7 +207,12 @@ class Mesh:
         self.room = room
         self.name = name or "peer"
         self.device = device or {"kind": "python"}
-        self.ice_servers = ice_servers or []
+        # ICE (docs/PROTOCOL.md, "ICE servers"): the servers given here override the welcome's;
+        # None takes the welcome's (none unless the server was configured with some).
+        self.ice_override = ice_servers
+        self.ice_servers: list[sm.IceServer] = list(ice_servers or [])
+        self.relay_only = relay_only
+        self.ice_policy = RTCIceTransportPolicy.RELAY if relay_only else RTCIceTransportPolicy.ALL
         self.connect_timeout_s = connect_timeout_s
         # The server's peer-left travels another path than the data channel: what the peer
         # sent just before it left may still be in flight. Its channel gets this long to
@@ -240,6 +247,20 @@ class Mesh:
         try:
             self._ws = await self._session.ws_connect(url, timeout=aiohttp.ClientWSTimeout(
                 ws_close=5.0), heartbeat=None)  # fmt: skip
+        except aiohttp.WSServerHandshakeError as exc:
+            await self._session.close()
+            if exc.status != 429:
+                raise MeshError(
+                    f"the DaisyChain server at {url} refused the connection (HTTP {exc.status})",
+                    "check --server: it must be a DaisyChain server (python -m daisychain.server)",
+                ) from None
+            # The server's per-address limits (sockets, hellos) answer before the upgrade.
+            retry = exc.headers.get("Retry-After", "a few") if exc.headers else "a few"
+            raise MeshError(
+                f"the DaisyChain server at {url} is refusing more connections from this network "
+                "address (HTTP 429: too many open connections or hellos)",
+                f"close other DaisyChain tabs or peers on this network, or retry in {retry} s",
+            ) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             await self._session.close()
             raise MeshError(
@@ -252,6 +273,7 @@ class Mesh:
         while True:
             msg = await self._recv(timeout=None if self.room else self.connect_timeout_s)
             if isinstance(msg, sm.Welcome):
+                self._take_ice(msg)
                 self.id = msg.id
                 self.role = msg.role
                 for member in msg.members:
@@ -274,6 +296,21 @@ class Mesh:
                 "is --server a DaisyChain server of this version? (docs/PROTOCOL.md, Signaling)",
             )
         self._reader = asyncio.create_task(self._read_loop())
+
+    def _take_ice(self, welcome: sm.Welcome) -> None:
+        """The welcome's ICE servers (unless this peer was given its own) and policy (relay if
+        either side asks for it); relay with no TURN server could never connect: refused."""
+        if self.ice_override is None:
+            self.ice_servers = list(welcome.ice_servers)
+        relay = self.relay_only or welcome.ice_transport_policy == "relay"
+        self.ice_policy = RTCIceTransportPolicy.RELAY if relay else RTCIceTransportPolicy.ALL
+        turn = [u for s in self.ice_servers for u in s.urls if u.startswith(("turn:", "turns:"))]
+        if relay and not turn:
+            raise MeshError(
+                "relay-only ICE was asked for but no TURN server is known",
+                "give --ice-server turn:HOST[:PORT] with --ice-username/--ice-credential, or "
+                "start the server with a TURN server (docs/USAGE.md, ICE servers)",
+            )
 
     async def _recv(self, timeout: float | None) -> sm.ServerMessage:
         assert self._ws is not None
@@ -376,8 +413,13 @@ class Mesh:
     # -- peer connections ----------------------------------------------------------------------
 
     def _configuration(self) -> RTCConfiguration:
-        # Never None: aiortc would fall back to a public STUN server (ENVIRONMENT.md).
-        return RTCConfiguration(iceServers=[RTCIceServer(urls=u) for u in self.ice_servers])
+        # Never None: aiortc would fall back to a public STUN server (ENVIRONMENT.md). aiortc
+        # uses the first STUN and the first TURN URL it can, and ignores the rest.
+        servers = [
+            RTCIceServer(urls=list(s.urls), username=s.username, credential=s.credential)
+            for s in self.ice_servers
+        ]
+        return RTCConfiguration(iceServers=servers, iceTransportPolicy=self.ice_policy)
 
     def _new_link(self, peer: str) -> _Link:
         pc = RTCPeerConnection(configuration=self._configuration())

@@ -315,7 +315,7 @@ def parse(raw: str) -> Message:
             ),
             steps=f.integer("steps", 0, U32_MAX),
             seed=f.integer("seed", 0, U32_MAX),
-            data=f.text("data", 32),
+            data=f.text("data", 64),  # "builtin" or "fineweb@" + a 40-hex revision
             tokenizer_sha256=f.hash("tokenizer_sha256"),
             resume_step=resume_step,
             resume_hash=resume_hash,

@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain import training
+from daisychain import fineweb, training
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
 from daisychain.p2p import allreduce, codec, frames, messages
+from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
 from daisychain.p2p.machine import effects as fx
@@ -106,6 +107,7 @@ class Node:
         on_step: Callable[[StepRecord], None] | None = None,
         compute: Compute | None = None,
         limits: Limits | None = None,
+        data: FineWebFeed | None = None,
     ) -> None:
         assert mesh.id, "connect the mesh before building its node"
         self.mesh = mesh
@@ -118,11 +120,16 @@ class Node:
         self.name = mesh.name
         self.timers = timers or Timers()
         self.replica = ModelReplica(tokenizer_sha256, vocab_size, self.compute.ops)
+        # FineWeb-Edu windows from the server (None: this peer reads the built-in corpus only).
+        self.data = data
+        self.data_error: DataUnavailable | None = None
+        sources = (fineweb.BUILTIN,) + ((data.data_name,) if data is not None else ())
         settings = Settings(
             id=mesh.id, name=mesh.name, tokenizer_sha256=tokenizer_sha256,
             vocab_size=vocab_size, backend=self.compute.name,
             reference_probe=reference_probe_hash(), timers=self.timers,
             can_save=bool(checkpoint_path), save_every=save_every, limits=limits or Limits(),
+            data_sources=sources,
         )  # fmt: skip
         self.machine = Machine(settings, self.replica)
         self.inbox: asyncio.Queue[Input] = asyncio.Queue()
@@ -305,7 +312,7 @@ class Node:
             optim=messages.OptimSpec(opt.lr, opt.warmup_steps, opt.weight_decay, opt.clip),
             steps=lead.steps,
             seed=state.seed,
-            data="builtin",
+            data=lead.data,
             tokenizer_sha256=self.tokenizer_sha256,
             resume_step=state.step,
             resume_hash=self.replica.hash if state.step > 0 else None,
@@ -315,12 +322,20 @@ class Node:
 
     def _start_compute(self, c: fx.Compute) -> None:
         state = self.replica.state
-        assert state is not None
-        x, y = training.next_batch(state, self.tokens, c.rank)
+        config = self.machine.config
+        assert state is not None and config is not None
+        revision = fineweb.revision_of(config.data)  # the data rule accepted it
+        batch: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
+        if revision is None:
+            batch = training.next_batch(state, self.tokens, c.rank)
+        cfg = state.cfg
+        address = Address(state.seed, state.step, c.rank, cfg.batch, cfg.seq_len)
         total_blocks = codec.n_blocks(sum(g.size for g in state.params.values()))
         probe = self.compute.probe
 
-        def compute() -> tuple[float, tuple[bytes, ...], str, float]:
+        def compute(
+            x: npt.NDArray[np.int64], y: npt.NDArray[np.int64]
+        ) -> tuple[float, tuple[bytes, ...], str, float]:
             t0 = time.perf_counter()
             loss, grads = training.compute_grads(state, x, y)
             probe_hash = probe()
@@ -333,7 +348,16 @@ class Node:
 
         async def task() -> None:
             try:
-                loss, payloads, probe_hash, seconds = await asyncio.to_thread(compute)
+                # A FineWeb-Edu batch was prefetched while earlier steps computed (datafeed).
+                x, y = batch if batch is not None else await self._fetch_batch(address)
+            except DataUnavailable as exc:
+                # Never train on other text: leave the run cleanly and say why.
+                self.data_error = exc
+                reason = f"cannot read the run's training data: {exc.message}"
+                self.inbox.put_nowait(lambda now: ev.UserLeave(now, reason))
+                return
+            try:
+                loss, payloads, probe_hash, seconds = await asyncio.to_thread(compute, x, y)
             except Exception as exc:  # reported to the machine, which stops the run
                 error = repr(exc)
                 self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
@@ -346,6 +370,13 @@ class Node:
                 )
 
         self._spawn(task())
+
+    async def _fetch_batch(
+        self, address: Address
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        if self.data is None:  # the data rule admits no FineWeb-Edu run without a feed
+            raise DataUnavailable("this peer has no FineWeb-Edu feed", "restart the peer")
+        return await self.data.batch(address)
 
     def _record(self, a: fx.StepApplied) -> None:
         key = (a.step, a.round)

@@ -26,6 +26,8 @@ class LeadConfig:
     seq_len: int | None = None
     min_peers: int = 1
     resume: str | None = None  # checkpoint file to restore the group from
+    # config.data: "builtin", or "fineweb@REV" (FineWeb-Edu at the server's revision REV)
+    data: str = "builtin"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daisychain import fineweb
 from daisychain.model.config import PRESETS, ConfigError, ModelConfig
 from daisychain.optim import AdamWConfig, OptimizerError
 from daisychain.p2p import messages
@@ -123,11 +124,14 @@ def parse(
     tokenizer_sha256: str,
     vocab_size: int,
     limits: Limits | None = None,
+    data_sources: tuple[str, ...] = (fineweb.BUILTIN,),
 ) -> RunConfig:
     """``cfg`` as this peer's run, or ``Incompatible``. ``tokenizer_sha256``/``vocab_size``
-    describe this peer's tokenizer; ``limits`` are its caps (defaults: ``Limits()``)."""
+    describe this peer's tokenizer; ``limits`` are its caps (defaults: ``Limits()``);
+    ``data_sources`` the ``config.data`` names it can read (``"builtin"``, and
+    ``"fineweb@REV"`` when its server reads FineWeb-Edu at that revision)."""
     limits = limits or Limits()
-    _check_data(cfg, tokenizer_sha256, vocab_size)
+    _check_data(cfg, tokenizer_sha256, vocab_size, data_sources)
     model = _model(cfg.model)
     _check_preset(cfg.preset, model)
     _check_run(cfg)
@@ -147,12 +151,25 @@ def error(exc: Incompatible) -> messages.Error:
 # The rules, in the order they are checked (the first failure is reported).
 
 
-def _check_data(cfg: messages.Config, tokenizer_sha256: str, vocab_size: int) -> None:
-    if cfg.data != "builtin":
+def _check_data(
+    cfg: messages.Config, tokenizer_sha256: str, vocab_size: int, data_sources: tuple[str, ...]
+) -> None:
+    try:
+        revision = fineweb.revision_of(cfg.data)
+    except ValueError:
         raise Incompatible(
             "data",
-            f"data source {cfg.data[:32]!r}; this peer trains on the built-in corpus only",
-            'lead with the built-in corpus (data "builtin")',
+            f"data source {cfg.data[:64]!r} is not one this version knows",
+            'lead with data "builtin" or "fineweb@" and a 40-hex dataset revision',
+        ) from None
+    if cfg.data not in data_sources:
+        # Training on other text than the run's would fork it, or worse, go unnoticed.
+        raise Incompatible(
+            "data",
+            f"this peer cannot read FineWeb-Edu at revision {str(revision)[:12]}... "
+            f"(it reads: {', '.join(data_sources)})",
+            "start this peer against a DaisyChain server that reads that revision (not "
+            "--offline; --data-revision), or lead with data builtin",
         )
     if cfg.tokenizer_sha256 != tokenizer_sha256 or cfg.model.vocab_size != vocab_size:
         raise Incompatible(

@@ -21,6 +21,7 @@ from typing import Any, Literal, cast, get_args
 
 from daisychain import wire
 from daisychain.p2p.versions import SIGNALING_VERSION
+from daisychain.server import ice
 from daisychain.server import messages as sm
 from daisychain.wire import PEER_ID_RE
 
@@ -120,6 +121,13 @@ def parse_server(raw: str | bytes) -> sm.ServerMessage:
             role=cast(Literal["host", "member"], f.choice("role", ("host", "member"))),
             host=f.peer_id("host") if obj.get("host") is not None else None,
             members=[_peer_info(m, "welcome.members[]") for m in members],
+            ice_servers=_ice_servers(obj.get("ice_servers", [])),
+            ice_transport_policy=cast(
+                Literal["all", "relay"],
+                f.choice("ice_transport_policy", ("all", "relay"))
+                if "ice_transport_policy" in obj
+                else "all",
+            ),
         )
     if kind == "pending":
         return sm.Pending(
@@ -192,6 +200,36 @@ def parse_signal_data(data: dict[str, Any]) -> SignalData:
         return Candidate(text, mid, index)
     sdp = f.text("sdp", MAX_SDP)
     return Description(cast(Literal["offer", "answer"], kind), sdp)
+
+
+def _ice_servers(value: object) -> list[sm.IceServer]:
+    """``welcome.ice_servers``: absent or ``[]`` means none (host candidates only). Every URL is
+    checked by the server's own rules (``server.ice``), so aiortc is never handed one it would
+    refuse when a connection is made."""
+    where = "welcome.ice_servers"
+    if not isinstance(value, list) or len(value) > ice.MAX_URLS:
+        raise _bad(where, "", f"a list of at most {ice.MAX_URLS} ICE servers")
+    out = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise _bad(where, "[]", "an ICE server {urls, username, credential}")
+        f = _Fields(item, where + "[]")
+        urls = item.get("urls")
+        if not isinstance(urls, list) or not 0 < len(urls) <= ice.MAX_URLS:
+            raise f.bad("urls", f"a list of 1-{ice.MAX_URLS} STUN/TURN URLs")
+        for url in urls:
+            try:
+                ice.parse_url(url if isinstance(url, str) else "")
+            except ice.IceError as exc:
+                raise f.bad("urls", f"STUN/TURN URLs ({exc.message})") from None
+        credentials = [
+            f.text(name, ice.MAX_CREDENTIAL_CHARS) if item.get(name) is not None else None
+            for name in ("username", "credential")
+        ]
+        out.append(
+            sm.IceServer(urls=list(urls), username=credentials[0], credential=credentials[1])
+        )
+    return out
 
 
 def _peer_info(value: object, where: str) -> sm.PeerInfo:

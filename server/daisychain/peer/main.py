@@ -11,8 +11,13 @@ loss, tokens/s, peers, hash agreement) on stderr, or one JSON object per event o
 ``--json``. ``--checkpoint PATH`` is saved atomically at the end, every ``--save-every N``
 steps, on SIGUSR1, and on Ctrl-C, which then leaves cleanly (the others drop this peer from
 the next roster). SIGUSR2 on the leader ends the whole run at the next step boundary.
+``--data fineweb`` on the leader trains on FineWeb-Edu at the server's pinned revision: every
+peer fetches its own batches from the server's ``/data`` a few steps ahead (``p2p.datafeed``);
+a peer whose server cannot serve that revision refuses the run, and one that loses its data
+mid-run leaves it (exit code 4) rather than train on other text.
 Exit codes: 0 run done (or ended by the leader), 1 could not join (the message says why and
-what to do), 3 the sync guard stopped the run, 130 interrupted.
+what to do), 3 the sync guard stopped the run, 4 this peer could not read the run's training
+data, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,13 +31,18 @@ import sys
 import time
 from typing import Any
 
+from daisychain import fineweb
 from daisychain.model.config import PRESETS
+from daisychain.p2p.datafeed import FineWebFeed
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
 from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
+from daisychain.server.config import IceConfig
+from daisychain.server.ice import IceError, IceIssuer
+from daisychain.server.messages import IceServer
 
-EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_INTERRUPTED = 0, 1, 3, 130
+EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_DATA, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,9 +54,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="who computes the products: a gated wgpu kernel, the numpy reference, or auto "
         "(the faster of the two, measured at start)",
     )  # fmt: skip
-    parser.add_argument(
+    ice = parser.add_argument_group(
+        "ICE servers (default: the ones the server hands out, usually none: direct routes only)"
+    )
+    ice.add_argument(
         "--ice-server", action="append", default=[], metavar="URL",
-        help="STUN/TURN server (repeatable); none by default, so only direct routes are tried",
+        help="STUN/TURN server, repeatable (replaces the server's): stun:HOST[:PORT], "
+        "turn:HOST[:PORT][?transport=udp|tcp], turns:HOST[:PORT]",
+    )  # fmt: skip
+    ice.add_argument("--ice-username", help="TURN username for the --ice-server turn: URL")
+    ice.add_argument("--ice-credential", help="TURN password for --ice-username")
+    ice.add_argument(
+        "--ice-relay-only", action="store_true",
+        help="connect through the TURN relay only (iceTransportPolicy relay): hides this "
+        "device's addresses; every byte goes through the TURN server",
     )  # fmt: skip
     parser.add_argument("--approve", choices=("all", "none"), default="none",
                         help="as a room's host: admit every join request, or none")  # fmt: skip
@@ -61,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lead.add_argument("--seq-len", type=int, help="context length")
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
+    lead.add_argument(
+        "--data", choices=("builtin", "fineweb"), default="builtin",
+        help="training text: the built-in corpus, or FineWeb-Edu through the server's /data at "
+        "its pinned revision",
+    )  # fmt: skip
     caps = parser.add_argument_group(
         "what a leader may impose on this peer (a run above a cap is refused with `incompatible`)"
     )
@@ -135,8 +161,16 @@ async def _main(args: argparse.Namespace) -> int:
     display.emit({"event": "backend", "backend": chosen.compute.name, "reason": chosen.reason})
     if not args.json:
         print(f"backend {chosen.reason}", file=sys.stderr)
+    feed = await fineweb_feed(args.server)
+    if args.lead and args.data == "fineweb" and feed is None:
+        message = f"{args.server} does not serve FineWeb-Edu at a pinned revision"
+        hint = "lead with --data builtin, or use a server started without --offline"
+        display.emit({"event": "error", "message": message, "hint": hint})
+        print(f"daisychain peer: {message}\nhint: {hint}", file=sys.stderr)
+        return EXIT_JOIN
     mesh = Mesh(
-        args.server, room=args.room, name=args.name, ice_servers=args.ice_server,
+        args.server, room=args.room, name=args.name, ice_servers=ice_servers(args),
+        relay_only=args.ice_relay_only,
         device={"kind": "python", "backend": chosen.compute.name},
     )  # fmt: skip
     mesh.auto_approve = args.approve == "all"
@@ -152,12 +186,13 @@ async def _main(args: argparse.Namespace) -> int:
         lead = LeadConfig(
             preset=args.preset, steps=args.steps, lr=args.lr, warmup=args.warmup, seed=args.seed,
             batch=args.batch, seq_len=args.seq_len, min_peers=args.min_peers, resume=args.resume,
+            data=feed.data_name if feed is not None and args.data == "fineweb" else "builtin",
         )  # fmt: skip
     node = Node(
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,
         save_every=args.save_every,
         timers=Timers(step_timeout_s=args.step_timeout, repair_after_s=args.repair_after),
-        on_step=display.step, compute=chosen.compute, limits=limits(args),
+        on_step=display.step, compute=chosen.compute, limits=limits(args), data=feed,
     )  # fmt: skip
     display.node = node
     display.emit({"event": "joined", "id": mesh.id, "role": "lead" if lead else "follow"})
@@ -175,6 +210,14 @@ async def _main(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
             loop.remove_signal_handler(signum)
         await mesh.close()
+        if feed is not None:
+            await feed.close()
+    if node.data_error is not None:
+        error = node.data_error
+        display.emit({"event": "error", "message": error.message, "hint": error.hint})
+        print(f"daisychain peer: left the run: {error.message}\nhint: {error.hint}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_DATA
     return _report(outcome, display)
 
 
@@ -203,6 +246,41 @@ def _report(outcome: Outcome, display: Display) -> int:
     return EXIT_JOIN
 
 
+async def fineweb_feed(server: str) -> FineWebFeed | None:
+    """A feed of FineWeb-Edu windows from ``server``, if it reads the dataset at a pinned
+    revision (its ``/api/status``); ``None`` otherwise (this peer then reads only the built-in
+    corpus, and refuses a FineWeb-Edu run with ``incompatible``)."""
+    import aiohttp
+
+    base = ("http" + server[2:] if server.startswith("ws") else server).rstrip("/")
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{base}/api/status", timeout=aiohttp.ClientTimeout(total=10)) as resp,
+        ):
+            status = await resp.json(content_type=None)
+        data = status["data"]
+        revision, state = data["revision"], data["state"]
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        return None
+    if state == "offline" or not isinstance(revision, str):
+        return None
+    if not fineweb.REVISION_RE.fullmatch(revision):
+        return None
+    return FineWebFeed(base, revision)
+
+
+def ice_servers(args: argparse.Namespace) -> list[IceServer] | None:
+    """The --ice-* flags as the peer's own ICE servers, or None to take the server's; checked
+    by the server's rules (``server.ice``): ``IceError`` with a hint."""
+    if not args.ice_server and args.ice_username is None and args.ice_credential is None:
+        return None
+    config = IceConfig(
+        urls=tuple(args.ice_server), username=args.ice_username, credential=args.ice_credential
+    )
+    return IceIssuer(config).servers("peer")
+
+
 def limits(args: argparse.Namespace) -> Limits:
     return Limits(
         max_memory_mb=args.max_memory_mb, max_seq_len=args.max_seq_len,
@@ -216,6 +294,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"daisychain peer: {exc}\nhint: every --max-* cap is a positive integer",
               file=sys.stderr)  # fmt: skip
+        return EXIT_JOIN
+    try:
+        ice_servers(args)
+    except IceError as exc:
+        print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return EXIT_JOIN
     if args.save_every < 0 or (args.save_every and not args.checkpoint):
         print(

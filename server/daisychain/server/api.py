@@ -10,6 +10,14 @@ and ``/healthz``.
   uint32, named in ``X-DaisyChain-Token-Dtype``) or ``json``;
 * ``seed``: 0..2^63-1; the same seed picks the same slice while the source stays the same.
 
+The **addressed form** (docs/SERVER.md, "Addressed windows") is selected by ``split``:
+``GET /data?split=train&revision=REV&seed=S&step=N&rank=R&max_chars=C`` answers the window of
+text a training run's address names (``daisychain.fineweb``) as JSON, always from FineWeb-Edu at
+revision ``REV`` (which must be this server's), never from the built-in corpus: a window this
+server cannot read is a 503 with a hint (and ``Retry-After`` when a retry may help). ``split``
+is ``train`` or ``validation`` (the held-out row group); ``seed``, ``step`` 0..2^32-1, ``rank``
+0..4095 and ``max_chars`` 1..1 000 000 are required. The peer tokenizes the text itself.
+
 Integers are plain ASCII digits (``[0-9]+``, at most 19 of them): Python's ``int()`` would also
 take ``1_000``, `` 5``, ``+5`` and other scripts' digits (``٥``), forms no client means and a cache
 or log would read differently. Each parameter may appear once. Requests are limited per client
@@ -27,11 +35,12 @@ import re
 import secrets
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
-from daisychain.server.datasource import DataService, TextSample
+from daisychain import fineweb
+from daisychain.server.datasource import DataService, DataUnavailable, TextSample
 from daisychain.server.grouping import client_address, network_key
 from daisychain.server.messages import PROTOCOL_VERSION
 from daisychain.server.ratelimit import KeyedLimiter
@@ -45,6 +54,8 @@ DEFAULT_MAX_TOKENS = 16_384
 # so the token budget, not the text, is what runs out.
 CHARS_PER_TOKEN_BUDGET = 8
 DOCUMENT_SEPARATOR = "\n\n"
+MAX_RANK = 4095  # ranks are positions in a roster (at most 64 today); room to grow, still small
+ADDRESS_PARAMS = ("revision", "seed", "step", "rank", "max_chars")
 # 2^63 - 1 has 19 digits; more is out of every bound here, so int() never sees a huge string.
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _TYPECODES = {"uint16": "H", "uint32": "I"}
@@ -106,11 +117,23 @@ class DataEndpoint:
         # Each request may cost an upstream GET, and the upstream rate-limits this server's
         # address as a whole: bound what one client can ask for.
         self.limiter = KeyedLimiter(requests_per_s, burst)
+        # The addressed form has its own budget (DataConfig.window_requests_per_s says why),
+        # made on its first request from the service's config.
+        self.window_limiter: KeyedLimiter | None = None
+
+    def _limiter(self, addressed: bool) -> KeyedLimiter:
+        if not addressed:
+            return self.limiter
+        if self.window_limiter is None:
+            config = self._service().config
+            self.window_limiter = KeyedLimiter(config.window_requests_per_s, config.window_burst)
+        return self.window_limiter
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         address = client_address(request.headers, request.remote, trust_proxy=self.trust_proxy)
         # Per network, as groups are: one IPv6 host picks any of 2^64 addresses in its /64.
-        bucket = self.limiter.bucket(network_key(address) if address else "unknown")
+        limiter = self._limiter("split" in request.query)
+        bucket = limiter.bucket(network_key(address) if address else "unknown")
         if not bucket.take():
             retry = max(1, round(bucket.retry_after_s()))
             raise web.HTTPTooManyRequests(
@@ -118,6 +141,8 @@ class DataEndpoint:
                 content_type="application/json",
                 headers={"Retry-After": str(retry)},
             )
+        if _param(request, "split") is not None:
+            return await self._window(request)
         fmt = _choice_param(request, "format", ("text", "tokens"))
         seed_param = _param(request, "seed")
         seed = _int_param(request, "seed", 0, 0, 2**63 - 1) if seed_param is not None else None
@@ -168,6 +193,53 @@ class DataEndpoint:
         return web.Response(
             body=packed.tobytes(), content_type="application/octet-stream", headers=headers
         )
+
+    async def _window(self, request: web.Request) -> web.Response:
+        """The addressed form: one window of a run's text, or a 503 that says why."""
+        split = cast(fineweb.Split, _choice_param(request, "split", fineweb.SPLITS))
+        missing = [name for name in ADDRESS_PARAMS if _param(request, name) is None]
+        if missing:
+            raise BadRequest(
+                f"an addressed /data request needs {', '.join(missing)}",
+                "give split, revision, seed, step, rank and max_chars (docs/SERVER.md)",
+            )
+        if _param(request, "format") not in (None, "text"):
+            raise BadRequest(
+                "an addressed /data request answers text only",
+                "drop format: the peer tokenizes the window with the shipped tokenizer",
+            )
+        revision = _param(request, "revision") or ""
+        seed = _int_param(request, "seed", 0, 0, 2**32 - 1)
+        step = _int_param(request, "step", 0, 0, 2**32 - 1)
+        rank = _int_param(request, "rank", 0, 0, MAX_RANK)
+        max_chars = _int_param(request, "max_chars", DEFAULT_MAX_CHARS, 1, MAX_CHARS_LIMIT)
+        service = self._service()
+        if revision != service.config.revision:
+            raise web.HTTPConflict(
+                text=_json({
+                    "error": f"this server reads FineWeb-Edu revision {service.config.revision}, "
+                    f"not {revision[:48]}",
+                    "hint": "every peer of a run must use a server with the run's revision "
+                    "(--data-revision)",
+                }),
+                content_type="application/json",
+            )  # fmt: skip
+        try:
+            sample = await service.window(split, seed, step, rank, max_chars)
+        except DataUnavailable as exc:
+            headers = {"Cache-Control": "no-store"}
+            if exc.retry_after_s is not None:
+                headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+            raise web.HTTPServiceUnavailable(
+                text=_json({"error": exc.message, "hint": exc.hint}),
+                content_type="application/json",
+                headers=headers,
+            ) from None
+        body = _describe(sample) | {
+            "revision": revision, "split": split, "seed": seed, "step": step, "rank": rank,
+            "texts": sample.texts, "chars": sum(map(len, sample.texts)),
+        }  # fmt: skip
+        return web.json_response(body, headers=_headers(sample))
 
 
 def _describe(sample: TextSample) -> dict[str, Any]:

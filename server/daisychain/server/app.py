@@ -18,8 +18,10 @@ from aiohttp import web
 from daisychain.assets import asset_dir
 from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
 from daisychain.server.config import ServerConfig
+from daisychain.server.corpus import BuiltinTokensEndpoint
 from daisychain.server.datasource import DataService, Tokenizer, load_builtin_text, load_tokenizer
 from daisychain.server.httpconn import GuardedSite, head_complete
+from daisychain.server.ice import IceIssuer
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, add_security_headers
 
@@ -37,7 +39,9 @@ def create_app(
     """Build the app. ``fallback_text`` and ``tokenizer`` are injectable for tests."""
     app = web.Application(middlewares=[head_complete])
     app[CONFIG] = config
-    signaling = Signaling(config.signaling, trust_proxy=config.trust_proxy)
+    signaling = Signaling(
+        config.signaling, trust_proxy=config.trust_proxy, ice=IceIssuer(config.ice)
+    )
     app[SIGNALING] = signaling
 
     async def data_source(app: web.Application) -> AsyncIterator[None]:
@@ -78,6 +82,7 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/status", status_handler(signaling, data_service))
     app.router.add_post("/api/rooms", create_room)
+    app.router.add_get("/api/corpus/builtin", BuiltinTokensEndpoint().handle)
     app.router.add_get("/kernels/{path:.*}", kernels.handle)
     app.router.add_get("/luts/{path:.*}", luts.handle)
     app.router.add_get("/{path:.*}", static.handle)  # last: everything else is a static file

@@ -112,6 +112,13 @@ class DataConfig:
     # holds ~1 MB of text, and twenty holding theirs at once left the server 56 MB larger after
     # they were freed.
     token_requests_at_once: int = 0
+    # Addressed windows (/data?split=...) per client network: a training peer asks one per
+    # step, a few steps ahead, and every device of a classroom behind one NAT shares the
+    # budget. A window is small (8 characters per token: ~8 KB for the small preset) and
+    # costs an upstream read only once per rank and 32 steps (fineweb.STEPS_PER_ROW_GROUP);
+    # upstream reads stay bounded by max_concurrent_reads whoever asks.
+    window_requests_per_s: float = 20.0
+    window_burst: int = 100
 
     def shard_url(self, shard: str) -> str:
         return f"{self.base_url.rstrip('/')}/datasets/{self.repo}/resolve/{self.revision}/{shard}"
@@ -139,6 +146,25 @@ class HttpLimits:
 
 
 @dataclass(frozen=True)
+class IceConfig:
+    """STUN/TURN servers handed to every client in ``welcome`` (``ice.py``, docs/SERVER.md)."""
+
+    # None by default: clients try host candidates only and contact no third party.
+    urls: tuple[str, ...] = ()
+    # Static TURN credentials, the same for every client ...
+    username: str | None = None
+    credential: str | None = None
+    # ... or a secret shared with the TURN server, from which each client gets its own
+    # time-limited credential at welcome time (coturn's --static-auth-secret).
+    secret: str | None = None
+    # A day: a run that meets a late joiner hours after its welcome still has a valid one.
+    ttl_s: int = 24 * 3600
+    # Tell clients to use relay candidates only (iceTransportPolicy "relay"): device addresses
+    # stay hidden from each other, and every byte goes through the TURN server.
+    relay_only: bool = False
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -147,6 +173,7 @@ class ServerConfig:
     signaling: SignalingLimits = field(default_factory=SignalingLimits)
     data: DataConfig = field(default_factory=DataConfig)
     http: HttpLimits = field(default_factory=HttpLimits)
+    ice: IceConfig = field(default_factory=IceConfig)
     # Asset folders; None -> daisychain.assets.asset_dir(name). Tests point these at tmp dirs.
     static_dir: Path | None = None
     kernels_dir: Path | None = None

@@ -17,6 +17,13 @@ mean downloading 2 GB - a timeout, a corrupt footer) moves the upstream into ``B
 request is served from the built-in corpus, the reason is logged, and the upstream is tried again
 after a delay that doubles while it keeps failing. Every response names its source.
 
+The addressed form (``DataService.window``, docs/SERVER.md "Addressed windows") reads the window
+of text a training run's address names (``daisychain.fineweb``): it never falls back, because a
+peer handed other text would silently train on it; a failure is ``DataUnavailable`` (the
+endpoint's 503 with a hint) and counts against the upstream like any other. Its decoded row
+groups are kept in a small LRU (``WINDOW_ROW_GROUPS``), since a rank reads one row
+group for ``fineweb.STEPS_PER_ROW_GROUP`` steps.
+
 Upstream state, changed only through ``DataService._set_state``::
 
     UNTRIED --read ok--> OK      UNTRIED/OK/BACKOFF --read failed--> BACKOFF
@@ -36,6 +43,7 @@ import re
 import struct
 import time
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +51,7 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
+from daisychain import fineweb
 from daisychain.server.config import DataConfig
 
 log = logging.getLogger(__name__)
@@ -50,6 +59,10 @@ log = logging.getLogger(__name__)
 PARQUET_MAGIC = b"PAR1"
 TEXT_COLUMN = "text"
 _CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+# Decoded row groups the addressed form keeps (least recently used dropped first): a rank reads
+# one row group for fineweb.STEPS_PER_ROW_GROUP steps, so keeping one per active rank saves 31
+# of every 32 upstream reads. A FineWeb-Edu row group is ~2-5 MB of text: 16 hold ~30-80 MB.
+WINDOW_ROW_GROUPS = 16
 
 
 class Tokenizer(Protocol):
@@ -77,6 +90,15 @@ class UpstreamError(Exception):
     """The upstream cannot serve this read; ``str(exc)`` says why, for the log and status."""
 
 
+class DataUnavailable(Exception):
+    """An addressed window cannot be served; ``message``/``hint`` go to the client (a 503),
+    ``retry_after_s`` is when asking again may help (``None``: not before something changes)."""
+
+    def __init__(self, message: str, hint: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message, self.hint, self.retry_after_s = message, hint, retry_after_s
+
+
 class UpstreamState(enum.Enum):
     OFFLINE = "offline"
     UNTRIED = "untried"
@@ -101,6 +123,7 @@ class TextSample:
     row_group: int | None = None
     first_row: int | None = None
     offset: int | None = None  # character offset into the built-in corpus
+    window: fineweb.Window | None = None  # the addressed form's coordinates
 
 
 class _RangeFile(io.RawIOBase):
@@ -313,6 +336,9 @@ class DataService:
         self.failures = 0
         self.retry_at = 0.0
         self.served = {"fineweb": 0, "builtin": 0}
+        self.windows_served = 0
+        # (shard, row group) -> decoded texts, least recently used first (addressed form only).
+        self._row_groups: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
 
     def _set_state(self, new: UpstreamState, reason: str) -> None:
         old, self.state = self.state, new
@@ -329,6 +355,7 @@ class DataService:
             "last_error": self.last_error,
             "retry_in_s": round(retry_in, 1) if self.state is UpstreamState.BACKOFF else None,
             "served": dict(self.served),
+            "windows_served": self.windows_served,
         }
 
     def _upstream_usable(self) -> bool:
@@ -350,6 +377,77 @@ class DataService:
                 return sample
         self.served["builtin"] += 1
         return self._builtin_sample(await self.builtin_text(), rng, max_chars)
+
+    async def window(
+        self, split: fineweb.Split, seed: int, step: int, rank: int, chars: int
+    ) -> TextSample:
+        """The window of text at a run's address (``daisychain.fineweb``), from FineWeb-Edu at
+        this server's revision, or ``DataUnavailable``: never the built-in corpus."""
+        if self.reader is None or self.state is UpstreamState.OFFLINE:
+            raise DataUnavailable(
+                "this server does not read FineWeb-Edu (it runs with --offline)",
+                "lead with data builtin, or use a server started without --offline",
+            )
+        wait = self.retry_at - self._clock()
+        if self.state is UpstreamState.BACKOFF and wait > 0:
+            raise DataUnavailable(
+                f"the FineWeb-Edu upstream failed ({self.last_error}); next try in {wait:.0f} s",
+                f"retry in {max(1, round(wait))} s; the server's /api/status shows the upstream",
+                retry_after_s=wait,
+            )
+        try:
+            sample = await self._window(split, seed, step, rank, chars)
+        except UpstreamError as exc:
+            self._failed(str(exc))
+            raise DataUnavailable(
+                f"the FineWeb-Edu upstream failed: {str(exc)[:200]}",
+                "retry later; the server's /api/status shows the upstream and its last error",
+                retry_after_s=max(0.0, self.retry_at - self._clock()),
+            ) from None
+        except fineweb.AddressError as exc:
+            raise DataUnavailable(
+                f"the revision's shard table cannot hold this address: {exc}",
+                "the dataset revision is unusable for training: lead with another --data",
+            ) from None
+        self.failures, self.last_error = 0, None
+        self._set_state(UpstreamState.OK, "read succeeded")
+        self.windows_served += 1
+        return sample
+
+    async def _window(
+        self, split: fineweb.Split, seed: int, step: int, rank: int, chars: int
+    ) -> TextSample:
+        assert self.reader is not None, "upstream used while offline"
+        shards = self.config.shards
+        shard_index = fineweb.shard_of(seed, step, rank, split, len(shards))
+        shard = shards[shard_index]
+        index = await self.reader.index(shard)
+        where = fineweb.window(
+            seed, step, rank, split, shard=shard_index, n_shards=len(shards), rows=index.rows,
+            chars=chars,
+        )  # fmt: skip
+        texts = await self._row_group(shard, where.row_group)
+        picked = fineweb.window_texts(texts, where.first_row, chars)
+        return TextSample(
+            source="fineweb", texts=picked, shard=shard, row_group=where.row_group,
+            first_row=where.first_row % len(texts), window=where,
+        )  # fmt: skip
+
+    async def _row_group(self, shard: str, row_group: int) -> list[str]:
+        """A row group's texts, from the LRU or one range GET (a failed read caches nothing)."""
+        assert self.reader is not None
+        key = (shard, row_group)
+        texts = self._row_groups.get(key)
+        if texts is not None:
+            self._row_groups.move_to_end(key)
+            return texts
+        texts = await self.reader.read_texts(shard, row_group)
+        if not any(texts):
+            raise UpstreamError(f"row group {row_group} of {shard} holds no text")
+        self._row_groups[key] = texts
+        while len(self._row_groups) > WINDOW_ROW_GROUPS:
+            self._row_groups.popitem(last=False)
+        return texts
 
     async def tokenizer(self) -> Tokenizer:
         """The tokenizer, loaded on first use; a failed load raises and is tried again later."""
@@ -405,7 +503,8 @@ class DataService:
         self.retry_at = self._clock() + delay
         self.last_error = reason[:200]
         log.warning(
-            "fineweb upstream failed: %s; serving the built-in corpus, retrying in %g s",
+            "fineweb upstream failed: %s; retrying in %g s (until then the random form serves "
+            "the built-in corpus and the addressed form answers 503)",
             reason, delay, extra={"fields": {"failures": self.failures, "retry_in_s": delay}},
         )  # fmt: skip
         self._set_state(UpstreamState.BACKOFF, reason[:80])

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from daisychain.server import logs
+from daisychain.server import ice, logs
 from daisychain.server.app import DATA, create_app
 from daisychain.server.config import (
     DEFAULT_HOST,
@@ -27,6 +27,7 @@ from daisychain.server.config import (
     FINEWEB_REVISION,
     DataConfig,
     HttpLimits,
+    IceConfig,
     ServerConfig,
     SignalingLimits,
 )
@@ -81,6 +82,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--join-timeout", type=float, default=SignalingLimits.join_timeout_s,
         help="seconds a join request waits for the host",
     )  # fmt: skip
+    ice_group = parser.add_argument_group(
+        "ICE servers (handed to every page and peer in welcome; default none: direct routes only)"
+    )
+    ice_group.add_argument(
+        "--ice-server", action="append", default=[], metavar="URL",
+        help="STUN or TURN server, repeatable: stun:HOST[:PORT], turn:HOST[:PORT]"
+        "[?transport=udp|tcp], turns:HOST[:PORT]",
+    )  # fmt: skip
+    ice_group.add_argument("--ice-username", help="TURN username, the same for every client")
+    ice_group.add_argument("--ice-credential", help="TURN password for --ice-username")
+    ice_group.add_argument(
+        "--ice-secret",
+        help="secret shared with the TURN server (coturn --static-auth-secret): every client "
+        "gets its own time-limited credential",
+    )
+    ice_group.add_argument(
+        "--ice-secret-file", metavar="PATH",
+        help="read --ice-secret from this file (keeps it out of the process list)",
+    )  # fmt: skip
+    ice_group.add_argument(
+        "--ice-ttl", type=int, default=IceConfig.ttl_s, metavar="SECONDS",
+        help="lifetime of credentials minted from the secret (default %(default)s)",
+    )  # fmt: skip
+    ice_group.add_argument(
+        "--ice-relay-only", action="store_true",
+        help="tell clients to use TURN relay candidates only (hides device addresses)",
+    )  # fmt: skip
     logging_group = parser.add_argument_group("logging")
     logging_group.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
@@ -97,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if not (math.isfinite(args.head_timeout) and args.head_timeout > 0):
         raise SystemExit(f"--head-timeout {args.head_timeout} must be a positive number of seconds")
     return ServerConfig(
+        ice=ice_config_from_args(args),
         host=args.host,
         port=port,
         trust_proxy=args.trust_proxy,
@@ -110,6 +139,50 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             timeout_s=args.data_timeout,
         ),
     )
+
+
+def ice_config_from_args(args: argparse.Namespace) -> IceConfig:
+    """The ICE flags as a checked ``IceConfig``; a setting that cannot work stops the server
+    here, with a hint, rather than every client failing later (``ice.check``)."""
+    secret = args.ice_secret
+    if args.ice_secret_file is not None:
+        if secret is not None:
+            raise SystemExit("--ice-secret and --ice-secret-file both given\nhint: choose one")
+        try:
+            with open(args.ice_secret_file, encoding="utf-8") as f:
+                secret = f.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(
+                f"cannot read --ice-secret-file {args.ice_secret_file}: {exc}\n"
+                "hint: a UTF-8 text file holding the secret on one line"
+            ) from None
+    config = IceConfig(
+        urls=tuple(args.ice_server),
+        username=args.ice_username,
+        credential=args.ice_credential,
+        secret=secret,
+        ttl_s=args.ice_ttl,
+        relay_only=args.ice_relay_only,
+    )
+    try:
+        ice.check(config)
+    except ice.IceError as exc:
+        raise SystemExit(f"{exc.message}\nhint: {exc.hint}") from None
+    return config
+
+
+def log_ice(config: IceConfig) -> None:
+    """One line saying which ICE servers clients are given (never a credential or secret)."""
+    if not config.urls:
+        log.info("ICE servers: none (clients use direct routes only)")
+        return
+    auth = "minted from the secret" if config.secret else "static" if config.username else "none"
+    log.info(
+        "ICE servers: %s; TURN credentials %s; policy %s", " ".join(config.urls), auth,
+        "relay" if config.relay_only else "all",
+        extra={"fields": {"ice_servers": list(config.urls), "credentials": auth,
+                          "relay_only": config.relay_only}},
+    )  # fmt: skip
 
 
 # glibc's mallopt(): M_MMAP_THRESHOLD is -3 in <malloc.h>.
@@ -159,6 +232,7 @@ async def serve(config: ServerConfig) -> None:
                 "listening on http://%s:%d/", shown, port,
                 extra={"fields": {"url": f"http://{shown}:{port}/", "port": port}},
             )  # fmt: skip
+        log_ice(config.ice)
         await stop.wait()
         log.info("shutting down")
     finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from daisychain import wire
@@ -158,8 +158,18 @@ class GroupInfo:
 
 
 @dataclass(frozen=True)
+class IceServer:
+    """One entry of ``RTCConfiguration.iceServers`` (WebRTC's names); credentials for TURN."""
+
+    urls: list[str]
+    username: str | None = None
+    credential: str | None = None
+
+
+@dataclass(frozen=True)
 class Welcome:
-    """You are in: your id, your group, who is there (oldest first) and who hosts it."""
+    """You are in: your id, your group, who is there (oldest first) and who hosts it, and the
+    ICE servers and transport policy to connect to the others with (none: host candidates)."""
 
     version: int
     id: str
@@ -167,6 +177,8 @@ class Welcome:
     role: Literal["host", "member"]
     host: str | None
     members: list[PeerInfo]
+    ice_servers: list[IceServer] = field(default_factory=list)
+    ice_transport_policy: Literal["all", "relay"] = "all"
     type: Literal["welcome"] = "welcome"
 
 

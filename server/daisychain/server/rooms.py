@@ -46,7 +46,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from daisychain.server.config import IceConfig
 from daisychain.server.grouping import LOCAL_GROUP
+from daisychain.server.ice import IceIssuer
 from daisychain.server.messages import (
     CLOSE_DENIED,
     CLOSE_JOIN_TIMEOUT,
@@ -192,8 +194,11 @@ class Hub:
         max_pending: int,
         join_timeout_s: float,
         join_requests: KeyedLimiter,
+        ice: IceIssuer | None = None,
     ) -> None:
         self.max_group_size = max_group_size
+        # The ICE servers and policy each welcome carries (none by default).
+        self.ice = ice if ice is not None else IceIssuer(IceConfig())
         self.max_pending = max_pending
         self.join_timeout_s = join_timeout_s
         self.join_requests = join_requests
@@ -419,6 +424,8 @@ class Hub:
                 role="host" if group.host == peer.id else "member",
                 host=group.host,
                 members=others,
+                ice_servers=self.ice.servers(peer.id),
+                ice_transport_policy=self.ice.policy,
             )
         )
         group.to_members(PeerJoined(peer=peer.info()), exclude=peer.id)

@@ -41,6 +41,7 @@ from aiohttp import WSMsgType, web
 
 from daisychain.server.config import SignalingLimits
 from daisychain.server.grouping import IPAddress, client_address, group_key, network_key
+from daisychain.server.ice import IceIssuer
 from daisychain.server.logs import Throttle
 from daisychain.server.messages import (
     CLOSE_ABUSE,
@@ -230,10 +231,13 @@ async def close_or_abort(
 class Signaling:
     """Owns the hub and the open connections of one app."""
 
-    def __init__(self, limits: SignalingLimits, *, trust_proxy: bool) -> None:
+    def __init__(
+        self, limits: SignalingLimits, *, trust_proxy: bool, ice: IceIssuer | None = None
+    ) -> None:
         self.limits = limits
         self.trust_proxy = trust_proxy
         self.hub = Hub(
+            ice=ice,
             max_group_size=limits.max_group_size,
             max_pending=limits.max_pending,
             join_timeout_s=limits.join_timeout_s,

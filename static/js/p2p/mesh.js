@@ -5,8 +5,10 @@
 // - Who offers: of two peers, the one whose id sorts first (ASCII) creates the connection and
 //   the channel (label `daisychain`) and sends the offer when it learns of the other (welcome
 //   or peer-joined); the other answers. A second offer for a pair already connected is ignored.
-// - ICE: `iceServers: []` unless configured (host candidates only; no STUN server is ever
-//   contacted by default). Trickle in both directions with a peer whose hello device says
+// - ICE: the servers and policy of the server's `welcome` (docs/PROTOCOL.md, "ICE servers";
+//   none and 'all' unless the server was configured), unless the page passes its own
+//   `iceServers`/`iceTransportPolicy`: with neither, host candidates only and no STUN server is
+//   ever contacted. Relay with no TURN server could never connect: an error. Trickle in both directions with a peer whose hello device says
 //   `trickle: true` (another browser); to any other peer (the Python peer never trickles and
 //   does not say so) the description is sent once gathering completed, with every candidate in
 //   it. Candidates a peer trickles to us are always accepted.
@@ -33,6 +35,7 @@
 
 import { encode } from './messages.js';
 import { fragmentBody, prepareBody } from './frames.js';
+import { hasTurn } from './ice.js';
 import { DetailEvent, SignalingClient, parseSignalData } from './signaling.js';
 
 export const CHANNEL_LABEL = 'daisychain';
@@ -168,19 +171,20 @@ export class Mesh extends EventTarget {
    * @param {string|null} [o.room]  a private room code
    * @param {string} [o.name]  shown to the group (<= 40 characters)
    * @param {object} [o.device]  the hello device summary; `trickle: true` is added
-   * @param {RTCIceServer[]} [o.iceServers]  none by default: host candidates only
-   * @param {string} [o.iceTransportPolicy]  'all' (default) or 'relay'
+   * @param {RTCIceServer[]|null} [o.iceServers]  overrides the welcome's (null: take them)
+   * @param {string|null} [o.iceTransportPolicy]  'all' or 'relay'; null: the welcome's
    * @param {boolean} [o.trickle]  trickle ICE with peers that say they can (default true)
    * @param {number} [o.peerLeftGraceMs]
    * @param {object} [o.backoff]  signaling reconnect: {initialMs, maxMs, factor, random}
    */
-  constructor({ server, room = null, name = '', device = { kind: 'browser' }, iceServers = [],
-    iceTransportPolicy = 'all', trickle = true, peerLeftGraceMs = 1000, backoff = {},
+  constructor({ server, room = null, name = '', device = { kind: 'browser' }, iceServers = null,
+    iceTransportPolicy = null, trickle = true, peerLeftGraceMs = 1000, backoff = {},
     RTCPeerConnectionImpl = globalThis.RTCPeerConnection, WebSocketImpl = globalThis.WebSocket,
     log = null } = {}) {
     super();
-    this.iceServers = iceServers;
-    this.iceTransportPolicy = iceTransportPolicy;
+    this.iceOverride = { servers: iceServers, policy: iceTransportPolicy };
+    this.iceServers = iceServers ?? [];
+    this.iceTransportPolicy = iceTransportPolicy ?? 'all';
     this.trickle = trickle;
     this.peerLeftGraceMs = peerLeftGraceMs;
     this.RTC = RTCPeerConnectionImpl;
@@ -231,6 +235,7 @@ export class Mesh extends EventTarget {
         }
         this.id = msg.id;
         this.role = msg.role;
+        this.takeIce(msg);
         for (const member of msg.members) this.devices.set(member.id, member.device);
         this.emit('welcome', { id: msg.id, role: msg.role, members: msg.members });
         for (const member of msg.members) this.introduce(member.id);
@@ -253,6 +258,16 @@ export class Mesh extends EventTarget {
         break;
       default:
         break; // pending, denied, join-request(-closed), broadcast, pong: the page's business
+    }
+  }
+
+  /** The welcome's ICE servers and policy, where the page did not give its own. */
+  takeIce(welcome) {
+    this.iceServers = this.iceOverride.servers ?? welcome.ice_servers;
+    this.iceTransportPolicy = this.iceOverride.policy ?? welcome.ice_transport_policy;
+    if (this.iceTransportPolicy === 'relay' && !hasTurn(this.iceServers)) {
+      this.fail('relay-only ICE was asked for but no TURN server is known',
+        'the page or the server must give a turn: server (docs/USAGE.md, ICE servers)');
     }
   }
 

@@ -205,7 +205,7 @@ export function parse(raw) {
     return record('config', {
       run, preset, model: Object.freeze(model), optim: Object.freeze(optim),
       steps: f.integer('steps', 0, U32_MAX), seed: f.integer('seed', 0, U32_MAX),
-      data: f.text('data', 32), tokenizer_sha256: f.hash('tokenizer_sha256'),
+      data: f.text('data', 64), tokenizer_sha256: f.hash('tokenizer_sha256'),
       resume_step: resumeStep, resume_hash: resumeHash,
     });
   }

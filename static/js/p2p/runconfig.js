@@ -67,11 +67,15 @@ const MODEL_HINTS = {
 
 /**
  * `cfg` (a parsed `config` record) as this peer's run, or Incompatible. `tokenizerSha256` and
- * `vocabSize` describe this peer's tokenizer; `caps` are its Limits (defaults: limits()).
+ * `vocabSize` describe this peer's tokenizer; `caps` are its Limits (defaults: limits());
+ * `dataSources` the config.data names it can read ('builtin', and 'fineweb@REV' when its server
+ * reads FineWeb-Edu at that revision).
  * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...}.
  */
-export function parse(cfg, { tokenizerSha256, vocabSize, caps = limits() }) {
-  checkData(cfg, tokenizerSha256, vocabSize);
+export function parse(cfg, {
+  tokenizerSha256, vocabSize, caps = limits(), dataSources = ['builtin'],
+}) {
+  checkData(cfg, tokenizerSha256, vocabSize, dataSources);
   const model = buildModel(cfg.model);
   checkPreset(cfg.preset, model);
   checkRun(cfg);
@@ -110,11 +114,23 @@ export function groupedFixed0(x) {
 // ---------------------------------------------------------------------------------------------
 // The rules, in the order they are checked (the first failure is reported).
 
-function checkData(cfg, tokenizerSha256, vocabSize) {
-  if (cfg.data !== 'builtin') {
+const FINEWEB_DATA_RE = /^fineweb@([0-9a-f]{40})$/;
+
+function checkData(cfg, tokenizerSha256, vocabSize, dataSources) {
+  const fineweb = FINEWEB_DATA_RE.exec(cfg.data);
+  if (cfg.data !== 'builtin' && fineweb === null) {
     throw new Incompatible('data',
-      `data source ${strRepr(pySlice(cfg.data, 32))}; this peer trains on the built-in corpus only`,
-      'lead with the built-in corpus (data "builtin")');
+      `data source ${strRepr(pySlice(cfg.data, 64))} is not one this version knows`,
+      'lead with data "builtin" or "fineweb@" and a 40-hex dataset revision');
+  }
+  if (!dataSources.includes(cfg.data)) {
+    // Training on other text than the run's would fork it, or worse, go unnoticed.
+    const revision = fineweb === null ? 'None' : fineweb[1];
+    throw new Incompatible('data',
+      `this peer cannot read FineWeb-Edu at revision ${revision.slice(0, 12)}... ` +
+      `(it reads: ${dataSources.join(', ')})`,
+      'start this peer against a DaisyChain server that reads that revision (not ' +
+      '--offline; --data-revision), or lead with data builtin');
   }
   if (cfg.tokenizer_sha256 !== tokenizerSha256 || cfg.model.vocab_size !== vocabSize) {
     throw new Incompatible('tokenizer',

@@ -15,6 +15,8 @@
 // A new connection gets a new id from the server: whoever owns this client (mesh.js) treats
 // each `welcome` as a fresh membership.
 
+import { ICE_POLICIES, iceServersFrom } from './ice.js';
+
 export const SIGNALING_VERSION = 1;
 export const MAX_SDP = 60_000;
 export const MAX_CANDIDATE = 1024;
@@ -117,6 +119,8 @@ export function parseServer(raw) {
         version: m.version, id: id('id'), group: Object.freeze({ ...m.group }),
         role: choice('role', ['host', 'member']), host: m.host == null ? null : id('host'),
         members: Object.freeze(m.members.map((p) => peerInfo(p, 'welcome.members[]'))),
+        ice_servers: Object.freeze(iceServersFrom(m.ice_servers, (where, expected) => check(false, where, expected))),
+        ice_transport_policy: m.ice_transport_policy === undefined ? 'all' : choice('ice_transport_policy', ICE_POLICIES),
       });
     }
     case 'pending':

@@ -336,7 +336,8 @@ class Machine:
         """Validate once (``runconfig.parse``): the run, or ``runconfig.Incompatible``."""
         s = self.settings
         return runconfig.parse(cfg, tokenizer_sha256=s.tokenizer_sha256,
-                               vocab_size=s.vocab_size, limits=s.limits)  # fmt: skip
+                               vocab_size=s.vocab_size, limits=s.limits,
+                               data_sources=s.data_sources)  # fmt: skip
 
     def _lead(self, config: messages.Config, min_peers: int) -> None:
         try:  # the leader trains its run too: the followers' rules and its own caps apply

@@ -33,3 +33,6 @@ class Settings:
     limits: Limits = field(
         default_factory=Limits
     )  # what a leader may impose on this peer (runconfig.parse)
+    # The config.data names this peer can read (runconfig.parse's "data" rule): the built-in
+    # corpus always, "fineweb@REV" when its server reads FineWeb-Edu at that revision.
+    data_sources: tuple[str, ...] = ("builtin",)

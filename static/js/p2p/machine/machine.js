@@ -431,6 +431,7 @@ export class Machine {
     const s = this.settings;
     return parseRunConfig(cfg, {
       tokenizerSha256: s.tokenizer_sha256, vocabSize: s.vocab_size, caps: s.limits,
+      dataSources: s.data_sources,
     });
   }
 

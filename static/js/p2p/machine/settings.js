@@ -27,7 +27,7 @@ export function timers(fields = {}) {
 
 /**
  * {id, name, tokenizer_sha256, vocab_size, backend, reference_probe, timers, can_save,
- * save_every, limits}: `id` is this peer's server-assigned id, `name` is shown to other peers in
+ * save_every, limits, data_sources}: `id` is this peer's server-assigned id, `name` is shown to other peers in
  * hello (at most 40 characters are sent), `backend` is published with every hash,
  * `reference_probe` is what every device's kernel probe must equal, `can_save` says this peer has
  * a checkpoint path, `save_every` also saves every that many steps, `limits` are the caps on
@@ -49,5 +49,7 @@ export function settings(fields) {
     can_save: Boolean(fields.can_save ?? false),
     save_every: fields.save_every ?? 0,
     limits: limits(fields.limits ?? {}),
+    // The config.data names this peer can read (runconfig's "data" rule).
+    data_sources: Object.freeze([...(fields.data_sources ?? ['builtin'])]),
   });
 }

@@ -1,0 +1,80 @@
+"""``GET /api/corpus/builtin``: the token ids a browser peer trains on for ``data: "builtin"``.
+
+A run's config names its data as ``"builtin"`` (docs/PROTOCOL.md, "Config validation"): every
+peer samples its batches from the same token array, the training split of the built-in corpus
+encoded with the shipped tokenizer (``daisychain.train.load_corpus(None, tokenizer).train``, what
+``python -m daisychain.peer`` uses). A page cannot rebuild it cheaply (12 MB of text through a
+JavaScript BPE), so the server hands out the ids it computes once: little-endian ``uint16`` (or
+``uint32`` for vocabularies over 65536, named in ``X-DaisyChain-Token-Dtype``), with the SHA-256
+of the tokenizer file that made them in ``X-DaisyChain-Tokenizer-SHA256`` and the SHA-256 of the
+body in ``X-DaisyChain-Tokens-SHA256``. The page checks the tokenizer hash against the tokenizer
+it loaded itself; replicas built on other tokens would diverge and the sync guard would stop the
+run, so a wrong body cannot go unnoticed.
+
+The ids are built in a worker thread on the first request (about 0.2 s with the on-disk token
+cache, seconds without) and kept: about 8 MB for the shipped corpus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class BuiltinTokens:
+    body: bytes
+    dtype: str
+    count: int
+    tokenizer_sha256: str
+    sha256: str
+
+
+def build_builtin_tokens() -> BuiltinTokens:
+    """The training split of the built-in corpus with the shipped tokenizer, as bytes."""
+    from daisychain.tokenizer import load_default
+    from daisychain.train import load_corpus
+
+    tok = load_default()
+    ids = load_corpus(None, tok).train
+    body = ids.astype(ids.dtype.newbyteorder("<"), copy=False).tobytes()
+    return BuiltinTokens(
+        body=body,
+        dtype=ids.dtype.name,
+        count=int(ids.size),
+        tokenizer_sha256=tok.sha256,
+        sha256=hashlib.sha256(body).hexdigest(),
+    )
+
+
+class BuiltinTokensEndpoint:
+    """Serves ``build_builtin_tokens()``, computed once (concurrent first requests share it)."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[BuiltinTokens] | None = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if self._task is None:
+            self._task = asyncio.ensure_future(asyncio.to_thread(build_builtin_tokens))
+        try:
+            tokens = await asyncio.shield(self._task)
+        except Exception as exc:  # the corpus or the tokenizer is missing from the install
+            self._task = None
+            raise web.HTTPServiceUnavailable(
+                text=f"the built-in corpus could not be tokenized: {exc}; reinstall daisychain",
+                content_type="text/plain",
+            ) from None
+        return web.Response(
+            body=tokens.body,
+            content_type="application/octet-stream",
+            headers={
+                "X-DaisyChain-Token-Dtype": tokens.dtype,
+                "X-DaisyChain-Token-Count": str(tokens.count),
+                "X-DaisyChain-Tokenizer-SHA256": tokens.tokenizer_sha256,
+                "X-DaisyChain-Tokens-SHA256": tokens.sha256,
+                "Cache-Control": "no-cache",
+            },
+        )

@@ -1,0 +1,360 @@
+// The browser peer: the I/O shell around the protocol machine (machine/), the browser twin of
+// daisychain/p2p/node.py (docs/PROTOCOL.md, "The browser peer").
+//
+// The machine decides everything the protocol says; this shell does what it cannot. It owns
+// the mesh's events (mesh.js), the replica (replica.js: the model in the training worker), the
+// clock and the user's requests. Every input -- a mesh event, a compute result, a user request
+// -- goes on one queue and is fed to the machine in arrival order, one at a time (handle() is
+// async and refuses a second call in flight), stamped with `now` = performance.now() / 1000 at
+// the moment it is fed. The effects that come back are carried out in order: messages and
+// payloads go to the mesh (which keeps their order per channel), `compute` goes to the worker
+// (its answer comes back as an input), `step-applied` is reported, `finished` ends the run.
+//
+// Time: after every input the shell arms one timer for `machine.nextDeadline()`; when it fires
+// it feeds `timer`. A hidden tab's timers are throttled (to once a second, later once a
+// minute), so before feeding any input the shell also feeds `timer` first when the deadline has
+// already passed (as node.py does): data-channel traffic keeps the deadlines honest even when
+// the page's timers are late. A deadline that did not move after its timer was fed is retried
+// no sooner than 10 ms later (never spin).
+//
+// Events out (DetailEvent): `ready` {id} (the machine exists: the mesh was admitted), `phase`
+// {phase}, `step` {step, round, loss, hash, roster, probe, backend, leader, computeMs,
+// computedOn, gpuProducts, bytesSent},
+// `finished` {outcome}, `error` {message, hint} (also console.warn).
+
+import { DetailEvent } from './signaling.js';
+import { Machine, settings as makeSettings, events as E } from './machine/index.js';
+import { message } from './messages.js';
+import { Incompatible, parse as parseRunConfig } from './runconfig.js';
+import { PRESETS } from '../model/config.js';
+import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
+
+const CLOSE_DRAIN_MS = 1000; // a refusal's `error` leaves before its channel closes
+const MIN_RETRY_MS = 10;
+
+const monotonic = () => performance.now() / 1000;
+
+function runId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(8));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * The `config` a leader sends, from the page's choices: a preset, its steps and optionally
+ * batch, sequence length, learning rate, warm-up and seed. The same record node.py's
+ * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
+ */
+export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
+  vocabSize, tokenizerSha256 }) {
+  const p = PRESETS[preset];
+  if (p === undefined) {
+    throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
+      `choose one of ${Object.keys(PRESETS).join(', ')}`);
+  }
+  return message('config', {
+    run: runId(),
+    preset,
+    model: {
+      vocab_size: vocabSize, width: p.width, layers: p.layers, heads: p.heads,
+      seq_len: seqLen ?? p.seqLen, batch: batch ?? p.batch, mlp_mult: p.mlpMult,
+    },
+    optim: { lr, warmup_steps: Math.min(warmup, Math.max(steps - 1, 0)), weight_decay: 0.1, clip: 1.0 },
+    steps,
+    seed,
+    data: 'builtin',
+    tokenizer_sha256: tokenizerSha256,
+    resume_step: 0,
+    resume_hash: null,
+  });
+}
+
+export class BrowserPeer extends EventTarget {
+  /**
+   * @param {object} o
+   * @param {import('./mesh.js').Mesh} o.mesh  not started yet, or started: the machine is
+   *   built when the mesh is admitted (its id is the machine's)
+   * @param {import('./replica.js').WorkerReplica} o.replica
+   * @param {Uint16Array|Uint32Array} o.tokens  the built-in corpus's training ids
+   * @param {string} o.tokenizerSha256
+   * @param {number} o.vocabSize
+   * @param {string} [o.name]  said in `hello` on every channel (the mesh's name)
+   * @param {object} [o.timers]  machine timers in seconds (settings.js names)
+   * @param {object} [o.limits]  caps on what a leader may impose (runconfig.limits names)
+   * @param {() => number} [o.clock]  seconds, monotonic
+   */
+  constructor({ mesh, replica, tokens, tokenizerSha256, vocabSize, name = '', timers = {},
+    limits = {}, clock = monotonic, log = null }) {
+    super();
+    this.name = name;
+    this.mesh = mesh;
+    this.replica = replica;
+    this.tokens = tokens;
+    this.tokenizerSha256 = tokenizerSha256;
+    this.vocabSize = vocabSize;
+    this.timers = timers;
+    this.limits = limits;
+    this.clock = clock;
+    this.log = log ?? ((level, text) => console.debug(`daisychain peer: ${level}: ${text}`));
+    this.machine = null;
+    this.inbox = []; // {prepare?: async () => void, make: (now) => event}
+    this.feeding = false;
+    this.timer = null;
+    this.lastDeadline = null;
+    this.outcome = null;
+    this.records = [];
+    this.errors = [];
+    this.computed = new Map(); // step/round -> how our gradient was computed
+    this.bytesSent = 0;
+    this.listen();
+  }
+
+  emit(type, detail) {
+    this.dispatchEvent(new DetailEvent(type, detail));
+  }
+
+  /** An error the page shows (and the console). */
+  fail(message, hint) {
+    console.warn(`daisychain peer: ${message} (${hint})`);
+    this.errors.push({ message, hint });
+    this.emit('error', { message, hint });
+  }
+
+  get id() {
+    return this.machine?.id ?? '';
+  }
+
+  get phase() {
+    return this.machine?.phase.phase ?? 'lobby';
+  }
+
+  get isLeader() {
+    return this.machine?.isLeader ?? false;
+  }
+
+  // -- inputs ---------------------------------------------------------------------------------
+
+  listen() {
+    const m = this.mesh;
+    m.addEventListener('welcome', (e) => this.onWelcome(e.detail));
+    m.addEventListener('channel-open', (e) => this.push((now) => E.channelOpened(now, e.detail.peer)));
+    m.addEventListener('channel-closed', (e) => this.push((now) => E.channelClosed(now, e.detail.peer)));
+    m.addEventListener('peer-left', (e) => this.push((now) => E.peerLeft(now, e.detail.peer)));
+    m.addEventListener('message', (e) => {
+      this.push((now) => E.messageReceived(now, e.detail.peer, e.detail.data));
+    });
+    m.addEventListener('frame', (e) => this.push((now) => E.frameReceived(now, e.detail.peer, e.detail.data)));
+    m.addEventListener('signaling', (e) => {
+      if (e.detail.state === 'failed') {
+        this.push((now) => E.signalingLost(now, `the signaling server refused this page: ${e.detail.reason}`));
+      }
+    });
+  }
+
+  onWelcome({ id }) {
+    if (this.machine === null) {
+      this.machine = new Machine(makeSettings({
+        id, name: this.name, tokenizer_sha256: this.tokenizerSha256,
+        vocab_size: this.vocabSize, backend: this.replica.backend,
+        reference_probe: REFERENCE_PROBE_HASH, timers: this.timers, can_save: false,
+        limits: this.limits,
+      }), this.replica, { log: this.log });
+      this.emit('ready', { id });
+      this.pump();
+    } else if (id !== this.machine.id) {
+      // The signaling socket came back under a new id: the others saw this id leave and every
+      // channel of it is closed. The run cannot continue under the old identity.
+      this.push((now) => E.signalingLost(now, `the signaling connection was lost and came back ` +
+        `as a new device (${id}); this run cannot continue under the old id ${this.machine.id}`));
+    }
+  }
+
+  /** Queue an input; `make(now)` builds its event when it is fed; `prepare` runs just before. */
+  push(make, prepare = null) {
+    this.inbox.push({ make, prepare });
+    this.pump();
+  }
+
+  // -- the user's requests --------------------------------------------------------------------
+
+  /**
+   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, minPeers}. Rejects with an
+   * Incompatible (message, hint) when this peer could not train it itself.
+   */
+  async lead({ minPeers = 2, ...choices }) {
+    if (this.machine === null) throw Object.assign(new Error('not connected yet'), { hint: 'wait for the page to join its group' });
+    if (this.phase !== 'lobby') {
+      throw Object.assign(new Error(`this device is already in a run (${this.phase})`),
+        { hint: 'wait for the run to end, then reload the page to lead a new one' });
+    }
+    const config = leadConfig({ ...choices, vocabSize: this.vocabSize,
+      tokenizerSha256: this.tokenizerSha256 });
+    const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
+      vocabSize: this.vocabSize, caps: this.machine.settings.limits });
+    await new Promise((resolve, reject) => {
+      this.push((now) => E.userLead(now, config, minPeers), async () => {
+        try {
+          await this.replica.start(accepted.model, accepted.optim, config.seed);
+          resolve();
+        } catch (exc) {
+          reject(exc);
+          throw exc;
+        }
+      });
+    });
+    return config;
+  }
+
+  /** Leader: end the whole run at the next step boundary. */
+  endRun(reason = "the leader's user ended the run") {
+    this.push((now) => E.userStop(now, reason));
+  }
+
+  /** Leave the run cleanly: `leave` to every peer, then finish. */
+  leave(reason = 'the page was closed') {
+    this.push((now) => E.userLeave(now, reason));
+  }
+
+  // -- the loop -------------------------------------------------------------------------------
+
+  async pump() {
+    if (this.feeding || this.machine === null) return;
+    this.feeding = true;
+    try {
+      while (this.inbox.length > 0 && this.outcome === null) {
+        const item = this.inbox.shift();
+        await this.feedDueTimer();
+        if (this.outcome !== null) break;
+        if (item.prepare !== null) {
+          try {
+            await item.prepare();
+          } catch (exc) {
+            this.fail(`could not prepare the run: ${exc.message}`, exc.hint ?? 'see the message');
+            continue;
+          }
+        }
+        await this.feed(item.make(this.clock()));
+      }
+    } finally {
+      this.feeding = false;
+    }
+    this.arm();
+  }
+
+  async feedDueTimer() {
+    const deadline = this.machine.nextDeadline();
+    if (deadline !== null && deadline <= this.clock()) await this.feed(E.timer(this.clock()));
+  }
+
+  arm() {
+    clearTimeout(this.timer);
+    this.timer = null;
+    if (this.outcome !== null || this.machine === null) return;
+    const deadline = this.machine.nextDeadline();
+    if (deadline === null) return;
+    let ms = Math.max(0, (deadline - this.clock()) * 1000);
+    if (deadline === this.lastDeadline) ms = Math.max(ms, MIN_RETRY_MS);
+    this.timer = setTimeout(() => {
+      this.lastDeadline = deadline;
+      this.push((now) => E.timer(now));
+    }, ms);
+  }
+
+  async feed(event) {
+    let effects;
+    try {
+      effects = await this.machine.handle(event);
+    } catch (exc) {
+      // A bug or a replica failure the machine does not expect: this peer cannot go on.
+      this.fail(`the protocol machine failed on ${event.type}: ${exc.message}`,
+        exc.hint ?? 'reload the page to join again; report this if it repeats');
+      this.finish({ reason: 'error', step: this.replica.step, hash: this.replica.hash,
+        message: exc.message, hashes: new Map(), code: 'internal' });
+      return;
+    }
+    const phase = this.phase;
+    if (phase !== this.lastPhase) {
+      this.lastPhase = phase;
+      this.emit('phase', { phase });
+    }
+    for (const effect of effects) {
+      if (effect.type === 'finished') this.finish(effect.outcome);
+      else this.execute(effect);
+    }
+  }
+
+  execute(effect) {
+    switch (effect.type) {
+      case 'send-message':
+        this.mesh.apply(effect);
+        break;
+      case 'send-payload':
+        if (this.mesh.apply(effect)) this.bytesSent += effect.payload.length;
+        break;
+      case 'close':
+        this.closeSoon(effect.peer);
+        break;
+      case 'compute':
+        this.startCompute(effect);
+        break;
+      case 'step-applied':
+        this.record(effect);
+        break;
+      case 'save':
+        // can_save is false: the machine never asks; a page saves nothing to disk on its own.
+        this.log('warn', `save of step ${effect.step} asked for: this page keeps no checkpoint`);
+        break;
+      default:
+        this.fail(`unknown effect ${effect.type}`, 'a bug: report it');
+    }
+  }
+
+  /** Close a channel once what is queued to it (the refusal's `error`) has left, or after 1 s. */
+  async closeSoon(peer) {
+    const until = this.clock() + CLOSE_DRAIN_MS / 1000;
+    while (this.mesh.buffered(peer) > 0 && this.clock() < until) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    this.mesh.closePeer(peer);
+  }
+
+  startCompute(c) {
+    this.replica.compute(c, this.tokens).then((r) => {
+      this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, computedOn: r.backend,
+        gpuProducts: r.products });
+      this.push((now) => E.computeDone(now, c.step, c.round, r.loss, r.payloads, r.probe));
+    }, (exc) => {
+      const text = `${exc.name ?? 'Error'}: ${exc.message}`;
+      this.fail(`computing step ${c.step} failed: ${exc.message}`,
+        exc.hint ?? 'the run stops; reload the page to join the next one');
+      this.push((now) => E.computeFailed(now, c.step, c.round, text));
+    });
+  }
+
+  record(a) {
+    const key = `${a.step}/${a.round}`;
+    const r = {
+      step: a.step, round: a.round, loss: a.loss, hash: a.hash, roster: [...a.roster],
+      probe: a.probe, backend: a.backend, leader: a.leader,
+      bytesSent: this.bytesSent, ...(this.computed.get(key) ?? {}),
+    };
+    this.computed.delete(key);
+    this.records.push(r);
+    this.emit('step', r);
+  }
+
+  async finish(outcome) {
+    if (this.outcome !== null) return;
+    this.outcome = outcome;
+    clearTimeout(this.timer);
+    this.timer = null;
+    // Drain: a stop and its acknowledgements must leave before the channels close.
+    const linger = this.machine?.settings.timers.linger_s ?? 10;
+    const until = this.clock() + linger;
+    while (this.mesh.openPeers().some((p) => this.mesh.buffered(p) > 0) && this.clock() < until) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    this.mesh.close();
+    this.replica.close();
+    this.emit('finished', { outcome });
+  }
+}

@@ -1,0 +1,171 @@
+// The browser peer's model replica: the protocol machine's replica interface
+// (machine/replica.js: step, hash, start, restore, checkpoint, apply) backed by the training
+// worker (static/js/train/), plus the gradient the shell computes for a `compute` effect. The
+// browser twin of daisychain/p2p/replica.py and of node.py's `_start_compute`.
+//
+// The weights live in the worker; this object keeps only the step and hash the worker last
+// reported, the run's model and optimizer configs and its seed. One worker serves one run
+// (its `init` fixes the model): `start` and `restore` of another model start a new worker.
+//
+// Backend: chosen once per page, before any run, by the training worker's rule (correct first,
+// then measured fastest) on the `tiny` preset, as the Python peer's `--backend auto` chooses
+// before it knows the run (docs/KERNELS.md, "Backend choice"); every run's worker is then
+// started on that backend (gated and probed again on its own device, not timed again). The
+// protocol machine publishes the backend's name with every hash, so it must be known before the
+// machine is born.
+
+import { TrainWorker } from '../train/client.js';
+import { fromTensors, toTensors } from '../train/messages.js';
+import { sampleBatch } from '../model/batches.js';
+import { paramShapes } from '../model/params.js';
+import { chunkSlice } from './allreduce.js';
+import { encode, flatten, nBlocks, unflatten } from './codec.js';
+import { decodeCheckpoint, encodeCheckpoint } from './checkpoint.js';
+import { ReplicaRefused } from './machine/replica.js';
+
+const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
+
+/**
+ * Choose this page's backend (docs/KERNELS.md, "Backend choice"): `backend` 'auto' measures
+ * every correct backend on one `tiny` step; a named one ('webgpu-dp4a', 'webgpu-lut', 'js-cpu')
+ * must pass its gates or this rejects with a hint. Resolves to the worker's selection record.
+ */
+export async function chooseBackend({ backend = 'auto', makeWorker = () => new TrainWorker(),
+  onEvent = () => {} } = {}) {
+  const worker = makeWorker();
+  const forward = (e) => onEvent(e.detail);
+  for (const kind of ['progress', 'error']) worker.addEventListener(kind, forward);
+  try {
+    return await worker.init({ model: { preset: 'tiny' }, seed: 1, backend,
+      measure: backend === 'auto' });
+  } finally {
+    worker.terminate();
+  }
+}
+
+export class WorkerReplica {
+  /**
+   * @param {object} o
+   * @param {string} o.tokenizerSha256  of the tokenizer the tokens were made with
+   * @param {number} o.vocabSize
+   * @param {string} o.backend  the backend every run's worker trains on (chooseBackend)
+   * @param {() => TrainWorker} [o.makeWorker]
+   * @param {(event) => void} [o.onEvent]  every worker event ({kind, ...}: fallback, device-lost,
+   *   device-rebuilt, error, ...), for the page to show
+   */
+  constructor({ tokenizerSha256, vocabSize, backend, makeWorker = () => new TrainWorker(),
+    onEvent = () => {} }) {
+    this.tokenizerSha256 = tokenizerSha256;
+    this.vocabSize = vocabSize;
+    this.backend = backend;
+    this.makeWorker = makeWorker;
+    this.onEvent = onEvent;
+    this.worker = null;
+    this.model = null;
+    this.optim = null;
+    this.seed = 0;
+    this.selection = null;
+    this._step = 0;
+    this._hash = '';
+  }
+
+  get step() {
+    return this._step;
+  }
+
+  get hash() {
+    return this._hash;
+  }
+
+  /** A new worker for `model` (the old one, if any, is ended only once this one is ready). */
+  async newWorker(model, optim, seed, state = undefined) {
+    const worker = this.makeWorker();
+    const forward = (e) => this.onEvent(e.detail);
+    for (const kind of ['fallback', 'device-lost', 'device-rebuilt', 'error']) {
+      worker.addEventListener(kind, forward);
+    }
+    const init = { model: plain(model), optim: plain(optim), seed, backend: this.backend,
+      measure: false };
+    if (state !== undefined) init.state = state;
+    let selection;
+    try {
+      selection = await worker.init(init);
+    } catch (exc) {
+      worker.terminate();
+      throw exc;
+    }
+    this.worker?.terminate();
+    this.worker = worker;
+    this.selection = selection;
+    this.model = model;
+    this.optim = optim;
+    this.seed = seed;
+    this._step = selection.step;
+    this._hash = selection.hash;
+  }
+
+  async start(model, optim, seed) {
+    await this.newWorker(model, optim, seed);
+  }
+
+  async restore(blob, source) {
+    const ck = await decodeCheckpoint(blob, source, {
+      tokenizerSha256: this.tokenizerSha256, vocabSize: this.vocabSize,
+    });
+    const same = this.worker !== null && JSON.stringify(plain(ck.model)) === JSON.stringify(plain(this.model)) &&
+      JSON.stringify(plain(ck.optim)) === JSON.stringify(plain(this.optim)) && ck.seed === this.seed;
+    if (same) {
+      const r = await this.worker.loadState(ck.state);
+      if (r.hash !== ck.weightHash) {
+        // decodeCheckpoint verified the bytes; a worker that hashes them otherwise is broken.
+        throw new ReplicaRefused(`${source}: the worker holds ${r.hash.slice(0, 12)}... after ` +
+          `loading a checkpoint of ${ck.weightHash.slice(0, 12)}...`);
+      }
+      this._step = r.step;
+      this._hash = r.hash;
+    } else {
+      await this.newWorker(ck.model, ck.optim, ck.seed, ck.state);
+    }
+  }
+
+  async checkpoint() {
+    const state = await this.worker.exportState();
+    return encodeCheckpoint(state, { model: this.model, optim: this.optim, seed: this.seed,
+      tokenizerSha256: this.tokenizerSha256 });
+  }
+
+  async apply(flat) {
+    const grads = toTensors(unflatten(flat, paramShapes(this.model)));
+    const r = await this.worker.apply(grads, { transfer: true });
+    this._step = r.step;
+    this._hash = r.hash;
+  }
+
+  /**
+   * The `compute` effect: this replica's gradient of step `step` (the state is at step - 1) as
+   * roster rank `rank` of `peers`, quantized into one chunk per roster peer; and the kernel
+   * probe through the live kernel. Resolves to {loss, payloads, probe, backend (the tier that
+   * computed it), products (how many products ran on the GPU), ms}.
+   */
+  async compute({ rank, peers }, tokens) {
+    const t0 = performance.now();
+    const { batch, seqLen } = this.model;
+    const { x, y } = sampleBatch(tokens, batch, seqLen, this.seed, this._step, rank);
+    const r = await this.worker.grads(x, y);
+    const { probe } = await this.worker.probe();
+    const flat = flatten(fromTensors(r.grads));
+    const total = nBlocks(flat.length);
+    const payloads = [];
+    for (let k = 0; k < peers; k++) {
+      const [start, end] = chunkSlice(total, peers, k);
+      payloads.push(encode(flat.subarray(start, end)).payload);
+    }
+    return { loss: r.loss, payloads, probe, backend: r.backend, products: r.products,
+      ms: performance.now() - t0 };
+  }
+
+  close() {
+    this.worker?.terminate();
+    this.worker = null;
+  }
+}

@@ -1,0 +1,288 @@
+"""The browser peer (static/js/p2p/peer.js on the page `/`): Chromium tabs train with headless
+Python peers, bit-identical.
+
+Every test runs inside the test run's network namespace (conftest.py), like the other mesh
+tests: tabs and Python peers (``daisychain.p2p.node.Node`` over aiortc, in this process) meet on
+the real server's ``/ws`` and connect over the namespace's veth address; nothing leaves the
+machine. The tabs load the real page ``/`` (static/js/app.js), which fetches the tokenizer and
+``/api/corpus/builtin``, chooses its backend by the training worker's rule, joins the group and
+follows or leads a run through the protocol machine. A CPU-tier tab runs in a Chromium without
+WebGPU; a WebGPU tab runs in one with ``--enable-unsafe-webgpu`` (SwiftShader) and is forced
+onto ``webgpu-dp4a`` (``?backend=webgpu-dp4a``) so the WGSL products really run. What the tests
+prove (issue 10, "Must show" 2-4):
+
+- mixed mesh: a WebGPU tab, a CPU tab and a Python peer train 20 ``tiny`` steps; every peer
+  publishes the same hash at every step, equal to the hashes of a 3-peer all-Python run of the
+  same config played in the same test;
+- a browser leader with Python followers, and a Python leader with browser followers;
+- a tab joining at step 10 matches from its first step (it restores the leader's checkpoint
+  through static/js/p2p/checkpoint.js); the leader's tab closing mid-run hands the lead over
+  with no fork; a tab whose rebuilt GPU kernel is wrong in the probe's product alone (the
+  planted-bug hooks: the worker's ``inject-fault`` with replacement WGSL from tests/gpu_plant.py)
+  is named by the probe guard, and the run stops with its id and backend.
+
+Any console error on a page fails its test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
+from mesh_helpers import (
+    FAST,
+    TEST_BATCH,
+    TEST_SEQ,
+    Peer,
+    finish,
+    lead_config,
+    needs_namespace,
+    signaling_server,
+    start_peer,
+)
+
+if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
+    pytest.skip(
+        "/usr/bin/chromium is missing: apt-get install -y chromium to run the browser tests",
+        allow_module_level=True,
+    )
+async_api = pytest.importorskip(
+    "playwright.async_api", reason="the playwright package is missing: pip install -e '.[test]'"
+)
+pytestmark = [needs_namespace, pytest.mark.timeout(600)]
+
+TIMERS_QUERY = f"repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
+
+# The page's peer, as JSON (outcome hashes as an object).
+STATE = """
+async () => {
+  const { app } = await import('/js/app.js');
+  const p = app.peer;
+  const o = p?.outcome ?? null;
+  return {
+    id: p?.id ?? '', phase: p?.phase ?? 'loading', leader: p?.isLeader ?? false,
+    records: p?.records ?? [], backend: app.selection?.backend ?? null,
+    outcome: o === null ? null : { ...o, hashes: Object.fromEntries(o.hashes ?? new Map()) },
+    errors: app.errors, status: document.getElementById('status').textContent,
+  };
+}
+"""
+
+LEAD = """
+async (choices) => {
+  const { app } = await import('/js/app.js');
+  const config = await app.peer.lead(choices);
+  return config.run;
+}
+"""
+
+
+@dataclass
+class Tab:
+    page: Any  # playwright.async_api.Page
+    errors: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    allowed: list[re.Pattern[str]] = field(default_factory=list)
+
+    async def state(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.page.evaluate(STATE)
+        return result
+
+    def hashes(self, state: dict[str, Any]) -> dict[int, str]:
+        return {r["step"]: r["hash"] for r in state["records"]}
+
+    def check_clean(self) -> None:
+        unexpected = [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
+        assert not unexpected, f"console errors: {unexpected}"
+        assert not self.foreign, f"the page reached outside the test server: {self.foreign}"
+
+
+@asynccontextmanager
+async def chromium(webgpu: bool) -> AsyncIterator[Any]:
+    flags = [*OFFLINE_FLAGS, *WEBRTC_FLAGS, *([WEBGPU_FLAG] if webgpu else [])]
+    async with async_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=flags)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def open_tab(browser: Any, base: str, query: str = "") -> Tab:
+    """The page `/` with the test timers; returns once its peer was admitted to the group."""
+    page = await browser.new_page()
+    tab = Tab(page)
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            tab.errors.append(message.text)
+
+    def on_request(request: Any) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
+            tab.foreign.append(request.url)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
+    page.on("request", on_request)
+    response = await page.goto(f"{base}/?{TIMERS_QUERY}&{query}")
+    assert response is not None and response.ok, f"GET /: {response}"
+    deadline = time.monotonic() + 120
+    while True:
+        state = await tab.state()
+        if state["id"]:
+            return tab
+        assert not state["errors"], f"the page could not start: {state['errors']}"
+        assert time.monotonic() < deadline, f"the page never joined: {state['status']}"
+        await asyncio.sleep(0.2)
+
+
+async def wait_tabs(tabs: list[Tab], done: Any, timeout: float, what: str) -> list[dict[str, Any]]:
+    """Poll every tab's state until ``done(states)``; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [await t.state() for t in tabs]
+        if done(states):
+            return states
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: " + repr(
+            [(s["id"], s["phase"], len(s["records"]), s["errors"], s["status"]) for s in states]
+        )
+        await asyncio.sleep(0.25)
+
+
+def finished(states: list[dict[str, Any]]) -> bool:
+    return all(s["outcome"] is not None for s in states)
+
+
+async def python_reference(url: str, peers: int, steps: int) -> dict[int, str]:
+    """The hashes of an all-Python run of ``lead_config(steps)`` with ``peers`` peers."""
+    group = [await start_peer(url, "ref-lead", lead=lead_config(steps, min_peers=peers))]
+    group += [await start_peer(url, f"ref-{i}") for i in range(1, peers)]
+    outcomes = await finish(group, 120)
+    assert [o.reason for o in outcomes] == ["done"] * peers, outcomes
+    hashes = group[0].hashes
+    for p in group[1:]:
+        assert p.hashes == hashes
+    return hashes
+
+
+def check_same(reference: dict[int, str], *runs: dict[int, str]) -> None:
+    for run in runs:
+        for step, digest in run.items():
+            assert reference[step] == digest, (
+                f"step {step}: {digest[:12]} != {reference[step][:12]}"
+            )
+
+
+async def test_python_leader_and_cpu_tab_train_identically() -> None:
+    """The first thing the shell must do: a tab on the CPU tier follows a Python leader, and
+    the two replicas publish the same hash after every step."""
+    steps = 6
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=cpu-tab")
+        lead: Peer = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=2))
+        outcomes = await finish([lead], 180)
+        assert outcomes[0].reason == "done", outcomes
+        [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
+        assert state["outcome"]["reason"] == "done", state
+        assert state["backend"] == "js-cpu"
+        got = tab.hashes(state)
+        assert sorted(got) == list(range(1, steps + 1))
+        assert got == lead.hashes
+        assert {r["backend"] for r in state["records"]} == {"js-cpu"}
+        assert all(len(r["roster"]) == 2 for r in state["records"])
+        tab.check_clean()
+
+
+async def test_mixed_mesh_webgpu_tab_cpu_tab_and_python_peer_match_an_all_python_run() -> None:
+    """Must-show 2: a WebGPU tab (the WGSL path, forced), a CPU-tier tab and a Python peer train
+    20 tiny steps; every peer publishes the same hash at every step, and those hashes are the
+    hashes of a 3-peer all-Python run of the same config."""
+    steps = 20
+    async with signaling_server() as url:
+        reference = await python_reference(url, 3, steps)
+        async with chromium(webgpu=True) as gpu_browser, chromium(webgpu=False) as cpu_browser:
+            gpu = await open_tab(gpu_browser, url, "name=gpu-tab&backend=webgpu-dp4a")
+            cpu = await open_tab(cpu_browser, url, "name=cpu-tab")
+            lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
+            outcomes = await finish([lead], 400)
+            assert outcomes[0].reason == "done", outcomes
+            states = await wait_tabs([gpu, cpu], finished, 60, "the tabs' outcomes")
+            for tab, state, backend in (
+                (gpu, states[0], "webgpu-dp4a"),
+                (cpu, states[1], "js-cpu"),
+            ):
+                assert state["outcome"]["reason"] == "done", state
+                assert state["backend"] == backend
+                assert {r["backend"] for r in state["records"]} == {backend}
+                assert all(len(r["roster"]) == 3 for r in state["records"])
+                got = tab.hashes(state)
+                assert sorted(got) == list(range(1, steps + 1))
+                assert got == reference
+                tab.check_clean()
+            assert lead.hashes == reference
+            # What the others published: the leader's sync guard (which keeps the last 8 steps)
+            # heard 3 equal hashes; a differing one at any step would have ended the run in a
+            # fork, not `done`.
+            for step in range(steps - 7, steps + 1):
+                assert lead.node.agreement(step) == (3, 3), step
+            # The WGSL path really ran: every gradient of the WebGPU tab used GPU products.
+            assert all(
+                r["computedOn"] == "webgpu-dp4a" and r["gpuProducts"] > 0
+                for r in states[0]["records"]
+            ), states[0]["records"]
+            assert all(r["gpuProducts"] == 0 for r in states[1]["records"])
+
+
+async def test_browser_leader_with_python_followers() -> None:
+    """Must-show 3a: a tab leads (the page's own `lead`, with the test's batch and sequence
+    length) and two Python peers follow; the hashes are those of the all-Python run of the same
+    config, so a browser leader builds the same config a Python leader does."""
+    steps = 5
+    async with signaling_server() as url:
+        reference = await python_reference(url, 3, steps)
+        async with chromium(webgpu=False) as browser:
+            tab = await open_tab(browser, url, "name=tab-lead")
+            followers = [await start_peer(url, f"py-{i}") for i in range(2)]
+            choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                       "lr": 3e-3, "warmup": 0, "seed": 7, "minPeers": 3}  # fmt: skip
+            await tab.page.evaluate(LEAD, choices)
+            outcomes = await finish(followers, 300)
+            assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+            [state] = await wait_tabs([tab], finished, 60, "the leader tab's outcome")
+            assert state["outcome"]["reason"] == "done", state
+            assert all(r["leader"] == state["id"] for r in state["records"])
+            assert tab.hashes(state) == reference
+            for p in followers:
+                assert p.hashes == reference
+                assert {r.leader for r in p.records} == {state["id"]}
+            tab.check_clean()
+
+
+async def test_python_leader_with_browser_followers() -> None:
+    """Must-show 3b: a Python leader and two tabs (one browser, two pages) as followers."""
+    steps = 5
+    async with signaling_server() as url:
+        reference = await python_reference(url, 3, steps)
+        async with chromium(webgpu=False) as browser:
+            tabs = [await open_tab(browser, url, f"name=tab-{i}") for i in range(2)]
+            lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
+            outcomes = await finish([lead], 300)
+            assert outcomes[0].reason == "done", outcomes
+            states = await wait_tabs(tabs, finished, 60, "the tabs' outcomes")
+            assert lead.hashes == reference
+            for tab, state in zip(tabs, states, strict=True):
+                assert state["outcome"]["reason"] == "done", state
+                assert tab.hashes(state) == reference
+                assert {r["leader"] for r in state["records"]} == {lead.node.id}
+                tab.check_clean()
