@@ -21,6 +21,7 @@ from daisychain import cli, generate, safetensors_io
 from daisychain.generate import GenerateError, Settings
 from daisychain.model.config import preset
 from daisychain.model.params import init_params
+from daisychain.numerics import CONTRACT_VERSION
 from daisychain.tokenizer import load_default
 from generate_fixture import VECTORS, golden_checkpoint
 
@@ -225,8 +226,11 @@ def _bytes(dest: Path, data: bytes) -> Path:
             "exceeds the file",
         ),
         (
-            lambda g, d: _rewrite(g, d / "v2.safetensors", contract_version="2"),
-            "numerical contract version 2.*Use the DaisyChain version that wrote it",
+            lambda g, d: _rewrite(
+                g, d / "other.safetensors", contract_version=str(CONTRACT_VERSION + 1)
+            ),
+            f"numerical contract version {CONTRACT_VERSION + 1}.*Use the DaisyChain version that "
+            "wrote it",
         ),
         (
             lambda g, d: _rewrite(g, d / "tok.safetensors", tokenizer_sha256="ab" * 32),
