@@ -408,3 +408,35 @@ def test_check_detects_separately_rounded_limbs(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(gemm, "qmatmul_grad_left", _limbs_rounded_separately)
     with pytest.raises(AssertionError, match="qmatmul_grad_left"):
         check_grad_left(g_hi, g_lo, g_e, b_q)
+
+
+@pytest.mark.parametrize("k", [7, 1024, 2049])
+def test_three_limb_products_are_the_exact_integer_rounded_once(k: int) -> None:
+    """qmatmul_grad3_left/right against int64 arithmetic (contract v2, the logits gradient)."""
+    from daisychain.numerics import gemm as g
+    from daisychain.numerics.gemm import round_scaled
+
+    rng = np.random.default_rng(k)
+    m, n = 5, 6
+    limbs = [rng.integers(-127, 128, (m, k)) for _ in range(3)]
+    limbs[0][:, 0] = -127  # worst-case magnitudes beside random ones
+    b = rng.integers(-128, 128, (k, n))
+    e = rng.integers(-40, 20, (m, 1)).astype(np.int32)
+    combined = (limbs[0] * 256 + limbs[1]) * 256 + limbs[2]  # int64, exact
+    want = round_scaled((combined @ b).astype(np.float64), e - 16)  # |acc| < 2^53: exact
+    f32 = [x.astype(np.float32) for x in limbs]
+    got = g.qmatmul_grad3_left(*f32, e, b.astype(np.float32))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    got_r = g.qmatmul_grad3_right(b.T.astype(np.float32).copy(), *[x.T.copy() for x in f32], e.T)
+    want_r = round_scaled((b.T @ combined.T).astype(np.float64), e.T - 16)
+    assert np.array_equal(got_r.view(np.uint32), want_r.view(np.uint32))
+
+
+def test_grad_matmul_refuses_a_limb_count_other_than_2_or_3() -> None:
+    from daisychain.numerics import gemm as g
+
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match="2 or 3 limbs"):
+        g.grad_matmul_left(x, np.zeros((1, 3), np.int32), np.ones((3, 2), np.float32), limbs=4)
+    with pytest.raises(ValueError, match="2 or 3 limbs"):
+        g.grad_matmul_right(np.ones((2, 3), np.float32), np.zeros((3, 1), np.int32), x, limbs=1)

@@ -306,3 +306,24 @@ def test_two_limb_lo_ties_round_to_even() -> None:
     hi, lo, _ = quantize2(x, axis=-1)
     assert_same_bits(hi, np.array([[100, 1, 1, 3]], dtype=np.float32), "hi")
     assert_same_bits(lo, np.array([[0, 2, 2, 0]], dtype=np.float32), "lo")
+
+
+def test_quantize3_extends_quantize2_and_keeps_the_softmax_tail() -> None:
+    from daisychain.numerics.quant import quantize2, quantize3
+
+    rng = np.random.default_rng(3)
+    # a softmax-gradient-like row: one p - 1 entry, a positive tail over 30 binades below it
+    x = (rng.uniform(0.5, 1.0, (8, 512)) * 2.0 ** -rng.integers(2, 30, (8, 512))).astype(np.float32)
+    x[:, 3] = -0.7
+    hi2, lo2, e2 = quantize2(x.copy(), -1)
+    hi, mid, lo, e = quantize3(x.copy(), -1)
+    assert np.array_equal(hi, hi2) and np.array_equal(mid, lo2) and np.array_equal(e, e2)
+    assert np.abs(lo).max() <= 127 and not np.signbit(lo[lo == 0]).any()
+    deq = ((hi.astype(np.float64) * 256 + mid) * 256 + lo) * np.ldexp(1.0, e - 16)
+    err = np.abs(deq - x)
+    free = np.abs(mid) < 127  # mid's clamp did not trigger: at most one lo step
+    assert np.all(err[free] <= np.broadcast_to(np.ldexp(1.0, e - 16), x.shape)[free])
+    assert np.all(err <= np.ldexp(1.0, e - 8))  # clamped mid: still two limbs' bound
+    deq2 = (hi2.astype(np.float64) * 256 + lo2) * np.ldexp(1.0, e2 - 8)
+    lost2, lost3 = (np.abs(d - x).sum() for d in (deq2, deq))
+    assert lost3 < lost2 / 100  # the tail two limbs rounded away is kept
