@@ -16,6 +16,7 @@ import pytest
 from daisychain import training
 from daisychain.model.config import PRESETS, ModelConfig
 from daisychain.model.params import count_params as allocated_count
+from daisychain.numerics import CONTRACT_VERSION
 from daisychain.optim import AdamWConfig
 from daisychain.p2p import footprint, messages, runconfig
 from daisychain.p2p.runconfig import Incompatible, Limits
@@ -426,7 +427,11 @@ def test_hello_carries_the_contract_version() -> None:
 @pytest.mark.parametrize(
     ("obj", "code", "text"),
     [
-        ({"version": 1, "contract": 2, "name": ""}, "version-mismatch", "contract version 2"),
+        (
+            {"version": 1, "contract": CONTRACT_VERSION + 1, "name": ""},
+            "version-mismatch",
+            f"contract version {CONTRACT_VERSION + 1}",
+        ),
         ({"version": 1, "name": ""}, "bad-message", "hello.contract"),
         ({"version": 1, "contract": "1", "name": ""}, "bad-message", "hello.contract"),
         ({"version": 2, "contract": 2, "name": ""}, "version-mismatch", "protocol version 2"),

@@ -13,7 +13,9 @@ Terms, with ``P`` parameters, ``N = B * T`` tokens per step, ``V`` vocabulary, `
 - state: parameters and the two AdamW moments, float32: ``12 P``;
 - step: the gradients (``4 P``), the once-per-step quantized weight copies (``4 P``) and the
   transients of the embedding gradient (``4 P``);
-- activations: the logits and their gradient buffer ``8 N V``; per layer ``44 N C + 8 N F``
+- activations: the logits and their gradient buffer with its three limbs (contract v2,
+  docs/NUMERICS.md section 6) ``12 N V``, the float64 accumulators of the three-limb products
+  ``24 C V``; per layer ``44 N C + 8 N F``
   (norm outputs and int8 operands kept as float32, the MLP's ``(N, F)`` operand and ReLU mask)
   and ``12 B H T^2`` (attention probabilities, their quantized copy, the scores); transients of
   the backward ``16 N C + 16 N F + 16 B H T^2``;
@@ -70,7 +72,8 @@ def estimate(cfg: ModelConfig) -> Footprint:
     attention = b * h * t * t  # (B, H, T, T) elements of one layer's probabilities
     f = cfg.hidden
     per_layer = 44 * n * c + 8 * n * f + 12 * attention
-    activations = 8 * n * v + cfg.layers * per_layer + 16 * n * c + 16 * n * f + 16 * attention
+    logits = 12 * n * v + 24 * c * v  # three-limb logits gradient (contract v2)
+    activations = logits + cfg.layers * per_layer + 16 * n * c + 16 * n * f + 16 * attention
     piece_bytes = -(-p * 257 // 256)  # int8 values plus one exponent per 256
     return Footprint(
         params=p,
