@@ -488,3 +488,26 @@ def test_the_machine_refuses_a_fineweb_run_its_peer_cannot_read(readable: bool) 
         assert "cannot read FineWeb-Edu" in errors[0].message and "--offline" in errors[0].hint
         assert any(isinstance(e, fx.Close) and e.peer == leader for e in effects)
         assert machine.config is None, "the peer stays in the lobby"
+
+
+async def test_the_feed_loads_its_tokenizer_once_for_concurrent_fetches(
+    shard_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daisychain.p2p import datafeed
+
+    loads: list[int] = []
+    real = datafeed.default_encoder
+
+    def counting() -> datafeed.Encoder:
+        loads.append(1)
+        return real()
+
+    monkeypatch.setattr(datafeed, "default_encoder", counting)
+    async with data_server(shard_root) as (_stub, url):
+        feed = FineWebFeed(url, REVISION, depth=4)
+        try:
+            await feed.batch(Address(7, 0, 0, 1, 8))
+            await wait_until(lambda: all(t.done() for t in feed._pending.values()), "prefetch")
+            assert feed.stats.fetched == 5 and loads == [1]
+        finally:
+            await feed.close()
