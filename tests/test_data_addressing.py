@@ -194,8 +194,9 @@ async def stack(
     async with TestServer(stub.app()) as upstream:
         stub.base_url = str(upstream.make_url("/")).rstrip("/")
         data = replace(
-            DataConfig(), base_url=stub.base_url, revision=REVISION, shards=SHARDS,
-            timeout_s=2.0, footer_probe_bytes=1024, burst=1000, **data_changes,
+            DataConfig(), base_url=stub.base_url, revision=REVISION,
+            shards=data_changes.pop("shards", SHARDS), timeout_s=2.0, footer_probe_bytes=1024,
+            burst=1000, **data_changes,
         )  # fmt: skip
         app = create_app(config(data=data), fallback_text=lambda: FALLBACK_TEXT,
                          tokenizer=ByteTokenizer)  # fmt: skip
@@ -511,3 +512,15 @@ async def test_the_feed_loads_its_tokenizer_once_for_concurrent_fetches(
             assert feed.stats.fetched == 5 and loads == [1]
         finally:
             await feed.close()
+
+
+async def test_a_revision_whose_table_holds_no_training_row_group_is_a_503(tmp_path: Path) -> None:
+    write_fineweb_shard(tmp_path / SHARDS[0], row_groups=1, rows_per_group=5, chars_per_row=50,
+                        seed=0)  # fmt: skip
+    async with stack(tmp_path, shards=SHARDS[:1]) as (_stub, client):
+        response = await client.get(query())
+        body = await response.json()
+        assert response.status == 503 and "cannot hold this address" in body["error"], body
+        assert "lead with another --data" in body["hint"]
+        validation = await client.get(query(split="validation"))  # the held-out one is there
+        assert validation.status == 200
