@@ -480,3 +480,38 @@ async def test_page_controls_at_phone_size_refuse_a_bad_run_and_lead_a_good_one(
         assert "run ended (done) at step 3" in await page.inner_text("#status")
         assert (await page.evaluate(LAYOUT))["overflow"] == 0, "no horizontal scroll after a run"
         tab.check_clean()
+
+
+END_RUN = """
+async () => {
+  const { app } = await import('/js/app.js');
+  app.peer.endRun();
+}
+"""
+
+
+async def test_python_peer_joining_a_tab_led_run_restores_the_tabs_checkpoint() -> None:
+    """The other direction of a join: a tab leads one Python follower; a second Python peer
+    arrives mid-run, asks the tab for the state and restores the checkpoint the tab encoded
+    (static/js/p2p/checkpoint.js from the worker's export) with Python's full validation; its
+    hashes then match the tab's at every step. The tab's user ends the run at a boundary."""
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=tab-lead")
+        follower = await start_peer(url, "py-1")
+        choices = {"preset": "tiny", "steps": 2000, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                   "seed": 7, "minPeers": 2}  # fmt: skip
+        await tab.page.evaluate(LEAD, choices)
+        await wait_for(lambda: len(follower.records) >= 5, 120, "5 steps")
+        joiner = await start_peer(url, "py-joiner")
+        await wait_for(lambda: len(joiner.records) >= 3, 120, "the joiner's steps")
+        await tab.page.evaluate(END_RUN)
+        outcomes = await finish([follower, joiner], 120)
+        assert [o.reason for o in outcomes] == ["leader-request"] * 2, outcomes
+        [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
+        assert state["outcome"]["reason"] == "leader-request", state["outcome"]
+        led = tab.hashes(state)
+        first = min(joiner.hashes)
+        assert first > 5 and len(joiner.records[0].roster) == 3
+        for step, digest in joiner.hashes.items():
+            assert led[step] == digest == follower.hashes[step], step
+        tab.check_clean()
