@@ -7,8 +7,8 @@ in a fresh browser context whose every network request is aborted. There a perso
 (type a prompt, set temperature / top-k / seed / max tokens, press Generate) must give the ids
 ``daisychain generate`` gives for the same checkpoint and settings, for greedy, sampled,
 whole-vocabulary and empty-prompt cases. A setting the rule refuses is refused on the page with
-the same text; a kit whose weights were altered refuses to start; no console error and no
-request leaves the file.
+the same text; a kit whose weights were altered refuses to start; at 390 px the kit has no
+horizontal overflow and every control a name; no console error and no request leaves the file.
 """
 
 from __future__ import annotations
@@ -44,6 +44,17 @@ async () => {
     info });
   downloadKit(html, kitFileName(info));
   return { length: new TextEncoder().encode(html).length, name: kitFileName(info) };
+}
+"""
+
+
+_LAYOUT = """
+() => {
+  const unnamed = [...document.querySelectorAll('input, textarea, button')]
+    .filter((el) => !(el.labels?.length || el.textContent.trim() || el.getAttribute('aria-label')))
+    .map((el) => el.id);
+  return { scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
+    unnamed };
 }
 """
 
@@ -139,6 +150,20 @@ async def test_kit_from_file_url_generates_the_python_ids(tmp_path: Path) -> Non
             about = await kit_page.text_content("#about")
             assert about and "trained 24 steps" in about
             assert doc["checkpoint"]["weight_hash"][:12] in about
+            # a phone-sized screen: no horizontal overflow, every control named
+            await kit_page.set_viewport_size({"width": 390, "height": 844})
+            layout = await kit_page.evaluate(_LAYOUT)
+            assert layout["scrollWidth"] <= layout["innerWidth"], layout
+            assert not layout["unnamed"], layout
+            # the check can fail: a too-wide element and an unnamed button are reported
+            await kit_page.evaluate(
+                "() => { const d = document.createElement('div'); d.id = 'wide';"
+                " d.style.width = '2000px'; d.append(document.createElement('button'));"
+                " document.body.append(d); }"
+            )
+            planted = await kit_page.evaluate(_LAYOUT)
+            assert planted["scrollWidth"] > planted["innerWidth"] and planted["unnamed"] == [""]
+            await kit_page.evaluate("() => document.getElementById('wide').remove()")
             for name in CASES:
                 case = cases[name]
                 got = await _generate(kit_page, case)
