@@ -83,9 +83,85 @@ def _f32_of(value: float | int) -> np.float32:
     return np.float32(value)
 
 
+# Cases that tell the rule from a near miss (a mirror that forgot one float32 rounding, or used
+# <= for <). Such a slip changes the pick only when the threshold lands within an ulp of a
+# cumulative weight, so these positions are searched for: the first position (of 2^24) whose
+# pick differs between the rule and the slip. (mutant, logits, temperature, top_k, seed)
+_U = 2.0**-24
+
+
+def _weights(row: np.ndarray, t: float, k: int, mutant: str) -> tuple[Any, Any]:
+    """(candidates, cumulative weights) as the rule computes them, or as ``mutant`` would."""
+    order = generate.candidate_order(row)[:k]
+    top = row[order]
+    if mutant == "t-unrounded":  # the temperature used as a double
+        z = (np.float64(1) * (top - top[0]) / t).astype(np.float32)
+    elif mutant == "z-one-rounding":  # l - l0 not rounded before the division
+        z = ((top.astype(np.float64) - np.float64(top[0])) / np.float64(np.float32(t))).astype(
+            np.float32
+        )
+    else:
+        z = (top - top[0]) / np.float32(t)
+    c = np.cumsum(generate.exp(z.astype(np.float32)), dtype=np.float32)
+    return order, c
+
+
+def _uniforms(seed: int, start: int, n: int) -> Any:
+    """uniform(key(seed, 5, pos), counter 0) for pos in [start, start + n), vectorized."""
+    from daisychain.numerics import prng
+
+    pos = np.arange(start, start + n, dtype=np.uint32)
+    k5 = np.uint32(prng.key(seed, generate.SAMPLE_STREAM))
+    keys = prng.mix32(k5 ^ prng.mix32(pos + np.uint32(prng.GOLDEN)))
+    words = prng.mix32(prng.mix32(keys) + np.uint32(prng.GOLDEN))
+    return (words >> np.uint32(8)).astype(np.float64) * _U
+
+
+def find_position(row: np.ndarray, t: float, k: int, seed: int, mutant: str) -> int:
+    order, c = _weights(row, t, k, "rule")
+    m_order, m_c = _weights(row, t, k, mutant)
+    chunk = 1 << 21
+    for start in range(0, 1 << 24, chunk):
+        u = _uniforms(seed, start, chunk)
+        r = (u * np.float64(c[-1])).astype(np.float32)  # u and S are float32: one rounding
+        rule = order[np.searchsorted(c, r, side="right")]
+        if mutant == "le":
+            slip = order[np.searchsorted(c, r, side="left")]
+        elif mutant == "r-unrounded":
+            slip = order[np.searchsorted(c.astype(np.float64), u * np.float64(c[-1]), "right")]
+        else:
+            m_r = (u * np.float64(m_c[-1])).astype(np.float32)
+            slip = m_order[np.searchsorted(m_c, m_r, side="right")]
+        hits = np.flatnonzero(rule != slip)
+        if hits.size:
+            return start + int(hits[0])
+    raise AssertionError(f"no position tells the rule from {mutant}")
+
+
+def _row(seed: int, n: int, scale: float) -> list[float | int]:
+    """Logits in [-scale/16, 15 scale/16) with full mantissas and several exponents (u^4)."""
+    from daisychain.numerics import prng
+
+    u = prng.uniform(prng.key(seed, 0), n)
+    v = ((u * u) * (u * u)) * np.float32(scale) - np.float32(scale / 16)
+    return [float(x) for x in v.astype(np.float32)]
+
+
+MUTANT_SEARCH: list[tuple[str, list[float | int], float, int, int]] = [
+    ("le", [0.0] * 2048, 1.0, 2048, 3),
+    ("r-unrounded", [0.0, -0.5, -1.3], 1.0, 3, 3),
+    ("t-unrounded", _row(99, 256, 4.0), 1.00000006, 256, 3),
+    ("z-one-rounding", _row(116, 4, 1.0), 0.7, 4, 3),
+]
+
+
 def pick_cases() -> list[dict[str, Any]]:
     out = []
-    for name, row, temperature, top_k, seed, position in PICK_CASES:
+    searched = [
+        (f"kills-{m}", row, t, k, seed, find_position(np.array(row, np.float32), t, k, seed, m))
+        for m, row, t, k, seed in MUTANT_SEARCH
+    ]
+    for name, row, temperature, top_k, seed, position in [*PICK_CASES, *searched]:
         logits = np.array([_f32_of(v) for v in row], dtype=np.float32)
         expected = generate.pick(logits, np.float32(temperature), top_k, seed, position)
         out.append(

@@ -36,9 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
+from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
+from gpu_plant import OneCellPlant, planted_probe_hash
 from mesh_helpers import (
     FAST,
     TEST_BATCH,
@@ -49,6 +52,7 @@ from mesh_helpers import (
     needs_namespace,
     signaling_server,
     start_peer,
+    wait_for,
 )
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
@@ -118,10 +122,26 @@ async def chromium(webgpu: bool) -> AsyncIterator[Any]:
             await browser.close()
 
 
-async def open_tab(browser: Any, base: str, query: str = "") -> Tab:
-    """The page `/` with the test timers; returns once its peer was admitted to the group."""
-    page = await browser.new_page()
+def serve_text(body: str) -> Any:
+    async def serve(route: Any) -> None:
+        await route.fulfill(status=200, content_type="text/plain; charset=utf-8", body=body)
+
+    return serve
+
+
+async def open_tab(
+    browser: Any,
+    base: str,
+    query: str = "",
+    routes: dict[str, str] | None = None,
+    viewport: dict[str, int] | None = None,
+) -> Tab:
+    """The page `/` with the test timers; returns once its peer was admitted to the group.
+    ``routes`` serves other text for some paths (the page's worker fetches through them too)."""
+    page = await browser.new_page(viewport=viewport)
     tab = Tab(page)
+    for path, body in (routes or {}).items():
+        await page.context.route(f"{base}{path}", serve_text(body))
 
     def on_console(message: Any) -> None:
         if message.type == "error":
@@ -286,3 +306,212 @@ async def test_python_leader_with_browser_followers() -> None:
                 assert tab.hashes(state) == reference
                 assert {r["leader"] for r in state["records"]} == {lead.node.id}
                 tab.check_clean()
+
+
+async def test_tab_joining_at_step_10_matches_from_its_first_step() -> None:
+    """Must-show 4a: two Python peers train; once the leader applied step 10 a tab opens, asks
+    for the state, restores the leader's checkpoint (Python's bytes, checked by
+    static/js/p2p/checkpoint.js: versions, shapes, tokenizer, weight hash) and enters the next
+    roster; its first hash equals the Python peers' hash of that step, and so does every later
+    one. The leader then ends the run at a boundary."""
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        lead = await start_peer(url, "py-lead", lead=lead_config(2000, min_peers=2))
+        follower = await start_peer(url, "py-1")
+        await wait_for(lambda: len(lead.records) >= 10, 120, "the leader's step 10")
+        tab = await open_tab(browser, url, "name=joiner")
+        await wait_tabs([tab], lambda s: len(s[0]["records"]) >= 3, 120, "the joiner's steps")
+        lead.node.end_run()
+        outcomes = await finish([lead, follower], 120)
+        assert [o.reason for o in outcomes] == ["leader-request"] * 2, outcomes
+        [state] = await wait_tabs([tab], finished, 60, "the joiner's outcome")
+        assert state["outcome"]["reason"] == "leader-request", state
+        got = tab.hashes(state)
+        first = min(got)
+        assert first > 10, got
+        assert sorted(got) == list(range(first, max(got) + 1)), "no step skipped after joining"
+        for step, digest in got.items():
+            assert lead.hashes[step] == digest, step
+            assert follower.hashes[step] == digest, step
+        assert len(state["records"][0]["roster"]) == 3
+        assert state["id"] in lead.records[-1].roster
+        tab.check_clean()
+
+
+async def test_leader_tab_closing_hands_the_lead_over_without_a_fork() -> None:
+    """Must-show 4b: a tab leads two Python peers; after a few steps its page closes. The
+    Python peers fail over to the first remaining peer of the last roster and keep training
+    with identical hashes (no fork); their hashes before the close are the tab's."""
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=tab-lead")
+        followers = [await start_peer(url, f"py-{i}") for i in range(2)]
+        choices = {"preset": "tiny", "steps": 2000, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                   "seed": 7, "minPeers": 3}  # fmt: skip
+        await tab.page.evaluate(LEAD, choices)
+        [state] = await wait_tabs([tab], lambda s: len(s[0]["records"]) >= 5, 120, "5 steps")
+        tab.check_clean()
+        await tab.page.close()
+        closed_at = max(len(p.records) for p in followers)
+        await wait_for(
+            lambda: (
+                any(p.node.is_leader for p in followers)
+                and min(len(p.records) for p in followers) >= closed_at + 4
+            ),
+            120,
+            "a Python peer leading 4 more steps",
+        )
+        [new_leader] = [p for p in followers if p.node.is_leader]
+        assert new_leader.node.id == min(p.node.id for p in followers), "first of the roster"
+        new_leader.node.end_run()
+        outcomes = await finish(followers, 120)
+        assert [o.reason for o in outcomes] == ["leader-request"] * 2, outcomes
+        # No fork: every step both applied has one hash, and both ended on the same state. (A
+        # peer that missed the step the leader died in re-enters through the new leader's
+        # checkpoint, so its records may lack that one step.)
+        a, b = (p.hashes for p in followers)
+        common = a.keys() & b.keys()
+        assert len(common) >= closed_at + 3, (sorted(a), sorted(b))
+        assert {s: a[s] for s in common} == {s: b[s] for s in common}, "the replicas forked"
+        assert (outcomes[0].step, outcomes[0].hash) == (outcomes[1].step, outcomes[1].hash)
+        for step, digest in tab.hashes(state).items():
+            assert a[step] == digest, step
+        after = [r for r in new_leader.records if r.step > closed_at + 1]
+        assert after and {r.leader for r in after} == {new_leader.node.id}
+        assert all(state["id"] not in r.roster for r in after)
+
+
+@dataclass(frozen=True)
+class StaleReadPlant(OneCellPlant):
+    """One unit off in one cell of the probe's product, but only when that cell's output
+    buffer still holds the right answer from an earlier run of the same product: a kernel that
+    reads stale memory. The start-up checks run it on poisoned or fresh buffers (the gates under
+    ``pool.poisoned``, the first probe on a buffer just poisoned), so it passes every gate and
+    the start-up probe, and is chosen; the probe of each training step reuses the buffer the
+    previous probe left, and drifts. Only the per-step probe guard can name such a device."""
+
+    expected: int = 0
+
+    def condition(self) -> str:
+        return f"{super().condition()} && out[i * params.n + j] == {self.expected}i"
+
+
+def stale_read_plant() -> StaleReadPlant:
+    row, col = 40, 50
+    a, b = probe_operands()
+    right = int((a.astype(np.int64) @ b.astype(np.int64))[row, col])
+    return StaleReadPlant(row, col, 1, *PROBE_SHAPE, expected=right)
+
+
+async def test_planted_kernel_bug_in_a_tab_is_named_by_the_probe_guard() -> None:
+    """Must-show 4c: a WebGPU tab whose DP4A kernel (served through a Playwright route) has a
+    planted bug that the gates and the start-up probe cannot see (``StaleReadPlant``) trains
+    with a Python leader. Its kernel probe after a training step is not the reference's: the
+    probe guard names the tab's id and backend, and the run stops (fork) at every peer."""
+    plant = stale_read_plant()
+    kernels = {"/kernels/gemm_dp4a.wgsl": plant.wgsl("dp4a")}
+    async with signaling_server() as url, chromium(webgpu=True) as browser:
+        tab = await open_tab(browser, url, "name=gpu-tab&backend=webgpu-dp4a", routes=kernels)
+        lead = await start_peer(url, "py-lead", lead=lead_config(2000, min_peers=2))
+        [outcome] = await finish([lead], 240)
+        [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
+        tab_id = state["id"]
+        assert state["backend"] == "webgpu-dp4a", "the planted kernel passed its start-up checks"
+        assert outcome.reason == "fork", outcome
+        assert f"{tab_id} (backend webgpu-dp4a)" in outcome.message, outcome.message
+        assert outcome.hashes == {tab_id: planted_probe_hash(plant)}
+        assert state["outcome"]["reason"] == "fork", state["outcome"]
+        assert f"{tab_id} (backend webgpu-dp4a)" in state["outcome"]["message"]
+        assert any("stopped" in e["message"] for e in state["errors"]), "the page says why"
+        tab.check_clean()
+
+
+# The page's layout and accessibility at a phone's size.
+LAYOUT = """
+() => {
+  const root = document.documentElement;
+  const status = document.getElementById('status');
+  const unlabeled = [...document.querySelectorAll('input, select')]
+    .filter((el) => el.labels.length === 0).map((el) => el.name);
+  return { overflow: root.scrollWidth - root.clientWidth, live: status.getAttribute('aria-live'),
+    role: status.getAttribute('role'), unlabeled,
+    errorsLive: document.getElementById('errors').getAttribute('aria-live') };
+}
+"""
+
+
+async def submit_lead(page: Any, fields: dict[str, str]) -> None:
+    await page.click("details summary")
+    for name, value in fields.items():
+        await page.fill(f"#lead [name={name}]", value)
+    await page.click("#lead-button")
+
+
+async def test_page_controls_at_phone_size_refuse_a_bad_run_and_lead_a_good_one() -> None:
+    """The minimal controls on `/` at 390x844: no horizontal overflow, labelled fields, a live
+    status line. "Lead a run" with a batch above this device's cap (64) is refused on the page
+    with the rule's hint and nothing starts; the same form with good values leads a Python
+    follower to the end, and the status line shows the last step, loss, hash and backend."""
+    phone = {"width": 390, "height": 844}
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=phone", viewport=phone)
+        page = tab.page
+        layout = await page.evaluate(LAYOUT)
+        assert layout == {"overflow": 0, "live": "polite", "role": "status", "unlabeled": [],
+                          "errorsLive": "assertive"}  # fmt: skip
+        await page.wait_for_selector("#lead-button:not([disabled])")
+        await submit_lead(page, {"steps": "3", "min_peers": "2", "batch": "65", "seq_len": "32"})
+        await page.wait_for_selector("#errors li")
+        refusal = await page.inner_text("#errors")
+        assert "cannot lead this run: batch 65 above this peer's cap of 64" in refusal, refusal
+        assert (await tab.state())["phase"] == "lobby"
+        await page.wait_for_selector("#lead-button:not([disabled])")
+        follower = await start_peer(url, "py-1")
+        await page.fill("#lead [name=batch]", str(TEST_BATCH))
+        await page.fill("#lead [name=seed]", "7")
+        await page.click("#lead-button")
+        [outcome] = await finish([follower], 180)
+        assert outcome.reason == "done", outcome
+        [state] = await wait_tabs([tab], finished, 60, "the page's outcome")
+        last = state["records"][-1]
+        assert last["step"] == 3 and last["hash"] == follower.hashes[3]
+        assert await page.inner_text("#step") == "3"
+        assert await page.inner_text("#hash") == last["hash"][:16]
+        assert await page.inner_text("#backend") == "js-cpu"
+        assert await page.inner_text("#loss") == f"{last['loss']:.4f}"
+        assert "run ended (done) at step 3" in await page.inner_text("#status")
+        assert (await page.evaluate(LAYOUT))["overflow"] == 0, "no horizontal scroll after a run"
+        tab.check_clean()
+
+
+END_RUN = """
+async () => {
+  const { app } = await import('/js/app.js');
+  app.peer.endRun();
+}
+"""
+
+
+async def test_python_peer_joining_a_tab_led_run_restores_the_tabs_checkpoint() -> None:
+    """The other direction of a join: a tab leads one Python follower; a second Python peer
+    arrives mid-run, asks the tab for the state and restores the checkpoint the tab encoded
+    (static/js/p2p/checkpoint.js from the worker's export) with Python's full validation; its
+    hashes then match the tab's at every step. The tab's user ends the run at a boundary."""
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=tab-lead")
+        follower = await start_peer(url, "py-1")
+        choices = {"preset": "tiny", "steps": 2000, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                   "seed": 7, "minPeers": 2}  # fmt: skip
+        await tab.page.evaluate(LEAD, choices)
+        await wait_for(lambda: len(follower.records) >= 5, 120, "5 steps")
+        joiner = await start_peer(url, "py-joiner")
+        await wait_for(lambda: len(joiner.records) >= 3, 120, "the joiner's steps")
+        await tab.page.evaluate(END_RUN)
+        outcomes = await finish([follower, joiner], 120)
+        assert [o.reason for o in outcomes] == ["leader-request"] * 2, outcomes
+        [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
+        assert state["outcome"]["reason"] == "leader-request", state["outcome"]
+        led = tab.hashes(state)
+        first = min(joiner.hashes)
+        assert first > 5 and len(joiner.records[0].roster) == 3
+        for step, digest in joiner.hashes.items():
+            assert led[step] == digest == follower.hashes[step], step
+        tab.check_clean()

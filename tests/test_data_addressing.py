@@ -194,8 +194,9 @@ async def stack(
     async with TestServer(stub.app()) as upstream:
         stub.base_url = str(upstream.make_url("/")).rstrip("/")
         data = replace(
-            DataConfig(), base_url=stub.base_url, revision=REVISION, shards=SHARDS,
-            timeout_s=2.0, footer_probe_bytes=1024, burst=1000, **data_changes,
+            DataConfig(), base_url=stub.base_url, revision=REVISION,
+            shards=data_changes.pop("shards", SHARDS), timeout_s=2.0, footer_probe_bytes=1024,
+            burst=1000, **data_changes,
         )  # fmt: skip
         app = create_app(config(data=data), fallback_text=lambda: FALLBACK_TEXT,
                          tokenizer=ByteTokenizer)  # fmt: skip
@@ -488,3 +489,38 @@ def test_the_machine_refuses_a_fineweb_run_its_peer_cannot_read(readable: bool) 
         assert "cannot read FineWeb-Edu" in errors[0].message and "--offline" in errors[0].hint
         assert any(isinstance(e, fx.Close) and e.peer == leader for e in effects)
         assert machine.config is None, "the peer stays in the lobby"
+
+
+async def test_the_feed_loads_its_tokenizer_once_for_concurrent_fetches(
+    shard_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daisychain.p2p import datafeed
+
+    loads: list[int] = []
+    real = datafeed.default_encoder
+
+    def counting() -> datafeed.Encoder:
+        loads.append(1)
+        return real()
+
+    monkeypatch.setattr(datafeed, "default_encoder", counting)
+    async with data_server(shard_root) as (_stub, url):
+        feed = FineWebFeed(url, REVISION, depth=4)
+        try:
+            await feed.batch(Address(7, 0, 0, 1, 8))
+            await wait_until(lambda: all(t.done() for t in feed._pending.values()), "prefetch")
+            assert feed.stats.fetched == 5 and loads == [1]
+        finally:
+            await feed.close()
+
+
+async def test_a_revision_whose_table_holds_no_training_row_group_is_a_503(tmp_path: Path) -> None:
+    write_fineweb_shard(tmp_path / SHARDS[0], row_groups=1, rows_per_group=5, chars_per_row=50,
+                        seed=0)  # fmt: skip
+    async with stack(tmp_path, shards=SHARDS[:1]) as (_stub, client):
+        response = await client.get(query())
+        body = await response.json()
+        assert response.status == 503 and "cannot hold this address" in body["error"], body
+        assert "lead with another --data" in body["hint"]
+        validation = await client.get(query(split="validation"))  # the held-out one is there
+        assert validation.status == 200

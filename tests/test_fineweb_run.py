@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -25,7 +26,7 @@ from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord
 from daisychain.server.app import serve_local
 from daisychain.server.config import DataConfig
-from mesh_helpers import FAST, corpus, lead_config, needs_namespace, wait_for
+from mesh_helpers import FAST, PeerProcess, corpus, lead_config, needs_namespace, wait_for
 from server_fixtures import ByteTokenizer, config
 
 pytestmark = needs_namespace
@@ -101,8 +102,6 @@ async def two_peer_run(root: Path, data: str) -> tuple[list[Peer], list[Outcome]
         lead = lead_config(steps=STEPS, min_peers=2, data=data)
         peers = [await start(url, "lead", data_url, lead), await start(url, "f1", data_url, None)]
         outcomes = await asyncio.wait_for(asyncio.gather(*(p.task for p in peers)), 300)
-        import aiohttp
-
         async with aiohttp.ClientSession() as session, session.get(f"{url}/api/status") as r:
             status = (await r.json())["data"]
     return peers, list(outcomes), status
@@ -159,3 +158,36 @@ async def test_a_peer_whose_data_server_goes_away_leaves_cleanly_with_the_reason
         assert training.state_hash(state) == peer.hashes[state.step], "state is a step applied"
     common = set(peers[0].hashes) & set(peers[1].hashes)
     assert len(common) >= 3 and all(peers[0].hashes[s] == peers[1].hashes[s] for s in common)
+
+
+async def test_the_headless_peer_leads_and_follows_a_fineweb_run_from_the_command_line(
+    shard_root: Path,
+) -> None:
+    """``python -m daisychain.peer --lead --data fineweb``: the revision comes from the server's
+    /api/status, the follower reads it too, and both finish with the same hashes."""
+    async with fineweb_server(shard_root) as (url, _stub):
+        common = ("--preset", "tiny", "--steps", "3", "--batch", "1", "--seq-len", "16")
+        lead = PeerProcess(url, "lead", "--lead", "--data", "fineweb", "--min-peers", "2", *common)
+        follow = PeerProcess(url, "follow")
+        try:
+            codes = [await lead.wait(240), await follow.wait(240)]
+            assert codes == [0, 0], (lead.stderr(), follow.stderr())
+            assert lead.hashes == follow.hashes and len(lead.hashes) == 3
+            async with aiohttp.ClientSession() as session, session.get(f"{url}/api/status") as r:
+                status = (await r.json())["data"]
+            assert status["windows_served"] >= 6, "both peers read their windows from /data"
+        finally:
+            lead.close()
+            follow.close()
+
+
+async def test_the_headless_peer_will_not_lead_fineweb_from_an_offline_server() -> None:
+    async with serve_local(config(), tokenizer=ByteTokenizer) as url:  # offline
+        proc = PeerProcess(url, "lead", "--lead", "--data", "fineweb")
+        try:
+            assert await proc.wait(120) == 1
+            assert "does not serve FineWeb-Edu at a pinned revision" in proc.stderr()
+            assert "hint: lead with --data builtin" in proc.stderr()
+            assert [d["event"] for d in proc.lines] == ["backend", "error"]
+        finally:
+            proc.close()

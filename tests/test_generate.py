@@ -268,3 +268,17 @@ def test_cli_refuses_bad_settings(
 ) -> None:
     code, out, err = _run([str(golden), *args], capsys)
     assert code == 2 and out == "" and message in err, err
+
+
+def test_empty_context_refused() -> None:
+    cfg = preset("tiny")
+    with pytest.raises(GenerateError, match="the context is empty"):
+        next(generate.steps(init_params(cfg, 1), cfg, [], Settings(), 2047))
+
+
+def test_cumsum_probe_tells_sequential_from_pairwise() -> None:
+    """The import-time probe: numpy's float32 cumsum adds left to right here; a pairwise or
+    reassociated sum of the probe's values gives another float32, so the probe would fail."""
+    assert generate._cumsum_is_sequential()
+    x = np.array([1.0, 2.0**-24, 2.0**-24], dtype=np.float32)
+    assert np.float32(x[0] + (x[1] + x[2])) != np.cumsum(x, dtype=np.float32)[-1]

@@ -18,6 +18,8 @@ nothing leaves the machine), and peers restricted to relay candidates.
 - A Chromium tab on the page ``/`` (static/js/app.js, the browser peer) and a Python leader
   train 5 steps through the relay with identical hashes; the tab took its ICE servers and the
   relay policy from ``welcome``, and its own ``getStats()`` shows a relay/relay selected pair.
+- Two tabs (/mesh-check.html), which trickle ICE to each other, trickle relay candidates only
+  and exchange messages and fragmented, compressed payloads through the relay.
 
 Skips (never silently): not root / no namespace (like every mesh test), ``turnserver`` missing
 (``apt-get install -y coturn``), and for the browser test Chromium or Playwright missing.
@@ -362,4 +364,52 @@ async def test_browser_tab_and_python_peer_train_through_the_relay(tmp_path: Pat
     assert tab_route["bytes"] > 0
     mesh = lead.node.mesh
     assert isinstance(mesh, RecordingMesh) and list(mesh.routes.values()) == [RELAYED]
+    assert turn.allocations("u") >= 2, turn.log()[-4000:]
+
+
+CHECK_ROUTE = TAB_ROUTE.replace(
+    "const { app } = await import('/js/app.js');",
+    "const app = { mesh: (await import('/js/p2p/check.js')).mesh };",
+)
+
+
+async def test_two_tabs_trickle_relay_candidates_and_exchange_frames(tmp_path: Path) -> None:
+    """Two browsers trickle ICE to each other (the Python peer never does): with the relay
+    policy from welcome they trickle relay candidates only, connect through coturn and
+    exchange messages and a fragmented, compressed payload both ways (/mesh-check.html)."""
+    # Its module skips (with the reason) when Chromium or Playwright is missing.
+    import test_browser_mesh as bm
+
+    ice = server_ice(
+        "--ice-server", TURN_URL, "--ice-username", "u", "--ice-credential", "p",
+        "--ice-relay-only",
+    )  # fmt: skip
+    with coturn(tmp_path, "--lt-cred-mech", "--user", "u:p") as turn:
+        async with signaling_server(ice=ice) as url, bm.chromium() as browser:
+            a, b = await bm.open_tab(browser, url), await bm.open_tab(browser, url)
+            ia, ib = await asyncio.gather(
+                a.page.evaluate(bm.WAIT_OPEN, [1, bm.WAIT_MS]),
+                b.page.evaluate(bm.WAIT_OPEN, [1, bm.WAIT_MS]),
+            )
+            sent = await asyncio.gather(
+                a.page.evaluate(bm.SEND, [ib["id"], 200_000, 1, True, 11]),
+                b.page.evaluate(bm.SEND, [ia["id"], 120_000, 2, False, 12]),
+            )
+            assert list(sent) == [[True, True, True], [True, True, True]]
+            got_b, got_a = await asyncio.gather(
+                b.page.evaluate(bm.RECEIVE, [ia["id"], 1 << 20, bm.WAIT_MS]),
+                a.page.evaluate(bm.RECEIVE, [ib["id"], 1 << 20, bm.WAIT_MS]),
+            )
+            bm.check_received(got_b, 200_000, 1, True, ia["id"])
+            bm.check_received(got_a, 120_000, 2, False, ib["id"])
+            trickled = await a.page.evaluate(bm.TRICKLES)
+            routes = [await t.page.evaluate(CHECK_ROUTE) for t in (a, b)]
+            a.check_clean()
+            b.check_clean()
+    assert trickled is True
+    for seen in routes:
+        assert seen["policy"] == "relay"
+        [route] = seen["routes"].values()
+        assert (route["local"], route["remote"]) == ("relay", "relay"), seen
+        assert route["bytes"] > 120_000
     assert turn.allocations("u") >= 2, turn.log()[-4000:]

@@ -146,7 +146,9 @@ async function main() {
   app.selection = selection;
   $('backend').textContent = selection.backend;
   $('backend').title = selection.choice?.reason ?? '';
-  for (const d of selection.demotions) showError(`backend ${d.name} not used: ${d.reason}`, 'nothing to do: another backend is used');
+  // Not errors: why the other backends are not used (no WebGPU here, a failed gate, slower).
+  $('backend-note').textContent = [selection.choice?.reason ?? '',
+    ...selection.demotions.map((d) => `${d.name} not used: ${d.reason}`)].filter(Boolean).join('; ');
   const mesh = new Mesh({
     server: location.origin, room: params.get('room'), name,
     device: { kind: 'browser', backend: selection.backend },

@@ -8,6 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { EOT_TOKEN, Tokenizer } from '../../static/js/tokenizer.js';
+import * as fineweb from '../../static/js/fineweb.js';
 import * as runconfig from '../../static/js/p2p/runconfig.js';
 import { parse as parseMessage } from '../../static/js/p2p/messages.js';
 import { REPO } from './helpers.mjs';
@@ -39,6 +40,26 @@ test('the cases were made with the shipped tokenizer', () => {
 
 for (const c of VECTORS.cases) {
   const name = `${c.split} seed ${c.seed} step ${c.step} rank ${c.rank}`;
+  test(`${name}: static/js/fineweb.js addresses the same window and cuts the same batch`, () => {
+    const nShards = VECTORS.shards.length;
+    const shard = fineweb.shardOf(c.seed, c.step, c.rank, c.split, nShards);
+    const w = fineweb.window(c.seed, c.step, c.rank, c.split,
+      { shard, nShards, rows: VECTORS.shards[shard].rows, chars: c.chars });
+    assert.deepEqual([shard, w.rowGroup, w.firstRow, w.chars],
+      [c.shard, c.row_group, c.first_row, c.chars]);
+    assert.equal(fineweb.windowChars(c.batch, c.seq_len), c.chars);
+    const ids = tk.encode(fineweb.join(c.texts)).slice(0, c.batch * (c.seq_len + 1));
+    const { x, y } = fineweb.batchFromIds(ids, c.batch, c.seq_len);
+    for (let i = 0; i < c.batch; i++) { // Python: rows = ids.reshape(B, T + 1); x, y = rows[:, :-1], rows[:, 1:]
+      const row = c.ids.slice(i * (c.seq_len + 1), (i + 1) * (c.seq_len + 1));
+      assert.deepEqual(Array.from(x.subarray(i * c.seq_len, (i + 1) * c.seq_len)), row.slice(0, -1));
+      assert.deepEqual(Array.from(y.subarray(i * c.seq_len, (i + 1) * c.seq_len)), row.slice(1));
+    }
+    const q = new URL(fineweb.windowQuery({ ...c, seqLen: c.seq_len, revision: VECTORS.revision }),
+      'http://x');
+    assert.equal(q.searchParams.get('max_chars'), String(c.chars));
+    assert.equal(q.searchParams.get('split'), c.split);
+  });
   test(`${name}: the window's text encodes to the Python peer's ids`, () => {
     const need = c.batch * (c.seq_len + 1);
     const ids = tk.encode(c.texts.join(EOT_TOKEN)).slice(0, need);
@@ -50,6 +71,23 @@ for (const c of VECTORS.cases) {
     assert.equal(c.texts.reduce((n, t) => n + Array.from(t).length, 0), c.chars);
   });
 }
+
+test('fineweb.js refuses what fineweb.py refuses', () => {
+  assert.throws(() => fineweb.window(1, 0, 0, 'train', { shard: 0, nShards: 1, rows: [5], chars: 9 }),
+    /no training row group/);
+  assert.throws(() => fineweb.window(1, 0, 0, 'train', { shard: 0, nShards: 2, rows: [0], chars: 9 }),
+    /has no rows/);
+  assert.throws(() => fineweb.shardOf(1, 0, 0, 'train', 0), /empty/);
+  assert.throws(() => fineweb.batchFromIds([], 1, 4), /no tokens/);
+  for (const bad of ['fineweb', `fineweb@${'0'.repeat(39)}`, `fineweb@${'A'.repeat(40)}`, 'x']) {
+    assert.throws(() => fineweb.revisionOf(bad), /unknown data source/);
+  }
+  assert.equal(fineweb.revisionOf('builtin'), null);
+  assert.equal(fineweb.revisionOf(fineweb.dataName(VECTORS.revision)), VECTORS.revision);
+  assert.equal(fineweb.codePoints('a😀'), 2);
+  const { x } = fineweb.batchFromIds([5, 6, 7], 2, 3); // repeated from the start, like np.resize
+  assert.deepEqual(Array.from(x), [5, 6, 7, 6, 7, 5]);
+});
 
 test('a changed id is caught', () => {
   const c = VECTORS.cases[0];

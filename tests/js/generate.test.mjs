@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 
 import { REPO, fromBits } from './helpers.mjs';
 import {
-  settings, pick, generate, generateAsync, topKFor, startContext, candidateOrder, GenerateError,
+  settings, pick, generate, generateAsync, generateSteps, topKFor, startContext, candidateOrder, GenerateError,
   MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
 } from '../../static/js/model/generate.js';
 import { Tokenizer } from '../../static/js/tokenizer.js';
@@ -135,6 +135,8 @@ test('settings: each check refuses its wrong input with a hint', () => {
 
 test('prompts: empty starts from <|endoftext|>, too long and lone surrogates are refused', () => {
   assert.deepEqual(startContext([], 2047), [2047]);
+  assert.throws(() => generateSteps(initParams(preset('tiny'), 1), preset('tiny'), [], settings(), 2047).next(),
+    /the context is empty/);
   assert.throws(() => startContext([], null), /no <\|endoftext\|> token/);
   assert.throws(() => startContext(new Array(MAX_PROMPT_TOKENS + 1).fill(5), 2047), /above 4096; .*shorten it/);
   const cfg = preset('tiny');

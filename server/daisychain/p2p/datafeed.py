@@ -100,13 +100,14 @@ class FineWebFeed:
         self.patience_s = patience_s
         self.stats = FeedStats()
         self._encoder = encoder
+        self._encoder_loading = asyncio.Lock()  # the first fetches share one load
         self._session: aiohttp.ClientSession | None = None
         self._pending: dict[Address, asyncio.Task[Batch]] = {}
 
     async def batch(self, address: Address) -> Batch:
         """The batch at ``address``; starts fetching the next ``depth`` steps too."""
         task = self._pending.pop(address, None)
-        if task is not None and task.done() and task.exception() is None:
+        if task is not None and task.done() and not task.cancelled() and task.exception() is None:
             self.stats.ready += 1
         else:
             self.stats.waited += 1
@@ -147,8 +148,9 @@ class FineWebFeed:
     async def _fetch(self, address: Address) -> Batch:
         texts = await self._window(address)
         self.stats.fetched += 1
-        if self._encoder is None:
-            self._encoder = await asyncio.to_thread(default_encoder)
+        async with self._encoder_loading:
+            if self._encoder is None:
+                self._encoder = await asyncio.to_thread(default_encoder)
         return await asyncio.to_thread(_tokenize, self._encoder, texts, address)
 
     async def _window(self, a: Address) -> list[str]:

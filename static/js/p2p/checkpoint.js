@@ -26,6 +26,13 @@ export const FORMAT_VERSION = 1;
 export const MAX_HEADER_BYTES = 16 * 1024 * 1024;
 const HINT = 'the file is damaged or not a safetensors checkpoint; download or save it again';
 
+// safetensors dtypes Python's reader knows (safetensors_io._DTYPES): name -> [bytes, numpy name]
+const DTYPES = {
+  F32: [4, 'float32'], F64: [8, 'float64'], I8: [1, 'int8'], U8: [1, 'uint8'], I16: [2, 'int16'],
+  U16: [2, 'uint16'], I32: [4, 'int32'], U32: [4, 'uint32'], I64: [8, 'int64'],
+};
+const pyTuple = (dims) => (dims.length === 1 ? `(${dims[0]},)` : `(${dims.join(', ')})`);
+
 const f32Bits = (x) => new Uint32Array(Float32Array.of(x).buffer)[0].toString(16).padStart(8, '0');
 
 function fromBits(text) {
@@ -118,7 +125,10 @@ function refuse(message) {
   throw new ReplicaRefused(message);
 }
 
-/** safetensors_io.decode: {tensors: Map name -> {dtype, shape, data}, meta}; F32 only here. */
+/**
+ * safetensors_io.decode: {tensors: Map name -> {dtype, shape, data}, meta}; `data` is a
+ * Float32Array for F32 tensors, the raw bytes otherwise (refused later, as Python does).
+ */
 function decodeContainer(blob, source) {
   if (blob.length < 8) refuse(`${source}: file is ${blob.length} bytes, too short; ${HINT}`);
   const view = new DataView(blob.buffer, blob.byteOffset, blob.length);
@@ -152,7 +162,10 @@ function decodeContainer(blob, source) {
       refuse(`${source}: tensor '${name}': malformed entry`);
     }
     const { dtype, shape, data_offsets: offs } = info;
-    if (dtype !== 'F32') refuse(`${source}: tensor '${name}': unsupported dtype '${dtype}'`);
+    if (typeof dtype !== 'string' || !Object.hasOwn(DTYPES, dtype)) {
+      refuse(`${source}: tensor '${name}': unsupported dtype '${dtype}'`);
+    }
+    const itemSize = DTYPES[dtype][0];
     if (!(Array.isArray(shape) && shape.every((d) => Number.isSafeInteger(d) && d >= 0) &&
           Array.isArray(offs) && offs.length === 2 && offs.every(Number.isSafeInteger))) {
       refuse(`${source}: tensor '${name}': malformed shape or offsets`);
@@ -162,13 +175,16 @@ function decodeContainer(blob, source) {
       refuse(`${source}: tensor '${name}': data [${begin}, ${end}) lies outside the ` +
         `${data.length}-byte data section; the file is truncated; ${HINT}`);
     }
-    if (end - begin !== numel(shape) * 4) {
-      refuse(`${source}: tensor '${name}': ${end - begin} bytes for shape [${shape}] F32 ` +
-        `(needs ${numel(shape) * 4})`);
+    if (end - begin !== numel(shape) * itemSize) {
+      refuse(`${source}: tensor '${name}': ${end - begin} bytes for shape [${shape.join(', ')}] ` +
+        `${dtype} (needs ${numel(shape) * itemSize})`);
     }
     spans.push([begin, end, name]);
-    const values = new Float32Array(numel(shape));
-    new Uint8Array(values.buffer).set(data.subarray(begin, end));
+    let values = data.slice(begin, end);
+    if (dtype === 'F32') {
+      values = new Float32Array(numel(shape));
+      new Uint8Array(values.buffer).set(data.subarray(begin, end));
+    }
     tensors.set(name, { dtype, shape, data: values });
   }
   spans.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
@@ -253,11 +269,11 @@ export async function decodeCheckpoint(blob, source, { tokenizerSha256, vocabSiz
   for (const name of expected) {
     const base = name.startsWith('m.') || name.startsWith('v.') ? name.slice(2) : name;
     const want = shapes.get(base);
-    const got = tensors.get(name).shape;
-    if (got.length !== want.length || got.some((d, i) => d !== want[i])) {
-      refuse(`${source}: tensor '${name}' is float32 (${got}), the configuration (width ` +
-        `${model.width}, layers ${model.layers}, vocab ${model.vocabSize}) needs float32 ` +
-        `(${want}); the dims are wrong for this model`);
+    const { dtype, shape: got } = tensors.get(name);
+    if (dtype !== 'F32' || got.length !== want.length || got.some((d, i) => d !== want[i])) {
+      refuse(`${source}: tensor '${name}' is ${DTYPES[dtype][1]} ${pyTuple(got)}, the ` +
+        `configuration (width ${model.width}, layers ${model.layers}, vocab ${model.vocabSize}) ` +
+        `needs float32 ${pyTuple(want)}; the dims are wrong for this model`);
     }
   }
   const list = (prefix) => ({ names: [...names], arrays: names.map((k) => tensors.get(prefix + k).data) });

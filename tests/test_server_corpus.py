@@ -1,0 +1,69 @@
+"""``GET /api/corpus/builtin``: the token ids a browser peer samples its batches from.
+
+They must be exactly what ``python -m daisychain.peer`` trains on (``load_corpus(None, tok)
+.train``), or a tab's replica would fork from the Python peers' at its first step; the headers
+name the tokenizer that made them (the page refuses others) and the body's SHA-256.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import numpy as np
+import pytest
+from aiohttp import ClientSession
+
+from daisychain.server.app import serve_local
+from mesh_helpers import corpus
+from server_fixtures import ByteTokenizer, config
+
+
+async def test_builtin_tokens_are_the_python_peers_training_tokens() -> None:
+    tokens, sha, _vocab = corpus()
+    async with (
+        serve_local(config(), tokenizer=ByteTokenizer) as url,
+        ClientSession() as session,
+    ):
+
+        async def fetch() -> bytes:
+            async with session.get(f"{url}/api/corpus/builtin") as response:
+                assert response.status == 200
+                assert response.headers["Content-Type"] == "application/octet-stream"
+                assert response.headers["X-DaisyChain-Tokenizer-SHA256"] == sha
+                assert response.headers["X-DaisyChain-Token-Dtype"] == "uint16"
+                assert int(response.headers["X-DaisyChain-Token-Count"]) == tokens.size
+                body = await response.read()
+                digest = hashlib.sha256(body).hexdigest()
+                assert response.headers["X-DaisyChain-Tokens-SHA256"] == digest
+                return body
+
+        # Two requests at once share one build; both get the whole array.
+        bodies = await asyncio.gather(fetch(), fetch())
+    assert bodies[0] == bodies[1]
+    got = np.frombuffer(bodies[0], dtype="<u2")
+    assert np.array_equal(got, tokens)
+
+
+async def test_a_failed_build_is_a_503_with_a_hint_and_is_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise FileNotFoundError("corpus manifest missing")
+
+    monkeypatch.setattr("daisychain.server.corpus.build_builtin_tokens", broken)
+    async with (
+        serve_local(config(), tokenizer=ByteTokenizer) as url,
+        ClientSession() as session,
+    ):
+        for _ in range(2):
+            async with session.get(f"{url}/api/corpus/builtin") as response:
+                assert response.status == 503
+                text = await response.text()
+                assert "corpus manifest missing" in text and "reinstall" in text
+        async with session.get(f"{url}/healthz") as response:
+            assert response.status == 200, "the server stays up"
+    assert len(calls) == 2, "a failed build is not cached"
