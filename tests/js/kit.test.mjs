@@ -15,6 +15,7 @@ import { bundle, wrapModule, importsOf, BundleError } from '../../static/js/kit/
 import { buildKit, kitFileName } from '../../static/js/kit/build.js';
 import { loadKitData, fromBase64 } from '../../static/js/kit/runtime.js';
 import { preset } from '../../static/js/model/config.js';
+import { CONTRACT_VERSION } from '../../static/js/numerics/index.js';
 import { initParams } from '../../static/js/model/params.js';
 import { settings, generate } from '../../static/js/model/generate.js';
 import { Tokenizer } from '../../static/js/tokenizer.js';
@@ -92,7 +93,8 @@ test('kit data: the recorded checks refuse a wrong format, contract, weights or 
   for (const [name, a] of params) assert.deepEqual(ok.params.get(name), a, name);
   const bad = [
     [{ ...meta, format: 'other' }, weights, tokenizer, /not a daisychain-kit version 1/],
-    [{ ...meta, contract_version: 2 }, weights, tokenizer, /numerical contract 2, this code implements 1/],
+    [{ ...meta, contract_version: CONTRACT_VERSION + 1 }, weights, tokenizer,
+      new RegExp(`numerical contract ${CONTRACT_VERSION + 1}, this code implements ${CONTRACT_VERSION}`)],
     [meta, weights.slice(0, -4), tokenizer, /weights in this file are damaged/],
     [meta, weights.map((b, i) => (i === 100 ? b ^ 1 : b)), tokenizer, /weights in this file are damaged/],
     [meta, weights, tokenizer.map((b, i) => (i === 100 ? b ^ 1 : b)), /tokenizer in this file is damaged/],
