@@ -1,4 +1,4 @@
-"""The contract-v1 GPT model (docs/MODEL.md): configuration, parameters, forward/backward.
+"""The contract GPT model (docs/MODEL.md): configuration, parameters, forward/backward.
 
 ``gpt`` is the contract path (int8 products, pinned float32 elementwise work); ``reference`` is a
 plain float oracle of the same architecture used by tests and convergence runs.

@@ -33,7 +33,7 @@ def _is_power_of_four(n: int) -> bool:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture of the contract-v1 GPT (docs/MODEL.md)."""
+    """Architecture of the contract GPT (docs/MODEL.md)."""
 
     vocab_size: int
     width: int  # C

@@ -1,4 +1,4 @@
-"""Plain float oracle of the contract-v1 GPT (not the contract).
+"""Plain float oracle of the contract GPT (not the contract).
 
 The same architecture, parameters and data as ``daisychain.model.gpt``, computed with ordinary
 float math in a chosen dtype (float64 for gradient checks, float32 for convergence baselines):

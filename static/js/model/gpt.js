@@ -1,4 +1,4 @@
-// The contract-v1 GPT: forward and hand-written backward on the numerical contract
+// The contract GPT (v2): forward and hand-written backward on the numerical contract
 // (docs/MODEL.md sections 4-6). Mirrors server/daisychain/model/gpt.py operation for operation.
 //
 // Every matrix product is an exact int8 product from ../numerics (forward `qmatmul`; backward
