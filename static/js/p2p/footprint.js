@@ -4,7 +4,8 @@
 // corners), and a rounded estimate must not slip under a cap or print other digits than Python.
 //
 // With P parameters, N = B * T, F = mlp_mult * C, A = B * H * T^2 (bytes): state 12 P; step 12 P;
-// activations 8 N V + L (44 N C + 8 N F + 12 A) + 16 N C + 16 N F + 16 A; exchange
+// activations 12 N V + 24 C V + L (44 N C + 8 N F + 12 A) + 16 N C + 16 N F + 16 A (the logits
+// gradient has three limbs, contract v2); exchange
 // 8 P + HISTORY_STEPS * 2 * ceil(257 P / 256); checkpoint 12 P + 1 MiB.
 
 import { paramShapes } from '../model/params.js';
@@ -27,7 +28,8 @@ export function estimate(cfg) {
   const attention = b * h * t * t; // (B, H, T, T) elements of one layer's probabilities
   const f = BigInt(cfg.hidden);
   const perLayer = 44n * n * c + 8n * n * f + 12n * attention;
-  const activations = 8n * n * v + BigInt(cfg.layers) * perLayer + 16n * n * c + 16n * n * f +
+  const logits = 12n * n * v + 24n * c * v; // three-limb logits gradient (contract v2)
+  const activations = logits + BigInt(cfg.layers) * perLayer + 16n * n * c + 16n * n * f +
     16n * attention;
   const pieceBytes = (p * 257n + 255n) / 256n; // int8 values plus one exponent per 256
   const parts = {
