@@ -105,6 +105,7 @@ export class BrowserPeer extends EventTarget {
     this.errors = [];
     this.computed = new Map(); // step/round -> how our gradient was computed
     this.bytesSent = 0;
+    this.disposed = false;
     this.listen();
   }
 
@@ -170,6 +171,7 @@ export class BrowserPeer extends EventTarget {
 
   /** Queue an input; `make(now)` builds its event when it is fed; `prepare` runs just before. */
   push(make, prepare = null) {
+    if (this.disposed) return;
     this.inbox.push({ make, prepare });
     this.pump();
   }
@@ -248,7 +250,7 @@ export class BrowserPeer extends EventTarget {
   arm() {
     clearTimeout(this.timer);
     this.timer = null;
-    if (this.outcome !== null || this.machine === null) return;
+    if (this.outcome !== null || this.machine === null || this.disposed) return;
     const deadline = this.machine.nextDeadline();
     if (deadline === null) return;
     let ms = Math.max(0, (deadline - this.clock()) * 1000);
@@ -340,6 +342,14 @@ export class BrowserPeer extends EventTarget {
     this.computed.delete(key);
     this.records.push(r);
     this.emit('step', r);
+  }
+
+  /** Stop feeding the machine and release the timer (the page is going away; tests). */
+  dispose() {
+    this.disposed = true;
+    clearTimeout(this.timer);
+    this.timer = null;
+    this.inbox.length = 0;
   }
 
   async finish(outcome) {
