@@ -5,7 +5,8 @@ explicit ``{"skipped": reason}`` for every backend, and a ``<backend>_ratio`` ke
 timing thresholds: the machines are shared and noisy, and --quick figures mean nothing. A backend
 that crashed is reported as ``{"error": ...}`` and fails here.
 
-Also ``daisychain bench signaling`` at toy sizes, with two of its hostile-client scenarios.
+Also ``daisychain bench signaling`` at toy sizes, with two of its hostile-client scenarios, and
+``daisychain bench mesh --tabs cpu`` (a CPU-tier Chromium tab in the mesh) with its refusals.
 """
 
 from __future__ import annotations
@@ -110,6 +111,56 @@ def test_bench_signaling_runs_small_with_its_hostile_scenarios() -> None:
         assert row["rss_after_mib"] > 0 and row["bystander_trouble"] == []
     assert hostile["nested-flood"]["attack"]["errors"]["bad-json"] > 0
     assert hostile["join-flood"]["attack"]["errors"]["rate-limited"] > 0
+
+
+def _bench_mesh(*options: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "server"))
+    command = [sys.executable, "-m", "daisychain", "bench", "mesh", "--json", *options]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=400, check=False
+    )
+
+
+def test_bench_mesh_refuses_an_unknown_tab_kind_and_negative_followers() -> None:
+    # Refused before anything runs, naming the kinds it knows.
+    proc = _bench_mesh("--tabs", "webgpu,gpu")
+    assert proc.returncode != 0
+    assert "unknown tab kind(s) ['gpu']" in proc.stderr and "webgpu, cpu" in proc.stderr
+    proc = _bench_mesh("--tabs", "cpu", "--py-followers", "-1")
+    assert proc.returncode != 0 and "--py-followers must be 0 or more" in proc.stderr
+
+
+@pytest.mark.skipif(
+    "DAISYCHAIN_MESH_SKIP" in os.environ or not Path("/usr/bin/chromium").exists(),
+    reason=os.environ.get("DAISYCHAIN_MESH_SKIP", "") or "/usr/bin/chromium is missing",
+)
+@pytest.mark.timeout(600)
+def test_bench_mesh_with_a_cpu_tab_reports_every_peer_and_the_python_only_group() -> None:
+    # ``daisychain bench mesh --tabs cpu`` at toy sizes (3 steps, batch 1 x 32): a Python leader,
+    # a Python follower and a CPU-tier tab, then 3 Python peers. Shape only, no timing: every
+    # peer has its bytes and times, both groups kept identical replicas (the same hashes), and
+    # the ratios are there.
+    proc = _bench_mesh("--steps", "3", "--batch", "1", "--seq-len", "32", "--raw-mb", "0.2",
+                       "--tabs", "cpu")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    browser = json.loads(proc.stdout)["browser"]
+    assert browser["config"]["peers"] == 3 and browser["config"]["tabs"] == ["cpu"]
+    mixed, python_only = browser["mixed"], browser["python_only"]
+    assert [p["backend"] for p in mixed["peers"]] == ["numpy", "numpy", "js-cpu"]
+    assert [p["bytes_sent_counts"] for p in mixed["peers"]] == ["frames", "frames", "payloads"]
+    assert [p["backend"] for p in python_only["peers"]] == ["numpy"] * 3
+    for peer in mixed["peers"] + python_only["peers"]:
+        assert peer["steps"] == 3, peer
+        assert peer["bytes_sent_per_step"] > 0 and peer["bytes_received_per_step"] > 0, peer
+        for key in ("step_s", "compute_s", "exchange_s"):
+            assert isinstance(peer[key], float) and peer[key] > 0, (key, peer)
+        assert 0 < peer["exchange_share_of_step"] < 1, peer
+    assert mixed["replicas_identical"] and python_only["replicas_identical"]
+    assert python_only["same_hashes_as_mixed"]
+    for key in ("step_s", "exchange_share", "bytes_received"):
+        ratio = browser[f"{key}_ratio_mixed_vs_python_only"]
+        assert isinstance(ratio, float) and ratio > 0, key
+    assert set(browser["per_backend_step_s_ratio_vs_python_only"]) == {"numpy", "js-cpu"}
 
 
 def test_identity_first_mismatch_names_the_first_differing_or_missing_step() -> None:

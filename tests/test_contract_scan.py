@@ -19,12 +19,20 @@ PY_FILES = [
     *sorted((ROOT / "server/daisychain/numerics").glob("*.py")),
     *(ROOT / "server/daisychain/model" / n for n in ("gpt.py", "params.py", "ops.py")),
     ROOT / "server/daisychain/optim.py",
+    ROOT / "server/daisychain/generate.py",  # the sampling rule is contract arithmetic too
 ]
 JS_FILES = [
     *sorted((ROOT / "static/js/numerics").glob("*.js")),
     *sorted((ROOT / "static/js/model").glob("*.js")),
+    *sorted((ROOT / "static/js/p2p").glob("*.js")),  # codec, allreduce: the exchange's sums
 ]
 WGSL_FILES = sorted((ROOT / "kernels").glob("*.wgsl"))
+# Calls a file may make although the pattern forbids them in general, each with its reason.
+ALLOWED = {
+    # The sampling rule's running sum is float32 left to right; numpy's accumulate is exactly
+    # that, and generate.py refuses to import on a numpy where it is not (_cumsum_is_sequential).
+    "server/daisychain/generate.py": {"np.cumsum"},
+}
 
 PY_FORBIDDEN = re.compile(
     r"\b(?:np|numpy|math)\.(?:exp|exp2|expm1|log|log2|log10|log1p|power|tanh|sinh|cosh|sum|mean|"
@@ -62,9 +70,16 @@ def test_contract_code_uses_no_platform_transcendental(
 ) -> None:
     assert files, "no files found: the scan would pass vacuously"
     found = {
-        str(f.relative_to(ROOT)): v
+        rel: v
         for f in files
-        if (v := violations(f.read_text(encoding="utf-8"), pattern, comment))
+        if (rel := str(f.relative_to(ROOT)))
+        and (
+            v := [
+                call
+                for call in violations(f.read_text(encoding="utf-8"), pattern, comment)
+                if call not in ALLOWED.get(rel, set())
+            ]
+        )
     }
     assert not found, f"forbidden calls in the numerical contract: {found}"
 

@@ -36,6 +36,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import threadpool_limits
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.gpt import forward_logits
@@ -256,18 +257,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _one_blas_thread() -> Iterator[None]:
-    """One BLAS thread while generating, when threadpoolctl is installed.
+    """One BLAS thread while generating.
 
     Each token's products are small (tiny: at most 64 x 64 x 2048), so BLAS threads cost more
     than they give: on the 2-core development machine under load, 150-200 tokens/s with one
     thread against 17-22 with OpenBLAS's default two. The bits do not depend on it (every product
-    is exact). Without threadpoolctl, ``OPENBLAS_NUM_THREADS=1`` in the environment does the same.
+    is exact).
     """
-    try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        yield
-        return
     with threadpool_limits(limits=1, user_api="blas"):
         yield
 

@@ -9,8 +9,14 @@
    compute and exchange seconds per step and the exchange goodput (bytes sent / exchange time),
    against a raw aiortc channel measured in the same run (48 KiB messages, one direction).
 
-Traffic stays on this machine: ICE gathers only 127.0.0.2 (see daisychain.demo), so no
-namespace or root is needed on Linux. The peers share this process (and its cores), so absolute
+3. **With browser peers** (``--tabs webgpu,cpu``, bench/_mesh_browser.py): Chromium tabs on the
+   real page join a Python-led run; per peer and backend, bytes sent/received per step, step,
+   compute and exchange time and the exchange's share of the step, beside an all-Python group of
+   the same size played in the same run. Needs a network namespace (root; the bench re-runs
+   itself under ``unshare -n``), else the section says why it skipped.
+
+Traffic stays on this machine: ICE gathers only 127.0.0.2 (see daisychain.demo), or the
+namespace's veth address with tabs. The peers share this process (and its cores), so absolute
 times are leads; the ratios are the result.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -32,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--raw-mb", type=float, default=8.0, help="MB sent on the raw channel")
     parser.add_argument("--address", default="127.0.0.2", help="the ICE host candidate")
+    parser.add_argument(
+        "--tabs", default="", help="browser peers to add, comma-separated: webgpu, cpu"
+    )
+    parser.add_argument(
+        "--py-followers", type=int, default=1, help="Python followers beside the tabs"
+    )
 
 
 def _wire(payload: bytes, deflate: bool) -> int:
@@ -174,12 +187,34 @@ async def live_run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _argv(args: argparse.Namespace) -> list[str]:
+    """These options again, for the re-run inside the namespace."""
+    out = [f"--steps={args.steps}", f"--batch={args.batch}", f"--seq-len={args.seq_len}"]
+    out += [f"--raw-mb={args.raw_mb}", f"--address={args.address}", f"--tabs={args.tabs}"]
+    return [*out, f"--py-followers={args.py_followers}"]
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from daisychain.bench import _mesh_browser as browser
     from daisychain.demo import only_candidate
 
+    kinds = browser.parse_tabs(args.tabs) if args.tabs else []
+    if args.py_followers < 0:
+        raise SystemExit("daisychain bench mesh: --py-followers must be 0 or more")
+    skipped = browser.why_not_here() if kinds else None
+    if kinds and skipped is None:
+        if browser.needs_reexec():
+            return browser.in_namespace(_argv(args))
+        if os.environ.get("DAISYCHAIN_NETNS") != "1":
+            browser.set_up_namespace()  # the re-run, inside its fresh namespace
     result: dict[str, Any] = {"bytes": bytes_table(args.batch, args.seq_len)}
     with only_candidate(args.address):
         result["live"] = asyncio.run(live_run(args))
+    if skipped is not None:
+        result["browser"] = {"skipped": skipped}
+    elif kinds:
+        with only_candidate(browser.NETNS_ADDRESS):
+            result["browser"] = asyncio.run(browser.run(args, kinds))
     result["notes"] = (
         "exchange_s is from the end of this peer's compute to applying the step: it includes "
         "waiting for the slowest peer's compute (the three peers share this process's cores)"

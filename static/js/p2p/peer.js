@@ -19,7 +19,8 @@
 //
 // Events out (DetailEvent): `ready` {id} (the machine exists: the mesh was admitted), `phase`
 // {phase}, `step` {step, round, loss, hash, roster, probe, backend, leader, computeMs,
-// computedOn, gpuProducts, bytesSent},
+// computedOn, gpuProducts, bytesSent, bytesReceived (both cumulative), computedAtMs,
+// appliedAtMs (performance.now() when our gradient was ready and when the step was applied)},
 // `finished` {outcome}, `error` {message, hint} (also console.warn).
 
 import { DetailEvent } from './signaling.js';
@@ -105,6 +106,8 @@ export class BrowserPeer extends EventTarget {
     this.errors = [];
     this.computed = new Map(); // step/round -> how our gradient was computed
     this.bytesSent = 0;
+    this.bytesReceived = 0; // frames in, headers included (the mesh bench reads it)
+    this.disposed = false;
     this.listen();
   }
 
@@ -142,7 +145,10 @@ export class BrowserPeer extends EventTarget {
     m.addEventListener('message', (e) => {
       this.push((now) => E.messageReceived(now, e.detail.peer, e.detail.data));
     });
-    m.addEventListener('frame', (e) => this.push((now) => E.frameReceived(now, e.detail.peer, e.detail.data)));
+    m.addEventListener('frame', (e) => {
+      this.bytesReceived += e.detail.data.byteLength;
+      this.push((now) => E.frameReceived(now, e.detail.peer, e.detail.data));
+    });
     m.addEventListener('signaling', (e) => {
       if (e.detail.state === 'failed') {
         this.push((now) => E.signalingLost(now, `the signaling server refused this page: ${e.detail.reason}`));
@@ -170,6 +176,7 @@ export class BrowserPeer extends EventTarget {
 
   /** Queue an input; `make(now)` builds its event when it is fed; `prepare` runs just before. */
   push(make, prepare = null) {
+    if (this.disposed) return;
     this.inbox.push({ make, prepare });
     this.pump();
   }
@@ -248,7 +255,7 @@ export class BrowserPeer extends EventTarget {
   arm() {
     clearTimeout(this.timer);
     this.timer = null;
-    if (this.outcome !== null || this.machine === null) return;
+    if (this.outcome !== null || this.machine === null || this.disposed) return;
     const deadline = this.machine.nextDeadline();
     if (deadline === null) return;
     let ms = Math.max(0, (deadline - this.clock()) * 1000);
@@ -320,7 +327,7 @@ export class BrowserPeer extends EventTarget {
   startCompute(c) {
     this.replica.compute(c, this.tokens).then((r) => {
       this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, computedOn: r.backend,
-        gpuProducts: r.products });
+        gpuProducts: r.products, computedAtMs: performance.now() });
       this.push((now) => E.computeDone(now, c.step, c.round, r.loss, r.payloads, r.probe));
     }, (exc) => {
       const text = `${exc.name ?? 'Error'}: ${exc.message}`;
@@ -335,11 +342,20 @@ export class BrowserPeer extends EventTarget {
     const r = {
       step: a.step, round: a.round, loss: a.loss, hash: a.hash, roster: [...a.roster],
       probe: a.probe, backend: a.backend, leader: a.leader,
-      bytesSent: this.bytesSent, ...(this.computed.get(key) ?? {}),
+      bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, appliedAtMs: performance.now(),
+      ...(this.computed.get(key) ?? {}),
     };
     this.computed.delete(key);
     this.records.push(r);
     this.emit('step', r);
+  }
+
+  /** Stop feeding the machine and release the timer (the page is going away; tests). */
+  dispose() {
+    this.disposed = true;
+    clearTimeout(this.timer);
+    this.timer = null;
+    this.inbox.length = 0;
   }
 
   async finish(outcome) {

@@ -1,0 +1,189 @@
+// static/js/p2p/peer.js (the browser peer's shell) without a browser: a scripted mesh, the
+// trace replica (tests/vectors/README.md's hashing rules) and a clock the test moves. What the
+// shell owes the machine (docs/PROTOCOL.md, "The browser peer"): the machine is born on
+// `welcome` with the mesh's id; inputs are fed in order with `now`; effects reach the mesh in
+// order; the one timer fires the machine's deadline; a deadline that passed while the page's
+// timers were throttled is fed before the next input; a refusal's channel is closed only after
+// its `error` left; a new signaling id ends the run with `error`. (Real runs with Python peers:
+// tests/test_browser_peer.py.)
+import { afterEach, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BrowserPeer, leadConfig } from '../../static/js/p2p/peer.js';
+import { DetailEvent } from '../../static/js/p2p/signaling.js';
+import * as M from '../../static/js/p2p/messages.js';
+import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function until(predicate, what, ms = 2000) {
+  const deadline = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
+class FakeMesh extends EventTarget {
+  constructor() {
+    super();
+    this.sent = []; // [peer, text or {payload}]
+    this.closed = [];
+    this.queued = new Map(); // peer -> items still "in the channel's queue"
+    this.open = new Set();
+    this.shut = false;
+  }
+
+  emit(type, detail) {
+    this.dispatchEvent(new DetailEvent(type, detail));
+  }
+
+  apply(effect) {
+    if (effect.type === 'send-message') this.sent.push([effect.peer, M.encode(effect.message)]);
+    else if (effect.type === 'send-payload') this.sent.push([effect.peer, { kind: effect.kind }]);
+    return true;
+  }
+
+  buffered(peer) {
+    return this.queued.get(peer) ?? 0;
+  }
+
+  openPeers() {
+    return [...this.open];
+  }
+
+  closePeer(peer) {
+    this.closed.push(peer);
+    this.open.delete(peer);
+  }
+
+  close() {
+    this.shut = true;
+  }
+}
+
+class Replica extends TraceReplica {
+  backend = 'js-cpu';
+
+  close() {}
+}
+
+const TOKENIZER = 'ab'.repeat(32);
+
+const made = [];
+afterEach(() => {
+  for (const peer of made.splice(0)) peer.dispose(); // no timer may outlive its test
+});
+
+function makePeer({ clock, timers = {} }) {
+  const mesh = new FakeMesh();
+  const peer = new BrowserPeer({
+    mesh, replica: new Replica(), tokens: new Uint16Array(4096), tokenizerSha256: TOKENIZER,
+    vocabSize: 2048, name: 'tab', timers, clock, log: () => {},
+  });
+  made.push(peer);
+  return { mesh, peer };
+}
+
+const hello = M.encode(M.message('hello', { version: M.DATA_PROTOCOL_VERSION, name: 'other',
+  contract: M.CONTRACT_VERSION }));
+
+test('the machine is born on welcome and says hello on every channel that opens', async () => {
+  const { mesh, peer } = makePeer({ clock: () => 1 });
+  mesh.emit('channel-open', { peer: 'B' }); // before welcome: waits in the inbox
+  assert.equal(peer.machine, null);
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  assert.equal(peer.id, 'A');
+  await until(() => mesh.sent.length === 1, 'hello');
+  assert.deepEqual(JSON.parse(mesh.sent[0][1]), JSON.parse(M.encode(M.message('hello', {
+    version: M.DATA_PROTOCOL_VERSION, name: 'tab', contract: M.CONTRACT_VERSION }))));
+  assert.equal(mesh.sent[0][0], 'B');
+});
+
+test('an overdue deadline is fed before the next input (a throttled page timer)', async () => {
+  let now = 100;
+  const { mesh, peer } = makePeer({ clock: () => now, timers: { hello_timeout_s: 20 } });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  mesh.open.add('B');
+  mesh.emit('channel-open', { peer: 'B' });
+  await until(() => mesh.sent.length === 1, 'our hello');
+  assert.equal(peer.machine.nextDeadline(), 120);
+  clearTimeout(peer.timer); // the page's timer is late (a hidden tab): it never fires here
+  now = 125;
+  // B's hello arrives after its deadline: the machine must see the timer first and refuse B.
+  mesh.emit('message', { peer: 'B', data: hello });
+  await until(() => mesh.closed.includes('B'), 'B closed');
+  const error = JSON.parse(mesh.sent[1][1]);
+  assert.equal(error.type, 'error');
+  assert.equal(error.code, 'bad-message');
+  assert.match(error.message, /no hello in time/);
+});
+
+test('the armed timer feeds the deadline with no other input', async () => {
+  const start = performance.now() / 1000;
+  const clock = () => performance.now() / 1000 - start;
+  const { mesh, peer } = makePeer({ clock, timers: { hello_timeout_s: 0.05 } });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  mesh.open.add('B');
+  mesh.emit('channel-open', { peer: 'B' });
+  await until(() => mesh.closed.includes('B'), 'the hello timeout to close B');
+  assert.equal(JSON.parse(mesh.sent[1][1]).code, 'bad-message');
+  assert.equal(peer.machine.nextDeadline(), null, 'nothing left to time');
+});
+
+test("a refused peer's channel closes only once its error left (or after 1 s)", async () => {
+  let now = 0;
+  const { mesh } = makePeer({ clock: () => now, timers: { hello_timeout_s: 20 } });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  mesh.open.add('B');
+  mesh.emit('channel-open', { peer: 'B' });
+  await until(() => mesh.sent.length === 1, 'our hello');
+  mesh.queued.set('B', 1); // the error is still queued
+  mesh.emit('message', { peer: 'B', data: '{"type":"nonsense"}' });
+  await until(() => mesh.sent.length === 2, 'the error');
+  await sleep(60);
+  assert.deepEqual(mesh.closed, [], 'closed with the error still queued');
+  now = 1.5; // still queued, but the 1 s the error is given has passed on the shell's clock
+  await until(() => mesh.closed.includes('B'), 'B closed after 1 s');
+});
+
+test('a refused peer whose error left is closed at once', async () => {
+  const { mesh } = makePeer({ clock: () => 0 });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  mesh.open.add('B');
+  mesh.emit('channel-open', { peer: 'B' });
+  mesh.emit('message', { peer: 'B', data: '{"type":"nonsense"}' });
+  await until(() => mesh.closed.includes('B'), 'B closed');
+});
+
+test('a new signaling id ends the run with error and the page is told', async () => {
+  const { mesh, peer } = makePeer({ clock: () => 5 });
+  const finished = new Promise((resolve) => peer.addEventListener('finished', (e) => resolve(e.detail)));
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  mesh.emit('welcome', { id: 'Z', role: 'member', members: [] });
+  const { outcome } = await finished;
+  assert.equal(outcome.reason, 'error');
+  assert.match(outcome.message, /lost the signaling server: .*new device \(Z\)/);
+  assert.ok(mesh.shut, 'the mesh is closed when the run ends');
+});
+
+test('leadConfig builds the config node.py builds (warm-up capped, AdamW defaults)', () => {
+  const c = leadConfig({ preset: 'tiny', steps: 5, warmup: 20, batch: 1, seqLen: 32, seed: 7,
+    vocabSize: 2048, tokenizerSha256: TOKENIZER });
+  assert.match(c.run, /^[0-9a-f]{16}$/);
+  const text = M.encode(c);
+  assert.ok(text.includes('"optim":{"lr":0.003,"warmup_steps":4,"weight_decay":0.1,"clip":1.0}'), text);
+  assert.ok(text.includes('"model":{"vocab_size":2048,"width":64,"layers":2,"heads":4,' +
+    '"seq_len":32,"batch":1,"mlp_mult":4}'), text);
+  assert.throws(() => leadConfig({ preset: 'huge', steps: 5, vocabSize: 2048,
+    tokenizerSha256: TOKENIZER }), /unknown preset "huge"/);
+});
+
+test('lead refuses a run this device could not train, with the rule and a hint', async () => {
+  const { mesh, peer } = makePeer({ clock: () => 1 });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  await assert.rejects(peer.lead({ preset: 'tiny', steps: 5, batch: 65, minPeers: 2 }),
+    (exc) => exc.rule === 'max-batch' && /cap of 64/.test(exc.message) && exc.hint.length > 0);
+  assert.equal(peer.phase, 'lobby');
+  await peer.lead({ preset: 'tiny', steps: 5, batch: 1, seqLen: 32, minPeers: 2 });
+  assert.equal(peer.phase, 'configured');
+  assert.equal(peer.isLeader, true);
+});
