@@ -14,6 +14,7 @@ import { Mesh } from './p2p/mesh.js';
 import { BrowserPeer } from './p2p/peer.js';
 import { WorkerReplica, chooseBackend } from './p2p/replica.js';
 import { loadTokenizer } from './tokenizer.js';
+import { fineWebFeed } from './p2p/datafeed.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -161,8 +162,10 @@ async function main() {
       else if (e.kind === 'error') showError(e.message, e.hint);
     },
   });
+  // FineWeb-Edu runs too, when this page's server reads it at a pinned revision (/api/status).
+  const data = await fineWebFeed(location.origin, tokenizer);
   const peer = new BrowserPeer({ mesh, replica, tokens, tokenizerSha256: tokenizer.sha256,
-    vocabSize: tokenizer.vocabSize, name, timers: timerParams() });
+    vocabSize: tokenizer.vocabSize, name, timers: timerParams(), data });
   Object.assign(app, { mesh, peer, replica });
 
   mesh.addEventListener('error', (e) => showError(e.detail.message, e.detail.hint));

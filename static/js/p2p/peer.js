@@ -29,6 +29,8 @@ import { message } from './messages.js';
 import { Incompatible, parse as parseRunConfig } from './runconfig.js';
 import { PRESETS } from '../model/config.js';
 import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
+import { revisionOf } from '../fineweb.js';
+import { DataUnavailable } from './datafeed.js';
 
 const CLOSE_DRAIN_MS = 1000; // a refusal's `error` leaves before its channel closes
 const MIN_RETRY_MS = 10;
@@ -82,9 +84,12 @@ export class BrowserPeer extends EventTarget {
    * @param {object} [o.timers]  machine timers in seconds (settings.js names)
    * @param {object} [o.limits]  caps on what a leader may impose (runconfig.limits names)
    * @param {() => number} [o.clock]  seconds, monotonic
+   * @param {import('./datafeed.js').FineWebFeed|null} [o.data]  FineWeb-Edu windows from the
+   *   page's server (datafeed.fineWebFeed); null: this page reads the built-in corpus only and
+   *   refuses a "fineweb@REV" run as incompatible
    */
   constructor({ mesh, replica, tokens, tokenizerSha256, vocabSize, name = '', timers = {},
-    limits = {}, clock = monotonic, log = null }) {
+    limits = {}, clock = monotonic, log = null, data = null }) {
     super();
     this.name = name;
     this.mesh = mesh;
@@ -95,6 +100,8 @@ export class BrowserPeer extends EventTarget {
     this.timers = timers;
     this.limits = limits;
     this.clock = clock;
+    this.data = data;
+    this.dataError = null; // the DataUnavailable that made this page leave its run
     this.log = log ?? ((level, text) => console.debug(`daisychain peer: ${level}: ${text}`));
     this.machine = null;
     this.inbox = []; // {prepare?: async () => void, make: (now) => event}
@@ -163,6 +170,7 @@ export class BrowserPeer extends EventTarget {
         vocab_size: this.vocabSize, backend: this.replica.backend,
         reference_probe: REFERENCE_PROBE_HASH, timers: this.timers, can_save: false,
         limits: this.limits,
+        data_sources: ['builtin', ...(this.data === null ? [] : [this.data.dataName])],
       }), this.replica, { log: this.log });
       this.emit('ready', { id });
       this.pump();
@@ -324,8 +332,25 @@ export class BrowserPeer extends EventTarget {
     this.mesh.closePeer(peer);
   }
 
+  /** The batch of a FineWeb-Edu run's step (prefetched by the feed), or null for builtin. */
+  async fetchBatch(c) {
+    if (revisionOf(this.machine.config.data) === null) return null;
+    if (this.data === null) { // the data rule admits no FineWeb-Edu run without a feed
+      throw new DataUnavailable('this page has no FineWeb-Edu feed', 'reload the page');
+    }
+    return this.data.batch(this.replica.address(c.rank));
+  }
+
   startCompute(c) {
-    this.replica.compute(c, this.tokens).then((r) => {
+    this.fetchBatch(c).then((xy) => this.replica.compute(c, this.tokens, xy), (exc) => {
+      if (!(exc instanceof DataUnavailable)) throw exc;
+      // Never train on other text: leave the run cleanly and say why (as node.py).
+      this.dataError = exc;
+      this.fail(`cannot read the run's training data: ${exc.message}`, exc.hint);
+      this.push((now) => E.userLeave(now, `cannot read the run's training data: ${exc.message}`));
+      return null;
+    }).then((r) => {
+      if (r === null) return;
       this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, computedOn: r.backend,
         gpuProducts: r.products, computedAtMs: performance.now() });
       this.push((now) => E.computeDone(now, c.step, c.round, r.loss, r.payloads, r.probe));
@@ -371,6 +396,7 @@ export class BrowserPeer extends EventTarget {
     }
     this.mesh.close();
     this.replica.close();
+    this.data?.close();
     this.emit('finished', { outcome });
   }
 }

@@ -144,13 +144,15 @@ export class WorkerReplica {
   /**
    * The `compute` effect: this replica's gradient of step `step` (the state is at step - 1) as
    * roster rank `rank` of `peers`, quantized into one chunk per roster peer; and the kernel
-   * probe through the live kernel. Resolves to {loss, payloads, probe, backend (the tier that
-   * computed it), products (how many products ran on the GPU), ms}.
+   * probe through the live kernel. The batch is `xy` ({x, y}: a FineWeb-Edu run's window, from
+   * datafeed.js) or else sampled from the built-in corpus's `tokens`. Resolves to {loss,
+   * payloads, probe, backend (the tier that computed it), products (how many products ran on
+   * the GPU), ms}.
    */
-  async compute({ rank, peers }, tokens) {
+  async compute({ rank, peers }, tokens, xy = null) {
     const t0 = performance.now();
     const { batch, seqLen } = this.model;
-    const { x, y } = sampleBatch(tokens, batch, seqLen, this.seed, this._step, rank);
+    const { x, y } = xy ?? sampleBatch(tokens, batch, seqLen, this.seed, this._step, rank);
     const r = await this.worker.grads(x, y);
     const { probe } = await this.worker.probe();
     const flat = flatten(fromTensors(r.grads));
@@ -162,6 +164,13 @@ export class WorkerReplica {
     }
     return { loss: r.loss, payloads, probe, backend: r.backend, products: r.products,
       ms: performance.now() - t0 };
+  }
+
+  /** Where this replica's next batch of rank `rank` is in a FineWeb-Edu run (datafeed.js):
+   * the step is the completed steps, as in the built-in corpus's sampleBatch. */
+  address(rank) {
+    return { seed: this.seed, step: this._step, rank, batch: this.model.batch,
+      seqLen: this.model.seqLen };
   }
 
   close() {

@@ -1,0 +1,96 @@
+// static/js/p2p/datafeed.js (the browser peer's FineWeb-Edu feed) against a scripted fetch: a
+// golden window (tests/vectors/fineweb/cases.json) answered by "/data" becomes the Python peer's
+// batch; the next steps are prefetched; 429 + Retry-After is waited out while it fits the
+// patience; a wrong window, a short window, an error answer and an unreachable server each
+// reject with DataUnavailable and a hint; /api/status decides whether the page advertises the
+// revision. (The real run with a Python peer: tests/test_browser_fineweb.py.)
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Tokenizer } from '../../static/js/tokenizer.js';
+import { DataUnavailable, FineWebFeed, fineWebFeed } from '../../static/js/p2p/datafeed.js';
+import { REPO } from './helpers.mjs';
+
+const RAW = fs.readFileSync(path.join(REPO, 'luts', 'tokenizer.json'));
+const VECTORS = JSON.parse(
+  fs.readFileSync(path.join(REPO, 'tests', 'vectors', 'fineweb', 'cases.json'), 'utf8'));
+const tk = await Tokenizer.fromBytes(RAW, 'luts/tokenizer.json');
+const REV = VECTORS.revision;
+const CASE = VECTORS.cases.find((c) => c.split === 'train');
+
+const json = (status, body, headers = {}) => new Response(JSON.stringify(body),
+  { status, headers: { 'content-type': 'application/json', ...headers } });
+
+/** The answer a server gives for the query of `url`, with the golden case's texts. */
+function windowOf(url, texts = CASE.texts) {
+  const q = new URL(url).searchParams;
+  return { source: 'fineweb', revision: q.get('revision'), split: q.get('split'),
+    seed: Number(q.get('seed')), step: Number(q.get('step')), rank: Number(q.get('rank')),
+    chars: Number(q.get('max_chars')), texts };
+}
+
+function feed(answer, options = {}) {
+  const asked = [];
+  const f = new FineWebFeed({ server: 'http://127.0.0.1:1', revision: REV, tokenizer: tk,
+    fetch: async (url) => { asked.push(new URL(url).searchParams.get('step')); return answer(url, asked.length); },
+    ...options });
+  return { f, asked };
+}
+
+const address = (step = CASE.step) => ({ seed: CASE.seed, step, rank: CASE.rank, batch: CASE.batch,
+  seqLen: CASE.seq_len });
+
+test("a golden window becomes the Python peer's batch; the next steps are prefetched", async () => {
+  const { f, asked } = feed((url) => json(200, windowOf(url)), { depth: 3 });
+  const { x, y } = await f.batch(address());
+  const T = CASE.seq_len;
+  for (let i = 0; i < CASE.batch; i++) {
+    const row = CASE.ids.slice(i * (T + 1), (i + 1) * (T + 1));
+    assert.deepEqual(Array.from(x.subarray(i * T, (i + 1) * T)), row.slice(0, -1));
+    assert.deepEqual(Array.from(y.subarray(i * T, (i + 1) * T)), row.slice(1));
+  }
+  assert.deepEqual(asked.map(Number), [0, 1, 2, 3].map((k) => CASE.step + k));
+  await new Promise((r) => setTimeout(r, 20));
+  await f.batch(address(CASE.step + 1)); // ready: fetched while "step" CASE.step computed
+  assert.equal(f.stats.ready, 1);
+  assert.equal(f.stats.waited, 1);
+  f.close();
+});
+
+test('429 with Retry-After is waited out while it fits the patience, else refused', async () => {
+  const { f } = feed((url, n) => (n === 1 ? json(429, { error: 'slow down', hint: 'wait' },
+    { 'Retry-After': '0' }) : json(200, windowOf(url))), { depth: 0 });
+  await f.batch(address());
+  const { f: impatient } = feed(() => json(503, { error: 'busy', hint: 'try later' },
+    { 'Retry-After': '5' }), { depth: 0, patienceS: 1 });
+  await assert.rejects(impatient.batch(address()),
+    (e) => e instanceof DataUnavailable && /busy/.test(e.message) && e.hint === 'try later');
+});
+
+test('a wrong window, a short window, an error and an unreachable server are refused', async () => {
+  const cases = [
+    [(url) => json(200, { ...windowOf(url), step: 999 }), /other than the window asked for/],
+    [(url) => json(200, { ...windowOf(url), revision: 'f'.repeat(40) }), /other than the window/],
+    [(url) => json(200, windowOf(url, CASE.texts.map((t) => t.slice(1)))), /characters, not/],
+    [() => new Response('<html>oops</html>', { status: 500 }), /HTTP 500/],
+    [() => { throw new TypeError('fetch failed'); }, /cannot read training data from http:\/\/127\.0\.0\.1:1\/data/],
+  ];
+  for (const [answer, pattern] of cases) {
+    const { f } = feed(answer, { depth: 0 });
+    await assert.rejects(f.batch(address()), (e) => e instanceof DataUnavailable &&
+      pattern.test(e.message) && e.hint.length > 0, String(pattern));
+  }
+});
+
+test('/api/status decides whether the page reads FineWeb-Edu, and at which revision', async () => {
+  const status = (data) => async () => json(200, { data });
+  const got = await fineWebFeed('http://127.0.0.1:1/', tk, { fetch: status({ state: 'ready', revision: REV }) });
+  assert.equal(got.dataName, `fineweb@${REV}`);
+  assert.equal(got.server, 'http://127.0.0.1:1');
+  for (const data of [{ state: 'offline', revision: REV }, { state: 'ready', revision: 'main' },
+    { state: 'ready', revision: null }, null]) {
+    assert.equal(await fineWebFeed('http://x', tk, { fetch: status(data) }), null, JSON.stringify(data));
+  }
+  assert.equal(await fineWebFeed('http://x', tk, { fetch: async () => { throw new TypeError('down'); } }), null);
+});
