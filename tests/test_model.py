@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import pyast
 from daisychain.model import (
     PRESETS,
     ConfigError,
@@ -171,7 +172,7 @@ def test_contract_code_uses_only_pinned_operations(module: str) -> None:
     import importlib
     import inspect
 
-    tree = ast.parse(inspect.getsource(importlib.import_module(module)))
+    tree = pyast.parse(inspect.getsource(importlib.import_module(module)))
     bad = []
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):

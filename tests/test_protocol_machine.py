@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import pyast
 from daisychain.p2p import messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
@@ -74,7 +75,7 @@ def imported_modules(tree: ast.AST, package: str) -> set[str]:
 
 
 def banned_imports(source: str, package: str = "daisychain.p2p.machine") -> list[str]:
-    found = imported_modules(ast.parse(source), package)
+    found = imported_modules(pyast.parse(source), package)
     return sorted(m for m in found if m.split(".")[0] in BANNED)
 
 
@@ -110,7 +111,7 @@ def test_core_modules_import_no_io() -> None:
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         if bad := banned_imports(source, package):
             problems.append(f"{name}: {bad}")
-        todo += [m for m in imported_modules(ast.parse(source), package)
+        todo += [m for m in imported_modules(pyast.parse(source), package)
                  if m.startswith("daisychain.")]  # fmt: skip
     assert "daisychain.p2p.machine.machine" in seen and len(seen) > 20
     assert not problems, problems
@@ -132,7 +133,7 @@ def p2p_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        deps = imported_modules(ast.parse(path.read_text(encoding="utf-8")), package)
+        deps = imported_modules(pyast.parse(path.read_text(encoding="utf-8")), package)
         graph[name] = {d for d in deps if d in modules and d != name}
     return graph
 
@@ -177,7 +178,7 @@ def private_uses(source: str) -> list[str]:
     """Private names of other modules or objects: ``from m import _x``, ``m._x`` or ``obj._x``
     on anything but ``self``/``cls`` (dunders are public protocol)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(pyast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             out += [f"from {node.module} import {a.name}" for a in node.names
                     if a.name.startswith("_") and not a.name.startswith("__")]  # fmt: skip
