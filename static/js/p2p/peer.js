@@ -332,24 +332,32 @@ export class BrowserPeer extends EventTarget {
     this.mesh.closePeer(peer);
   }
 
-  /** The batch of a FineWeb-Edu run's step (prefetched by the feed), or null for builtin. */
-  async fetchBatch(c) {
-    if (revisionOf(this.machine.config.data) === null) return null;
-    if (this.data === null) { // the data rule admits no FineWeb-Edu run without a feed
-      throw new DataUnavailable('this page has no FineWeb-Edu feed', 'reload the page');
-    }
-    return this.data.batch(this.replica.address(c.rank));
-  }
-
-  startCompute(c) {
-    this.fetchBatch(c).then((xy) => this.replica.compute(c, this.tokens, xy), (exc) => {
+  /** A FineWeb-Edu run's gradient: on the batch its feed prefetched; null when the batch
+   * cannot be read (this page then leaves the run with the reason, as node.py). */
+  async computeOnFineWeb(c) {
+    let xy;
+    try {
+      if (this.data === null) { // the data rule admits no FineWeb-Edu run without a feed
+        throw new DataUnavailable('this page has no FineWeb-Edu feed', 'reload the page');
+      }
+      xy = await this.data.batch(this.replica.address(c.rank));
+    } catch (exc) {
       if (!(exc instanceof DataUnavailable)) throw exc;
-      // Never train on other text: leave the run cleanly and say why (as node.py).
+      // Never train on other text: leave the run cleanly and say why.
       this.dataError = exc;
       this.fail(`cannot read the run's training data: ${exc.message}`, exc.hint);
       this.push((now) => E.userLeave(now, `cannot read the run's training data: ${exc.message}`));
       return null;
-    }).then((r) => {
+    }
+    return this.replica.compute(c, this.tokens, xy);
+  }
+
+  startCompute(c) {
+    // A builtin run's gradient starts at once, as before FineWeb-Edu (the worker's requests keep
+    // their order with the checkpoint exports the machine asks for next).
+    const computing = revisionOf(this.machine.config.data) === null
+      ? this.replica.compute(c, this.tokens) : this.computeOnFineWeb(c);
+    computing.then((r) => {
       if (r === null) return;
       this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, computedOn: r.backend,
         gpuProducts: r.products, computedAtMs: performance.now() });
