@@ -14,17 +14,41 @@ import contextlib
 import logging
 import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from daisychain.bench.data import write_fineweb_shard
-from mesh_helpers import lead_config, needs_namespace, signaling_server, wait_for
-from test_browser_peer import chromium, finished, open_tab, wait_tabs
+from mesh_helpers import (
+    TEST_BATCH,
+    TEST_SEQ,
+    lead_config,
+    needs_namespace,
+    signaling_server,
+    wait_for,
+)
+from test_browser_peer import TIMERS_QUERY, chromium, finished, open_tab, wait_tabs
 from test_fineweb_run import DATA, SHARDS, fineweb_server, start
 
 pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 
 STEPS = 4
+WARM = """
+async ({ steps, batch, seqLen }) => {
+  const { app } = await import('/js/app.js');
+  const { FineWebFeed } = await import('/js/p2p/datafeed.js');
+  const d = app.peer.data;
+  const f = new FineWebFeed({ server: d.server, revision: d.revision, tokenizer: d.tokenizer,
+    depth: 0 });
+  for (const rank of [0, 1]) {
+    for (let step = 0; step < steps; step++) await f.batch({ seed: 7, step, rank, batch, seqLen });
+  }
+}
+"""
+FEED = (  # the page's FineWeb-Edu feed: its data name and counts
+    "async () => { const { app } = await import('/js/app.js');"
+    " const d = app.peer.data; return { name: d.dataName, stats: d.stats }; }"
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +83,33 @@ async def test_python_leader_and_cpu_tab_train_on_fineweb_like_an_all_python_run
             assert state["backend"] == "js-cpu"
             assert all(len(r["roster"]) == 2 for r in state["records"])
             assert tab.hashes(state) == lead.hashes == reference
-            feed = await tab.page.evaluate(
-                "async () => { const { app } = await import('/js/app.js');"
-                " const d = app.peer.data; return { name: d.dataName, stats: d.stats }; }"
-            )
+            feed = await tab.page.evaluate(FEED)
             assert feed["name"] == DATA
             assert feed["stats"]["fetched"] >= STEPS, feed  # its own windows, from /data
+            tab.check_clean()
+
+            # The same run again after a reload: the tab reads its windows from the Cache API
+            # (no /data request for any step of the run) and publishes the same hashes. Its rank
+            # may differ this time (new ids), so the other rank's windows are read once first.
+            await tab.page.evaluate(WARM, {"steps": STEPS, "batch": TEST_BATCH, "seqLen": TEST_SEQ})
+            asked: list[int] = []
+            tab.page.on(
+                "request",
+                lambda r: (
+                    asked.append(int(parse_qs(urlsplit(r.url).query)["step"][0]))
+                    if urlsplit(r.url).path == "/data"
+                    else None
+                ),
+            )
+            await tab.page.goto(f"{url}/?{TIMERS_QUERY}&name=cpu-tab")
+            await wait_tabs([tab], lambda s: bool(s[0]["id"]), 120, "the reloaded tab")
+            lead = await start(url, "py-lead-2", url, lead_config(STEPS, min_peers=2, data=DATA))
+            assert (await lead.task).reason == "done"
+            [state] = await wait_tabs([tab], finished, 60, "the reloaded tab's outcome")
+            assert tab.hashes(state) == lead.hashes == reference
+            feed = await tab.page.evaluate(FEED)
+            assert feed["stats"]["cached"] >= STEPS, feed
+            assert not [s for s in asked if s < STEPS], asked
             tab.check_clean()
 
 

@@ -94,3 +94,36 @@ test('/api/status decides whether the page reads FineWeb-Edu, and at which revis
   }
   assert.equal(await fineWebFeed('http://x', tk, { fetch: async () => { throw new TypeError('down'); } }), null);
 });
+
+/** A CacheStorage of one Map per name (the Cache API's put/match/delete by URL). */
+class FakeCaches {
+  constructor() { this.stores = new Map(); }
+  async open(name) {
+    if (!this.stores.has(name)) this.stores.set(name, new Map());
+    const m = this.stores.get(name);
+    return {
+      match: async (url) => (m.has(url) ? new Response(m.get(url)) : undefined),
+      put: async (url, response) => { m.set(url, await response.text()); },
+      delete: async (url) => m.delete(url),
+    };
+  }
+}
+
+test('a window read once is read from the Cache API after; a damaged copy is fetched again', async () => {
+  const caches = new FakeCaches();
+  const first = feed((url) => json(200, windowOf(url)), { depth: 0, caches });
+  const a = await first.f.batch(address());
+  assert.equal(first.asked.length, 1);
+  const again = feed(() => { throw new TypeError('the server is gone'); }, { depth: 0, caches });
+  const b = await again.f.batch(address()); // a reload: no request at all
+  assert.deepEqual([again.asked.length, again.f.stats.cached, again.f.stats.fetched], [0, 1, 0]);
+  assert.deepEqual(Array.from(b.x), Array.from(a.x));
+  const [store] = caches.stores.values();
+  const [url] = store.keys();
+  store.set(url, JSON.stringify({ ...JSON.parse(store.get(url)), step: 12345 })); // damaged
+  const third = feed((u) => json(200, windowOf(u)), { depth: 0, caches });
+  const c = await third.f.batch(address());
+  assert.deepEqual([third.asked.length, third.f.stats.cached], [1, 0]);
+  assert.deepEqual(Array.from(c.x), Array.from(a.x));
+  assert.equal(JSON.parse(store.get(url)).step, CASE.step, 'the good copy replaced it');
+});

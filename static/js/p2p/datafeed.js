@@ -15,7 +15,14 @@
 // Failure: a server that cannot be reached, answers an error or a malformed window rejects with
 // DataUnavailable (message + hint). A 429 or 503 with Retry-After is retried while the wait fits
 // in `patienceS`; a prefetch that failed is tried once more when its step comes. Nothing is kept
-// that did not parse completely. No Cache API / OPFS cache yet: every window is one GET.
+// that did not parse completely.
+//
+// Cache: where the Cache API exists (a secure context: https, or http on 127.0.0.1/localhost),
+// every window that parsed completely is kept in the cache "daisychain-fineweb-REV" under its
+// /data URL, which names the whole address; the same window asked again (a re-run of the same
+// seed, a reload) is read from there, not from the server. A cached answer is checked like a
+// fresh one; one that fails the check is deleted and fetched again. The cache holds windows (a
+// few KB each), not row groups: the page never sees parquet.
 
 import * as fineweb from '../fineweb.js';
 
@@ -43,9 +50,10 @@ export class FineWebFeed {
    * @param {number} [o.timeoutS]  one GET's limit
    * @param {number} [o.patienceS]  how long 429/503 Retry-After waits may add up to
    * @param {typeof fetch} [o.fetch]
+   * @param {CacheStorage|null} [o.caches]  where fetched windows are kept (null: nowhere)
    */
   constructor({ server, revision, tokenizer, depth = 4, timeoutS = 30, patienceS = 20,
-    fetch: fetchFn = (...args) => globalThis.fetch(...args) }) {
+    fetch: fetchFn = (...args) => globalThis.fetch(...args), caches = globalThis.caches ?? null }) {
     if (!(Number.isInteger(depth) && depth >= 0)) throw new RangeError(`bad prefetch depth ${depth}`);
     this.server = server.replace(/\/+$/, '').replace(/^ws/, 'http');
     this.revision = revision;
@@ -55,7 +63,9 @@ export class FineWebFeed {
     this.timeoutS = timeoutS;
     this.patienceS = patienceS;
     this.fetch = fetchFn;
-    this.stats = { ready: 0, waited: 0, fetched: 0, waitedSteps: [] };
+    this.caches = caches;
+    this.cacheName = `daisychain-fineweb-${revision}`;
+    this.stats = { ready: 0, waited: 0, fetched: 0, cached: 0, waitedSteps: [] };
     this.pending = new Map(); // key -> {address, promise, settled, failed, abort}
   }
 
@@ -114,8 +124,7 @@ export class FineWebFeed {
   // -- one window ---------------------------------------------------------------------------
 
   async fetchBatch(a, signal) {
-    const texts = await this.window(a, signal);
-    this.stats.fetched += 1;
+    const texts = await this.cachedWindow(a, signal);
     // The whole window at once: encode_prefix's pieces end where the pre-tokenizer cuts, so
     // they give the same ids (the golden cases, tests/js/fineweb_tokens.test.mjs).
     const need = a.batch * (a.seqLen + 1);
@@ -126,6 +135,37 @@ export class FineWebFeed {
       throw new DataUnavailable(`the window of step ${a.step} is unusable: ${exc.message}`,
         'check that the server runs the same DaisyChain version as this page');
     }
+  }
+
+  /** The window's texts from the cache, else from the server (then kept in the cache). */
+  async cachedWindow(a, signal) {
+    const url = this.server + fineweb.windowQuery({ ...a, revision: this.revision });
+    let cache = null;
+    try {
+      cache = this.caches === null ? null : await this.caches.open(this.cacheName);
+    } catch {
+      cache = null; // no cache here (storage disabled): fetch every window
+    }
+    const hit = cache === null ? undefined : await cache.match(url).catch(() => undefined);
+    if (hit !== undefined) {
+      try {
+        const texts = checked(await hit.json(), a, this.revision, fineweb.windowChars(a.batch, a.seqLen));
+        this.stats.cached += 1;
+        return texts;
+      } catch {
+        await cache.delete(url).catch(() => false); // damaged: fetch it again
+      }
+    }
+    const texts = await this.window(a, signal);
+    this.stats.fetched += 1;
+    if (cache !== null) {
+      const body = JSON.stringify({ source: 'fineweb', revision: this.revision, split: a.split ?? 'train',
+        seed: a.seed, step: a.step, rank: a.rank, chars: fineweb.windowChars(a.batch, a.seqLen), texts });
+      // A full disk only costs the next read a GET.
+      await cache.put(url, new Response(body, { headers: { 'content-type': 'application/json' } }))
+        .catch(() => {});
+    }
+    return texts;
   }
 
   async window(a, signal) {
