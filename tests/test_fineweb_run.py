@@ -2,8 +2,8 @@
 channels, each reading its own addressed windows from the real server's ``/data``, which reads
 generated FineWeb-Edu-shaped parquet from a local range server.
 
-(The browser + Python run of issue 13 comes with the browser peer; the token ids a browser will
-compute are already pinned by tests/vectors/fineweb/ and tests/js/fineweb_tokens.test.mjs.)
+The browser + Python run is tests/test_browser_fineweb.py; the token ids both compute are pinned
+by tests/vectors/fineweb/ and tests/js/fineweb_tokens.test.mjs.
 """
 
 from __future__ import annotations
