@@ -1,0 +1,56 @@
+// The page's shared context (the page at `/`, static/index.html): what every panel module
+// (readiness.js, group.js, lead.js, live.js, keep.js, use.js) reads and listens to, so that no
+// panel reaches into another. app.js builds one Page, fills it as the page starts and calls each
+// panel's `mount(root, page)` once with its <section>.
+//
+// Fields (null until known): tokenizer {sha256, vocabSize, ...}, tokens (the built-in corpus's
+// training ids), selection (the backend choice record, replica.js chooseBackend), name (this
+// device's name), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
+// (p2p/replica.js WorkerReplica), data (the FineWeb-Edu feed or null). A session is one mesh +
+// peer: a page that finished a run starts a new session for the next one, so panels listen to
+// `session` and re-attach their listeners to the new peer and mesh.
+//
+// Events (DetailEvent, `detail` as listed):
+//   ready    {selection}                       the backend is chosen, the tokens are loaded
+//   session  {mesh, peer, replica, data}       a new session (the first, and after each run)
+//   error    {message, hint, source}           every problem the page shows (panels add theirs)
+//   status   {text}                            the one-line status (aria-live)
+
+import { DetailEvent } from '../p2p/signaling.js';
+
+export class Page extends EventTarget {
+  constructor() {
+    super();
+    this.tokenizer = null;
+    this.tokens = null;
+    this.selection = null;
+    this.name = '';
+    this.mesh = null;
+    this.peer = null;
+    this.replica = null;
+    this.data = null;
+    this.errors = []; // {message, hint, source}: every error shown, for tests
+  }
+
+  emit(type, detail) {
+    this.dispatchEvent(new DetailEvent(type, detail));
+  }
+
+  /** Show a problem (the problems list renders it with its hint). */
+  error(message, hint = '', source = 'page') {
+    const e = { message, hint, source };
+    this.errors.push(e);
+    this.emit('error', e);
+  }
+
+  /** Set the one-line status. */
+  status(text) {
+    this.emit('status', { text });
+  }
+
+  /** Start a session: panels re-attach to the new mesh and peer. */
+  setSession({ mesh, peer, replica, data = null }) {
+    Object.assign(this, { mesh, peer, replica, data });
+    this.emit('session', { mesh, peer, replica, data });
+  }
+}
