@@ -67,3 +67,36 @@ async def test_a_failed_build_is_a_503_with_a_hint_and_is_retried(
         async with session.get(f"{url}/healthz") as response:
             assert response.status == 200, "the server stays up"
     assert len(calls) == 2, "a failed build is not cached"
+
+
+async def test_the_validation_split_is_the_python_validation_tokens() -> None:
+    """``?split=val``: the ids ``daisychain train`` measures its validation loss on
+    (``load_corpus(None, tok).val``), with the same headers; ``?split=train`` is the default's
+    body; any other split is a 400 that names the two."""
+    from daisychain.tokenizer import load_default
+    from daisychain.train import load_corpus
+
+    tok = load_default()
+    val = load_corpus(None, tok).val
+    train, sha, _vocab = corpus()
+    async with (
+        serve_local(config(), tokenizer=ByteTokenizer) as url,
+        ClientSession() as session,
+    ):
+        async with session.get(f"{url}/api/corpus/builtin?split=val") as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"] == "application/octet-stream"
+            assert response.headers["X-DaisyChain-Tokenizer-SHA256"] == sha
+            assert response.headers["X-DaisyChain-Token-Dtype"] == "uint16"
+            assert int(response.headers["X-DaisyChain-Token-Count"]) == val.size
+            body = await response.read()
+            assert response.headers["X-DaisyChain-Tokens-SHA256"] == hashlib.sha256(body).hexdigest()
+        assert np.array_equal(np.frombuffer(body, dtype="<u2"), val)
+        assert not np.array_equal(val[:1000], train[:1000]), "a different split"
+        async with session.get(f"{url}/api/corpus/builtin?split=train") as response:
+            assert np.array_equal(np.frombuffer(await response.read(), dtype="<u2"), train)
+        for bad in ("test", "VAL", ""):
+            async with session.get(f"{url}/api/corpus/builtin", params={"split": bad}) as response:
+                assert response.status == 400, bad
+                text = await response.text()
+                assert "?split=train" in text and "?split=val" in text, text

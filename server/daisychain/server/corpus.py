@@ -1,4 +1,5 @@
-"""``GET /api/corpus/builtin``: the token ids a browser peer trains on for ``data: "builtin"``.
+"""``GET /api/corpus/builtin``: the token ids a browser peer trains on for ``data: "builtin"``,
+and with ``?split=val`` the validation ids it measures the validation loss on.
 
 A run's config names its data as ``"builtin"`` (docs/PROTOCOL.md, "Config validation"): every
 peer samples its batches from the same token array, the training split of the built-in corpus
@@ -11,8 +12,12 @@ body in ``X-DaisyChain-Tokens-SHA256``. The page checks the tokenizer hash again
 it loaded itself; replicas built on other tokens would diverge and the sync guard would stop the
 run, so a wrong body cannot go unnoticed.
 
-The ids are built in a worker thread on the first request (about 0.2 s with the on-disk token
-cache, seconds without) and kept: about 8 MB for the shipped corpus.
+``?split=val`` answers the validation split the same way (``load_corpus(None, tokenizer).val``:
+the last 5 % of the text, docs/MODEL.md section 8), from which the page samples the batches of
+the validation loss; ``?split=train`` (the default) the training split. Any other ``split`` is a
+400 naming the two. Both splits are built together in a worker thread on the first request
+(about 0.2 s with the on-disk token cache, seconds without) and kept: about 8.4 MB for the
+shipped corpus.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import asyncio
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 from aiohttp import web
 
 
@@ -33,34 +40,51 @@ class BuiltinTokens:
     sha256: str
 
 
-def build_builtin_tokens() -> BuiltinTokens:
-    """The training split of the built-in corpus with the shipped tokenizer, as bytes."""
-    from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
+SPLITS = ("train", "val")
 
-    tok = load_default()
-    ids = load_corpus(None, tok).train
+
+def _as_tokens(ids: npt.NDArray[np.integer], tokenizer_sha256: str) -> BuiltinTokens:
     body = ids.astype(ids.dtype.newbyteorder("<"), copy=False).tobytes()
     return BuiltinTokens(
         body=body,
         dtype=ids.dtype.name,
         count=int(ids.size),
-        tokenizer_sha256=tok.sha256,
+        tokenizer_sha256=tokenizer_sha256,
         sha256=hashlib.sha256(body).hexdigest(),
     )
+
+
+def build_builtin_tokens() -> dict[str, BuiltinTokens]:
+    """Both splits of the built-in corpus with the shipped tokenizer, as bytes, by split name."""
+    from daisychain.tokenizer import load_default
+    from daisychain.train import load_corpus
+
+    tok = load_default()
+    corpus = load_corpus(None, tok)
+    return {
+        "train": _as_tokens(corpus.train, tok.sha256),
+        "val": _as_tokens(corpus.val, tok.sha256),
+    }
 
 
 class BuiltinTokensEndpoint:
     """Serves ``build_builtin_tokens()``, computed once (concurrent first requests share it)."""
 
     def __init__(self) -> None:
-        self._task: asyncio.Task[BuiltinTokens] | None = None
+        self._task: asyncio.Task[dict[str, BuiltinTokens]] | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
+        split = request.query.get("split", "train")
+        if split not in SPLITS:
+            raise web.HTTPBadRequest(
+                text=f"unknown split {split[:40]!r}: ask for ?split=train (the default) or "
+                "?split=val",
+                content_type="text/plain",
+            )
         if self._task is None:
             self._task = asyncio.ensure_future(asyncio.to_thread(build_builtin_tokens))
         try:
-            tokens = await asyncio.shield(self._task)
+            tokens = (await asyncio.shield(self._task))[split]
         except Exception as exc:  # the corpus or the tokenizer is missing from the install
             self._task = None
             raise web.HTTPServiceUnavailable(
