@@ -90,7 +90,8 @@ async def test_the_validation_split_is_the_python_validation_tokens() -> None:
             assert response.headers["X-DaisyChain-Token-Dtype"] == "uint16"
             assert int(response.headers["X-DaisyChain-Token-Count"]) == val.size
             body = await response.read()
-            assert response.headers["X-DaisyChain-Tokens-SHA256"] == hashlib.sha256(body).hexdigest()
+            digest = hashlib.sha256(body).hexdigest()
+            assert response.headers["X-DaisyChain-Tokens-SHA256"] == digest
         assert np.array_equal(np.frombuffer(body, dtype="<u2"), val)
         assert not np.array_equal(val[:1000], train[:1000]), "a different split"
         async with session.get(f"{url}/api/corpus/builtin?split=train") as response:
