@@ -44,11 +44,12 @@ function runId() {
 
 /**
  * The `config` a leader sends, from the page's choices: a preset, its steps and optionally
- * batch, sequence length, learning rate, warm-up and seed. The same record node.py's
+ * batch, sequence length, learning rate, warm-up, seed and data source ('builtin' or the
+ * page's 'fineweb@REV'). The same record node.py's
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
  */
 export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
-  vocabSize, tokenizerSha256 }) {
+  data = 'builtin', vocabSize, tokenizerSha256 }) {
   const p = PRESETS[preset];
   if (p === undefined) {
     throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
@@ -64,7 +65,7 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
     optim: { lr, warmup_steps: Math.min(warmup, Math.max(steps - 1, 0)), weight_decay: 0.1, clip: 1.0 },
     steps,
     seed,
-    data: 'builtin',
+    data,
     tokenizer_sha256: tokenizerSha256,
     resume_step: 0,
     resume_hash: null,
@@ -204,7 +205,8 @@ export class BrowserPeer extends EventTarget {
     const config = leadConfig({ ...choices, vocabSize: this.vocabSize,
       tokenizerSha256: this.tokenizerSha256 });
     const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
-      vocabSize: this.vocabSize, caps: this.machine.settings.limits });
+      vocabSize: this.vocabSize, caps: this.machine.settings.limits,
+      dataSources: this.machine.settings.data_sources });
     await new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
