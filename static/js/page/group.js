@@ -1,0 +1,283 @@
+// The "Group" panel of the page at `/` (see context.js): who trains with this device and how
+// each is connected, and private rooms.
+//
+// - The connection to the server: connected (which group), waiting for a room's host (a live
+//   counter of the wait and the server's timeout), refused (the server's message and hint as
+//   sent, with "Ask again"), reconnecting (a live countdown to the next attempt and its number).
+// - Members: name, backend, measured speed (the `tokens_per_s` of each device's hello, when it
+//   sent one), the data channel's state (open / connecting / closed), and the role: host of a
+//   room, leader of the run.
+// - Rooms: "Private room" mints a code (POST /api/rooms, docs/SERVER.md) and opens the page in
+//   it; in a room the link is shown with a Copy button. The host answers join requests here, in
+//   the page, each with a countdown to the server's timeout; a request disappears when it closes
+//   (answered, timed out, the requester left). When the host leaves the server names a new one
+//   (`host-changed`) and that page becomes host here, requests included.
+
+import { h, seconds, count, everySecond } from './dom.js';
+import { rosterOf } from './roster.js';
+
+const CHANNEL_TEXT = { open: 'connected', connecting: 'connecting…', closed: 'disconnected' };
+const CLOSED_TEXT = {
+  approved: 'was let in', denied: 'was turned away', timeout: 'was not answered in time',
+  left: 'stopped waiting', dropped: 'lost its place to another network',
+};
+
+function speedOf(device) {
+  const t = device?.tokens_per_s;
+  return typeof t === 'number' && t > 0 ? `${count(t)} tokens/s` : null;
+}
+
+/** The page's own address in room `code`, keeping its other query options. */
+export function roomUrl(code) {
+  const url = new URL(location.href);
+  url.searchParams.set('room', code);
+  url.hash = '';
+  return url.href;
+}
+
+export function mount(root, page) {
+  const connection = h('p', { class: 'connection' });
+  const roomBox = h('div', { class: 'room' });
+  const members = h('ul', { class: 'members', 'aria-label': 'Devices in this group' });
+  const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests' });
+  const requestNote = h('p', { class: 'note', role: 'status', 'aria-live': 'polite' });
+  const requests = h('div', { class: 'requests-box', hidden: true },
+    h('h3', { text: 'Asking to join' }), requestList);
+  root.append(h('h2', { text: 'Group' }), connection, members, requests, requestNote, roomBox);
+
+  let roster = null;
+  let stopTicker = () => {};
+  const requestItems = new Map(); // id -> {item, left (span)}
+
+  // -- the connection line -------------------------------------------------------------------
+
+  function renderConnection() {
+    stopTicker();
+    stopTicker = () => {};
+    connection.className = 'connection';
+    if (roster === null) {
+      connection.textContent = 'Starting…';
+      return;
+    }
+    const { link, waiting, refusal } = roster;
+    if (refusal !== null) {
+      connection.classList.add('bad');
+      connection.replaceChildren(
+        h('strong', { text: 'Not admitted: ' }), refusal.message,
+        refusal.hint ? h('span', { class: 'hint', text: refusal.hint }) : null,
+        h('button', { type: 'button', text: 'Ask again', onclick: () => location.reload() }));
+      return;
+    }
+    if (waiting !== null) {
+      connection.classList.add('wait');
+      const counter = h('span', { class: 'counter' });
+      connection.replaceChildren(h('strong', { text: 'Waiting for the host. ' }),
+        `${waiting.message}: `, counter);
+      stopTicker = everySecond(() => {
+        counter.textContent = `waiting ${seconds((Date.now() - waiting.since) / 1000)} ` +
+          `(the request closes after ${seconds(waiting.timeoutS)})`;
+      });
+      return;
+    }
+    if (link.state === 'reconnecting') {
+      connection.classList.add('wait');
+      const counter = h('span', { class: 'counter' });
+      const due = link.at + link.delayMs;
+      connection.replaceChildren(h('strong', { text: 'Reconnecting. ' }), counter,
+        h('span', { class: 'hint', text: `${link.reason}. Open channels keep working meanwhile.` }));
+      stopTicker = everySecond(() => {
+        const left = (due - Date.now()) / 1000;
+        counter.textContent = left > 0.5
+          ? `Next try in ${seconds(left)}, attempt ${link.attempt}.`
+          : `Trying now, attempt ${link.attempt}…`;
+      });
+      return;
+    }
+    if (link.state === 'failed') {
+      connection.classList.add('bad');
+      connection.replaceChildren(h('strong', { text: 'Disconnected. ' }), link.reason ?? '',
+        h('button', { type: 'button', text: 'Reconnect', onclick: () => location.reload() }));
+      return;
+    }
+    if (roster.self === '') {
+      connection.textContent = link.state === 'connecting' || link.state === 'open'
+        ? 'Connecting to the server…' : 'Starting…';
+      return;
+    }
+    const where = roster.inRoom
+      ? `a private room${roster.role === 'host' ? ', which you host' : ''}`
+      : roster.group?.kind === 'local' ? 'the group of devices on this network' : 'the group of devices at your address';
+    connection.classList.add('good');
+    connection.replaceChildren(h('strong', { text: 'Connected ' }), `to ${where}.`);
+  }
+
+  // -- members -------------------------------------------------------------------------------
+
+  function roleBadges(id) {
+    const badges = [];
+    if (roster.inRoom && roster.host === id) badges.push('host');
+    const machine = page.peer?.machine;
+    if (machine && ['configured', 'training'].includes(page.peer.phase) && machine.leader === id) {
+      badges.push('leader');
+    }
+    return badges.map((b) => h('span', { class: `badge ${b}`, text: b }));
+  }
+
+  function memberItem(id, name, device, state) {
+    const facts = [device?.backend, speedOf(device), state].filter(Boolean).join(' · ');
+    return h('li', { 'data-peer': id },
+      h('span', { class: 'name', text: name }), ...roleBadges(id),
+      h('span', { class: 'facts', text: facts }));
+  }
+
+  function renderMembers() {
+    if (roster === null || roster.self === '') {
+      members.replaceChildren();
+      return;
+    }
+    const self = memberItem(roster.self, `${roster.nameOf(roster.self)} (this device)`,
+      { backend: page.selection?.backend, tokens_per_s: readinessSpeed() }, null);
+    const others = [...roster.members.values()].map((m) =>
+      memberItem(m.id, m.name || m.id, m.device, CHANNEL_TEXT[roster.channelOf(m.id)]));
+    members.replaceChildren(self, ...others);
+    if (others.length === 0) {
+      members.append(h('li', { class: 'alone', text: roster.inRoom
+        ? 'No one else yet: share the room link below.'
+        : 'No other device yet: open this page on another device on your network, or make a private room.' }));
+    }
+  }
+
+  function readinessSpeed() {
+    return page.mesh?.signaling.hello.device.tokens_per_s ?? null;
+  }
+
+  // -- join requests (host) ------------------------------------------------------------------
+
+  function answer(id, approve) {
+    const entry = requestItems.get(id);
+    if (entry !== undefined) {
+      for (const b of entry.item.querySelectorAll('button')) b.disabled = true;
+      entry.left.textContent = approve ? 'letting in…' : 'turning away…';
+    }
+    const sent = approve ? page.mesh.approve(id) : page.mesh.deny(id);
+    if (!sent) {
+      page.error('the answer could not be sent: this page is not connected to the server',
+        'wait until it has reconnected; the request is shown again if it is still open', 'group');
+    }
+  }
+
+  function renderRequests() {
+    const open = roster === null ? new Map() : roster.requests;
+    for (const [id, entry] of requestItems) {
+      if (!open.has(id)) {
+        entry.stop();
+        entry.item.remove();
+        requestItems.delete(id);
+      }
+    }
+    for (const [id, r] of open) {
+      if (requestItems.has(id)) continue;
+      const name = r.peer.name || id;
+      const left = h('span', { class: 'counter' });
+      const item = h('li', { 'data-peer': id },
+        h('span', { class: 'name', text: name }),
+        h('span', { class: 'facts', text: [r.peer.device?.backend, speedOf(r.peer.device)].filter(Boolean).join(' · ') }),
+        left,
+        h('span', { class: 'actions' },
+          h('button', { type: 'button', class: 'primary', text: 'Approve', 'aria-label': `Approve ${name}`,
+            onclick: () => answer(id, true) }),
+          h('button', { type: 'button', text: 'Deny', 'aria-label': `Deny ${name}`,
+            onclick: () => answer(id, false) })));
+      const stop = everySecond(() => {
+        const s = (r.closesAt - Date.now()) / 1000;
+        if (!item.querySelector('button:disabled')) left.textContent = `closes in ${seconds(s)}`;
+      });
+      requestItems.set(id, { item, left, stop });
+      requestList.append(item);
+    }
+    requests.hidden = requestItems.size === 0;
+    const last = roster?.closed.at(-1);
+    const text = last ? `${last.name} ${CLOSED_TEXT[last.reason] ?? last.reason}.` : '';
+    if (requestNote.textContent !== text) requestNote.textContent = text;
+  }
+
+  // -- rooms ---------------------------------------------------------------------------------
+
+  async function mintRoom(button) {
+    button.disabled = true;
+    try {
+      const response = await fetch('/api/rooms', { method: 'POST' });
+      const body = await response.json().catch(() => null);
+      if (!response.ok || typeof body?.code !== 'string') {
+        throw Object.assign(new Error(`the server could not make a room (HTTP ${response.status}` +
+          `${body?.message ? `: ${body.message}` : ''})`), { hint: body?.hint ?? 'try again in a moment' });
+      }
+      location.assign(roomUrl(body.code));
+    } catch (exc) {
+      page.error(exc.message, exc.hint ?? 'check the connection to the server and try again', 'group');
+      button.disabled = false;
+    }
+  }
+
+  async function copy(input, said) {
+    try {
+      await navigator.clipboard.writeText(input.value);
+      said.textContent = 'Copied.';
+    } catch {
+      input.select();
+      said.textContent = 'Selected: copy it with your device’s copy command.';
+    }
+  }
+
+  function renderRoom() {
+    const code = new URLSearchParams(location.search).get('room');
+    if (code === null) {
+      roomBox.replaceChildren(
+        h('p', { text: 'Devices on the same network find each other here. To train with ' +
+          'chosen devices only, anywhere, make a private room and share its link.' }),
+        h('button', { type: 'button', text: 'Private room', onclick: (e) => mintRoom(e.currentTarget) }));
+      return;
+    }
+    const input = h('input', { type: 'text', readonly: true, value: roomUrl(code),
+      'aria-label': 'Link to this private room', class: 'link' });
+    const said = h('span', { class: 'note', role: 'status' });
+    const leave = new URL(location.href);
+    leave.searchParams.delete('room');
+    roomBox.replaceChildren(
+      h('p', { text: 'Private room: only devices the host lets in train here. Share this link:' }),
+      h('div', { class: 'copy-row' }, input,
+        h('button', { type: 'button', text: 'Copy link', onclick: () => copy(input, said) })),
+      said,
+      h('p', {}, h('a', { href: leave.href, text: 'Leave the room' })));
+  }
+
+  function render() {
+    renderConnection();
+    renderMembers();
+    renderRequests();
+  }
+
+  renderRoom();
+  render();
+  page.addEventListener('ready', render);
+  page.addEventListener('session', ({ detail: { mesh, peer } }) => {
+    roster = rosterOf(mesh);
+    roster.addEventListener('change', () => {
+      if (page.mesh === mesh) render();
+    });
+    for (const kind of ['phase', 'ready']) {
+      peer.addEventListener(kind, () => {
+        if (page.peer === peer) renderMembers();
+      });
+    }
+    // The leader can change mid-run (a hand-over): the step record names the leader.
+    let leader = null;
+    peer.addEventListener('step', (e) => {
+      if (page.peer === peer && e.detail.leader !== leader) {
+        leader = e.detail.leader;
+        renderMembers();
+      }
+    });
+    render();
+  });
+}

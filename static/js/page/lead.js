@@ -1,0 +1,128 @@
+// The "Lead a run" panel of the page at `/` (see context.js): the leader's form and the run's
+// standing as this device sees it.
+//
+// States (from the session's peer, p2p/peer.js): not connected yet (form disabled) -> lobby
+// (the form: preset, steps, devices needed, data source, and under "More settings" sequences
+// per device, sequence length, learning rate, seed; Start) -> configured/training as leader
+// (what runs, and Stop: peer.endRun(), the whole group stops at the next step boundary) or as
+// follower ("Following NAME's run: joined automatically") -> stopped (why) -> a new session's
+// lobby. A choice this device could not train itself is refused by the run rules
+// (p2p/runconfig.js) with a hint, shown under the form; sizes have no HTML maximum for that
+// reason. Defaults: tiny, 300 steps, 2 devices, learning rate 0.003, seed 1, the preset's batch
+// and sequence length, the built-in text.
+
+import { h } from './dom.js';
+import { rosterOf } from './roster.js';
+
+function field(label, input) {
+  return h('label', { class: 'field' }, h('span', { text: label }), input);
+}
+
+export function mount(root, page) {
+  const num = (name, attrs) => h('input', { name, type: 'number', inputmode: 'numeric', ...attrs });
+  const dataSelect = h('select', { name: 'data' },
+    h('option', { value: 'builtin', text: 'Built-in text' }));
+  const start = h('button', { type: 'submit', class: 'primary', text: 'Start the run', disabled: true });
+  const form = h('form', { class: 'lead-form', 'aria-label': 'Lead a run' },
+    h('div', { class: 'grid' },
+      field('Model size', h('select', { name: 'preset' },
+        ...['tiny', 'small', 'medium'].map((p) => h('option', { value: p, text: p })))),
+      field('Steps', num('steps', { min: 1, value: 300, required: true })),
+      field('Devices needed to start', num('min_peers', { min: 1, max: 64, value: 2, required: true })),
+      field('Training text', dataSelect)),
+    h('details', {}, h('summary', { text: 'More settings' }),
+      h('div', { class: 'grid' },
+        field('Sequences per device per step', num('batch', { min: 1, placeholder: 'the preset’s' })),
+        field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
+        field('Learning rate', h('input', { name: 'lr', type: 'number', inputmode: 'decimal', step: 'any',
+          min: 0, max: 1, value: 0.003 })),
+        field('Seed', num('seed', { min: 0, max: 4294967295, value: 1 })))),
+    h('div', { class: 'actions' }, start));
+  const refusal = h('p', { class: 'note bad', role: 'alert', hidden: true });
+  const standing = h('p', { class: 'standing', role: 'status', 'aria-live': 'polite' });
+  const stop = h('button', { type: 'button', class: 'danger', text: 'Stop the run', hidden: true });
+  root.append(h('h2', { text: 'Lead a run' }),
+    h('p', { class: 'intro', text: 'Anyone in the group can lead. Every other device follows ' +
+      'the run on its own, as soon as it starts.' }),
+    standing, stop, form, refusal);
+
+  const fields = () => form.querySelectorAll('input, select, button');
+
+  function offerData(data) {
+    dataSelect.replaceChildren(h('option', { value: 'builtin', text: 'Built-in text' }));
+    if (data !== null) {
+      dataSelect.append(h('option', { value: data.dataName, text: 'FineWeb-Edu (from the server)' }));
+    }
+  }
+
+  function render() {
+    const peer = page.peer;
+    if (peer === null) {
+      standing.textContent = 'Available once this device has joined its group.';
+      return;
+    }
+    const phase = peer.phase;
+    const ready = peer.machine !== null;
+    const inRun = phase === 'configured' || phase === 'training';
+    form.hidden = inRun || phase === 'stopped';
+    for (const el of fields()) el.disabled = !ready || phase !== 'lobby';
+    stop.hidden = !(inRun && peer.isLeader);
+    stop.disabled = false;
+    if (!ready) {
+      standing.textContent = 'Available once this device has joined its group.';
+    } else if (phase === 'lobby') {
+      standing.textContent = 'No run yet: start one, or wait for someone in the group to lead.';
+    } else if (inRun && peer.isLeader) {
+      const c = peer.machine.config;
+      standing.textContent = `You lead this run: ${c.preset}, ${c.steps} steps` +
+        `${phase === 'configured' ? ' (waiting for the devices to get ready)' : ''}.`;
+    } else if (inRun) {
+      const leader = peer.machine.leader;
+      const name = leader ? rosterOf(peer.mesh).nameOf(leader) : 'the leader';
+      standing.textContent = `Following ${name}’s run: joined automatically.`;
+    } else if (phase === 'stopped') {
+      const o = peer.outcome;
+      standing.textContent = o ? `The run ended (${o.reason}) at step ${o.step}.` : 'The run is ending…';
+    }
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const peer = page.peer;
+    const f = new FormData(form);
+    const n = (name) => (f.get(name) === '' || f.get(name) === null ? undefined : Number(f.get(name)));
+    refusal.hidden = true;
+    start.disabled = true;
+    const choices = {
+      preset: f.get('preset'), steps: n('steps'), batch: n('batch'), seqLen: n('seq_len'),
+      lr: n('lr'), seed: n('seed'), minPeers: n('min_peers'),
+    };
+    if (f.get('data') !== 'builtin') choices.data = f.get('data');
+    try {
+      await peer.lead(choices);
+      page.status('Leading: waiting for the devices to get ready.');
+    } catch (exc) {
+      refusal.textContent = `Cannot lead this run: ${exc.message}${exc.hint ? `. ${exc.hint}` : ''}`;
+      refusal.hidden = false;
+      start.disabled = false;
+    }
+    render();
+  });
+
+  stop.addEventListener('click', () => {
+    stop.disabled = true;
+    page.peer.endRun();
+    standing.textContent = 'Stopping at the next step boundary…';
+  });
+
+  render();
+  page.addEventListener('session', ({ detail: { peer, data, mesh } }) => {
+    offerData(data);
+    const mine = (fn) => () => {
+      if (page.peer === peer) fn();
+    };
+    for (const kind of ['ready', 'phase', 'finished']) peer.addEventListener(kind, mine(render));
+    rosterOf(mesh).addEventListener('change', mine(render));
+    render();
+  });
+}
