@@ -7,6 +7,7 @@ import base64
 import hashlib
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -14,6 +15,8 @@ from aiohttp.test_utils import TestClient
 from server_fixtures import config, make_tree, serve
 
 SECRET = b"outside the asset folders"
+FAVICON = b'<svg xmlns="http://www.w3.org/2000/svg"><circle r="1"/></svg>'
+REPO = Path(__file__).resolve().parents[1]
 
 
 def asset_config(tmp_path: Path) -> Any:
@@ -26,6 +29,7 @@ def asset_config(tmp_path: Path) -> Any:
             "style.css": b"body{}",
             ".env": b"TOKEN=1",
             "data.unknownext": b"?",
+            "favicon.svg": FAVICON,
         },
     )
     (static / "escape.txt").symlink_to(tmp_path / "secret.txt")
@@ -56,6 +60,8 @@ async def raw_get(client: TestClient[Any, Any], target: str) -> tuple[int, bytes
         ("/luts/manifest.json", "application/json"),
         ("/luts/mul.bin", "application/octet-stream"),
         ("/data.unknownext", "application/octet-stream"),
+        ("/favicon.svg", "image/svg+xml"),
+        ("/favicon.ico", "image/svg+xml"),
     ],
 )
 async def test_content_types(tmp_path: Path, path: str, content_type: str) -> None:
@@ -163,3 +169,47 @@ async def test_unresolvable_paths_are_a_plain_404(
         assert status == 404, data[:300]
         assert b"X-Content-Type-Options: nosniff" in data
     assert not [record for record in caplog.records if record.exc_info], caplog.text
+
+
+async def test_favicon_ico_is_the_svg(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        for path in ("/favicon.ico", "/favicon.svg"):
+            response = await client.get(path)
+            assert response.status == 200, path
+            assert await response.read() == FAVICON
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_favicon_ico_is_a_404_without_the_svg(tmp_path: Path) -> None:
+    """The alias serves the file, not a fixed body: a static folder without it has no icon."""
+    cfg = asset_config(tmp_path)
+    (cfg.static_dir / "favicon.svg").unlink()
+    async with serve(cfg) as client:
+        assert (await client.get("/favicon.ico")).status == 404
+
+
+def test_the_shipped_favicon_is_an_svg_every_page_links() -> None:
+    static = REPO / "static"
+    svg = ElementTree.parse(static / "favicon.svg").getroot()
+    assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+    assert svg.get("viewBox") == "0 0 32 32"
+    for page in ("selftest.html", "train-check.html", "mesh-check.html"):
+        html = (static / page).read_text(encoding="utf-8")
+        assert '<link rel="icon" href="/favicon.svg" type="image/svg+xml">' in html, page
+
+
+async def test_a_browser_gets_a_404_page_with_the_path_escaped(tmp_path: Path) -> None:
+    async with serve(asset_config(tmp_path)) as client:
+        response = await client.get(
+            "/<script>alert(1)</script>", headers={"Accept": "text/html,*/*;q=0.8"}
+        )
+        assert response.status == 404
+        assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+        body = await response.text()
+        assert "<script>" not in body
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+        assert '<a href="/selftest">' in body and 'href="/favicon.svg"' in body
+        # fetch() and curl ask for anything: they keep the text answer.
+        plain = await client.get("/nope.js", headers={"Accept": "*/*"})
+        assert plain.headers["Content-Type"].startswith("text/plain")
+        assert "/vectors/" in await plain.text()

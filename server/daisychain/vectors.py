@@ -865,3 +865,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"vectors: all cases in {directory} match the reference")
     return 0
+
+
+def build_kind(name: str) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest of the cases of kind ``name`` alone, and their blobs by relative path: what
+    the server's ``/vectors/`` serves for ``train_run`` (daisychain/server/trainvectors.py)."""
+    kind = KINDS[name]
+    manifest, blobs = _manifest([(c, kind.evaluate(c.params, c.inputs)) for c in kind.generate()])
+    manifest["kinds"] = {name: kind.doc}
+    manifest["external"] = []
+    return manifest, blobs

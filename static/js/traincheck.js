@@ -4,9 +4,10 @@
 // the CPU, every product audited), compared step by step with the Python reference's loss bits
 // and state hashes. Result as JSON in <pre id="result">.
 //
-// Query: ?vectors=<manifest URL> (default /vectors/manifest.json: the page must be given the
-// vectors, the product server does not serve them), &case=train_run.tiny, &backend=cpu forces
-// the CPU mirror, &audit=<random cells per product> (default 16).
+// Query: ?vectors=<manifest URL> (default /vectors/manifest.json, which the server computes from
+// the Python reference on first request: server/daisychain/server/trainvectors.py),
+// &case=train_run.tiny, &backend=cpu forces the CPU mirror, &audit=<random cells per product>
+// (default 16).
 
 import * as M from './model/index.js';
 import { forwardBackwardAsync } from './model/gpt.js';

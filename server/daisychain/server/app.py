@@ -24,6 +24,7 @@ from daisychain.server.httpconn import GuardedSite, head_complete
 from daisychain.server.ice import IceIssuer
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, add_security_headers
+from daisychain.server.trainvectors import TrainVectorsEndpoint
 
 CONFIG = web.AppKey("config", ServerConfig)
 SIGNALING = web.AppKey("signaling", Signaling)
@@ -85,6 +86,9 @@ def create_app(
     app.router.add_get("/api/corpus/builtin", BuiltinTokensEndpoint().handle)
     app.router.add_get("/kernels/{path:.*}", kernels.handle)
     app.router.add_get("/luts/{path:.*}", luts.handle)
+    app.router.add_get("/vectors/{path:.*}", TrainVectorsEndpoint().handle)  # for /train-check
+    # Every browser asks for /favicon.ico whatever a page links: the SVG, never a 404.
+    app.router.add_get("/favicon.ico", static.alias("favicon.svg"))
     app.router.add_get("/{path:.*}", static.handle)  # last: everything else is a static file
     return app
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
+
+from daisychain.server.notfound import not_found
 
 CONTENT_TYPES: dict[str, str] = {
     ".html": "text/html; charset=utf-8",
@@ -132,7 +135,19 @@ class StaticFiles:
         self._script_hashes: dict[tuple[Path, int, int], tuple[str, ...]] = {}
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        relative = request.match_info.get("path", "")
+        return self._serve(request, request.match_info.get("path", ""))
+
+    def alias(self, relative: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """A handler that serves the file ``relative`` under another URL (``/favicon.ico`` is
+        ``favicon.svg``: every browser asks for it, and a 404 there is a console error on every
+        page). Its type is the file's own: Chromium and Firefox draw an SVG favicon."""
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return self._serve(request, relative)
+
+        return handle
+
+    def _serve(self, request: web.Request, relative: str) -> web.StreamResponse:
         if relative == "" and self.index is not None:
             relative = self.index
         path = safe_path(self.root, relative)
@@ -158,10 +173,7 @@ class StaticFiles:
         return web.FileResponse(path, headers=headers)
 
     def _not_found(self, request: web.Request) -> web.HTTPNotFound:
-        return web.HTTPNotFound(
-            text=f"404 not found: {request.path[:200]}\nno such file under {self.root.name}/; "
-            "the server serves /, /kernels/, /luts/, /ws, /data, /healthz, /api/status\n"
-        )
+        return not_found(request, self.root.name)
 
     def _inline_script_hashes(self, path: Path) -> tuple[str, ...]:
         """CSP hashes of a page's inline scripts, so they run without 'unsafe-inline'."""
