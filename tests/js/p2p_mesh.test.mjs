@@ -424,3 +424,53 @@ test('a reconnect is a new identity: the old links close and the group is met ag
   assert.equal(mesh.id, 'a2');
   mesh.close();
 });
+
+test('sessions: closeLinks keeps the signaling; offers until relink are kept and answered then', async () => {
+  const { mesh, ws, events } = newMesh();
+  const deferred = [];
+  mesh.addEventListener('deferred', (e) => deferred.push(e.detail.peer));
+  ws.receive(welcome('m', [peerInfo('a'), peerInfo('z')]));
+  ws.receive({ type: 'signal', from: 'a', data: { kind: 'offer', sdp: 'run1' } });
+  await until(() => FakePC.all.length === 2, 'a link to z (offered) and to a (answered)');
+  // Within one session a pair connects once: a's next offer is its next session's.
+  ws.receive({ type: 'signal', from: 'a', data: { kind: 'offer', sdp: 'early' } });
+  await sleep(5);
+  assert.equal(FakePC.all.length, 2);
+  assert.deepEqual(deferred, ['a']);
+  mesh.closeLinks();
+  assert.ok(FakePC.all.every((pc) => pc.closed), 'every peer connection closed');
+  assert.equal(ws.readyState, 1, 'the signaling connection stays open');
+  // Between sessions: a's latest offer and the candidate trickled after it are kept.
+  ws.receive({ type: 'signal', from: 'a', data: { kind: 'offer', sdp: 'run2' } });
+  ws.receive({ type: 'signal', from: 'a', data: { kind: 'candidate', candidate: 'candidate:7', sdpMid: '0', sdpMLineIndex: 0 } });
+  ws.receive({ type: 'peer-joined', peer: peerInfo('y') });
+  await sleep(5);
+  assert.equal(FakePC.all.length, 2, 'nothing is linked between sessions');
+  assert.deepEqual(deferred, ['a', 'a']);
+  mesh.relink();
+  await until(() => FakePC.all.length === 5, 'a answered, z and y offered');
+  const pcA = FakePC.all.find((pc, i) => i >= 2 && pc.remote.length === 1);
+  assert.deepEqual(pcA.remote, [{ type: 'offer', sdp: 'run2' }], 'the latest kept offer is answered');
+  await until(() => pcA.candidates.length === 1, 'the kept candidate applied');
+  assert.equal(pcA.candidates[0].candidate, 'candidate:7');
+  await until(() => signals(ws, 'y').length === 1 && signals(ws, 'z').length === 2, 'offers to y and z');
+  mesh.relink(); // the session is open: nothing new
+  await sleep(5);
+  assert.equal(FakePC.all.length, 5);
+  assert.equal(events.filter((e) => e.type === 'error').length, 0);
+  mesh.close();
+  assert.equal(ws.readyState, 3, 'close() ends the signaling connection too');
+});
+
+test('sessions: a kept offer from a peer that left is dropped', async () => {
+  const { mesh, ws } = newMesh();
+  ws.receive(welcome('m', [peerInfo('a')]));
+  mesh.closeLinks();
+  ws.receive({ type: 'signal', from: 'a', data: { kind: 'offer', sdp: 'run2' } });
+  ws.receive({ type: 'peer-left', peer: 'a' });
+  await sleep(5);
+  mesh.relink();
+  await sleep(5);
+  assert.equal(FakePC.all.length, 0, 'no connection to a peer that left');
+  mesh.close();
+});

@@ -30,6 +30,17 @@ class FakeMesh extends EventTarget {
     this.queued = new Map(); // peer -> items still "in the channel's queue"
     this.open = new Set();
     this.shut = false;
+    this.id = ''; // the mesh's id once admitted (a real Mesh sets it on welcome)
+    this.sessions = []; // 'closeLinks' / 'relink', in order
+  }
+
+  closeLinks() {
+    this.sessions.push('closeLinks');
+    this.open.clear();
+  }
+
+  relink() {
+    this.sessions.push('relink');
   }
 
   emit(type, detail) {
@@ -73,8 +84,7 @@ afterEach(() => {
   for (const peer of made.splice(0)) peer.dispose(); // no timer may outlive its test
 });
 
-function makePeer({ clock, timers = {} }) {
-  const mesh = new FakeMesh();
+function makePeer({ clock, timers = {}, mesh = new FakeMesh() }) {
   const peer = new BrowserPeer({
     mesh, replica: new Replica(), tokens: new Uint16Array(4096), tokenizerSha256: TOKENIZER,
     vocabSize: 2048, name: 'tab', timers, clock, log: () => {},
@@ -162,7 +172,43 @@ test('a new signaling id ends the run with error and the page is told', async ()
   const { outcome } = await finished;
   assert.equal(outcome.reason, 'error');
   assert.match(outcome.message, /lost the signaling server: .*new device \(Z\)/);
-  assert.ok(mesh.shut, 'the mesh is closed when the run ends');
+  assert.deepEqual(mesh.sessions, ['closeLinks'], 'the links are closed when the run ends');
+  assert.equal(mesh.shut, false, 'the signaling connection stays for the next run');
+});
+
+test('a finished run keeps the mesh: a new peer on it is born at once and the old one is deaf', async () => {
+  const mesh = new FakeMesh();
+  const { peer: first } = makePeer({ clock: () => 1, mesh });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  mesh.id = 'A';
+  const finished = new Promise((resolve) => first.addEventListener('finished', (e) => resolve(e.detail)));
+  first.leave('the user left');
+  assert.equal((await finished).outcome.reason, 'left');
+  assert.deepEqual(mesh.sessions, ['closeLinks']);
+  // The next run: a new BrowserPeer on the same, admitted mesh.
+  const { peer: second } = makePeer({ clock: () => 2, mesh });
+  assert.equal(second.id, 'A', 'the machine is built at once (no second welcome comes)');
+  assert.equal(second.phase, 'lobby');
+  assert.deepEqual(mesh.sessions, ['closeLinks', 'relink'], 'the next session starts');
+  const before = mesh.sent.length;
+  mesh.open.add('B');
+  mesh.emit('channel-open', { peer: 'B' });
+  await until(() => mesh.sent.length > before, 'hello from the new peer');
+  await sleep(10);
+  assert.deepEqual(mesh.sent.slice(before).map(([peer, text]) => [peer, JSON.parse(text).type]),
+    [['B', 'hello']], 'one hello: the finished peer no longer listens');
+  assert.equal(first.inbox.length, 0);
+  await second.lead({ preset: 'tiny', steps: 5, batch: 1, seqLen: 32, minPeers: 2 });
+  assert.equal(second.isLeader, true, 'the new session can lead the next run');
+});
+
+test('a link already open when the new peer is made is greeted at once', async () => {
+  const mesh = new FakeMesh();
+  mesh.id = 'A';
+  mesh.open.add('B');
+  makePeer({ clock: () => 1, mesh });
+  await until(() => mesh.sent.length === 1, 'hello to B');
+  assert.equal(mesh.sent[0][0], 'B');
 });
 
 test('leadConfig builds the config node.py builds (warm-up capped, AdamW defaults)', () => {

@@ -20,6 +20,14 @@
 //   `peerLeftGraceMs` (1 s) to deliver or close before `peer-left` is reported.
 // - A reconnected signaling socket is a new identity (the server assigns a new id and the others
 //   see us leave): every link of the old identity is closed and the group is met again.
+// - Sessions: one protocol machine (one run) per set of links. `closeLinks()` ends a session
+//   (every peer connection closes, the signaling connection stays: no new id, no new approval)
+//   and `relink()` starts the next one, meeting every member again. A pair connects at most once
+//   per session: the machine never re-admits a peer it saw go (docs/PROTOCOL.md, "Peer
+//   connections"), so an offer from a peer met already in this session, or one that arrives
+//   between sessions, is the remote's next session and is kept (the latest, with the candidates
+//   trickled after it) and answered when this mesh's next session starts. The offerer of a pair
+//   stays the lower id: whichever of the two starts its next session last completes the link.
 //
 // Events out (DetailEvent, `detail`), for the page or a protocol machine:
 //   signaling {state, old, ...}    the signaling connection's state (see signaling.js)
@@ -29,6 +37,7 @@
 //   message   {peer, data}         a text message (a control message; parse with messages.js)
 //   frame     {peer, data}         a binary message (Uint8Array; feed a frames.js Reassembler)
 //   peer-left {peer}
+//   deferred  {peer}                  an offer kept for this mesh's next session (see Sessions)
 //   error     {message, hint, peer?}   anything a user should see; also logged to the console
 // Effects in: sendMessage(peer, record | text), sendPayload(peer, {...}), closePeer(peer), or
 // apply(effect) with the protocol machine's {type: 'send-message' | 'send-payload' | 'close'}.
@@ -192,7 +201,10 @@ export class Mesh extends EventTarget {
     this.id = '';
     this.role = 'member';
     this.links = new Map();
-    this.devices = new Map(); // peer id -> its hello device summary
+    this.devices = new Map(); // peer id -> its hello device summary (every member)
+    this.session = 'open'; // 'open': links are made; 'closed': between two sessions
+    this.met = new Set(); // peers linked in this session (a pair connects once per session)
+    this.deferred = new Map(); // peer -> {offer, candidates}: its next session's offer
     this.signaling = new SignalingClient({
       server, room, name, device: { ...device, trickle }, backoff, WebSocketImpl, log: this.log,
     });
@@ -232,6 +244,8 @@ export class Mesh extends EventTarget {
           // A new identity: the others see our old id leave; start over with everyone.
           for (const peer of [...this.links.keys()]) this.closePeer(peer);
           this.devices.clear();
+          this.met.clear();
+          this.deferred.clear();
         }
         this.id = msg.id;
         this.role = msg.role;
@@ -287,6 +301,8 @@ export class Mesh extends EventTarget {
   onPeerLeft(peer) {
     const link = this.links.get(peer);
     const finish = () => {
+      this.devices.delete(peer);
+      this.deferred.delete(peer);
       this.emit('peer-left', { peer });
       this.closePeer(peer);
     };
@@ -351,9 +367,11 @@ export class Mesh extends EventTarget {
     for (const data of link.early.splice(0)) this.signal(link.peer, data);
   }
 
-  /** A new member: the lower id offers. */
+  /** A new member: the lower id offers (once per session). */
   introduce(peer) {
     if (peer === this.id || this.links.has(peer) || !(this.id < peer)) return;
+    if (this.session !== 'open' || this.met.has(peer)) return;
+    this.met.add(peer);
     const link = this.newLink(peer);
     link.attach(link.pc.createDataChannel(CHANNEL_LABEL, { ordered: true }));
     link.chain(async () => {
@@ -371,16 +389,20 @@ export class Mesh extends EventTarget {
       return;
     }
     if (data.kind === 'offer') {
-      if (this.links.has(peer)) return; // a duplicate offer, or glare with our own: keep the first
-      const link = this.newLink(peer);
-      link.pc.addEventListener('datachannel', (e) => {
-        if (e.channel.label === CHANNEL_LABEL && link.channel === null) link.attach(e.channel);
-      });
-      link.chain(async () => {
-        await link.pc.setRemoteDescription({ type: 'offer', sdp: data.sdp });
-        await link.pc.setLocalDescription(await link.pc.createAnswer());
-        await this.describe(link, 'answer');
-      });
+      if (this.session !== 'open' || this.met.has(peer)) {
+        // The remote's next session (see Sessions): answered when ours starts.
+        this.deferred.set(peer, { offer: data, candidates: [] });
+        this.log(`offer from ${peer} kept for the next session`);
+        this.emit('deferred', { peer });
+        return;
+      }
+      if (this.links.has(peer)) return; // glare with our own: keep the first
+      this.answer(peer, data);
+      return;
+    }
+    const kept = this.deferred.get(peer);
+    if (kept !== undefined && data.kind === 'candidate') {
+      kept.candidates.push(data); // trickled after a kept offer: they belong to it
       return;
     }
     const link = this.links.get(peer);
@@ -396,6 +418,52 @@ export class Mesh extends EventTarget {
         candidate: data.candidate, sdpMid: data.sdpMid, sdpMLineIndex: data.sdpMLineIndex,
       }));
     }
+  }
+
+  /** Answer `peer`'s offer (and apply the candidates it trickled after it). */
+  answer(peer, offer, candidates = []) {
+    this.met.add(peer);
+    const link = this.newLink(peer);
+    link.pc.addEventListener('datachannel', (e) => {
+      if (e.channel.label === CHANNEL_LABEL && link.channel === null) link.attach(e.channel);
+    });
+    link.chain(async () => {
+      await link.pc.setRemoteDescription({ type: 'offer', sdp: offer.sdp });
+      await link.pc.setLocalDescription(await link.pc.createAnswer());
+      await this.describe(link, 'answer');
+    });
+    for (const c of candidates) {
+      link.chain(() => link.pc.addIceCandidate({
+        candidate: c.candidate, sdpMid: c.sdpMid, sdpMLineIndex: c.sdpMLineIndex,
+      }));
+    }
+  }
+
+  // -- sessions --------------------------------------------------------------------------------
+
+  /**
+   * End this session: close every peer connection (the machine that used them finished) and keep
+   * the signaling connection. Offers that arrive until `relink()` are kept for it.
+   */
+  closeLinks() {
+    for (const peer of [...this.links.keys()]) this.closePeer(peer);
+    this.session = 'closed';
+  }
+
+  /**
+   * Start the next session: answer the offers kept for it and offer to every member this page
+   * offers to. A no-op while the current session is open (its links are in use).
+   */
+  relink() {
+    if (this.session === 'open') return;
+    this.session = 'open';
+    this.met.clear();
+    const kept = [...this.deferred];
+    this.deferred.clear();
+    for (const [peer, { offer, candidates }] of kept) {
+      if (this.devices.has(peer)) this.answer(peer, offer, candidates);
+    }
+    if (this.id !== '') for (const peer of [...this.devices.keys()]) this.introduce(peer);
   }
 
   // -- use -----------------------------------------------------------------------------------
@@ -465,8 +533,10 @@ export class Mesh extends EventTarget {
     link.setState('closed');
   }
 
+  /** Leave the group for good (the page is going away): every link and the signaling socket. */
   close() {
-    for (const peer of [...this.links.keys()]) this.closePeer(peer);
+    this.closeLinks();
+    this.deferred.clear();
     this.signaling.close();
   }
 }

@@ -17,11 +17,25 @@
 // the page's timers are late. A deadline that did not move after its timer was fed is retried
 // no sooner than 10 ms later (never spin).
 //
+// Sessions: one BrowserPeer is one run. When it finishes it closes its peer connections but not
+// the mesh's signaling connection (mesh.closeLinks()), and stops listening to the mesh; the page
+// starts the next run with a new BrowserPeer (and a new replica) on the same mesh, which starts
+// the mesh's next session (mesh.relink()) and builds its machine at once when the mesh was
+// admitted already. The page leaving for good closes the mesh itself (mesh.close()).
+//
+// Checkpoints: the machine may save (`can_save`): the leader's user asked (`save`, userSave),
+// the run ended, or every `saveEvery` steps (a property the page may change at any time). When
+// `keep` is true (the page keeps checkpoints: its keep panel) each save exports the replica as
+// checkpoint bytes (checkpoint.js, the same bytes as daisychain.checkpoint) and emits `save`;
+// otherwise a save is only logged. `checkpoint()` exports the state now; `leadResumed(bytes)`
+// leads a run that continues a checkpoint (config resume_step/resume_hash; followers sync).
+//
 // Events out (DetailEvent): `ready` {id} (the machine exists: the mesh was admitted), `phase`
 // {phase}, `step` {step, round, loss, hash, roster, probe, backend, leader, computeMs,
 // computedOn, gpuProducts, bytesSent, bytesReceived (both cumulative), computedAtMs,
 // appliedAtMs (performance.now() when our gradient was ready and when the step was applied)},
-// `finished` {outcome}, `error` {message, hint} (also console.warn).
+// `finished` {outcome}, `error` {message, hint} (also console.warn), `save` {run, step, hash,
+// why ('asked' | 'every' | 'end'), bytes, at (Date.now())}.
 
 import { DetailEvent } from './signaling.js';
 import { Machine, settings as makeSettings, events as E } from './machine/index.js';
@@ -31,6 +45,7 @@ import { PRESETS } from '../model/config.js';
 import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
 import { revisionOf } from '../fineweb.js';
 import { DataUnavailable } from './datafeed.js';
+import { decodeCheckpoint } from './checkpoint.js';
 
 const CLOSE_DRAIN_MS = 1000; // a refusal's `error` leaves before its channel closes
 const MIN_RETRY_MS = 10;
@@ -72,6 +87,38 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
   });
 }
 
+/**
+ * The `config` of a run that continues a decoded checkpoint `ck` (checkpoint.js
+ * decodeCheckpoint) to `steps`: node.py's `_prepare_lead` with `--resume` (preset null, the
+ * checkpoint's model, optimizer and seed, resume_step/resume_hash of its state).
+ */
+export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin' }) {
+  const m = ck.model;
+  const step = ck.state.step;
+  return message('config', {
+    run: runId(),
+    preset: null,
+    model: {
+      vocab_size: m.vocabSize, width: m.width, layers: m.layers, heads: m.heads,
+      seq_len: m.seqLen, batch: m.batch, mlp_mult: m.mlpMult,
+    },
+    optim: { lr: ck.optim.lr, warmup_steps: ck.optim.warmupSteps, weight_decay: ck.optim.weightDecay,
+      clip: ck.optim.clip },
+    steps,
+    seed: ck.seed,
+    data,
+    tokenizer_sha256: tokenizerSha256,
+    resume_step: step,
+    resume_hash: step > 0 ? ck.weightHash : null,
+  });
+}
+
+/** The steps a resumed run trains to unless the user says: the checkpoint's schedule, or +100. */
+export function defaultResumeSteps(ck) {
+  const total = ck.optim.totalSteps;
+  return total > ck.state.step ? total : ck.state.step + 100;
+}
+
 export class BrowserPeer extends EventTarget {
   /**
    * @param {object} o
@@ -88,9 +135,11 @@ export class BrowserPeer extends EventTarget {
    * @param {import('./datafeed.js').FineWebFeed|null} [o.data]  FineWeb-Edu windows from the
    *   page's server (datafeed.fineWebFeed); null: this page reads the built-in corpus only and
    *   refuses a "fineweb@REV" run as incompatible
+   * @param {boolean} [o.keep]  export a checkpoint on every save and emit `save` (see above)
+   * @param {number} [o.saveEvery]  also save every that many steps (0: never)
    */
   constructor({ mesh, replica, tokens, tokenizerSha256, vocabSize, name = '', timers = {},
-    limits = {}, clock = monotonic, log = null, data = null }) {
+    limits = {}, clock = monotonic, log = null, data = null, keep = false, saveEvery = 0 }) {
     super();
     this.name = name;
     this.mesh = mesh;
@@ -116,7 +165,20 @@ export class BrowserPeer extends EventTarget {
     this.bytesSent = 0;
     this.bytesReceived = 0; // frames in, headers included (the mesh bench reads it)
     this.disposed = false;
+    this.keep = keep;
+    this.saveEvery = saveEvery;
+    this.saves = new Set(); // exports in flight (finish waits for them before ending the worker)
+    this.savedStep = -1;
+    this.lastSave = null; // the latest `save` detail: what a finished run leaves to download
+    this.listening = new AbortController(); // ends this peer's mesh listeners when it finishes
     this.listen();
+    if (mesh.id) {
+      // A mesh admitted already (a previous run's): start its next session and build the
+      // machine now; a link already open (relinked before this peer existed) is met at once.
+      mesh.relink();
+      this.onWelcome({ id: mesh.id });
+      for (const peer of mesh.openPeers()) this.push((now) => E.channelOpened(now, peer));
+    }
   }
 
   emit(type, detail) {
@@ -145,19 +207,20 @@ export class BrowserPeer extends EventTarget {
   // -- inputs ---------------------------------------------------------------------------------
 
   listen() {
-    const m = this.mesh;
-    m.addEventListener('welcome', (e) => this.onWelcome(e.detail));
-    m.addEventListener('channel-open', (e) => this.push((now) => E.channelOpened(now, e.detail.peer)));
-    m.addEventListener('channel-closed', (e) => this.push((now) => E.channelClosed(now, e.detail.peer)));
-    m.addEventListener('peer-left', (e) => this.push((now) => E.peerLeft(now, e.detail.peer)));
-    m.addEventListener('message', (e) => {
+    const opts = { signal: this.listening.signal };
+    const on = (type, handler) => this.mesh.addEventListener(type, handler, opts);
+    on('welcome', (e) => this.onWelcome(e.detail));
+    on('channel-open', (e) => this.push((now) => E.channelOpened(now, e.detail.peer)));
+    on('channel-closed', (e) => this.push((now) => E.channelClosed(now, e.detail.peer)));
+    on('peer-left', (e) => this.push((now) => E.peerLeft(now, e.detail.peer)));
+    on('message', (e) => {
       this.push((now) => E.messageReceived(now, e.detail.peer, e.detail.data));
     });
-    m.addEventListener('frame', (e) => {
+    on('frame', (e) => {
       this.bytesReceived += e.detail.data.byteLength;
       this.push((now) => E.frameReceived(now, e.detail.peer, e.detail.data));
     });
-    m.addEventListener('signaling', (e) => {
+    on('signaling', (e) => {
       if (e.detail.state === 'failed') {
         this.push((now) => E.signalingLost(now, `the signaling server refused this page: ${e.detail.reason}`));
       }
@@ -169,7 +232,7 @@ export class BrowserPeer extends EventTarget {
       this.machine = new Machine(makeSettings({
         id, name: this.name, tokenizer_sha256: this.tokenizerSha256,
         vocab_size: this.vocabSize, backend: this.replica.backend,
-        reference_probe: REFERENCE_PROBE_HASH, timers: this.timers, can_save: false,
+        reference_probe: REFERENCE_PROBE_HASH, timers: this.timers, can_save: true,
         limits: this.limits,
         data_sources: ['builtin', ...(this.data === null ? [] : [this.data.dataName])],
       }), this.replica, { log: this.log });
@@ -197,11 +260,7 @@ export class BrowserPeer extends EventTarget {
    * Incompatible (message, hint) when this peer could not train it itself.
    */
   async lead({ minPeers = 2, ...choices }) {
-    if (this.machine === null) throw Object.assign(new Error('not connected yet'), { hint: 'wait for the page to join its group' });
-    if (this.phase !== 'lobby') {
-      throw Object.assign(new Error(`this device is already in a run (${this.phase})`),
-        { hint: 'wait for the run to end, then reload the page to lead a new one' });
-    }
+    this.mayLead();
     const config = leadConfig({ ...choices, vocabSize: this.vocabSize,
       tokenizerSha256: this.tokenizerSha256 });
     const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
@@ -219,6 +278,64 @@ export class BrowserPeer extends EventTarget {
       });
     });
     return config;
+  }
+
+  mayLead() {
+    if (this.machine === null) throw Object.assign(new Error('not connected yet'), { hint: 'wait for the page to join its group' });
+    if (this.phase !== 'lobby' || this.outcome !== null) {
+      throw Object.assign(new Error(`this device is already in a run (${this.phase})`),
+        { hint: 'wait for the run to end, then lead the next one' });
+    }
+  }
+
+  /**
+   * Lead a run that continues the checkpoint `bytes` (a Uint8Array: a file the user chose, a
+   * saved state) to `steps` (default: defaultResumeSteps), as node.py `--resume`: the replica
+   * restores it, then `config` goes out with resume_step/resume_hash and every follower asks for
+   * the state (sync-request). Rejects with a ReplicaRefused (a bad file: the reason) or an
+   * Incompatible (the run rules' message and hint); resolves to the config.
+   */
+  async leadResumed(bytes, { steps, minPeers = 2, source = 'the checkpoint' } = {}) {
+    this.mayLead();
+    const ck = await decodeCheckpoint(bytes, source, { tokenizerSha256: this.tokenizerSha256,
+      vocabSize: this.vocabSize });
+    const config = resumeConfig(ck, { steps: steps ?? defaultResumeSteps(ck),
+      tokenizerSha256: this.tokenizerSha256 });
+    parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256, vocabSize: this.vocabSize,
+      caps: this.machine.settings.limits, dataSources: this.machine.settings.data_sources });
+    await new Promise((resolve, reject) => {
+      this.push((now) => E.userLead(now, config, minPeers), async () => {
+        try {
+          await this.replica.restore(bytes, source);
+          resolve();
+        } catch (exc) {
+          reject(exc);
+          throw exc;
+        }
+      });
+    });
+    return config;
+  }
+
+  /** Save now (userSave): a leader also asks every peer to save this step. */
+  saveGroup() {
+    this.push((now) => E.userSave(now));
+  }
+
+  /**
+   * This page's state now as checkpoint bytes: {run, step, hash, bytes, at}; after the run
+   * ended, the state it saved last. Rejects with a hint when this page holds no state.
+   */
+  async checkpoint() {
+    if (this.outcome === null && this.replica.worker !== null && this.machine?.config != null) {
+      const step = this.replica.step;
+      const hash = this.replica.hash;
+      const bytes = await this.replica.checkpoint();
+      return { run: this.machine.config.run, step, hash, bytes, at: Date.now() };
+    }
+    if (this.lastSave !== null) return this.lastSave;
+    throw Object.assign(new Error('this page holds no trained state yet'),
+      { hint: 'join or lead a run first; a finished run keeps its last state when the page keeps checkpoints' });
   }
 
   /** Leader: end the whole run at the next step boundary. */
@@ -317,8 +434,7 @@ export class BrowserPeer extends EventTarget {
         this.record(effect);
         break;
       case 'save':
-        // can_save is false: the machine never asks; a page saves nothing to disk on its own.
-        this.log('warn', `save of step ${effect.step} asked for: this page keeps no checkpoint`);
+        this.save(effect.step, this.outcome === null && this.phase !== 'stopped' ? 'asked' : 'end');
         break;
       default:
         this.fail(`unknown effect ${effect.type}`, 'a bug: report it');
@@ -383,11 +499,34 @@ export class BrowserPeer extends EventTarget {
     this.computed.delete(key);
     this.records.push(r);
     this.emit('step', r);
+    if (this.saveEvery > 0 && a.step % this.saveEvery === 0) this.save(a.step, 'every');
+  }
+
+  /** Export the replica (at `step`) as checkpoint bytes and emit `save` (when `keep`). */
+  save(step, why) {
+    if (!this.keep) {
+      this.log('info', `save of step ${step} (${why}): this page keeps no checkpoint`);
+      return;
+    }
+    if (step === this.savedStep || this.replica.worker === null) return;
+    this.savedStep = step;
+    const run = this.machine.config?.run ?? '';
+    const hash = this.replica.hash;
+    // Asked now, before anything else reaches the worker: the export is of this step.
+    const exporting = this.replica.checkpoint().then((bytes) => {
+      this.lastSave = { run, step, hash, why, bytes, at: Date.now() };
+      this.emit('save', this.lastSave);
+    }, (exc) => {
+      this.fail(`saving step ${step} failed: ${exc.message}`, exc.hint ?? 'the run goes on; try Save again');
+    });
+    this.saves.add(exporting);
+    exporting.finally(() => this.saves.delete(exporting));
   }
 
   /** Stop feeding the machine and release the timer (the page is going away; tests). */
   dispose() {
     this.disposed = true;
+    this.listening.abort();
     clearTimeout(this.timer);
     this.timer = null;
     this.inbox.length = 0;
@@ -404,7 +543,10 @@ export class BrowserPeer extends EventTarget {
     while (this.mesh.openPeers().some((p) => this.mesh.buffered(p) > 0) && this.clock() < until) {
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    this.mesh.close();
+    // The next run is a new BrowserPeer on this mesh: close the links, keep the signaling.
+    this.listening.abort();
+    this.mesh.closeLinks();
+    await Promise.allSettled([...this.saves]); // the worker ends only once its exports are out
     this.replica.close();
     this.data?.close();
     this.emit('finished', { outcome });
