@@ -269,7 +269,15 @@ class Machine:
                 self._other_version(peer, m.message, m.hint)
             log.warning("%s: %s says %s: %s", self.id, peer, m.code, m.message)
             return
-        if cfg is None or getattr(m, "run", cfg.run) != cfg.run:
+        if cfg is None:
+            # In the lobby. Peers of a running group send their run's messages (`hash` after
+            # every step, `save`, `stop`) to every greeted channel, and one can overtake the
+            # leader's `config` to a newcomer; it tells this peer nothing it needs (the config
+            # and the state sync do), so it is dropped, not refused: closing that channel would
+            # leave the newcomer without a link to a roster member when the config arrives.
+            log.debug("%s: %s from %s before any config: ignored", self.id, m.type, peer)
+            return
+        if getattr(m, "run", cfg.run) != cfg.run:
             self._reject(peer, "wrong-run", f"{m.type} for a run this peer is not in")
             return
         lead = self.leadership

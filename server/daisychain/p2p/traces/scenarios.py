@@ -190,6 +190,37 @@ def join_with_checkpoint() -> Script:
     return s
 
 
+def lobby_early_hash() -> Script:
+    s = Script("lobby-early-hash", "D, a newcomer in the lobby, gets C's hash of step 5, a "
+               "save and a stop of another run before A's config: it drops them (no error, no "
+               "close) and then joins A's run as in join-with-checkpoint, with C in its "
+               "roster.", D)  # fmt: skip
+    s.connect(A, B, C)
+    h5 = hashlib.sha256(b"daisychain-trace state at step 5").hexdigest()
+    probe = s.machine.settings.reference_probe
+    for peer, m in (
+        (C, messages.StepHash(RUN, 5, 0, h5, 2.5, probe, "numpy")),
+        (B, messages.Save(RUN, 5)),
+        (C, messages.Stop(OTHER_RUN, "done", 3, "reached step 3", {})),
+    ):
+        out = s.send(peer, m)
+        assert out == [], out
+    s.send(A, config(steps=6))
+    out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    assert sent(out, messages.SyncRequest) == [(A, messages.SyncRequest(RUN))], out
+    s.at(3.0)
+    s.frames(A, FrameKind.CHECKPOINT, TraceReplica(5, h5).checkpoint(), 5)
+    roster = (A, B, C, D)
+    s.send(A, messages.Roster(RUN, 6, 0, list(roster)))
+    digest = s.exchange(6, 0, roster)
+    assert digest == honest_hash(h5, 6, 0, 4)
+    s.hashes(6, 0, roster, digest)
+    stop = messages.Stop(RUN, "done", 6, "reached step 6", {})
+    s.send(A, stop)
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
 def follower_gone_mid_exchange() -> Script:
     s = Script("follower-gone-mid-exchange", "Leader A: C's channel closes during step 2 before "
                "its contribution arrived. A asks B again at once and, repair_after later, "
@@ -617,6 +648,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-3-peers": leader_three_peers,
     "follower-3-peers": follower_three_peers,
     "join-with-checkpoint": join_with_checkpoint,
+    "lobby-early-hash": lobby_early_hash,
     "follower-gone-mid-exchange": follower_gone_mid_exchange,
     "leader-gone-before-roster": leader_gone_before_roster,
     "leader-gone-during-exchange": leader_gone_during_exchange,

@@ -333,7 +333,16 @@ export class Machine {
       this.log('warning', `${this.id}: ${peer} says ${m.code}: ${m.message}`);
       return;
     }
-    if (cfg === null || ('run' in m ? m.run : cfg.run) !== cfg.run) {
+    if (cfg === null) {
+      // In the lobby. Peers of a running group send their run's messages (`hash` after every
+      // step, `save`, `stop`) to every greeted channel, and one can overtake the leader's
+      // `config` to a newcomer; it tells this peer nothing it needs (the config and the state
+      // sync do), so it is dropped, not refused: closing that channel would leave the newcomer
+      // without a link to a roster member when the config arrives.
+      this.log('debug', `${this.id}: ${m.type} from ${peer} before any config: ignored`);
+      return;
+    }
+    if (('run' in m ? m.run : cfg.run) !== cfg.run) {
       await this.reject(peer, 'wrong-run', `${m.type} for a run this peer is not in`);
       return;
     }
