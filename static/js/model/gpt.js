@@ -393,15 +393,38 @@ export function forwardBackwardAsync(params, cfg, x, y, opts = {}) {
   return runAsync(gradientSteps(params, cfg, x, y, batch, workspace), ops);
 }
 
-function* gradientSteps(params, cfg, x, y, batch, workspace) {
+/**
+ * The loss forwardBackward returns (the same float32 bits), forward only: no gradient, nothing
+ * kept. The validation loss (docs/MODEL.md section 8) is this on the validation batches, with
+ * the products on `ops` (a provider, see ops.js; the CPU mirror when omitted).
+ */
+export function lossAsync(params, cfg, x, y, { batch = cfg.batch, workspace, ops } = {}) {
+  return runAsync(lossSteps(params, cfg, x, y, batch, workspace), ops);
+}
+
+function* lossSteps(params, cfg, x, y, batch, workspace) {
   const ws = workspace ?? defaultWorkspace(cfg);
   const T = checkInputs(params, cfg, x, batch);
+  checkTargets(cfg, x, y);
+  const N = batch * T;
+  const logits = ws.f32('logits', N * cfg.vocabSize);
+  yield* forward(ws, params, cfg, x, batch, T, false, logits);
+  return crossEntropy(ws, logits, y, N, cfg.vocabSize);
+}
+
+function checkTargets(cfg, x, y) {
   if (y.length !== x.length) throw new RangeError('targets must have the tokens\' shape');
   for (let i = 0; i < y.length; i++) {
     if (!(y[i] >= 0 && y[i] < cfg.vocabSize && Number.isInteger(y[i]))) {
       throw new RangeError(`target ids must lie in [0, ${cfg.vocabSize})`);
     }
   }
+}
+
+function* gradientSteps(params, cfg, x, y, batch, workspace) {
+  const ws = workspace ?? defaultWorkspace(cfg);
+  const T = checkInputs(params, cfg, x, batch);
+  checkTargets(cfg, x, y);
   const B = batch;
   const N = B * T;
   const { width: C, hidden: F, vocabSize: V } = cfg;

@@ -123,6 +123,15 @@ export class TrainWorker extends EventTarget {
     return this.request('apply', { grads }, transfer ? buffersOf(grads) : []);
   }
 
+  /**
+   * The mean contract loss of `batches` ([{x, y}], validation.js) at the current weights, forward
+   * only (no state change): {step, hash, losses, loss, backend, ms}. Requests are served in
+   * order, so it measures the weights of every apply sent before it.
+   */
+  evaluate(batches, { batch } = {}) {
+    return this.request('eval', batch === undefined ? { batches } : { batches, batch });
+  }
+
   probe() {
     return this.request('probe');
   }

@@ -13,6 +13,8 @@
 //                                                       probe, backend, products, ms}
 //   probe         {}                                -> {probe, backend}
 //   hash          {}                                -> {step, hash}
+//   eval          {batches: [{x, y}], batch?}       -> {step, hash, losses, loss, backend, ms}
+//                 (forward only, no state change: the validation loss, validation.js)
 //   export        {}                                -> {state}
 //   load          {state}                           -> {step, hash}
 //   inject-fault  {afterProducts, rebuildSources?}  -> {armed}  (test hook: loses the device)
@@ -24,13 +26,14 @@
 // Int32Array. A state is {step, p1, p2, params, m, v} with three such tensor lists.
 
 export const REQUEST_TYPES = Object.freeze([
-  'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'inject-fault',
+  'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'inject-fault', 'eval',
 ]);
 export const BACKEND_CHOICES = Object.freeze(['auto', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu']);
 export const EVENT_KINDS = Object.freeze([
   'state', 'progress', 'selection', 'device-lost', 'device-rebuilt', 'fallback',
 ]);
 export const MAX_AUDIT_SAMPLES = 4096;
+export const MAX_EVAL_BATCHES = 16;
 const U32 = 2 ** 32;
 
 /** A malformed message: `field` names what is wrong, `hint` what to send instead. */
@@ -131,6 +134,7 @@ const FIELDS = {
   export: [],
   load: ['state'],
   'inject-fault': ['afterProducts', 'rebuildSources'],
+  eval: ['batches', 'batch'],
 };
 
 function base(v, name) {
@@ -185,6 +189,23 @@ export function parseRequest(msg) {
       out.hash = fields.hash ?? true;
       if (typeof out.hash !== 'boolean') refuse('step: hash must be a boolean', 'omit it');
     }
+  } else if (type === 'eval') {
+    const b = fields.batches;
+    if (!Array.isArray(b) || b.length === 0 || b.length > MAX_EVAL_BATCHES) {
+      refuse(`eval: batches must be a list of 1 to ${MAX_EVAL_BATCHES} {x, y}`,
+        'send the validation batches (validation.js validationBatches)');
+    }
+    b.forEach((xy, i) => {
+      if (!isObject(xy)) refuse(`eval: batches[${i}] must be {x, y}`, 'send {x, y} per batch');
+      onlyFields(xy, ['x', 'y'], `eval batches[${i}]`);
+      tokens(xy.x, `eval: batches[${i}].x`);
+      tokens(xy.y, `eval: batches[${i}].y`);
+      if (xy.x.length !== xy.y.length || xy.x.length !== b[0].x.length) {
+        refuse(`eval: batches[${i}] has ${xy.x.length} inputs and ${xy.y.length} targets, ` +
+          `batches[0] ${b[0].x.length}`, 'send batches of one shape');
+      }
+    });
+    if (fields.batch !== undefined) integer(fields.batch, 'eval: batch', 1, b[0].x.length);
   } else if (type === 'apply') {
     parseTensors(fields.grads, 'apply: grads');
   } else if (type === 'load') {

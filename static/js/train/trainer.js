@@ -14,7 +14,7 @@
 // stops the step with an error and is never retried.
 
 import * as M from '../model/index.js';
-import { forwardBackwardAsync } from '../model/gpt.js';
+import { forwardBackwardAsync, lossAsync } from '../model/gpt.js';
 import { CPU_OPS } from '../model/ops.js';
 import { CPU_ADAPTER, evaluateGemm, selectBackend } from '../gpu/backend.js';
 import { acquireGpu } from '../gpu/device.js';
@@ -23,6 +23,7 @@ import { Auditor } from '../gpu/audit.js';
 import { probeHash } from '../gpu/probe.js';
 import { stepTimer } from './timing.js';
 import { buffersOf, fromTensors, toTensors } from './messages.js';
+import { meanLoss } from './validation.js';
 
 // A device that keeps getting lost is not worth rebuilding forever: after this many losses the
 // trainer stays on the CPU tier.
@@ -90,6 +91,7 @@ export class Trainer {
       }
       case 'load': return { result: await this.load(req.state), transfer: [] };
       case 'inject-fault': return { result: this.injectFault(req), transfer: [] };
+      case 'eval': return { result: await this.evaluate(req.batches, req.batch), transfer: [] };
       default: throw new TrainerError(`unknown request ${req.type}`, 'see messages.js');
     }
   }
@@ -225,6 +227,23 @@ export class Trainer {
       forwardBackwardAsync(params, cfg, x, y, { batch, workspace, ops: tier.ops }));
     return { loss, grads, backend: this.tier.name, products: this.gpuProducts - p0,
       ms: performance.now() - t0 };
+  }
+
+  /**
+   * The validation loss (docs/MODEL.md section 8) of `batches` at the current weights: each
+   * batch's contract loss, forward only, on the training tier (a lost device is rebuilt and the
+   * batch recomputed, as for a step), and their float64 mean. The weights are not touched.
+   */
+  async evaluate(batches, batch = this.run.cfg.batch) {
+    const { cfg, params, workspace } = this.run;
+    const t0 = performance.now();
+    const losses = [];
+    for (const { x, y } of batches) {
+      losses.push(await this.onTier((tier) =>
+        lossAsync(params, cfg, x, y, { batch, workspace, ops: tier.ops })));
+    }
+    return { step: M.stepOf(this.run), hash: await M.stateHash(this.run), losses,
+      loss: meanLoss(losses), backend: this.tier.name, ms: performance.now() - t0 };
   }
 
   async apply(grads) {

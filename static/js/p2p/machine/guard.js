@@ -18,7 +18,7 @@ export class SyncGuard {
   constructor(me, referenceProbe) {
     this.me = me;
     this.referenceProbe = referenceProbe;
-    this.hashes = new Map(); // keyOf(step, round) -> {step, have: Map peer -> hash}
+    this.hashes = new Map(); // keyOf(step, round) -> {step, have: Map peer -> hash, backends}
   }
 
   /** A copy of the hashes of attempt (step, round) heard so far (Map peer -> hash). */
@@ -40,11 +40,15 @@ export class SyncGuard {
       new Map([[peer, probe]]));
   }
 
-  /** A hash of attempt (step, round); throws Fork once ours is in and any differs. */
-  record(peer, step, round, digest) {
+  /**
+   * A hash of attempt (step, round), with the backend its `hash` message named (kept for the
+   * page's read-out only, see tally); throws Fork once ours is in and any differs.
+   */
+  record(peer, step, round, digest, backend = '') {
     const key = keyOf(step, round);
-    if (!this.hashes.has(key)) this.hashes.set(key, { step, have: new Map() });
+    if (!this.hashes.has(key)) this.hashes.set(key, { step, have: new Map(), backends: new Map() });
     this.hashes.get(key).have.set(peer, digest);
+    this.hashes.get(key).backends.set(peer, backend);
     for (const [k, entry] of [...this.hashes]) {
       if (entry.step <= step - HISTORY_STEPS) this.hashes.delete(k);
     }
@@ -65,5 +69,30 @@ export class SyncGuard {
       }
     }
     return [0, 0];
+  }
+
+  /**
+   * Read-only, for the page's hash read-out (static/js/page/live.js): of `roster`, the peers
+   * whose published hash of attempt (step, round) equals ours (`same`, ours included), differs
+   * (`differ`) or is not in yet (`missing`), and how many of those that published one computed
+   * on each backend (`backends`: Map backend -> count, from their `hash` messages). null when
+   * our own hash of that attempt is not in (not applied yet, or older than the history kept).
+   * Changes nothing: no effect, no trace depends on it.
+   */
+  tally(step, round, roster) {
+    const entry = this.hashes.get(keyOf(step, round));
+    if (entry === undefined || !entry.have.has(this.me)) return null;
+    const hash = entry.have.get(this.me);
+    const out = { step, round, hash, same: [], differ: [], missing: [], backends: new Map() };
+    for (const peer of roster) {
+      if (!entry.have.has(peer)) {
+        out.missing.push(peer);
+        continue;
+      }
+      (entry.have.get(peer) === hash ? out.same : out.differ).push(peer);
+      const b = entry.backends.get(peer) || 'unknown';
+      out.backends.set(b, (out.backends.get(b) ?? 0) + 1);
+    }
+    return out;
   }
 }

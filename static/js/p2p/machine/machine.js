@@ -152,6 +152,11 @@ export class Machine {
     return this.guard.agreement(step);
   }
 
+  /** Read-only: the guard's tally of attempt (step, round) over `roster` (guard.js tally). */
+  tally(step, round, roster) {
+    return this.guard.tally(step, round, roster);
+  }
+
   // ------------------------------------------------------------------------------------------
   // effects
 
@@ -367,7 +372,7 @@ export class Machine {
       }
       case 'hash':
         this.guard.checkProbe(peer, m.step, m.probe, m.backend);
-        this.guard.record(peer, m.step, m.round, m.hash);
+        this.guard.record(peer, m.step, m.round, m.hash, m.backend);
         break;
       case 'missing': {
         const key = keyOf(m.step, m.round);
@@ -737,7 +742,7 @@ export class Machine {
     this.out.push(fx.stepApplied(step, round, a.loss, digest, a.roster.peers, a.probe,
       this.settings.backend, this.leadership.leader ?? ''));
     this.guard.checkProbe(this.id, step, a.probe, this.settings.backend);
-    this.guard.record(this.id, step, round, digest);
+    this.guard.record(this.id, step, round, digest, this.settings.backend);
     this.maybeSave();
   }
 

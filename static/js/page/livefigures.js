@@ -1,0 +1,110 @@
+// The live panel's read-outs as plain functions of what the run reports (live.js draws them):
+// the hash agreement line, the unit counts per backend, tokens per second, the step time split,
+// the validation schedule and the ETA. No DOM here: node tests feed them wrong inputs
+// (tests/js/live.test.mjs).
+
+const DASH = '–';
+
+/** `9f3c1a…`: the start of a hash, enough to compare by eye. */
+export function shortHash(hash) {
+  return hash ? `${hash.slice(0, 8)}…` : DASH;
+}
+
+/**
+ * The per-step hash agreement from the sync guard's tally (machine/guard.js tally) of attempt
+ * (step, round) over its roster (this device included): {state, text}. `agree` only when every roster peer published
+ * a hash and each equals ours; a differing hash is never counted as agreement.
+ */
+export function agreementLine(tally) {
+  if (tally === null) return { state: 'none', text: 'waiting for the first step\'s hashes' };
+  const { step, hash, same, differ, missing } = tally;
+  const n = same.length + differ.length + missing.length;
+  if (differ.length > 0) {
+    return { state: 'differ', text: `${differ.length} of ${n} replicas differ from this one at ` +
+      `step ${step} (this one: ${shortHash(hash)})` };
+  }
+  if (missing.length > 0) {
+    return { state: 'partial', text: `${same.length} of ${n} replicas identical at step ${step} ` +
+      `so far, hash ${shortHash(hash)}` };
+  }
+  return { state: 'agree', text: `${n} replica${n === 1 ? '' : 's'} identical at step ${step}, ` +
+    `hash ${shortHash(hash)}` };
+}
+
+/** "2 × webgpu-dp4a, 1 × numpy" from a Map backend -> count (most first, then by name). */
+export function unitsLine(backends) {
+  const rows = [...backends].filter(([, n]) => n > 0)
+    .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  return rows.length ? rows.map(([b, n]) => `${n} × ${b}`).join(', ') : DASH;
+}
+
+/** Tokens per second, or null when it cannot be known (no time measured). */
+export function tokensPerSecond(tokens, ms) {
+  return Number.isFinite(ms) && ms > 0 && tokens > 0 ? (tokens * 1000) / ms : null;
+}
+
+/** 12 300 tok/s -> "12.3k tok/s"; null -> "–". */
+export function formatRate(perSecond) {
+  if (perSecond === null || !Number.isFinite(perSecond)) return DASH;
+  if (perSecond >= 10000) return `${(perSecond / 1000).toFixed(0)}k tok/s`;
+  if (perSecond >= 1000) return `${(perSecond / 1000).toFixed(1)}k tok/s`;
+  return `${perSecond.toFixed(0)} tok/s`;
+}
+
+/** Milliseconds as "850 ms", "4.2 s", "3 min", "1 h 5 min". */
+export function formatDuration(ms) {
+  if (ms === null || !Number.isFinite(ms) || ms < 0) return DASH;
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const min = Math.round(s / 60);
+  if (min < 60) return `${min} min`;
+  return `${Math.floor(min / 60)} h ${min % 60} min`;
+}
+
+/**
+ * One step's time split: {wall, compute, exchange} in ms, from the step records (peer.js
+ * record(): computeMs, computedAtMs, appliedAtMs). Compute is this device's gradient (the
+ * worker's time); exchange is from the gradient being ready to the step being applied (the
+ * all-reduce, waiting for the slowest peer included); wall is from the previous step's apply.
+ * Unknown parts are null (a step this device restored rather than computed).
+ */
+export function stepSplit(record, previous = null) {
+  const compute = Number.isFinite(record.computeMs) ? record.computeMs : null;
+  const exchange = Number.isFinite(record.computedAtMs) && Number.isFinite(record.appliedAtMs)
+    ? Math.max(0, record.appliedAtMs - record.computedAtMs) : null;
+  const wall = previous !== null && Number.isFinite(previous.appliedAtMs) &&
+    Number.isFinite(record.appliedAtMs) ? record.appliedAtMs - previous.appliedAtMs : null;
+  return { wall, compute, exchange };
+}
+
+/**
+ * The group's tokens per second over the last `window` steps: roster size x batch x seq_len
+ * tokens per step over the wall time between applies. null before two steps are in.
+ */
+export function groupRate(records, batch, seqLen, window = 5) {
+  if (records.length < 2) return null;
+  const last = records[records.length - 1];
+  const first = records[Math.max(0, records.length - 1 - window)];
+  let tokens = 0;
+  for (const r of records.slice(records.indexOf(first) + 1)) tokens += r.roster.length * batch * seqLen;
+  return tokensPerSecond(tokens, last.appliedAtMs - first.appliedAtMs);
+}
+
+/** How often the page measures the validation loss: every max(10, steps / 20) steps. */
+export function evalEvery(steps) {
+  return Math.max(10, Math.round(steps / 20));
+}
+
+/** Whether the validation loss is measured after step `step` of a `steps`-step run. */
+export function evalDue(step, steps) {
+  return step > 0 && (step % evalEvery(steps) === 0 || step === steps);
+}
+
+/** "step 41 of 300" and the ETA from the recent step rate ("about 3 min left"). */
+export function progressLine(step, steps, msPerStep) {
+  const left = steps - step;
+  const eta = left > 0 && msPerStep !== null && Number.isFinite(msPerStep)
+    ? `, about ${formatDuration(left * msPerStep)} left` : '';
+  return `step ${step} of ${steps}${eta}`;
+}
