@@ -64,11 +64,13 @@ class UsePanel {
     this.root = root;
     this.page = page;
     this.run = null; // the run's last copy: {model, optim, seed, state, step, hash, ended}
+    this.saved = null; // the newest checkpoint the run's peer saved: {step, hash, bytes}
     this.file = null; // the picked checkpoint: {model, optim, seed, state, step, hash, name}
     this.last = null; // the last result {origin, step, hash, promptIds, ids, text, stop, output}
     this.copying = null; // the copy in flight (a Promise)
     this.nextCopyAt = 0; // performance.now() before which a step's copy is skipped
     this.session = null; // AbortController of the current session's listeners
+    this.sessionNo = 0; // counts sessions: a saved checkpoint belongs to one
     this.worker = null;
     this.jobId = 0;
     this.job = null; // {id, resolve, prompt, weights}
@@ -177,7 +179,8 @@ class UsePanel {
   }
 
   renderSource() {
-    const r = this.run;
+    const r = this.saved !== null && (this.run === null || this.saved.step > this.run.step)
+      ? { step: this.saved.step, hash: this.saved.hash, ended: this.run?.ended ?? false } : this.run;
     this.el.runInfo.textContent = r === null
       ? (this.liveReplica() ? 'training' : 'no weights yet (lead or join a run)')
       : `step ${r.step}, weights ${short(r.hash)}${r.ended ? ' (the run ended)' : ''}`;
@@ -187,18 +190,46 @@ class UsePanel {
 
   // ---- the run's weights
 
-  /** A new session (a new peer and replica): copy its weights after each step. */
+  /**
+   * A new session (a new peer and replica): copy its weights after each step, and keep the
+   * checkpoints its peer saves (`save` events, `lastSave`: the keep panel's), the newest of which
+   * may be later than the last copy when the run ended.
+   */
   attach({ peer, replica }) {
     this.session?.abort();
     this.session = new AbortController();
     const { signal } = this.session;
+    const session = ++this.sessionNo;
     if (this.run) this.run = { ...this.run, ended: true };
-    peer?.addEventListener('step', (e) => this.copyRun(replica, e.detail), { signal });
+    peer?.addEventListener('step', (e) => this.copyRun(replica, e.detail, session), { signal });
+    peer?.addEventListener('save', (e) => this.keepSaved(e.detail, session), { signal });
     peer?.addEventListener('finished', () => {
+      if (peer.lastSave) this.keepSaved(peer.lastSave, session);
       if (this.run) this.run = { ...this.run, ended: true };
       this.renderSource();
     }, { signal });
     this.renderSource();
+  }
+
+  /** A checkpoint the peer saved ({step, hash, bytes}): used when it is newer than the copy. */
+  keepSaved(save, session) {
+    if (save?.bytes && (this.saved === null || this.saved.session !== session || save.step >= this.saved.step)) {
+      this.saved = { step: save.step, hash: save.hash, bytes: save.bytes, session };
+    }
+    this.renderSource();
+  }
+
+  /** The run's newest weights: the copy, or the saved checkpoint when it is newer (decoded). */
+  async newestRun() {
+    const saved = this.saved;
+    if (saved === null || (this.run !== null && this.run.step >= saved.step)) return this.run;
+    const { tokenizer } = await this.loadTokenizer();
+    const ck = await decodeCheckpoint(saved.bytes, `the run's checkpoint of step ${saved.step}`,
+      { tokenizerSha256: tokenizer.sha256, vocabSize: tokenizer.vocabSize });
+    this.run = { model: ck.model, optim: ck.optim, seed: ck.seed, state: ck.state, step: ck.state.step,
+      hash: ck.weightHash, ended: !this.liveReplica() };
+    this.renderSource();
+    return this.run;
   }
 
   liveReplica() {
@@ -211,7 +242,7 @@ class UsePanel {
    * in flight or the last one was too recent for its cost; on Generate (`record` null) it is
    * always taken. Resolves to the copy, or null when the worker is gone (the run ended).
    */
-  copyRun(replica, record = null) {
+  copyRun(replica, record = null, session = this.sessionNo) {
     if (record !== null && (this.copying !== null || performance.now() < this.nextCopyAt)) {
       return this.copying;
     }
@@ -227,6 +258,7 @@ class UsePanel {
             : await sha256Arrays([...state.params.arrays, ...state.m.arrays, ...state.v.arrays]);
         this.run = { model: replica.model, optim: replica.optim, seed: replica.seed, state,
           step: state.step, hash, ended: false };
+        if (this.saved?.session !== session) this.saved = null; // an earlier run's
         this.renderSource();
         return this.run;
       } catch {
@@ -251,11 +283,12 @@ class UsePanel {
     }
     const live = this.liveReplica();
     if (live) await this.copyRun(live);
-    if (this.run === null) {
+    const run = await this.newestRun();
+    if (run === null) {
       throw Object.assign(new Error('this page has no weights yet'),
         { hint: 'lead or join a run first, or pick a checkpoint file' });
     }
-    return { origin: 'run', ...this.run };
+    return { origin: 'run', ...run };
   }
 
   // ---- tokenizer and checkpoint file
