@@ -15,18 +15,32 @@ export const TIMING_PRESET = 'tiny';
 
 const $ = (id) => document.getElementById(id);
 
+const COLUMNS = ['backend', 'adapter', 'gates', 'failing case', 'probe hash', 'GOP/s',
+  'tiny step ms'];
+
+// data-label names the column for the phone layout (selftest.html shows rows as cards there).
 function cell(text, className) {
   const td = document.createElement('td');
+  td.setAttribute('role', 'cell');
   if (className) td.className = className;
   if (text instanceof Node) td.append(text);
   else td.textContent = text;
   return td;
 }
 
-function code(text) {
+function code(text, title) {
   const c = document.createElement('code');
   c.textContent = text;
+  if (title) c.title = title;
   return c;
+}
+
+function probe(hash, reference) {
+  const span = document.createElement('span');
+  span.append(code(`${hash.slice(0, 12)}…`, hash),
+    hash === reference ? ' ✓ reference' : ' ✗ not the reference');
+  span.className = hash === reference ? 'pass' : 'fail';
+  return span;
 }
 
 function render(result) {
@@ -34,6 +48,7 @@ function render(result) {
   body.replaceChildren(
     ...result.backends.map((row) => {
       const tr = document.createElement('tr');
+      tr.setAttribute('role', 'row');
       tr.dataset.backend = row.name;
       const gates = row.gates_passed ? `passed (${row.cases_passed})` : 'FAILED';
       tr.append(
@@ -41,11 +56,13 @@ function render(result) {
         cell(row.adapter),
         cell(gates, row.gates_passed ? 'pass' : 'fail'),
         cell(row.failure ?? '—'),
-        cell(row.probe_hash ? code(row.probe_hash) : '—', 'hash'),
+        // Shortened: the full hash is in the title and the JSON; ✓ when it is the reference's.
+        cell(row.probe_hash ? probe(row.probe_hash, result.reference_probe_hash) : '—', 'hash'),
         cell(row.gops === null ? '—' : row.gops.toFixed(2), 'num'),
         cell(row.step_ms === null ? '—'
           : `${row.step_complete ? '' : '≥ '}${row.step_ms.toFixed(0)}`, 'num'),
       );
+      tr.querySelectorAll('td').forEach((td, i) => { td.dataset.label = COLUMNS[i]; });
       return tr;
     }),
   );
@@ -87,12 +104,19 @@ async function main() {
     user_agent: navigator.userAgent,
   };
   render(result);
-  $('status').textContent = 'done';
+  $('status').textContent = `✓ done: this device trains on ${result.selected}`;
+  $('verdict').classList.add('good');
   document.body.dataset.state = 'done';
 }
 
+$('again').addEventListener('click', () => location.reload());
+
 main().catch((exc) => {
   $('status').textContent = `selftest failed: ${exc.message}`;
+  $('verdict').classList.add('bad');
+  $('hint').textContent = 'Reload to try again. If it fails again, this browser cannot run '
+    + 'DaisyChain as it is; the full result below says where it stopped.';
+  $('hint').hidden = false;
   $('result').textContent = JSON.stringify({ error: String(exc.stack ?? exc) }, null, 2);
   document.body.dataset.state = 'error';
   console.error(exc);

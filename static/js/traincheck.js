@@ -34,19 +34,56 @@ async function fetchBlob(field, manifestUrl, what) {
 const bitsOf = (x) => new Uint32Array(Float32Array.of(x).buffer)[0];
 const hex = (u) => `0x${u.toString(16).padStart(8, '0')}`;
 
+function td(content, cls) {
+  const cell = document.createElement('td');
+  cell.append(...[content].flat());
+  if (cls) cell.className = cls;
+  return cell;
+}
+
+function code(text, title) {
+  const c = document.createElement('code');
+  c.textContent = text;
+  if (title) c.title = title;
+  return c;
+}
+
+// One row per step, narrow enough for a phone: the loss to 4 places with its bits below, the
+// hash shortened (the full one in its title and in the JSON), and what differs if anything.
 function addRow(r) {
   const tr = document.createElement('tr');
-  const ok = r.loss_ok && r.hash_ok;
-  for (const [text, cls] of [
-    [String(r.step), 'num'], [`${r.loss} (${r.loss_bits})`, ''], [r.hash, ''],
-    [ok ? 'yes' : 'NO', ok ? 'pass' : 'fail'], [r.ms.toFixed(0), 'num'],
-  ]) {
-    const td = document.createElement('td');
-    td.textContent = text;
-    if (cls) td.className = cls;
-    tr.append(td);
-  }
+  const wrong = [r.loss_ok ? null : 'loss', r.hash_ok ? null : 'hash'].filter(Boolean);
+  const bits = Object.assign(code(r.loss_bits), { className: 'small' });
+  tr.append(
+    td(String(r.step), 'num'),
+    td([r.loss.toFixed(4), document.createElement('br'), bits]),
+    td(code(`${r.hash.slice(0, 8)}…`, r.hash)),
+    td(wrong.length ? `NO: ${wrong.join(', ')}` : 'yes', wrong.length ? 'fail' : 'pass'),
+    td(r.ms.toFixed(0), 'num'),
+  );
   $('steps').tBodies[0].append(tr);
+}
+
+// The verdict box: the status line (aria-live) and, for a failure, what to do about it.
+function verdict(text, good, hint) {
+  $('status').textContent = text;
+  $('verdict').classList.toggle('good', good === true);
+  $('verdict').classList.toggle('bad', good === false);
+  $('hint').textContent = hint ?? '';
+  $('hint').hidden = !hint;
+}
+
+function hintFor(message) {
+  if (/SHA-256 differs|bytes$|unexpected dtype/.test(message)) {
+    return 'The reference vectors arrived damaged or changed; reload the page. If it persists, '
+      + 'the server or a proxy alters them.';
+  }
+  if (/answered \d+|no train_run case|Failed to fetch/.test(message)) {
+    return 'The reference vectors could not be loaded from this server; reload the page, and '
+      + 'check that the server is a DaisyChain server of the same version as this page.';
+  }
+  return 'This device cannot run the check as it is; the full result below says where it '
+    + 'stopped. Reload to try again, or add ?backend=cpu to use the CPU mirror.';
 }
 
 async function main() {
@@ -126,14 +163,21 @@ async function main() {
     all_match: rows.every((r) => r.loss_ok && r.hash_ok),
   };
   $('result').textContent = JSON.stringify(result, null, 2);
-  $('status').textContent = result.all_match
-    ? `all ${steps} steps match the Python reference`
-    : 'MISMATCH with the Python reference';
+  const first = rows.find((r) => !(r.loss_ok && r.hash_ok));
+  if (first === undefined) {
+    verdict(`✓ all ${steps} steps match the Python reference on ${backend.selected}`, true);
+  } else {
+    verdict(`✗ MISMATCH with the Python reference from step ${first.step} on ${backend.selected}`,
+      false, 'This backend does not reproduce the reference bits, so this device must not '
+        + 'train with it. Try ?backend=cpu (the CPU mirror), and please report the full result '
+        + 'below.');
+  }
+  document.body.dataset.outcome = result.all_match ? 'match' : 'mismatch';
   document.body.dataset.state = 'done';
 }
 
 main().catch((exc) => {
-  $('status').textContent = `train check failed: ${exc.message}`;
+  verdict(`✗ train check failed: ${exc.message}`, false, hintFor(exc.message));
   $('result').textContent = JSON.stringify({ error: String(exc.stack ?? exc) }, null, 2);
   document.body.dataset.state = 'error';
   console.error(exc);
