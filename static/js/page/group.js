@@ -27,8 +27,14 @@ function speedOf(device) {
   return typeof t === 'number' && t > 0 ? `${count(t)} tokens/s` : null;
 }
 
-/** The page's own address in room `code`, keeping its other query options. */
-export function roomUrl(code) {
+/** The link to share for room `code`: the page in that room, no other option (a name or a
+ * backend in the address is this device's, not the guest's). */
+export function roomLink(code) {
+  return new URL(`/?room=${encodeURIComponent(code)}`, location.origin).href;
+}
+
+/** This page's own address in room `code`: its other query options are kept. */
+function roomHere(code) {
   const url = new URL(location.href);
   url.searchParams.set('room', code);
   url.hash = '';
@@ -40,7 +46,7 @@ export function mount(root, page) {
   const roomBox = h('div', { class: 'room' });
   const members = h('ul', { class: 'members', 'aria-label': 'Devices in this group' });
   const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests' });
-  const requestNote = h('p', { class: 'note', role: 'status', 'aria-live': 'polite' });
+  const requestNote = h('p', { class: 'note closed-requests', role: 'status', 'aria-live': 'polite' });
   const requests = h('div', { class: 'requests-box', hidden: true },
     h('h3', { text: 'Asking to join' }), requestList);
   root.append(h('h2', { text: 'Group' }), connection, members, requests, requestNote, roomBox);
@@ -212,7 +218,7 @@ export function mount(root, page) {
         throw Object.assign(new Error(`the server could not make a room (HTTP ${response.status}` +
           `${body?.message ? `: ${body.message}` : ''})`), { hint: body?.hint ?? 'try again in a moment' });
       }
-      location.assign(roomUrl(body.code));
+      location.assign(roomHere(body.code));
     } catch (exc) {
       page.error(exc.message, exc.hint ?? 'check the connection to the server and try again', 'group');
       button.disabled = false;
@@ -238,7 +244,7 @@ export function mount(root, page) {
         h('button', { type: 'button', text: 'Private room', onclick: (e) => mintRoom(e.currentTarget) }));
       return;
     }
-    const input = h('input', { type: 'text', readonly: true, value: roomUrl(code),
+    const input = h('input', { type: 'text', readonly: true, value: roomLink(code),
       'aria-label': 'Link to this private room', class: 'link' });
     const said = h('span', { class: 'note', role: 'status' });
     const leave = new URL(location.href);

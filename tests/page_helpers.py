@@ -1,0 +1,209 @@
+"""Helpers for the tests of the page at ``/`` (tests/test_page_*.py): Chromium tabs with their
+console errors and failed requests collected, bounded waits on what the page shows, and the
+page-wide checks of issue 11 (no horizontal overflow, every control named, screenshots).
+
+A tab is "joined" when the page's session peer has its signaling id (``app.peer.id``); tests
+drive the page through its controls (Playwright role and label queries) and read ``app`` only
+where a person would read the screen's text instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+
+REPO = Path(__file__).resolve().parents[1]
+GUIDE_DIR = REPO / "docs" / "guide"
+WRITE_GUIDE = os.environ.get("DAISYCHAIN_WRITE_GUIDE") == "1"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+WAIT_MS = 60_000
+
+# Controls a person operates, by their role in Chromium's accessibility tree.
+CONTROL_ROLES = frozenset(
+    {
+        "button", "link", "textbox", "searchbox", "spinbutton", "combobox", "listbox",
+        "checkbox", "radio", "slider", "switch", "DisclosureTriangle", "menuitem", "tab",
+    }
+)  # fmt: skip
+
+ID = "async () => (await import('/js/app.js')).app.peer?.id ?? ''"
+
+
+@dataclass
+class Tab:
+    page: Any  # playwright.async_api.Page
+    errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # responses >= 400
+    foreign: list[str] = field(default_factory=list)
+
+    async def peer_id(self) -> str:
+        result: str = await self.page.evaluate(ID)
+        return result
+
+    def check_clean(self) -> None:
+        assert not self.errors, f"console errors: {self.errors}"
+        assert not self.failed, f"failed requests: {self.failed}"
+        assert not self.foreign, f"the page reached outside the test server: {self.foreign}"
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=[*OFFLINE_FLAGS, *WEBRTC_FLAGS]
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def new_tab(browser: Any, viewport: dict[str, int] = PHONE) -> Tab:
+    """A tab in its own browser context (its own storage), clipboard allowed."""
+    context = await browser.new_context(viewport=viewport)
+    await context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = await context.new_page()
+    tab = Tab(page)
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            tab.errors.append(message.text)
+
+    def on_request(request: Any) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
+            tab.foreign.append(request.url)
+
+    def on_response(response: Any) -> None:
+        if response.status >= 400:
+            tab.failed.append(f"{response.status} {response.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
+    page.on("request", on_request)
+    page.on("response", on_response)
+    return tab
+
+
+async def open_page(browser: Any, url: str, viewport: dict[str, int] = PHONE) -> Tab:
+    """A new tab on ``url`` (the page ``/`` with its query)."""
+    tab = await new_tab(browser, viewport)
+    response = await tab.page.goto(url)
+    assert response is not None and response.ok, f"GET {url}: {response}"
+    return tab
+
+
+async def until(predicate: Any, timeout: float, what: str) -> None:
+    """Poll an async ``predicate()`` until true; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+async def joined(tab: Tab, timeout: float = 120) -> str:
+    """Wait until the page's peer has its id (the mesh was admitted); return it."""
+
+    async def has_id() -> bool:
+        return bool(await tab.peer_id())
+
+    await until(has_id, timeout, "the page to join its group")
+    return await tab.peer_id()
+
+
+async def text_of(tab: Tab, selector: str) -> str:
+    result: str = await tab.page.locator(selector).inner_text()
+    return result
+
+
+async def shows(tab: Tab, selector: str, pattern: str, timeout: float = 60) -> str:
+    """Wait until the element's text matches ``pattern`` (a regex); return the text."""
+    rx = re.compile(pattern)
+    last = ""
+
+    async def matches() -> bool:
+        nonlocal last
+        loc = tab.page.locator(selector)
+        last = await loc.inner_text() if await loc.count() else ""
+        return rx.search(last) is not None
+
+    try:
+        await until(matches, timeout, selector)
+    except AssertionError:
+        raise AssertionError(f"{selector} never showed {pattern!r}; last: {last!r}") from None
+    return last
+
+
+async def overflow(tab: Tab) -> tuple[int, int]:
+    """(document scrollWidth, innerWidth): the page overflows sideways when the first is larger."""
+    sw, iw = await tab.page.evaluate("[document.documentElement.scrollWidth, innerWidth]")
+    return int(sw), int(iw)
+
+
+async def unnamed_controls(tab: Tab) -> list[str]:
+    """Every control in Chromium's accessibility tree that has no accessible name, as HTML."""
+    cdp = await tab.page.context.new_cdp_session(tab.page)
+    try:
+        await cdp.send("Accessibility.enable")
+        tree = await cdp.send("Accessibility.getFullAXTree")
+        out = []
+        for node in tree["nodes"]:
+            role = node.get("role", {}).get("value", "")
+            if node.get("ignored") or role not in CONTROL_ROLES:
+                continue
+            if str(node.get("name", {}).get("value", "")).strip():
+                continue
+            html = f"<{role}>"
+            if "backendDOMNodeId" in node:
+                obj = await cdp.send("DOM.resolveNode", {"backendNodeId": node["backendDOMNodeId"]})
+                got = await cdp.send(
+                    "Runtime.callFunctionOn",
+                    {
+                        "objectId": obj["object"]["objectId"],
+                        "functionDeclaration": "function () { return this.outerHTML.slice(0, 160); }",
+                        "returnByValue": True,
+                    },
+                )
+                html = got["result"].get("value", html)
+            out.append(html)
+        return out
+    finally:
+        await cdp.detach()
+
+
+async def check_page(tab: Tab, what: str) -> None:
+    """The page-wide expectations: no sideways overflow, every control named, clean console."""
+    sw, iw = await overflow(tab)
+    assert sw <= iw, f"{what}: the page is {sw} px wide in a {iw} px viewport"
+    unnamed = await unnamed_controls(tab)
+    assert not unnamed, f"{what}: controls without an accessible name: {unnamed}"
+    tab.check_clean()
+
+
+async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -> Path:
+    """Save the viewport (scrolled to ``focus`` when given) as ``name``.png in ``tmp``, and in
+    docs/guide/ when DAISYCHAIN_WRITE_GUIDE=1 (the user guide's pictures)."""
+    if focus is not None:
+        await tab.page.locator(focus).scroll_into_view_if_needed()
+        await tab.page.evaluate(
+            "(s) => document.querySelector(s).scrollIntoView({block: 'start'})", focus
+        )
+    path = tmp / f"{name}.png"
+    await tab.page.screenshot(path=str(path))
+    if WRITE_GUIDE:
+        GUIDE_DIR.mkdir(parents=True, exist_ok=True)
+        (GUIDE_DIR / f"{name}.png").write_bytes(path.read_bytes())
+    return path

@@ -1,0 +1,151 @@
+"""Private rooms through the page's UI (issue 11, Must-show 2): static/js/page/group.js.
+
+Each tab is a Chromium page ``/`` in its own browser context, driven by its buttons and read by
+its text, as a person would: a host makes a private room ("Private room"), the link is shown and
+copied with its button; a second device opens the link and sees how long it has waited; the host
+lets it in from the in-page prompt (with its countdown); a third is turned away and sees the
+server's message and hint as sent (not a bare close code); a fourth is never answered and its
+request times out (the server's ``join_timeout_s``, shortened here; ``--join-timeout`` in
+production), the host's page keeping its standing when it answers too late; when the host's tab
+closes, the server names the oldest member host (``host-changed``) and that page says "host" and
+lets in a new device. The tabs run on the CPU tier (``backend=js-cpu``: no timed step), in the
+test run's network namespace (conftest.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from daisychain.bench.browser import CHROMIUM
+from daisychain.server.config import SignalingLimits
+from mesh_helpers import needs_namespace, signaling_server
+from page_helpers import Tab, chromium, joined, open_page, shows, text_of, until
+
+if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
+    pytest.skip("/usr/bin/chromium is missing", allow_module_level=True)
+pytest.importorskip("playwright.async_api", reason="the playwright package is missing")
+pytestmark = [needs_namespace, pytest.mark.timeout(400)]
+
+QUERY = "backend=js-cpu"
+CONNECTION = "#group .connection"
+
+
+def limits(join_timeout_s: float) -> SignalingLimits:
+    return replace(SignalingLimits(), join_timeout_s=join_timeout_s)
+
+
+async def make_room(browser: Any, url: str, name: str) -> tuple[Tab, str]:
+    """A tab that makes a private room with its button; returns it and the shared link."""
+    host = await open_page(browser, f"{url}/?{QUERY}&name={name}")
+    await joined(host)
+    await host.page.get_by_role("button", name="Private room").click()
+    await host.page.wait_for_url("**room=*")
+    await joined(host)
+    await shows(host, CONNECTION, r"Connected to a private room, which you host")
+    link = await host.page.get_by_label("Link to this private room").input_value()
+    code = parse_qs(urlsplit(link).query)["room"][0]
+    assert len(code) == 16, link
+    return host, link
+
+
+async def request_item(host: Tab, name: str) -> Any:
+    item = host.page.locator("#group .requests li", has_text=name)
+    await item.wait_for(timeout=30_000)
+    return item
+
+
+async def test_room_create_share_request_approve_deny_and_host_hand_off() -> None:
+    async with signaling_server(signaling=limits(120.0)) as url, chromium() as browser:
+        host, link = await make_room(browser, url, "host")
+        # Share: the Copy button puts the link on the clipboard and says so.
+        await host.page.get_by_role("button", name="Copy link").click()
+        await shows(host, "#group .room .note", r"Copied")
+        assert await host.page.evaluate("navigator.clipboard.readText()") == link
+
+        # Request: the guest waits, and sees for how long (a live counter).
+        guest = await open_page(browser, f"{link}&{QUERY}&name=guest")
+        await shows(guest, CONNECTION, r"Waiting for the host.*waiting \d+ s")
+        await shows(guest, CONNECTION, r"waiting ([2-9]|\d\d) s \(the request closes after 2 min\)")
+        assert await guest.peer_id() == "", "a waiting device has no machine yet"
+        item = await request_item(host, "guest")
+        assert "closes in" in await item.inner_text()
+
+        # Approve in the page: the guest is in, each page lists the other with its role.
+        await host.page.get_by_role("button", name="Approve guest").click()
+        await joined(guest)
+        await shows(guest, CONNECTION, r"Connected to a private room\.")
+        await shows(guest, "#group .members", r"host\s*host")  # the host's row: name, badge
+        await shows(host, "#group .members", r"guest")
+        await shows(host, "#group .closed-requests", r"guest was let in")
+        assert await host.page.locator("#group .requests li").count() == 0
+
+        # Deny: the third device sees the server's words and hint, not a close code.
+        other = await open_page(browser, f"{link}&{QUERY}&name=other")
+        await request_item(host, "other")
+        await host.page.get_by_role("button", name="Deny other").click()
+        text = await shows(other, CONNECTION, r"Not admitted")
+        assert "the host of this room declined your request to join" in text, text
+        assert "ask the host to approve you, then reconnect" in text, text
+        await shows(other, "#problems", r"declined your request")
+        assert "code 4403" not in await text_of(other, "#problems")
+        await shows(host, "#group .closed-requests", r"other was turned away")
+
+        # Hand-off: the host's tab closes; the guest's page says it hosts and can let in a
+        # new device.
+        await host.page.context.close()
+        await shows(guest, CONNECTION, r"which you host", timeout=30)
+        await shows(guest, "#group .members", r"guest \(this device\)\s*host")
+        late = await open_page(browser, f"{link}&{QUERY}&name=late")
+        await request_item(guest, "late")
+        await guest.page.get_by_role("button", name="Approve late").click()
+        await joined(late)
+        await shows(late, CONNECTION, r"Connected to a private room\.")
+        for tab in (guest, late):
+            tab.check_clean()
+        other.check_clean()
+
+
+async def test_a_request_nobody_answers_times_out_and_a_late_answer_changes_nothing() -> None:
+    timeout_s = 4.0
+    async with signaling_server(signaling=limits(timeout_s)) as url, chromium() as browser:
+        host, link = await make_room(browser, url, "host")
+        guest = await open_page(browser, f"{link}&{QUERY}&name=guest")
+        await shows(guest, CONNECTION, r"the request closes after 4 s")
+        item = await request_item(host, "guest")
+        assert "closes in" in await item.inner_text()
+        state = await guest.page.evaluate(
+            "async () => (await import('/js/app.js')).app.mesh.signaling.state"
+        )
+        assert state == "pending"
+        text = await shows(guest, CONNECTION, r"Not admitted", timeout=30)
+        assert "the host did not answer within 4 s" in text, text
+        assert "make sure the host has the room open" in text, text
+        await shows(host, "#group .closed-requests", r"guest was not answered in time")
+        assert await host.page.locator("#group .requests li").count() == 0
+        assert "code 4408" not in await text_of(guest, "#problems")
+
+        # A late answer (as a click that raced the timeout sends it): the server refuses it
+        # with its hint; the host keeps its standing and its status line.
+        status = await text_of(host, "#status")
+        await host.page.evaluate(
+            "async () => (await import('/js/app.js')).app.mesh.approve('no-such-request')"
+        )
+        await shows(host, "#problems", r"no pending join request")
+        await shows(host, "#problems", r"it may have timed out or left")
+        assert await text_of(host, "#status") == status
+        await shows(host, CONNECTION, r"which you host")
+        # The guest asks again with its button and waits anew.
+        await guest.page.get_by_role("button", name="Ask again").click()
+        await shows(guest, CONNECTION, r"Waiting for the host")
+
+        async def asked_again() -> bool:
+            return await host.page.locator("#group .requests li").count() == 1
+
+        await until(asked_again, 30, "the second request at the host")
+        host.check_clean()
+        guest.check_clean()
