@@ -1,5 +1,337 @@
-// The "keep" panel of the page at `/` (see context.js): placeholder until its module is written.
+// The "Keeping the model" panel of the page at `/` (see context.js; docs/USAGE.md, "Keeping the
+// model"). Three things:
+//
+// - Download: this page's state as a checkpoint file, the same safetensors bytes Python's
+//   `daisychain.checkpoint` writes (peer.checkpoint() -> checkpoint.js), named
+//   `daisychain-RUN-stepSTEP.safetensors`. Enabled while the page holds a state, and after a
+//   run ended (the state it saved at the end). A leader in a run also gets "Ask every device to
+//   save" (userSave: every browser keeps that step in its saved states, every Python peer
+//   started with a checkpoint path writes it); Download itself only ever saves this page's copy,
+//   so one click never writes files on other people's devices.
+// - Continue from a checkpoint: a file (or a saved state) is validated as the Python loader does
+//   (checkpoint.js decodeCheckpoint: format, versions, tokenizer, shapes, recorded hash; a refusal
+//   is shown with a hint) and this page leads a run that continues it (peer.leadResumed): the
+//   steps to train to (default: the checkpoint's schedule, or its step + 100) and the devices
+//   needed. Followers receive the state (sync-request) and the group continues bit-identically.
+// - Saved in this browser: every N steps (a remembered setting, default 25; 0 turns it off) and
+//   at the end of a run the state goes to the browser's private storage (opfs.js: a new file,
+//   then the older ones removed, the newest two kept). After a reload the panel offers "Resume
+//   from the saved state at step S (saved HH:MM)", a download of it and a delete. Without OPFS
+//   the panel says automatic saves are off (not an error).
+
+import { decodeCheckpoint } from '../p2p/checkpoint.js';
+import { defaultResumeSteps } from '../p2p/peer.js';
+import { SavedStates, unavailableReason } from './opfs.js';
+
+export const EVERY_KEY = 'daisychain.keep.every';
+export const DEFAULT_EVERY = 25;
+const MAX_FILE_BYTES = 2 * 1024 ** 3;
+
+/** An element with props (`text`, `class`, `on<event>`, attributes) and children. */
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === 'text') node.textContent = value;
+    else if (key === 'class') node.className = value;
+    else if (key.startsWith('on') && typeof value === 'function') node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? '' : String(value));
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined && c !== false));
+  return node;
+}
+
+const clock = (at) => new Date(at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+const short = (hash) => `${hash.slice(0, 12)}…`;
+
+/** The file name of a downloaded checkpoint. */
+export function fileName(run, step) {
+  return `daisychain-${run || 'run'}-step${step}.safetensors`;
+}
+
+/** The hint for a refused checkpoint file, from the refusal's text. */
+export function refusalHint(message, tokenizerSha256) {
+  if (/tokenizer|vocabulary/.test(message)) {
+    return `this page trains with tokenizer ${short(tokenizerSha256)}: choose a checkpoint trained ` +
+      "with this server's tokenizer";
+  }
+  if (/corrupted|truncated|damaged|not valid JSON|too short|trailing bytes|overlaps/.test(message)) {
+    return 'the file is damaged: download or save it again and choose that .safetensors file';
+  }
+  return 'choose a .safetensors checkpoint written by DaisyChain (Download on this page, or ' +
+    '`daisychain train --out`)';
+}
+
+function readEvery() {
+  try {
+    const v = Number(localStorage.getItem(EVERY_KEY));
+    return localStorage.getItem(EVERY_KEY) !== null && Number.isInteger(v) && v >= 0 ? v : DEFAULT_EVERY;
+  } catch {
+    return DEFAULT_EVERY; // storage refused (a private window's policy): the default
+  }
+}
+
+function download(bytes, name) {
+  const url = URL.createObjectURL(new Blob([bytes], { type: 'application/octet-stream' }));
+  const a = el('a', { href: url, download: name, hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 export function mount(root, page) {
-  void root;
-  void page;
+  // -- DOM ------------------------------------------------------------------------------------
+  const now = el('p', { class: 'keep-now', 'aria-live': 'polite', text: 'No trained state on this page yet: join or lead a run.' });
+  const save = el('button', { type: 'button', disabled: true, text: 'Download checkpoint' });
+  const saveAll = el('button', { type: 'button', class: 'quiet', hidden: true, text: 'Ask every device to save' });
+
+  const savedNote = el('p', { class: 'keep-note', 'aria-live': 'polite', text: 'Looking for saved states…' });
+  const savedList = el('ul', { class: 'keep-saves', 'aria-label': 'saved states' });
+  const every = el('input', { type: 'number', min: 0, max: 100000, step: 1, inputmode: 'numeric', id: 'keep-every' });
+  every.value = String(readEvery());
+  const everyLabel = el('label', { for: 'keep-every' }, 'Save in this browser every ', every, ' steps');
+  const everyHint = el('p', { class: 'keep-note', text: '0 turns automatic saves off; the end of a run is always saved.' });
+
+  const file = el('input', { type: 'file', id: 'keep-file', accept: '.safetensors,application/octet-stream' });
+  const fileLabel = el('label', { for: 'keep-file' }, 'Checkpoint file (.safetensors)');
+  const chosen = el('p', { class: 'keep-note', 'aria-live': 'polite' });
+  const error = el('p', { class: 'keep-error', role: 'alert', hidden: true });
+  const steps = el('input', { type: 'number', min: 1, step: 1, required: true, id: 'keep-steps', inputmode: 'numeric' });
+  const devices = el('input', { type: 'number', min: 1, max: 64, step: 1, required: true, value: 2, id: 'keep-devices', inputmode: 'numeric' });
+  const resume = el('button', { type: 'submit', disabled: true, text: 'Lead the resumed run' });
+  const resumeForm = el('form', { class: 'keep-resume', hidden: true, 'aria-label': 'lead a resumed run' },
+    el('label', {}, el('span', { text: 'Train to step' }), steps),
+    el('label', {}, el('span', { text: 'Devices needed to start' }), devices),
+    resume);
+
+  root.classList.add('keep');
+  root.append(
+    el('h2', { text: 'Keeping the model' }),
+    now,
+    el('div', { class: 'keep-actions' }, save, saveAll),
+    el('h3', { text: 'Saved in this browser' }),
+    savedNote, savedList, everyLabel, everyHint,
+    el('h3', { text: 'Continue from a checkpoint' }),
+    fileLabel, file, chosen, error, resumeForm,
+  );
+
+  // -- state ----------------------------------------------------------------------------------
+  let store = null; // SavedStates once opened
+  let saves = []; // store.list()
+  let selected = null; // {bytes, source, ck}: the checkpoint a resumed run would continue
+  let session = null; // AbortController of the current session's listeners
+  let kept = null; // the latest `save` of any session: what a finished run leaves to download
+  const peer = () => page.peer;
+  const inRun = (p) => Boolean(p && p.outcome === null && p.machine?.hasState === true);
+  const holdsState = () => inRun(peer()) || kept !== null;
+  const canLead = () => {
+    const p = peer();
+    return Boolean(p && p.machine !== null && p.phase === 'lobby' && p.outcome === null);
+  };
+
+  function render() {
+    const p = peer();
+    save.disabled = !holdsState();
+    if (inRun(p)) {
+      now.textContent = `This page holds the model at step ${p.replica.step} (hash ${short(p.replica.hash)}).`;
+    } else if (kept !== null) {
+      now.textContent = `The last run ended; this page kept its state at step ${kept.step} (hash ${short(kept.hash)}).`;
+    } else {
+      now.textContent = 'No trained state on this page yet: join or lead a run.';
+    }
+    saveAll.hidden = !(p && p.outcome === null && p.isLeader && p.machine?.hasState && p.phase === 'training');
+    resume.disabled = selected === null || !canLead();
+    resume.title = canLead() ? '' : 'available in the lobby, before this page joins a run';
+  }
+
+  function renderSaves() {
+    if (store === null) return;
+    savedList.replaceChildren(...saves.map((s) => {
+      const label = `the saved state at step ${s.step} (saved ${clock(s.at)})`;
+      return el('li', {},
+        el('button', { type: 'button', onclick: () => pickSaved(s) }, `Resume from ${label}`),
+        el('span', { class: 'keep-actions' },
+          el('span', { class: 'keep-note', text: `${(s.size / 1024 / 1024).toFixed(1)} MB, run ${s.run.slice(0, 8)}` }),
+          el('button', { type: 'button', class: 'quiet', 'aria-label': `Download ${label}`, onclick: () => downloadSaved(s) }, 'Download'),
+          el('button', { type: 'button', class: 'quiet', 'aria-label': `Delete ${label}`, onclick: () => deleteSaved(s) }, 'Delete')));
+    }));
+    savedNote.textContent = saves.length === 0
+      ? 'Nothing saved in this browser yet.'
+      : `Kept in this browser's private storage (the newest ${saves.length === 1 ? 'one' : 'two'}).`;
+  }
+
+  async function refresh() {
+    if (store === null) return;
+    try {
+      saves = await store.list();
+    } catch (exc) {
+      page.error(`the saved states could not be listed: ${exc.message}`, 'reload the page', 'keep');
+      saves = [];
+    }
+    renderSaves();
+  }
+
+  function showError(message, hint) {
+    error.textContent = `${message} (${hint})`;
+    error.hidden = false;
+    page.error(message, hint, 'keep');
+  }
+
+  // -- choosing a checkpoint ------------------------------------------------------------------
+
+  async function choose(bytes, source) {
+    selected = null;
+    error.hidden = true;
+    resumeForm.hidden = true;
+    chosen.textContent = `Checking ${source}…`;
+    render();
+    const tok = page.tokenizer;
+    try {
+      const ck = await decodeCheckpoint(bytes, source, { tokenizerSha256: tok.sha256, vocabSize: tok.vocabSize });
+      selected = { bytes, source, ck };
+      const m = ck.model;
+      chosen.textContent = `${source}: step ${ck.state.step}, model width ${m.width}, ${m.layers} layers, ` +
+        `seed ${ck.seed}, hash ${short(ck.weightHash)}. Checked: it continues here bit-identically.`;
+      steps.min = String(ck.state.step + 1);
+      steps.value = String(defaultResumeSteps(ck));
+      resumeForm.hidden = false;
+    } catch (exc) {
+      chosen.textContent = '';
+      showError(`${source} cannot be used: ${exc.message}`, exc.hint ?? refusalHint(exc.message, tok.sha256));
+    }
+    render();
+  }
+
+  file.addEventListener('change', async () => {
+    const f = file.files?.[0];
+    if (!f) return;
+    if (f.size > MAX_FILE_BYTES) {
+      showError(`${f.name} is ${(f.size / 1024 ** 3).toFixed(1)} GB`, 'a DaisyChain checkpoint is far smaller: choose the .safetensors file');
+      return;
+    }
+    await choose(new Uint8Array(await f.arrayBuffer()), f.name);
+  });
+
+  async function pickSaved(s) {
+    try {
+      await choose(await store.read(s.name), `the saved state at step ${s.step}`);
+      resumeForm.scrollIntoView?.({ block: 'nearest' });
+      steps.focus();
+    } catch (exc) {
+      showError(`the saved state at step ${s.step} could not be read: ${exc.message}`, 'delete it and use another one');
+    }
+  }
+
+  async function downloadSaved(s) {
+    try {
+      download(await store.read(s.name), fileName(s.run, s.step));
+    } catch (exc) {
+      showError(`the saved state at step ${s.step} could not be read: ${exc.message}`, 'delete it and use another one');
+    }
+  }
+
+  async function deleteSaved(s) {
+    try {
+      await store.remove(s.name);
+    } catch (exc) {
+      page.error(`the saved state could not be deleted: ${exc.message}`, 'reload the page and try again', 'keep');
+    }
+    await refresh();
+  }
+
+  resumeForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (selected === null || !resumeForm.reportValidity()) return;
+    resume.disabled = true;
+    const target = Number(steps.value);
+    try {
+      await page.peer.leadResumed(selected.bytes, { steps: target, minPeers: Number(devices.value),
+        source: selected.source });
+      page.status(`leading a run resumed at step ${selected.ck.state.step} to step ${target}: ` +
+        `waiting for ${devices.value} devices`);
+      error.hidden = true;
+    } catch (exc) {
+      showError(`cannot lead the resumed run: ${exc.message}`, exc.hint ?? refusalHint(exc.message, page.tokenizer.sha256));
+    }
+    render();
+  });
+
+  // -- saving ---------------------------------------------------------------------------------
+
+  save.addEventListener('click', async () => {
+    save.disabled = true;
+    try {
+      const s = inRun(peer()) ? await peer().checkpoint() : kept;
+      download(s.bytes, fileName(s.run, s.step));
+      page.status(`checkpoint of step ${s.step} downloaded (${fileName(s.run, s.step)})`);
+    } catch (exc) {
+      page.error(`the checkpoint could not be made: ${exc.message}`, exc.hint ?? 'try again after the next step', 'keep');
+    }
+    render();
+  });
+
+  saveAll.addEventListener('click', () => {
+    page.peer.saveGroup();
+    page.status('asked every device of the run to save this step');
+  });
+
+  every.addEventListener('change', () => {
+    const v = Number(every.value);
+    if (!Number.isInteger(v) || v < 0) {
+      every.value = String(readEvery());
+      return;
+    }
+    try {
+      localStorage.setItem(EVERY_KEY, String(v));
+    } catch {
+      // not remembered (storage refused); it still applies to this page
+    }
+    if (page.peer && store !== null) page.peer.saveEvery = v;
+  });
+
+  async function onSave({ detail: s }) {
+    kept = s;
+    render();
+    if (store === null) return;
+    try {
+      await store.write(s.bytes, { run: s.run, step: s.step, at: s.at });
+      page.status(`saved step ${s.step} in this browser`);
+    } catch (exc) {
+      page.error(`saving step ${s.step} in this browser failed: ${exc.message}`,
+        exc.name === 'QuotaExceededError' ? 'the browser has no room left: delete saved states or use Download'
+          : 'the previous save is kept; use Download to keep this one', 'keep');
+    }
+    await refresh();
+  }
+
+  function attach({ peer: p }) {
+    session?.abort();
+    session = new AbortController();
+    const opts = { signal: session.signal };
+    p.keep = true;
+    p.saveEvery = store !== null ? Number(every.value) || 0 : 0;
+    for (const kind of ['ready', 'phase', 'step', 'finished']) p.addEventListener(kind, render, opts);
+    p.addEventListener('save', onSave, opts);
+    render();
+  }
+
+  page.addEventListener('session', (e) => attach(e.detail));
+  if (page.peer) attach({ peer: page.peer });
+  render();
+
+  const why = unavailableReason();
+  if (why !== null) {
+    savedNote.textContent = `Automatic saves are off: ${why}. Download keeps a checkpoint.`;
+    every.disabled = true;
+    return;
+  }
+  SavedStates.open().then(async (s) => {
+    store = s;
+    if (page.peer) page.peer.saveEvery = Number(every.value) || 0;
+    await refresh();
+  }, (exc) => {
+    savedNote.textContent = `Automatic saves are off: this browser refused its private storage (${exc.message}). Download keeps a checkpoint.`;
+    every.disabled = true;
+  });
 }
