@@ -253,6 +253,24 @@ async def test_page_kit_and_cli_generate_the_same_text_from_one_checkpoint(tmp_p
         assert (got4["ids"], got4["text"]) == (cli4["ids"], cli4["text"])
         assert (await kit_generate(browser, kit, PROMPT, other))["ids"] == cli4["ids"]
 
+        # Stop: the text ends early, and what came is the start of the full continuation
+        long = {**SETTINGS, "max-tokens": "1024"}
+        await fill(page, PROMPT, long)
+        await page.evaluate(PANEL)
+        await page.click("#use-generate")
+        await page.wait_for_function(
+            "() => /Generating: [0-9]+ of 1024/"
+            ".test(document.getElementById('use-status').textContent)"
+        )
+        await page.click("#use-stop")
+        await page.wait_for_function(DONE, timeout=PAGE_TIMEOUT_MS)
+        stopped = await page.evaluate("() => window.__use.last")
+        assert stopped["stop"] == "aborted" and 0 < len(stopped["ids"]) < 1024, stopped
+        assert "stopped" in (await page.text_content("#use-status") or "")
+        cli_long = await cli_generate(ck_path, PROMPT, long)
+        assert cli_long["ids"][: len(stopped["ids"])] == stopped["ids"]
+        await fill(page, PROMPT, SETTINGS)
+
         # planted: an invalid temperature is refused under its field, nothing is generated
         for value, words in (("-1", "is negative; use 0 for greedy decoding"),
                              ("warm", "must be a finite number")):  # fmt: skip
@@ -301,6 +319,10 @@ async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path) -
         await page.wait_for_function(
             "() => document.getElementById('use-run-info').textContent.includes('no weights yet')"
         )
+        await page.click("#use-generate")  # no run yet: nothing to generate from, and why
+        await page.wait_for_selector("#use-error:not([hidden])")
+        assert "this page has no weights yet" in (await page.text_content("#use-error") or "")
+        assert "lead or join a run first" in (await page.text_content("#use-error") or "")
         follower = await start_peer(url, "py-1", checkpoint_path=str(final))
         choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
                    "seed": 7, "minPeers": 2}  # fmt: skip
@@ -335,3 +357,67 @@ async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path) -
         assert cli_final["checkpoint"]["weight_hash"] == after["hash"]
         assert (after["ids"], after["text"]) == (cli_final["ids"], cli_final["text"])
         tab.check_clean()
+
+
+# The generation worker's own checks, talked to directly from a page of the server.
+WORKER = """
+async (base64) => {
+  const { decodeCheckpoint } = await import('/js/p2p/checkpoint.js');
+  const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+  const tokBytes = new Uint8Array(await (await fetch('/luts/tokenizer.json')).arrayBuffer());
+  const ck = await decodeCheckpoint(bytes, 'test', {});
+  const w = new Worker('/js/model/genworker.js', { type: 'module' });
+  const got = [];
+  w.onmessage = (e) => got.push(e.data);
+  const until = async (f) => { while (!got.some(f)) await new Promise((r) => setTimeout(r, 20)); };
+  const settings = { temperature: 0.8, topK: 40, seed: 1, maxTokens: 1024 };
+  const job = (id) => ({ type: 'generate', id, prompt: 'The', model: { ...ck.model },
+    params: ck.state.params, settings });
+  w.postMessage({ type: 'bogus' });
+  w.postMessage({ ...job(1), params: { names: ['wte'], arrays: [[1, 2]] } });
+  w.postMessage(job(2)); // before the tokenizer
+  await until((m) => m.id === 2);
+  w.postMessage({ type: 'tokenizer', bytes: tokBytes });
+  w.postMessage(job(3));
+  await until((m) => m.type === 'token' && m.id === 3);
+  w.postMessage(job(4)); // while 3 runs
+  await until((m) => m.id === 4);
+  w.postMessage({ type: 'stop', id: 3 });
+  await until((m) => m.type === 'done' && m.id === 3);
+  w.postMessage({ ...job(5), settings: { ...settings, temperature: -1 } });
+  await until((m) => m.id === 5);
+  w.terminate();
+  return got.filter((m) => m.type !== 'token');
+}
+"""
+
+
+async def test_generation_worker_refuses_what_it_cannot_run(tmp_path: Path) -> None:
+    """model/genworker.js: a malformed message is refused (not dropped), a request before the
+    tokenizer or during another generation fails with the reason, Stop ends a generation early,
+    and a refused setting comes back with the rule's words marked as a settings refusal."""
+    ck_path = tmp_path / "tiny-2.safetensors"
+    make_checkpoint(ck_path, steps=2)
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        page = await browser.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        await page.goto(url + "/healthz")
+        got = await page.evaluate(WORKER, base64.b64encode(ck_path.read_bytes()).decode())
+        kinds = [(m["type"], m.get("id")) for m in got]
+        assert kinds == [
+            ("refused", None),
+            ("refused", None),
+            ("failed", 2),
+            ("ready", None),
+            ("failed", 4),
+            ("done", 3),
+            ("failed", 5),
+        ], got
+        assert "unknown message type bogus" in got[0]["message"]
+        assert "params must be {names, arrays} of Float32Array" in got[1]["message"]
+        assert "tokenizer is not loaded" in got[2]["message"] and not got[2]["settings"]
+        assert "still running" in got[4]["message"]
+        assert got[5]["stop"] == "aborted" and 0 < len(got[5]["ids"]) < 1024
+        assert "is negative; use 0 for greedy decoding" in got[6]["message"] and got[6]["settings"]
+        assert not errors, errors
