@@ -101,6 +101,7 @@ test('read-outs: units, rates, durations, split, schedule, progress', () => {
   assert.equal(F.formatRate(45678), '46k tok/s');
   assert.equal(F.formatDuration(850), '850 ms');
   assert.equal(F.formatDuration(4210), '4.2 s');
+  assert.equal(F.formatDuration(39900), '40 s');
   assert.equal(F.formatDuration(3 * 60000), '3 min');
   assert.equal(F.formatDuration(65 * 60000), '1 h 5 min');
   const prev = { appliedAtMs: 1000 };

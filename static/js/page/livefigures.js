@@ -51,12 +51,13 @@ export function formatRate(perSecond) {
   return `${perSecond.toFixed(0)} tok/s`;
 }
 
-/** Milliseconds as "850 ms", "4.2 s", "3 min", "1 h 5 min". */
+/** Milliseconds as "850 ms", "4.2 s", "42 s", "3 min", "1 h 5 min". */
 export function formatDuration(ms) {
   if (ms === null || !Number.isFinite(ms) || ms < 0) return DASH;
   if (ms < 1000) return `${Math.round(ms)} ms`;
   const s = ms / 1000;
-  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${Math.round(s)} s`;
   const min = Math.round(s / 60);
   if (min < 60) return `${min} min`;
   return `${Math.floor(min / 60)} h ${min % 60} min`;

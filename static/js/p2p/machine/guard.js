@@ -74,16 +74,18 @@ export class SyncGuard {
   /**
    * Read-only, for the page's hash read-out (static/js/page/live.js): of `roster`, the peers
    * whose published hash of attempt (step, round) equals ours (`same`, ours included), differs
-   * (`differ`) or is not in yet (`missing`), and how many of those that published one computed
-   * on each backend (`backends`: Map backend -> count, from their `hash` messages). null when
-   * our own hash of that attempt is not in (not applied yet, or older than the history kept).
+   * (`differ`) or is not in yet (`missing`), and the backend each of those that published one
+   * named in its `hash` message (`byPeer`: Map peer -> backend; `backends`: Map backend ->
+   * count). null when our own hash of that attempt is not in (not applied yet, or older than
+   * the history kept).
    * Changes nothing: no effect, no trace depends on it.
    */
   tally(step, round, roster) {
     const entry = this.hashes.get(keyOf(step, round));
     if (entry === undefined || !entry.have.has(this.me)) return null;
     const hash = entry.have.get(this.me);
-    const out = { step, round, hash, same: [], differ: [], missing: [], backends: new Map() };
+    const out = { step, round, hash, same: [], differ: [], missing: [], backends: new Map(),
+      byPeer: new Map() };
     for (const peer of roster) {
       if (!entry.have.has(peer)) {
         out.missing.push(peer);
@@ -91,6 +93,7 @@ export class SyncGuard {
       }
       (entry.have.get(peer) === hash ? out.same : out.differ).push(peer);
       const b = entry.backends.get(peer) || 'unknown';
+      out.byPeer.set(peer, b);
       out.backends.set(b, (out.backends.get(b) ?? 0) + 1);
     }
     return out;
