@@ -167,10 +167,12 @@ async function main() {
   if (first === undefined) {
     verdict(`✓ all ${steps} steps match the Python reference on ${backend.selected}`, true);
   } else {
+    const next = backend.onGpu ? 'Try ?backend=cpu (the CPU mirror), and please report'
+      : 'The CPU mirror should match on every device: reload in case the page was cached, then'
+        + ' please report';
     verdict(`✗ MISMATCH with the Python reference from step ${first.step} on ${backend.selected}`,
       false, 'This backend does not reproduce the reference bits, so this device must not '
-        + 'train with it. Try ?backend=cpu (the CPU mirror), and please report the full result '
-        + 'below.');
+        + `train with it. ${next} the full result below.`);
   }
   document.body.dataset.outcome = result.all_match ? 'match' : 'mismatch';
   document.body.dataset.state = 'done';
@@ -178,6 +180,8 @@ async function main() {
 
 main().catch((exc) => {
   verdict(`✗ train check failed: ${exc.message}`, false, hintFor(exc.message));
+  // An empty step table says nothing: hide it when no step ran.
+  if ($('steps').tBodies[0].rows.length === 0) $('steps').closest('.scroll').hidden = true;
   $('result').textContent = JSON.stringify({ error: String(exc.stack ?? exc) }, null, 2);
   document.body.dataset.state = 'error';
   console.error(exc);
