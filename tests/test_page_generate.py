@@ -13,13 +13,14 @@ Must-show 5 and generation from a page's own run.
    nothing is generated. At 390x844 and 1280x800 the page has no horizontal overflow and every
    control of the panel has a name (screenshots of the panel are saved as artifacts:
    $DAISYCHAIN_ARTIFACTS, else the test's folder).
-2. Live weights. The page leads a short ``tiny`` run with a Python follower. During the run,
-   Generate copies the weights between steps (the run goes on) and the page's own export
-   (``replica.checkpoint()`` in page JS, taken in the same turn) is that very state: its weight
-   hash is the run's hash at that step, and ``daisychain generate`` on it gives the page's text.
-   After the run ended, the panel still generates from the run's last weights: their hash is the
-   final step's, and ``daisychain generate`` on the follower's final checkpoint gives the same
-   text.
+2. Live weights. The page leads a short ``tiny`` run with a Python follower, or follows a
+   Python leader. During the run, Generate copies the weights between steps (the run goes on)
+   and the page's own export
+   (``replica.checkpoint()`` in page JS, taken in the same turn) is that very state: its
+   weight hash is the run's hash at that step, and ``daisychain generate`` on it gives the
+   page's text. After the run ended, the panel still generates from the run's last weights:
+   their hash is the final step's, and ``daisychain generate`` on the Python peer's final
+   checkpoint gives the same text.
 
 No console error on any page; no request leaves the test server (the kit makes none at all).
 """
@@ -46,6 +47,7 @@ from mesh_helpers import (
     TEST_BATCH,
     TEST_SEQ,
     finish,
+    lead_config,
     needs_namespace,
     signaling_server,
     start_peer,
@@ -308,13 +310,16 @@ async def test_page_kit_and_cli_generate_the_same_text_from_one_checkpoint(tmp_p
         tab.check_clean()
 
 
-async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path) -> None:
-    """During a run and after it: the panel's text is `daisychain generate`'s on the same state."""
+@pytest.mark.parametrize("role", ["leader", "follower"])
+async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path, role: str) -> None:
+    """During a run and after it: the panel's text is `daisychain generate`'s on the same state.
+    The page leads a Python follower, or follows a Python leader (a follower's run ends in the
+    same turn as its last step, so its last weights must have been kept by then)."""
     steps = 30
     settings = {"temperature": "0.9", "top-k": "50", "seed": "5", "max-tokens": "12"}
-    final = tmp_path / "follower.safetensors"
+    final = tmp_path / "python-peer.safetensors"
     async with signaling_server() as url, chromium(webgpu=False) as browser:
-        tab = await open_tab(browser, url, "name=tab-lead")
+        tab = await open_tab(browser, url, f"name=tab-{role}")
         page = tab.page
         await page.wait_for_function(
             "() => document.getElementById('use-run-info').textContent.includes('no weights yet')"
@@ -323,11 +328,15 @@ async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path) -
         await page.wait_for_selector("#use-error:not([hidden])")
         assert "this page has no weights yet" in (await page.text_content("#use-error") or "")
         assert "lead or join a run first" in (await page.text_content("#use-error") or "")
-        follower = await start_peer(url, "py-1", checkpoint_path=str(final))
-        choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
-                   "seed": 7, "minPeers": 2}  # fmt: skip
-        await page.evaluate(LEAD, choices)
-        await wait_for(lambda: len(follower.records) >= 2, 180, "two steps")
+        if role == "leader":
+            python = await start_peer(url, "py-1", checkpoint_path=str(final))
+            choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                       "seed": 7, "minPeers": 2}  # fmt: skip
+            await page.evaluate(LEAD, choices)
+        else:
+            lead = lead_config(steps, min_peers=2)
+            python = await start_peer(url, "py-lead", lead=lead, checkpoint_path=str(final))
+        await wait_for(lambda: len(python.records) >= 2, 180, "two steps")
         await fill(page, PROMPT, settings)
         live = await page.evaluate(LIVE)
         last = live["last"]
@@ -337,14 +346,14 @@ async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path) -
         assert live["after"] >= live["before"]
         ck = checkpoint.load(exported)
         assert ck.step == last["step"] and ck.weight_hash == last["hash"]
-        await wait_for(lambda: last["step"] in follower.hashes, 120, "the follower's step")
-        assert follower.hashes[last["step"]] == last["hash"], "the copy is not the run's state"
+        await wait_for(lambda: last["step"] in python.hashes, 120, "the Python peer's step")
+        assert python.hashes[last["step"]] == last["hash"], "the copy is not the run's state"
         cli = await cli_generate(exported, PROMPT, settings)
         assert (last["ids"], last["text"]) == (cli["ids"], cli["text"])
         print(f"\nlive, step {last['step']}: {cli['text']!r}")
 
         # after the run: the last weights stay usable
-        [outcome] = await finish([follower], 300)
+        [outcome] = await finish([python], 300)
         assert outcome.reason == "done", outcome
         await wait_tabs([tab], finished, 60, "the tab's outcome")
         await page.wait_for_function(
@@ -352,7 +361,7 @@ async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path) -
         )
         after = await generate(page)
         assert (after["origin"], after["step"]) == ("run", steps)
-        assert after["hash"] == follower.hashes[steps]
+        assert after["hash"] == python.hashes[steps]
         cli_final = await cli_generate(final, PROMPT, settings)
         assert cli_final["checkpoint"]["weight_hash"] == after["hash"]
         assert (after["ids"], after["text"]) == (cli_final["ids"], cli_final["text"])
