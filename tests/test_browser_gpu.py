@@ -11,7 +11,7 @@ case, by the probe at the probe's shape, and by the live audit at every product 
 ``tiny`` step in the page.
 
 The app is the real ``daisychain.server.app`` on a loopback port; golden vectors are served to the
-page by this test (a Playwright route under ``/vectors/``), never by the product server. Chromium
+page by this test (a Playwright route under ``/vectors/``, ahead of the server's own). Chromium
 runs with the flags that keep it off the network. Any console error on a page fails its test.
 Skipped only when /usr/bin/chromium or the ``playwright`` package is missing.
 """
