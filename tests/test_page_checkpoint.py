@@ -45,7 +45,7 @@ from mesh_helpers import (
     start_peer,
     wait_for,
 )
-from page_helpers import DESKTOP, PHONE, Tab, chromium, joined, open_page, shows, until
+from page_helpers import DESKTOP, PHONE, Tab, chromium, joined, new_tab, open_page, shows, until
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
     pytest.skip("/usr/bin/chromium is missing", allow_module_level=True)
@@ -55,6 +55,7 @@ pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 QUERY = f"backend=js-cpu&repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
 KEEP = "#keep"
 EVERY = "Save in this browser every"
+UPLOAD = "Checkpoint to continue (.safetensors)"
 OFFER = r"Resume from the saved state at step \d+ \(saved \d\d:\d\d\)"
 
 # The page's run as JSON (the peer of the latest run; app.js keeps it until the next run).
@@ -91,7 +92,7 @@ async def open_tab(browser: Any, url: str, name: str, viewport: dict[str, int] =
 
 
 async def set_every(tab: Tab, steps: int) -> None:
-    field = tab.page.get_by_label(EVERY)
+    field = tab.page.locator(KEEP).get_by_label(EVERY)
     await field.fill(str(steps))
     await field.dispatch_event("change")
 
@@ -167,8 +168,12 @@ async def test_download_mid_run_loads_in_python_and_a_reload_offers_the_saved_st
         assert python_hash(got) == (saved, leader.hashes[saved])
         # Resume from it: the panel checks it and offers the resumed run's form.
         await of_saved(tab, "Resume from", saved).click()
-        await shows(tab, KEEP, rf"step {saved}, model width \d+.*Checked")
-        assert await tab.page.get_by_label("Train to step").input_value() == str(saved + 100)
+        await shows(
+            tab, KEEP, rf"step {saved}, model width \d+.*checked: this page can continue it"
+        )
+        assert await tab.page.locator(KEEP).get_by_label("Train to step").input_value() == str(
+            saved + 100
+        )
         before = await items.count()
         await of_saved(tab, "Delete", saved).click()
 
@@ -219,7 +224,7 @@ async def test_python_checkpoint_resumed_in_the_page_continues_the_uninterrupted
             lead_tab = await open_tab(browser, url, "tab-lead")
             follow_tab = await open_tab(browser, url, "tab-follow")
             page = lead_tab.page
-            upload = page.get_by_label("Checkpoint file (.safetensors)")
+            upload = page.locator(KEEP).get_by_label(UPLOAD)
             form = page.locator(f"{KEEP} .keep-resume")
             alert = page.locator(f"{KEEP} .keep-error")
 
@@ -227,6 +232,7 @@ async def test_python_checkpoint_resumed_in_the_page_continues_the_uninterrupted
             await upload.set_input_files(str(damaged))
             text = await shows(lead_tab, f"{KEEP} .keep-error", r"does not match the recorded")
             assert "corrupted" in text and "damaged: download or save it again" in text, text
+            assert text.count("damaged.safetensors") == 1, f"the file is named once: {text}"
             assert await form.is_hidden()
             await panel_shots(lead_tab, "refused", tmp_path)
             await upload.set_input_files(str(other_tok))
@@ -237,11 +243,15 @@ async def test_python_checkpoint_resumed_in_the_page_continues_the_uninterrupted
 
             # The good file: checked, then led from step 4 to 8 with the other tab following.
             await upload.set_input_files(str(good))
-            await shows(lead_tab, KEEP, rf"step {at}, model width \d+.*Checked")
+            await shows(
+                lead_tab, KEEP, rf"step {at}, model width \d+.*checked: this page can continue it"
+            )
             assert await alert.is_hidden()
-            assert await page.get_by_label("Train to step").input_value() == str(at + 100)
-            await page.get_by_label("Train to step").fill(str(total))
-            await page.get_by_label("Devices needed to start").fill("2")
+            assert await page.locator(KEEP).get_by_label("Train to step").input_value() == str(
+                at + 100
+            )
+            await page.locator(KEEP).get_by_label("Train to step").fill(str(total))
+            await page.locator(KEEP).get_by_label("Devices needed to start").fill("2")
             await panel_shots(lead_tab, "resume-form", tmp_path)
             await page.get_by_role("button", name="Lead the resumed run").click()
 
@@ -287,3 +297,18 @@ async def test_python_checkpoint_resumed_in_the_page_continues_the_uninterrupted
             assert hashes(await run_of(lead_tab)) == hashes(await run_of(follow_tab))
             for t in (lead_tab, follow_tab):
                 t.check_clean()
+
+
+async def test_without_opfs_the_panel_says_automatic_saves_are_off() -> None:
+    """A browser with no OPFS (removed here before the page loads): the panel says so, calmly
+    (no problem listed, no console error), and Download and upload stay available."""
+    async with signaling_server() as url, chromium() as browser:
+        tab = await new_tab(browser)
+        await tab.page.add_init_script("delete StorageManager.prototype.getDirectory")
+        await tab.page.goto(f"{url}/?{QUERY}&name=no-opfs")
+        await joined(tab)
+        await shows(tab, KEEP, r"Automatic saves are off: this browser has no private file storage")
+        assert await tab.page.locator(KEEP).get_by_label(EVERY).is_disabled()
+        assert await tab.page.locator(KEEP).get_by_label(UPLOAD).is_enabled()
+        assert await tab.page.locator("#problems").is_hidden(), "not an error"
+        tab.check_clean()

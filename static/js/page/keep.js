@@ -94,7 +94,7 @@ export function mount(root, page) {
   const everyHint = el('p', { class: 'keep-note', text: '0 turns automatic saves off; the end of a run is always saved.' });
 
   const file = el('input', { type: 'file', id: 'keep-file', accept: '.safetensors,application/octet-stream' });
-  const fileLabel = el('label', { for: 'keep-file' }, 'Checkpoint file (.safetensors)');
+  const fileLabel = el('label', { for: 'keep-file' }, 'Checkpoint to continue (.safetensors)');
   const chosen = el('p', { class: 'keep-note', 'aria-live': 'polite' });
   const error = el('p', { class: 'keep-error', role: 'alert', hidden: true });
   const steps = el('input', { type: 'number', min: 1, step: 1, required: true, id: 'keep-steps', inputmode: 'numeric' });
@@ -192,13 +192,15 @@ export function mount(root, page) {
       selected = { bytes, source, ck };
       const m = ck.model;
       chosen.textContent = `${source}: step ${ck.state.step}, model width ${m.width}, ${m.layers} layers, ` +
-        `seed ${ck.seed}, hash ${short(ck.weightHash)}. Checked: it continues here bit-identically.`;
+        `seed ${ck.seed}, hash ${short(ck.weightHash)}; checked: this page can continue it.`;
       steps.min = String(ck.state.step + 1);
       steps.value = String(defaultResumeSteps(ck));
       resumeForm.hidden = false;
     } catch (exc) {
       chosen.textContent = '';
-      showError(`${source} cannot be used: ${exc.message}`, exc.hint ?? refusalHint(exc.message, tok.sha256));
+      // The refusal names its source first (checkpoint.js); say it once.
+      const why = exc.message.startsWith(`${source}: `) ? exc.message.slice(source.length + 2) : exc.message;
+      showError(`${source} cannot be used: ${why}`, exc.hint ?? refusalHint(exc.message, tok.sha256));
     }
     render();
   }
