@@ -474,3 +474,19 @@ test('sessions: a kept offer from a peer that left is dropped', async () => {
   assert.equal(FakePC.all.length, 0, 'no connection to a peer that left');
   mesh.close();
 });
+
+test('sessions: driven by a peer, a new identity closes the session until relink', async () => {
+  const { mesh, ws } = await openMeshWith('b');
+  mesh.sessions = true;
+  ws.closeWith(1001, 'server shutting down');
+  await until(() => FakeWebSocket.all.length === 2, 'reconnect');
+  const ws2 = FakeWebSocket.all[1];
+  ws2.open();
+  ws2.receive(welcome('a2', [peerInfo('b')]));
+  await sleep(5);
+  assert.equal(FakePC.all.length, 1, 'the old run ends first: no link under the new id yet');
+  assert.equal(mesh.session, 'closed');
+  mesh.relink(); // the next session
+  await until(() => FakePC.all.length === 2, 'the group met again under the new id');
+  mesh.close();
+});

@@ -31,16 +31,16 @@ class FakeMesh extends EventTarget {
     this.open = new Set();
     this.shut = false;
     this.id = ''; // the mesh's id once admitted (a real Mesh sets it on welcome)
-    this.sessions = []; // 'closeLinks' / 'relink', in order
+    this.calls = []; // 'closeLinks' / 'relink', in order
   }
 
   closeLinks() {
-    this.sessions.push('closeLinks');
+    this.calls.push('closeLinks');
     this.open.clear();
   }
 
   relink() {
-    this.sessions.push('relink');
+    this.calls.push('relink');
   }
 
   emit(type, detail) {
@@ -172,7 +172,7 @@ test('a new signaling id ends the run with error and the page is told', async ()
   const { outcome } = await finished;
   assert.equal(outcome.reason, 'error');
   assert.match(outcome.message, /lost the signaling server: .*new device \(Z\)/);
-  assert.deepEqual(mesh.sessions, ['closeLinks'], 'the links are closed when the run ends');
+  assert.deepEqual(mesh.calls, ['closeLinks'], 'the links are closed when the run ends');
   assert.equal(mesh.shut, false, 'the signaling connection stays for the next run');
 });
 
@@ -184,12 +184,13 @@ test('a finished run keeps the mesh: a new peer on it is born at once and the ol
   const finished = new Promise((resolve) => first.addEventListener('finished', (e) => resolve(e.detail)));
   first.leave('the user left');
   assert.equal((await finished).outcome.reason, 'left');
-  assert.deepEqual(mesh.sessions, ['closeLinks']);
+  assert.deepEqual(mesh.calls, ['closeLinks']);
   // The next run: a new BrowserPeer on the same, admitted mesh.
   const { peer: second } = makePeer({ clock: () => 2, mesh });
   assert.equal(second.id, 'A', 'the machine is built at once (no second welcome comes)');
+  assert.equal(mesh.sessions, true, 'a new identity ends the session (mesh.js)');
   assert.equal(second.phase, 'lobby');
-  assert.deepEqual(mesh.sessions, ['closeLinks', 'relink'], 'the next session starts');
+  assert.deepEqual(mesh.calls, ['closeLinks', 'relink'], 'the next session starts');
   const before = mesh.sent.length;
   mesh.open.add('B');
   mesh.emit('channel-open', { peer: 'B' });

@@ -28,6 +28,8 @@
 //   between sessions, is the remote's next session and is kept (the latest, with the candidates
 //   trickled after it) and answered when this mesh's next session starts. The offerer of a pair
 //   stays the lower id: whichever of the two starts its next session last completes the link.
+//   With `sessions` set (a BrowserPeer drives the mesh), a new identity also ends the session:
+//   its run ends, and the next session meets the group under the new id.
 //
 // Events out (DetailEvent, `detail`), for the page or a protocol machine:
 //   signaling {state, old, ...}    the signaling connection's state (see signaling.js)
@@ -202,6 +204,7 @@ export class Mesh extends EventTarget {
     this.role = 'member';
     this.links = new Map();
     this.devices = new Map(); // peer id -> its hello device summary (every member)
+    this.sessions = false; // a BrowserPeer drives this mesh: a new identity ends the session
     this.session = 'open'; // 'open': links are made; 'closed': between two sessions
     this.met = new Set(); // peers linked in this session (a pair connects once per session)
     this.deferred = new Map(); // peer -> {offer, candidates}: its next session's offer
@@ -246,6 +249,9 @@ export class Mesh extends EventTarget {
           this.devices.clear();
           this.met.clear();
           this.deferred.clear();
+          // Driven by sessions, the run of the old identity ends (the peer feeds signaling-lost)
+          // and the next session meets the group; a bare mesh meets it again at once.
+          if (this.sessions) this.session = 'closed';
         }
         this.id = msg.id;
         this.role = msg.role;

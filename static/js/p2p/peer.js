@@ -171,6 +171,7 @@ export class BrowserPeer extends EventTarget {
     this.savedStep = -1;
     this.lastSave = null; // the latest `save` detail: what a finished run leaves to download
     this.listening = new AbortController(); // ends this peer's mesh listeners when it finishes
+    mesh.sessions = true; // a new identity ends the run; the next peer starts the next session
     this.listen();
     if (mesh.id) {
       // A mesh admitted already (a previous run's): start its next session and build the
@@ -400,7 +401,7 @@ export class BrowserPeer extends EventTarget {
     } catch (exc) {
       // A bug or a replica failure the machine does not expect: this peer cannot go on.
       this.fail(`the protocol machine failed on ${event.type}: ${exc.message}`,
-        exc.hint ?? 'reload the page to join again; report this if it repeats');
+        exc.hint ?? 'this device stays in its group for the next run; report this if it repeats');
       this.finish({ reason: 'error', step: this.replica.step, hash: this.replica.hash,
         message: exc.message, hashes: new Map(), code: 'internal' });
       return;
@@ -483,7 +484,7 @@ export class BrowserPeer extends EventTarget {
     }, (exc) => {
       const text = `${exc.name ?? 'Error'}: ${exc.message}`;
       this.fail(`computing step ${c.step} failed: ${exc.message}`,
-        exc.hint ?? 'the run stops; reload the page to join the next one');
+        exc.hint ?? 'the run stops for this device; it stays in its group for the next run');
       this.push((now) => E.computeFailed(now, c.step, c.round, text));
     });
   }
