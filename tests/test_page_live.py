@@ -19,6 +19,11 @@ Neither viewport overflows sideways, every control of the panel has an accessibl
 page logs a console error or gets a 4xx/5xx. Screenshots of the panel at both sizes are written
 to pytest's tmp folder (and to $DAISYCHAIN_SCREENSHOTS when set).
 
+A second test plants a silent fork (the Python leader sends the tab one reduced chunk with one
+value changed, valid CRC: tests/mesh_helpers.py ``Faults``): the run stops in a fork, the problems
+list carries the panel's fork report with both devices' hashes, the hash line says the replicas
+differ (never "identical") and the devices table marks the Python peer.
+
 Save is the keep panel's (engineer C, tests/test_page_checkpoint.py). The planted failures of
 this panel's checks are node tests (tests/js/live.test.mjs): a tally that counts a differing hash
 as agreement, and a validation loss on wrong batches, are both caught there.
@@ -43,7 +48,9 @@ from mesh_helpers import (
     FAST,
     TEST_BATCH,
     TEST_SEQ,
+    Faults,
     finish,
+    lead_config,
     needs_namespace,
     signaling_server,
     start_peer,
@@ -164,13 +171,17 @@ async def unnamed_controls(tab: Tab, within: str) -> list[str]:
 
 
 async def shoot(tab: Tab, name: str, tmp: Path) -> Path:
+    """The live panel, and the whole page, as ``name``.png and ``name``-page.png in ``tmp``."""
     await tab.page.locator("#live").scroll_into_view_if_needed()
     path = tmp / f"{name}.png"
     await tab.page.locator("#live").screenshot(path=str(path))
+    whole = tmp / f"{name}-page.png"
+    await tab.page.screenshot(path=str(whole), full_page=True)
     extra = os.environ.get("DAISYCHAIN_SCREENSHOTS")
     if extra:
         Path(extra).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(extra) / path.name)
+        for p in (path, whole):
+            shutil.copy(p, Path(extra) / p.name)
     return path
 
 
@@ -284,6 +295,51 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
                 tab.check_clean()
             await shoot(desk, "live-desktop-stopped", tmp_path)
             await shoot(phone, "live-phone-stopped", tmp_path)
+        finally:
+            await browser.close()
+
+
+async def test_a_fork_is_reported_with_each_devices_hash(tmp_path: Path) -> None:
+    flags = [*OFFLINE_FLAGS, *WEBRTC_FLAGS]
+    async with signaling_server() as url, async_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=flags)
+        try:
+            tab = await open_tab(browser, f"{url}/?name=phone&{TIMERS}", PHONE)
+            await until(lambda: _joined(tab), 120, "the tab to join its group")
+            lead = await start_peer(
+                url, "py-lead", lead=lead_config(20, min_peers=2), faults=Faults(fork_reduced_at=3)
+            )
+            [outcome] = await finish([lead], 180)
+            assert outcome.reason == "fork", outcome
+
+            async def ended() -> Any:
+                s = await tab.live()
+                return s if s["outcome"] is not None else None
+
+            s = await until(ended, 60, "the tab's outcome")
+            assert s["outcome"]["reason"] == "fork", s["outcome"]
+            step = s["outcome"]["step"]
+            mine = {r["step"]: r["hash"] for r in s["records"]}[3]
+            theirs = lead.hashes[3]
+            assert mine != theirs
+            reports = [e for e in s["errors"] if e["source"] == "live"]
+            assert len(reports) == 1, s["errors"]
+            assert reports[0]["message"].startswith(f"the replicas forked at step {step} ("), (
+                reports
+            )
+            assert f"py-lead: {theirs[:8]}…" in reports[0]["message"], reports
+            assert reports[0]["hint"], "a hint"
+            assert s["agreeState"] == "differ", s["agree"]
+            assert s["agree"].startswith("1 of 2 replicas differ from this one at step 3"), s
+            assert "identical" not in s["agree"]
+            row = tab.page.locator("#live .live-devices tbody tr", has_text="py-lead")
+            assert "✗ differs" in await row.inner_text()
+            problems = await tab.page.locator("#problems").inner_text()
+            assert "the replicas forked" in problems
+            await shoot(tab, "live-phone-fork", tmp_path)
+            sw, iw = await overflow(tab)
+            assert sw <= iw, f"the page is {sw} px wide in a {iw} px viewport"
+            tab.check_clean()
         finally:
             await browser.close()
 

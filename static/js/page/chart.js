@@ -19,7 +19,7 @@ export function ticks(lo, hi, count) {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / Math.max(1, count);
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
   const out = [];
   for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
     out.push(Number(v.toPrecision(12)));
@@ -174,7 +174,7 @@ export class LossChart {
     ctx.lineWidth = 1;
     ctx.textAlign = 'right';
     ctx.textBaseline = 'middle';
-    for (const v of ticks(lo, hi, 4)) {
+    for (const v of ticks(lo, hi, 5)) {
       const y = Math.round(Y(v)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(PAD.left, y);
