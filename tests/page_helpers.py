@@ -159,6 +159,7 @@ async def unnamed_controls(tab: Tab) -> list[str]:
     try:
         await cdp.send("Accessibility.enable")
         tree = await cdp.send("Accessibility.getFullAXTree")
+        outer = "function () { return this.outerHTML.slice(0, 160); }"
         out = []
         for node in tree["nodes"]:
             role = node.get("role", {}).get("value", "")
@@ -173,7 +174,7 @@ async def unnamed_controls(tab: Tab) -> list[str]:
                     "Runtime.callFunctionOn",
                     {
                         "objectId": obj["object"]["objectId"],
-                        "functionDeclaration": "function () { return this.outerHTML.slice(0, 160); }",
+                        "functionDeclaration": outer,
                         "returnByValue": True,
                     },
                 )
@@ -196,8 +197,9 @@ async def check_page(tab: Tab, what: str) -> None:
 async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -> Path:
     """Save the viewport (scrolled to ``focus`` when given) as ``name``.png in ``tmp``, and in
     docs/guide/ when DAISYCHAIN_WRITE_GUIDE=1 (the user guide's pictures)."""
-    if focus is not None:
-        await tab.page.locator(focus).scroll_into_view_if_needed()
+    if focus is None:
+        await tab.page.evaluate("window.scrollTo(0, 0)")
+    else:
         await tab.page.evaluate(
             "(s) => document.querySelector(s).scrollIntoView({block: 'start'})", focus
         )

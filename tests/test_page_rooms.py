@@ -69,8 +69,9 @@ async def test_room_create_share_request_approve_deny_and_host_hand_off() -> Non
 
         # Request: the guest waits, and sees for how long (a live counter).
         guest = await open_page(browser, f"{link}&{QUERY}&name=guest")
-        await shows(guest, CONNECTION, r"Waiting for the host.*waiting \d+ s")
-        await shows(guest, CONNECTION, r"waiting ([2-9]|\d\d) s \(the request closes after 2 min\)")
+        await shows(guest, CONNECTION, r"Waiting to join.*approve you\. Waited \d+ s so far")
+        closes = r"\(the request closes after 2 min\)"
+        await shows(guest, CONNECTION, r"Waited ([2-9]|\d\d) s so far " + closes)
         assert await guest.peer_id() == "", "a waiting device has no machine yet"
         item = await request_item(host, "guest")
         assert "closes in" in await item.inner_text()
@@ -141,7 +142,7 @@ async def test_a_request_nobody_answers_times_out_and_a_late_answer_changes_noth
         await shows(host, CONNECTION, r"which you host")
         # The guest asks again with its button and waits anew.
         await guest.page.get_by_role("button", name="Ask again").click()
-        await shows(guest, CONNECTION, r"Waiting for the host")
+        await shows(guest, CONNECTION, r"Waiting to join")
 
         async def asked_again() -> bool:
             return await host.page.locator("#group .requests li").count() == 1

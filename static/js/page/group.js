@@ -77,11 +77,11 @@ export function mount(root, page) {
     if (waiting !== null) {
       connection.classList.add('wait');
       const counter = h('span', { class: 'counter' });
-      connection.replaceChildren(h('strong', { text: 'Waiting for the host. ' }),
-        `${waiting.message}: `, counter);
+      connection.replaceChildren(h('strong', { text: 'Waiting to join. ' }),
+        `The server says: ${waiting.message}. `, counter);
       stopTicker = everySecond(() => {
-        counter.textContent = `waiting ${seconds((Date.now() - waiting.since) / 1000)} ` +
-          `(the request closes after ${seconds(waiting.timeoutS)})`;
+        counter.textContent = `Waited ${seconds((Date.now() - waiting.since) / 1000)} so far ` +
+          `(the request closes after ${seconds(waiting.timeoutS)}).`;
       });
       return;
     }

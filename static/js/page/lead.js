@@ -6,7 +6,7 @@
 // per device, sequence length, learning rate, seed; Start) -> configured/training as leader
 // (what runs, and Stop: peer.endRun(), the whole group stops at the next step boundary) or as
 // follower ("Following NAME's run: joined automatically") -> stopped (why) -> a new session's
-// lobby. A choice this device could not train itself is refused by the run rules
+// lobby, which says how the last run ended and that this device is ready for the next. A choice this device could not train itself is refused by the run rules
 // (p2p/runconfig.js) with a hint, shown under the form; sizes have no HTML maximum for that
 // reason. Defaults: tiny, 300 steps, 2 devices, learning rate 0.003, seed 1, the preset's batch
 // and sequence length, the built-in text.
@@ -47,6 +47,7 @@ export function mount(root, page) {
     standing, stop, form, refusal);
 
   const fields = () => form.querySelectorAll('input, select, button');
+  let lastOutcome = null; // the outcome of this page's last run, said in the next session
 
   function offerData(data) {
     dataSelect.replaceChildren(h('option', { value: 'builtin', text: 'Built-in text' }));
@@ -70,6 +71,9 @@ export function mount(root, page) {
     stop.disabled = false;
     if (!ready) {
       standing.textContent = 'Available once this device has joined its group.';
+    } else if (phase === 'lobby' && lastOutcome !== null) {
+      standing.textContent = `The last run ended (${lastOutcome.reason}) at step ${lastOutcome.step}; ` +
+        'this device is back in the group for the next one. Start one, or wait for someone to lead.';
     } else if (phase === 'lobby') {
       standing.textContent = 'No run yet: start one, or wait for someone in the group to lead.';
     } else if (inRun && peer.isLeader) {
@@ -121,7 +125,11 @@ export function mount(root, page) {
     const mine = (fn) => () => {
       if (page.peer === peer) fn();
     };
-    for (const kind of ['ready', 'phase', 'finished']) peer.addEventListener(kind, mine(render));
+    for (const kind of ['ready', 'phase']) peer.addEventListener(kind, mine(render));
+    peer.addEventListener('finished', (e) => {
+      lastOutcome = e.detail.outcome;
+      render();
+    });
     rosterOf(mesh).addEventListener('change', mine(render));
     render();
   });
