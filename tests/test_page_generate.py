@@ -365,6 +365,14 @@ async def test_page_generates_from_the_live_weights_of_its_run(tmp_path: Path, r
         cli_final = await cli_generate(final, PROMPT, settings)
         assert cli_final["checkpoint"]["weight_hash"] == after["hash"]
         assert (after["ids"], after["text"]) == (cli_final["ids"], cli_final["text"])
+        # the kit of the run's last weights generates the same text offline
+        async with page.expect_download() as waiting:
+            await page.click("#use-kit")
+        download = await waiting.value
+        assert download.suggested_filename == f"daisychain-kit-step{steps}-{after['hash'][:8]}.html"
+        kit = tmp_path / download.suggested_filename
+        await download.save_as(kit)
+        assert (await kit_generate(browser, kit, PROMPT, settings))["ids"] == cli_final["ids"]
         tab.check_clean()
 
 

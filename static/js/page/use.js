@@ -29,7 +29,7 @@ const TOKENIZER_URL = '/luts/tokenizer.json';
 const WORKER_URL = new URL('../model/genworker.js', import.meta.url);
 const SNAPSHOT_SHARE = 20; // a run's copy waits 20x its own cost since the last one (~5%)
 const FILE_HINT = 'pick a .safetensors checkpoint saved by DaisyChain (the page\'s "Download ' +
-  'checkpoint", or `daisychain train --save`), trained with this page\'s tokenizer';
+  'checkpoint", or the file `daisychain train` writes), trained with this page\'s tokenizer';
 
 /** Every mounted panel, for tests and the console. */
 export const panels = [];
@@ -162,8 +162,8 @@ class UsePanel {
 
   /** Show a problem with its hint in the panel (empty message: clear it). */
   showError(message, hint = '', target = this.el.error) {
-    target.replaceChildren(...(message ? [el('strong', { text: message }),
-      hint ? el('span', { class: 'use-error-hint', text: ` ${hint}` }) : null] : []));
+    target.replaceChildren(...(message ? [el('span', { class: 'use-error-message', text: message }),
+      hint ? el('span', { class: 'use-error-hint', text: hint }) : null] : []));
     target.hidden = !message;
   }
 
@@ -343,7 +343,7 @@ class UsePanel {
   // ---- generation
 
   /** The form's settings, or null after showing each refused field's reason. */
-  readSettings(vocabSize) {
+  readSettings() {
     const values = {};
     let ok = true;
     for (const [id, key] of FIELDS) {
@@ -351,8 +351,7 @@ class UsePanel {
       const value = key === 'topK' && text === '' ? null : text === '' ? NaN : Number(text);
       values[key] = value;
       try {
-        const s = settings({ [key]: value });
-        if (key === 'topK') topKFor(s, vocabSize);
+        settings({ [key]: value });
         this.fieldError(id, '');
       } catch (exc) {
         if (!(exc instanceof GenerateError)) throw exc;
@@ -361,6 +360,18 @@ class UsePanel {
       }
     }
     return ok ? settings(values) : null;
+  }
+
+  /** Whether top-k fits the weights' vocabulary (else its field says so). */
+  topKFits(s, vocabSize) {
+    try {
+      topKFor(s, vocabSize);
+      return true;
+    } catch (exc) {
+      if (!(exc instanceof GenerateError)) throw exc;
+      this.fieldError('top-k', exc.message);
+      return false;
+    }
   }
 
   ensureWorker(bytes) {
@@ -395,20 +406,19 @@ class UsePanel {
     if (this.root.dataset.state !== 'idle') return;
     this.showError('');
     this.setState('busy');
-    let w;
-    let s;
+    let s = this.readSettings(); // every field first: a person fixes them all at once
+    let w = null;
     let tok;
     try {
       tok = await this.loadTokenizer();
       w = await this.weights();
-      s = this.readSettings(w.model.vocabSize);
     } catch (exc) {
       this.showError(exc.message, exc.hint ?? '');
-      this.setState('idle');
-      return;
     }
-    if (s === null) {
-      this.status('Some settings were refused: see the messages under them.');
+    if (s !== null && w !== null && !this.topKFits(s, w.model.vocabSize)) s = null;
+    if (s === null) this.status('Some settings were refused: see the messages under them.');
+    else if (w === null) this.status('Nothing was generated.');
+    if (s === null || w === null) {
       this.setState('idle');
       return;
     }
