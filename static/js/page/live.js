@@ -243,7 +243,7 @@ class LivePanel {
   }
 
   nameOf(id) {
-    if (id === this.runPeer?.id) return `${this.page.name || id.slice(0, 6)} (you)`;
+    if (id === this.runPeer?.id) return `${this.page.name || id.slice(0, 6)} (this device)`;
     const name = this.runPeer ? rosterOf(this.runPeer.mesh).nameOf(id) : id;
     if (name !== id) this.names.set(id, name);
     return this.names.get(id) ?? id.slice(0, 6);
@@ -328,7 +328,8 @@ class LivePanel {
 
   renderDevices(last, tally, tokensPerStep) {
     const me = this.runPeer?.id;
-    const rows = last.roster.map((id) => {
+    const order = [me, ...last.roster.filter((id) => id !== me)].filter((id) => last.roster.includes(id));
+    const rows = order.map((id) => {
       const device = this.runPeer?.mesh?.devices?.get(id) ?? {};
       let rate = null;
       if (id === me) rate = F.tokensPerSecond(tokensPerStep, last.computeMs);

@@ -27,7 +27,7 @@ from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.machine.attempt import Attempt, AttemptPhase
-from daisychain.p2p.machine.guard import Fork, SyncGuard
+from daisychain.p2p.machine.guard import Fork, SyncGuard, Tally
 from daisychain.p2p.machine.leadership import Leadership
 from daisychain.p2p.machine.peers import PeerState, PeerTable
 from daisychain.p2p.machine.repair import RepairStore, requests
@@ -123,6 +123,10 @@ class Machine:
 
     def agreement(self, step: int) -> tuple[int, int]:
         return self.guard.agreement(step)
+
+    def tally(self, step: int, rnd: int, roster: list[str]) -> Tally | None:
+        """Read-only: the guard's tally of attempt (step, rnd) over ``roster`` (guard.py)."""
+        return self.guard.tally((step, rnd), roster)
 
     # ------------------------------------------------------------------------------------------
     # effects
@@ -295,7 +299,7 @@ class Machine:
                 self._accept_roster(r)
         elif isinstance(m, messages.StepHash):
             self.guard.check_probe(peer, m.step, m.probe, m.backend)
-            self.guard.record(peer, (m.step, m.round), m.hash)
+            self.guard.record(peer, (m.step, m.round), m.hash, m.backend)
         elif isinstance(m, messages.Missing):
             lead.missing_reports.setdefault((m.step, m.round), set()).update(m.peers)
         elif isinstance(m, messages.Repair):
@@ -606,7 +610,7 @@ class Machine:
                            self.settings.backend, self.leadership.leader or "")
         )  # fmt: skip
         self.guard.check_probe(self.id, step, a.probe, self.settings.backend)
-        self.guard.record(self.id, a.key, digest)
+        self.guard.record(self.id, a.key, digest, self.settings.backend)
         self._maybe_save()
 
     # ------------------------------------------------------------------------------------------
