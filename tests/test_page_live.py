@@ -13,7 +13,9 @@ Python peer follow. While the run trains:
 - validation points appear at the panel's schedule (every 10 steps of a 40-step run), and each
   equals ``daisychain.train.eval_loss`` (Python) on the Python peer's state of that step, whose
   hash is the tab's;
-- "Stop the run" ends the run for every peer at a step boundary, and the chart stops there.
+- "Stop the run" ends the run for every peer at a step boundary, and the chart stops there;
+- the keep panel's "Download checkpoint" then saves that step's state, which
+  ``daisychain.checkpoint.load`` reads with the hash every replica published for it.
 
 Neither viewport overflows sideways, every control of the panel has an accessible name, and no
 page logs a console error or gets a 4xx/5xx. Screenshots of the panel at both sizes are written
@@ -24,7 +26,7 @@ value changed, valid CRC: tests/mesh_helpers.py ``Faults``): the run stops in a 
 list carries the panel's fork report with both devices' hashes, the hash line says the replicas
 differ (never "identical") and the devices table marks the Python peer.
 
-Save is the keep panel's (engineer C, tests/test_page_checkpoint.py). The planted failures of
+The keep panel's own tests are tests/test_page_checkpoint.py. The planted failures of
 this panel's checks are node tests (tests/js/live.test.mjs): a tally that counts a differing hash
 as agreement, and a validation loss on wrong batches, are both caught there.
 """
@@ -186,7 +188,7 @@ async def shoot(tab: Tab, name: str, tmp: Path) -> Path:
 
 
 async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> None:
-    from daisychain import training
+    from daisychain import checkpoint, training
     from daisychain.tokenizer import load_default
     from daisychain.train import eval_loss, load_corpus
 
@@ -295,6 +297,21 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
                 tab.check_clean()
             await shoot(desk, "live-desktop-stopped", tmp_path)
             await shoot(phone, "live-phone-stopped", tmp_path)
+
+            # Save: the keep panel downloads the stopped run's state, which Python loads with
+            # the hash every replica published for that step.
+            save = desk.page.locator("#keep").get_by_role("button", name="Download checkpoint")
+            await until(save.is_enabled, 60, "the Download checkpoint button")
+            async with desk.page.expect_download() as info:
+                await save.click()
+            download = await info.value
+            saved = tmp_path / str(download.suggested_filename)
+            await download.save_as(str(saved))
+            tok = load_default()
+            ck = checkpoint.load(saved, tokenizer_sha256=tok.sha256, vocab_size=tok.vocab_size)
+            assert ck.step == outcome.step
+            assert training.state_hash(ck.state) == py.hashes[outcome.step]
+            desk.check_clean()
         finally:
             await browser.close()
 
