@@ -1,13 +1,15 @@
-// The "Use the model" panel of the page at `/` (docs/USAGE.md, "Generate text"): a prompt box
-// that continues a prompt from this page's weights, and "Download inference kit".
+// The "Use the model" panel of the page at `/` (docs/USAGE.md, "On the page: Use the model"): a
+// prompt box that continues a prompt from this page's weights, and "Download inference kit".
 //
 // Weights come from one of two sources, chosen with a radio pair:
-//   - this page's run: a copy of the training worker's state (WorkerReplica.worker.exportState),
-//     taken after each applied step while the run goes on and once more when Generate is
-//     pressed, so the last weights stay usable after the run ended (the peer ends its worker
-//     then). A copy is one message in the training worker's queue; it is skipped while the
+//   - this page's run: a copy of the training worker's parameters (WorkerReplica.worker
+//     .exportState), taken after each applied step while the run goes on and once more when
+//     Generate is pressed, so the last weights stay usable after the run ended (the peer ends its
+//     worker then). A copy is one message in the training worker's queue; it is skipped while the
 //     previous one is still on its way and spaced out by its own cost (at most ~5% of the time),
-//     so a larger model is copied less often rather than slowing its steps;
+//     so a larger model is copied less often rather than slowing its steps. A checkpoint the peer
+//     saves (`save` events and `lastSave`, when the keep panel keeps them) is used instead when it
+//     is newer, e.g. the end-of-run save;
 //   - a checkpoint file the person picks (validated by p2p/checkpoint.js decodeCheckpoint, the
 //     same checks as the Python loader), so a downloaded model is usable without training.
 // Generation runs in its own module worker (model/genworker.js): the tokens of the pinned
@@ -16,8 +18,9 @@
 // current token. The settings are checked by generate.js's `settings` field by field, and each
 // refusal is shown under its field with the rule's own words.
 //
-// States (root's data-state): idle -> generating -> idle; `busy` while a file or the kit is
-// being read or built. `panels` lists the mounted panels (tests read `last`, the last result).
+// States (root's data-state): idle -> generating -> idle; `busy` while a file, the weights or the
+// kit are being read or built. `panels` lists the mounted panels (tests read `last`, the last
+// result: {origin, step, hash, prompt, promptIds, ids, text, stop, settings}).
 
 import { decodeCheckpoint } from '../p2p/checkpoint.js';
 import { sha256Hex, sha256Arrays } from '../numerics/hash.js';
@@ -63,9 +66,9 @@ class UsePanel {
   constructor(root, page) {
     this.root = root;
     this.page = page;
-    this.run = null; // the run's last copy: {model, optim, seed, state, step, hash, ended}
+    this.run = null; // the run's last copy: {model, state: {step, params}, step, hash, ended}
     this.saved = null; // the newest checkpoint the run's peer saved: {step, hash, bytes}
-    this.file = null; // the picked checkpoint: {model, optim, seed, state, step, hash, name}
+    this.file = null; // the picked checkpoint: {model, state: {step, params}, step, hash, name}
     this.last = null; // the last result {origin, step, hash, promptIds, ids, text, stop, output}
     this.copying = null; // the copy in flight (a Promise)
     this.nextCopyAt = 0; // performance.now() before which a step's copy is skipped
@@ -226,8 +229,8 @@ class UsePanel {
     const { tokenizer } = await this.loadTokenizer();
     const ck = await decodeCheckpoint(saved.bytes, `the run's checkpoint of step ${saved.step}`,
       { tokenizerSha256: tokenizer.sha256, vocabSize: tokenizer.vocabSize });
-    this.run = { model: ck.model, optim: ck.optim, seed: ck.seed, state: ck.state, step: ck.state.step,
-      hash: ck.weightHash, ended: !this.liveReplica() };
+    this.run = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
+      step: ck.state.step, hash: ck.weightHash, ended: !this.liveReplica() };
     this.renderSource();
     return this.run;
   }
@@ -256,7 +259,9 @@ class UsePanel {
         const hash = record?.step === state.step ? record.hash
           : replica.step === state.step && replica.hash ? replica.hash
             : await sha256Arrays([...state.params.arrays, ...state.m.arrays, ...state.v.arrays]);
-        this.run = { model: replica.model, optim: replica.optim, seed: replica.seed, state,
+        // Only the parameters are kept: generation and the kit need nothing else (a third of
+        // the state's memory; the optimizer moments are the keep panel's business).
+        this.run = { model: replica.model, state: { step: state.step, params: state.params },
           step: state.step, hash, ended: false };
         if (this.saved?.session !== session) this.saved = null; // an earlier run's
         this.renderSource();
@@ -282,7 +287,10 @@ class UsePanel {
       return { origin: 'file', ...this.file };
     }
     const live = this.liveReplica();
-    if (live) await this.copyRun(live);
+    if (live) {
+      this.status('Copying the weights of the run (after the step in progress)…');
+      await this.copyRun(live);
+    }
     const run = await this.newestRun();
     if (run === null) {
       throw Object.assign(new Error('this page has no weights yet'),
@@ -325,7 +333,7 @@ class UsePanel {
       const { tokenizer } = await this.loadTokenizer();
       const ck = await decodeCheckpoint(new Uint8Array(await file.arrayBuffer()), file.name,
         { tokenizerSha256: tokenizer.sha256, vocabSize: tokenizer.vocabSize });
-      this.file = { model: ck.model, optim: ck.optim, seed: ck.seed, state: ck.state,
+      this.file = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
         step: ck.state.step, hash: ck.weightHash, name: file.name };
       this.el.sourceFile.checked = true;
       this.status(`${file.name} is a valid checkpoint (step ${ck.state.step}); press Generate.`);
