@@ -22,16 +22,25 @@ const JS_ROOT = new URL('../', import.meta.url);
 const ENTRY = new URL('./runtime.js', import.meta.url);
 
 const STYLE = `
-body { font: 16px/1.4 system-ui, sans-serif; margin: 0; padding: 1rem; max-width: 46rem; }
+body { font: 16px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1rem; max-width: 46rem; color: #1d1d1f;
+  background: #fafaf7; }
 main { display: grid; gap: 0.75rem; }
 h1 { font-size: 1.3rem; margin: 0; }
-form { display: grid; gap: 0.5rem; grid-template-columns: repeat(auto-fit, minmax(9rem, 1fr)); }
-label { display: grid; gap: 0.2rem; font-size: 0.9rem; }
+#about { margin: 0; color: #4a4a4f; overflow-wrap: anywhere; }
+form { display: grid; gap: 0.6rem 0.75rem; grid-template-columns: repeat(auto-fit, minmax(9rem, 1fr)); }
+label { display: grid; gap: 0.2rem; grid-template-rows: 1fr auto; align-items: end; font-size: 0.9rem;
+  font-weight: 600; }
 label.wide { grid-column: 1 / -1; }
-textarea, input, button { font: inherit; padding: 0.35rem; box-sizing: border-box; width: 100%; }
-textarea { min-height: 5rem; }
-pre { white-space: pre-wrap; word-break: break-word; background: #f4f4ef; padding: 0.6rem; margin: 0; }
-#status { min-height: 1.4em; margin: 0; }
+textarea, input, button { font: inherit; font-weight: 400; padding: 0.4rem 0.5rem; box-sizing: border-box;
+  width: 100%; border: 1px solid #b9b9c0; border-radius: 0.4rem; background: #fff; }
+textarea { min-height: 5rem; resize: vertical; }
+button { cursor: pointer; background: #f6f6f7; border-color: #8a8a92; }
+button:disabled { cursor: default; opacity: 0.55; }
+#generate { background: #2d5a27; border-color: #2d5a27; color: #fff; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f1f1e8; padding: 0.7rem 0.8rem; margin: 0;
+  border-radius: 0.4rem; font: 0.95rem/1.5 ui-monospace, monospace; }
+#output:empty { display: none; }
+#status { min-height: 1.45em; margin: 0; overflow-wrap: anywhere; }
 `;
 
 async function sha256(bytes) {
