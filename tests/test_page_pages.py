@@ -152,8 +152,26 @@ def assert_clean(watch: Watch, where: str) -> None:
 # --- every page at both sizes ----------------------------------------------------------------
 
 
-async def test_selftest_page_is_clean_on_phone_and_desktop(tmp_path: Path) -> None:
-    async with chromium() as (base, browser):
+async def test_the_layout_checks_catch_overflow_and_unnamed_controls(tmp_path: Path) -> None:
+    """The checks below can fail: a too-wide box and nameless controls are caught."""
+    async with chromium() as (_, browser):
+        page = await browser.new_page(viewport={"width": 390, "height": 844})
+        await page.set_content(
+            '<button></button><input type="text"><div style="width: 600px">wide</div>'
+            '<button aria-label="named"></button><label>ok <input></label>'
+        )
+        assert await overflow(page) == (608, 390)  # 600 px and the body's 8 px margin
+        unnamed = await unnamed_controls(page)
+        assert [u.split(" ")[0] for u in unnamed] == ["button", "textbox"], unnamed
+        with pytest.raises(AssertionError, match="608 px wide in 390"):
+            await check_layout(page, tmp_path / "bad.png")
+
+
+@pytest.mark.parametrize("webgpu", [False, True], ids=["no-webgpu", "webgpu"])
+async def test_selftest_page_is_clean_on_phone_and_desktop(tmp_path: Path, webgpu: bool) -> None:
+    """Without WebGPU two backends fail (no adapter) and the page says why; with SwiftShader's
+    adapter all three pass and the fastest (here the CPU mirror) is chosen."""
+    async with chromium(webgpu=webgpu) as (base, browser):
         for width, height in VIEWPORTS:
             page = await browser.new_page(viewport={"width": width, "height": height})
             watch = Watch()
@@ -161,8 +179,11 @@ async def test_selftest_page_is_clean_on_phone_and_desktop(tmp_path: Path) -> No
             await page.goto(base + "/selftest")
             assert await finished(page) == "done"
             result = await result_json(page)
-            assert result["selected"] == "js-cpu"  # no WebGPU in this Chromium: the CPU mirror
-            assert "✓" in (await page.text_content("#status") or "")
+            passed = [row["name"] for row in result["backends"] if row["gates_passed"]]
+            assert passed == (["webgpu-dp4a", "webgpu-lut", "js-cpu"] if webgpu else ["js-cpu"])
+            assert result["selected"] in passed
+            status = await page.text_content("#status")
+            assert status == f"✓ done: this device trains on {result['selected']}", status
             await check_layout(page, tmp_path / f"selftest-{width}.png")
             assert_clean(watch, f"/selftest at {width}")
             await page.close()
