@@ -404,6 +404,13 @@ async (base64) => {
   w.postMessage({ ...job(5), settings: { ...settings, temperature: -1 } });
   await until((m) => m.id === 5);
   w.terminate();
+  const broken = new Worker('/js/model/genworker.js', { type: 'module' });
+  broken.onmessage = (e) => got.push(e.data);
+  const junk = new TextEncoder().encode('{"not": "a tokenizer"}');
+  broken.postMessage({ type: 'tokenizer', bytes: junk });
+  broken.postMessage(job(6));
+  await until((m) => m.id === 6);
+  broken.terminate();
   return got.filter((m) => m.type !== 'token');
 }
 """
@@ -412,7 +419,8 @@ async (base64) => {
 async def test_generation_worker_refuses_what_it_cannot_run(tmp_path: Path) -> None:
     """model/genworker.js: a malformed message is refused (not dropped), a request before the
     tokenizer or during another generation fails with the reason, Stop ends a generation early,
-    and a refused setting comes back with the rule's words marked as a settings refusal."""
+    a refused setting comes back with the rule's words marked as a settings refusal, and bytes
+    that are no tokenizer are refused (and so is every request after them)."""
     ck_path = tmp_path / "tiny-2.safetensors"
     make_checkpoint(ck_path, steps=2)
     async with signaling_server() as url, chromium(webgpu=False) as browser:
@@ -430,6 +438,8 @@ async def test_generation_worker_refuses_what_it_cannot_run(tmp_path: Path) -> N
             ("failed", 4),
             ("done", 3),
             ("failed", 5),
+            ("refused", None),
+            ("failed", 6),
         ], got
         assert "unknown message type bogus" in got[0]["message"]
         assert "params must be {names, arrays} of Float32Array" in got[1]["message"]
@@ -437,4 +447,6 @@ async def test_generation_worker_refuses_what_it_cannot_run(tmp_path: Path) -> N
         assert "still running" in got[4]["message"]
         assert got[5]["stop"] == "aborted" and 0 < len(got[5]["ids"]) < 1024
         assert "is negative; use 0 for greedy decoding" in got[6]["message"] and got[6]["settings"]
+        assert "the tokenizer cannot be built" in got[7]["message"]
+        assert got[8]["message"] and not got[8]["settings"]  # the same reason, not a setting
         assert not errors, errors

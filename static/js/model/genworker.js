@@ -74,7 +74,12 @@ self.onmessage = async (event) => {
   }
   if (m.type === 'tokenizer') {
     tokenizer = Tokenizer.fromBytes(m.bytes, 'page tokenizer');
-    post({ type: 'ready', sha256: (await tokenizer).sha256 });
+    try {
+      post({ type: 'ready', sha256: (await tokenizer).sha256 });
+    } catch (exc) {
+      // every later request fails with this reason too (generateOne awaits the same promise)
+      post({ type: 'refused', message: `generation worker: the tokenizer cannot be built: ${exc.message}` });
+    }
   } else if (m.type === 'stop') {
     if (running?.id === m.id) running.controller.abort();
   } else if (running !== null) {
