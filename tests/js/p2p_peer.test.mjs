@@ -234,3 +234,27 @@ test('lead refuses a run this device could not train, with the rule and a hint',
   assert.equal(peer.phase, 'configured');
   assert.equal(peer.isLeader, true);
 });
+
+test("a leader's save exports the replica and says so when the page keeps checkpoints", async () => {
+  const { mesh, peer } = makePeer({ clock: () => 1 });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  const saves = [];
+  peer.addEventListener('save', (e) => saves.push(e.detail));
+  await peer.lead({ preset: 'tiny', steps: 5, batch: 1, seqLen: 32, minPeers: 2 });
+  peer.saveGroup(); // keep is false: the save is only logged
+  await sleep(10);
+  assert.equal(saves.length, 0);
+  peer.keep = true;
+  peer.saveGroup();
+  await until(() => saves.length === 1, 'the save event');
+  const [s] = saves;
+  assert.equal(s.step, 0);
+  assert.equal(s.why, 'asked');
+  assert.equal(s.run, peer.machine.config.run);
+  assert.equal(s.hash, peer.replica.hash);
+  assert.deepEqual(s.bytes, await peer.replica.checkpoint(), 'the replica exported as checkpoint bytes');
+  assert.deepEqual((await peer.checkpoint()).bytes, s.bytes, 'checkpoint() exports the same state');
+  peer.saveGroup(); // the same step again: saved once
+  await sleep(10);
+  assert.equal(saves.length, 1);
+});

@@ -514,7 +514,7 @@ export class BrowserPeer extends EventTarget {
     const run = this.machine.config?.run ?? '';
     const hash = this.replica.hash;
     // Asked now, before anything else reaches the worker: the export is of this step.
-    const exporting = this.replica.checkpoint().then((bytes) => {
+    const exporting = new Promise((resolve) => resolve(this.replica.checkpoint())).then((bytes) => {
       this.lastSave = { run, step, hash, why, bytes, at: Date.now() };
       this.emit('save', this.lastSave);
     }, (exc) => {
