@@ -54,7 +54,7 @@ pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 
 QUERY = f"backend=js-cpu&repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
 KEEP = "#keep"
-EVERY = "Save in this browser every"
+EVERY = "Auto-save every"
 UPLOAD = "Checkpoint to continue (.safetensors)"
 OFFER = r"Resume from the saved state at step \d+ \(saved \d\d:\d\d\)"
 

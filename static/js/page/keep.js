@@ -90,7 +90,7 @@ export function mount(root, page) {
   const savedList = el('ul', { class: 'keep-saves', 'aria-label': 'saved states' });
   const every = el('input', { type: 'number', min: 0, max: 100000, step: 1, inputmode: 'numeric', id: 'keep-every' });
   every.value = String(readEvery());
-  const everyLabel = el('label', { for: 'keep-every' }, 'Save in this browser every ', every, ' steps');
+  const everyLabel = el('label', { for: 'keep-every', class: 'keep-every' }, 'Auto-save every ', every, ' steps');
   const everyHint = el('p', { class: 'keep-note', text: '0 turns automatic saves off; the end of a run is always saved.' });
 
   const file = el('input', { type: 'file', id: 'keep-file', accept: '.safetensors,application/octet-stream' });
@@ -123,7 +123,10 @@ export function mount(root, page) {
   let session = null; // AbortController of the current session's listeners
   let kept = null; // the latest `save` of any session: what a finished run leaves to download
   const peer = () => page.peer;
-  const inRun = (p) => Boolean(p && p.outcome === null && p.machine?.hasState === true);
+  // The run's state: a leader's (fresh or restored) or a follower's once it applied a step (a
+  // joiner's seed-initialised replica before its sync is not the run's state).
+  const inRun = (p) => Boolean(p && p.outcome === null && p.machine?.hasState === true &&
+    (p.isLeader || p.records.length > 0));
   const holdsState = () => inRun(peer()) || kept !== null;
   const canLead = () => {
     const p = peer();
@@ -152,7 +155,7 @@ export function mount(root, page) {
       return el('li', {},
         el('button', { type: 'button', onclick: () => pickSaved(s) }, `Resume from ${label}`),
         el('span', { class: 'keep-actions' },
-          el('span', { class: 'keep-note', text: `${(s.size / 1024 / 1024).toFixed(1)} MB, run ${s.run.slice(0, 8)}` }),
+          el('span', { class: 'keep-note', text: `${(s.size / 1024 / 1024).toFixed(1)} MB` }),
           el('button', { type: 'button', class: 'quiet', 'aria-label': `Download ${label}`, onclick: () => downloadSaved(s) }, 'Download'),
           el('button', { type: 'button', class: 'quiet', 'aria-label': `Delete ${label}`, onclick: () => deleteSaved(s) }, 'Delete')));
     }));
