@@ -220,7 +220,12 @@ async def test_page_kit_and_cli_generate_the_same_text_from_one_checkpoint(tmp_p
         assert weight_hash[:12] in (await page.text_content("#use-file-info") or "")
         assert await page.is_checked("#use-source-file")
         await fill(page, PROMPT, SETTINGS)
+        await page.evaluate(PANEL)
+        await page.press("#use-prompt", "Control+Enter")  # the keyboard way to Generate
+        await page.wait_for_function(DONE, timeout=PAGE_TIMEOUT_MS)
+        by_key = await page.evaluate("() => window.__use.last")
         got = await generate(page)
+        assert by_key["ids"] == got["ids"]  # and the same seed gives the same text again
         cli = await cli_generate(ck_path, PROMPT, SETTINGS)
         assert cli["checkpoint"]["weight_hash"] == got["hash"] == weight_hash
         assert got["origin"] == "file" and got["step"] == 6

@@ -110,7 +110,7 @@ class UsePanel {
         el('p', { id: 'use-file-error', class: 'use-error', role: 'alert', hidden: true })),
       el('label', { for: 'use-prompt', class: 'use-prompt-label', text: 'Prompt' }),
       el('textarea', { id: 'use-prompt', rows: '3', placeholder: 'Empty: start a new document',
-        spellcheck: 'false' }),
+        spellcheck: 'false', 'aria-keyshortcuts': 'Control+Enter' }),
       el('div', { class: 'use-fields' }, ...fields),
       el('div', { class: 'use-actions' },
         el('button', { id: 'use-generate', type: 'submit', text: 'Generate' }),
@@ -138,6 +138,12 @@ class UsePanel {
     form.addEventListener('submit', (e) => {
       e.preventDefault();
       this.generate();
+    });
+    this.el.prompt.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { // Enter alone is a new line
+        e.preventDefault();
+        form.requestSubmit(this.el.generate);
+      }
     });
     this.el.stop.addEventListener('click', () => this.stop());
     this.el.kit.addEventListener('click', () => this.downloadKit());
