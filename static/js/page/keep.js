@@ -138,6 +138,8 @@ export function mount(root, page) {
     save.disabled = !holdsState();
     if (inRun(p)) {
       now.textContent = `This page holds the model at step ${p.replica.step} (hash ${short(p.replica.hash)}).`;
+    } else if (p && p.outcome === null && p.machine !== null && p.phase !== 'lobby') {
+      now.textContent = "This page is joining the run: it holds the run's state once it applied a step.";
     } else if (kept !== null) {
       now.textContent = `The last run ended; this page kept its state at step ${kept.step} (hash ${short(kept.hash)}).`;
     } else {
