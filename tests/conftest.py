@@ -9,6 +9,11 @@ Both veth ends stay inside the namespace, so nothing can leave the machine.
 
 Without root, without ``ip`` or when unshare fails, ``$DAISYCHAIN_MESH_SKIP`` says why and the
 mesh tests (``mesh_helpers.needs_namespace``) skip; nothing else changes.
+
+On CPython before 3.11.8 every ``ast.parse`` of the session (pytest's own, when it formats a
+failure's traceback or rewrites a module's asserts, included) runs with the garbage collector
+off: see tests/pyast.py for the interpreter bug that otherwise turns a failing test into an
+INTERNALERROR that stops the whole run.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import subprocess
 import sys
 
 import pytest
+
+from pyast import parse_without_collector
 
 CLONE_NEWNET = 0x40000000
 NETNS_ADDRESS = "10.231.0.1"
@@ -62,3 +69,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop("DAISYCHAIN_MESH_SKIP", None)
     else:
         os.environ["DAISYCHAIN_MESH_SKIP"] = reason
+
+
+if sys.version_info < (3, 11, 8):
+    import ast
+
+    ast.parse = parse_without_collector  # type: ignore[assignment]
