@@ -68,7 +68,7 @@ async def test_bad_room_code_is_refused_with_a_hint_and_a_close() -> None:
         peer = await connect(client, room="no")
         await peer.send({"type": "hello", "version": 1, "name": "h", "device": {}})
         error = await peer.expect_error("bad-room-code")
-        assert "POST /api/rooms" in error["hint"]
+        assert "Private room" in error["hint"] and "POST /api/rooms" in error["hint"]
         assert await peer.expect_close() == CLOSE_PROTOCOL
 
 

@@ -433,7 +433,8 @@ def check_room_code(code: str) -> str:
         raise ProtocolError(
             "bad-room-code",
             "room code must be 6-32 characters of A-Z a-z 0-9 - _",
-            "check the link you were given, or create a room with POST /api/rooms",
+            "check the link you were given, or make a new room with the page's Private room button "
+            "(POST /api/rooms)",
             ref="hello",
         )
     return code

@@ -237,7 +237,8 @@ class Hub:
                 raise ProtocolError(
                     "group-full",
                     f"this network's group already has {self.max_group_size} devices",
-                    "create a private room (POST /api/rooms) and open /?room=CODE instead",
+                    "make a room with the page's Private room button (POST /api/rooms) and "
+                    "share its link",
                     ref="hello",
                 )
             self._admit(peer, group)
