@@ -195,13 +195,16 @@ async def check_page(tab: Tab, what: str) -> None:
 
 
 async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -> Path:
-    """Save the viewport (scrolled to ``focus`` when given) as ``name``.png in ``tmp``, and in
-    docs/guide/ when DAISYCHAIN_WRITE_GUIDE=1 (the user guide's pictures)."""
+    """Save the viewport as ``name``.png in ``tmp``, and in docs/guide/ when
+    DAISYCHAIN_WRITE_GUIDE=1 (the user guide's pictures). Scrolled to the top, or to show
+    ``focus``: at its top on a phone (one column), just into view on a wide screen."""
     if focus is None:
         await tab.page.evaluate("window.scrollTo(0, 0)")
     else:
         await tab.page.evaluate(
-            "(s) => document.querySelector(s).scrollIntoView({block: 'start'})", focus
+            "(s) => document.querySelector(s).scrollIntoView("
+            "{block: innerWidth < 960 ? 'start' : 'nearest'})",
+            focus,
         )
     path = tmp / f"{name}.png"
     await tab.page.screenshot(path=str(path))

@@ -8,23 +8,29 @@ server's message and hint as sent (not a bare close code); a fourth is never ans
 request times out (the server's ``join_timeout_s``, shortened here; ``--join-timeout`` in
 production), the host's page keeping its standing when it answers too late; when the host's tab
 closes, the server names the oldest member host (``host-changed``) and that page says "host" and
-lets in a new device. The tabs run on the CPU tier (``backend=js-cpu``: no timed step), in the
-test run's network namespace (conftest.py).
+lets in a new device; when the server goes away the page says when it tries again and which
+attempt it is, and comes back. The tabs run on the CPU tier (``backend=js-cpu``: no timed
+step), in the test run's network namespace (conftest.py).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
+import socket
 from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from aiohttp import web
 
 from daisychain.bench.browser import CHROMIUM
+from daisychain.server.app import create_app
 from daisychain.server.config import SignalingLimits
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import Tab, chromium, joined, open_page, shows, text_of, until
+from server_fixtures import ByteTokenizer, config
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
     pytest.skip("/usr/bin/chromium is missing", allow_module_level=True)
@@ -150,3 +156,54 @@ async def test_a_request_nobody_answers_times_out_and_a_late_answer_changes_noth
         await until(asked_again, 30, "the second request at the host")
         host.check_clean()
         guest.check_clean()
+
+
+class RestartableServer:
+    """The real app at a fixed port of 127.0.0.1, so the test can stop and restart it."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        self.runner = web.AppRunner(create_app(config(), tokenizer=ByteTokenizer))
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+async def test_a_lost_server_shows_reconnecting_with_countdown_and_attempt() -> None:
+    """The group panel says when the next try is and which attempt it is, and comes back."""
+    server = RestartableServer()
+    await server.start()
+    try:
+        async with chromium() as browser:
+            tab = await open_page(browser, f"{server.url}/?{QUERY}&name=solo")
+            first = await joined(tab)
+            await server.stop()  # every socket closed (1001), nothing listens
+            text = await shows(tab, CONNECTION, r"Reconnecting\. Next try in \d+ s, attempt [3-9]")
+            # The reason of the latest close: the server's 1001, then each refused connect's 1006.
+            assert re.search(r"the server closed the connection \(code 100[16]\)", text), text
+            await shows(tab, "#problems", r"signaling lost")
+            await server.start()
+            await shows(tab, CONNECTION, r"Connected to the group")
+
+            async def new_id() -> bool:
+                return (await tab.peer_id()) not in ("", first)
+
+            await until(new_id, 60, "the page's new identity after the reconnect")
+            await shows(tab, "#status", r"Back in the group")
+            await shows(tab, "#lead .standing", r"No run yet")
+            # Chromium logs each refused connect on the console itself; nothing else may show.
+            refused = re.compile(r"WebSocket connection to 'ws://127\.0\.0\.1:\d+/ws' failed")
+            tab.errors = [e for e in tab.errors if not refused.search(e)]
+            tab.check_clean()
+    finally:
+        await server.stop()

@@ -34,6 +34,7 @@ from page_helpers import (
     screenshot,
     shows,
     unnamed_controls,
+    until,
 )
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
@@ -45,14 +46,17 @@ pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 TIMERS = "repair_after=1.5&step_timeout=90"
 
 
-async def each_viewport(tab: Tab, state: str, tmp: Path, focus: str | None = None) -> None:
-    """Check the page and photograph it at the phone's and the desktop's size."""
+async def each_viewport(
+    tab: Tab, state: str, tmp: Path, focus: str | None = None, wide: bool = True
+) -> None:
+    """Check the page and photograph it at the phone's and the desktop's size, showing the
+    panel ``focus`` (on the desktop too when ``wide``, else its top: the run's panels)."""
     for size, label in ((PHONE, "390"), (DESKTOP, "1280")):
+        shown = focus if size == PHONE or wide else None
         await tab.page.set_viewport_size(size)
         await tab.page.wait_for_timeout(300)  # one layout after the resize
         await check_page(tab, f"{state} at {label} px")
-        # A phone shows one panel at a time: the one this state is about.
-        await screenshot(tab, f"{state}-{label}", tmp, focus if size == PHONE else None)
+        await screenshot(tab, f"{state}-{label}", tmp, shown)
     await tab.page.set_viewport_size(PHONE)
 
 
@@ -76,6 +80,7 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         await shows(ada, "#readiness", r"✓ matches the reference")
         await shows(ada, "#readiness", r"\d tokens/s \(one tiny step in \d+ ms\)")
         await shows(ada, "#readiness", r"js-cpu: passed its exact gates \(chosen\)")
+        await shows(ada, "#readiness", r"webgpu-dp4a, webgpu-lut: not available, no WebGPU")
         await shows(ada, "#group .members", r"No other device yet")
         await shows(ada, "#status", r"In the group")
         await each_viewport(ada, "alone", tmp_path)
@@ -96,7 +101,7 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         await shows(host, "#group .connection", r"which you host")
         link = await host.page.get_by_label("Link to this private room").input_value()
         guest = await open_page(browser, f"{link}&{TIMERS}&backend=js-cpu&name=Guest%20phone")
-        await shows(guest, "#group .connection", r"Waited \d+ s so far")
+        await shows(guest, "#group .connection", r"Waited [2-9] s so far")
         await shows(host, "#group .requests", r"(?s)Guest phone.*closes in", timeout=30)
         await each_viewport(guest, "waiting", tmp_path, "#group")
         await each_viewport(host, "approving", tmp_path, "#group")
@@ -109,18 +114,26 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         # Training: Ada leads from the form, the tablet follows on its own.
         page = ada.page
         lead = page.locator("#lead")
-        await lead.get_by_label("Steps").fill("2000")
+        await lead.get_by_label("Steps").fill("200")
         await lead.get_by_label("Devices needed to start").fill("2")
         await lead.get_by_text("More settings").click()
         await lead.get_by_label("Sequences per device per step").fill("1")
         await lead.get_by_label("Sequence length").fill("32")
         await page.get_by_role("button", name="Start the run").click()
-        await shows(ada, "#lead .standing", r"You lead this run: tiny, 2000 steps")
+        await shows(ada, "#lead .standing", r"You lead this run: tiny, 200 steps")
         await shows(bo, "#lead .standing", r"Following Ada's laptop’s run: joined automatically")
         await shows(ada, "#status", r"Training")
         await shows(bo, "#group .members", r"Ada's laptop\s*leader")
-        await each_viewport(ada, "training", tmp_path, "#lead")
-        await each_viewport(bo, "following", tmp_path, "#lead")
+
+        async def some_steps() -> bool:
+            got: int = await page.evaluate(
+                "async () => (await import('/js/app.js')).app.peer.records.length"
+            )
+            return got >= 6
+
+        await until(some_steps, 120, "six steps, for a chart with a line")
+        await each_viewport(ada, "training", tmp_path, "#lead", wide=False)
+        await each_viewport(bo, "following", tmp_path, "#lead", wide=False)
 
         # Stopped: the leader's Stop; both pages are back in the group, no reload.
         await page.get_by_role("button", name="Stop the run").click()
@@ -132,7 +145,7 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
             "async () => (await import('/js/app.js')).app.peer.outcome.reason"
         )
         assert outcome == "leader-request"
-        await each_viewport(ada, "stopped", tmp_path)
+        await each_viewport(ada, "stopped", tmp_path, "#lead", wide=False)
         bo.check_clean()
 
 

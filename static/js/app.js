@@ -53,7 +53,8 @@ const PHASE_STATUS = {
   training: 'Training.',
 };
 
-/** A new session: mesh (reused while its signaling is open), replica, peer; then start. */
+/** A new session: a new peer and replica on the mesh (a new mesh only when the last one was
+ * closed or refused: peer.js keeps the signaling connection open after a run). */
 async function newSession(previous = null) {
   const reuse = previous !== null && !['closed', 'failed'].includes(previous.mesh.signaling.state);
   const mesh = reuse ? previous.mesh : new Mesh({
@@ -75,8 +76,8 @@ async function newSession(previous = null) {
   const peer = new BrowserPeer({ mesh, replica, tokens: page.tokens, tokenizerSha256: page.tokenizer.sha256,
     vocabSize: page.tokenizer.vocabSize, name: page.name, timers: timerParams(params), data });
   if (reuse) previous.peer.dispose(); // its run is over; the mesh's events are the new peer's
-  const session = { mesh, peer, replica, data };
-  if (shown === null || shown.peer.phase === 'lobby') shown = session;
+  const session = { mesh, peer, replica, data, ran: false };
+  if (shown === null || !shown.ran) shown = session;
 
   const current = () => page.peer === peer;
   if (!reuse) {
@@ -96,16 +97,23 @@ async function newSession(previous = null) {
   }
   peer.addEventListener('error', (e) => page.error(e.detail.message, e.detail.hint, 'run'));
   peer.addEventListener('phase', (e) => {
-    if (e.detail.phase !== 'lobby') shown = session;
+    if (e.detail.phase === 'configured' || e.detail.phase === 'training') {
+      session.ran = true;
+      shown = session;
+    }
     if (current() && PHASE_STATUS[e.detail.phase]) page.status(PHASE_STATUS[e.detail.phase]);
   });
   peer.addEventListener('finished', (e) => {
     const o = e.detail.outcome;
-    if (o.reason === 'fork' || o.reason === 'error') page.error(`the run stopped: ${o.message}`, 'this device is ready for the next run', 'run');
+    if (session.ran && (o.reason === 'fork' || o.reason === 'error')) {
+      page.error(`the run stopped: ${o.message}`, 'this device is ready for the next run', 'run');
+    }
     if (!current()) return;
     newSession(session).then(() => {
-      page.status(`The run ended (${o.reason}) at step ${o.step}. This device is back in the group, ` +
-        'ready for the next run.');
+      // A session that never ran ends when the signaling connection comes back as a new device.
+      page.status(session.ran
+        ? `The run ended (${o.reason}) at step ${o.step}. This device is back in the group, ready for the next run.`
+        : `Back in the group (${o.message || o.reason}).`);
     }, (exc) => page.error(`could not rejoin the group after the run: ${exc.message}`, exc.hint ?? 'reload the page', 'start'));
   });
 
@@ -115,9 +123,7 @@ async function newSession(previous = null) {
       if (current()) peer.leave('the tab was closed');
     });
     mesh.start();
-  } else if (mesh.id !== '') {
-    peer.onWelcome({ id: mesh.id }); // the mesh was admitted already: the machine starts now
-  }
+  } // else the peer built its machine on the admitted mesh already (peer.js, "Sessions")
   return session;
 }
 

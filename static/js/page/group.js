@@ -266,11 +266,15 @@ export function mount(root, page) {
   renderRoom();
   render();
   page.addEventListener('ready', render);
+  const meshes = new WeakSet(); // a mesh serves several sessions: listen to it once
   page.addEventListener('session', ({ detail: { mesh, peer } }) => {
     roster = rosterOf(mesh);
-    roster.addEventListener('change', () => {
-      if (page.mesh === mesh) render();
-    });
+    if (!meshes.has(mesh)) {
+      meshes.add(mesh);
+      roster.addEventListener('change', () => {
+        if (page.mesh === mesh) render();
+      });
+    }
     for (const kind of ['phase', 'ready']) {
       peer.addEventListener(kind, () => {
         if (page.peer === peer) renderMembers();

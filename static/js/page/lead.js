@@ -120,17 +120,27 @@ export function mount(root, page) {
   });
 
   render();
+  const meshes = new WeakSet(); // a mesh serves several sessions: listen to it once
   page.addEventListener('session', ({ detail: { peer, data, mesh } }) => {
     offerData(data);
     const mine = (fn) => () => {
       if (page.peer === peer) fn();
     };
+    let ran = false; // a session that never left the lobby had no run to report
     for (const kind of ['ready', 'phase']) peer.addEventListener(kind, mine(render));
+    peer.addEventListener('phase', (e) => {
+      ran ||= e.detail.phase === 'configured' || e.detail.phase === 'training';
+    });
     peer.addEventListener('finished', (e) => {
-      lastOutcome = e.detail.outcome;
+      if (ran) lastOutcome = e.detail.outcome;
       render();
     });
-    rosterOf(mesh).addEventListener('change', mine(render));
+    if (!meshes.has(mesh)) {
+      meshes.add(mesh);
+      rosterOf(mesh).addEventListener('change', () => {
+        if (page.mesh === mesh) render();
+      });
+    }
     render();
   });
 }

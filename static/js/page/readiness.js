@@ -49,20 +49,27 @@ export function measuredSpeed(selection) {
 
 const short = (text, n = 140) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
 
-/** One line per backend tried: [mark, text, full reason or ''] */
+/** One line per backend tried, [mark, text, full reason or '']; the backends that could not
+ * be tried for want of WebGPU share one line. */
 export function backendLines(selection) {
-  return (selection?.rows ?? []).map((r) => {
+  const rows = selection?.rows ?? [];
+  const noGpu = rows.filter((r) => !r.gates_passed && r.adapter === 'none');
+  const lines = rows.filter((r) => !noGpu.includes(r)).map((r) => {
     if (r.gates_passed) {
       const chosen = r.name === selection.backend ? ' (chosen)' : '';
       return ['✓', `${r.name}: passed its exact gates${chosen}`, ''];
     }
     const why = r.failure ?? 'unknown';
-    if (r.adapter === 'none') return ['–', `${r.name}: not available, no WebGPU on this browser`, why];
     if (/language feature .* is missing/.test(why)) {
       return ['–', `${r.name}: not available, this GPU lacks the feature it needs`, why];
     }
     return ['✗', `${r.name}: failed its gates, ${short(why)}`, why];
   });
+  if (noGpu.length > 0) {
+    lines.unshift(['–', `${noGpu.map((r) => r.name).join(', ')}: not available, no WebGPU on this browser`,
+      noGpu[0].failure ?? '']);
+  }
+  return lines;
 }
 
 function saveName(value) {
