@@ -207,3 +207,25 @@ async def test_a_lost_server_shows_reconnecting_with_countdown_and_attempt() -> 
             tab.check_clean()
     finally:
         await server.stop()
+
+
+async def test_a_room_the_server_cannot_make_is_shown_with_its_hint() -> None:
+    """POST /api/rooms refused: the page stays where it is and shows the server's words."""
+    async with signaling_server() as url, chromium() as browser:
+        tab = await open_page(browser, f"{url}/?{QUERY}&name=solo")
+        await joined(tab)
+        body = '{"code": "busy", "message": "no rooms now", "hint": "try again in a minute"}'
+
+        async def refuse(route: Any) -> None:
+            await route.fulfill(status=503, content_type="application/json", body=body)
+
+        await tab.page.route(f"{url}/api/rooms", refuse)
+        button = tab.page.get_by_role("button", name="Private room")
+        await button.click()
+        text = await shows(tab, "#problems", r"could not make a room")
+        assert "HTTP 503: no rooms now" in text and "try again in a minute" in text, text
+        assert "room=" not in tab.page.url
+        assert await button.is_enabled()
+        tab.failed.clear()  # the planted 503
+        tab.errors = [e for e in tab.errors if "503" not in e]
+        tab.check_clean()
