@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ from page_helpers import (
     check_page,
     chromium,
     joined,
+    new_tab,
     open_page,
     overflow,
     screenshot,
@@ -170,3 +172,36 @@ async def test_the_checks_catch_an_unnamed_control_and_a_too_wide_page() -> None
         assert sw > iw, (sw, iw)
         with pytest.raises(AssertionError, match="px wide"):
             await check_page(tab, "planted")
+
+
+async def test_the_lead_form_offers_fineweb_when_the_server_reads_it() -> None:
+    """Training text: FineWeb-Edu is offered only when /api/status names a pinned revision, and
+    leading with it configures a fineweb@REV run (the run waits for a second device here)."""
+    revision = "ab" * 20
+    status = f'{{"data": {{"state": "online", "revision": "{revision}"}}}}'
+    async with signaling_server() as url, chromium() as browser:
+        plain = await open_page(browser, f"{url}/?{TIMERS}&backend=js-cpu")
+        await joined(plain)
+        options = plain.page.locator("#lead select[name=data] option")
+        assert await options.all_inner_texts() == ["Built-in text"]
+
+        tab = await new_tab(browser)
+
+        async def online(route: Any) -> None:
+            await route.fulfill(status=200, content_type="application/json", body=status)
+
+        await tab.page.route(f"{url}/api/status", online)
+        await tab.page.goto(f"{url}/?{TIMERS}&backend=js-cpu")
+        await joined(tab)
+        lead = tab.page.locator("#lead")
+        fineweb = "FineWeb-Edu (from the server)"
+        await lead.get_by_label("Training text").select_option(label=fineweb)
+        await lead.get_by_label("Devices needed to start").fill("3")
+        await lead.get_by_role("button", name="Start the run").click()
+        await shows(tab, "#lead .standing", r"You lead this run")
+        data = await tab.page.evaluate(
+            "async () => (await import('/js/app.js')).app.peer.machine.config.data"
+        )
+        assert data == f"fineweb@{revision}"
+        for t in (plain, tab):
+            t.check_clean()
