@@ -7,10 +7,11 @@ lets it in from the in-page prompt (with its countdown); a third is turned away 
 server's message and hint as sent (not a bare close code); a fourth is never answered and its
 request times out (the server's ``join_timeout_s``, shortened here; ``--join-timeout`` in
 production), the host's page keeping its standing when it answers too late; when the host's tab
-closes, the server names the oldest member host (``host-changed``) and that page says "host" and
-lets in a new device; when the server goes away the page says when it tries again and which
-attempt it is, and comes back. The tabs run on the CPU tier (``backend=js-cpu``: no timed
-step), in the test run's network namespace (conftest.py).
+closes, the server names the oldest member host (``host-changed``): that page says "host" and
+lets in a new device, and every other member's page says who hosts now; when the server goes
+away the page says when it tries again and which attempt it is, and comes back; a room the
+server cannot make is a problem with its hint. The tabs run on the CPU tier
+(``backend=js-cpu``: no timed step), in the test run's network namespace (conftest.py).
 """
 
 from __future__ import annotations
@@ -102,19 +103,29 @@ async def test_room_create_share_request_approve_deny_and_host_hand_off() -> Non
         assert "code 4403" not in await text_of(other, "#problems")
         await shows(host, "#group .closed-requests", r"other was turned away")
 
-        # Hand-off: the host's tab closes; the guest's page says it hosts and can let in a
-        # new device.
+        # A third member, let in before the hand-off.
+        third = await open_page(browser, f"{link}&{QUERY}&name=third")
+        await request_item(host, "third")
+        await host.page.get_by_role("button", name="Approve third").click()
+        await joined(third)
+
+        # Hand-off: the host's tab closes; the guest (the oldest member) says it hosts and can
+        # let in a new device; the third member's page says who hosts now.
         await host.page.context.close()
         await shows(guest, CONNECTION, r"which you host", timeout=30)
+        await shows(guest, "#group .closed-requests", r"this device hosts the room now")
         await shows(guest, "#group .members", r"guest \(this device\)\s*host")
+        await shows(third, "#group .closed-requests", r"The host left: guest hosts the room now")
+        await shows(third, "#group .members", r"guest\s*host")
+        await shows(third, CONNECTION, r"Connected to a private room\.")
         late = await open_page(browser, f"{link}&{QUERY}&name=late")
         await request_item(guest, "late")
         await guest.page.get_by_role("button", name="Approve late").click()
         await joined(late)
         await shows(late, CONNECTION, r"Connected to a private room\.")
-        for tab in (guest, late):
+        await shows(late, "#group .members", r"guest\s*host")
+        for tab in (guest, late, third, other):
             tab.check_clean()
-        other.check_clean()
 
 
 async def test_a_request_nobody_answers_times_out_and_a_late_answer_changes_nothing() -> None:

@@ -45,7 +45,9 @@ export function mount(root, page) {
   const connection = h('p', { class: 'connection' });
   const roomBox = h('div', { class: 'room' });
   const members = h('ul', { class: 'members', 'aria-label': 'Devices in this group' });
-  const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests' });
+  // A new request is announced; its countdown (aria-live off) is not, every second.
+  const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests', 'aria-live': 'polite',
+    'aria-relevant': 'additions' });
   const requestNote = h('p', { class: 'note closed-requests', role: 'status', 'aria-live': 'polite' });
   const requests = h('div', { class: 'requests-box', hidden: true },
     h('h3', { text: 'Asking to join' }), requestList);
@@ -184,7 +186,7 @@ export function mount(root, page) {
     for (const [id, r] of open) {
       if (requestItems.has(id)) continue;
       const name = r.peer.name || id;
-      const left = h('span', { class: 'counter' });
+      const left = h('span', { class: 'counter', 'aria-live': 'off' });
       const item = h('li', { 'data-peer': id },
         h('span', { class: 'name', text: name }),
         h('span', { class: 'facts', text: [r.peer.device?.backend, speedOf(r.peer.device)].filter(Boolean).join(' · ') }),
@@ -202,8 +204,12 @@ export function mount(root, page) {
       requestList.append(item);
     }
     requests.hidden = requestItems.size === 0;
-    const last = roster?.closed.at(-1);
-    const text = last ? `${last.name} ${CLOSED_TEXT[last.reason] ?? last.reason}.` : '';
+    const news = roster?.news ?? null;
+    let text = '';
+    if (news?.kind === 'closed') text = `${news.name} ${CLOSED_TEXT[news.reason] ?? news.reason}.`;
+    else if (news?.kind === 'host' && news.id === roster.self) {
+      text = 'The host left: this device hosts the room now and answers its join requests.';
+    } else if (news?.kind === 'host') text = `The host left: ${roster.nameOf(news.id)} hosts the room now.`;
     if (requestNote.textContent !== text) requestNote.textContent = text;
   }
 

@@ -33,7 +33,7 @@ export class Roster extends EventTarget {
     this.channels = new Map(); // id -> 'open' | 'closed' (absent: connecting)
     this.waiting = null; // {since (ms, Date.now), timeoutS, message, room}: our request
     this.requests = new Map(); // id -> {peer, closesAt (ms)}: requests we host
-    this.closed = []; // {name, reason}: requests that closed, newest last (a few)
+    this.news = null; // the latest room event: {kind: 'closed', name, reason} | {kind: 'host', id}
     this.refusal = null; // {message, hint, reason}: the server's words when it refused us
     this.link = { state: mesh.signaling.state }; // the signaling state's last detail
     mesh.addEventListener('server', (e) => this.onServer(e.detail.message));
@@ -96,7 +96,7 @@ export class Roster extends EventTarget {
       case 'join-request-closed': {
         const r = this.requests.get(m.peer);
         this.requests.delete(m.peer);
-        this.closed = [...this.closed, { name: r?.peer.name || m.peer, reason: m.reason }].slice(-3);
+        this.news = { kind: 'closed', name: r?.peer.name || m.peer, reason: m.reason };
         break;
       }
       case 'peer-joined':
@@ -108,6 +108,7 @@ export class Roster extends EventTarget {
         break;
       case 'host-changed':
         this.host = m.host;
+        this.news = { kind: 'host', id: m.host };
         this.role = m.host === this.self ? 'host' : 'member';
         break;
       case 'error':
