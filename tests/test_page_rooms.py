@@ -203,6 +203,7 @@ async def test_a_lost_server_shows_reconnecting_with_countdown_and_attempt() -> 
             # The reason of the latest close: the server's 1001, then each refused connect's 1006.
             assert re.search(r"the server closed the connection \(code 100[16]\)", text), text
             await shows(tab, "#problems", r"signaling lost")
+            await shows(tab, "#status", r"The connection to the server was lost: reconnecting")
             await server.start()
             await shows(tab, CONNECTION, r"Connected to the group")
 

@@ -53,10 +53,10 @@ const PHASE_STATUS = {
   training: 'Training.',
 };
 
-/** A new session: a new peer and replica on the mesh (a new mesh only when the last one was
- * closed or refused: peer.js keeps the signaling connection open after a run). */
+/** A new session: a new peer and replica on the last session's mesh (peer.js keeps the
+ * signaling connection open after a run), or on a new mesh for the first session. */
 async function newSession(previous = null) {
-  const reuse = previous !== null && !['closed', 'failed'].includes(previous.mesh.signaling.state);
+  const reuse = previous !== null;
   const mesh = reuse ? previous.mesh : new Mesh({
     server: location.origin, room: params.get('room'), name: page.name,
     device: { kind: 'browser', backend: page.selection.backend,
@@ -91,6 +91,11 @@ async function newSession(previous = null) {
     mesh.addEventListener('welcome', () => {
       if (page.mesh === mesh) page.status('In the group: ready to follow the next run, or lead one.');
     });
+    mesh.addEventListener('signaling', (e) => {
+      if (page.mesh === mesh && e.detail.state === 'reconnecting' && e.detail.old !== 'connecting') {
+        page.status('The connection to the server was lost: reconnecting (see Group).');
+      }
+    });
     mesh.addEventListener('server', (e) => {
       if (page.mesh === mesh && e.detail.message.type === 'pending') page.status('Waiting for the room’s host to let this device in.');
     });
@@ -109,6 +114,12 @@ async function newSession(previous = null) {
       page.error(`the run stopped: ${o.message}`, 'this device is ready for the next run', 'run');
     }
     if (!current()) return;
+    if (['failed', 'closed'].includes(mesh.signaling.state)) {
+      // Refused by the server (the group panel shows its words and a Reconnect button): asking
+      // again on its own would only be refused again.
+      page.status('Not connected to the group: see Group.');
+      return;
+    }
     newSession(session).then(() => {
       // A session that never ran ends when the signaling connection comes back as a new device.
       page.status(session.ran
@@ -118,12 +129,7 @@ async function newSession(previous = null) {
   });
 
   page.setSession(session); // panels attach before the mesh starts: they see its welcome
-  if (!reuse) {
-    addEventListener('pagehide', () => {
-      if (current()) peer.leave('the tab was closed');
-    });
-    mesh.start();
-  } // else the peer built its machine on the admitted mesh already (peer.js, "Sessions")
+  if (!reuse) mesh.start(); // else the peer built its machine on the admitted mesh already
   return session;
 }
 
@@ -145,6 +151,7 @@ async function main() {
     },
   });
   page.emit('ready', { selection: page.selection });
+  addEventListener('pagehide', () => page.peer?.leave('the tab was closed'));
   page.status('Joining the group…');
   await newSession();
 }
