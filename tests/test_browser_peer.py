@@ -478,7 +478,7 @@ async def test_page_controls_at_phone_size_refuse_a_bad_run_and_lead_a_good_one(
         assert last["step"] == 3 and last["hash"] == follower.hashes[3]
         assert "js-cpu" in await page.inner_text("#readiness .backend")
         # The step, loss and hash are the live panel's (tests/test_page_live.py).
-        ended = "The last run ended (done) at step 3; this device is back in the group"
+        ended = "The last run ended at step 3: it finished. This device is back in the group"
         await page.wait_for_selector(f"#lead .standing:has-text('{ended}')")
         assert (await page.evaluate(LAYOUT))["overflow"] == 0, "no horizontal scroll after a run"
         tab.check_clean()

@@ -140,7 +140,7 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         # Stopped: the leader's Stop; both pages are back in the group, no reload.
         await page.get_by_role("button", name="Stop the run").click()
         for tab in (ada, bo):
-            ended = r"The last run ended \(leader-request\) at step \d+; this device is back"
+            ended = r"The last run ended at step \d+: its leader stopped it\. This device is back"
             await shows(tab, "#lead .standing", ended)
             assert await tab.page.get_by_role("button", name="Start the run").is_enabled()
         outcome = await page.evaluate(

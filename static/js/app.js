@@ -22,6 +22,7 @@ import { fineWebFeed } from './p2p/datafeed.js';
 import { loadTokens, timerParams } from './page/boot.js';
 import { deviceName, measuredSpeed } from './page/readiness.js';
 import { rosterOf } from './page/roster.js';
+import { endedText } from './page/lead.js';
 import * as readiness from './page/readiness.js';
 import * as group from './page/group.js';
 import * as lead from './page/lead.js';
@@ -123,7 +124,7 @@ async function newSession(previous = null) {
     newSession(session).then(() => {
       // A session that never ran ends when the signaling connection comes back as a new device.
       page.status(session.ran
-        ? `The run ended (${o.reason}) at step ${o.step}. This device is back in the group, ready for the next run.`
+        ? `${endedText(o)} This device is back in the group, ready for the next run.`
         : `Back in the group (${o.message || o.reason}).`);
     }, (exc) => page.error(`could not rejoin the group after the run: ${exc.message}`, exc.hint ?? 'reload the page', 'start'));
   });

@@ -14,6 +14,18 @@
 import { h } from './dom.js';
 import { rosterOf } from './roster.js';
 
+// How a run ended, for people (the outcome reasons of p2p/machine/effects.js).
+const ENDED = {
+  done: 'it finished', 'leader-request': 'its leader stopped it',
+  fork: 'the copies disagreed (see Live)', error: 'an error stopped it (see Problems)',
+  left: 'this device left it',
+};
+
+/** "The run ended at step 19: its leader stopped it." (the reason itself when unknown). */
+export function endedText(outcome, which = 'The run') {
+  return `${which} ended at step ${outcome.step}: ${ENDED[outcome.reason] ?? outcome.reason}.`;
+}
+
 function field(label, input) {
   return h('label', { class: 'field' }, h('span', { text: label }), input);
 }
@@ -72,8 +84,8 @@ export function mount(root, page) {
     if (!ready) {
       standing.textContent = 'Available once this device has joined its group.';
     } else if (phase === 'lobby' && lastOutcome !== null) {
-      standing.textContent = `The last run ended (${lastOutcome.reason}) at step ${lastOutcome.step}; ` +
-        'this device is back in the group for the next one. Start one, or wait for someone to lead.';
+      standing.textContent = `${endedText(lastOutcome, 'The last run')} This device is back in the ` +
+        'group for the next one: start one, or wait for someone to lead.';
     } else if (phase === 'lobby') {
       standing.textContent = 'No run yet: start one, or wait for someone in the group to lead.';
     } else if (inRun && peer.isLeader) {
@@ -86,7 +98,7 @@ export function mount(root, page) {
       standing.textContent = `Following ${name}’s run: joined automatically.`;
     } else if (phase === 'stopped') {
       const o = peer.outcome;
-      standing.textContent = o ? `The run ended (${o.reason}) at step ${o.step}.` : 'The run is ending…';
+      standing.textContent = o ? endedText(o) : 'The run is ending…';
     }
   }
 
