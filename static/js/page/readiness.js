@@ -10,8 +10,8 @@
 //   does this device train);
 // - the measured speed: tokens per second of one `tiny` training step (the selection times one
 //   step per usable backend); published to the group in the mesh hello (`tokens_per_s`);
-// - this device's name: editable, kept in localStorage, sent as the mesh name from the next
-//   connection on (?name= in the address overrides it).
+// - this device's name: editable, kept in localStorage, sent as the mesh name when the page
+//   next connects (a reload; the signaling hello carries it) (?name= in the address overrides it).
 
 import { h, count } from './dom.js';
 import { PRESETS } from '../model/config.js';
@@ -100,7 +100,8 @@ export function mount(root, page) {
     nameInput.value = value;
     const kept = saveName(value);
     nameNote.textContent = `${kept ? 'Remembered on this device' : 'Not remembered (this browser refuses storage)'}; ` +
-      'the group sees it from the next connection (after this run, or a reload).';
+      (overridden ? 'this visit keeps the name given by ?name= in the address.'
+        : 'the group sees it when this page next connects (reload it to rename it now).');
   });
 
   page.addEventListener('progress', (e) => {
