@@ -126,6 +126,11 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         await shows(bo, "#lead .standing", r"Following Ada's laptop’s run: joined automatically")
         await shows(ada, "#status", r"Training")
         await shows(bo, "#group .members", r"Ada's laptop\s*leader")
+        # The form's defaults reach the run: warm-up 20 (as `daisychain train`), lr 0.003.
+        optim = await page.evaluate(
+            "async () => (await import('/js/app.js')).app.peer.machine.config.optim"
+        )
+        assert optim["warmup_steps"] == 20 and optim["lr"] == 0.003, optim
 
         async def some_steps() -> bool:
             got: int = await page.evaluate(

@@ -302,8 +302,9 @@ export function mount(root, page) {
     render();
     if (store === null) return;
     try {
+      // Not on the status line: a save at the end of a run would cover how the run ended.
+      // The panel's own list shows the saved state.
       await store.write(s.bytes, { run: s.run, step: s.step, at: s.at });
-      page.status(`saved step ${s.step} in this browser`);
     } catch (exc) {
       page.error(`saving step ${s.step} in this browser failed: ${exc.message}`,
         exc.name === 'QuotaExceededError' ? 'the browser has no room left: delete saved states or use Download'

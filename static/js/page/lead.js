@@ -48,6 +48,9 @@ export function mount(root, page) {
         field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
         field('Learning rate', h('input', { name: 'lr', type: 'number', inputmode: 'decimal', step: 'any',
           min: 0, max: 1, value: 0.003 })),
+        // 20 as `daisychain train`: without a warm-up the first steps of a fresh model at the
+        // full rate can jump the loss back up (seen on tiny at lr 0.003).
+        field('Warm-up', num('warmup', { min: 0, value: 20 })),
         field('Seed', num('seed', { min: 0, max: 4294967295, value: 1 })))),
     h('div', { class: 'actions' }, start));
   const refusal = h('p', { class: 'note bad', role: 'alert', hidden: true });
@@ -111,7 +114,7 @@ export function mount(root, page) {
     start.disabled = true;
     const choices = {
       preset: f.get('preset'), steps: n('steps'), batch: n('batch'), seqLen: n('seq_len'),
-      lr: n('lr'), seed: n('seed'), minPeers: n('min_peers'),
+      lr: n('lr'), warmup: n('warmup'), seed: n('seed'), minPeers: n('min_peers'),
     };
     if (f.get('data') !== 'builtin') choices.data = f.get('data');
     try {
