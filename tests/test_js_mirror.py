@@ -9,8 +9,10 @@ it is started).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,9 @@ def test_js_mirror_node_suite() -> None:
         capture_output=True,
         text=True,
         timeout=NODE_TIMEOUT_S,
+        # The JS tests run Python fixtures with $PYTHON: this interpreter (the one with the
+        # test dependencies), whatever `python` is first on PATH.
+        env={**os.environ, "PYTHON": sys.executable},
     )
     report = proc.stdout + proc.stderr
     counts = {k: int(v) for k, v in re.findall(r"^# (pass|fail|cancelled) (\d+)$", report, re.M)}
