@@ -109,6 +109,7 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         await each_viewport(host, "approving", tmp_path, "#group")
         await host.page.get_by_role("button", name="Deny Guest phone").click()
         await shows(guest, "#group .connection", r"Not admitted")
+        await shows(guest, "#status", r"Not connected to the group")
         for tab in (host, guest):
             await check_page(tab, "after the denial")
             await tab.page.context.close()

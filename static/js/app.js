@@ -95,6 +95,9 @@ async function newSession(previous = null) {
     mesh.addEventListener('signaling', (e) => {
       if (page.mesh === mesh && e.detail.state === 'reconnecting' && e.detail.old !== 'connecting') {
         page.status('The connection to the server was lost: reconnecting (see Group).');
+      } else if (page.mesh === mesh && e.detail.state === 'failed') {
+        // Refused (a bad room code, denied, expired): the group panel shows the server's words.
+        page.status('Not connected to the group: see Group.');
       }
     });
     mesh.addEventListener('server', (e) => {
