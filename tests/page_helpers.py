@@ -76,26 +76,7 @@ async def new_tab(browser: Any, viewport: dict[str, int] = PHONE) -> Tab:
     context = await browser.new_context(viewport=viewport)
     await context.grant_permissions(["clipboard-read", "clipboard-write"])
     page = await context.new_page()
-    tab = Tab(page)
-
-    def on_console(message: Any) -> None:
-        if message.type == "error":
-            tab.errors.append(message.text)
-
-    def on_request(request: Any) -> None:
-        parts = urlsplit(request.url)
-        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-            tab.foreign.append(request.url)
-
-    def on_response(response: Any) -> None:
-        if response.status >= 400:
-            tab.failed.append(f"{response.status} {response.url}")
-
-    page.on("console", on_console)
-    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
-    page.on("request", on_request)
-    page.on("response", on_response)
-    return tab
+    return watch(Tab(page))
 
 
 async def open_page(browser: Any, url: str, viewport: dict[str, int] = PHONE) -> Tab:
@@ -212,3 +193,28 @@ async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -
         GUIDE_DIR.mkdir(parents=True, exist_ok=True)
         (GUIDE_DIR / f"{name}.png").write_bytes(path.read_bytes())
     return path
+
+
+def watch(tab: Tab) -> Tab:
+    """Collect the tab's console errors, page errors, responses >= 400 and requests that leave
+    127.0.0.1 (check_clean asserts there are none)."""
+    page = tab.page
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            tab.errors.append(message.text)
+
+    def on_request(request: Any) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
+            tab.foreign.append(request.url)
+
+    def on_response(response: Any) -> None:
+        if response.status >= 400:
+            tab.failed.append(f"{response.status} {response.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
+    page.on("request", on_request)
+    page.on("response", on_response)
+    return tab

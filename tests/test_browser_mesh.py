@@ -28,7 +28,6 @@ import hashlib
 import json
 import re
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,16 +35,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from aiohttp import web
 
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.mesh import ChannelMessage, Mesh
 from daisychain.p2p_wire_vectors import DEFAULT_DIR as WIRE_VECTORS
-from daisychain.server.app import create_app
 from mesh_helpers import needs_namespace
-from server_fixtures import ByteTokenizer, config
+from server_fixtures import AppServer
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
     pytest.skip(
@@ -267,27 +264,6 @@ async () => {
   return events.map(({ type, detail }) => ({ type, detail }));
 }
 """
-
-
-class AppServer:
-    """The real DaisyChain app on 127.0.0.1 at a fixed port, so a test can stop and restart it."""
-
-    def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        self.runner = web.AppRunner(create_app(config(), tokenizer=ByteTokenizer))
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
 
 
 @dataclass

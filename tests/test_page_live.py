@@ -40,10 +40,10 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
+import page_helpers
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p.node import StepRecord
 from mesh_helpers import (
@@ -98,45 +98,17 @@ async () => {
 """
 
 
-class Tab:
-    def __init__(self, page: Any) -> None:
-        self.page = page
-        self.errors: list[str] = []
-        self.failed: list[str] = []
-        self.foreign: list[str] = []
-
+class Tab(page_helpers.Tab):
     async def live(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.page.evaluate(LIVE)
         return result
-
-    def check_clean(self) -> None:
-        assert not self.errors, f"console errors: {self.errors}"
-        assert not self.failed, f"failed requests: {self.failed}"
-        assert not self.foreign, f"the page reached outside the test server: {self.foreign}"
 
 
 async def open_tab(browser: Any, url: str, viewport: dict[str, int]) -> Tab:
     context = await browser.new_context(viewport=viewport)
     page = await context.new_page()
     tab = Tab(page)
-
-    def on_request(request: Any) -> None:
-        parts = urlsplit(request.url)
-        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-            tab.foreign.append(request.url)
-
-    def on_console(message: Any) -> None:
-        if message.type == "error":
-            tab.errors.append(message.text)
-
-    def on_response(response: Any) -> None:
-        if response.status >= 400:
-            tab.failed.append(f"{response.status} {response.url}")
-
-    page.on("console", on_console)
-    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
-    page.on("request", on_request)
-    page.on("response", on_response)
+    page_helpers.watch(tab)
     response = await page.goto(url)
     assert response is not None and response.ok, f"GET {url}: {response}"
     return tab

@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from aiohttp import web
 
 from daisychain.bench.browser import CHROMIUM
-from daisychain.server.app import create_app
 from daisychain.server.config import SignalingLimits
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import Tab, chromium, joined, open_page, shows, text_of, until
-from server_fixtures import ByteTokenizer, config
+from server_fixtures import AppServer
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
     pytest.skip("/usr/bin/chromium is missing", allow_module_level=True)
@@ -169,30 +166,9 @@ async def test_a_request_nobody_answers_times_out_and_a_late_answer_changes_noth
         guest.check_clean()
 
 
-class RestartableServer:
-    """The real app at a fixed port of 127.0.0.1, so the test can stop and restart it."""
-
-    def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        self.runner = web.AppRunner(create_app(config(), tokenizer=ByteTokenizer))
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
-
-
 async def test_a_lost_server_shows_reconnecting_with_countdown_and_attempt() -> None:
     """The group panel says when the next try is and which attempt it is, and comes back."""
-    server = RestartableServer()
+    server = AppServer()
     await server.start()
     try:
         async with chromium() as browser:
