@@ -32,11 +32,16 @@ TOKENIZER = "ab" * 32
 
 SCRIPT = """
 import { readFileSync, writeFileSync } from 'node:fs';
-const { decodeCheckpoint, encodeCheckpoint } = await import(process.argv[2]);
+const { decodeCheckpoint, encodeCheckpoint, stepOf } = await import(process.argv[2]);
 const input = JSON.parse(readFileSync(process.argv[3], 'utf8'));
 const bytes = (b64) => new Uint8Array(Buffer.from(b64, 'base64'));
-const out = { cases: {} };
+const out = { cases: {}, steps: {} };
 for (const c of input.cases) {
+  try {
+    out.steps[c.name] = stepOf(bytes(c.blob), 'case');
+  } catch (exc) {
+    out.steps[c.name] = `${exc.name}: ${exc.message}`;
+  }
   try {
     const ck = await decodeCheckpoint(bytes(c.blob), 'case', c.expect);
     out.cases[c.name] = { ok: true, hash: ck.weightHash, step: ck.state.step };
@@ -122,6 +127,9 @@ def damaged(blob: bytes, state: training.TrainState) -> dict[str, tuple[bytes, s
         ),
         "f64": (rebuilt(blob, gf=t["gf"].astype(np.float64)), "'gf' is float64 (64,)"),
         "bf16": (blob.replace(b'"dtype":"F32"', b'"dtype":"BF1"', 1), "unsupported dtype 'BF1'"),
+        "no-step": (rebuilt(blob, meta={"step": None}), "'step' is missing"),
+        "bad-step": (rebuilt(blob, meta={"step": "-1"}), "integers in decimal, not '-1'"),
+        "spaced-seed": (rebuilt(blob, meta={"seed": " 7"}), "integers in decimal, not ' 7'"),
         "tokenizer": (blob, "trained with tokenizer"),
         "vocab": (blob, "vocabulary has 2048 tokens"),
     }
@@ -164,3 +172,7 @@ def test_js_checkpoints_are_pythons_bytes_and_refuse_what_python_refuses(tmp_pat
         got = out["cases"][name]
         assert got["ok"] is False and got["name"] == "ReplicaRefused", (name, got)
         assert words in got["message"], (name, got["message"])
+    # stepOf: the step a page names its export by, read from the header alone.
+    assert out["steps"]["valid"] == 2
+    for name in ("too-short", "header-length", "header-not-json", "no-step", "bad-step"):
+        assert out["steps"][name].startswith("ReplicaRefused: case: "), (name, out["steps"][name])

@@ -88,6 +88,9 @@ async () => {
     validations: live.validations, view: live.view,
     records: (p?.records ?? []).map((r) => ({ step: r.step, loss: r.loss, hash: r.hash })),
     outcome: o === null ? null : { reason: o.reason, step: o.step },
+    // The peer sets its outcome, drains its channels, then says 'finished'; the live panel
+    // reports the end (a fork's hashes) on that event, so tests wait for this, not the outcome.
+    finished: live.finished !== null,
     agree: agree?.textContent ?? '', agreeState: agree?.dataset.state ?? '',
     units: document.querySelector('#live .live-units')?.textContent ?? '',
     label: document.querySelector('#live canvas')?.getAttribute('aria-label') ?? '',
@@ -238,7 +241,7 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
 
             async def ended(tab: Tab) -> Any:
                 s = await tab.live()
-                return s if s["outcome"] is not None else None
+                return s if s["outcome"] is not None and s["finished"] else None
 
             states = [await until(lambda t=tab: ended(t), 60, "the tabs' outcomes") for tab in tabs]
             for tab, s in zip(tabs, states, strict=True):
@@ -303,7 +306,7 @@ async def test_a_fork_is_reported_with_each_devices_hash(tmp_path: Path) -> None
 
             async def ended() -> Any:
                 s = await tab.live()
-                return s if s["outcome"] is not None else None
+                return s if s["outcome"] is not None and s["finished"] else None
 
             s = await until(ended, 60, "the tab's outcome")
             assert s["outcome"]["reason"] == "fork", s["outcome"]

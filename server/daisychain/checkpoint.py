@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,17 @@ def load(
     return from_parts(tensors, meta, str(path), tokenizer_sha256, vocab_size)
 
 
+_COUNT = re.compile(r"0|[1-9][0-9]{0,18}")
+
+
+def _count(text: str) -> int:
+    """A step or seed as the writer spells it (decimal, no sign, space or leading zero); int()
+    alone would take "-1", " 5" and "5_0", which the browser's reader refuses."""
+    if not _COUNT.fullmatch(text):
+        raise ValueError(f"step and seed must be non-negative integers in decimal, not {text!r}")
+    return int(text)
+
+
 def from_parts(
     tensors: dict[str, npt.NDArray[np.generic]],
     meta: dict[str, str],
@@ -160,7 +172,7 @@ def from_parts(
     try:
         model = _model_from_json(need("model"))
         optim = AdamWConfig(**json.loads(need("optim")))
-        step, seed = int(need("step")), int(need("seed"))
+        step, seed = _count(need("step")), _count(need("seed"))
         p1, p2 = _from_bits(need("p1")), _from_bits(need("p2"))
     except (ValueError, TypeError, KeyError, ConfigError) as exc:
         raise CheckpointError(f"{source}: invalid configuration in metadata: {exc}") from exc

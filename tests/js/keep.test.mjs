@@ -85,3 +85,14 @@ test('saves keep the newest two; a failed write keeps the previous save and leav
   await store.remove(saves[1].name);
   assert.deepEqual((await store.list()).map((s) => s.step), [6]);
 });
+
+test('a crash between a save and its clean-up leaves three saves; pruning (on open) keeps the newest two', async () => {
+  const dir = new MemoryDir();
+  for (const step of [2, 4, 6]) dir.files.set(saveName('ab', step, 1000 + step), Uint8Array.of(step));
+  dir.files.set(saveName('ab', 8, 1008), new Uint8Array()); // a write still in progress elsewhere
+  const store = new SavedStates(dir);
+  assert.deepEqual((await store.list()).map((s) => s.step), [6, 4, 2]);
+  await store.prune();
+  assert.deepEqual((await store.list()).map((s) => s.step), [6, 4]);
+  assert.ok(dir.files.has(saveName('ab', 8, 1008)), 'an empty file (maybe a write in progress) is left alone');
+});

@@ -258,3 +258,22 @@ test("a leader's save exports the replica and says so when the page keeps checkp
   await sleep(10);
   assert.equal(saves.length, 1);
 });
+
+test("a user's export is named by the step its bytes hold, not the step the page last showed", async () => {
+  const { mesh, peer } = makePeer({ clock: () => 1 });
+  mesh.emit('welcome', { id: 'A', role: 'member', members: [] });
+  await peer.lead({ preset: 'tiny', steps: 5, batch: 1, seqLen: 32, minPeers: 2 });
+  const before = peer.replica.step;
+  // The worker serves requests in order: a step already sent to it is applied before the
+  // export is answered. Stand in for that: the export applies one step first.
+  const checkpoint = peer.replica.checkpoint.bind(peer.replica);
+  peer.replica.checkpoint = async () => {
+    await peer.replica.apply(new Float32Array(4));
+    return checkpoint();
+  };
+  const s = await peer.checkpoint();
+  assert.equal(s.step, before + 1, 'the step inside the bytes');
+  assert.equal(peer.replica.stepOf(s.bytes), s.step);
+  assert.equal(s.hash, peer.replica.hash);
+  assert.throws(() => peer.replica.stepOf(new Uint8Array(8)), /not a trace checkpoint/);
+});

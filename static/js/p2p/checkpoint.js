@@ -121,6 +121,18 @@ export async function encodeCheckpoint(state, { model, optim, seed, tokenizerSha
   return out;
 }
 
+// A step or seed as the writer spells it (checkpoint.py _count): decimal, no sign, space or
+// leading zero, and a safe integer.
+const COUNT = /^(0|[1-9][0-9]{0,15})$/;
+
+function count(text) {
+  const n = Number(text);
+  if (!COUNT.test(text) || !Number.isSafeInteger(n)) {
+    throw new TypeError(`step and seed must be non-negative integers in decimal, not '${text}'`);
+  }
+  return n;
+}
+
 function refuse(message) {
   throw new ReplicaRefused(message);
 }
@@ -200,6 +212,32 @@ function decodeContainer(blob, source) {
 }
 
 /**
+ * The step recorded in the header of checkpoint bytes (the `step` metadata), read without
+ * decoding the tensors: a page names an export by the step its bytes hold, which can be later
+ * than the step it last saw (the worker answers an export only after every step sent before
+ * it). Throws ReplicaRefused for bytes with no readable step.
+ */
+export function stepOf(blob, source = 'checkpoint') {
+  const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);
+  if (bytes.length < 8) refuse(`${source}: file is ${bytes.length} bytes, too short; ${HINT}`);
+  const n = new DataView(bytes.buffer, bytes.byteOffset, bytes.length).getBigUint64(0, true);
+  if (n > BigInt(MAX_HEADER_BYTES) || 8n + n > BigInt(bytes.length)) {
+    refuse(`${source}: header length ${n} exceeds the file (${bytes.length} bytes); the file is truncated; ${HINT}`);
+  }
+  let step;
+  try {
+    step = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + Number(n))))
+      ?.__metadata__?.step;
+  } catch (exc) {
+    refuse(`${source}: header is not valid JSON (${exc.message}); ${HINT}`);
+  }
+  if (typeof step !== 'string' || !COUNT.test(step)) {
+    refuse(`${source}: metadata field 'step' is missing or not a count of steps; ${HINT}`);
+  }
+  return Number(step);
+}
+
+/**
  * Validate checkpoint bytes as `checkpoint.from_parts` does; resolves to {state, model, optim,
  * seed, weightHash} (state in the worker's export form). Throws ReplicaRefused saying why.
  */
@@ -234,11 +272,8 @@ export async function decodeCheckpoint(blob, source, { tokenizerSha256, vocabSiz
     model = modelConfig({ ...m, norm_eps: undefined, norm_eps_bits: parseInt(m.norm_eps, 16) });
     if (f32Bits(model.normEps) !== m.norm_eps.toLowerCase().padStart(8, '0')) throw new TypeError('norm_eps');
     optim = adamwConfig(JSON.parse(need('optim')));
-    step = Number(need('step'));
-    seed = Number(need('seed'));
-    if (!Number.isSafeInteger(step) || step < 0 || !Number.isSafeInteger(seed) || seed < 0) {
-      throw new TypeError('step and seed must be integers');
-    }
+    step = count(need('step'));
+    seed = count(need('seed'));
     p1 = fromBits(need('p1'));
     p2 = fromBits(need('p2'));
   } catch (exc) {

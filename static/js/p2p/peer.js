@@ -329,10 +329,14 @@ export class BrowserPeer extends EventTarget {
    */
   async checkpoint() {
     if (this.outcome === null && this.replica.worker !== null && this.machine?.config != null) {
-      const step = this.replica.step;
-      const hash = this.replica.hash;
+      const run = this.machine.config.run;
       const bytes = await this.replica.checkpoint();
-      return { run: this.machine.config.run, step, hash, bytes, at: Date.now() };
+      // A step already sent to the worker is applied before the export: the bytes can hold a
+      // later step than the replica showed when asked, so they name their own step.
+      const step = this.replica.stepOf(bytes);
+      const hash = step === this.replica.step ? this.replica.hash
+        : this.records.findLast((r) => r.step === step)?.hash ?? null;
+      return { run, step, hash, bytes, at: Date.now() };
     }
     if (this.lastSave !== null) return this.lastSave;
     throw Object.assign(new Error('this page holds no trained state yet'),

@@ -20,7 +20,7 @@ import { sampleBatch } from '../model/batches.js';
 import { paramShapes } from '../model/params.js';
 import { chunkSlice } from './allreduce.js';
 import { encode, flatten, nBlocks, unflatten } from './codec.js';
-import { decodeCheckpoint, encodeCheckpoint } from './checkpoint.js';
+import { decodeCheckpoint, encodeCheckpoint, stepOf } from './checkpoint.js';
 import { ReplicaRefused } from './machine/replica.js';
 
 const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
@@ -132,6 +132,11 @@ export class WorkerReplica {
     const state = await this.worker.exportState();
     return encodeCheckpoint(state, { model: this.model, optim: this.optim, seed: this.seed,
       tokenizerSha256: this.tokenizerSha256 });
+  }
+
+  /** The step checkpoint bytes hold (the `step` in their header). */
+  stepOf(bytes) {
+    return stepOf(bytes);
   }
 
   async apply(flat) {

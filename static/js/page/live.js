@@ -26,8 +26,8 @@
 // about four forward passes, which the panel says while it runs. FineWeb-Edu runs have no
 // validation split on the page: the panel says so.
 //
-// Tests read `live` (this module's export): the chart (`live.chart.points`, `.valPoints`) and
-// the last read-outs (`live.view`).
+// Tests read `live` (this module's export): the chart (`live.chart.points`, `.valPoints`), the
+// last read-outs (`live.view`) and the outcome the panel has shown (`live.finished`).
 
 import { LossChart } from './chart.js';
 import { rosterOf } from './roster.js';
@@ -35,7 +35,7 @@ import * as F from './livefigures.js';
 import { validationBatches } from '../train/validation.js';
 
 /** What the panel shows, for tests and the console. */
-export const live = { chart: null, view: null, validations: [] };
+export const live = { chart: null, view: null, validations: [], finished: null };
 
 function el(tag, attrs = {}, text = '') {
   const e = document.createElement(tag);
@@ -161,6 +161,7 @@ class LivePanel {
     this.run = cfg.run;
     this.records = [];
     this.finished = null;
+    live.finished = null;
     live.validations = [];
     this.chart.reset(cfg.steps);
     this.setState(`A run of ${cfg.steps} steps (${cfg.preset ?? 'custom'} model) is starting: ` +
@@ -235,6 +236,7 @@ class LivePanel {
       this.setState(how[o.reason] ?? `The run ended ${at} (${o.reason}${o.message ? `: ${o.message}` : ''}).`);
     }
     this.finished = o;
+    live.finished = o;
     this.render();
   }
 

@@ -11,7 +11,8 @@
 // then are the older saves beyond the newest KEEP removed. A crash or a closed tab mid-write
 // leaves at worst an empty or unfinished new file, never a damaged previous save, and a reader
 // validates the bytes (checkpoint.js decodeCheckpoint) before trusting them: `list()` drops
-// empty files.
+// empty files. A crash after the commit but before the removal leaves KEEP + 1 complete saves;
+// `open()` removes the oldest of those, so a reloaded page offers the newest KEEP.
 
 const DIR = 'daisychain-saves';
 export const KEEP = 2; // the newest saves kept; older ones are removed after each save
@@ -45,7 +46,9 @@ export class SavedStates {
     const why = unavailableReason();
     if (why !== null) throw Object.assign(new Error(why), { hint: 'automatic saves are off; use Download' });
     const root = await navigator.storage.getDirectory();
-    return new SavedStates(await root.getDirectoryHandle(DIR, { create: true }));
+    const store = new SavedStates(await root.getDirectoryHandle(DIR, { create: true }));
+    await store.prune();
+    return store;
   }
 
   constructor(dir) {
@@ -80,12 +83,18 @@ export class SavedStates {
         await this.dir.removeEntry(name).catch(() => {});
         throw exc;
       }
-      const saves = await this.list();
-      for (const old of saves.slice(KEEP)) await this.dir.removeEntry(old.name).catch(() => {});
+      await this.prune();
       return { name, run, step, at, size: bytes.length };
     });
     this.writing = done.catch(() => {});
     return done;
+  }
+
+  /** Remove the complete saves older than the newest KEEP (empty ones may be another tab's
+   *  write in progress: they are left alone and never listed). */
+  async prune() {
+    const saves = await this.list();
+    for (const old of saves.slice(KEEP)) await this.dir.removeEntry(old.name).catch(() => {});
   }
 
   /** The bytes of save `name` (a Uint8Array). */

@@ -46,16 +46,23 @@ export class TraceReplica {
 
   restore(blob, source) {
     const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);
-    const magic = String.fromCharCode(...bytes.subarray(0, MAGIC.length));
-    if (bytes.length !== CHECKPOINT_BYTES || magic !== MAGIC) {
-      throw new ReplicaRefused(`${source}: not a trace checkpoint (${bytes.length} bytes)`);
-    }
+    const step = this.stepOf(bytes, source);
     const digest = String.fromCharCode(...bytes.subarray(12));
     if (!HEX64.test(digest)) {
       throw new ReplicaRefused(`${source}: the recorded hash is not 64 hex digits`);
     }
-    this._step = new DataView(bytes.buffer, bytes.byteOffset, bytes.length).getUint32(8, true);
+    this._step = step;
     this._hash = digest;
+  }
+
+  /** The step checkpoint bytes of this kind hold (also peer.js's name for a user's export). */
+  stepOf(blob, source = 'checkpoint') {
+    const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);
+    const magic = String.fromCharCode(...bytes.subarray(0, MAGIC.length));
+    if (bytes.length !== CHECKPOINT_BYTES || magic !== MAGIC) {
+      throw new ReplicaRefused(`${source}: not a trace checkpoint (${bytes.length} bytes)`);
+    }
+    return new DataView(bytes.buffer, bytes.byteOffset, bytes.length).getUint32(8, true);
   }
 
   checkpoint() {
