@@ -12,7 +12,14 @@ reference (target: within 0.5% in the mean over seeds), and, at the contract's f
   limb quantization loses against float64, and the error that leaves in its two products
   (docs/NUMERICS.md section 6; target below 0.1%), with contract v1's two-limb rule beside them;
 - ``grad_cosine_median``: per tensor, the median over the validation batches of the cosine
-  between the contract's gradient and the float64 reference's at the same weights.
+  between the contract's gradient and the float64 reference's at the same weights;
+- ``averaged``: whether that per-batch error averages out the way noise does. Over
+  ``AVERAGE_BATCHES`` more validation batches (seed ``seed ^ 0xA7E``), per tensor: the
+  ``bias_ratio`` of the error against float64 (``quality.bias_ratio``: ~1 for independent noise,
+  ~sqrt(K) times the bias's share for a bias) and the cosine of the K-batch mean gradient with
+  float64's K-batch mean (noise of per-batch cosine c averages to about
+  1 / sqrt(1 + (1/c^2 - 1) / K)). Training uses a mean gradient too (over the group's batches,
+  then over steps through the optimizer's moments): a noise-like error is what it forgives.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 VAL_BATCHES = 4
+AVERAGE_BATCHES = 16
 
 
 def _val_batches(state: Any, tokens: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -94,6 +102,39 @@ def gradient_quality(state: Any, tokens: np.ndarray) -> dict[str, Any]:
         "v1_two_limb_logits_product_error": float(v1[:, 1].max()),
         "grad_cosine_median": {n: round(float(np.median(c)), 6) for n, c in cosines.items()},
     }
+
+
+def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -> dict[str, Any]:
+    """Per tensor over ``k`` batches: the error's bias ratio against float64 and the cosine of
+    the mean gradients (module docstring). Sums are kept, not the k gradients: ``small`` has
+    millions of weights."""
+    from daisychain.batches import sample_batch
+    from daisychain.model import gpt, quality, reference
+
+    cfg = state.cfg
+    p64 = reference.cast_params(state.params, np.float64)
+    sum_got: dict[str, np.ndarray] = {}
+    sum_want: dict[str, np.ndarray] = {}
+    norms: dict[str, float] = {}
+    for i in range(k):
+        x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed ^ 0xA7E, i)
+        _, want, _ = reference.forward_backward(p64, cfg, x, y)
+        _, got = gpt.forward_backward(state.params, cfg, x, y)
+        for name, g in got.items():
+            g64 = g.astype(np.float64).ravel()
+            w64 = np.asarray(want[name], dtype=np.float64).ravel()
+            sum_got[name] = sum_got.get(name, 0.0) + g64
+            sum_want[name] = sum_want.get(name, 0.0) + w64
+            norms[name] = norms.get(name, 0.0) + float(np.linalg.norm(g64 - w64))
+    bias: dict[str, float] = {}
+    mean_cos: dict[str, float] = {}
+    for name in sum_got:
+        # quality.bias_ratio from the sums: |mean err| / mean |err| * sqrt(k).
+        err = float(np.linalg.norm(sum_got[name] - sum_want[name])) / k
+        per = norms[name] / k
+        bias[name] = round(err / per * float(np.sqrt(k)), 3) if per > 0 else 0.0
+        mean_cos[name] = round(quality.cosine(sum_got[name], sum_want[name]), 6)
+    return {"batches": k, "bias_ratio": bias, "mean_grad_cosine": mean_cos}
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,6 +185,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             }
             if backend == "contract":
                 run["gradient_quality"] = gradient_quality(state, val)
+                run["averaged"] = averaged_quality(state, val)
         if "contract" in run and "reference" in run:
             c, r = run["contract"], run["reference"]
             if c["final_loss"] is not None:

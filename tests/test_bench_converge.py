@@ -1,0 +1,96 @@
+"""``daisychain bench converge``'s gradient figures (server/daisychain/bench/converge.py).
+
+The benchmark itself runs thousands of steps (docs/BENCHMARKS.md); here its measurements run on
+an untrained ``tiny`` model, against their definitions, and on a planted bias they must report.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from daisychain import batches, training
+from daisychain.bench import converge
+from daisychain.cli import main
+from daisychain.corpus import load_builtin_text, split_train_val
+from daisychain.model import gpt, quality, reference
+from daisychain.model.config import preset
+from daisychain.optim import AdamWConfig
+from daisychain.tokenizer import load_default
+from daisychain.tokenizer.cache import encode_corpus_cached
+
+K = 3
+
+
+def _setup() -> tuple[training.TrainState, np.ndarray]:
+    tok = load_default()
+    _, val_text = split_train_val(load_builtin_text())
+    tokens = encode_corpus_cached(val_text, tok)
+    cfg = preset("tiny", vocab_size=tok.vocab_size)
+    return training.init(cfg, AdamWConfig(lr=3e-3, warmup_steps=20), 5), tokens
+
+
+def test_averaged_figures_are_bias_ratio_and_mean_cosine_by_their_definitions() -> None:
+    state, tokens = _setup()
+    got = converge.averaged_quality(state, tokens, K)
+    assert got["batches"] == K
+    # The same figures from the K gradients kept whole, by quality.py's definitions.
+    p64 = reference.cast_params(state.params, np.float64)
+    errors: dict[str, list[np.ndarray]] = {}
+    means: dict[str, list[np.ndarray]] = {}
+    for i in range(K):
+        x, y = batches.sample_batch(
+            tokens, state.cfg.batch, state.cfg.seq_len, state.seed ^ 0xA7E, i
+        )
+        _, want, _ = reference.forward_backward(p64, state.cfg, x, y)
+        _, mine = gpt.forward_backward(state.params, state.cfg, x, y)
+        for name, g in mine.items():
+            errors.setdefault(name, []).append((g.astype(np.float64) - want[name]).ravel())
+            means.setdefault(name, []).append(np.stack([g.ravel(), want[name].ravel()]))
+    assert set(got["bias_ratio"]) == set(errors) == set(state.params)
+    for name, errs in errors.items():
+        assert got["bias_ratio"][name] == pytest.approx(quality.bias_ratio(errs), abs=1e-3), name
+        pair = np.mean(np.stack(means[name]), axis=0)
+        assert got["mean_grad_cosine"][name] == pytest.approx(
+            quality.cosine(pair[0], pair[1]), abs=1e-6
+        ), name
+
+
+def test_a_planted_bias_in_one_tensor_shows_in_its_bias_ratio(monkeypatch: Any) -> None:
+    state, tokens = _setup()
+    honest = converge.averaged_quality(state, tokens, K)
+    real = gpt.forward_backward
+
+    def biased(*args: Any, **kwargs: Any) -> Any:
+        loss, grads = real(*args, **kwargs)
+        g = grads["h.0.wqkv"]
+        # The same push on every batch, a quarter of the tensor's typical size.
+        grads["h.0.wqkv"] = g + np.float32(0.25 * float(np.sqrt(np.mean(g * g))))
+        return loss, grads
+
+    monkeypatch.setattr(gpt, "forward_backward", biased)
+    planted = converge.averaged_quality(state, tokens, K)
+    assert planted["bias_ratio"]["h.0.wqkv"] > 1.5 * honest["bias_ratio"]["h.0.wqkv"]
+    assert planted["bias_ratio"]["h.0.wqkv"] > 1.6, planted["bias_ratio"]["h.0.wqkv"]
+    assert planted["bias_ratio"]["wte"] == honest["bias_ratio"]["wte"], "only the planted tensor"
+
+
+def test_the_command_reports_both_runs_and_the_averaged_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["bench", "converge", "--preset", "tiny", "--steps", "2", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    [run] = doc["runs"]
+    assert run["seed"] == 1 and {"contract", "reference", "val_loss_ratio"} <= set(run)
+    assert run["averaged"]["batches"] == converge.AVERAGE_BATCHES
+    assert set(run["averaged"]["bias_ratio"]) == set(run["gradient_quality"]["grad_cosine_median"])
+    assert all(0.9 < c <= 1.0 for c in run["averaged"]["mean_grad_cosine"].values()), run
+
+
+def test_bad_seeds_get_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "converge", "--seeds", "1,x"])
+    assert "comma-separated integers" in capsys.readouterr().err
