@@ -81,8 +81,10 @@ def test_a_planted_bias_in_one_tensor_shows_in_its_bias_ratio(monkeypatch: Any) 
 def test_the_command_reports_both_runs_and_the_averaged_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    main(["bench", "converge", "--preset", "tiny", "--steps", "2", "--json"])
+    argv = ["bench", "converge", "--preset", "tiny", "--steps", "3", "--warmup", "1"]
+    main([*argv, "--val-batches", "2", "--json"])
     doc = json.loads(capsys.readouterr().out)
+    assert (doc["schedule"], doc["val_batches"]) == ("linear", 2)
     [run] = doc["runs"]
     assert run["seed"] == 1 and {"contract", "reference", "val_loss_ratio"} <= set(run)
     assert run["averaged"]["batches"] == converge.AVERAGE_BATCHES
@@ -90,7 +92,11 @@ def test_the_command_reports_both_runs_and_the_averaged_figures(
     assert all(0.9 < c <= 1.0 for c in run["averaged"]["mean_grad_cosine"].values()), run
 
 
-def test_bad_seeds_get_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_get_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "converge", "--seeds", "1,x"])
     assert "comma-separated integers" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="needs --steps \\(2\\) above --warmup \\(20\\)"):
+        main(["bench", "converge", "--preset", "tiny", "--steps", "2"])
+    with pytest.raises(SystemExit, match="--val-batches: at least 1"):
+        main(["bench", "converge", "--preset", "tiny", "--val-batches", "0"])
