@@ -40,6 +40,7 @@ def test_averaged_figures_are_bias_ratio_and_mean_cosine_by_their_definitions() 
     # The same figures from the K gradients kept whole, by quality.py's definitions.
     p64 = reference.cast_params(state.params, np.float64)
     errors: dict[str, list[np.ndarray]] = {}
+    backward: dict[str, list[np.ndarray]] = {}
     means: dict[str, list[np.ndarray]] = {}
     for i in range(K):
         x, y = batches.sample_batch(
@@ -47,16 +48,27 @@ def test_averaged_figures_are_bias_ratio_and_mean_cosine_by_their_definitions() 
         )
         _, want, _ = reference.forward_backward(p64, state.cfg, x, y)
         _, mine = gpt.forward_backward(state.params, state.cfg, x, y)
+        _, exact = gpt.forward_backward(state.params, state.cfg, x, y, quality.ExactBackwardOps())
         for name, g in mine.items():
             errors.setdefault(name, []).append((g.astype(np.float64) - want[name]).ravel())
+            backward.setdefault(name, []).append((g.astype(np.float64) - exact[name]).ravel())
             means.setdefault(name, []).append(np.stack([g.ravel(), want[name].ravel()]))
     assert set(got["bias_ratio"]) == set(errors) == set(state.params)
     for name, errs in errors.items():
         assert got["bias_ratio"][name] == pytest.approx(quality.bias_ratio(errs), abs=1e-3), name
+        assert got["backward_bias_ratio"][name] == pytest.approx(
+            quality.bias_ratio(backward[name]), abs=1e-3
+        ), name
         pair = np.mean(np.stack(means[name]), axis=0)
         assert got["mean_grad_cosine"][name] == pytest.approx(
             quality.cosine(pair[0], pair[1]), abs=1e-6
         ), name
+        # The persistent part: |mean e|^2 less the noise's share (mean |e|^2 / K), unbiased.
+        mean_e = np.mean(np.stack(errs), axis=0)
+        noise = np.mean([float(e @ e) for e in errs])
+        persistent = max(0.0, (K * float(mean_e @ mean_e) - noise) / (K - 1))
+        share = np.sqrt(persistent) / np.linalg.norm(pair[1])
+        assert got["persistent_share"][name] == pytest.approx(share, abs=1e-4), name
 
 
 def test_a_planted_bias_in_one_tensor_shows_in_its_bias_ratio(monkeypatch: Any) -> None:
@@ -76,6 +88,9 @@ def test_a_planted_bias_in_one_tensor_shows_in_its_bias_ratio(monkeypatch: Any) 
     assert planted["bias_ratio"]["h.0.wqkv"] > 1.5 * honest["bias_ratio"]["h.0.wqkv"]
     assert planted["bias_ratio"]["h.0.wqkv"] > 1.6, planted["bias_ratio"]["h.0.wqkv"]
     assert planted["bias_ratio"]["wte"] == honest["bias_ratio"]["wte"], "only the planted tensor"
+    assert planted["persistent_share"]["h.0.wqkv"] > 0.1 + honest["persistent_share"]["h.0.wqkv"]
+    # Planted in the forward's gradient (the same for the exact backward): not the backward's.
+    assert planted["backward_bias_ratio"] == honest["backward_bias_ratio"]
 
 
 def test_the_command_reports_both_runs_and_the_averaged_figures(
@@ -88,7 +103,8 @@ def test_the_command_reports_both_runs_and_the_averaged_figures(
     [run] = doc["runs"]
     assert run["seed"] == 1 and {"contract", "reference", "val_loss_ratio"} <= set(run)
     assert run["averaged"]["batches"] == converge.AVERAGE_BATCHES
-    assert set(run["averaged"]["bias_ratio"]) == set(run["gradient_quality"]["grad_cosine_median"])
+    for figure in ("bias_ratio", "backward_bias_ratio", "persistent_share"):
+        assert set(run["averaged"][figure]) == set(run["gradient_quality"]["grad_cosine_median"])
     assert all(0.9 < c <= 1.0 for c in run["averaged"]["mean_grad_cosine"].values()), run
 
 

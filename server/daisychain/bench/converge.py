@@ -118,36 +118,61 @@ def gradient_quality(state: Any, tokens: np.ndarray) -> dict[str, Any]:
 
 
 def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -> dict[str, Any]:
-    """Per tensor over ``k`` batches: the error's bias ratio against float64 and the cosine of
-    the mean gradients (module docstring). Sums are kept, not the k gradients: ``small`` has
+    """Per tensor over ``k`` batches (module docstring): the bias ratio of the contract's error
+    against float64, the same for the backward alone (against the contract's own forward with an
+    exact float64 backward, ``quality.ExactBackwardOps``), the cosine of the mean gradients, and
+    ``persistent_share``: the size of the error's persistent part (the part the same on every
+    batch, estimated without the noise's share: ``(k |mean e|^2 - mean |e|^2) / (k - 1)``) over
+    the size of float64's mean gradient. Sums are kept, not the k gradients: ``small`` has
     millions of weights."""
     from daisychain.batches import sample_batch
     from daisychain.model import gpt, quality, reference
 
     cfg = state.cfg
     p64 = reference.cast_params(state.params, np.float64)
-    sum_got: dict[str, np.ndarray] = {}
-    sum_want: dict[str, np.ndarray] = {}
-    norms: dict[str, float] = {}
+    exact_ops = quality.ExactBackwardOps()
+    sums: dict[str, dict[str, Any]] = {}
     for i in range(k):
         x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed ^ 0xA7E, i)
         _, want, _ = reference.forward_backward(p64, cfg, x, y)
         _, got = gpt.forward_backward(state.params, cfg, x, y)
+        _, exact = gpt.forward_backward(state.params, cfg, x, y, exact_ops)
         for name, g in got.items():
             g64 = g.astype(np.float64).ravel()
             w64 = np.asarray(want[name], dtype=np.float64).ravel()
-            sum_got[name] = sum_got.get(name, 0.0) + g64
-            sum_want[name] = sum_want.get(name, 0.0) + w64
-            norms[name] = norms.get(name, 0.0) + float(np.linalg.norm(g64 - w64))
-    bias: dict[str, float] = {}
-    mean_cos: dict[str, float] = {}
-    for name in sum_got:
-        # quality.bias_ratio from the sums: |mean err| / mean |err| * sqrt(k).
-        err = float(np.linalg.norm(sum_got[name] - sum_want[name])) / k
-        per = norms[name] / k
-        bias[name] = round(err / per * float(np.sqrt(k)), 3) if per > 0 else 0.0
-        mean_cos[name] = round(quality.cosine(sum_got[name], sum_want[name]), 6)
-    return {"batches": k, "bias_ratio": bias, "mean_grad_cosine": mean_cos}
+            e_back = g64 - exact[name].astype(np.float64).ravel()
+            acc = sums.setdefault(
+                name,
+                {"got": 0.0, "want": 0.0, "back": 0.0, "norm": 0.0, "sq": 0.0, "back_norm": 0.0},
+            )
+            acc["got"] = acc["got"] + g64
+            acc["want"] = acc["want"] + w64
+            acc["back"] = acc["back"] + e_back
+            err = float(np.linalg.norm(g64 - w64))
+            acc["norm"] += err
+            acc["sq"] += err * err
+            acc["back_norm"] += float(np.linalg.norm(e_back))
+
+    def ratio(total: np.ndarray, norms: float) -> float:
+        # quality.bias_ratio from the sums: |mean e| / mean |e| * sqrt(k).
+        per = norms / k
+        return round(float(np.linalg.norm(total)) / k / per * float(np.sqrt(k)), 3) if per else 0.0
+
+    out: dict[str, dict[str, float]] = {
+        "bias_ratio": {},
+        "backward_bias_ratio": {},
+        "mean_grad_cosine": {},
+        "persistent_share": {},
+    }
+    for name, acc in sums.items():
+        out["bias_ratio"][name] = ratio(acc["got"] - acc["want"], acc["norm"])
+        out["backward_bias_ratio"][name] = ratio(acc["back"], acc["back_norm"])
+        out["mean_grad_cosine"][name] = round(quality.cosine(acc["got"], acc["want"]), 6)
+        mean_sq = float(np.sum(((acc["got"] - acc["want"]) / k) ** 2))
+        persistent = max(0.0, (k * mean_sq - acc["sq"] / k) / (k - 1)) if k > 1 else mean_sq
+        scale = float(np.linalg.norm(acc["want"] / k))
+        out["persistent_share"][name] = round(np.sqrt(persistent) / scale, 4) if scale else 0.0
+    return {"batches": k, **out}
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
