@@ -69,6 +69,14 @@ def test_averaged_figures_are_bias_ratio_and_mean_cosine_by_their_definitions() 
         persistent = max(0.0, (K * float(mean_e @ mean_e) - noise) / (K - 1))
         share = np.sqrt(persistent) / np.linalg.norm(pair[1])
         assert got["persistent_share"][name] == pytest.approx(share, abs=1e-4), name
+        mean_b = np.mean(np.stack(backward[name]), axis=0)
+        noise_b = np.mean([float(e @ e) for e in backward[name]])
+        persistent_b = max(0.0, (K * float(mean_b @ mean_b) - noise_b) / (K - 1))
+        assert got["backward_persistent_share"][name] == pytest.approx(
+            np.sqrt(persistent_b) / np.linalg.norm(pair[1]), abs=1e-4
+        ), name
+        along = float(mean_e @ pair[1]) / float(pair[1] @ pair[1])
+        assert got["mean_scale_error"][name] == pytest.approx(along, abs=1e-4), name
 
 
 def test_a_planted_bias_in_one_tensor_shows_in_its_bias_ratio(monkeypatch: Any) -> None:
@@ -93,6 +101,19 @@ def test_a_planted_bias_in_one_tensor_shows_in_its_bias_ratio(monkeypatch: Any) 
     assert planted["backward_bias_ratio"] == honest["backward_bias_ratio"]
 
 
+def test_persistent_share_finds_a_planted_part_under_noise_and_not_in_noise_alone() -> None:
+    rng = np.random.default_rng(7)
+    k, n = 16, 4000
+    noise = [rng.normal(size=n) for _ in range(k)]
+    truth = np.ones(n)  # the mean gradient the share is measured against: |truth| = sqrt(n)
+    for planted in (0.0, 0.2, 0.5):
+        errs = [e + planted * truth for e in noise]
+        mean_e = np.mean(np.stack(errs), axis=0)
+        mean_sq = float(np.mean([e @ e for e in errs]))
+        got = converge.persistent_share(mean_e, mean_sq, k, float(np.linalg.norm(truth)))
+        assert got == pytest.approx(planted, abs=0.05), (planted, got)
+
+
 def test_the_command_reports_both_runs_and_the_averaged_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -103,7 +124,7 @@ def test_the_command_reports_both_runs_and_the_averaged_figures(
     [run] = doc["runs"]
     assert run["seed"] == 1 and {"contract", "reference", "val_loss_ratio"} <= set(run)
     assert run["averaged"]["batches"] == converge.AVERAGE_BATCHES
-    for figure in ("bias_ratio", "backward_bias_ratio", "persistent_share"):
+    for figure in ("bias_ratio", "backward_bias_ratio", "persistent_share", "mean_scale_error"):
         assert set(run["averaged"][figure]) == set(run["gradient_quality"]["grad_cosine_median"])
     assert all(0.9 < c <= 1.0 for c in run["averaged"]["mean_grad_cosine"].values()), run
 

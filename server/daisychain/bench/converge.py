@@ -117,13 +117,26 @@ def gradient_quality(state: Any, tokens: np.ndarray) -> dict[str, Any]:
     }
 
 
+def persistent_share(mean_error: np.ndarray, mean_sq: float, k: int, scale: float) -> float:
+    """The size of an error's persistent part over ``scale``: ``|mean e|^2`` less the noise's
+    share, ``(k |mean e|^2 - mean |e|^2) / (k - 1)`` (an unbiased estimate of the squared
+    persistent part when the rest is independent noise)."""
+    if scale == 0.0:
+        return 0.0
+    squared = float(mean_error @ mean_error)
+    persistent = max(0.0, (k * squared - mean_sq) / (k - 1)) if k > 1 else squared
+    return round(float(np.sqrt(persistent)) / scale, 4)
+
+
 def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -> dict[str, Any]:
     """Per tensor over ``k`` batches (module docstring): the bias ratio of the contract's error
     against float64, the same for the backward alone (against the contract's own forward with an
     exact float64 backward, ``quality.ExactBackwardOps``), the cosine of the mean gradients, and
     ``persistent_share``: the size of the error's persistent part (the part the same on every
-    batch, estimated without the noise's share: ``(k |mean e|^2 - mean |e|^2) / (k - 1)``) over
-    the size of float64's mean gradient. Sums are kept, not the k gradients: ``small`` has
+    batch, estimated without the noise's share, ``persistent_share()``) over the size of
+    float64's mean gradient, and the same for the backward's error alone; ``mean_scale_error``:
+    the mean error along float64's mean gradient, as a share of it (a gain's gradient 3% too
+    large reads +0.03). Sums are kept, not the k gradients: ``small`` has
     millions of weights."""
     from daisychain.batches import sample_batch
     from daisychain.model import gpt, quality, reference
@@ -143,7 +156,15 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
             e_back = g64 - exact[name].astype(np.float64).ravel()
             acc = sums.setdefault(
                 name,
-                {"got": 0.0, "want": 0.0, "back": 0.0, "norm": 0.0, "sq": 0.0, "back_norm": 0.0},
+                {
+                    "got": 0.0,
+                    "want": 0.0,
+                    "back": 0.0,
+                    "norm": 0.0,
+                    "sq": 0.0,
+                    "back_norm": 0.0,
+                    "back_sq": 0.0,
+                },
             )
             acc["got"] = acc["got"] + g64
             acc["want"] = acc["want"] + w64
@@ -151,7 +172,9 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
             err = float(np.linalg.norm(g64 - w64))
             acc["norm"] += err
             acc["sq"] += err * err
-            acc["back_norm"] += float(np.linalg.norm(e_back))
+            back = float(np.linalg.norm(e_back))
+            acc["back_norm"] += back
+            acc["back_sq"] += back * back
 
     def ratio(total: np.ndarray, norms: float) -> float:
         # quality.bias_ratio from the sums: |mean e| / mean |e| * sqrt(k).
@@ -163,15 +186,24 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
         "backward_bias_ratio": {},
         "mean_grad_cosine": {},
         "persistent_share": {},
+        "backward_persistent_share": {},
+        "mean_scale_error": {},
     }
     for name, acc in sums.items():
         out["bias_ratio"][name] = ratio(acc["got"] - acc["want"], acc["norm"])
         out["backward_bias_ratio"][name] = ratio(acc["back"], acc["back_norm"])
         out["mean_grad_cosine"][name] = round(quality.cosine(acc["got"], acc["want"]), 6)
-        mean_sq = float(np.sum(((acc["got"] - acc["want"]) / k) ** 2))
-        persistent = max(0.0, (k * mean_sq - acc["sq"] / k) / (k - 1)) if k > 1 else mean_sq
-        scale = float(np.linalg.norm(acc["want"] / k))
-        out["persistent_share"][name] = round(np.sqrt(persistent) / scale, 4) if scale else 0.0
+        mean_want = acc["want"] / k
+        scale = float(np.linalg.norm(mean_want))
+        for key, total, sq in (
+            ("persistent_share", acc["got"] - acc["want"], acc["sq"]),
+            ("backward_persistent_share", acc["back"], acc["back_sq"]),
+        ):
+            out[key][name] = persistent_share(total / k, sq / k, k, scale)
+        # Along float64's mean gradient: +0.03 is a mean gradient 3% too long there.
+        error = (acc["got"] - acc["want"]) / k
+        along = float(error @ mean_want) / scale**2 if scale else 0.0
+        out["mean_scale_error"][name] = round(along, 4)
     return {"batches": k, **out}
 
 
