@@ -195,26 +195,33 @@ async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -
     return path
 
 
-def watch(tab: Tab) -> Tab:
-    """Collect the tab's console errors, page errors, responses >= 400 and requests that leave
-    127.0.0.1 (check_clean asserts there are none)."""
-    page = tab.page
+def listen(page: Any, errors: list[str], foreign: list[str]) -> None:
+    """Collect a page's console errors and page errors into ``errors`` and the requests that
+    leave 127.0.0.1 into ``foreign`` (watch adds responses >= 400; the mesh and peer tests keep
+    their own Tab, which allows some console errors, and call this directly)."""
 
     def on_console(message: Any) -> None:
         if message.type == "error":
-            tab.errors.append(message.text)
+            errors.append(message.text)
 
     def on_request(request: Any) -> None:
         parts = urlsplit(request.url)
         if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-            tab.foreign.append(request.url)
+            foreign.append(request.url)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
+    page.on("request", on_request)
+
+
+def watch(tab: Tab) -> Tab:
+    """Collect the tab's console errors, page errors, responses >= 400 and requests that leave
+    127.0.0.1 (check_clean asserts there are none)."""
 
     def on_response(response: Any) -> None:
         if response.status >= 400:
             tab.failed.append(f"{response.status} {response.url}")
 
-    page.on("console", on_console)
-    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
-    page.on("request", on_request)
-    page.on("response", on_response)
+    listen(tab.page, tab.errors, tab.foreign)
+    tab.page.on("response", on_response)
     return tab

@@ -32,10 +32,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
+import page_helpers
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
@@ -294,19 +294,7 @@ async def chromium() -> AsyncIterator[Any]:
 async def open_tab(browser: Any, base: str, query: str = "") -> Tab:
     page = await browser.new_page()
     tab = Tab(page)
-
-    def on_console(message: Any) -> None:
-        if message.type == "error":
-            tab.errors.append(message.text)
-
-    def on_request(request: Any) -> None:
-        parts = urlsplit(request.url)
-        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-            tab.foreign.append(request.url)
-
-    page.on("console", on_console)
-    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
-    page.on("request", on_request)
+    page_helpers.listen(page, tab.errors, tab.foreign)
     response = await page.goto(base + PAGE + query)
     assert response is not None and response.ok, f"GET {PAGE}: {response}"
     await page.wait_for_selector("body[data-signaling='joined']", state="attached", timeout=WAIT_MS)

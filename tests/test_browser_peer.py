@@ -34,11 +34,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
 
+import page_helpers
 from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
 from gpu_plant import OneCellPlant, planted_probe_hash
@@ -142,19 +142,7 @@ async def open_tab(
     tab = Tab(page)
     for path, body in (routes or {}).items():
         await page.context.route(f"{base}{path}", serve_text(body))
-
-    def on_console(message: Any) -> None:
-        if message.type == "error":
-            tab.errors.append(message.text)
-
-    def on_request(request: Any) -> None:
-        parts = urlsplit(request.url)
-        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-            tab.foreign.append(request.url)
-
-    page.on("console", on_console)
-    page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
-    page.on("request", on_request)
+    page_helpers.listen(page, tab.errors, tab.foreign)
     response = await page.goto(f"{base}/?{TIMERS_QUERY}&{query}")
     assert response is not None and response.ok, f"GET /: {response}"
     deadline = time.monotonic() + 120
