@@ -141,7 +141,8 @@ function refuse(message) {
  * safetensors_io.decode: {tensors: Map name -> {dtype, shape, data}, meta}; `data` is a
  * Float32Array for F32 tensors, the raw bytes otherwise (refused later, as Python does).
  */
-function decodeContainer(blob, source) {
+/** The JSON header of safetensors bytes and its length; refuses a short, truncated or unreadable one. */
+function readHeader(blob, source) {
   if (blob.length < 8) refuse(`${source}: file is ${blob.length} bytes, too short; ${HINT}`);
   const view = new DataView(blob.buffer, blob.byteOffset, blob.length);
   const n = view.getBigUint64(0, true);
@@ -150,12 +151,16 @@ function decodeContainer(blob, source) {
       `the file is truncated; ${HINT}`);
   }
   const headerLength = Number(n);
-  let header;
   try {
-    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(blob.subarray(8, 8 + headerLength)));
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(blob.subarray(8, 8 + headerLength));
+    return { header: JSON.parse(text), headerLength };
   } catch (exc) {
-    refuse(`${source}: header is not valid JSON (${exc.message}); ${HINT}`);
+    return refuse(`${source}: header is not valid JSON (${exc.message}); ${HINT}`);
   }
+}
+
+function decodeContainer(blob, source) {
+  const { header, headerLength } = readHeader(blob, source);
   if (header === null || typeof header !== 'object' || Array.isArray(header)) {
     refuse(`${source}: header is not a JSON object; ${HINT}`);
   }
@@ -219,18 +224,7 @@ function decodeContainer(blob, source) {
  */
 export function stepOf(blob, source = 'checkpoint') {
   const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);
-  if (bytes.length < 8) refuse(`${source}: file is ${bytes.length} bytes, too short; ${HINT}`);
-  const n = new DataView(bytes.buffer, bytes.byteOffset, bytes.length).getBigUint64(0, true);
-  if (n > BigInt(MAX_HEADER_BYTES) || 8n + n > BigInt(bytes.length)) {
-    refuse(`${source}: header length ${n} exceeds the file (${bytes.length} bytes); the file is truncated; ${HINT}`);
-  }
-  let step;
-  try {
-    step = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + Number(n))))
-      ?.__metadata__?.step;
-  } catch (exc) {
-    refuse(`${source}: header is not valid JSON (${exc.message}); ${HINT}`);
-  }
+  const step = readHeader(bytes, source).header?.__metadata__?.step;
   if (typeof step !== 'string' || !COUNT.test(step)) {
     refuse(`${source}: metadata field 'step' is missing or not a count of steps; ${HINT}`);
   }
