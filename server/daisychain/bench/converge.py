@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,34 @@ def gradient_quality(state: Any, tokens: np.ndarray) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Sums:
+    """One tensor's running sums over the batches: the contract's and float64's gradients, the
+    backward's error (against the same forward with an exact backward), and the norms and
+    squared norms of both errors."""
+
+    got: Any = 0.0
+    want: Any = 0.0
+    back: Any = 0.0
+    norm: float = 0.0
+    sq: float = 0.0
+    back_norm: float = 0.0
+    back_sq: float = 0.0
+
+    def add(self, got: np.ndarray, want: np.ndarray, exact: np.ndarray) -> None:
+        g64 = got.astype(np.float64).ravel()
+        w64 = np.asarray(want, dtype=np.float64).ravel()
+        back = g64 - exact.astype(np.float64).ravel()
+        self.got = self.got + g64
+        self.want = self.want + w64
+        self.back = self.back + back
+        err, err_back = float(np.linalg.norm(g64 - w64)), float(np.linalg.norm(back))
+        self.norm += err
+        self.sq += err * err
+        self.back_norm += err_back
+        self.back_sq += err_back * err_back
+
+
 def persistent_share(mean_error: np.ndarray, mean_sq: float, k: int, scale: float) -> float:
     """The size of an error's persistent part over ``scale``: ``|mean e|^2`` less the noise's
     share, ``(k |mean e|^2 - mean |e|^2) / (k - 1)`` (an unbiased estimate of the squared
@@ -144,37 +173,14 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
     cfg = state.cfg
     p64 = reference.cast_params(state.params, np.float64)
     exact_ops = quality.ExactBackwardOps()
-    sums: dict[str, dict[str, Any]] = {}
+    sums: dict[str, _Sums] = {}
     for i in range(k):
         x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed ^ 0xA7E, i)
         _, want, _ = reference.forward_backward(p64, cfg, x, y)
         _, got = gpt.forward_backward(state.params, cfg, x, y)
         _, exact = gpt.forward_backward(state.params, cfg, x, y, exact_ops)
         for name, g in got.items():
-            g64 = g.astype(np.float64).ravel()
-            w64 = np.asarray(want[name], dtype=np.float64).ravel()
-            e_back = g64 - exact[name].astype(np.float64).ravel()
-            acc = sums.setdefault(
-                name,
-                {
-                    "got": 0.0,
-                    "want": 0.0,
-                    "back": 0.0,
-                    "norm": 0.0,
-                    "sq": 0.0,
-                    "back_norm": 0.0,
-                    "back_sq": 0.0,
-                },
-            )
-            acc["got"] = acc["got"] + g64
-            acc["want"] = acc["want"] + w64
-            acc["back"] = acc["back"] + e_back
-            err = float(np.linalg.norm(g64 - w64))
-            acc["norm"] += err
-            acc["sq"] += err * err
-            back = float(np.linalg.norm(e_back))
-            acc["back_norm"] += back
-            acc["back_sq"] += back * back
+            sums.setdefault(name, _Sums()).add(g, want[name], exact[name])
 
     def ratio(total: np.ndarray, norms: float) -> float:
         # quality.bias_ratio from the sums: |mean e| / mean |e| * sqrt(k).
@@ -190,19 +196,18 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
         "mean_scale_error": {},
     }
     for name, acc in sums.items():
-        out["bias_ratio"][name] = ratio(acc["got"] - acc["want"], acc["norm"])
-        out["backward_bias_ratio"][name] = ratio(acc["back"], acc["back_norm"])
-        out["mean_grad_cosine"][name] = round(quality.cosine(acc["got"], acc["want"]), 6)
-        mean_want = acc["want"] / k
+        error = acc.got - acc.want
+        out["bias_ratio"][name] = ratio(error, acc.norm)
+        out["backward_bias_ratio"][name] = ratio(acc.back, acc.back_norm)
+        out["mean_grad_cosine"][name] = round(quality.cosine(acc.got, acc.want), 6)
+        mean_want = acc.want / k
         scale = float(np.linalg.norm(mean_want))
-        for key, total, sq in (
-            ("persistent_share", acc["got"] - acc["want"], acc["sq"]),
-            ("backward_persistent_share", acc["back"], acc["back_sq"]),
-        ):
-            out[key][name] = persistent_share(total / k, sq / k, k, scale)
+        out["persistent_share"][name] = persistent_share(error / k, acc.sq / k, k, scale)
+        out["backward_persistent_share"][name] = persistent_share(
+            acc.back / k, acc.back_sq / k, k, scale
+        )
         # Along float64's mean gradient: +0.03 is a mean gradient 3% too long there.
-        error = (acc["got"] - acc["want"]) / k
-        along = float(error @ mean_want) / scale**2 if scale else 0.0
+        along = float((error / k) @ mean_want) / scale**2 if scale else 0.0
         out["mean_scale_error"][name] = round(along, 4)
     return {"batches": k, **out}
 
