@@ -7,6 +7,7 @@ and closed in a ``cleanup_ctx`` so it exists exactly while the app runs.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -99,9 +100,14 @@ def _folder(override: Path | None, name: str) -> Path:
 
 @asynccontextmanager
 async def serve_local(
-    config: ServerConfig, host: str = "127.0.0.1", **app_options: Any
+    config: ServerConfig,
+    host: str = "127.0.0.1",
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    **app_options: Any,
 ) -> AsyncIterator[str]:
-    """Run the app on a free port of ``host`` for the duration of the block; yields its URL.
+    """Run the app on a free port of ``host`` for the duration of the block; yields its URL
+    (https when ``ssl_context`` is given).
 
     For the demo, benchmarks and tests: the real server (with ``main.serve``'s connection
     deadlines, ``config.http``), on loopback, gone afterwards.
@@ -109,7 +115,12 @@ async def serve_local(
     runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
     await runner.setup()
     try:
-        await GuardedSite(runner, host, 0, config.http, trust_proxy=config.trust_proxy).start()
-        yield f"http://{host}:{runner.addresses[0][1]}"
+        site = GuardedSite(
+            runner, host, 0, config.http, trust_proxy=config.trust_proxy, ssl_context=ssl_context
+        )
+        await site.start()
+        scheme = "https" if ssl_context is not None else "http"
+        shown = f"[{host}]" if ":" in host else host
+        yield f"{scheme}://{shown}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()

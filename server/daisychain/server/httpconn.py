@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -193,7 +194,8 @@ async def head_complete(
 class GuardedSite(web.BaseSite):
     """A TCP listener like ``web.TCPSite`` whose connections get ``GuardedRequestHandler``.
 
-    ``trust_proxy``: every connection comes from the proxy, so none is counted per address."""
+    ``trust_proxy``: every connection comes from the proxy, so none is counted per address.
+    ``ssl_context``: serve https (and wss) with it (``tls.py`` makes one); None serves http."""
 
     def __init__(
         self,
@@ -203,17 +205,20 @@ class GuardedSite(web.BaseSite):
         limits: HttpLimits,
         *,
         trust_proxy: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(runner)
         self.runner = runner
         self.host, self.requested_port, self.limits = host, port, limits
+        self.ssl_context = ssl_context
         cap = limits.max_connections_per_address
         self.counts = ConnectionCounts(cap) if cap and not trust_proxy else None
 
     @property
     def name(self) -> str:
         shown = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{shown}:{self.requested_port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{shown}:{self.requested_port}"
 
     async def start(self) -> None:
         await super().start()
@@ -226,5 +231,6 @@ class GuardedSite(web.BaseSite):
 
         # BaseSite.stop() closes what ``_server`` holds: the subclassing contract of BaseSite.
         self._server = await loop.create_server(
-            protocol, self.host, self.requested_port, backlog=128, reuse_address=True
-        )
+            protocol, self.host, self.requested_port, backlog=128, reuse_address=True,
+            ssl=self.ssl_context,
+        )  # fmt: skip
