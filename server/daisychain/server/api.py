@@ -1,5 +1,5 @@
 """HTTP endpoints other than static files and ``/ws``: ``/data``, ``/api/rooms``, ``/api/status``
-and ``/healthz``.
+and ``/healthz`` (``/api/qr`` is access.py's).
 
 ``/data`` query parameters (all optional, all bounded; a bad one is a 400 with a hint):
 
@@ -40,6 +40,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from daisychain import fineweb
+from daisychain.server.access import Access
 from daisychain.server.datasource import DataService, DataUnavailable, TextSample
 from daisychain.server.grouping import client_address, network_key
 from daisychain.server.messages import PROTOCOL_VERSION
@@ -267,10 +268,11 @@ async def create_room(request: web.Request) -> web.Response:
 
 
 def status_handler(
-    signaling: Signaling, data: Callable[[], DataService]
+    signaling: Signaling, data: Callable[[], DataService], access: Access, *, trust_proxy: bool
 ) -> Callable[[web.Request], Any]:
     async def status(request: web.Request) -> web.Response:
-        # Counts only: no addresses, names, ids or room codes.
+        # Counts only: no client addresses, names, ids or room codes. ``access`` names this
+        # server's own addresses to a page on this machine only (access.py).
         stats = signaling.hub.stats()
         return web.json_response(
             {
@@ -280,6 +282,7 @@ def status_handler(
                 "rooms": stats.rooms,
                 "pending": stats.pending,
                 "data": data().status(),
+                "access": access.describe(request, trust_proxy=trust_proxy),
             },
             headers={"Cache-Control": "no-store"},
         )

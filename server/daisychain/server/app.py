@@ -10,6 +10,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from daisychain.assets import asset_dir
+from daisychain.server.access import Access, QrEndpoint
 from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
 from daisychain.server.config import ServerConfig
 from daisychain.server.corpus import BuiltinTokensEndpoint
@@ -25,11 +27,13 @@ from daisychain.server.httpconn import GuardedSite, head_complete
 from daisychain.server.ice import IceIssuer
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, add_security_headers
+from daisychain.server.tls import listen_addresses
 from daisychain.server.trainvectors import TrainVectorsEndpoint
 
 CONFIG = web.AppKey("config", ServerConfig)
 SIGNALING = web.AppKey("signaling", Signaling)
 DATA = web.AppKey("data", DataService)
+ACCESS = web.AppKey("access", Access)
 
 
 def create_app(
@@ -45,6 +49,7 @@ def create_app(
         config.signaling, trust_proxy=config.trust_proxy, ice=IceIssuer(config.ice)
     )
     app[SIGNALING] = signaling
+    access = app[ACCESS] = Access()
 
     async def data_source(app: web.Application) -> AsyncIterator[None]:
         session = None
@@ -82,8 +87,12 @@ def create_app(
     app.router.add_get("/ws", signaling.handle)
     app.router.add_get("/data", data.handle)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/api/status", status_handler(signaling, data_service))
+    app.router.add_get(
+        "/api/status",
+        status_handler(signaling, data_service, access, trust_proxy=config.trust_proxy),
+    )
     app.router.add_post("/api/rooms", create_room)
+    app.router.add_post("/api/qr", QrEndpoint(trust_proxy=config.trust_proxy).handle)
     app.router.add_get("/api/corpus/builtin", BuiltinTokensEndpoint().handle)
     app.router.add_get("/kernels/{path:.*}", kernels.handle)
     app.router.add_get("/luts/{path:.*}", luts.handle)
@@ -98,29 +107,71 @@ def _folder(override: Path | None, name: str) -> Path:
     return override if override is not None else asset_dir(name)
 
 
+@dataclass(frozen=True)
+class Listener:
+    """One socket the server listens on: https when ``ssl_context`` is given (``fingerprint``
+    is then its certificate's, as ``/api/status`` tells pages), else plain http."""
+
+    host: str
+    port: int  # 0: a free one
+    ssl_context: ssl.SSLContext | None = None
+    fingerprint: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
+
+
+async def listen(
+    runner: web.AppRunner, config: ServerConfig, listeners: list[Listener]
+) -> list[str]:
+    """Start every listener (``GuardedSite``: the connection deadlines of ``config.http``) and
+    record in the app's ``Access`` what other devices need; returns each one's URL as bound."""
+    access = runner.app[ACCESS]
+    urls, lan = [], []
+    for listener in listeners:
+        site = GuardedSite(
+            runner, listener.host, listener.port, config.http,
+            trust_proxy=config.trust_proxy, ssl_context=listener.ssl_context,
+        )  # fmt: skip
+        await site.start()
+        port = site.bound_port()
+        urls.append(f"{listener.scheme}://{_shown(listener.host)}:{port}/")
+        if listener.ssl_context is not None:
+            access.https_port, access.fingerprint = port, listener.fingerprint
+        lan += [
+            (listener.scheme != "https", f"{listener.scheme}://{_shown(str(a))}:{port}/")
+            for a in listen_addresses(listener.host)
+            if not a.is_loopback
+        ]
+    access.lan_urls = [url for _, url in sorted(lan, key=lambda item: item[0])]  # https first
+    return urls
+
+
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 @asynccontextmanager
 async def serve_local(
     config: ServerConfig,
     host: str = "127.0.0.1",
     *,
     ssl_context: ssl.SSLContext | None = None,
+    fingerprint: str | None = None,
     **app_options: Any,
 ) -> AsyncIterator[str]:
     """Run the app on a free port of ``host`` for the duration of the block; yields its URL
-    (https when ``ssl_context`` is given).
+    without the final slash (https when ``ssl_context`` is given, ``fingerprint`` its
+    certificate's).
 
     For the demo, benchmarks and tests: the real server (with ``main.serve``'s connection
-    deadlines, ``config.http``), on loopback, gone afterwards.
+    deadlines, ``config.http``), gone afterwards.
     """
     runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
     await runner.setup()
     try:
-        site = GuardedSite(
-            runner, host, 0, config.http, trust_proxy=config.trust_proxy, ssl_context=ssl_context
-        )
-        await site.start()
-        scheme = "https" if ssl_context is not None else "http"
-        shown = f"[{host}]" if ":" in host else host
-        yield f"{scheme}://{shown}:{runner.addresses[0][1]}"
+        [url] = await listen(runner, config, [Listener(host, 0, ssl_context, fingerprint)])
+        yield url.rstrip("/")
     finally:
         await runner.cleanup()

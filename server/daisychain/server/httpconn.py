@@ -220,6 +220,12 @@ class GuardedSite(web.BaseSite):
         scheme = "https" if self.ssl_context is not None else "http"
         return f"{scheme}://{shown}:{self.requested_port}"
 
+    def bound_port(self) -> int:
+        """The port as bound (``requested_port`` 0 picks a free one)."""
+        server = self._server
+        assert isinstance(server, asyncio.Server) and server.sockets, "start the site first"
+        return int(server.sockets[0].getsockname()[1])
+
     async def start(self) -> None:
         await super().start()
         manager = self.runner.server

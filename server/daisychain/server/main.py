@@ -15,11 +15,12 @@ import os
 import signal
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from aiohttp import web
 
-from daisychain.server import ice, logs
-from daisychain.server.app import DATA, create_app
+from daisychain.server import banner, ice, logs, tls
+from daisychain.server.app import ACCESS, DATA, Listener, create_app, listen
 from daisychain.server.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -31,7 +32,6 @@ from daisychain.server.config import (
     ServerConfig,
     SignalingLimits,
 )
-from daisychain.server.httpconn import GuardedSite
 
 log = logging.getLogger("daisychain.server")
 
@@ -53,6 +53,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=None,
         help=f"port to listen on (default: $PORT, else {DEFAULT_PORT}; 0 picks a free one)",
+    )  # fmt: skip
+    tls_group = parser.add_argument_group(
+        "https (what phones and other LAN devices need: over plain http their browsers withhold "
+        "WebGPU, Web Crypto and saves)"
+    )
+    tls_group.add_argument(
+        "--https", action="store_true",
+        help="serve https and wss with a self-signed certificate made once for this machine "
+        "and kept in --state-dir (each device accepts it once)",
+    )  # fmt: skip
+    tls_group.add_argument(
+        "--cert", type=Path, metavar="FILE",
+        help="serve https with this PEM certificate (a full chain may follow the leaf), e.g. "
+        "from `tailscale cert` or any CA; needs --key",
+    )  # fmt: skip
+    tls_group.add_argument("--key", type=Path, metavar="FILE", help="the PEM key of --cert")
+    tls_group.add_argument(
+        "--state-dir", type=Path, metavar="DIR", default=None,
+        help="where the made certificate is kept (default: $DAISYCHAIN_STATE_DIR, else "
+        "$XDG_STATE_HOME/daisychain, else ~/.local/state/daisychain)",
+    )  # fmt: skip
+    tls_group.add_argument(
+        "--http-port", type=int, metavar="PORT",
+        help="with https, also serve plain http on PORT: devices that cannot accept the "
+        "certificate train there on their CPU, and the page points them to https",
     )  # fmt: skip
     parser.add_argument(
         "--trust-proxy", action="store_true",
@@ -141,6 +166,40 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+def certificate_from_args(args: argparse.Namespace, host: str) -> tls.Certificate | None:
+    """The certificate to serve, or None for plain http; a setting that cannot work stops the
+    server here with a hint."""
+    if (args.cert is None) != (args.key is None):
+        raise SystemExit(
+            f"{'--cert' if args.cert is not None else '--key'} given alone\n"
+            "hint: give both --cert FILE and --key FILE, or --https for a made certificate"
+        )
+    if args.http_port is not None and not (args.https or args.cert):
+        raise SystemExit(
+            "--http-port is a second, plain http port next to https\n"
+            "hint: add --https (or --cert/--key), or drop --http-port"
+        )
+    if args.http_port is not None and not 0 <= args.http_port <= 65535:
+        raise SystemExit(f"--http-port {args.http_port} is out of range 0-65535")
+    try:
+        if args.cert is not None:
+            return tls.load_certificate(args.cert, args.key)
+        if not args.https:
+            return None
+        state = args.state_dir if args.state_dir is not None else tls.default_state_dir()
+        addresses = tls.interface_addresses() + tls.listen_addresses(host)
+        certificate = tls.ensure_certificate(state, tls.local_names(), addresses)
+        certificate.context()  # refuse now, not on the first connection
+        return certificate
+    except tls.TlsError as exc:
+        raise SystemExit(f"{exc.message}\nhint: {exc.hint}") from None
+    except OSError as exc:
+        raise SystemExit(
+            f"cannot keep a certificate in {state}: {exc.strerror or exc}\n"
+            "hint: give a writable folder with --state-dir DIR"
+        ) from None
+
+
 def ice_config_from_args(args: argparse.Namespace) -> IceConfig:
     """The ICE flags as a checked ``IceConfig``; a setting that cannot work stops the server
     here, with a hint, rather than every client failing later (``ice.check``)."""
@@ -209,8 +268,13 @@ def give_freed_buffers_back() -> bool:
         return False
 
 
-async def serve(config: ServerConfig) -> None:
-    """Run until SIGINT or SIGTERM, then shut down cleanly."""
+async def serve(
+    config: ServerConfig,
+    certificate: tls.Certificate | None = None,
+    http_port: int | None = None,
+) -> None:
+    """Run until SIGINT or SIGTERM, then shut down cleanly. With ``certificate`` the port
+    serves https (and ``http_port``, if given, plain http as well)."""
     give_freed_buffers_back()
     app = create_app(config)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=5.0)
@@ -221,18 +285,21 @@ async def serve(config: ServerConfig) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        # Not web.TCPSite: GuardedSite adds the request-head deadline (httpconn.py).
-        site = GuardedSite(
-            runner, config.host, config.port, config.http, trust_proxy=config.trust_proxy
-        )
-        await site.start()
-        for host, port, *_ in runner.addresses:
-            shown = f"[{host}]" if ":" in host else host
-            log.info(
-                "listening on http://%s:%d/", shown, port,
-                extra={"fields": {"url": f"http://{shown}:{port}/", "port": port}},
-            )  # fmt: skip
+        listeners = [Listener(config.host, config.port)]
+        if certificate is not None:
+            listeners = [
+                Listener(config.host, config.port, certificate.context(), certificate.fingerprint)
+            ]
+            if http_port is not None:
+                listeners.append(Listener(config.host, http_port))
+        urls = await listen(runner, config, listeners)
+        for url in urls:
+            log.info("listening on %s", url, extra={"fields": {"url": url}})
         log_ice(config.ice)
+        unicode = (sys.stdout.encoding or "").lower().replace("-", "") == "utf8"
+        shown = banner.text(urls, app[ACCESS].lan_urls, certificate, unicode=unicode)
+        if shown:
+            print(shown, flush=True)
         await stop.wait()
         log.info("shutting down")
     finally:
@@ -244,8 +311,9 @@ async def serve(config: ServerConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, args.log_format)
     config = config_from_args(args)
+    certificate = certificate_from_args(args, config.host)
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, certificate, args.http_port))
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.host, config.port, exc)
         print(f"hint: another process may use port {config.port}; try --port 0 or another port")
