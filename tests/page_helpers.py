@@ -195,9 +195,11 @@ async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -
     return path
 
 
-def listen(page: Any, errors: list[str], foreign: list[str]) -> None:
+def listen(
+    page: Any, errors: list[str], foreign: list[str], hosts: tuple[str, ...] = ("127.0.0.1",)
+) -> None:
     """Collect a page's console errors and page errors into ``errors`` and the requests that
-    leave 127.0.0.1 into ``foreign`` (watch adds responses >= 400; the mesh and peer tests keep
+    go to a host other than ``hosts`` (the test's servers) into ``foreign`` (watch adds responses >= 400; the mesh and peer tests keep
     their own Tab, which allows some console errors, and call this directly)."""
 
     def on_console(message: Any) -> None:
@@ -206,7 +208,7 @@ def listen(page: Any, errors: list[str], foreign: list[str]) -> None:
 
     def on_request(request: Any) -> None:
         parts = urlsplit(request.url)
-        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in hosts:
             foreign.append(request.url)
 
     page.on("console", on_console)
@@ -214,14 +216,14 @@ def listen(page: Any, errors: list[str], foreign: list[str]) -> None:
     page.on("request", on_request)
 
 
-def watch(tab: Tab) -> Tab:
-    """Collect the tab's console errors, page errors, responses >= 400 and requests that leave
-    127.0.0.1 (check_clean asserts there are none)."""
+def watch(tab: Tab, hosts: tuple[str, ...] = ("127.0.0.1",)) -> Tab:
+    """Collect the tab's console errors, page errors, responses >= 400 and requests to hosts
+    other than ``hosts`` (check_clean asserts there are none)."""
 
     def on_response(response: Any) -> None:
         if response.status >= 400:
             tab.failed.append(f"{response.status} {response.url}")
 
-    listen(tab.page, tab.errors, tab.foreign)
+    listen(tab.page, tab.errors, tab.foreign, hosts)
     tab.page.on("response", on_response)
     return tab

@@ -23,6 +23,7 @@ import { loadTokens, timerParams } from './page/boot.js';
 import { deviceName, measuredSpeed } from './page/readiness.js';
 import { rosterOf } from './page/roster.js';
 import { endedText } from './page/lead.js';
+import { fetchAccess } from './page/access.js';
 import * as readiness from './page/readiness.js';
 import * as group from './page/group.js';
 import * as lead from './page/lead.js';
@@ -139,6 +140,7 @@ async function newSession(previous = null) {
 
 async function main() {
   page.name = deviceName(params);
+  page.access = fetchAccess();
   for (const [panel, id] of [[readiness, 'readiness'], [group, 'group'], [lead, 'lead'], [live, 'live'],
     [keep, 'keep'], [use, 'use'], [problems, 'problems']]) {
     panel.mount(document.getElementById(id), page);

@@ -26,7 +26,7 @@ from daisychain.server.datasource import DataService, Tokenizer, load_builtin_te
 from daisychain.server.httpconn import GuardedSite, head_complete
 from daisychain.server.ice import IceIssuer
 from daisychain.server.signaling import Signaling
-from daisychain.server.static import StaticFiles, add_security_headers
+from daisychain.server.static import StaticFiles, security_header_hook
 from daisychain.server.tls import listen_addresses
 from daisychain.server.trainvectors import TrainVectorsEndpoint
 
@@ -69,7 +69,7 @@ def create_app(
 
     app.cleanup_ctx.append(data_source)
     app.on_shutdown.append(close_sockets)
-    app.on_response_prepare.append(add_security_headers)
+    app.on_response_prepare.append(security_header_hook(trust_proxy=config.trust_proxy))
 
     def data_service() -> DataService:
         return app[DATA]
@@ -153,6 +153,22 @@ def _shown(host: str) -> str:
 
 
 @asynccontextmanager
+async def serve_listeners(
+    config: ServerConfig, listeners: list[Listener], **app_options: Any
+) -> AsyncIterator[list[str]]:
+    """Run the app on ``listeners`` for the duration of the block; yields their URLs as bound,
+    without the final slash. For the demo, benchmarks and tests: the real server (with
+    ``main.serve``'s connection deadlines, ``config.http``), gone afterwards."""
+    runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
+    await runner.setup()
+    try:
+        urls = await listen(runner, config, listeners)
+        yield [url.rstrip("/") for url in urls]
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
 async def serve_local(
     config: ServerConfig,
     host: str = "127.0.0.1",
@@ -161,17 +177,8 @@ async def serve_local(
     fingerprint: str | None = None,
     **app_options: Any,
 ) -> AsyncIterator[str]:
-    """Run the app on a free port of ``host`` for the duration of the block; yields its URL
-    without the final slash (https when ``ssl_context`` is given, ``fingerprint`` its
-    certificate's).
-
-    For the demo, benchmarks and tests: the real server (with ``main.serve``'s connection
-    deadlines, ``config.http``), gone afterwards.
-    """
-    runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
-    await runner.setup()
-    try:
-        [url] = await listen(runner, config, [Listener(host, 0, ssl_context, fingerprint)])
-        yield url.rstrip("/")
-    finally:
-        await runner.cleanup()
+    """``serve_listeners`` on one free port of ``host``; yields its URL (https when
+    ``ssl_context`` is given, ``fingerprint`` its certificate's)."""
+    listener = Listener(host, 0, ssl_context, fingerprint)
+    async with serve_listeners(config, [listener], **app_options) as [url]:
+        yield url

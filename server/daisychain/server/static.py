@@ -74,30 +74,58 @@ def content_security_policy(host: str | None, script_hashes: tuple[str, ...] = (
     )
 
 
-def security_headers(host: str | None) -> dict[str, str]:
-    """The headers every response carries (a page's own CSP adds its inline-script hashes)."""
-    return {
+def security_headers(host: str | None, *, isolate: bool = True) -> dict[str, str]:
+    """The headers every response carries (a page's own CSP adds its inline-script hashes).
+    ``isolate``: ask for cross-origin isolation (only where a browser can grant it)."""
+    headers = {
         "X-Content-Type-Options": "nosniff",
         # Room codes travel in the page URL (?room=CODE): never leak them in a Referer.
         "Referrer-Policy": "no-referrer",
         "Content-Security-Policy": content_security_policy(host),
-        # Cross-origin isolation gives the page SharedArrayBuffer and precise timers for
-        # WASM/WebGPU work. No X-Frame-Options: a Hugging Face Space shows the app in an iframe.
-        "Cross-Origin-Opener-Policy": "same-origin",
-        "Cross-Origin-Embedder-Policy": "require-corp",
         "Cross-Origin-Resource-Policy": "same-origin",
     }
+    if isolate:
+        # Cross-origin isolation gives the page SharedArrayBuffer and precise timers for
+        # WASM/WebGPU work. No X-Frame-Options: a Hugging Face Space shows the app in an iframe.
+        headers["Cross-Origin-Opener-Policy"] = "same-origin"
+        headers["Cross-Origin-Embedder-Policy"] = "require-corp"
+    return headers
 
 
-def set_security_headers(response: web.StreamResponse, host: str | None) -> None:
-    for name, value in security_headers(host).items():
+def set_security_headers(
+    response: web.StreamResponse, host: str | None, *, isolate: bool = True
+) -> None:
+    for name, value in security_headers(host, isolate=isolate).items():
         response.headers.setdefault(name, value)
 
 
-async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare`` hook: runs for every response the app's router handled, errors
-    included. The parser's own 400s never reach the router: ``httpconn`` adds them there."""
-    set_security_headers(response, request_host(request))
+_LOOPBACK_HOST_RE = re.compile(
+    r"(localhost|127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|\[::1\])(:[0-9]{1,5})?", re.I
+)
+
+
+def trustworthy_origin(request: web.BaseRequest, *, trust_proxy: bool) -> bool:
+    """Whether the browser treats the page's origin as potentially trustworthy (a secure
+    context): https, or a loopback host. Behind our own proxy (a Space) the proxy serves https.
+
+    Over plain http at a LAN address a browser ignores cross-origin isolation and says so as a
+    console error on every page, so it is not asked for there (the page works without it)."""
+    if trust_proxy or request.secure:
+        return True
+    return bool(_LOOPBACK_HOST_RE.fullmatch(request_host(request) or ""))
+
+
+def security_header_hook(
+    *, trust_proxy: bool
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """The ``on_response_prepare`` hook: runs for every response the app's router handled,
+    errors included. The parser's own 400s never reach the router: ``httpconn`` adds them."""
+
+    async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+        isolate = trustworthy_origin(request, trust_proxy=trust_proxy)
+        set_security_headers(response, request_host(request), isolate=isolate)
+
+    return add_security_headers
 
 
 def request_host(request: web.BaseRequest) -> str | None:

@@ -5,7 +5,8 @@
 //
 // Fields (null until known): tokenizer {sha256, vocabSize, ...}, tokens (the built-in corpus's
 // training ids), selection (the backend choice record, replica.js chooseBackend), name (this
-// device's name), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
+// device's name), access (a promise of the server's access facts, page/access.js: https,
+// LAN addresses; resolves to null when the server does not say), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
 // (p2p/replica.js WorkerReplica), data (the FineWeb-Edu feed or null). A session is one mesh +
 // peer: a page that finished a run starts a new session for the next one, so panels listen to
 // `session` and re-attach their listeners to the new peer and mesh.
@@ -25,6 +26,7 @@ export class Page extends EventTarget {
     this.tokens = null;
     this.selection = null;
     this.name = '';
+    this.access = Promise.resolve(null);
     this.mesh = null;
     this.peer = null;
     this.replica = null;

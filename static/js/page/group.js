@@ -7,14 +7,17 @@
 // - Members: name, backend, measured speed (the `tokens_per_s` of each device's hello, when it
 //   sent one), the data channel's state (open / connecting / closed), and the role: host of a
 //   room, leader of the run.
+// - Add a device (invite.js): the address another device opens to join this group, or in a room
+//   the room's link, as text with a Copy button and a QR code.
 // - Rooms: "Private room" mints a code (POST /api/rooms, docs/SERVER.md) and opens the page in
-//   it; in a room the link is shown with a Copy button. The host answers join requests here, in
+//   it. The host answers join requests here, in
 //   the page, each with a countdown to the server's timeout; a request disappears when it closes
 //   (answered, timed out, the requester left). When the host leaves the server names a new one
 //   (`host-changed`) and that page becomes host here, requests included.
 
 import { h, seconds, count, everySecond } from './dom.js';
 import { rosterOf } from './roster.js';
+import { mountInvite } from './invite.js';
 
 const CHANNEL_TEXT = { open: 'connected', connecting: 'connecting…', closed: 'disconnected' };
 const CLOSED_TEXT = {
@@ -25,12 +28,6 @@ const CLOSED_TEXT = {
 function speedOf(device) {
   const t = device?.tokens_per_s;
   return typeof t === 'number' && t > 0 ? `${count(t)} tokens/s` : null;
-}
-
-/** The link to share for room `code`: the page in that room, no other option (a name or a
- * backend in the address is this device's, not the guest's). */
-export function roomLink(code) {
-  return new URL(`/?room=${encodeURIComponent(code)}`, location.origin).href;
 }
 
 /** This page's own address in room `code`: its other query options are kept. */
@@ -231,35 +228,22 @@ export function mount(root, page) {
     }
   }
 
-  async function copy(input, said) {
-    try {
-      await navigator.clipboard.writeText(input.value);
-      said.textContent = 'Copied.';
-    } catch {
-      input.select();
-      said.textContent = 'Selected: copy it with your device’s copy command.';
-    }
-  }
-
   function renderRoom() {
     const code = new URLSearchParams(location.search).get('room');
+    const invite = h('div', { class: 'invite' });
+    mountInvite(invite, page, code, page.access);
     if (code === null) {
-      roomBox.replaceChildren(
+      roomBox.replaceChildren(invite,
         h('p', { text: 'Devices on the same network find each other here. To train with ' +
           'chosen devices only, anywhere, make a private room and share its link.' }),
         h('button', { type: 'button', text: 'Private room', onclick: (e) => mintRoom(e.currentTarget) }));
       return;
     }
-    const input = h('input', { type: 'text', readonly: true, value: roomLink(code),
-      'aria-label': 'Link to this private room', class: 'link' });
-    const said = h('span', { class: 'note', role: 'status' });
     const leave = new URL(location.href);
     leave.searchParams.delete('room');
     roomBox.replaceChildren(
-      h('p', { text: 'Private room: only devices the host lets in train here. Share this link:' }),
-      h('div', { class: 'copy-row' }, input,
-        h('button', { type: 'button', text: 'Copy link', onclick: () => copy(input, said) })),
-      said,
+      h('p', { text: 'Private room: only devices the host lets in train here.' }),
+      invite,
       h('p', {}, h('a', { href: leave.href, text: 'Leave the room' })));
   }
 

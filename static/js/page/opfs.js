@@ -20,6 +20,9 @@ const NAME = /^([0-9a-f]{1,64})-step(\d{1,10})-(\d{1,16})\.safetensors$/;
 
 /** Why this browser cannot keep saves (a sentence), or null when it can. */
 export function unavailableReason() {
+  if (globalThis.isSecureContext === false) {
+    return 'browsers keep files for a page only over https (this page is plain http)';
+  }
   if (typeof navigator === 'undefined' || !navigator.storage?.getDirectory) {
     return 'this browser has no private file storage for pages (OPFS)';
   }

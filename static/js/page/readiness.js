@@ -10,12 +10,15 @@
 //   does this device train);
 // - the measured speed: tokens per second of one `tiny` training step (the selection times one
 //   step per usable backend); published to the group in the mesh hello (`tokens_per_s`);
+// - over plain http (not a secure context), what the browser withholds and how to get it
+//   (access.js insecureNotice: the server's https address when it offers one);
 // - this device's name: editable, kept in localStorage, sent as the mesh name when the page
 //   next connects (a reload; the signaling hello carries it) (?name= in the address overrides it).
 
 import { h, count } from './dom.js';
 import { PRESETS } from '../model/config.js';
 import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
+import { insecureNotice } from './access.js';
 
 export const NAME_KEY = 'daisychain.device-name';
 export const MAX_NAME = 40; // the signaling hello keeps at most 40 characters
@@ -50,8 +53,9 @@ export function measuredSpeed(selection) {
 const short = (text, n = 140) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
 
 /** One line per backend tried, [mark, text, full reason or '']; the backends that could not
- * be tried for want of WebGPU share one line. */
-export function backendLines(selection) {
+ * be tried for want of WebGPU share one line (which says why: not a secure context, or no
+ * WebGPU in this browser). */
+export function backendLines(selection, secureContext = true) {
   const rows = selection?.rows ?? [];
   const noGpu = rows.filter((r) => !r.gates_passed && r.adapter === 'none');
   const lines = rows.filter((r) => !noGpu.includes(r)).map((r) => {
@@ -66,7 +70,8 @@ export function backendLines(selection) {
     return ['✗', `${r.name}: failed its gates, ${short(why)}`, why];
   });
   if (noGpu.length > 0) {
-    lines.unshift(['–', `${noGpu.map((r) => r.name).join(', ')}: not available, no WebGPU on this browser`,
+    const why = secureContext ? 'no WebGPU on this browser' : 'browsers offer WebGPU only over https';
+    lines.unshift(['–', `${noGpu.map((r) => r.name).join(', ')}: not available, ${why}`,
       noGpu[0].failure ?? '']);
   }
   return lines;
@@ -79,6 +84,15 @@ function saveName(value) {
   } catch {
     return false;
   }
+}
+
+/** The notice of a page that is not a secure context: what it lacks and how to get it. */
+function renderInsecure(box, notice) {
+  box.replaceChildren(
+    h('p', {}, h('strong', { text: 'Plain http: ' }),
+      `this page trains, but without ${notice.lacks.join(', ')}.`),
+    h('p', {}, notice.how, notice.url === null ? null : ' ',
+      notice.url === null ? null : h('a', { href: notice.url, class: 'https-link', text: notice.url })));
 }
 
 export function mount(root, page) {
@@ -94,6 +108,11 @@ export function mount(root, page) {
     h('p', { class: 'note' }, h('a', { href: '/selftest', text: 'Run the full self-test' }),
       ' for every backend’s checks in detail.'));
   if (overridden) nameNote.textContent = 'Set by ?name= in the address for this visit.';
+  if (globalThis.isSecureContext === false) {
+    const notice = h('div', { class: 'insecure', role: 'note' });
+    progress.before(notice);
+    page.access.then((access) => renderInsecure(notice, insecureNotice(access, location, false)));
+  }
 
   nameInput.addEventListener('change', () => {
     const value = nameInput.value.trim().slice(0, MAX_NAME);
@@ -115,7 +134,7 @@ export function mount(root, page) {
     const speed = measuredSpeed(s);
     const probeOk = row?.probe_hash === REFERENCE_PROBE_HASH;
     const forced = (new URLSearchParams(location.search).get('backend') ?? 'auto') !== 'auto';
-    const lines = backendLines(s).map(([mark, text, full]) =>
+    const lines = backendLines(s, globalThis.isSecureContext !== false).map(([mark, text, full]) =>
       h('li', { title: full || null }, h('span', { class: `mark ${mark === '✓' ? 'ok' : mark === '✗' ? 'bad' : ''}`,
         'aria-hidden': 'true', text: mark }), ` ${text}`));
     facts.replaceChildren(
