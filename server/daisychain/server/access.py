@@ -28,6 +28,8 @@ from daisychain.server.ratelimit import KeyedLimiter
 # The longest invite: an https URL with a host name, a port and ?room=<16 characters> is under
 # 100; 512 leaves room for long host names and stays a QR code a phone reads (version <= 17).
 MAX_QR_TEXT = 512
+# JSON escapes can take a character to 6 bytes; a URL's characters take 1.
+MAX_QR_BODY = 4 * MAX_QR_TEXT
 # The page asks for one code per address it shows (the group's and a room's), on demand.
 QR_PER_S = 2.0
 QR_BURST = 10
@@ -81,13 +83,16 @@ class QrEndpoint:
                 web.HTTPTooManyRequests, "too many QR codes asked for", f"retry in {retry} s",
                 headers={"Retry-After": str(retry)},
             )  # fmt: skip
-        if request.content_length is not None and request.content_length > 4 * MAX_QR_TEXT:
-            raise _refusal(
-                web.HTTPRequestEntityTooLarge, "the request body is too large",
-                f'send {{"text": ...}} with at most {MAX_QR_TEXT} characters',
+        if request.content_length is not None and request.content_length > MAX_QR_BODY:
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=MAX_QR_BODY, actual_size=request.content_length,
+                text=json.dumps({"error": "the request body is too large",
+                                 "hint": f"{_HINT} (at most {MAX_QR_TEXT} characters)"}),
+                content_type="application/json",
             )  # fmt: skip
         try:
-            body = json.loads(await request.content.read(4 * MAX_QR_TEXT + 1))
+            # Within the bound checked above (a chunked body is cut there and fails to parse).
+            body = json.loads(await request.content.read(MAX_QR_BODY))
         except (ValueError, UnicodeDecodeError):
             raise _refusal(web.HTTPBadRequest, "the body is not JSON", _HINT) from None
         text = body.get("text") if isinstance(body, dict) else None
