@@ -12,9 +12,10 @@ the same rank (a rank changes only when the roster does; a guess that turns out 
 dropped and costs one fetch), so in steady state the batch is ready when the step starts.
 ``stats`` counts the batches that were ready and those the step waited for.
 
-Failure: a server that cannot be reached, answers an error or a malformed window raises
-``DataUnavailable`` (message + hint). A 429 or 503 with ``Retry-After`` is retried while the
-wait fits in ``patience_s``; a prefetch that failed is tried once more when its step comes.
+Failure: a server that cannot be reached (or whose certificate is not the pinned one,
+``p2p.serverlink``), answers an error or a malformed window raises ``DataUnavailable``
+(message + hint). A 429 or 503 with ``Retry-After`` is retried while the wait fits in
+``patience_s``; a prefetch that failed is tried once more when its step comes.
 Nothing is cached that did not parse completely, so a failure leaves no state behind.
 """
 
@@ -33,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain import fineweb
+from daisychain.p2p import serverlink
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class FineWebFeed:
         depth: int = 4,
         timeout_s: float = 30.0,
         patience_s: float = 20.0,
+        fingerprint: bytes | None = None,
     ) -> None:
         assert depth >= 0, f"bad prefetch depth {depth}"
         self.server = server.rstrip("/")
@@ -98,6 +101,7 @@ class FineWebFeed:
         self.depth = depth
         self.timeout_s = timeout_s
         self.patience_s = patience_s
+        self.fingerprint = fingerprint  # the https server's pinned certificate (p2p.serverlink)
         self.stats = FeedStats()
         self._encoder = encoder
         self._encoder_loading = asyncio.Lock()  # the first fetches share one load
@@ -161,12 +165,18 @@ class FineWebFeed:
         }  # fmt: skip
         url = f"{self.server}/data"
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            try:
+                self._session = serverlink.session(self.server, self.fingerprint)
+            except serverlink.ServerLinkError as exc:
+                raise DataUnavailable(exc.message, exc.hint) from None
         give_up = time.monotonic() + self.patience_s
         while True:
             try:
                 status, retry_after, body = await self._get(url, query)
             except (aiohttp.ClientError, TimeoutError) as exc:
+                refusal = serverlink.tls_refusal(exc, self.server)
+                if refusal is not None:
+                    raise DataUnavailable(*refusal) from None
                 reason = "timed out" if isinstance(exc, TimeoutError) else f"{exc}"
                 raise DataUnavailable(
                     f"cannot read training data from {url}: {reason or type(exc).__name__}",

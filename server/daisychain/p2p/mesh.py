@@ -37,7 +37,7 @@ from aiortc import (
 )
 from aiortc.sdp import candidate_from_sdp
 
-from daisychain.p2p import signaling
+from daisychain.p2p import serverlink, signaling
 from daisychain.p2p.versions import SIGNALING_VERSION
 from daisychain.server import messages as sm
 
@@ -202,8 +202,12 @@ class Mesh:
         relay_only: bool = False,
         connect_timeout_s: float = 10.0,
         peer_left_grace_s: float = 1.0,
+        fingerprint: bytes | None = None,
     ) -> None:
         self.server = server.rstrip("/")
+        # The SHA-256 of the https server's certificate to trust (p2p.serverlink), or None to
+        # verify it the usual way (or for a plain http server).
+        self.fingerprint = fingerprint
         self.room = room
         self.name = name or "peer"
         self.device = device or {"kind": "python"}
@@ -242,8 +246,11 @@ class Mesh:
 
     async def connect(self) -> None:
         """Connect, say hello and wait until admitted; raises MeshError with a hint."""
-        self._session = aiohttp.ClientSession()
         url = self.ws_url()
+        try:
+            self._session = serverlink.session(url, self.fingerprint)
+        except serverlink.ServerLinkError as exc:
+            raise MeshError(exc.message, exc.hint) from None
         try:
             self._ws = await self._session.ws_connect(url, timeout=aiohttp.ClientWSTimeout(
                 ws_close=5.0), heartbeat=None)  # fmt: skip
@@ -263,6 +270,9 @@ class Mesh:
             ) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             await self._session.close()
+            refusal = serverlink.tls_refusal(exc, url)
+            if refusal is not None:
+                raise MeshError(*refusal) from None
             raise MeshError(
                 f"cannot reach the DaisyChain server at {url} ({exc.__class__.__name__}: {exc})",
                 "check --server (for example http://HOST:8787) and that the server is running "

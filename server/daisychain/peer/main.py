@@ -2,6 +2,7 @@
 
     python -m daisychain.peer --server http://HOST:8787 [--room CODE] [--name NAME]
     python -m daisychain.peer --server URL --lead --preset tiny --steps 300 --min-peers 2
+    python -m daisychain.peer --server https://HOST:8787 --fingerprint SHA256:AB:CD:...
 
 With ``--lead`` this peer configures the run (model preset, batch, steps, learning rate, seed),
 waits for ``--min-peers`` peers and leads; otherwise it follows whoever leads its group.
@@ -11,6 +12,9 @@ loss, tokens/s, peers, hash agreement) on stderr, or one JSON object per event o
 ``--json``. ``--checkpoint PATH`` is saved atomically at the end, every ``--save-every N``
 steps, on SIGUSR1, and on Ctrl-C, which then leaves cleanly (the others drop this peer from
 the next roster). SIGUSR2 on the leader ends the whole run at the next step boundary.
+A server started with ``daisychain serve --https`` has a self-signed certificate: this peer
+trusts it only when ``--fingerprint`` names it (the SHA-256 the server printed at start), and
+stops with a hint when the server presents another one (``p2p.serverlink``).
 ``--data fineweb`` on the leader trains on FineWeb-Edu at the server's pinned revision: every
 peer fetches its own batches from the server's ``/data`` a few steps ahead (``p2p.datafeed``);
 a peer whose server cannot serve that revision refuses the run, and one that loses its data
@@ -33,6 +37,7 @@ from typing import Any
 
 from daisychain import fineweb
 from daisychain.model.config import PRESETS
+from daisychain.p2p import serverlink
 from daisychain.p2p.datafeed import FineWebFeed
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
@@ -47,6 +52,12 @@ EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_DATA, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", required=True, help="DaisyChain server, e.g. http://HOST:8787")
+    parser.add_argument(
+        "--fingerprint", metavar="SHA256:AB:CD:...",
+        help="trust the https --server only with this certificate (its SHA-256, as `daisychain "
+        "serve --https` prints it at start and the page's \"Add a device\" shows it): needed "
+        "for a self-signed certificate; a server with another one is refused",
+    )  # fmt: skip
     parser.add_argument("--room", help="private room code (default: the group of your network)")
     parser.add_argument("--name", default="", help="name shown to the other devices")
     parser.add_argument(
@@ -161,7 +172,8 @@ async def _main(args: argparse.Namespace) -> int:
     display.emit({"event": "backend", "backend": chosen.compute.name, "reason": chosen.reason})
     if not args.json:
         print(f"backend {chosen.reason}", file=sys.stderr)
-    feed = await fineweb_feed(args.server)
+    pin = pinned_fingerprint(args)
+    feed = await fineweb_feed(args.server, pin)
     if args.lead and args.data == "fineweb" and feed is None:
         message = f"{args.server} does not serve FineWeb-Edu at a pinned revision"
         hint = "lead with --data builtin, or use a server started without --offline"
@@ -170,7 +182,7 @@ async def _main(args: argparse.Namespace) -> int:
         return EXIT_JOIN
     mesh = Mesh(
         args.server, room=args.room, name=args.name, ice_servers=ice_servers(args),
-        relay_only=args.ice_relay_only,
+        relay_only=args.ice_relay_only, fingerprint=pin,
         device={"kind": "python", "backend": chosen.compute.name},
     )  # fmt: skip
     mesh.auto_approve = args.approve == "all"
@@ -246,16 +258,19 @@ def _report(outcome: Outcome, display: Display) -> int:
     return EXIT_JOIN
 
 
-async def fineweb_feed(server: str) -> FineWebFeed | None:
+async def fineweb_feed(server: str, fingerprint: bytes | None = None) -> FineWebFeed | None:
     """A feed of FineWeb-Edu windows from ``server``, if it reads the dataset at a pinned
-    revision (its ``/api/status``); ``None`` otherwise (this peer then reads only the built-in
-    corpus, and refuses a FineWeb-Edu run with ``incompatible``)."""
+    revision (its ``/api/status``); ``None`` otherwise, also when it cannot be reached or its
+    certificate is not ``fingerprint`` (this peer then reads only the built-in corpus, and
+    refuses a FineWeb-Edu run with ``incompatible``; joining says why the server was refused).
+    A fingerprint for a plain http server raises ``ServerLinkError`` (``run`` refuses it first).
+    """
     import aiohttp
 
     base = ("http" + server[2:] if server.startswith("ws") else server).rstrip("/")
     try:
         async with (
-            aiohttp.ClientSession() as session,
+            serverlink.session(base, fingerprint) as session,
             session.get(f"{base}/api/status", timeout=aiohttp.ClientTimeout(total=10)) as resp,
         ):
             status = await resp.json(content_type=None)
@@ -267,7 +282,17 @@ async def fineweb_feed(server: str) -> FineWebFeed | None:
         return None
     if not fineweb.REVISION_RE.fullmatch(revision):
         return None
-    return FineWebFeed(base, revision)
+    return FineWebFeed(base, revision, fingerprint=fingerprint)
+
+
+def pinned_fingerprint(args: argparse.Namespace) -> bytes | None:
+    """--fingerprint as the certificate digest to pin, or None; ``ServerLinkError`` with a hint
+    for one that is malformed or given with a plain http --server."""
+    if args.fingerprint is None:
+        return None
+    pin = serverlink.parse_fingerprint(args.fingerprint)
+    serverlink.check(args.server, pin)
+    return pin
 
 
 def ice_servers(args: argparse.Namespace) -> list[IceServer] | None:
@@ -297,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_JOIN
     try:
         ice_servers(args)
-    except IceError as exc:
+        pinned_fingerprint(args)
+    except (IceError, serverlink.ServerLinkError) as exc:
         print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return EXIT_JOIN
     if args.save_every < 0 or (args.save_every and not args.checkpoint):
