@@ -15,6 +15,9 @@
 
 import { bundle } from './bundle.js';
 import { CONTRACT_VERSION } from '../numerics/index.js';
+// Raw 32-byte digests for the CSP hashes and the byte blocks' records: Web Crypto in a secure
+// context, the project's own SHA-256 otherwise (numerics/hash.js), the same bytes either way.
+import { sha256Bytes as sha256 } from '../numerics/hash.js';
 import { paramShapes, numel } from '../model/params.js';
 import { KIT_FORMAT, KIT_FORMAT_VERSION } from './runtime.js';
 
@@ -42,10 +45,6 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f1f1e8; paddi
 #output:empty { display: none; }
 #status { min-height: 1.45em; margin: 0; overflow-wrap: anywhere; }
 `;
-
-async function sha256(bytes) {
-  return new Uint8Array(await globalThis.crypto.subtle.digest('SHA-256', bytes));
-}
 
 function toBase64(bytes) {
   let out = '';
