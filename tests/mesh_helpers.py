@@ -137,9 +137,11 @@ async def start_peer(
     compute: Compute | None = None,
     save_every: int = 0,
     limits: Limits | None = None,
+    fingerprint: bytes | None = None,
 ) -> Peer:
+    """An in-process peer on ``url`` (``fingerprint``: the https server's pinned certificate)."""
     tokens, sha, vocab = corpus()
-    mesh = mesh_cls(url, name=name)
+    mesh = mesh_cls(url, name=name, fingerprint=fingerprint)
     await mesh.connect()
     records: list[StepRecord] = []
     options: dict[str, Any] = {

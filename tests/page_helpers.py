@@ -199,8 +199,9 @@ def listen(
     page: Any, errors: list[str], foreign: list[str], hosts: tuple[str, ...] = ("127.0.0.1",)
 ) -> None:
     """Collect a page's console errors and page errors into ``errors`` and the requests that
-    go to a host other than ``hosts`` (the test's servers) into ``foreign`` (watch adds responses >= 400; the mesh and peer tests keep
-    their own Tab, which allows some console errors, and call this directly)."""
+    go to a host other than ``hosts`` (the test's servers) into ``foreign`` (watch adds
+    responses >= 400; the mesh and peer tests keep their own Tab, which allows some console
+    errors, and call this directly)."""
 
     def on_console(message: Any) -> None:
         if message.type == "error":

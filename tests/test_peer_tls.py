@@ -61,7 +61,7 @@ def certificate(state_dir: Path) -> tls.Certificate:
 async def https(tmp_path: Path) -> AsyncIterator[Https]:
     """The real app over https on 127.0.0.1, with a self-signed certificate (offline data)."""
     cert = certificate(tmp_path)
-    async with serve_local(config(), ssl_context=cert.context(), tokenizer=ByteTokenizer) as url:
+    async with serve_local(config(), certificate=cert, tokenizer=ByteTokenizer) as url:
         assert url.startswith("https://127.0.0.1:")
         yield Https(url, cert)
 
@@ -243,9 +243,7 @@ async def test_the_data_feed_reads_through_the_pinned_certificate(tmp_path: Path
                    timeout_s=5.0, burst=1000)  # fmt: skip
     cert = certificate(tmp_path / "state")
     try:
-        async with serve_local(
-            config(data=data), ssl_context=cert.context(), tokenizer=ByteTokenizer
-        ) as url:
+        async with serve_local(config(data=data), certificate=cert, tokenizer=ByteTokenizer) as url:
             https = Https(url, cert)
             # /api/status: read with the right pin only (unread, the peer has no FineWeb feed).
             assert await fineweb_feed(url, https.wrong) is None

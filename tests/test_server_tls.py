@@ -276,7 +276,7 @@ async def test_status_tells_the_https_port_and_hands_lan_addresses_to_this_machi
 ) -> None:
     cert = tls.ensure_certificate(tmp_path, ["localhost"], LOCAL, NOW)
     listeners = [
-        Listener("127.0.0.1", 0, cert.context(), cert.fingerprint),
+        Listener("127.0.0.1", 0, cert),
         Listener("127.0.0.1", 0),
     ]
     async with serve_listeners(config(), listeners, tokenizer=ByteTokenizer) as [https, http]:
@@ -287,8 +287,8 @@ async def test_status_tells_the_https_port_and_hands_lan_addresses_to_this_machi
             async with session.get(f"{https}/api/status", ssl=pin) as response:
                 secure = (await response.json())["access"]
     port = int(https.rsplit(":", 1)[1])
-    assert plain == {"secure": False, "https": {"port": port, "fingerprint": cert.fingerprint},
-                     "lan": []}  # fmt: skip
+    assert plain == {"secure": False, "lan": [], "https": {
+        "port": port, "fingerprint": cert.fingerprint, "self_signed": True}}  # fmt: skip
     assert secure["secure"] is True and secure["https"]["port"] == port
     # Listening on 127.0.0.1 only: no address another device could open.
     assert secure["lan"] == []
@@ -378,7 +378,7 @@ async def test_isolation_is_asked_for_only_where_a_browser_grants_it(
 
 async def test_isolation_is_kept_over_https_and_behind_a_proxy(tmp_path: Path) -> None:
     cert = tls.ensure_certificate(tmp_path, ["localhost"], LOCAL, NOW)
-    listeners = [Listener("127.0.0.1", 0, cert.context(), cert.fingerprint)]
+    listeners = [Listener("127.0.0.1", 0, cert)]
     async with serve_listeners(config(), listeners, tokenizer=ByteTokenizer) as [https]:
         port = int(https.rsplit(":", 1)[1])
         context = ssl.create_default_context()

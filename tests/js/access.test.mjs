@@ -10,7 +10,8 @@ import { backendLines } from '../../static/js/page/readiness.js';
 
 const at = (href) => new URL(href);
 const FP = 'SHA256:AB:CD';
-const HTTPS = { secure: true, https: { port: 8787, fingerprint: FP }, lan: ['https://192.168.1.5:8787/'] };
+const HTTPS = { secure: true, https: { port: 8787, fingerprint: FP, selfSigned: true }, lan: ['https://192.168.1.5:8787/'] };
+const CA = { ...HTTPS, https: { ...HTTPS.https, selfSigned: false } };
 const PLAIN = { secure: false, https: null, lan: ['http://192.168.1.5:8787/'] };
 
 test('loopback hosts are the ones only this machine can open', () => {
@@ -22,7 +23,9 @@ test('loopback hosts are the ones only this machine can open', () => {
 
 test('a page at a network address shares its own origin, with only the room in the query', () => {
   const loc = at('https://192.168.1.5:8787/?name=phone&backend=js-cpu&room=abc#x');
-  assert.deepEqual(shareAddress(HTTPS, loc, null), { url: 'https://192.168.1.5:8787/', secure: true, note: '' });
+  assert.deepEqual(shareAddress(CA, loc, null), { url: 'https://192.168.1.5:8787/', secure: true, note: '' });
+  // A self-signed certificate: the other device will be asked about it once.
+  assert.match(shareAddress(HTTPS, loc, null).note, /fingerprint SHA256:AB:CD, then accept/);
   const room = shareAddress(HTTPS, loc, 'a b&c');
   assert.equal(room.url, 'https://192.168.1.5:8787/?room=a%20b%26c');
   assert.equal(new URL(room.url).searchParams.get('room'), 'a b&c');
@@ -34,6 +37,7 @@ test('a page at 127.0.0.1 shares the server\'s LAN address, https first, with th
   assert.equal(address.url, 'https://192.168.1.5:8787/?room=CODE');
   assert.equal(address.secure, true);
   assert.match(address.note, /SHA-256 fingerprint SHA256:AB:CD/);
+  assert.equal(shareAddress(CA, loc, 'CODE').note, ''); // a CA's certificate: nothing to check
   const plain = shareAddress(PLAIN, loc, null);
   assert.equal(plain.url, 'http://192.168.1.5:8787/');
   assert.equal(plain.secure, false);
@@ -61,10 +65,14 @@ test('in a secure context nothing is lacking', () => {
 
 test('over plain http the notice names what is withheld and the https address of this very page', () => {
   const loc = at('http://10.231.0.1:8080/?room=R&name=n');
-  const notice = insecureNotice({ secure: false, https: { port: 8443, fingerprint: FP }, lan: [] }, loc, false);
+  const notice = insecureNotice({ secure: false, https: { port: 8443, fingerprint: FP, selfSigned: true }, lan: [] },
+    loc, false);
   assert.equal(notice.url, 'https://10.231.0.1:8443/?room=R&name=n');
   assert.ok(notice.lacks.some((l) => /WebGPU/.test(l)) && notice.lacks.some((l) => /saves/.test(l)));
-  assert.match(notice.how, /SHA256:AB:CD/);
+  assert.match(notice.check, /SHA256:AB:CD/);
+  const ca = insecureNotice({ secure: false, https: { port: 8443, fingerprint: FP, selfSigned: false }, lan: [] },
+    loc, false);
+  assert.equal(ca.check, ''); // a CA's certificate: the browser asks nothing
   const none = insecureNotice({ secure: false, https: null, lan: [] }, loc, false);
   assert.equal(none.url, null);
   assert.match(none.how, /--https/);
@@ -73,7 +81,9 @@ test('over plain http the notice names what is withheld and the https address of
 
 test('the server\'s facts are read defensively: junk is dropped, a failure is null', async () => {
   const answer = (status, body) => async () => new Response(JSON.stringify(body), { status });
-  assert.deepEqual(await fetchAccess(answer(200, { access: HTTPS })), HTTPS);
+  const wire = (a) => ({ ...a, https: { port: a.https.port, fingerprint: a.https.fingerprint, self_signed: a.https.selfSigned } });
+  assert.deepEqual(await fetchAccess(answer(200, { access: wire(HTTPS) })), HTTPS);
+  assert.deepEqual(await fetchAccess(answer(200, { access: wire(CA) })), CA);
   assert.deepEqual(await fetchAccess(answer(200, {
     access: { secure: 'yes', https: { port: '8443' }, lan: ['javascript:alert(1)', 7, 'http://a:1/'] },
   })), { secure: false, https: null, lan: ['http://a:1/'] });

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from daisychain.server.grouping import client_address, network_key, parse_address
 from daisychain.server.ratelimit import KeyedLimiter
+from daisychain.server.tls import Certificate
 
 # The longest invite: an https URL with a host name, a port and ?room=<16 characters> is under
 # 100; 512 leaves room for long host names and stays a QR code a phone reads (version <= 17).
@@ -40,9 +41,9 @@ class Access:
     """What the server's listeners are (set by whoever binds them: ``main.serve``,
     ``app.serve_local``)."""
 
-    # The https listener's port and its certificate's fingerprint ("SHA256:AB:..."), if any.
+    # The https listener's port and certificate, if any.
     https_port: int | None = None
-    fingerprint: str | None = None
+    certificate: Certificate | None = None
     # URLs another device can open (LAN addresses of the listeners, https first): shown only to
     # pages on this machine, which cannot hand out their own 127.0.0.1 address.
     lan_urls: list[str] = field(default_factory=list)
@@ -50,8 +51,13 @@ class Access:
     def describe(self, request: web.BaseRequest, *, trust_proxy: bool) -> dict[str, Any]:
         """``/api/status``'s ``access`` field for this request."""
         https = None
-        if self.https_port is not None:
-            https = {"port": self.https_port, "fingerprint": self.fingerprint}
+        if self.https_port is not None and self.certificate is not None:
+            https = {
+                "port": self.https_port,
+                "fingerprint": self.certificate.fingerprint,
+                # A browser asks about a self-signed certificate once; a CA's it trusts.
+                "self_signed": self.certificate.self_signed,
+            }
         return {
             # TLS to this process (behind a proxy the proxy's TLS is not seen here).
             "secure": request.secure,

@@ -7,7 +7,6 @@ and closed in a ``cleanup_ctx`` so it exists exactly while the app runs.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from daisychain.server.httpconn import GuardedSite, head_complete
 from daisychain.server.ice import IceIssuer
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, security_header_hook
-from daisychain.server.tls import listen_addresses
+from daisychain.server.tls import Certificate, listen_addresses
 from daisychain.server.trainvectors import TrainVectorsEndpoint
 
 CONFIG = web.AppKey("config", ServerConfig)
@@ -109,17 +108,15 @@ def _folder(override: Path | None, name: str) -> Path:
 
 @dataclass(frozen=True)
 class Listener:
-    """One socket the server listens on: https when ``ssl_context`` is given (``fingerprint``
-    is then its certificate's, as ``/api/status`` tells pages), else plain http."""
+    """One socket the server listens on: https with ``certificate``, else plain http."""
 
     host: str
     port: int  # 0: a free one
-    ssl_context: ssl.SSLContext | None = None
-    fingerprint: str | None = None
+    certificate: Certificate | None = None
 
     @property
     def scheme(self) -> str:
-        return "https" if self.ssl_context is not None else "http"
+        return "https" if self.certificate is not None else "http"
 
 
 async def listen(
@@ -130,15 +127,16 @@ async def listen(
     access = runner.app[ACCESS]
     urls, lan = [], []
     for listener in listeners:
+        certificate = listener.certificate
         site = GuardedSite(
-            runner, listener.host, listener.port, config.http,
-            trust_proxy=config.trust_proxy, ssl_context=listener.ssl_context,
+            runner, listener.host, listener.port, config.http, trust_proxy=config.trust_proxy,
+            ssl_context=certificate.context() if certificate is not None else None,
         )  # fmt: skip
         await site.start()
         port = site.bound_port()
         urls.append(f"{listener.scheme}://{_shown(listener.host)}:{port}/")
-        if listener.ssl_context is not None:
-            access.https_port, access.fingerprint = port, listener.fingerprint
+        if certificate is not None:
+            access.https_port, access.certificate = port, certificate
         lan += [
             (listener.scheme != "https", f"{listener.scheme}://{_shown(str(a))}:{port}/")
             for a in listen_addresses(listener.host)
@@ -173,12 +171,11 @@ async def serve_local(
     config: ServerConfig,
     host: str = "127.0.0.1",
     *,
-    ssl_context: ssl.SSLContext | None = None,
-    fingerprint: str | None = None,
+    certificate: Certificate | None = None,
     **app_options: Any,
 ) -> AsyncIterator[str]:
-    """``serve_listeners`` on one free port of ``host``; yields its URL (https when
-    ``ssl_context`` is given, ``fingerprint`` its certificate's)."""
-    listener = Listener(host, 0, ssl_context, fingerprint)
+    """``serve_listeners`` on one free port of ``host``; yields its URL (https with
+    ``certificate``)."""
+    listener = Listener(host, 0, certificate)
     async with serve_listeners(config, [listener], **app_options) as [url]:
         yield url

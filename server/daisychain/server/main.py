@@ -285,13 +285,9 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        listeners = [Listener(config.host, config.port)]
-        if certificate is not None:
-            listeners = [
-                Listener(config.host, config.port, certificate.context(), certificate.fingerprint)
-            ]
-            if http_port is not None:
-                listeners.append(Listener(config.host, http_port))
+        listeners = [Listener(config.host, config.port, certificate)]
+        if certificate is not None and http_port is not None:
+            listeners.append(Listener(config.host, http_port))
         urls = await listen(runner, config, listeners)
         for url in urls:
             log.info("listening on %s", url, extra={"fields": {"url": url}})

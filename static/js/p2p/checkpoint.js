@@ -69,7 +69,7 @@ function optimJson(o) {
 
 /**
  * The checkpoint bytes of `state` (a worker export) for `model`, `optim`, `seed`: Python's
- * `checkpoint.encode`. Resolves to a Uint8Array (the weight hash is crypto.subtle's).
+ * `checkpoint.encode`. Resolves to a Uint8Array (the weight hash is hash.js's, asynchronous).
  */
 export async function encodeCheckpoint(state, { model, optim, seed, tokenizerSha256 }) {
   const tensors = [];

@@ -17,8 +17,8 @@ export function isLoopbackHost(hostname) {
   return LOOPBACK.test(hostname);
 }
 
-/** The server's `access` facts ({secure, https: {port, fingerprint} | null, lan: [url]}), or
- * null when the server does not say (an older server, or the request failed). */
+/** The server's `access` facts ({secure, https: {port, fingerprint, selfSigned} | null,
+ * lan: [url]}), or null when the server does not say (an older server, or the request failed). */
 export async function fetchAccess(fetchFn = (...a) => globalThis.fetch(...a)) {
   try {
     const response = await fetchFn('/api/status', { cache: 'no-store' });
@@ -28,7 +28,8 @@ export async function fetchAccess(fetchFn = (...a) => globalThis.fetch(...a)) {
     return {
       secure: access.secure === true,
       https: Number.isInteger(access.https?.port)
-        ? { port: access.https.port, fingerprint: String(access.https.fingerprint ?? '') || null } : null,
+        ? { port: access.https.port, fingerprint: String(access.https.fingerprint ?? '') || null,
+          selfSigned: access.https.self_signed !== false } : null,
       lan: Array.isArray(access.lan) ? access.lan.filter((u) => typeof u === 'string' && /^https?:\/\//.test(u)) : [],
     };
   } catch {
@@ -56,7 +57,7 @@ function withRoom(url, room) {
 export function shareAddress(access, loc, room = null) {
   if (!isLoopbackHost(loc.hostname)) {
     const secure = loc.protocol === 'https:';
-    return { url: withRoom(loc.origin, room), secure, note: secure ? '' : plainNote(access, loc) };
+    return { url: withRoom(loc.origin, room), secure, note: secure ? certificateNote(access) : plainNote(access, loc) };
   }
   const lan = access?.lan ?? [];
   if (lan.length === 0) {
@@ -70,7 +71,7 @@ export function shareAddress(access, loc, room = null) {
 }
 
 function certificateNote(access) {
-  const fp = access?.https?.fingerprint;
+  const fp = access?.https?.selfSigned ? access.https.fingerprint : null;
   return fp ? `The first visit warns about the server's own certificate: check that it shows the ` +
     `SHA-256 fingerprint ${fp}, then accept it.` : '';
 }
@@ -83,19 +84,19 @@ function plainNote(access, loc) {
 }
 
 /**
- * What this page lacks and how to get it, or null in a secure context: {lacks, how, url} where
- * `lacks` lists what the browser withholds, `how` is a sentence, `url` the https address of this
- * very page when the server offers one (else null).
+ * What this page lacks and how to get it, or null in a secure context: {lacks, how, url, check}
+ * where `lacks` lists what the browser withholds, `how` is a sentence, `url` the https address
+ * of this very page when the server offers one (else null), and `check` what to compare when
+ * the browser asks about a self-signed certificate ('' otherwise).
  */
 export function insecureNotice(access, loc, secureContext) {
   if (secureContext) return null;
   const lacks = ['WebGPU (it trains on its CPU)', 'saves in the browser', 'Web Crypto (it hashes in JavaScript)'];
   if (access?.https) {
     const url = `https://${loc.hostname}:${access.https.port}${loc.pathname}${loc.search}`;
-    const fp = access.https.fingerprint ? ` (its certificate's SHA-256 fingerprint: ${access.https.fingerprint})` : '';
-    return { lacks, url, how: `Open the https address for everything${fp}.` };
+    return { lacks, url, how: 'For everything, open the https address:', check: certificateNote(access) };
   }
-  return { lacks, url: null,
+  return { lacks, url: null, check: '',
     how: 'This server serves plain http only: whoever runs it can restart it with --https, then open ' +
       'the https:// address it prints (docs/USAGE.md, On your LAN).' };
 }

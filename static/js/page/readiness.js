@@ -92,7 +92,8 @@ function renderInsecure(box, notice) {
     h('p', {}, h('strong', { text: 'Plain http: ' }),
       `this page trains, but without ${notice.lacks.join(', ')}.`),
     h('p', {}, notice.how, notice.url === null ? null : ' ',
-      notice.url === null ? null : h('a', { href: notice.url, class: 'https-link', text: notice.url })));
+      notice.url === null ? null : h('a', { href: notice.url, class: 'https-link', text: notice.url })),
+    notice.check ? h('p', { class: 'note', text: notice.check }) : null);
 }
 
 export function mount(root, page) {

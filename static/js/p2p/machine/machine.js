@@ -8,8 +8,8 @@
 // no clock (`now` comes with every event), opens no socket and starts no timer.
 //
 // One difference from Python, and why: `handle` is async, because the replica's hashing
-// (crypto.subtle) and inflating a compressed frame (DecompressionStream) are asynchronous on the
-// web platform. The machine awaits them exactly where Python calls them synchronously, so the
+// (crypto.subtle, or numerics/sha256.js behind the same async API) and inflating a compressed
+// frame (DecompressionStream) are asynchronous on the web platform. The machine awaits them exactly where Python calls them synchronously, so the
 // decisions and their order are the same; the shell feeds one event at a time and awaits each
 // (a second `handle` while one is in flight is refused, never interleaved).
 //

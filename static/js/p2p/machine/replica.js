@@ -3,7 +3,7 @@
 //
 // The machine never touches weights. It asks its replica to start from a config, to restore a
 // checkpoint it received, to encode one it serves, and to apply the mean gradient it assembled.
-// In JavaScript these may return promises (SHA-256 is crypto.subtle's, which is asynchronous):
+// In JavaScript these may return promises (SHA-256 is hash.js's: crypto.subtle's, asynchronous, where the page has it):
 // the machine awaits each before its next decision, exactly where Python calls them
 // synchronously. The interface:
 //
