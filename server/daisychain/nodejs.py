@@ -3,8 +3,9 @@
 The JS mirror hashes with Web Crypto's global ``crypto.subtle`` where it exists and with its own
 SHA-256 otherwise (``static/js/numerics/hash.js``); the tests run both. Node 19 and newer have
 ``crypto.subtle``; Node 18 (Debian 12's and Ubuntu 24.04's ``nodejs``) has it behind
-``--experimental-global-webcrypto``, which is passed so the suite checks the native path too. ES-module parsing of ``static/js/*.js`` comes from
-``static/package.json`` (``"type": "module"``), which every Node version honours.
+``--experimental-global-webcrypto``, which is passed so the suite checks the native path too.
+ES-module parsing of ``static/js/*.js`` comes from ``static/package.json``
+(``"type": "module"``), which every Node version honours.
 """
 
 from __future__ import annotations
