@@ -44,12 +44,13 @@ test('a page at 127.0.0.1 shares the server\'s LAN address, https first, with th
   assert.match(plain.note, /CPU only.*--https/);
 });
 
-test('a server listening on this machine only has no address to share, and says how to fix it', () => {
-  for (const access of [null, { secure: false, https: null, lan: [] }]) {
-    const address = shareAddress(access, at('http://localhost:8787/'), null);
-    assert.equal(address.url, null);
-    assert.match(address.note, /--host 0\.0\.0\.0 --https/);
-  }
+test('a server listening on this machine only: its own address (other tabs here), and how to serve the network', () => {
+  const address = shareAddress({ secure: false, https: null, lan: [] }, at('http://localhost:8787/?name=x'), 'R');
+  assert.equal(address.url, 'http://localhost:8787/?room=R');
+  assert.match(address.note, /this machine only.*--host 0\.0\.0\.0 --https/);
+  // Before the server's facts arrive (or from an older server): the own address, no verdict.
+  assert.deepEqual(shareAddress(null, at('http://127.0.0.1:8787/'), null),
+    { url: 'http://127.0.0.1:8787/', secure: true, note: '' });
 });
 
 test('a plain-http page at a network address warns what the other device lacks', () => {

@@ -50,9 +50,11 @@ function withRoom(url, room) {
 /**
  * The address another device should open to join this page's group (or room `room`), as
  * {url, secure, note}: this page's own origin when another device can open it, else (a page at
- * 127.0.0.1 on the server's machine) the server's first LAN address, https first; url is null
- * when the server listens on this machine only. `secure` says whether the other device gets a
- * secure context there (https, or nothing to fear); `note` says what to know, or ''.
+ * 127.0.0.1 on the server's machine) the server's first LAN address, https first. A server that
+ * listens on this machine only has no such address: then url is this page's own (it still
+ * serves other tabs and browsers on this machine) and the note says how to serve the network.
+ * `secure` says whether the other device gets a secure context there; `note` says what to
+ * know, or ''.
  */
 export function shareAddress(access, loc, room = null) {
   if (!isLoopbackHost(loc.hostname)) {
@@ -61,9 +63,9 @@ export function shareAddress(access, loc, room = null) {
   }
   const lan = access?.lan ?? [];
   if (lan.length === 0) {
-    return { url: null, secure: false,
-      note: 'This server listens on this machine only: other devices cannot reach it. Restart it with ' +
-        '--host 0.0.0.0 --https to serve your network (docs/USAGE.md, On your LAN).' };
+    return { url: withRoom(loc.origin, room), secure: true,
+      note: access === null ? '' : 'This server listens on this machine only: other devices cannot reach ' +
+        'this address. Restart it with --host 0.0.0.0 --https to serve your network (docs/USAGE.md, On your LAN).' };
   }
   const url = withRoom(lan[0], room);
   const secure = url.startsWith('https:');

@@ -43,8 +43,9 @@ export function mountInvite(box, page, room, access) {
   const said = h('span', { class: 'note', role: 'status' });
   const copyButton = h('button', { type: 'button', text: 'Copy link', onclick: () => copy(input, said) });
   const qr = h('img', { class: 'qr', width: 164, height: 164, hidden: true });
-  const note = h('p', { class: 'note invite-note' });
+  const note = h('p', { class: 'invite-note' }); // not .note: that is the copy status
   const row = h('div', { class: 'copy-row' }, input, copyButton);
+  // The address (its QR code follows when the server has drawn it) and what to know about it.
   box.replaceChildren(
     h('h3', { text: 'Add a device' }),
     h('p', { text: inRoom
@@ -55,14 +56,9 @@ export function mountInvite(box, page, room, access) {
 
   function show(address) {
     note.textContent = address.note;
-    if (address.url === (input.value || null)) return; // the same address: its code is shown
-    row.hidden = address.url === null;
-    input.value = address.url ?? '';
+    if (address.url === input.value) return; // the same address: its code is shown (or coming)
+    input.value = address.url;
     said.textContent = '';
-    if (address.url === null) {
-      qr.hidden = true;
-      return;
-    }
     qrImage(address.url).then((src) => {
       if (input.value !== address.url) return URL.revokeObjectURL(src); // superseded
       if (objectUrl !== null) URL.revokeObjectURL(objectUrl);
@@ -73,8 +69,8 @@ export function mountInvite(box, page, room, access) {
     }, (exc) => page.error(exc.message, exc.hint, 'group'));
   }
 
-  const first = shareAddress(null, location, room);
-  if (first.url !== null) show(first);
-  else note.textContent = 'Finding the address other devices can open…';
+  // This page's own address at once; the server's facts may then name a better one (the LAN
+  // address, for a page at 127.0.0.1) and what to know about it.
+  show(shareAddress(null, location, room));
   access.then((facts) => show(shareAddress(facts, location, room)));
 }
