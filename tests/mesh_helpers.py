@@ -52,8 +52,8 @@ FAST = Timers(step_timeout_s=90.0, repair_after_s=1.5, hello_timeout_s=20.0)
 @cache
 def corpus() -> tuple[npt.NDArray[np.integer], str, int]:
     """Training tokens of the built-in corpus (what `python -m daisychain.peer` uses)."""
+    from daisychain.corpus.load import load_corpus
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     return load_corpus(None, tok).train, tok.sha256, tok.vocab_size

@@ -11,7 +11,7 @@ Python peer follow. While the run trains:
 - the hash line says "3 replicas identical at step N, hash XXXXXXXX…" with the Python peer's own
   hash of step N, and the units line counts the backends the group's hashes named;
 - validation points appear at the panel's schedule (every 10 steps of a 40-step run), and each
-  equals ``daisychain.train.eval_loss`` (Python) on the Python peer's state of that step, whose
+  equals ``daisychain.training.eval_loss`` (Python) on the Python peer's state of that step, whose
   hash is the tab's;
 - "Stop the run" ends the run for every peer at a step boundary, and the chart stops there;
 - the keep panel's "Download checkpoint" then saves that step's state, which
@@ -164,8 +164,8 @@ async def shoot(tab: Tab, name: str, tmp: Path) -> Path:
 
 async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> None:
     from daisychain import checkpoint, training
+    from daisychain.corpus.load import load_corpus
     from daisychain.tokenizer import load_default
-    from daisychain.train import eval_loss, load_corpus
 
     val_tokens = load_corpus(None, load_default()).val
     flags = [*OFFLINE_FLAGS, *WEBRTC_FLAGS]
@@ -190,7 +190,10 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
                 if r.step % 10 == 0:
                     state = py.node.state
                     assert state is not None
-                    reference[r.step] = (training.state_hash(state), eval_loss(state, val_tokens))
+                    reference[r.step] = (
+                        training.state_hash(state),
+                        training.eval_loss(state, val_tokens),
+                    )
 
             py.node.on_step = on_step
 

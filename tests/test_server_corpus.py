@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,8 +74,8 @@ async def test_the_validation_split_is_the_python_validation_tokens() -> None:
     """``?split=val``: the ids ``daisychain train`` measures its validation loss on
     (``load_corpus(None, tok).val``), with the same headers; ``?split=train`` is the default's
     body; any other split is a 400 that names the two."""
+    from daisychain.corpus.load import load_corpus
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     val = load_corpus(None, tok).val
@@ -101,3 +102,40 @@ async def test_the_validation_split_is_the_python_validation_tokens() -> None:
                 assert response.status == 400, bad
                 text = await response.text()
                 assert "?split=train" in text and "?split=val" in text, text
+
+
+async def test_an_unreadable_corpus_is_a_typed_error_on_the_server_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The library raises ``CorpusError(message, hint)``, never ``SystemExit`` (which would pass
+    the endpoint's ``except Exception`` and end the server's worker thread), and the endpoint
+    answers the message and the hint as a 503."""
+    from daisychain.corpus import load
+    from daisychain.server.corpus import build_builtin_tokens
+
+    tok = ByteTokenizer()
+    missing = tmp_path / "missing.txt"
+    with pytest.raises(load.CorpusError) as exc:
+        load.load_corpus(str(missing), tok)
+    assert exc.value.message == f"{missing} does not exist"
+    assert exc.value.hint == "pass a UTF-8 text file"
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("café".encode("latin-1"))
+    with pytest.raises(load.CorpusError, match="is not UTF-8 text"):
+        load.load_corpus(str(latin), tok)
+
+    def damaged() -> str:
+        raise ValueError("built-in corpus file x.jsonl.gz has SHA-256 0, expected 1")
+
+    monkeypatch.setattr(load, "load_builtin_text", damaged)
+    with pytest.raises(load.CorpusError) as exc:
+        build_builtin_tokens()
+    assert "has SHA-256 0" in exc.value.message and exc.value.hint == "reinstall daisychain"
+    async with (
+        serve_local(config(), tokenizer=ByteTokenizer) as url,
+        ClientSession() as session,
+        session.get(f"{url}/api/corpus/builtin") as response,
+    ):
+        assert response.status == 503
+        text = await response.text()
+        assert text == f"{exc.value.message}; reinstall daisychain"

@@ -55,13 +55,13 @@ def only_candidate(address: str) -> Iterator[None]:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from daisychain.corpus.load import load_corpus
     from daisychain.p2p.local import run_group
     from daisychain.p2p.mesh import MeshError
     from daisychain.p2p.node import LeadConfig, StepRecord
     from daisychain.server.app import serve_local
     from daisychain.server.config import DataConfig, ServerConfig
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     tokens = load_corpus(None, tok).train

@@ -4,6 +4,9 @@ Shows a progress line (step, loss, tokens/s, hash), writes a safetensors checkpo
 ``--save-every`` steps, at the end and on Ctrl-C (nothing is lost), and resumes bit-exactly with
 ``--resume``: batches are derived from (seed, step) alone, so a resumed run replays exactly the
 hashes of an uninterrupted one. ``--json`` prints one JSON object per step on stdout.
+
+A thin shell: the corpus comes from ``daisychain.corpus.load`` (whose ``CorpusError`` is printed
+as a message and a hint), the step and the validation loss from ``daisychain.training``.
 """
 
 from __future__ import annotations
@@ -12,27 +15,13 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
-
 from daisychain import checkpoint, training
-from daisychain.model import gpt
+from daisychain.corpus.load import CorpusError, load_corpus
 from daisychain.model.config import PRESETS, ConfigError, preset
 from daisychain.optim import AdamWConfig, OptimizerError
 from daisychain.tokenizer import Tokenizer, load_default
-from daisychain.tokenizer.cache import encode_corpus_cached
-
-TokenArray = npt.NDArray[np.integer]
-
-
-@dataclass(frozen=True)
-class Corpus:
-    train: TokenArray
-    val: TokenArray
-    source: str
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,46 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-
-
-def load_corpus(text_path: str | None, tok: Tokenizer) -> Corpus:
-    """Token ids of the training text, split 95/5 into train and validation (cached)."""
-    if text_path is None:
-        from daisychain.corpus import load_builtin_text, split_train_val
-
-        train_text, val_text = split_train_val(load_builtin_text())
-        source = "builtin"
-    else:
-        path = Path(text_path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SystemExit(
-                f"daisychain train: {path} does not exist; pass a UTF-8 text file"
-            ) from None
-        except UnicodeDecodeError as exc:
-            raise SystemExit(f"daisychain train: {path} is not UTF-8 text ({exc})") from None
-        from daisychain.corpus import split_train_val
-
-        train_text, val_text = split_train_val(text)  # the built-in corpus's rule (MODEL.md)
-        source = str(path)
-    return Corpus(
-        encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok), source
-    )
-
-
-def eval_loss(state: training.TrainState, tokens: TokenArray, batches: int = 4) -> float:
-    """Mean loss over a fixed set of validation batches (seeded apart from training batches)."""
-    cfg = state.cfg
-    from daisychain.batches import sample_batch
-
-    losses = []
-    for i in range(batches):
-        x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed ^ 0x5EED, i)
-        logits = gpt.forward_logits(state.params, cfg, x)
-        loss, _ = gpt.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
-        losses.append(float(loss))
-    return float(np.mean(losses))
 
 
 class Progress:
@@ -172,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"backend {chosen.reason}", file=sys.stderr)
     ck_path = Path(args.checkpoint or args.resume or f"runs/{args.preset}.safetensors")
     ck_path.parent.mkdir(parents=True, exist_ok=True)
-    corpus = load_corpus(args.text, tok)
+    try:
+        corpus = load_corpus(args.text, tok)
+    except CorpusError as exc:
+        print(f"daisychain train: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 2
     cfg = state.cfg
     if state.step >= args.steps:
         if args.resume:
@@ -212,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             }
             extra = ""
             if args.eval_every and res.step % args.eval_every == 0:
-                record["val_loss"] = eval_loss(state, corpus.val)
+                record["val_loss"] = training.eval_loss(state, corpus.val)
                 extra = f"  val {record['val_loss']:.4f}"
             if args.json:
                 print(json.dumps(record), flush=True)

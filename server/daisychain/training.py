@@ -111,3 +111,20 @@ def train_step(
     stats = apply_grads(state, grads)
     digest = state_hash(state) if with_hash else ""
     return StepResult(stats.step, loss, stats.grad_norm, stats.lr, digest)
+
+
+def eval_loss(state: TrainState, tokens: TokenArray, n_batches: int = 4) -> float:
+    """Mean loss over a fixed set of validation batches (seeded apart from training batches).
+
+    The validation loss of ``daisychain train --eval-every``, the page's live panel and the
+    benchmarks (docs/MODEL.md, "Validation loss"): batch ``i`` is
+    ``sample_batch(tokens, batch, seq_len, seed ^ 0x5EED, i)``, the loss the contract model's.
+    """
+    cfg = state.cfg
+    losses = []
+    for i in range(n_batches):
+        x, y = batches.sample_batch(tokens, cfg.batch, cfg.seq_len, state.seed ^ 0x5EED, i)
+        logits = gpt.forward_logits(state.params, cfg, x)
+        loss, _ = gpt.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
+        losses.append(float(loss))
+    return float(np.mean(losses))

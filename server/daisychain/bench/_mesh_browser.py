@@ -176,10 +176,10 @@ async def python_group(
     url: str, lead: Any, peers: int, name: str
 ) -> tuple[list[Series], list[Any]]:
     """``peers`` in-process Python peers (the first leads); returns their series and nodes."""
+    from daisychain.corpus.load import load_corpus
     from daisychain.p2p.mesh import Mesh
     from daisychain.p2p.node import Node, StepRecord
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     tokens = load_corpus(None, tok).train

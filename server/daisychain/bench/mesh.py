@@ -58,10 +58,10 @@ def _wire(payload: bytes, deflate: bool) -> int:
 
 def bytes_table(batch: int, seq_len: int) -> dict[str, Any]:
     from daisychain import training
+    from daisychain.corpus.load import load_corpus
     from daisychain.model.config import preset
     from daisychain.optim import AdamWConfig
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     tokens = load_corpus(None, tok).train
@@ -151,12 +151,12 @@ async def raw_channel_mb_s(total_mb: float) -> float:
 
 async def live_run(args: argparse.Namespace) -> dict[str, Any]:
 
+    from daisychain.corpus.load import load_corpus
     from daisychain.p2p.local import run_group
     from daisychain.p2p.node import LeadConfig, StepRecord
     from daisychain.server.app import serve_local
     from daisychain.server.config import DataConfig, ServerConfig
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     tokens = load_corpus(None, tok).train

@@ -157,12 +157,17 @@ class Display:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from daisychain.corpus.load import CorpusError, load_corpus
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
-    tokens = load_corpus(None, tok).train
     display = Display(args.json)
+    try:
+        tokens = load_corpus(None, tok).train
+    except CorpusError as exc:
+        display.emit({"event": "error", "message": exc.message, "hint": exc.hint})
+        print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return EXIT_JOIN
     try:
         chosen = await asyncio.to_thread(choose, args.backend)
     except BackendUnavailable as exc:

@@ -1,16 +1,16 @@
 """``GET /api/corpus/builtin``: the token ids a browser peer trains on for ``data: "builtin"``,
 and with ``?split=val`` the validation ids it measures the validation loss on.
 
-A run's config names its data as ``"builtin"`` (docs/PROTOCOL.md, "Config validation"): every
-peer samples its batches from the same token array, the training split of the built-in corpus
-encoded with the shipped tokenizer (``daisychain.train.load_corpus(None, tokenizer).train``, what
-``python -m daisychain.peer`` uses). A page cannot rebuild it cheaply (12 MB of text through a
+A run's config names its data as ``"builtin"`` (docs/PROTOCOL.md, "Config validation"): every peer
+samples its batches from the same token array, the training split of the built-in corpus encoded
+with the shipped tokenizer (``load_corpus(None, tokenizer).train`` of ``daisychain.corpus.load``,
+what ``python -m daisychain.peer`` uses). A page cannot rebuild it cheaply (12 MB of text through a
 JavaScript BPE), so the server hands out the ids it computes once: little-endian ``uint16`` (or
-``uint32`` for vocabularies over 65536, named in ``X-DaisyChain-Token-Dtype``), with the SHA-256
-of the tokenizer file that made them in ``X-DaisyChain-Tokenizer-SHA256`` and the SHA-256 of the
-body in ``X-DaisyChain-Tokens-SHA256``. The page checks the tokenizer hash against the tokenizer
-it loaded itself; replicas built on other tokens would diverge and the sync guard would stop the
-run, so a wrong body cannot go unnoticed.
+``uint32`` for vocabularies over 65536, named in ``X-DaisyChain-Token-Dtype``), with the SHA-256 of
+the tokenizer file that made them in ``X-DaisyChain-Tokenizer-SHA256`` and the SHA-256 of the body
+in ``X-DaisyChain-Tokens-SHA256``. The page checks the tokenizer hash against the tokenizer it
+loaded itself; replicas built on other tokens would diverge and the sync guard would stop the run,
+so a wrong body cannot go unnoticed.
 
 ``?split=val`` answers the validation split the same way (``load_corpus(None, tokenizer).val``:
 the last 5 % of the text, docs/MODEL.md section 8), from which the page samples the batches of
@@ -56,8 +56,8 @@ def _as_tokens(ids: npt.NDArray[np.integer], tokenizer_sha256: str) -> BuiltinTo
 
 def build_builtin_tokens() -> dict[str, BuiltinTokens]:
     """Both splits of the built-in corpus with the shipped tokenizer, as bytes, by split name."""
+    from daisychain.corpus.load import load_corpus
     from daisychain.tokenizer import load_default
-    from daisychain.train import load_corpus
 
     tok = load_default()
     corpus = load_corpus(None, tok)
@@ -65,6 +65,15 @@ def build_builtin_tokens() -> dict[str, BuiltinTokens]:
         "train": _as_tokens(corpus.train, tok.sha256),
         "val": _as_tokens(corpus.val, tok.sha256),
     }
+
+
+def _unavailable(exc: Exception) -> str:
+    """The 503's text: a ``CorpusError``'s message and hint (imported lazily with the corpus, so
+    the class is recognised by its fields), or what else failed and to reinstall."""
+    message, hint = getattr(exc, "message", None), getattr(exc, "hint", None)
+    if isinstance(message, str) and isinstance(hint, str):
+        return f"{message}; {hint}"
+    return f"the built-in corpus could not be tokenized: {exc}; reinstall daisychain"
 
 
 class BuiltinTokensEndpoint:
@@ -85,11 +94,10 @@ class BuiltinTokensEndpoint:
             self._task = asyncio.ensure_future(asyncio.to_thread(build_builtin_tokens))
         try:
             tokens = (await asyncio.shield(self._task))[split]
-        except Exception as exc:  # the corpus or the tokenizer is missing from the install
+        except Exception as exc:  # the corpus or the tokenizer is missing or damaged
             self._task = None
             raise web.HTTPServiceUnavailable(
-                text=f"the built-in corpus could not be tokenized: {exc}; reinstall daisychain",
-                content_type="text/plain",
+                text=_unavailable(exc), content_type="text/plain"
             ) from None
         return web.Response(
             body=tokens.body,
