@@ -107,7 +107,7 @@ async function newSession(previous = null) {
   }
   peer.addEventListener('error', (e) => page.error(e.detail.message, e.detail.hint, 'run'));
   peer.addEventListener('phase', (e) => {
-    if (e.detail.phase === 'configured' || e.detail.phase === 'training') {
+    if (peer.inRun) {
       session.ran = true;
       shown = session;
     }

@@ -193,16 +193,80 @@ export class BrowserPeer extends EventTarget {
     this.emit('error', { message, hint });
   }
 
+  // -- the facade: what the page reads (the twin of node.py's Node properties) ----------------
+  //
+  // Every panel (static/js/page/) reads the run through these and the plain fields above
+  // (`outcome`, `records`, `lastSave`, `errors`, `replica`, `mesh`), never `machine` itself.
+  // Each is one read of the machine's state, with the answer before the machine exists (the
+  // mesh not admitted yet); none keeps a copy.
+
+  /** This device's id in its group ('' until the mesh is admitted). Node.id. */
   get id() {
     return this.machine?.id ?? '';
   }
 
+  /** Whether the mesh was admitted and the machine exists (the `ready` event said so). */
+  get admitted() {
+    return this.machine !== null;
+  }
+
+  /** 'lobby' | 'configured' | 'training' | 'stopped' (p2p/run.js Phase). Node.phase. */
   get phase() {
     return this.machine?.phase.phase ?? 'lobby';
   }
 
+  /**
+   * Whether this page is in a run: a run is configured or training and this peer has not
+   * finished. The one answer for every panel (a run that is stopping is no longer "in").
+   */
+  get inRun() {
+    return this.outcome === null && (this.phase === 'configured' || this.phase === 'training');
+  }
+
+  /** Whether this page may lead a run now: admitted, in the lobby, not finished (lead()). */
+  get canLead() {
+    return this.admitted && this.phase === 'lobby' && this.outcome === null;
+  }
+
+  /** The run's `config` message (messages.js) once one is led or accepted, else null. Node.config. */
+  get config() {
+    return this.machine?.config ?? null;
+  }
+
+  /** The id of the run's leader (this one's when it leads), null before a run. */
+  get leader() {
+    return this.machine?.leader ?? null;
+  }
+
+  /** Whether this peer leads the run. Node.is_leader. */
   get isLeader() {
     return this.machine?.isLeader ?? false;
+  }
+
+  /**
+   * Whether the replica holds a state of the run: a leader's from the start, a follower's once
+   * it started the run's seed or restored the state it was sent. Node.state is not None.
+   */
+  get hasState() {
+    return this.machine?.hasState ?? false;
+  }
+
+  /** The peers this one has seen leave or fail (a Set of ids). Node.gone. */
+  get gone() {
+    return this.machine?.peers.goneSet ?? new Set();
+  }
+
+  /** [peers whose hash of `step` equals ours, peers that reported one]. Node.agreement. */
+  agreement(step) {
+    return this.machine?.agreement(step) ?? [0, 0];
+  }
+
+  /**
+   * The sync guard's read-only tally of attempt (step, round) over `roster` (machine/guard.js
+   * tally: same, differ, missing, backends, byPeer), or null when ours is not in.
+   */
+  tally(step, round, roster) {
+    return this.machine?.tally(step, round, roster) ?? null;
   }
 
   // -- inputs ---------------------------------------------------------------------------------
@@ -282,8 +346,8 @@ export class BrowserPeer extends EventTarget {
   }
 
   mayLead() {
-    if (this.machine === null) throw Object.assign(new Error('not connected yet'), { hint: 'wait for the page to join its group' });
-    if (this.phase !== 'lobby' || this.outcome !== null) {
+    if (!this.admitted) throw Object.assign(new Error('not connected yet'), { hint: 'wait for the page to join its group' });
+    if (!this.canLead) {
       throw Object.assign(new Error(`this device is already in a run (${this.phase})`),
         { hint: 'wait for the run to end, then lead the next one' });
     }

@@ -11,6 +11,8 @@
 // Data: `chart.points` [{step, loss}] and `chart.valPoints` [{step, loss}], in the order added
 // (tests read them).
 
+import { h } from './dom.js';
+
 const PAD = { top: 12, right: 14, bottom: 38, left: 52 };
 const TABLE_ROWS = 8;
 
@@ -38,25 +40,16 @@ export class LossChart {
     this.title = title;
     this.pending = false;
 
-    this.figure = document.createElement('figure');
-    this.figure.className = 'chart';
-    this.canvas = document.createElement('canvas');
-    this.canvas.setAttribute('role', 'img');
-    this.canvas.textContent = 'The loss chart; its values are in the table below.';
-    const legend = document.createElement('figcaption');
-    legend.className = 'chart-legend';
+    this.canvas = h('canvas', { role: 'img', text: 'The loss chart; its values are in the table below.' });
+    const legend = h('figcaption', { class: 'chart-legend' });
     legend.innerHTML = '<span class="key key-train" aria-hidden="true"></span> training loss ' +
       '<span class="key key-val" aria-hidden="true"></span> validation loss';
-    this.details = document.createElement('details');
-    this.details.className = 'chart-text';
-    const summary = document.createElement('summary');
-    summary.textContent = 'Loss as text';
-    this.table = document.createElement('table');
+    this.figure = h('figure', { class: 'chart' }, this.canvas, legend);
+    this.table = h('table');
     this.table.innerHTML = '<caption>The most recent steps</caption><thead><tr>' +
       '<th scope="col">step</th><th scope="col">training loss</th>' +
       '<th scope="col">validation loss</th></tr></thead><tbody></tbody>';
-    this.details.append(summary, this.table);
-    this.figure.append(this.canvas, legend);
+    this.details = h('details', { class: 'chart-text' }, h('summary', { text: 'Loss as text' }), this.table);
     root.append(this.figure, this.details);
 
     this.observer = new ResizeObserver(() => this.schedule());
@@ -112,16 +105,9 @@ export class LossChart {
     const steps = [...new Set([...this.points.map((p) => p.step), ...val.keys()])]
       .sort((a, b) => b - a).slice(0, TABLE_ROWS);
     const train = new Map(this.points.map((p) => [p.step, p.loss]));
-    this.table.tBodies[0].replaceChildren(...steps.map((s) => {
-      const tr = document.createElement('tr');
-      for (const v of [String(s), train.has(s) ? train.get(s).toFixed(4) : '–',
-        val.has(s) ? val.get(s).toFixed(4) : '–']) {
-        const td = document.createElement('td');
-        td.textContent = v;
-        tr.append(td);
-      }
-      return tr;
-    }));
+    this.table.tBodies[0].replaceChildren(...steps.map((s) => h('tr', {},
+      ...[String(s), train.has(s) ? train.get(s).toFixed(4) : '–', val.has(s) ? val.get(s).toFixed(4) : '–']
+        .map((v) => h('td', { text: v })))));
   }
 
   schedule() {

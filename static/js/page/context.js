@@ -1,7 +1,16 @@
 // The page's shared context (the page at `/`, static/index.html): what every panel module
-// (readiness.js, group.js, lead.js, live.js, keep.js, use.js) reads and listens to, so that no
-// panel reaches into another. app.js builds one Page, fills it as the page starts and calls each
-// panel's `mount(root, page)` once with its <section>.
+// (readiness.js, group.js, lead.js, live.js, keep.js, use.js, problems.js) reads and listens to,
+// so that no panel reaches into another. app.js builds one Page, fills it as the page starts and
+// calls each panel's `mount(root, page)` once with its <section>.
+//
+// One panel style: a panel module exports `mount(root, page)`, a function that builds the
+// panel's DOM with dom.js `h()` (no other element builder), keeps its state in the closure's
+// own variables, listens to `page` (and to each session's peer and mesh) and re-renders; no
+// class, no `this`. What a test reads of a panel is an exported plain object (live.js `live`,
+// use.js `panels`). A panel reads the run only through the peer's facade (p2p/peer.js
+// BrowserPeer: id, admitted, phase, inRun, canLead, config, leader, isLeader, hasState, gone,
+// agreement(), tally(), and the fields outcome, records, lastSave), never `peer.machine`;
+// "is this page in a run?" is `peer.inRun`. tests/js/page_facade.test.mjs checks both.
 //
 // Fields (null until known): tokenizer {sha256, vocabSize, ...}, tokens (the built-in corpus's
 // training ids), selection (the backend choice record, replica.js chooseBackend), name (this

@@ -121,10 +121,7 @@ export function mount(root, page) {
   function roleBadges(id) {
     const badges = [];
     if (roster.inRoom && roster.host === id) badges.push('host');
-    const machine = page.peer?.machine;
-    if (machine && ['configured', 'training'].includes(page.peer.phase) && machine.leader === id) {
-      badges.push('leader');
-    }
+    if (page.peer?.inRun && page.peer.leader === id) badges.push('leader');
     return badges.map((b) => h('span', { class: `badge ${b}`, text: b }));
   }
 

@@ -22,24 +22,11 @@
 import { decodeCheckpoint } from '../p2p/checkpoint.js';
 import { defaultResumeSteps } from '../p2p/peer.js';
 import { SavedStates, unavailableReason } from './opfs.js';
+import { h } from './dom.js';
 
 export const EVERY_KEY = 'daisychain.keep.every';
 export const DEFAULT_EVERY = 25;
 const MAX_FILE_BYTES = 2 * 1024 ** 3;
-
-/** An element with props (`text`, `class`, `on<event>`, attributes) and children. */
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === 'text') node.textContent = value;
-    else if (key === 'class') node.className = value;
-    else if (key.startsWith('on') && typeof value === 'function') node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? '' : String(value));
-  }
-  node.append(...children.filter((c) => c !== null && c !== undefined && c !== false));
-  return node;
-}
 
 const clock = (at) => new Date(at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
 const short = (hash) => `${hash.slice(0, 12)}…`;
@@ -73,7 +60,7 @@ function readEvery() {
 
 function download(bytes, name) {
   const url = URL.createObjectURL(new Blob([bytes], { type: 'application/octet-stream' }));
-  const a = el('a', { href: url, download: name, hidden: true });
+  const a = h('a', { href: url, download: name, hidden: true });
   document.body.append(a);
   a.click();
   a.remove();
@@ -82,37 +69,37 @@ function download(bytes, name) {
 
 export function mount(root, page) {
   // -- DOM ------------------------------------------------------------------------------------
-  const now = el('p', { class: 'keep-now', 'aria-live': 'polite', text: 'No trained state on this page yet: join or lead a run.' });
-  const save = el('button', { type: 'button', disabled: true, text: 'Download checkpoint' });
-  const saveAll = el('button', { type: 'button', class: 'quiet', hidden: true, text: 'Ask every device to save' });
+  const now = h('p', { class: 'keep-now', 'aria-live': 'polite', text: 'No trained state on this page yet: join or lead a run.' });
+  const save = h('button', { type: 'button', disabled: true, text: 'Download checkpoint' });
+  const saveAll = h('button', { type: 'button', class: 'quiet', hidden: true, text: 'Ask every device to save' });
 
-  const savedNote = el('p', { class: 'keep-note', 'aria-live': 'polite', text: 'Looking for saved states…' });
-  const savedList = el('ul', { class: 'keep-saves', 'aria-label': 'saved states' });
-  const every = el('input', { type: 'number', min: 0, max: 100000, step: 1, inputmode: 'numeric', id: 'keep-every' });
+  const savedNote = h('p', { class: 'keep-note', 'aria-live': 'polite', text: 'Looking for saved states…' });
+  const savedList = h('ul', { class: 'keep-saves', 'aria-label': 'saved states' });
+  const every = h('input', { type: 'number', min: 0, max: 100000, step: 1, inputmode: 'numeric', id: 'keep-every' });
   every.value = String(readEvery());
-  const everyLabel = el('label', { for: 'keep-every', class: 'keep-every' }, 'Auto-save every ', every, ' steps');
-  const everyHint = el('p', { class: 'keep-note', text: '0 turns automatic saves off; the end of a run is always saved.' });
+  const everyLabel = h('label', { for: 'keep-every', class: 'keep-every' }, 'Auto-save every ', every, ' steps');
+  const everyHint = h('p', { class: 'keep-note', text: '0 turns automatic saves off; the end of a run is always saved.' });
 
-  const file = el('input', { type: 'file', id: 'keep-file', accept: '.safetensors,application/octet-stream' });
-  const fileLabel = el('label', { for: 'keep-file' }, 'Checkpoint to continue (.safetensors)');
-  const chosen = el('p', { class: 'keep-note', 'aria-live': 'polite' });
-  const error = el('p', { class: 'keep-error', role: 'alert', hidden: true });
-  const steps = el('input', { type: 'number', min: 1, step: 1, required: true, id: 'keep-steps', inputmode: 'numeric' });
-  const devices = el('input', { type: 'number', min: 1, max: 64, step: 1, required: true, value: 2, id: 'keep-devices', inputmode: 'numeric' });
-  const resume = el('button', { type: 'submit', disabled: true, text: 'Lead the resumed run' });
-  const resumeForm = el('form', { class: 'keep-resume', hidden: true, 'aria-label': 'lead a resumed run' },
-    el('label', {}, el('span', { text: 'Train to step' }), steps),
-    el('label', {}, el('span', { text: 'Devices needed to start' }), devices),
+  const file = h('input', { type: 'file', id: 'keep-file', accept: '.safetensors,application/octet-stream' });
+  const fileLabel = h('label', { for: 'keep-file' }, 'Checkpoint to continue (.safetensors)');
+  const chosen = h('p', { class: 'keep-note', 'aria-live': 'polite' });
+  const error = h('p', { class: 'keep-error', role: 'alert', hidden: true });
+  const steps = h('input', { type: 'number', min: 1, step: 1, required: true, id: 'keep-steps', inputmode: 'numeric' });
+  const devices = h('input', { type: 'number', min: 1, max: 64, step: 1, required: true, value: 2, id: 'keep-devices', inputmode: 'numeric' });
+  const resume = h('button', { type: 'submit', disabled: true, text: 'Lead the resumed run' });
+  const resumeForm = h('form', { class: 'keep-resume', hidden: true, 'aria-label': 'lead a resumed run' },
+    h('label', {}, h('span', { text: 'Train to step' }), steps),
+    h('label', {}, h('span', { text: 'Devices needed to start' }), devices),
     resume);
 
   root.classList.add('keep');
   root.append(
-    el('h2', { text: 'Keeping the model' }),
+    h('h2', { text: 'Keeping the model' }),
     now,
-    el('div', { class: 'keep-actions' }, save, saveAll),
-    el('h3', { text: 'Saved in this browser' }),
+    h('div', { class: 'keep-actions' }, save, saveAll),
+    h('h3', { text: 'Saved in this browser' }),
     savedNote, savedList, everyLabel, everyHint,
-    el('h3', { text: 'Continue from a checkpoint' }),
+    h('h3', { text: 'Continue from a checkpoint' }),
     fileLabel, file, chosen, error, resumeForm,
   );
 
@@ -125,27 +112,24 @@ export function mount(root, page) {
   const peer = () => page.peer;
   // The run's state: a leader's (fresh or restored) or a follower's once it applied a step (a
   // joiner's seed-initialised replica before its sync is not the run's state).
-  const inRun = (p) => Boolean(p && p.outcome === null && p.machine?.hasState === true &&
+  const holdsRun = (p) => Boolean(p && p.outcome === null && p.hasState &&
     (p.isLeader || p.records.length > 0));
-  const holdsState = () => inRun(peer()) || kept !== null;
-  const canLead = () => {
-    const p = peer();
-    return Boolean(p && p.machine !== null && p.phase === 'lobby' && p.outcome === null);
-  };
+  const holdsState = () => holdsRun(peer()) || kept !== null;
+  const canLead = () => Boolean(peer()?.canLead);
 
   function render() {
     const p = peer();
     save.disabled = !holdsState();
-    if (inRun(p)) {
+    if (holdsRun(p)) {
       now.textContent = `This page holds the model at step ${p.replica.step} (hash ${short(p.replica.hash)}).`;
-    } else if (p && p.outcome === null && p.machine !== null && p.phase !== 'lobby') {
+    } else if (p?.inRun) {
       now.textContent = "This page is joining the run: it holds the run's state once it applied a step.";
     } else if (kept !== null) {
       now.textContent = `The last run ended; this page kept its state at step ${kept.step} (hash ${short(kept.hash)}).`;
     } else {
       now.textContent = 'No trained state on this page yet: join or lead a run.';
     }
-    saveAll.hidden = !(p && p.outcome === null && p.isLeader && p.machine?.hasState && p.phase === 'training');
+    saveAll.hidden = !(p?.inRun && p.phase === 'training' && p.isLeader && p.hasState);
     resume.disabled = selected === null || !canLead();
     resume.title = canLead() ? '' : 'available in the lobby, before this page joins a run';
   }
@@ -154,12 +138,12 @@ export function mount(root, page) {
     if (store === null) return;
     savedList.replaceChildren(...saves.map((s) => {
       const label = `the saved state at step ${s.step} (saved ${clock(s.at)})`;
-      return el('li', {},
-        el('button', { type: 'button', onclick: () => pickSaved(s) }, `Resume from ${label}`),
-        el('span', { class: 'keep-actions' },
-          el('span', { class: 'keep-note', text: `${(s.size / 1024 / 1024).toFixed(1)} MB` }),
-          el('button', { type: 'button', class: 'quiet', 'aria-label': `Download ${label}`, onclick: () => downloadSaved(s) }, 'Download'),
-          el('button', { type: 'button', class: 'quiet', 'aria-label': `Delete ${label}`, onclick: () => deleteSaved(s) }, 'Delete')));
+      return h('li', {},
+        h('button', { type: 'button', onclick: () => pickSaved(s) }, `Resume from ${label}`),
+        h('span', { class: 'keep-actions' },
+          h('span', { class: 'keep-note', text: `${(s.size / 1024 / 1024).toFixed(1)} MB` }),
+          h('button', { type: 'button', class: 'quiet', 'aria-label': `Download ${label}`, onclick: () => downloadSaved(s) }, 'Download'),
+          h('button', { type: 'button', class: 'quiet', 'aria-label': `Delete ${label}`, onclick: () => deleteSaved(s) }, 'Delete')));
     }));
     savedNote.textContent = saves.length === 0
       ? 'Nothing saved in this browser yet.'
@@ -269,7 +253,7 @@ export function mount(root, page) {
   save.addEventListener('click', async () => {
     save.disabled = true;
     try {
-      const s = inRun(peer()) ? await peer().checkpoint() : kept;
+      const s = holdsRun(peer()) ? await peer().checkpoint() : kept;
       download(s.bytes, fileName(s.run, s.step));
       page.status(`checkpoint of step ${s.step} downloaded (${fileName(s.run, s.step)})`);
     } catch (exc) {

@@ -77,14 +77,12 @@ export function mount(root, page) {
       standing.textContent = 'Available once this device has joined its group.';
       return;
     }
-    const phase = peer.phase;
-    const ready = peer.machine !== null;
-    const inRun = phase === 'configured' || phase === 'training';
-    form.hidden = inRun || phase === 'stopped';
-    for (const el of fields()) el.disabled = !ready || phase !== 'lobby';
+    const { phase, inRun } = peer;
+    form.hidden = phase !== 'lobby';
+    for (const el of fields()) el.disabled = !peer.canLead;
     stop.hidden = !(inRun && peer.isLeader);
     stop.disabled = false;
-    if (!ready) {
+    if (!peer.admitted) {
       standing.textContent = 'Available once this device has joined its group.';
     } else if (phase === 'lobby' && lastOutcome !== null) {
       standing.textContent = `${endedText(lastOutcome, 'The last run')} This device is back in the ` +
@@ -92,14 +90,14 @@ export function mount(root, page) {
     } else if (phase === 'lobby') {
       standing.textContent = 'No run yet: start one, or wait for someone in the group to lead.';
     } else if (inRun && peer.isLeader) {
-      const c = peer.machine.config;
+      const c = peer.config;
       standing.textContent = `You lead this run: ${c.preset}, ${c.steps} steps` +
         `${phase === 'configured' ? ' (waiting for the devices to get ready)' : ''}.`;
     } else if (inRun) {
-      const leader = peer.machine.leader;
+      const leader = peer.leader;
       const name = leader ? rosterOf(peer.mesh).nameOf(leader) : 'the leader';
       standing.textContent = `Following ${name}’s run: joined automatically.`;
-    } else if (phase === 'stopped') {
+    } else { // stopping, or finished
       const o = peer.outcome;
       standing.textContent = o ? endedText(o) : 'The run is ending…';
     }
@@ -143,8 +141,8 @@ export function mount(root, page) {
     };
     let ran = false; // a session that never left the lobby had no run to report
     for (const kind of ['ready', 'phase']) peer.addEventListener(kind, mine(render));
-    peer.addEventListener('phase', (e) => {
-      ran ||= e.detail.phase === 'configured' || e.detail.phase === 'training';
+    peer.addEventListener('phase', () => {
+      ran ||= peer.inRun;
     });
     peer.addEventListener('finished', (e) => {
       if (ran) lastOutcome = e.detail.outcome;

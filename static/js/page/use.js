@@ -27,6 +27,7 @@ import { sha256Hex, sha256Arrays } from '../numerics/hash.js';
 import { Tokenizer } from '../tokenizer.js';
 import { settings, topKFor, GenerateError } from '../model/generate.js';
 import { buildKit, downloadKit, kitFileName } from '../kit/build.js';
+import { h } from './dom.js';
 
 const TOKENIZER_URL = '/luts/tokenizer.json';
 const WORKER_URL = new URL('../model/genworker.js', import.meta.url);
@@ -36,19 +37,6 @@ const FILE_HINT = 'pick a .safetensors checkpoint saved by DaisyChain (the page\
 
 /** Every mounted panel, for tests and the console. */
 export const panels = [];
-
-/** An element with attributes (`text` sets its text) and children. */
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === 'text') e.textContent = v;
-    else if (v === true) e[k] = true;
-    else e.setAttribute(k, String(v));
-  }
-  e.append(...children.filter((c) => c !== null && c !== undefined));
-  return e;
-}
 
 const short = (hash) => (hash ? `${hash.slice(0, 12)}…` : '?');
 
@@ -62,139 +50,132 @@ const FIELDS = [
   ['max-tokens', 'maxTokens', 'Max tokens', '1 to 1024', '100', 'numeric'],
 ];
 
-class UsePanel {
-  constructor(root, page) {
-    this.root = root;
-    this.page = page;
-    this.run = null; // the run's last copy: {model, state: {step, params}, step, hash, ended}
-    this.saved = null; // the newest checkpoint the run's peer saved: {step, hash, bytes}
-    this.file = null; // the picked checkpoint: {model, state: {step, params}, step, hash, name}
-    this.last = null; // the last result {origin, step, hash, promptIds, ids, text, stop, output}
-    this.copying = null; // the copy in flight (a Promise)
-    this.nextCopyAt = 0; // performance.now() before which a step's copy is skipped
-    this.session = null; // AbortController of the current session's listeners
-    this.sessionNo = 0; // counts sessions: a saved checkpoint belongs to one
-    this.worker = null;
-    this.jobId = 0;
-    this.job = null; // {id, resolve, prompt, weights}
-    this.tokenizer = null; // Promise of {bytes, tokenizer}
-    this.build();
-    page.addEventListener('session', (e) => this.attach(e.detail));
-    if (page.peer) this.attach(page);
-    this.setState('idle');
-    this.renderSource();
-  }
+/** Mount the panel in `root` (its <section>) with the page's shared context. */
+export function mount(root, page) {
+  let run = null; // the run's last copy: {model, state: {step, params}, step, hash, ended}
+  let saved = null; // the newest checkpoint the run's peer saved: {step, hash, bytes}
+  let file = null; // the picked checkpoint: {model, state: {step, params}, step, hash, name}
+  let last = null; // the last result {origin, step, hash, promptIds, ids, text, stop, output}
+  let copying = null; // the copy in flight (a Promise)
+  let nextCopyAt = 0; // performance.now() before which a step's copy is skipped
+  let listening = null; // AbortController of the current session's listeners
+  let sessionNo = 0; // counts sessions: a saved checkpoint belongs to one
+  let worker = null;
+  let jobId = 0;
+  let job = null; // {id, resolve, prompt, weights}
+  let tokenizerLoad = null; // Promise of {bytes, tokenizer}
+  const ui = {}; // the panel's elements (build)
 
   // ---- DOM
 
-  build() {
-    const $ = (id) => this.root.querySelector(`#${id}`);
-    const fields = FIELDS.map(([id, , label, hint, value, inputmode]) => el('div', { class: 'use-field' },
-      el('label', { for: `use-${id}`, text: label }),
-      el('input', { id: `use-${id}`, name: id, type: 'text', value, inputmode, autocomplete: 'off',
+  function build() {
+    const $ = (id) => root.querySelector(`#${id}`);
+    const fields = FIELDS.map(([id, , label, hint, value, inputmode]) => h('div', { class: 'use-field' },
+      h('label', { for: `use-${id}`, text: label }),
+      h('input', { id: `use-${id}`, name: id, type: 'text', value, inputmode, autocomplete: 'off',
         'aria-describedby': `use-${id}-hint use-${id}-error` }),
-      el('small', { id: `use-${id}-hint`, class: 'use-hint', text: hint }),
-      el('small', { id: `use-${id}-error`, class: 'use-field-error', role: 'alert' })));
-    const form = el('form', { id: 'use-form', novalidate: true },
-      el('fieldset', { class: 'use-source' },
-        el('legend', { text: 'Weights' }),
-        el('label', { class: 'use-choice' },
-          el('input', { type: 'radio', name: 'use-source', value: 'run', id: 'use-source-run', checked: true }),
-          el('span', {}, 'This page\'s run: ', el('span', { id: 'use-run-info' }))),
-        el('label', { class: 'use-choice' },
-          el('input', { type: 'radio', name: 'use-source', value: 'file', id: 'use-source-file' }),
-          el('span', {}, 'A checkpoint file: ', el('span', { id: 'use-file-info' }))),
-        el('label', { class: 'use-file', for: 'use-file' }, 'Checkpoint file (.safetensors)'),
-        el('input', { id: 'use-file', type: 'file', accept: '.safetensors,application/octet-stream',
+      h('small', { id: `use-${id}-hint`, class: 'use-hint', text: hint }),
+      h('small', { id: `use-${id}-error`, class: 'use-field-error', role: 'alert' })));
+    const form = h('form', { id: 'use-form', novalidate: true },
+      h('fieldset', { class: 'use-source' },
+        h('legend', { text: 'Weights' }),
+        h('label', { class: 'use-choice' },
+          h('input', { type: 'radio', name: 'use-source', value: 'run', id: 'use-source-run', checked: true }),
+          h('span', {}, 'This page\'s run: ', h('span', { id: 'use-run-info' }))),
+        h('label', { class: 'use-choice' },
+          h('input', { type: 'radio', name: 'use-source', value: 'file', id: 'use-source-file' }),
+          h('span', {}, 'A checkpoint file: ', h('span', { id: 'use-file-info' }))),
+        h('label', { class: 'use-file', for: 'use-file' }, 'Checkpoint file (.safetensors)'),
+        h('input', { id: 'use-file', type: 'file', accept: '.safetensors,application/octet-stream',
           'aria-describedby': 'use-file-error' }),
-        el('p', { id: 'use-file-error', class: 'use-error', role: 'alert', hidden: true })),
-      el('label', { for: 'use-prompt', class: 'use-prompt-label', text: 'Prompt' }),
-      el('textarea', { id: 'use-prompt', rows: '3', placeholder: 'Empty: start a new document',
+        h('p', { id: 'use-file-error', class: 'use-error', role: 'alert', hidden: true })),
+      h('label', { for: 'use-prompt', class: 'use-prompt-label', text: 'Prompt' }),
+      h('textarea', { id: 'use-prompt', rows: '3', placeholder: 'Empty: start a new document',
         spellcheck: 'false', 'aria-keyshortcuts': 'Control+Enter' }),
-      el('div', { class: 'use-fields' }, ...fields),
-      el('div', { class: 'use-actions' },
-        el('button', { id: 'use-generate', type: 'submit', text: 'Generate' }),
-        el('button', { id: 'use-stop', type: 'button', disabled: true, text: 'Stop' }),
-        el('button', { id: 'use-kit', type: 'button', text: 'Download inference kit' })));
-    this.root.replaceChildren(
-      el('h2', { text: 'Use the model' }),
-      el('p', { class: 'use-intro', text: 'Continue a prompt with the weights of this page\'s run ' +
+      h('div', { class: 'use-fields' }, ...fields),
+      h('div', { class: 'use-actions' },
+        h('button', { id: 'use-generate', type: 'submit', text: 'Generate' }),
+        h('button', { id: 'use-stop', type: 'button', disabled: true, text: 'Stop' }),
+        h('button', { id: 'use-kit', type: 'button', text: 'Download inference kit' })));
+    root.replaceChildren(
+      h('h2', { text: 'Use the model' }),
+      h('p', { class: 'use-intro', text: 'Continue a prompt with the weights of this page\'s run ' +
         'or of a checkpoint file; the same seed always gives the same text. The inference kit ' +
         'is one HTML file that does the same offline.' }),
       form,
-      el('p', { id: 'use-status', class: 'use-status', role: 'status', 'aria-live': 'polite' }),
-      el('p', { id: 'use-error', class: 'use-error', role: 'alert', hidden: true }),
-      el('div', { id: 'use-output', class: 'use-output', 'aria-live': 'polite', 'aria-label': 'Generated text',
+      h('p', { id: 'use-status', class: 'use-status', role: 'status', 'aria-live': 'polite' }),
+      h('p', { id: 'use-error', class: 'use-error', role: 'alert', hidden: true }),
+      h('div', { id: 'use-output', class: 'use-output', 'aria-live': 'polite', 'aria-label': 'Generated text',
         tabindex: '0', hidden: true },
-      el('span', { class: 'use-output-prompt' }), el('span', { class: 'use-output-text' })));
-    this.el = {
+      h('span', { class: 'use-output-prompt' }), h('span', { class: 'use-output-text' })));
+    Object.assign(ui, {
       form, runInfo: $('use-run-info'), fileInfo: $('use-file-info'), file: $('use-file'),
       fileError: $('use-file-error'), sourceRun: $('use-source-run'), sourceFile: $('use-source-file'),
       prompt: $('use-prompt'), generate: $('use-generate'), stop: $('use-stop'), kit: $('use-kit'),
       status: $('use-status'), error: $('use-error'), output: $('use-output'),
-      outPrompt: this.root.querySelector('.use-output-prompt'),
-      outText: this.root.querySelector('.use-output-text'),
-    };
+      outPrompt: root.querySelector('.use-output-prompt'),
+      outText: root.querySelector('.use-output-text'),
+    });
     form.addEventListener('submit', (e) => {
       e.preventDefault();
-      this.generate();
+      generate();
     });
-    this.el.prompt.addEventListener('keydown', (e) => {
+    ui.prompt.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { // Enter alone is a new line
         e.preventDefault();
-        form.requestSubmit(this.el.generate);
+        form.requestSubmit(ui.generate);
       }
     });
-    this.el.stop.addEventListener('click', () => this.stop());
-    this.el.kit.addEventListener('click', () => this.downloadKit());
-    this.el.file.addEventListener('change', () => this.pickFile());
-    for (const r of [this.el.sourceRun, this.el.sourceFile]) {
-      r.addEventListener('change', () => this.renderSource());
+    ui.stop.addEventListener('click', () => stop());
+    ui.kit.addEventListener('click', () => makeKit());
+    ui.file.addEventListener('change', () => pickFile());
+    for (const r of [ui.sourceRun, ui.sourceFile]) {
+      r.addEventListener('change', () => renderSource());
     }
     for (const [id] of FIELDS) {
-      this.root.querySelector(`#use-${id}`).addEventListener('input', () => this.fieldError(id, ''));
+      root.querySelector(`#use-${id}`).addEventListener('input', () => fieldError(id, ''));
     }
   }
 
-  setState(state) {
-    this.root.dataset.state = state;
+  function setState(state) {
+    root.dataset.state = state;
     const generating = state === 'generating';
-    this.el.generate.disabled = state !== 'idle';
-    this.el.kit.disabled = state !== 'idle';
-    this.el.file.disabled = state !== 'idle';
-    this.el.stop.disabled = !generating;
+    ui.generate.disabled = state !== 'idle';
+    ui.kit.disabled = state !== 'idle';
+    ui.file.disabled = state !== 'idle';
+    ui.stop.disabled = !generating;
   }
 
-  status(text) {
-    this.el.status.textContent = text;
+  function status(text) {
+    ui.status.textContent = text;
   }
 
   /** Show a problem with its hint in the panel (empty message: clear it). */
-  showError(message, hint = '', target = this.el.error) {
-    target.replaceChildren(...(message ? [el('span', { class: 'use-error-message', text: message }),
-      hint ? el('span', { class: 'use-error-hint', text: hint }) : null] : []));
+  function showError(message, hint = '', target = ui.error) {
+    target.replaceChildren(...(message ? [h('span', { class: 'use-error-message', text: message }),
+      hint ? h('span', { class: 'use-error-hint', text: hint }) : null] : []));
     target.hidden = !message;
   }
 
-  fieldError(id, message) {
-    const input = this.root.querySelector(`#use-${id}`);
-    this.root.querySelector(`#use-${id}-error`).textContent = message;
+  function fieldError(id, message) {
+    const input = root.querySelector(`#use-${id}`);
+    root.querySelector(`#use-${id}-error`).textContent = message;
     if (message) input.setAttribute('aria-invalid', 'true');
     else input.removeAttribute('aria-invalid');
   }
 
-  source() {
-    return this.el.sourceFile.checked ? 'file' : 'run';
+  function source() {
+    return ui.sourceFile.checked ? 'file' : 'run';
   }
 
-  renderSource() {
-    const r = this.saved !== null && (this.run === null || this.saved.step > this.run.step)
-      ? { step: this.saved.step, hash: this.saved.hash, ended: this.run?.ended ?? false } : this.run;
-    this.el.runInfo.textContent = r === null
-      ? (this.liveReplica() ? 'training' : 'no weights yet (lead or join a run)')
+  function renderSource() {
+    const r = saved !== null && (run === null || saved.step > run.step)
+      ? { step: saved.step, hash: saved.hash, ended: run?.ended ?? false } : run;
+    ui.runInfo.textContent = r === null
+      ? (liveReplica() ? 'training' : 'no weights yet (lead or join a run)')
       : `step ${r.step}, weights ${short(r.hash)}${r.ended ? ' (the run ended)' : ''}`;
-    const f = this.file;
-    this.el.fileInfo.textContent = f === null ? 'none picked' : `${f.name}, step ${f.step}, weights ${short(f.hash)}`;
+    const f = file;
+    ui.fileInfo.textContent = f === null ? 'none picked' : `${f.name}, step ${f.step}, weights ${short(f.hash)}`;
   }
 
   // ---- the run's weights
@@ -204,46 +185,46 @@ class UsePanel {
    * checkpoints its peer saves (`save` events, `lastSave`: the keep panel's), the newest of which
    * may be later than the last copy when the run ended.
    */
-  attach({ peer, replica }) {
-    this.session?.abort();
-    this.session = new AbortController();
-    const { signal } = this.session;
-    const session = ++this.sessionNo;
-    if (this.run) this.run = { ...this.run, ended: true };
-    peer?.addEventListener('step', (e) => this.copyRun(replica, e.detail, session), { signal });
-    peer?.addEventListener('save', (e) => this.keepSaved(e.detail, session), { signal });
+  function attach({ peer, replica }) {
+    listening?.abort();
+    listening = new AbortController();
+    const { signal } = listening;
+    const session = ++sessionNo;
+    if (run) run = { ...run, ended: true };
+    peer?.addEventListener('step', (e) => copyRun(replica, e.detail, session), { signal });
+    peer?.addEventListener('save', (e) => keepSaved(e.detail, session), { signal });
     peer?.addEventListener('finished', () => {
-      if (peer.lastSave) this.keepSaved(peer.lastSave, session);
-      if (this.run) this.run = { ...this.run, ended: true };
-      this.renderSource();
+      if (peer.lastSave) keepSaved(peer.lastSave, session);
+      if (run) run = { ...run, ended: true };
+      renderSource();
     }, { signal });
-    this.renderSource();
+    renderSource();
   }
 
   /** A checkpoint the peer saved ({step, hash, bytes}): used when it is newer than the copy. */
-  keepSaved(save, session) {
-    if (save?.bytes && (this.saved === null || this.saved.session !== session || save.step >= this.saved.step)) {
-      this.saved = { step: save.step, hash: save.hash, bytes: save.bytes, session };
+  function keepSaved(save, session) {
+    if (save?.bytes && (saved === null || saved.session !== session || save.step >= saved.step)) {
+      saved = { step: save.step, hash: save.hash, bytes: save.bytes, session };
     }
-    this.renderSource();
+    renderSource();
   }
 
   /** The run's newest weights: the copy, or the saved checkpoint when it is newer (decoded). */
-  async newestRun() {
-    const saved = this.saved;
-    if (saved === null || (this.run !== null && this.run.step >= saved.step)) return this.run;
-    const { tokenizer } = await this.loadTokenizer();
-    const ck = await decodeCheckpoint(saved.bytes, `the run's checkpoint of step ${saved.step}`,
+  async function newestRun() {
+    const newest = saved;
+    if (newest === null || (run !== null && run.step >= newest.step)) return run;
+    const { tokenizer } = await loadTokenizer();
+    const ck = await decodeCheckpoint(newest.bytes, `the run's checkpoint of step ${newest.step}`,
       { tokenizerSha256: tokenizer.sha256, vocabSize: tokenizer.vocabSize });
-    this.run = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
-      step: ck.state.step, hash: ck.weightHash, ended: !this.liveReplica() };
-    this.renderSource();
-    return this.run;
+    run = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
+      step: ck.state.step, hash: ck.weightHash, ended: !liveReplica() };
+    renderSource();
+    return run;
   }
 
-  liveReplica() {
-    const replica = this.page.replica;
-    return replica?.worker && !this.page.peer?.outcome ? replica : null;
+  function liveReplica() {
+    const replica = page.replica;
+    return replica?.worker && !page.peer?.outcome ? replica : null;
   }
 
   /**
@@ -251,53 +232,53 @@ class UsePanel {
    * in flight or the last one was too recent for its cost; on Generate (`record` null) it is
    * always taken. Resolves to the copy, or null when the worker is gone (the run ended).
    */
-  copyRun(replica, record = null, session = this.sessionNo) {
-    if (record !== null && (this.copying !== null || performance.now() < this.nextCopyAt)) {
-      return this.copying;
+  function copyRun(replica, record = null, session = sessionNo) {
+    if (record !== null && (copying !== null || performance.now() < nextCopyAt)) {
+      return copying;
     }
     const copy = (async () => {
       const t0 = performance.now();
       try {
         const state = await replica.worker.exportState();
         const cost = performance.now() - t0;
-        this.nextCopyAt = performance.now() + SNAPSHOT_SHARE * cost;
-        if (this.run !== null && !this.run.ended && this.run.step > state.step) return this.run;
+        nextCopyAt = performance.now() + SNAPSHOT_SHARE * cost;
+        if (run !== null && !run.ended && run.step > state.step) return run;
         const hash = record?.step === state.step ? record.hash
           : replica.step === state.step && replica.hash ? replica.hash
             : await sha256Arrays([...state.params.arrays, ...state.m.arrays, ...state.v.arrays]);
         // Only the parameters are kept: generation and the kit need nothing else (a third of
         // the state's memory; the optimizer moments are the keep panel's business).
-        this.run = { model: replica.model, state: { step: state.step, params: state.params },
+        run = { model: replica.model, state: { step: state.step, params: state.params },
           step: state.step, hash, ended: false };
-        if (this.saved?.session !== session) this.saved = null; // an earlier run's
-        this.renderSource();
-        return this.run;
+        if (saved?.session !== session) saved = null; // an earlier run's
+        renderSource();
+        return run;
       } catch {
         return null; // the worker ended with its run: the last copy stays
       }
     })();
-    this.copying = copy;
+    copying = copy;
     copy.finally(() => {
-      if (this.copying === copy) this.copying = null;
+      if (copying === copy) copying = null;
     });
     return copy;
   }
 
   /** The weights to use now: {origin, ...} or throws {message, hint}. */
-  async weights() {
-    if (this.source() === 'file') {
-      if (this.file === null) {
+  async function weights() {
+    if (source() === 'file') {
+      if (file === null) {
         throw Object.assign(new Error('no checkpoint file is picked'),
           { hint: 'choose one with "Checkpoint file", or switch to this page\'s run' });
       }
-      return { origin: 'file', ...this.file };
+      return { origin: 'file', ...file };
     }
-    const live = this.liveReplica();
+    const live = liveReplica();
     if (live) {
-      this.status('Copying the weights of the run (after the step in progress)…');
-      await this.copyRun(live);
+      status('Copying the weights of the run (after the step in progress)…');
+      await copyRun(live);
     }
-    const run = await this.newestRun();
+    const run = await newestRun();
     if (run === null) {
       throw Object.assign(new Error('this page has no weights yet'),
         { hint: 'lead or join a run first, or pick a checkpoint file' });
@@ -308,68 +289,68 @@ class UsePanel {
   // ---- tokenizer and checkpoint file
 
   /** {bytes, tokenizer} of the tokenizer the page trains with (fetched once). */
-  loadTokenizer() {
-    this.tokenizer ??= (async () => {
+  function loadTokenizer() {
+    tokenizerLoad ??= (async () => {
       const response = await fetch(TOKENIZER_URL);
       if (!response.ok) {
         throw Object.assign(new Error(`the tokenizer could not be loaded: HTTP ${response.status}`),
           { hint: 'reload the page' });
       }
       const bytes = new Uint8Array(await response.arrayBuffer());
-      const page = this.page.tokenizer;
-      if (page && page.sha256 !== await sha256Hex(bytes)) {
+      const mine = page.tokenizer;
+      if (mine && mine.sha256 !== await sha256Hex(bytes)) {
         throw Object.assign(new Error('the tokenizer changed on the server since this page loaded'),
           { hint: 'reload the page' });
       }
-      return { bytes, tokenizer: page ?? await Tokenizer.fromBytes(bytes, TOKENIZER_URL) };
+      return { bytes, tokenizer: mine ?? await Tokenizer.fromBytes(bytes, TOKENIZER_URL) };
     })();
-    this.tokenizer.catch(() => {
-      this.tokenizer = null; // try again next time
+    tokenizerLoad.catch(() => {
+      tokenizerLoad = null; // try again next time
     });
-    return this.tokenizer;
+    return tokenizerLoad;
   }
 
-  async pickFile() {
-    const file = this.el.file.files?.[0];
-    this.showError('', '', this.el.fileError);
-    if (!file) return;
-    this.setState('busy');
-    this.status(`Checking ${file.name}…`);
+  async function pickFile() {
+    const picked = ui.file.files?.[0];
+    showError('', '', ui.fileError);
+    if (!picked) return;
+    setState('busy');
+    status(`Checking ${picked.name}…`);
     try {
-      const { tokenizer } = await this.loadTokenizer();
-      const ck = await decodeCheckpoint(new Uint8Array(await file.arrayBuffer()), file.name,
+      const { tokenizer } = await loadTokenizer();
+      const ck = await decodeCheckpoint(new Uint8Array(await picked.arrayBuffer()), picked.name,
         { tokenizerSha256: tokenizer.sha256, vocabSize: tokenizer.vocabSize });
-      this.file = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
-        step: ck.state.step, hash: ck.weightHash, name: file.name };
-      this.el.sourceFile.checked = true;
-      this.status(`${file.name} is a valid checkpoint (step ${ck.state.step}); press Generate.`);
+      file = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
+        step: ck.state.step, hash: ck.weightHash, name: picked.name };
+      ui.sourceFile.checked = true;
+      status(`${picked.name} is a valid checkpoint (step ${ck.state.step}); press Generate.`);
     } catch (exc) {
-      this.file = null;
-      this.el.file.value = '';
-      this.showError(exc.message, exc.hint ?? FILE_HINT, this.el.fileError);
-      this.status(`${file.name} was refused.`);
+      file = null;
+      ui.file.value = '';
+      showError(exc.message, exc.hint ?? FILE_HINT, ui.fileError);
+      status(`${picked.name} was refused.`);
     } finally {
-      this.setState('idle');
-      this.renderSource();
+      setState('idle');
+      renderSource();
     }
   }
 
   // ---- generation
 
   /** The form's settings, or null after showing each refused field's reason. */
-  readSettings() {
+  function readSettings() {
     const values = {};
     let ok = true;
     for (const [id, key] of FIELDS) {
-      const text = this.root.querySelector(`#use-${id}`).value.trim();
+      const text = root.querySelector(`#use-${id}`).value.trim();
       const value = key === 'topK' && text === '' ? null : text === '' ? NaN : Number(text);
       values[key] = value;
       try {
         settings({ [key]: value });
-        this.fieldError(id, '');
+        fieldError(id, '');
       } catch (exc) {
         if (!(exc instanceof GenerateError)) throw exc;
-        this.fieldError(id, exc.message);
+        fieldError(id, exc.message);
         ok = false;
       }
     }
@@ -377,130 +358,130 @@ class UsePanel {
   }
 
   /** Whether top-k fits the weights' vocabulary (else its field says so). */
-  topKFits(s, vocabSize) {
+  function topKFits(s, vocabSize) {
     try {
       topKFor(s, vocabSize);
       return true;
     } catch (exc) {
       if (!(exc instanceof GenerateError)) throw exc;
-      this.fieldError('top-k', exc.message);
+      fieldError('top-k', exc.message);
       return false;
     }
   }
 
-  ensureWorker(bytes) {
-    if (this.worker) return this.worker;
-    this.worker = new Worker(WORKER_URL, { type: 'module' });
-    this.worker.addEventListener('message', (e) => this.onWorker(e.data));
-    this.worker.addEventListener('error', (e) => {
+  function ensureWorker(bytes) {
+    if (worker) return worker;
+    worker = new Worker(WORKER_URL, { type: 'module' });
+    worker.addEventListener('message', (e) => onWorker(e.data));
+    worker.addEventListener('error', (e) => {
       e.preventDefault();
-      this.worker?.terminate();
-      this.worker = null;
-      this.job?.resolve({ type: 'failed', message: `the generation worker failed: ${e.message ?? 'unknown'}` });
+      worker?.terminate();
+      worker = null;
+      job?.resolve({ type: 'failed', message: `the generation worker failed: ${e.message ?? 'unknown'}` });
     });
-    this.worker.postMessage({ type: 'tokenizer', bytes });
-    return this.worker;
+    worker.postMessage({ type: 'tokenizer', bytes });
+    return worker;
   }
 
-  onWorker(m) {
+  function onWorker(m) {
     if (m.type === 'refused') {
-      this.page.error(m.message, 'reload the page; report this if it repeats', 'use');
+      page.error(m.message, 'reload the page; report this if it repeats', 'use');
       return;
     }
-    if (m.type === 'ready' || this.job === null || m.id !== this.job.id) return;
+    if (m.type === 'ready' || job === null || m.id !== job.id) return;
     if (m.type === 'token') {
-      this.el.outText.textContent = m.text;
-      this.status(`Generating: ${m.count} of ${this.job.maxTokens} tokens…`);
+      ui.outText.textContent = m.text;
+      status(`Generating: ${m.count} of ${job.maxTokens} tokens…`);
     } else {
-      this.job.resolve(m);
+      job.resolve(m);
     }
   }
 
-  async generate() {
-    if (this.root.dataset.state !== 'idle') return;
-    this.showError('');
-    this.setState('busy');
-    let s = this.readSettings(); // every field first: a person fixes them all at once
+  async function generate() {
+    if (root.dataset.state !== 'idle') return;
+    showError('');
+    setState('busy');
+    let s = readSettings(); // every field first: a person fixes them all at once
     let w = null;
     let tok;
     try {
-      tok = await this.loadTokenizer();
-      w = await this.weights();
+      tok = await loadTokenizer();
+      w = await weights();
     } catch (exc) {
-      this.showError(exc.message, exc.hint ?? '');
+      showError(exc.message, exc.hint ?? '');
     }
-    if (s !== null && w !== null && !this.topKFits(s, w.model.vocabSize)) s = null;
-    if (s === null) this.status('Some settings were refused: see the messages under them.');
-    else if (w === null) this.status('Nothing was generated.');
+    if (s !== null && w !== null && !topKFits(s, w.model.vocabSize)) s = null;
+    if (s === null) status('Some settings were refused: see the messages under them.');
+    else if (w === null) status('Nothing was generated.');
     if (s === null || w === null) {
-      this.setState('idle');
+      setState('idle');
       return;
     }
-    const prompt = this.el.prompt.value;
-    const worker = this.ensureWorker(tok.bytes);
-    const id = ++this.jobId;
+    const prompt = ui.prompt.value;
+    const gen = ensureWorker(tok.bytes);
+    const id = ++jobId;
     const done = new Promise((resolve) => {
-      this.job = { id, resolve, maxTokens: s.maxTokens };
+      job = { id, resolve, maxTokens: s.maxTokens };
     });
-    this.el.outPrompt.textContent = prompt;
-    this.el.outText.textContent = '';
-    this.el.output.hidden = false;
-    this.setState('generating');
+    ui.outPrompt.textContent = prompt;
+    ui.outText.textContent = '';
+    ui.output.hidden = false;
+    setState('generating');
     const from = w.origin === 'file' ? w.name : 'this page\'s run';
-    this.status(`Generating from ${from} (step ${w.step})…`);
+    status(`Generating from ${from} (step ${w.step})…`);
     const t0 = performance.now();
-    worker.postMessage({ type: 'generate', id, model: { ...w.model }, params: w.state.params, prompt,
+    gen.postMessage({ type: 'generate', id, model: { ...w.model }, params: w.state.params, prompt,
       settings: { temperature: s.temperature, topK: s.topK, seed: s.seed, maxTokens: s.maxTokens } });
     const m = await done;
-    this.job = null;
-    this.setState('idle');
+    job = null;
+    setState('idle');
     if (m.type === 'failed') {
-      this.el.outText.textContent = '';
-      this.showError(m.message, m.settings ? '' : 'try again; reload the page if it repeats');
-      this.status('Nothing was generated.');
+      ui.outText.textContent = '';
+      showError(m.message, m.settings ? '' : 'try again; reload the page if it repeats');
+      status('Nothing was generated.');
       return;
     }
     const seconds = (performance.now() - t0) / 1000;
-    this.el.outText.textContent = m.text;
-    this.last = { origin: w.origin, step: w.step, hash: w.hash, prompt, promptIds: m.promptIds,
+    ui.outText.textContent = m.text;
+    last = { origin: w.origin, step: w.step, hash: w.hash, prompt, promptIds: m.promptIds,
       ids: m.ids, text: m.text, stop: m.stop, settings: { ...s } };
     const why = { length: 'max tokens reached', eot: 'the model ended the document', aborted: 'stopped' }[m.stop];
-    this.status(`${m.ids.length} tokens from ${from} (step ${w.step}, weights ${short(w.hash)}), ` +
+    status(`${m.ids.length} tokens from ${from} (step ${w.step}, weights ${short(w.hash)}), ` +
       `seed ${s.seed}, in ${seconds.toFixed(1)} s: ${why}.`);
   }
 
-  stop() {
-    if (this.job !== null) this.worker?.postMessage({ type: 'stop', id: this.job.id });
+  function stop() {
+    if (job !== null) worker?.postMessage({ type: 'stop', id: job.id });
   }
 
   // ---- the inference kit
 
-  async downloadKit() {
-    if (this.root.dataset.state !== 'idle') return;
-    this.showError('');
-    this.setState('busy');
-    this.status('Building the inference kit…');
+  async function makeKit() {
+    if (root.dataset.state !== 'idle') return;
+    showError('');
+    setState('busy');
+    status('Building the inference kit…');
     try {
-      const { bytes } = await this.loadTokenizer();
-      const w = await this.weights();
+      const { bytes } = await loadTokenizer();
+      const w = await weights();
       const info = { step: w.step, weight_hash: w.hash };
       const html = await buildKit({ model: w.model, params: w.state.params, tokenizerBytes: bytes, info });
       const name = kitFileName(info);
       downloadKit(html, name);
       const mb = new TextEncoder().encode(html).length / 1e6;
-      this.status(`Saved ${name} (${mb.toFixed(1)} MB): open it in any browser, even offline.`);
+      status(`Saved ${name} (${mb.toFixed(1)} MB): open it in any browser, even offline.`);
     } catch (exc) {
-      this.showError(`the inference kit could not be built: ${exc.message}`, exc.hint ?? 'reload the page and try again');
-      this.status('No kit was saved.');
+      showError(`the inference kit could not be built: ${exc.message}`, exc.hint ?? 'reload the page and try again');
+      status('No kit was saved.');
     } finally {
-      this.setState('idle');
+      setState('idle');
     }
   }
-}
 
-/** Mount the panel in `root` (its <section>) with the page's shared context. */
-export function mount(root, page) {
-  const panel = new UsePanel(root, page);
-  panels.push(panel);
-  return panel;
+  build();
+  page.addEventListener('session', (e) => attach(e.detail));
+  if (page.peer) attach(page);
+  setState('idle');
+  renderSource();
+  panels.push({ get last() { return last; } });
 }
