@@ -33,9 +33,9 @@ from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.versions import SIGNALING_VERSION
 from daisychain.peer import main as peer_main
 from daisychain.server import main as server_main
-from daisychain.server import messages as sm
 from daisychain.server.config import IceConfig
 from daisychain.server.ice import IceError, IceIssuer, check, mint, parse_url, turn_credential
+from daisychain.wire import signaling as sm
 from mesh_helpers import signaling_server
 from server_fixtures import config, join, serve
 

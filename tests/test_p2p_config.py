@@ -367,7 +367,7 @@ def test_headless_peer_refuses_a_cap_below_one(
 def test_versions_come_from_their_single_definitions() -> None:
     from daisychain.numerics import CONTRACT_VERSION
     from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, versions
-    from daisychain.server.messages import PROTOCOL_VERSION
+    from daisychain.wire.signaling import PROTOCOL_VERSION
 
     assert versions.SIGNALING_VERSION == PROTOCOL_VERSION
     assert versions.CONTRACT_VERSION == CONTRACT_VERSION

@@ -21,8 +21,8 @@ from daisychain.p2p import signaling
 from daisychain.p2p.mesh import Mesh, MeshError, PeerLeft, SignalingLost
 from daisychain.p2p.signaling import Candidate, Description, SignalingError
 from daisychain.p2p.versions import SIGNALING_VERSION
-from daisychain.server import messages as sm
 from daisychain.server.config import SignalingLimits
+from daisychain.wire import signaling as sm
 from server_fixtures import config, serve
 
 PEER = sm.PeerInfo("Q2xabc", "Ada", {"kind": "browser", "gpu": True})

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from daisychain.server.config import SignalingLimits
-from daisychain.server.messages import (
+from daisychain.wire.signaling import (
     CLOSE_ABUSE,
     CLOSE_DENIED,
     CLOSE_JOIN_TIMEOUT,

@@ -19,9 +19,9 @@ from aiohttp.test_utils import TestClient
 
 from daisychain.server.app import SIGNALING
 from daisychain.server.config import SignalingLimits
-from daisychain.server.messages import CLOSE_ABUSE, CLOSE_PROTOCOL, MAX_JSON_DEPTH
 from daisychain.server.rooms import Hub
 from daisychain.server.signaling import Signaling
+from daisychain.wire.signaling import CLOSE_ABUSE, CLOSE_PROTOCOL, MAX_JSON_DEPTH
 from hostile_harness import raw_websocket, read_frame, text_frame
 from server_fixtures import WAIT_S, WsPeer, config, connect, join, serve
 

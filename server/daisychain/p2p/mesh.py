@@ -39,7 +39,7 @@ from aiortc.sdp import candidate_from_sdp
 
 from daisychain.p2p import serverlink, signaling
 from daisychain.p2p.versions import SIGNALING_VERSION
-from daisychain.server import messages as sm
+from daisychain.wire import signaling as sm
 
 log = logging.getLogger("daisychain.p2p.mesh")
 

@@ -16,9 +16,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast, get_args
 
-from daisychain import wire
 from daisychain.p2p.versions import CONTRACT_VERSION, DATA_PROTOCOL_VERSION
-from daisychain.wire import PEER_ID_RE
+from daisychain.wire.fields import PEER_ID_RE, Fields
 
 MAX_MESSAGE_BYTES = 16 * 1024
 MAX_ROSTER = 64
@@ -391,8 +390,8 @@ def parse(raw: str) -> Message:
     return Error(code=known, message=f.text("message", 1000), hint=f.text("hint", 1000))
 
 
-class _Fields(wire.Fields):
-    """Shared field checks (``daisychain.wire``) with this protocol's error and hint."""
+class _Fields(Fields):
+    """Shared field checks (``daisychain.wire.fields``) with this protocol's error and hint."""
 
     def bad(self, name: str, expected: str) -> MessageError:
         return MessageError(

@@ -1,6 +1,6 @@
 """What a peer receives from the signaling server, parsed and validated in one place.
 
-The server declares every message it sends once, as records in ``daisychain.server.messages``
+The server declares every message it sends once, as records in ``daisychain.wire.signaling``
 (docs/PROTOCOL.md, "Server -> client"); this module turns the JSON a peer receives back into
 those same records, or raises ``SignalingError`` (what is wrong, and a hint). Nothing else in the
 peer looks at raw server JSON. The ``data`` a peer relays to another through the server (SDP
@@ -19,11 +19,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from daisychain import wire
 from daisychain.p2p.versions import SIGNALING_VERSION
 from daisychain.server import ice
-from daisychain.server import messages as sm
-from daisychain.wire import PEER_ID_RE
+from daisychain.wire import signaling as sm
+from daisychain.wire.fields import PEER_ID_RE, Fields
 
 # A welcome lists at most an automatic group's 256 members, each with a small device summary
 # (<= 16 keys of <= 32 characters, values <= 128): well under 1 MiB.
@@ -255,8 +254,8 @@ def _bad(kind: str, name: str, expected: str) -> SignalingError:
     )
 
 
-class _Fields(wire.Fields):
-    """Shared field checks (``daisychain.wire``) with this layer's error."""
+class _Fields(Fields):
+    """Shared field checks (``daisychain.wire.fields``) with this layer's error."""
 
     def bad(self, name: str, expected: str) -> SignalingError:
         return _bad(self.kind, name, expected)

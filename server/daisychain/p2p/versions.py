@@ -18,7 +18,7 @@ this module and from nowhere else.
 from __future__ import annotations
 
 from daisychain.numerics import CONTRACT_VERSION
-from daisychain.server.messages import PROTOCOL_VERSION as SIGNALING_VERSION
+from daisychain.wire.signaling import PROTOCOL_VERSION as SIGNALING_VERSION
 
 DATA_PROTOCOL_VERSION = 1
 FRAME_VERSION = 1

@@ -45,7 +45,7 @@ from daisychain.p2p.runconfig import Limits
 from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
 from daisychain.server.config import IceConfig
 from daisychain.server.ice import IceError, IceIssuer
-from daisychain.server.messages import IceServer
+from daisychain.wire.signaling import IceServer
 
 EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_DATA, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
 

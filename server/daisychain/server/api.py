@@ -43,9 +43,9 @@ from daisychain import fineweb
 from daisychain.server.access import Access
 from daisychain.server.datasource import DataService, DataUnavailable, TextSample
 from daisychain.server.grouping import client_address, network_key
-from daisychain.server.messages import PROTOCOL_VERSION
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.server.signaling import Signaling
+from daisychain.wire.signaling import PROTOCOL_VERSION
 
 MAX_CHARS_LIMIT = 1_000_000
 DEFAULT_MAX_CHARS = 100_000

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from daisychain.server.config import IceConfig
-from daisychain.server.messages import IceServer
+from daisychain.wire.signaling import IceServer
 
 SCHEMES = ("stun", "turn", "turns")
 TRANSPORTS = ("udp", "tcp")

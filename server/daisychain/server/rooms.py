@@ -49,7 +49,8 @@ from typing import Any
 from daisychain.server.config import IceConfig
 from daisychain.server.grouping import LOCAL_GROUP
 from daisychain.server.ice import IceIssuer
-from daisychain.server.messages import (
+from daisychain.server.ratelimit import KeyedLimiter
+from daisychain.wire.signaling import (
     CLOSE_DENIED,
     CLOSE_JOIN_TIMEOUT,
     CLOSE_PROTOCOL,
@@ -74,7 +75,6 @@ from daisychain.server.messages import (
     encode,
     error_from,
 )
-from daisychain.server.ratelimit import KeyedLimiter
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,9 @@ from daisychain.server.config import SignalingLimits
 from daisychain.server.grouping import IPAddress, client_address, group_key, network_key
 from daisychain.server.ice import IceIssuer
 from daisychain.server.logs import Throttle
-from daisychain.server.messages import (
+from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
+from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
+from daisychain.wire.signaling import (
     CLOSE_ABUSE,
     CLOSE_GOING_AWAY,
     CLOSE_PROTOCOL,
@@ -62,8 +64,6 @@ from daisychain.server.messages import (
     error_from,
     parse_client,
 )
-from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
-from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
 
 log = logging.getLogger(__name__)
 

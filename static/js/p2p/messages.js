@@ -266,7 +266,7 @@ export function parse(raw) {
   });
 }
 
-/** Typed access to the fields of one JSON object (daisychain/wire.py's Fields). */
+/** Typed access to the fields of one JSON object (daisychain/wire/fields.py's Fields). */
 class Fields {
   constructor(fields, kind) {
     this.fields = fields; // a Map (pyjson.js)

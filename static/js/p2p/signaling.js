@@ -2,7 +2,7 @@
 // "Signaling"), its messages parsed and validated here, and reconnection with backoff.
 //
 // Every server message is parsed by `parseServer` into a plain record (the server's
-// declarations in daisychain/server/messages.py; the Python peer's parser is
+// declarations in daisychain/wire/signaling.py; the Python peer's parser is
 // daisychain/p2p/signaling.py) or refused with SignalingError (what, and a hint): an unknown
 // type or a malformed field is reported as an `error` event, never dropped in silence. The
 // `data` another peer relays (SDP, ICE candidates) is peer-controlled: `parseSignalData`.

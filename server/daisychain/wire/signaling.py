@@ -17,8 +17,7 @@ import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
-from daisychain import wire
-from daisychain.wire import PEER_ID_RE
+from daisychain.wire.fields import PEER_ID_RE, Fields
 
 PROTOCOL_VERSION = 1
 
@@ -449,8 +448,8 @@ def _bad(kind: str, name: str, expected: str) -> ProtocolError:
     )
 
 
-class _Fields(wire.Fields):
-    """Shared field checks (``daisychain.wire``) with this protocol's error, hint and ref."""
+class _Fields(Fields):
+    """Shared field checks (``daisychain.wire.fields``) with this protocol's error, hint and ref."""
 
     def bad(self, name: str, expected: str) -> ProtocolError:
         return _bad(self.kind, name, expected)
