@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from daisychain.bench.data import write_fineweb_shard
+from daisychain.harness.fineweb_stub import write_fineweb_shard
 from mesh_helpers import (
     TEST_BATCH,
     TEST_SEQ,

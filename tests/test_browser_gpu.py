@@ -33,10 +33,10 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
 from daisychain.gpu.audit import sample_cells
 from daisychain.gpu.gates import gemm_cases, qmatmul_cases
 from daisychain.gpu.probe import PROBE_SHAPE, reference_probe_hash
+from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
 from daisychain.server.app import create_app
 from gpu_plant import OneCellPlant, planted_probe_hash, quiet_cell
 from server_fixtures import ByteTokenizer, config

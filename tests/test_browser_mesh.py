@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.mesh import ChannelMessage, Mesh

@@ -39,8 +39,8 @@ import numpy as np
 import pytest
 
 import page_helpers
-from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
+from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from gpu_plant import OneCellPlant, planted_probe_hash
 from mesh_helpers import (
     FAST,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from daisychain.bench import available
 from daisychain.cli import COMMANDS, main
 
 
@@ -27,10 +26,16 @@ def test_unknown_benchmark_names_the_choices() -> None:
         main(["bench", "nope"])
 
 
-def test_benchmarks_are_the_public_modules_only() -> None:
-    names = available()
-    assert {"gemm", "step", "converge", "kernels", "signaling", "data", "mesh"} <= set(names)
-    assert not any(n.startswith("_") for n in names)
+def test_bench_help_lists_the_benchmark_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """``daisychain bench --help`` names every benchmark of the table with its line (the table
+    against the modules on disk: tests/test_bench_table.py)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for name in ("gemm", "step", "converge", "kernels", "signaling", "data", "mesh"):
+        assert f"{name}: " in out
+    assert "_torch_model" not in out
 
 
 def test_a_benchmark_prints_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from daisychain import fineweb
-from daisychain.bench.data import UpstreamStub, write_fineweb_shard
+from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
 from daisychain.p2p import messages, runconfig
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.server.app import create_app, serve_local

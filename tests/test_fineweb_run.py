@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from daisychain import fineweb, training
-from daisychain.bench.data import UpstreamStub, write_fineweb_shard
+from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
 from daisychain.p2p.datafeed import FineWebFeed
 from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord

@@ -14,12 +14,12 @@ import pytest
 from aiohttp import web
 
 from daisychain import fineweb, fineweb_vectors
-from daisychain.bench.data import UpstreamStub, fineweb_table_of
+from daisychain.harness.fineweb_stub import UpstreamStub, fineweb_table_of
 from daisychain.p2p.datafeed import Address, FineWebFeed
 from daisychain.server.app import serve_local
 from daisychain.server.config import DataConfig, ServerConfig
-from daisychain.server.tokenize import load_serving_tokenizer
 from daisychain.tokenizer import load_default
+from daisychain.tokenizer.fast import load_serving_tokenizer
 from server_fixtures import ByteTokenizer
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "fineweb" / "cases.json"

@@ -201,15 +201,3 @@ def test_selftest_without_adapter_reports_why_and_numpy_works(
     assert rows["numpy"]["gates_passed"] is True
     assert rows["numpy"]["probe_hash"] == PROBE_HASH
     assert doc["selected"] == "numpy"
-
-
-def test_audit_bench_reports_ratios_for_every_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
-    from daisychain.bench import audit as audit_bench
-
-    monkeypatch.setattr(audit_bench, "SHAPES", [("small", 40, 30, 48)])
-    doc = audit_bench.measure(argparse.Namespace(repeats=1))
-    rows = doc["shapes"]["small 40x30x48"]
-    assert "numpy" in rows
-    for row in rows.values():
-        assert row["audit_ratio_to_product"] > 0 and row["checksums_ratio_to_product"] > 0
-    assert doc["tiny_step"]["numpy"]["audited_step_ratio"] > 0

@@ -59,3 +59,5 @@ def test_wheel_contains_every_asset(tmp_path: Path) -> None:
     assert any(n.startswith("daisychain/_assets/kernels/") and n.endswith(".wgsl") for n in names)
     assert any(n.startswith("daisychain/data/corpus/") for n in names)
     assert "daisychain/bench/node_gemm.mjs" in names  # the bench runs it under node
+    assert "daisychain/harness/node_step.mjs" in names  # step timing runs it under node
+    assert "daisychain/wire/signaling.py" in names and "daisychain/corpus/load.py" in names

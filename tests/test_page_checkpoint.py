@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from daisychain import checkpoint, training
-from daisychain.bench.browser import CHROMIUM
+from daisychain.harness.chromium import CHROMIUM
 from mesh_helpers import (
     FAST,
     TEST_BATCH,

@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p.node import StepRecord
 from mesh_helpers import (
     FAST,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from daisychain.bench.browser import CHROMIUM
+from daisychain.harness.chromium import CHROMIUM
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import (
     DESKTOP,

@@ -18,19 +18,18 @@ from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
 from daisychain import fineweb
-from daisychain.bench.data import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.corpus import load_builtin_text
-from daisychain.server import tokenize
+from daisychain.harness.fineweb_stub import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.server.app import DATA, create_app
 from daisychain.server.config import DataConfig
 from daisychain.server.datasource import DataService
-from daisychain.server.tokenize import (
+from daisychain.tokenizer import EOT_TOKEN, Tokenizer, default_path, fast, load_default
+from daisychain.tokenizer.fast import (
     PIECE_CHARS,
     ServingTokenizer,
     TokenizerMismatch,
     encode_prefix,
 )
-from daisychain.tokenizer import EOT_TOKEN, Tokenizer, default_path, load_default
 from daisychain.tokenizer.vectors import CASE_TEXTS
 from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config, serve
 
@@ -438,7 +437,7 @@ def test_cutting_after_any_whitespace_would_change_the_ids(
     # The cut rule is what keeps the ids: cutting after a space (before " b" is a token) breaks
     # them, and the comparison above would see it.
     _serving, oracle = serving_pair()
-    monkeypatch.setattr(tokenize, "_CUT_RE", re.compile(r"\s"))
+    monkeypatch.setattr(fast, "_CUT_RE", re.compile(r"\s"))
     wrong = [
         text
         for text in cut_texts()
@@ -464,51 +463,6 @@ async def test_a_tokens_flood_is_tokenized_piece_by_piece_within_the_budget() ->
     # not the whole 1 MB sample.
     assert 100_000 <= sum(calls) < 100_000 + 2 * PIECE_CHARS, calls
     assert max(calls) < PIECE_CHARS + 100, calls
-
-
-def test_bench_data_reports_healthz_under_a_tokenize_flood(tmp_path: Path) -> None:
-    """The shape of ``daisychain bench data`` at a tiny size (no timing is checked)."""
-    import argparse
-
-    from daisychain.bench import data as bench
-
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    args = parser.parse_args(
-        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
-         "--workdir", str(tmp_path), "--flood", "3", "--flood-tokens", "2000", "--windows", "0"]
-    )  # fmt: skip
-    flood = bench.measure(args)["healthz_under_tokenize_flood"]
-    for side in ("before_pure_python", "after_tokenizers_library"):
-        assert flood[side]["healthz_probes"] >= 1 and flood[side]["flood_s"] > 0, flood
-    for key in ("healthz_p99", "healthz_max", "flood_s"):
-        assert flood[f"{key}_after_vs_before_ratio"] > 0, flood
-
-
-def test_bench_data_reports_delivery_against_consumption(tmp_path: Path) -> None:
-    """The shape of the delivery part at a tiny size: every window and step is counted (no
-    timing is checked)."""
-    import argparse
-
-    from daisychain.bench import data as bench
-
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    args = parser.parse_args(
-        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
-         "--workdir", str(tmp_path), "--flood", "0", "--windows", "3", "--train-steps", "2"]
-    )  # fmt: skip
-    delivery = bench.measure(args)["delivery"]
-    assert delivery["windows_fetched"] == 3 and delivery["train_steps"] == 2
-    assert delivery["tokens_per_step"] == 8 * 128 and delivery["window_chars"] == 8 * 8 * 129
-    assert delivery["data_tokens_per_s_delivered_per_peer"] > 0
-    assert delivery["training_tokens_per_s_consumed"] > 0
-    assert delivery["delivered_vs_consumed_ratio"] > 0
-    assert delivery["first_step_waited"] is True  # nothing is ahead of a run's first step
-    assert 0 <= delivery["steady_state_wait_fraction"] <= 1
-
-
-# -- the addressed form under upstream faults -------------------------------------------------
 
 
 def addressed(step: int, rank: int, chars: int = 300) -> str:

@@ -1,6 +1,6 @@
 """The hostile clients of issue 8 against the real server in a child process, on loopback.
 
-Each test runs one bounded attacker (``daisychain.bench._attacks``) while a bystander pair relays
+Each test runs one bounded attacker (``daisychain.harness.attacks``) while a bystander pair relays
 ``signal`` messages through the same server (``hostile_harness.run_hostile``), with the
 production limits of ``SignalingLimits``. Each asserts three things:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from daisychain.bench import _attacks
+from daisychain.harness import attacks
 from daisychain.server.config import SignalingLimits
 from hostile_harness import (
     HostileResult,
@@ -48,7 +48,7 @@ async def test_nested_and_non_finite_flood_is_refused_struck_and_disconnected(
     tmp_path: Path,
 ) -> None:
     result = await run_hostile(
-        _attacks.nested_flood(depth=800, per_s=20.0), tmp_path, name="nested-flood", attack_s=4.0
+        attacks.nested_flood(depth=800, per_s=20.0), tmp_path, name="nested-flood", attack_s=4.0
     )
     _checked(result, tmp_path)
     attack = result.attack
@@ -64,7 +64,7 @@ async def test_several_clients_that_stop_reading_are_dropped_and_their_memory_fr
     tmp_path: Path,
 ) -> None:
     result = await run_hostile(
-        _attacks.slow_readers(readers=4, feeders=2, message_bytes=60_000),
+        attacks.slow_readers(readers=4, feeders=2, message_bytes=60_000),
         tmp_path,
         name="slow-readers",
         attack_s=30.0,
@@ -78,7 +78,7 @@ async def test_several_clients_that_stop_reading_are_dropped_and_their_memory_fr
 
 async def test_hello_flood_is_paced_per_address(tmp_path: Path) -> None:
     result = await run_hostile(
-        _attacks.hello_flood(max_connections=600), tmp_path, name="hello-flood", attack_s=4.0
+        attacks.hello_flood(max_connections=600), tmp_path, name="hello-flood", attack_s=4.0
     )
     _checked(result, tmp_path)
     attack = result.attack
@@ -98,7 +98,7 @@ async def test_join_request_flood_reaches_the_host_only_at_the_documented_pace(
     tmp_path: Path,
 ) -> None:
     result = await run_hostile(
-        _attacks.join_flood(max_requests=600), tmp_path, name="join-flood", attack_s=4.0
+        attacks.join_flood(max_requests=600), tmp_path, name="join-flood", attack_s=4.0
     )
     _checked(result, tmp_path)
     attack = result.attack
@@ -111,7 +111,7 @@ async def test_join_request_flood_reaches_the_host_only_at_the_documented_pace(
 
 async def test_socket_hog_is_capped_per_address(tmp_path: Path) -> None:
     result = await run_hostile(
-        _attacks.socket_hog(max_connections=80), tmp_path, name="socket-hog", attack_s=20.0
+        attacks.socket_hog(max_connections=80), tmp_path, name="socket-hog", attack_s=20.0
     )
     _checked(result, tmp_path)
     attack = result.attack

@@ -1,9 +1,11 @@
 """``daisychain bench NAME``: benchmarks that print one JSON document.
 
-Each benchmark lives in ``daisychain/bench/<name>.py`` and exposes
+``BENCHMARKS`` is the table of them (name -> module and one line); each module exposes
 ``add_arguments(parser)`` (optional) and ``measure(args) -> dict``. Every comparison against a
 baseline measured in the same run is reported under a key containing ``ratio``: the machines are
-shared and noisy, so absolute times are leads, ratios are the result.
+shared and noisy, so absolute times are leads, ratios are the result. What benchmarks share with
+the tests (Chromium, hostile clients, the FineWeb stub, step timing) is ``daisychain.harness``;
+``_torch_model`` is ``bench step``'s PyTorch baseline, not a benchmark.
 """
 
 from __future__ import annotations
@@ -11,24 +13,38 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import pkgutil
 from types import ModuleType
+
+# name -> (module, one-line description); docs/BENCHMARKS.md has the figures.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "audit": ("daisychain.bench.audit", "what the live GPU audit costs next to its product"),
+    "browser": ("daisychain.bench.browser", "int8 GEMM throughput in headless Chromium"),
+    "converge": ("daisychain.bench.converge", "the contract's loss against a float32 reference"),
+    "data": ("daisychain.bench.data", "/data's FineWeb-Edu reader, tokenizing and delivery"),
+    "gemm": ("daisychain.bench.gemm", "exact int8 GEMM throughput against float32 sgemm"),
+    "identity": ("daisychain.bench.identity", "every compute path trains to the same bits"),
+    "kernels": ("daisychain.bench.kernels", "every int8 GEMM backend and training tier, one run"),
+    "mesh": ("daisychain.bench.mesh", "bytes on the wire, exchange goodput, step time split"),
+    "signaling": ("daisychain.bench.signaling", "WebSocket relay through one server; attacks"),
+    "step": ("daisychain.bench.step", "training tokens/s of the contract against PyTorch"),
+}
 
 
 def available() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return sorted(BENCHMARKS)
 
 
 def _load(name: str) -> ModuleType:
-    if name not in available():
+    if name not in BENCHMARKS:
         raise SystemExit(
             f"daisychain bench: unknown benchmark {name!r}; choose one of: {', '.join(available())}"
         )
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(BENCHMARKS[name][0])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help=f"benchmark to run ({', '.join(available())})")
+    listing = "; ".join(f"{name}: {line}" for name, (_module, line) in BENCHMARKS.items())
+    parser.add_argument("name", help=f"benchmark to run ({listing})")
     parser.add_argument("--json", action="store_true", help="print only the JSON document")
 
 

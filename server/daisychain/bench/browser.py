@@ -9,8 +9,8 @@ kernel must pass its exact gates first; a demoted one is reported with its reaso
 numpy's exact path is timed in the same run and every figure is given as ``ratio_to_numpy``.
 Chromium is kept off the network by its flags.
 
-``chromium_session`` is the measurement itself, shared with ``bench kernels``: it also times
-training steps in the page (WebGPU tier and CPU tier, the policy of ``bench/steps.py``).
+``chromium_session`` (``daisychain.harness.chromium``) is the measurement itself, shared with
+``bench kernels``.
 """
 
 from __future__ import annotations
@@ -18,190 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from daisychain.bench._steps import StepPolicy
+from daisychain.harness.chromium import chromium_missing, chromium_session
+from daisychain.harness.shapes import SMALL_SHAPES
 from daisychain.numerics.gemm import int_matmul
-
-CHROMIUM = Path("/usr/bin/chromium")
-# Keep Chromium off the network (ENVIRONMENT.md): no QUIC, no background or component traffic.
-# The browser tests use the same list.
-OFFLINE_FLAGS = [
-    "--no-sandbox",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-WEBGPU_FLAG = "--enable-unsafe-webgpu"
-# Playwright passes its own --disable-features list and Chromium keeps only the last such switch,
-# so a test that must disable one more feature repeats the list that keeps Chromium quiet
-# (Playwright's, for the features that matter here: no media-router discovery, optimization
-# hints, network-time queries, search preconnects, HTTPS upgrades of the loopback server).
-QUIET_DISABLED_FEATURES = (
-    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
-    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
-    "ThirdPartyStoragePartitioning", "AvoidCorsURLLoaderRestartOnRedirect", "OptimizationHints",
-    "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch",
-)  # fmt: skip
-# WebRTC between tabs and aiortc peers (ENVIRONMENT.md): host candidates as plain addresses,
-# not mDNS `.local` names (aioice would stall resolving them).
-WEBRTC_FLAGS = [
-    "--disable-features=" + ",".join((*QUIET_DISABLED_FEATURES, "WebRtcHideLocalIpsWithMdns"))
-]
-FLAGS = [*OFFLINE_FLAGS, WEBGPU_FLAG]
-Shape = tuple[str, int, int, int]  # (name, M, K, N)
-
-# Runs in the page (a module context of the app's origin, so the imports pass its CSP).
-# Resolves to {adapter, shapes: {name: {backend: GOP/s | "demoted: reason"}}}.
-_PAGE_GEMM = """
-async ([shapes, repeats]) => {
-  const { acquireGpu } = await import('/js/gpu/device.js');
-  const { GpuGemm, CpuGemm } = await import('/js/gpu/gemm.js');
-  const { runGemmGates } = await import('/js/gpu/gates.js');
-  const { measureGops } = await import('/js/gpu/backend.js');
-  const backends = {};
-  let adapter = 'none';
-  try {
-    const gpu = await acquireGpu();
-    adapter = gpu.adapterName;
-    for (const kind of ['dp4a', 'lut']) {
-      try {
-        const gemm = await GpuGemm.create(gpu, kind);
-        const gate = await runGemmGates(gemm, { pool: gemm.pool, tile: gemm.tile });
-        backends[`webgpu-${kind}`] = gate.failure ? `demoted: ${gate.failure.describe()}` : gemm;
-      } catch (exc) {
-        backends[`webgpu-${kind}`] = `demoted: ${exc.message}`;
-      }
-    }
-  } catch (exc) {
-    adapter = `none (${exc.message})`;
-    for (const kind of ['dp4a', 'lut']) backends[`webgpu-${kind}`] = `no adapter: ${exc.message}`;
-  }
-  backends['js-cpu'] = new CpuGemm();
-  const out = { adapter, shapes: {} };
-  for (const [name, m, k, n] of shapes) {
-    const row = {};
-    for (const [backend, gemm] of Object.entries(backends)) {
-      row[backend] = typeof gemm === 'string'
-        ? gemm : await measureGops(gemm, [m, k, n], repeats);
-    }
-    out.shapes[name] = row;
-  }
-  return out;
-}
-"""
-
-# Training steps in the page, the loop of bench/node_step.mjs with the products on the selected
-# backend (tier 'webgpu': the best gated WebGPU kernel, every product audited as in
-# /train-check; tier 'cpu': the CPU mirror, what a browser without WebGPU runs).
-# Resolves to {backend, adapter, warmup_ms, step_ms: [...]} or {skipped: reason}.
-_PAGE_STEPS = """
-async ([presetName, vocab, tier, maxSteps, budgetS, slowS]) => {
-  const M = await import('/js/model/index.js');
-  const { forwardBackwardAsync } = await import('/js/model/gpt.js');
-  const { selectBackend, modelOps } = await import('/js/gpu/backend.js');
-  const { Auditor } = await import('/js/gpu/audit.js');
-  const backend = await selectBackend({ order: tier === 'cpu' ? [] : undefined });
-  if (tier === 'webgpu' && !backend.onGpu) {
-    const why = backend.demotions.map((d) => `${d.name}: ${d.reason}`).join('; ');
-    return { skipped: `no WebGPU kernel passed its gates (${why})` };
-  }
-  const auditor = new Auditor({ samples: 16 });
-  const ops = modelOps(backend, { audit: (p, acc) => auditor.check(p, acc) });
-  const cfg = M.preset(presetName, { vocabSize: vocab });
-  const state = M.init(cfg, {}, 1);
-  const tokens = new Int32Array(200000);
-  for (let i = 0; i < tokens.length; i++) tokens[i] = (i * 7919 + 13) % vocab;
-  const step = async () => {
-    const t0 = performance.now();
-    const { x, y } = M.nextBatch(state, tokens);
-    const { grads } = await forwardBackwardAsync(state.params, cfg, x, y,
-      { workspace: state.workspace, ops });
-    M.applyGrads(state, grads);
-    return performance.now() - t0;
-  };
-  const warmupMs = await step();
-  const stepMs = [];
-  if (warmupMs <= slowS * 1e3) {
-    let spent = 0;
-    while (stepMs.length < maxSteps && spent < budgetS * 1e3) {
-      stepMs.push(await step());
-      spent += stepMs.at(-1);
-    }
-  }
-  return { backend: backend.selected, adapter: backend.adapter, warmup_ms: warmupMs,
-           step_ms: stepMs };
-}
-"""
-
-
-def chromium_missing() -> str | None:
-    """Why the Chromium rows cannot run here, or None."""
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing (apt-get install chromium)"
-    try:
-        import playwright.async_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is missing (pip install -e '.[test]')"
-    return None
-
-
-async def chromium_session(
-    shapes: list[Shape], repeats: int, presets: list[str], vocab: int, policy: StepPolicy | None
-) -> dict[str, Any]:
-    """One app + one Chromium: GEMM throughput at ``shapes``, then (with a ``policy``) step
-    times of each preset in the WebGPU and CPU tiers.
-
-    Returns {adapter, user_agent, gemm: {name: {backend: GOP/s | reason}},
-    steps: {preset: {"webgpu": ..., "cpu": ...}}} (raw page results, times in ms).
-    """
-    from aiohttp import web
-    from playwright.async_api import async_playwright
-
-    from daisychain.server.app import create_app
-    from daisychain.server.config import DataConfig, ServerConfig
-
-    config = ServerConfig(data=replace(DataConfig(), offline=True))
-    runner = web.AppRunner(create_app(config))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-            try:
-                page = await browser.new_page()
-                # Any page of the app's origin: the scripts import the modules it serves. The
-                # train-check page fails at once on the missing manifest and then stays idle.
-                await page.goto(f"{base}/train-check.html?vectors=/none")
-                gemm: dict[str, Any] = await page.evaluate(
-                    _PAGE_GEMM, [[list(s) for s in shapes], repeats]
-                )
-                steps: dict[str, Any] = {}
-                if policy is not None:
-                    limits = [policy.max_steps, policy.budget_s, policy.slow_s]
-                    for name in presets:
-                        steps[name] = {
-                            tier: await page.evaluate(_PAGE_STEPS, [name, vocab, tier, *limits])
-                            for tier in ("webgpu", "cpu")
-                        }
-                return {
-                    "adapter": gemm["adapter"],
-                    "user_agent": await page.evaluate("navigator.userAgent"),
-                    "gemm": gemm["shapes"],
-                    "steps": steps,
-                }
-            finally:
-                await browser.close()
-    finally:
-        await runner.cleanup()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -224,8 +47,6 @@ def _numpy_gops(m: int, k: int, n: int, repeats: int) -> float:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from daisychain.bench.kernels import SMALL_SHAPES
-
     missing = chromium_missing()
     if missing is not None:
         raise SystemExit(f"daisychain bench browser: {missing}")

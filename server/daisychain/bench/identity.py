@@ -139,7 +139,7 @@ async def _chromium(run: dict[str, Any], tokens_file: Path, steps: int, webgpu: 
     from aiohttp import web
     from playwright.async_api import Route, async_playwright
 
-    from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, chromium_missing
+    from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, chromium_missing
     from daisychain.server.app import create_app
     from daisychain.server.config import DataConfig, ServerConfig
 

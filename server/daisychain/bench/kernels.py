@@ -9,7 +9,7 @@ mlp down 1024x1024x256, logits 1024x256x2048. Backends:
 - ``wgpu_dp4a``, ``wgpu_lut``: the WGSL kernels from Python (whatever adapter this machine has;
   lavapipe on CI);
 - ``chromium_webgpu_dp4a``, ``chromium_webgpu_lut``, ``chromium_js``: the same kernels and the JS
-  CPU mirror in headless Chromium (``browser.py``; SwiftShader WebGPU without a GPU);
+  CPU mirror in headless Chromium (``harness/chromium.py``; SwiftShader WebGPU without a GPU);
 - ``node_js``: the JS CPU mirror under Node (``node_gemm.mjs``).
 
 Each GPU kernel must pass its exact gates first; a demoted or unavailable backend is reported as
@@ -39,36 +39,23 @@ from typing import Any
 
 import numpy as np
 
-from daisychain.bench import browser
-from daisychain.bench._steps import (
+from daisychain.gpu.backend import Backend, NumpyGemm, evaluate_gpu
+from daisychain.gpu.device import GpuUnavailable, acquire
+from daisychain.gpu.gates import IntGemm
+from daisychain.gpu.gemm import GemmKind
+from daisychain.gpu.live import training_ops
+from daisychain.harness import chromium
+from daisychain.harness.shapes import QUICK_SHAPES, SMALL_SHAPES, Shape
+from daisychain.harness.steps import (
     StepPolicy,
     node_missing,
     run_node,
     time_node_steps,
     time_python_steps,
 )
-from daisychain.gpu.backend import Backend, NumpyGemm, evaluate_gpu
-from daisychain.gpu.device import GpuUnavailable, acquire
-from daisychain.gpu.gates import IntGemm
-from daisychain.gpu.gemm import GemmKind
-from daisychain.gpu.live import training_ops
 from daisychain.model.config import preset
 from daisychain.model.ops import NUMPY_OPS
 
-# (name, M, K, N) of the small preset's products (vocabulary 2048, see the module docstring).
-SMALL_SHAPES: list[browser.Shape] = [
-    ("qkv", 1024, 256, 768),
-    ("mlp_up", 1024, 256, 1024),
-    ("mlp_down", 1024, 1024, 256),
-    ("logits", 1024, 256, 2048),
-]
-# --quick: the same four products at 1/16 of M and 1/8 of K and N (every backend still runs).
-QUICK_SHAPES: list[browser.Shape] = [
-    ("qkv", 64, 32, 96),
-    ("mlp_up", 64, 32, 128),
-    ("mlp_down", 64, 128, 32),
-    ("logits", 64, 32, 256),
-]
 GEMM_BACKENDS = (
     "numpy",
     "wgpu_dp4a",
@@ -113,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _time_python_gemm(gemm: IntGemm, shapes: list[browser.Shape], repeats: int) -> Figure:
+def _time_python_gemm(gemm: IntGemm, shapes: list[Shape], repeats: int) -> Figure:
     """Best-of-``repeats`` seconds of ``matmul_int`` per shape, after a warm-up."""
     rng = np.random.default_rng(0)  # timing inputs only
     out: Figure = {}
@@ -145,14 +132,14 @@ def _wgpu_kernels() -> tuple[dict[str, IntGemm | str], str]:
 
 
 def _chromium(
-    shapes: list[browser.Shape], repeats: int, presets: list[str], vocab: int, policy: StepPolicy
+    shapes: list[Shape], repeats: int, presets: list[str], vocab: int, policy: StepPolicy
 ) -> dict[str, Any]:
     """The Chromium rows: {"gemm": {backend: per-shape GOP/s or reason}, "steps", "info"}."""
-    missing = browser.chromium_missing()
+    missing = chromium.chromium_missing()
     if missing is not None:
         return {"skipped": missing}
     try:
-        return asyncio.run(browser.chromium_session(shapes, repeats, presets, vocab, policy))
+        return asyncio.run(chromium.chromium_session(shapes, repeats, presets, vocab, policy))
     except Exception as exc:
         return {"error": f"Chromium session failed: {type(exc).__name__}: {exc}"}
 
@@ -182,7 +169,7 @@ def _gemm_row(shape: list[int], figures: dict[str, float | Figure]) -> Figure:
     return row
 
 
-def _gemm_table(shapes: list[browser.Shape], gops: dict[str, Figure]) -> dict[str, Any]:
+def _gemm_table(shapes: list[Shape], gops: dict[str, Figure]) -> dict[str, Any]:
     """Per shape, then over all shapes (total operations over total best time): each
     backend's GOP/s and its ratio to numpy."""
     table: dict[str, Any] = {}
@@ -224,7 +211,7 @@ def _step_row(cfg_name: str, vocab: int, figures: dict[str, Figure]) -> dict[str
 
 
 def _page_steps(result: Figure, policy: StepPolicy) -> Figure:
-    from daisychain.bench._steps import summarize
+    from daisychain.harness.steps import summarize
 
     if "skipped" in result or "error" in result:
         return result

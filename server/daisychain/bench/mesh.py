@@ -9,7 +9,7 @@
    compute and exchange seconds per step and the exchange goodput (bytes sent / exchange time),
    against a raw aiortc channel measured in the same run (48 KiB messages, one direction).
 
-3. **With browser peers** (``--tabs webgpu,cpu``, bench/_mesh_browser.py): Chromium tabs on the
+3. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
    real page join a Python-led run; per peer and backend, bytes sent/received per step, step,
    compute and exchange time and the exchange's share of the step, beside an all-Python group of
    the same size played in the same run. Needs a network namespace (root; the bench re-runs
@@ -195,8 +195,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from daisychain.bench import _mesh_browser as browser
     from daisychain.demo import only_candidate
+    from daisychain.harness import mesh_browser as browser
 
     kinds = browser.parse_tabs(args.tabs) if args.tabs else []
     if args.py_followers < 0:

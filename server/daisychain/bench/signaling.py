@@ -13,15 +13,14 @@ messages; and, as a baseline measured in the same run, a burst of ping/pong roun
 the same sockets (``relay_vs_ping_p50_ratio``). The clients share one Python process, so on a
 small machine their own scheduling is part of every latency.
 
-Then the hostile clients of issue 8 (``--attacks``, see ``_attacks.SCENARIOS`` and
-docs/SERVER.md), each against a fresh server (``_hostile.run_hostile``): a bystander pair relays
-``signal`` messages through the server in a child process of its own, first alone for
-``--attack-s`` seconds (the baseline), then while the attacker runs for as long again. Reported
-per attack, under ``hostile``: the bystanders' relay p50/p99 under attack next to their own
-baseline from the same run (``relay_p50_ratio``, ``relay_p99_ratio``), relays delivered of
-sent, the server's RSS before, at its peak and after the attacker left, and what the attacker
-met. ``--hostile-only`` skips the 1000-client part, ``--no-hostile`` the attacks.
-"""
+Then the hostile clients of issue 8 (``--attacks``, see ``harness.attacks.SCENARIOS`` and
+docs/SERVER.md), each against a fresh server (``harness.hostile.run_hostile``): a bystander pair
+relays ``signal`` messages through the server in a child process of its own, first alone for
+``--attack-s`` seconds (the baseline), then while the attacker runs for as long again. Reported per
+attack, under ``hostile``: the bystanders' relay p50/p99 under attack next to their own baseline
+from the same run (``relay_p50_ratio``, ``relay_p99_ratio``), relays delivered of sent, the
+server's RSS before, at its peak and after the attacker left, and what the attacker met.
+``--hostile-only`` skips the 1000-client part, ``--no-hostile`` the attacks."""
 
 from __future__ import annotations
 
@@ -43,8 +42,8 @@ from typing import Any
 
 import aiohttp
 
-from daisychain.bench._attacks import SCENARIOS
-from daisychain.bench._hostile import run_hostile
+from daisychain.harness.attacks import SCENARIOS
+from daisychain.harness.hostile import run_hostile
 
 ROOM_EVERY = 5  # every 5th group is a private room with host approval
 

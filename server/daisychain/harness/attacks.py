@@ -1,4 +1,4 @@
-"""The hostile clients of issue 8, as bounded loopback attackers for ``_hostile.run_hostile``.
+"""The hostile clients of issue 8, bounded loopback attackers for ``hostile.run_hostile``.
 
 Each factory returns an ``Attacker``: a coroutine that attacks until its count or its deadline
 runs out, records what it saw in ``attack.outcome`` and closes everything it opened. The tests
@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from daisychain.bench._hostile import (
+from daisychain.harness.hostile import (
     Attack,
     Attacker,
     AttackOutcome,

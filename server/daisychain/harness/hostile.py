@@ -625,7 +625,7 @@ class BystanderProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "daisychain.bench._hostile", url, room,
+            sys.executable, "-m", "daisychain.harness.hostile", url, room,
             json.dumps(dict(headers)), str(interval_s), str(payload_bytes),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )  # fmt: skip

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from daisychain.bench.browser import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
+from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 
 NETNS_ADDRESS = "10.231.0.1"
 # The tab kinds: (Chromium with WebGPU?, the page's ?backend=).

@@ -72,8 +72,8 @@ class FeedStats:
 
 def default_encoder() -> Encoder:
     """The shipped tokenizer through the ``tokenizers`` library (the same ids as the reference
-    encoder, checked when it loads: ``server/tokenize.py``)."""
-    from daisychain.server.tokenize import load_serving_tokenizer
+    encoder, checked when it loads: ``tokenizer/fast.py``)."""
+    from daisychain.tokenizer.fast import load_serving_tokenizer
 
     return load_serving_tokenizer().encode
 
@@ -240,7 +240,7 @@ def _checked(body: Any, a: Address, revision: str, chars: int) -> list[str]:
 
 
 def _tokenize(encoder: Encoder, texts: list[str], a: Address) -> Batch:
-    from daisychain.server.tokenize import encode_prefix
+    from daisychain.tokenizer.fast import encode_prefix
 
     ids = encode_prefix(encoder, fineweb.join(texts), fineweb.tokens_needed(a.batch, a.seq_len))
     return fineweb.batch_from_ids(np.frombuffer(ids, dtype=np.uint32), a.batch, a.seq_len)

@@ -174,7 +174,7 @@ class DataEndpoint:
             sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
             text = DOCUMENT_SEPARATOR.join(sample.texts)
             # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the
-            # loop, and with the interpreter lock released (server/tokenize.py).
+            # loop, and with the interpreter lock released (tokenizer/fast.py).
             packed = await service.encode(tokenizer, text, max_tokens, _TYPECODES[dtype])
             del text
         headers = _headers(sample) | {

@@ -80,8 +80,8 @@ def load_builtin_text() -> str:
 
 def load_tokenizer() -> Tokenizer:
     """The shipped tokenizer through the ``tokenizers`` library, which releases the interpreter
-    lock while it encodes (``daisychain.server.tokenize`` says why and how it is checked)."""
-    from daisychain.server.tokenize import load_serving_tokenizer
+    lock while it encodes (``daisychain.tokenizer.fast`` says why and how it is checked)."""
+    from daisychain.tokenizer.fast import load_serving_tokenizer
 
     return load_serving_tokenizer()
 
@@ -462,7 +462,7 @@ class DataService:
     ) -> array[int]:
         """The first ``max_tokens`` ids of ``text`` as an ``array`` of ``typecode``, on one of
         the ``tokenize_threads`` (never on the loop), piece by piece (``encode_prefix``)."""
-        from daisychain.server.tokenize import encode_prefix
+        from daisychain.tokenizer.fast import encode_prefix
 
         job = functools.partial(
             encode_prefix, tokenizer.encode, text, max_tokens, typecode=typecode

@@ -1,5 +1,8 @@
 """The tokenizer ``/data`` serves with: the ``tokenizers`` library reading ``luts/tokenizer.json``.
 
+The server's ``/data`` and the headless peer's data feed (``daisychain.p2p.datafeed``) both
+encode with it, so it lives with the tokenizer rather than in either side's package.
+
 Our pure-Python encoder (``daisychain.tokenizer``) is the contract's reference, but it holds the
 interpreter lock for its whole run: a ``max_tokens=131072`` request tokenizes ~1 MB of text, and
 twenty of them in worker threads starved the event loop for seconds (``/healthz`` waited 2.6 s).

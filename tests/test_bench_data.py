@@ -1,0 +1,50 @@
+"""``daisychain bench data`` at a tiny size: the shape of its report (no timing is checked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def test_bench_data_reports_healthz_under_a_tokenize_flood(tmp_path: Path) -> None:
+    """The shape of ``daisychain bench data`` at a tiny size (no timing is checked)."""
+    import argparse
+
+    from daisychain.bench import data as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
+         "--workdir", str(tmp_path), "--flood", "3", "--flood-tokens", "2000", "--windows", "0"]
+    )  # fmt: skip
+    flood = bench.measure(args)["healthz_under_tokenize_flood"]
+    for side in ("before_pure_python", "after_tokenizers_library"):
+        assert flood[side]["healthz_probes"] >= 1 and flood[side]["flood_s"] > 0, flood
+    for key in ("healthz_p99", "healthz_max", "flood_s"):
+        assert flood[f"{key}_after_vs_before_ratio"] > 0, flood
+
+
+def test_bench_data_reports_delivery_against_consumption(tmp_path: Path) -> None:
+    """The shape of the delivery part at a tiny size: every window and step is counted (no
+    timing is checked)."""
+    import argparse
+
+    from daisychain.bench import data as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
+         "--workdir", str(tmp_path), "--flood", "0", "--windows", "3", "--train-steps", "2"]
+    )  # fmt: skip
+    delivery = bench.measure(args)["delivery"]
+    assert delivery["windows_fetched"] == 3 and delivery["train_steps"] == 2
+    assert delivery["tokens_per_step"] == 8 * 128 and delivery["window_chars"] == 8 * 8 * 129
+    assert delivery["data_tokens_per_s_delivered_per_peer"] > 0
+    assert delivery["training_tokens_per_s_consumed"] > 0
+    assert delivery["delivered_vs_consumed_ratio"] > 0
+    assert delivery["first_step_waited"] is True  # nothing is ahead of a run's first step
+    assert 0 <= delivery["steady_state_wait_fraction"] <= 1
+
+
+# -- the addressed form under upstream faults -------------------------------------------------
