@@ -2,8 +2,8 @@
 // hash is never counted as agreement; a planted tally that counts it is caught), the read-outs
 // of static/js/page/livefigures.js, the training worker's `eval` request rules (each malformed
 // one refused with a hint), and the validation loss itself: the trainer's `eval` on the CPU tier
-// equals daisychain.train.eval_loss (Python) on the same state, bit for bit, and a planted wrong
-// validation seed is caught. The page itself: tests/test_page_live.py.
+// equals daisychain.training.eval_loss (Python) on the same state, bit for bit, and a planted
+// wrong validation seed is caught. The page itself: tests/test_page_live.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SyncGuard, Fork } from '../../static/js/p2p/machine/guard.js';
@@ -147,7 +147,7 @@ test('validation batches: seed ^ 0x5EED as a uint32, batches 0..3 of the validat
   assert.equal(meanLoss([1.5, 2.5, 3, 4]), 2.75);
 });
 
-// daisychain.train.eval_loss on a state trained 3 steps from seed (a seed above 2^31: the XOR
+// daisychain.training.eval_loss on a state trained 3 steps from seed (a seed above 2^31: the XOR
 // must stay unsigned), with its state hash; token ids drawn by numpy.
 const PY_EVAL = `
 import json, sys
@@ -155,7 +155,7 @@ import numpy as np
 from daisychain import training
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
-from daisychain.train import eval_loss
+eval_loss = training.eval_loss
 c = json.load(sys.stdin)
 cfg = preset("tiny", batch=c["batch"], seq_len=c["seq_len"])
 rng = np.random.default_rng(3)

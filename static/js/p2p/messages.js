@@ -1,5 +1,6 @@
 // Every JSON control message on a data channel, declared once, parsed and validated here.
-// Mirror of server/daisychain/p2p/messages.py (with the field checks of daisychain/wire.py),
+// Mirror of server/daisychain/p2p/messages.py (with the field checks of
+// daisychain/wire/fields.py),
 // normative in docs/PROTOCOL.md "Control messages": the same records, the same checks in the
 // same order, the same error codes and texts, proven by tests/vectors/p2p_wire/.
 //

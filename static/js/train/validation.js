@@ -1,4 +1,5 @@
-// The validation loss (docs/MODEL.md section 8), the browser twin of daisychain.train.eval_loss:
+// The validation loss (docs/MODEL.md section 8), the browser twin of
+// daisychain.training.eval_loss:
 // the mean, in float64 over VAL_BATCHES batches, of the contract loss of
 // sample_batch(val_tokens, B, T, seed ^ 0x5EED, i) for i = 0 .. 3 at the current weights; no
 // gradient, no state change. The batches are built here (the page holds the validation ids);
