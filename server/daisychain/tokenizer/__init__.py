@@ -7,12 +7,10 @@ The Hugging Face ``tokenizers`` library loading the same file is the oracle this
 
 from __future__ import annotations
 
-import functools
-
-from daisychain.assets import asset_dir
 from daisychain.tokenizer.bpe import EOT_TOKEN, Tokenizer, TokenizerFileError
 from daisychain.tokenizer.cache import cache_dir, encode_corpus_cached
 from daisychain.tokenizer.pretokenize import SPLIT_PATTERN, split_bytes
+from daisychain.tokenizer.shipped import default_path, load_default
 
 __all__ = [
     "EOT_TOKEN",
@@ -25,14 +23,3 @@ __all__ = [
     "load_default",
     "split_bytes",
 ]
-
-
-def default_path() -> str:
-    """Path of the shipped tokenizer, ``luts/tokenizer.json``."""
-    return str(asset_dir("luts") / "tokenizer.json")
-
-
-@functools.cache
-def load_default() -> Tokenizer:
-    """The shipped tokenizer (loaded once per process)."""
-    return Tokenizer.from_file(default_path())

@@ -39,7 +39,7 @@ def encode_corpus_cached(
 ) -> npt.NDArray[np.unsignedinteger[Any]]:
     """Ids of ``text`` (uint16 when the vocabulary allows, else uint32), cached on disk."""
     if tokenizer is None:
-        from daisychain.tokenizer import load_default
+        from daisychain.tokenizer.shipped import load_default
 
         tokenizer = load_default()
     directory = cache_dir() if directory is None else directory
