@@ -52,6 +52,7 @@ PYTHON_TESTS: dict[str, list[str]] = {
     "server/daisychain/p2p/datafeed.py": [
         "tests/test_data_addressing.py",
         "tests/test_fineweb_vectors.py",
+        "tests/test_peer_tls.py",
         "tests/test_mutants_datafeed.py",
     ],
     "server/daisychain/gpu/live.py": [
