@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
-from daisychain.gpu.backend import NumpyGemm
+from daisychain.gpu import live
+from daisychain.gpu.backend import Backend, NumpyGemm
 from daisychain.gpu.gates import (
     gemm_cases,
     qmatmul_cases,
@@ -19,6 +21,7 @@ from daisychain.gpu.gates import (
     run_gemm_gates,
     run_quantize_gates,
 )
+from daisychain.model.ops import NUMPY_OPS, IntGemmOps
 from daisychain.numerics.quant import quantize
 
 
@@ -206,3 +209,55 @@ def test_the_reference_quantizer_passes_every_gate() -> None:
     """The stand-in itself is honest: only its planted fault fails a gate."""
     report = run_quantize_gates(NumpyQuantizer("numpy"))  # type: ignore[arg-type]
     assert report.passed, report.failure
+
+
+# --- gpu/live.py ----------------------------------------------------------------------------
+
+
+def test_each_output_shape_audits_the_next_group_of_its_own_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AuditedMatmul keeps one rotation counter per output shape (M, N), starting at 0 and
+    counting up, with the default schedule seed 0 and the kernel's tile: so every cell of every
+    live shape is checked within ceil(M N / samples) products of that shape. Mutants shared one
+    counter, keyed it by (M, K), started it at 1, counted down, changed the seed or dropped the
+    tile (falling back to the audit's 32 x 32 danger cells): every test still passed."""
+    calls: list[tuple[tuple[int, int], int, int, tuple[int, int]]] = []
+    real = live.audit
+
+    def spy(a: Any, b: Any, out: Any, samples: int, **kw: Any) -> Any:
+        calls.append(((a.shape[0], b.shape[1]), kw["rotation"], kw["seed"], kw["tile"]))
+        return real(a, b, out, samples, **kw)
+
+    monkeypatch.setattr(live, "audit", spy)
+    matmul = live.AuditedMatmul(NumpyGemm(), 4, (16, 8))
+    ones = np.ones
+    a_k3, b_k3 = ones((2, 3), np.int8), ones((3, 4), np.int8)  # (2, 4) through K = 3
+    a_k5, b_k5 = ones((2, 5), np.int8), ones((5, 4), np.int8)  # (2, 4) through K = 5
+    c, d = ones((3, 3), np.int8), ones((3, 2), np.int8)  # (3, 2)
+    for a, b in ((a_k3, b_k3), (c, d), (a_k5, b_k5), (a_k3, b_k3), (c, d)):
+        assert (matmul(a, b) == a.astype(np.int32) @ b.astype(np.int32)).all()
+    assert calls == [
+        ((2, 4), 0, 0, (16, 8)),
+        ((3, 2), 0, 0, (16, 8)),
+        ((2, 4), 1, 0, (16, 8)),
+        ((2, 4), 2, 0, (16, 8)),
+        ((3, 2), 1, 0, (16, 8)),
+    ]
+    assert matmul.rotations == {(2, 4): 3, (3, 2): 2} and matmul.calls == 5
+
+
+class TiledGemm(NumpyGemm):
+    name = "tiled"
+    tile = (16, 8)
+
+
+def test_training_ops_audit_a_kernel_with_its_tile_and_leave_numpy_alone() -> None:
+    """numpy trains with the plain reference ops; any other kernel through an AuditedMatmul
+    with the kernel's own tile (mutants audited numpy, or ignored the kernel's tile)."""
+    assert live.training_ops(Backend(NumpyGemm(), "cpu")) is NUMPY_OPS
+    ops = live.training_ops(Backend(TiledGemm(), "test"), samples=5)
+    assert isinstance(ops, IntGemmOps) and ops.name == "tiled"
+    audited = ops._matmul_int
+    assert isinstance(audited, live.AuditedMatmul)
+    assert (audited.tile, audited.samples, audited.seed) == ((16, 8), 5, 0)
