@@ -1,0 +1,96 @@
+// The protocol machine's sync guard (static/js/p2p/machine/guard.js): behaviour pinned by
+// mutants that survived the trace replays (docs/TESTING.md). Every test name starts with
+// "mutant:" so tests/mutation.py runs them with the replays (--test-name-pattern).
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Fork, SyncGuard } from '../../static/js/p2p/machine/guard.js';
+import { HISTORY_STEPS } from '../../static/js/p2p/run.js';
+
+const PROBE = 'a'.repeat(64);
+
+test('mutant: a probe other than the reference names the device, its backend and the fix', () => {
+  const g = new SyncGuard('me', PROBE);
+  g.checkProbe('me', 3, PROBE, 'webgpu'); // the reference probe passes
+  const bad = 'b'.repeat(64);
+  assert.throws(() => g.checkProbe('p2', 3, bad, 'webgpu'), (exc) => {
+    assert.ok(exc instanceof Fork);
+    assert.equal(exc.name, 'Fork');
+    assert.equal(exc.message, `kernel probe mismatch after step 3: peer p2 (backend webgpu) ` +
+      `published ${'b'.repeat(16)}..., every device must publish ${'a'.repeat(16)}...; ` +
+      'restart p2 with --backend numpy');
+    assert.deepEqual([...exc.hashes], [['p2', bad]]);
+    return true;
+  });
+  assert.throws(() => g.checkProbe('me', 4, bad, 'cpu'), /: this peer me \(backend cpu\)/);
+});
+
+test('mutant: have() is a copy of the hashes heard for one attempt, empty when none', () => {
+  const g = new SyncGuard('me', PROBE);
+  assert.deepEqual([...g.have(1, 0)], []);
+  g.record('p2', 1, 0, 'h');
+  const have = g.have(1, 0);
+  assert.deepEqual([...have], [['p2', 'h']]);
+  have.set('p3', 'x');
+  assert.deepEqual([...g.have(1, 0)], [['p2', 'h']]);
+  assert.deepEqual([...g.have(1, 1)], []);
+});
+
+test('mutant: record forks only once our own hash is in and another differs', () => {
+  const g = new SyncGuard('me', PROBE);
+  g.record('p2', 5, 0, 'x');
+  g.record('p3', 5, 0, 'y'); // two others disagree, ours is not in: no verdict yet
+  assert.throws(() => g.record('me', 5, 0, 'x'), (exc) => exc instanceof Fork &&
+    exc.hashes.get('p3') === 'y' && exc.hashes.get('me') === 'x');
+  const ok = new SyncGuard('me', PROBE);
+  ok.record('me', 5, 0, 'x');
+  ok.record('p2', 5, 0, 'x');
+  assert.deepEqual(ok.agreement(5), [2, 2]);
+});
+
+test('mutant: the guard keeps exactly HISTORY_STEPS steps of hashes', () => {
+  const g = new SyncGuard('me', PROBE);
+  g.record('me', 10, 0, 'h');
+  g.record('me', 10 + HISTORY_STEPS - 1, 0, 'h');
+  assert.deepEqual([...g.have(10, 0)], [['me', 'h']]); // still within the history
+  g.record('me', 10 + HISTORY_STEPS, 0, 'h');
+  assert.deepEqual([...g.have(10, 0)], []); // dropped exactly at HISTORY_STEPS
+  assert.equal(g.hashes.size, 2);
+});
+
+test('mutant: agreement counts the peers whose hash equals ours, of those that reported', () => {
+  const g = new SyncGuard('me', PROBE);
+  assert.deepEqual(g.agreement(7), [0, 0]);
+  g.record('p2', 7, 0, 'h');
+  assert.deepEqual(g.agreement(7), [0, 0]); // ours is not in
+  g.record('me', 7, 0, 'h');
+  g.record('p3', 7, 0, 'h');
+  assert.deepEqual(g.agreement(7), [3, 3]);
+  assert.deepEqual(g.agreement(8), [0, 0]);
+  const split = new SyncGuard('me', PROBE);
+  split.record('p2', 7, 0, 'z');
+  assert.throws(() => split.record('me', 7, 0, 'h'), Fork);
+  assert.deepEqual(split.agreement(7), [1, 2]);
+});
+
+test('mutant: tally splits the roster into same, differ and missing, with backends', () => {
+  const g = new SyncGuard('me', PROBE);
+  g.record('p2', 4, 1, 'h', 'webgpu');
+  assert.equal(g.tally(4, 1, ['me', 'p2']), null); // our own hash is not in
+  assert.equal(g.tally(9, 0, ['me']), null); // no such attempt
+  g.record('me', 4, 1, 'h', 'numpy');
+  g.hashes.get([...g.hashes.keys()][0]).have.set('p3', 'other'); // a differing hash, no backend
+  const t = g.tally(4, 1, ['me', 'p2', 'p3', 'p4']);
+  assert.equal(t.step, 4);
+  assert.equal(t.round, 1);
+  assert.equal(t.hash, 'h');
+  assert.deepEqual(t.same, ['me', 'p2']);
+  assert.deepEqual(t.differ, ['p3']);
+  assert.deepEqual(t.missing, ['p4']);
+  assert.deepEqual([...t.byPeer], [['me', 'numpy'], ['p2', 'webgpu'], ['p3', 'unknown']]);
+  assert.deepEqual([...t.backends], [['numpy', 1], ['webgpu', 1], ['unknown', 1]]);
+  const two = new SyncGuard('me', PROBE);
+  for (const peer of ['me', 'p2', 'p5']) two.record(peer, 4, 1, 'h', peer === 'me' ? '' : 'webgpu');
+  const t2 = two.tally(4, 1, ['me', 'p2', 'p5']);
+  assert.deepEqual([...t2.backends], [['unknown', 1], ['webgpu', 2]]);
+});
