@@ -1,11 +1,13 @@
-// The protocol machine's sync guard (static/js/p2p/machine/guard.js): behaviour pinned by
-// mutants that survived the trace replays (docs/TESTING.md). Every test name starts with
-// "mutant:" so tests/mutation.py runs them with the replays (--test-name-pattern).
+// The protocol machine's sync guard and stopping (static/js/p2p/machine/guard.js, stopping.js):
+// behaviour pinned by mutants that survived the trace replays (docs/TESTING.md). Every test
+// name starts with "mutant:" so tests/mutation.py runs them with the replays
+// (--test-name-pattern).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Fork, SyncGuard } from '../../static/js/p2p/machine/guard.js';
 import { HISTORY_STEPS } from '../../static/js/p2p/run.js';
+import { Stopped, Stopping } from '../../static/js/p2p/machine/stopping.js';
 
 const PROBE = 'a'.repeat(64);
 
@@ -93,4 +95,43 @@ test('mutant: tally splits the roster into same, differ and missing, with backen
   for (const peer of ['me', 'p2', 'p5']) two.record(peer, 4, 1, 'h', peer === 'me' ? '' : 'webgpu');
   const t2 = two.tally(4, 1, ['me', 'p2', 'p5']);
   assert.deepEqual([...t2.backends], [['unknown', 1], ['webgpu', 2]]);
+});
+
+// --- stopping.js ---------------------------------------------------------------------------
+
+test('mutant: a stopping peer finishes once every greeted peer acknowledged, and only once', () => {
+  const s = new Stopping();
+  s.stopFrom.add('b'); // b announced the stop to us: it needs no acknowledgement
+  s.begin({ message: 'done' }, { type: 'stop' }, ['a', 'b'], 100);
+  assert.deepEqual([...s.waiting], ['a']);
+  assert.equal(s.done(50), false);
+  s.acknowledged('a');
+  assert.equal(s.done(50), true);
+  assert.equal(s.finished, true);
+  assert.equal(s.done(50), false); // finished already
+  assert.equal(s.done(500), false);
+});
+
+test('mutant: the linger deadline ends the wait at exactly lingerUntil, naming who is missing', () => {
+  const logged = [];
+  const s = new Stopping((level, message) => logged.push([level, message]));
+  s.begin({ message: 'done' }, { type: 'stop' }, ['c', 'a'], 100);
+  assert.equal(s.done(99.5), false);
+  assert.deepEqual(logged, []);
+  assert.equal(s.done(100), true);
+  assert.deepEqual(logged, [['warning', 'no stop acknowledgement from a, c']]);
+  const quiet = [];
+  const none = new Stopping((...x) => quiet.push(x));
+  none.begin({ message: 'done' }, null, ['a'], 100); // no stop to repeat: nobody to wait for
+  assert.equal(none.done(0), true);
+  assert.deepEqual(quiet, []);
+});
+
+test('mutant: Stopped carries the outcome, its message and the stop to repeat', () => {
+  const outcome = { message: 'the run reached its last step' };
+  const e = new Stopped(outcome);
+  assert.equal(e.name, 'Stopped');
+  assert.equal(e.message, outcome.message);
+  assert.equal(e.outcome, outcome);
+  assert.equal(e.stop, null);
 });
