@@ -92,7 +92,8 @@ test('mutant: tally splits the roster into same, differ and missing, with backen
   assert.deepEqual([...t.byPeer], [['me', 'numpy'], ['p2', 'webgpu'], ['p3', 'unknown']]);
   assert.deepEqual([...t.backends], [['numpy', 1], ['webgpu', 1], ['unknown', 1]]);
   const two = new SyncGuard('me', PROBE);
-  for (const peer of ['me', 'p2', 'p5']) two.record(peer, 4, 1, 'h', peer === 'me' ? '' : 'webgpu');
+  two.record('me', 4, 1, 'h'); // no backend named: 'unknown'
+  for (const peer of ['p2', 'p5']) two.record(peer, 4, 1, 'h', 'webgpu');
   const t2 = two.tally(4, 1, ['me', 'p2', 'p5']);
   assert.deepEqual([...t2.backends], [['unknown', 1], ['webgpu', 2]]);
 });
