@@ -1,13 +1,14 @@
-// The protocol machine's sync guard and stopping (static/js/p2p/machine/guard.js, stopping.js):
-// behaviour pinned by mutants that survived the trace replays (docs/TESTING.md). Every test
-// name starts with "mutant:" so tests/mutation.py runs them with the replays
-// (--test-name-pattern).
+// The protocol machine's sync guard, stopping and leadership (static/js/p2p/machine/guard.js,
+// stopping.js, leadership.js): behaviour pinned by mutants that survived the trace replays
+// (docs/TESTING.md). Every test name starts with "mutant:" so tests/mutation.py runs them with
+// the replays (--test-name-pattern).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Fork, SyncGuard } from '../../static/js/p2p/machine/guard.js';
-import { HISTORY_STEPS } from '../../static/js/p2p/run.js';
+import { HISTORY_STEPS, successor } from '../../static/js/p2p/run.js';
 import { Stopped, Stopping } from '../../static/js/p2p/machine/stopping.js';
+import { Leadership } from '../../static/js/p2p/machine/leadership.js';
 
 const PROBE = 'a'.repeat(64);
 
@@ -135,4 +136,66 @@ test('mutant: Stopped carries the outcome, its message and the stop to repeat', 
   assert.equal(e.message, outcome.message);
   assert.equal(e.outcome, outcome);
   assert.equal(e.stop, null);
+});
+
+// --- leadership.js -------------------------------------------------------------------------
+
+test('mutant: leading makes this peer the leader of its own run', () => {
+  const l = new Leadership('me');
+  assert.equal(l.isLeader, false);
+  l.leader = 'other';
+  assert.equal(l.isLeader, false);
+  l.lead(3);
+  assert.equal(l.isLeader, true);
+  assert.equal(l.leadsOwnRun, true);
+  assert.equal(l.minPeers, 3);
+});
+
+test('mutant: failover before any roster is refused; after, the successor leads', () => {
+  const logged = [];
+  const l = new Leadership('b', (level, message) => logged.push([level, message]));
+  assert.throws(() => l.failOver(new Set(['a'])), { message: 'failover before any roster' });
+  l.leader = 'a';
+  l.roster = { step: 2, peers: ['a', 'b', 'c'] };
+  const next = successor(['a', 'b', 'c'], new Set(['a']));
+  assert.equal(l.failOver(new Set(['a'])), next);
+  assert.equal(l.leader, next);
+  assert.deepEqual(logged, [['info', `b: leader a gone; successor ${next}`]]);
+  l.hold('c', { step: 3, peers: ['b', 'c'] });
+  assert.deepEqual(logged[1], ['info', `b: roster from c held (leader is ${next})`]);
+});
+
+test('mutant: a held roster is taken only from the leader and only if not older', () => {
+  const l = new Leadership('b');
+  assert.equal(l.takeHeld(), null); // no leader
+  l.held.set('x', { step: 5, peers: [] });
+  assert.equal(l.takeHeld(), null); // null leader takes nothing
+  assert.equal(l.held.size, 1);
+  l.leader = 'c';
+  assert.equal(l.takeHeld(), null); // nothing held from c
+  const fresh = { step: 4, peers: ['b', 'c'] };
+  l.held.set('c', fresh);
+  assert.equal(l.takeHeld(), fresh); // no roster yet: taken
+  assert.equal(l.held.has('c'), false);
+  l.roster = { step: 4, peers: ['b', 'c'] };
+  const same = { step: 4, peers: ['c'] };
+  l.held.set('c', same);
+  assert.equal(l.takeHeld(), same); // as new as ours: taken
+  l.held.set('c', { step: 3, peers: ['c'] });
+  assert.equal(l.takeHeld(), null); // older than ours: dropped
+  assert.equal(l.held.has('c'), false);
+});
+
+test('mutant: forget drops a peer\'s ready and sync wish; eligible needs step, hash and not gone', () => {
+  const l = new Leadership('a');
+  l.ready.set('b', { step: 2, hash: 'h' });
+  l.ready.set('c', { step: 2, hash: 'h' });
+  l.ready.set('d', { step: 1, hash: 'h' });
+  l.ready.set('e', { step: 2, hash: 'x' });
+  l.syncWanted.add('b');
+  assert.deepEqual(l.eligible(new Set(['c']), 2, 'h'), ['b']);
+  l.forget('b');
+  assert.equal(l.ready.has('b'), false);
+  assert.equal(l.syncWanted.has('b'), false);
+  assert.deepEqual(l.eligible(new Set(), 2, 'h'), ['c']);
 });
