@@ -178,6 +178,7 @@ test('mutant: a held roster is taken only from the leader and only if not older'
   assert.equal(l.takeHeld(), fresh); // no roster yet: taken
   assert.equal(l.held.has('c'), false);
   l.roster = { step: 4, peers: ['b', 'c'] };
+  assert.equal(l.takeHeld(), null); // nothing held, a roster of ours
   const same = { step: 4, peers: ['c'] };
   l.held.set('c', same);
   assert.equal(l.takeHeld(), same); // as new as ours: taken
