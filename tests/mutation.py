@@ -174,7 +174,14 @@ def run_python(path: str, sample: int | None, seed: int) -> None:
     names: list[str] = []
     if sample is not None:
         # generate the mutants (and the stats) once, then run a seeded sample of their names
-        subprocess.run([*mutmut, "run", "--max-children", "1", "not-a-mutant"], cwd=work, env=env)
+        # (mutmut refuses the name that matches nothing, after generating and collecting stats)
+        print("mutation: generating the mutants and finding which tests reach each one")
+        subprocess.run(
+            [*mutmut, "run", "--max-children", "1", "not-a-mutant"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+        )
         every = sorted(mutant_names(work))
         random.Random(seed).shuffle(every)
         names = sorted(every[:sample])
