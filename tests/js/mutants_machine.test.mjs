@@ -9,6 +9,7 @@ import { Fork, SyncGuard } from '../../static/js/p2p/machine/guard.js';
 import { HISTORY_STEPS, successor } from '../../static/js/p2p/run.js';
 import { Stopped, Stopping } from '../../static/js/p2p/machine/stopping.js';
 import { Leadership } from '../../static/js/p2p/machine/leadership.js';
+import { PeerState, PeerTable } from '../../static/js/p2p/machine/peers.js';
 
 const PROBE = 'a'.repeat(64);
 
@@ -199,4 +200,62 @@ test('mutant: forget drops a peer\'s ready and sync wish; eligible needs step, h
   assert.equal(l.ready.has('b'), false);
   assert.equal(l.syncWanted.has('b'), false);
   assert.deepEqual(l.eligible(new Set(), 2, 'h'), ['c']);
+});
+
+// --- peers.js ------------------------------------------------------------------------------
+
+test('mutant: the peer table: open, greeted, gone (final), and the channel kept apart', () => {
+  const logged = [];
+  const t = new PeerTable('me', () => 0, (level, message) => logged.push([level, message]));
+  assert.equal(t.get('a'), null);
+  assert.equal(t.state('a'), null);
+  assert.equal(t.wasGreeted('a'), false);
+  t.opened('a', 1);
+  t.opened('a', 5); // never re-admitted: the first opening stays
+  assert.equal(t.get('a').openedAt, 1);
+  assert.equal(t.state('a'), PeerState.OPEN);
+  assert.equal(t.get('a').channelOpen, true);
+  t.greet('a');
+  t.greet('a'); // no change, no log line
+  assert.equal(t.state('a'), PeerState.GREETED);
+  assert.equal(t.isGone('a'), false);
+  assert.equal(t.wasGreeted('a'), true);
+  assert.deepEqual(logged, [['info', 'me: peer a: open -> greeted']]);
+  assert.equal(t.gone('a'), true);
+  assert.equal(t.gone('a'), false);
+  assert.equal(t.isGone('a'), true);
+  t.set('a', t.get('a'), PeerState.GREETED); // gone is final
+  assert.equal(t.state('a'), PeerState.GONE);
+  assert.equal(t.gone('z'), true); // never seen: an entry, gone, no channel
+  assert.equal(t.get('z').channelOpen, false);
+  assert.equal(t.wasGreeted('z'), false);
+  assert.deepEqual([...t.goneSet].sort(), ['a', 'z']);
+  assert.deepEqual(logged.slice(1), [
+    ['info', 'me: peer a: greeted -> gone'], ['info', 'me: peer z: -> gone']]);
+  t.channelClosed('nobody'); // unknown: nothing happens
+  assert.equal(t.get('nobody'), null);
+});
+
+test('mutant: who hears a broadcast, who a ready reports, who a stop goes to', () => {
+  const t = new PeerTable('me', () => 0);
+  for (const p of ['c', 'b', 'a', 'd']) t.opened(p, 0);
+  for (const p of ['c', 'b', 'a']) t.greet(p);
+  t.channelClosed('b');
+  t.gone('c'); // gone, channel still open
+  assert.deepEqual(t.live(), ['a', 'b']);
+  assert.deepEqual(t.liveOpen(), ['a']);
+  assert.deepEqual(t.greetedOpen(), ['a', 'c']);
+});
+
+test('mutant: a hello is overdue at exactly openedAt + timeout; the soonest is next', () => {
+  const t = new PeerTable('me', () => 0);
+  assert.equal(t.nextHelloDeadline(10), null);
+  t.opened('a', 3);
+  t.opened('b', 5);
+  t.opened('c', 1);
+  t.greet('c'); // greeted: no hello deadline
+  assert.equal(t.nextHelloDeadline(10), 13);
+  assert.deepEqual(t.helloOverdue(12.5, 10), []);
+  assert.deepEqual(t.helloOverdue(13, 10), ['a']);
+  assert.deepEqual(t.helloOverdue(15, 10), ['a', 'b']);
 });
