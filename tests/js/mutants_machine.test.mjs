@@ -10,6 +10,15 @@ import { HISTORY_STEPS, successor } from '../../static/js/p2p/run.js';
 import { Stopped, Stopping } from '../../static/js/p2p/machine/stopping.js';
 import { Leadership } from '../../static/js/p2p/machine/leadership.js';
 import { PeerState, PeerTable } from '../../static/js/p2p/machine/peers.js';
+import { ReplicaRefused, checkReplica } from '../../static/js/p2p/machine/replica.js';
+import { Machine } from '../../static/js/p2p/machine/machine.js';
+import { settings as machineSettings } from '../../static/js/p2p/machine/settings.js';
+import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { StateSync, SyncState } from '../../static/js/p2p/machine/statesync.js';
+import * as ev from '../../static/js/p2p/machine/events.js';
+import { BLOCK, encode as encodeChunk } from '../../static/js/p2p/codec.js';
+import { parse as parseMessage, encode as encodeMessage } from '../../static/js/p2p/messages.js';
+import { loadTraces } from './protocol_helpers.mjs';
 
 const PROBE = 'a'.repeat(64);
 
@@ -258,4 +267,195 @@ test('mutant: a hello is overdue at exactly openedAt + timeout; the soonest is n
   assert.deepEqual(t.helloOverdue(12.5, 10), []);
   assert.deepEqual(t.helloOverdue(13, 10), ['a']);
   assert.deepEqual(t.helloOverdue(15, 10), ['a', 'b']);
+});
+
+// --- replica.js ----------------------------------------------------------------------------
+
+const SETTINGS = machineSettings({
+  id: 'me', name: 'me', tokenizer_sha256: '0'.repeat(64), vocab_size: 64, backend: 'numpy',
+  reference_probe: PROBE,
+});
+
+test('mutant: a replica without one of the four methods or the two properties is refused by name', () => {
+  const ok = new TraceReplica(0, 'h');
+  assert.equal(checkReplica(ok), ok);
+  assert.ok(new Machine(SETTINGS, ok) instanceof Machine);
+  const methods = { start() {}, restore() {}, checkpoint() {}, apply() {}, step: 0, hash: '' };
+  assert.equal(checkReplica(methods), methods);
+  assert.throws(() => checkReplica(null), { name: 'TypeError', message: 'a replica needs a start() method' });
+  for (const m of ['start', 'restore', 'checkpoint', 'apply']) {
+    const broken = { ...methods, [m]: 'not a function' };
+    assert.throws(() => checkReplica(broken), { name: 'TypeError', message: `a replica needs a ${m}() method` });
+    assert.throws(() => new Machine(SETTINGS, broken), { message: `a replica needs a ${m}() method` });
+  }
+  for (const p of ['step', 'hash']) {
+    const broken = { ...methods };
+    delete broken[p];
+    assert.throws(() => checkReplica(broken), { name: 'TypeError', message: `a replica needs a ${p} property` });
+  }
+});
+
+test('mutant: ReplicaRefused is an Error named ReplicaRefused carrying its reason', () => {
+  const e = new ReplicaRefused('not a checkpoint');
+  assert.ok(e instanceof Error);
+  assert.equal(e.name, 'ReplicaRefused');
+  assert.equal(e.message, 'not a checkpoint');
+});
+
+// --- statesync.js --------------------------------------------------------------------------
+
+test('mutant: state sync goes idle -> wanted -> awaiting -> idle; want() only from idle', () => {
+  const logged = [];
+  const s = new StateSync((level, message) => logged.push([level, message]));
+  assert.equal(s.state, SyncState.IDLE);
+  assert.equal(s.awaiting, false);
+  s.want();
+  assert.equal(s.state, SyncState.WANTED);
+  s.want(); // no change, no log line
+  s.sent();
+  s.sent(); // no change, no log line
+  assert.equal(s.awaiting, true);
+  s.want(); // awaiting the checkpoint: a second wish changes nothing
+  assert.equal(s.state, SyncState.AWAITING);
+  s.done();
+  s.done(); // no change, no log line
+  assert.equal(s.state, SyncState.IDLE);
+  assert.equal(s.awaiting, false);
+  assert.deepEqual(logged, [
+    ['debug', 'state sync idle -> wanted'],
+    ['debug', 'state sync wanted -> awaiting'],
+    ['debug', 'state sync awaiting -> idle'],
+  ]);
+});
+
+// --- a machine driven by hand ----------------------------------------------------------------
+// The traces' setup and run configuration (leader-3-peers), the trace replica; `solo` leads a
+// run alone (min_peers 1), so one compute-done applies a step.
+
+const TRACE = loadTraces().find((t) => t.trace.name === 'leader-3-peers').trace;
+const CONFIG_JSON = TRACE.steps[0].event.config;
+const config = (fields = {}) => parseMessage(JSON.stringify({ ...CONFIG_JSON, ...fields }));
+const ME = TRACE.setup.id;
+const REF = TRACE.setup.reference_probe;
+const B = 'BBBBBBBBBBBB';
+const C = 'CCCCCCCCCCCC';
+
+function machine({ id = ME, replica, log, ...fields } = {}) {
+  const st = TRACE.setup;
+  const s = machineSettings({
+    id, name: st.name, tokenizer_sha256: st.tokenizer_sha256, vocab_size: st.vocab_size,
+    backend: st.backend, reference_probe: REF, timers: st.timers, limits: st.limits, ...fields,
+  });
+  return new Machine(s, replica ?? new TraceReplica(st.replica.step, st.replica.hash), { log });
+}
+
+const text = (m) => encodeMessage(parseMessage(JSON.stringify(m)));
+const hello = (name = 'x') => text({ type: 'hello', version: 1, name, contract: 2 });
+/** The effects as plain values: messages by their JSON, payloads by their header fields. */
+const plain = (effects) => effects.map((f) => {
+  if (f.type === 'send-message') return { type: f.type, peer: f.peer, message: JSON.parse(encodeMessage(f.message)) };
+  if (f.type === 'send-payload') { const { payload, ...rest } = f; return { ...rest, bytes: payload.length }; }
+  if (f.type === 'finished') { const { hashes, ...o } = f.outcome; return { type: f.type, ...o, hashes: [...hashes] }; }
+  return { ...f };
+});
+
+/** Open a channel to `peer` and greet it (the hello both ways). */
+async function greet(m, peer, now = 0) {
+  const out = await m.handle(ev.channelOpened(now, peer));
+  return [...out, ...(await m.handle(ev.messageReceived(now, peer, hello(peer))))];
+}
+
+/** A zero gradient for a roster of `n` peers, as compute-done payloads. */
+function zeroPayloads(m, n) {
+  const out = [];
+  for (let k = 0; k < n; k++) {
+    const first = Math.floor((k * m.totalBlocks) / n);
+    const end = Math.floor(((k + 1) * m.totalBlocks) / n);
+    out.push(encodeChunk(new Float32Array((end - first) * BLOCK)).payload);
+  }
+  return out;
+}
+
+/** A leader alone in its run: lead, compute step 1 (not yet done). */
+async function solo(fields = {}, cfg = {}) {
+  const m = machine(fields);
+  const out = await m.handle(ev.userLead(0, config(cfg), 1));
+  return { m, out };
+}
+
+/** Finish the compute of the current step with zeros; the effects. */
+async function computeStep(m, now, n = 1) {
+  const r = m.roster;
+  return m.handle(ev.computeDone(now, r.step, r.round, 2.5, zeroPayloads(m, n), REF));
+}
+
+// --- events.js -----------------------------------------------------------------------------
+
+test('mutant: every event constructor makes a frozen record of one of EVENT_TYPES, all of them', () => {
+  const all = [
+    ev.channelOpened(1, 'p'), ev.channelClosed(1, 'p'), ev.peerLeft(1, 'p'),
+    ev.messageReceived(1, 'p', '{}'), ev.frameReceived(1, 'p', new Uint8Array(1)),
+    ev.computeDone(1, 2, 0, 0.5, [new Uint8Array(1)], 'x'), ev.computeFailed(1, 2, 0, 'oom'),
+    ev.timer(1), ev.userLead(1, {}, 2), ev.userStop(1, 'why'), ev.userLeave(1, 'why'),
+    ev.userSave(1), ev.signalingLost(1, 'why'),
+  ];
+  assert.deepEqual(all.map((e) => e.type), [...ev.EVENT_TYPES]);
+  assert.equal(new Set(ev.EVENT_TYPES).size, 13);
+  for (const e of all) {
+    assert.equal(e.now, 1);
+    assert.ok(Object.isFrozen(e));
+  }
+  assert.deepEqual({ ...ev.userStop(3, 'enough') }, { type: 'user-stop', now: 3, reason: 'enough' });
+  assert.deepEqual({ ...ev.userSave(3) }, { type: 'user-save', now: 3 });
+  assert.deepEqual({ ...ev.signalingLost(3, 'gone') }, { type: 'signaling-lost', now: 3, reason: 'gone' });
+});
+
+test('mutant: a lost signaling server ends the run with an error naming the reason', async () => {
+  const m = machine();
+  const out = plain(await m.handle(ev.signalingLost(4, 'socket closed')));
+  assert.deepEqual(out, [{ type: 'finished', reason: 'error', step: 0, hash: '', // no state in the lobby
+    message: 'lost the signaling server: socket closed', hashes: [], code: '' }]);
+  assert.equal(m.finished, true);
+  assert.deepEqual(await m.handle(ev.timer(5)), []);
+});
+
+test('mutant: the leader\'s user-stop ends the run at the next step boundary; a follower\'s is ignored', async () => {
+  const logged = [];
+  const { m } = await solo({ log: (level, message) => logged.push([level, message]) });
+  assert.deepEqual(await m.handle(ev.userStop(1, '')), []);
+  assert.ok(logged.some(([l, t]) => l === 'info' && t === `${ME}: ending the run at the next boundary: `));
+  const out = plain(await computeStep(m, 2));
+  const fin = out.find((f) => f.type === 'finished');
+  assert.equal(fin.reason, 'leader-request');
+  assert.equal(fin.message, 'the leader ended the run at step 1');
+  assert.equal(fin.step, 1);
+  const named = (await solo()).m;
+  await named.handle(ev.userStop(1, 'enough'));
+  const fin2 = plain(await computeStep(named, 2)).find((f) => f.type === 'finished');
+  assert.equal(fin2.message, 'enough at step 1');
+  // not the leader: nothing changes, the run goes on
+  const warned = [];
+  const f = machine({ id: B, log: (level, message) => warned.push([level, message]) });
+  assert.deepEqual(await f.handle(ev.userStop(1, 'please')), []);
+  assert.deepEqual(warned.filter(([l]) => l === 'warning'), [['warning', `${B}: only the leader can end the run`]]);
+  assert.equal(f.finished, false);
+  // a leader whose run goes on to its last step is not stopped early
+  const full = (await solo({}, { steps: 2 })).m;
+  assert.equal(plain(await computeStep(full, 2)).some((e) => e.type === 'finished'), false);
+});
+
+test('mutant: user-save: a leader asks every peer to save this step, and saves if it can', async () => {
+  const { m } = await solo({ can_save: true });
+  await greet(m, B);
+  const out = plain(await m.handle(ev.userSave(1)));
+  assert.deepEqual(out, [
+    { type: 'send-message', peer: B, message: { type: 'save', run: CONFIG_JSON.run, step: 0 } },
+    { type: 'save', step: 0 },
+  ]);
+  const cannot = (await solo()).m;
+  await greet(cannot, B);
+  assert.deepEqual(plain(await cannot.handle(ev.userSave(1))).map((f) => f.type), ['send-message']);
+  // a follower without a run saves only itself, and only with a state
+  const lobby = machine({ id: B, can_save: true });
+  assert.deepEqual(await lobby.handle(ev.userSave(1)), []);
 });
