@@ -3,8 +3,8 @@
 The checkpoint is not stored: it is rebuilt from its recipe (tiny, seed 5, 24 AdamW steps on the
 first characters of the built-in corpus), which the contract makes bit-exact anywhere, and its
 weight hash must equal the recorded one. The cases (prompt, settings -> ids) were written by the
-Python reference; pytest (tests/test_generate.py), Node (tests/js/generate.test.mjs) and Chromium
-(tests/test_browser_kit.py) check them.
+Python reference; pytest (tests/model/test_generate.py), Node (tests/js/generate.test.mjs) and
+Chromium (tests/browser/test_browser_kit.py) check them.
 
     python tests/generate_fixture.py checkpoint OUT.safetensors   # what the Node test spawns
     python tests/generate_fixture.py write                        # regenerate cases.json

@@ -41,44 +41,44 @@ STRYKER_VERSION = "8.7.1"
 # slow and, under mutation, only repeat what the unit and trace tests check.
 PYTHON_TESTS: dict[str, list[str]] = {
     "server/daisychain/server/rooms.py": [
-        "tests/test_server_rooms.py",
-        "tests/test_server_signaling.py",
-        "tests/test_mutants_rooms.py",
+        "tests/server/test_server_rooms.py",
+        "tests/server/test_server_signaling.py",
+        "tests/server/test_mutants_rooms.py",
     ],
     "server/daisychain/server/ratelimit.py": [
-        "tests/test_server_signaling.py",
-        "tests/test_server_hostile.py",
+        "tests/server/test_server_signaling.py",
+        "tests/server/test_server_hostile.py",
     ],
     "server/daisychain/p2p/datafeed.py": [
-        "tests/test_data_addressing.py",
-        "tests/test_fineweb_vectors.py",
-        "tests/test_peer_tls.py",
-        "tests/test_mutants_datafeed.py",
+        "tests/data/test_data_addressing.py",
+        "tests/data/test_fineweb_vectors.py",
+        "tests/p2p/test_peer_tls.py",
+        "tests/p2p/test_mutants_datafeed.py",
     ],
     "server/daisychain/gpu/live.py": [
-        "tests/test_gpu_live.py",
-        "tests/test_gpu_audit.py",
-        "tests/test_mutants_gpu.py",
+        "tests/gpu/test_gpu_live.py",
+        "tests/gpu/test_gpu_audit.py",
+        "tests/gpu/test_mutants_gpu.py",
     ],
     "server/daisychain/gpu/gates.py": [
-        "tests/test_gpu_live.py",
-        "tests/test_gpu_audit.py",
-        "tests/test_gpu_planted.py",
-        "tests/test_mutants_gpu.py",
+        "tests/gpu/test_gpu_live.py",
+        "tests/gpu/test_gpu_audit.py",
+        "tests/gpu/test_gpu_planted.py",
+        "tests/gpu/test_mutants_gpu.py",
     ],
     "server/daisychain/p2p/machine": [
         # these scan the source text for imports, which mutmut's trampolines change
         "-knot test_core_modules_import_no_io and not test_the_scan_fails_on_a_planted_import"
         " and not test_the_cycle_check_finds_a_planted_cycle",
-        "tests/test_protocol_machine.py",
-        "tests/test_protocol_traces.py",
-        "tests/test_guard_tally.py",
-        "tests/test_p2p_config.py",
-        "tests/test_mutants_machine.py",
+        "tests/p2p/test_protocol_machine.py",
+        "tests/p2p/test_protocol_traces.py",
+        "tests/p2p/test_guard_tally.py",
+        "tests/p2p/test_p2p_config.py",
+        "tests/p2p/test_mutants_machine.py",
     ],
     "server/daisychain/numerics": [
         "tests/test_numerics.py",
-        "tests/test_vectors.py",
+        "tests/numerics/test_vectors.py",
     ],
 }
 

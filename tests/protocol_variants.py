@@ -13,7 +13,7 @@ the Python machine on every sequence of events, not only on the stored traces. T
 
 Both are traces in the stored format (tests/vectors/README.md, "Protocol traces"). Used by
 ``tests/js/protocol_traces.test.mjs`` (``python tests/protocol_variants.py`` with a JSON request
-on stdin) and ``tests/test_browser_protocol.py``.
+on stdin) and ``tests/browser/test_browser_protocol.py``.
 """
 
 from __future__ import annotations

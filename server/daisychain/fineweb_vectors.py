@@ -13,7 +13,7 @@ literal) and writes ``tests/vectors/fineweb/cases.json``:
   (``fineweb.window_texts``) and the first ``batch * (seq_len + 1)`` ids of
   ``fineweb.join(texts)`` under the shipped tokenizer (the reference encoder).
 
-``tests/test_fineweb_vectors.py`` checks the file against this generator and against the real
+``tests/data/test_fineweb_vectors.py`` checks the file against this generator and against the real
 path (the documents written as parquet, served by a local range server, read through the
 server's addressed ``/data`` and tokenized by the peer's feed); ``tests/js/fineweb_tokens.test.mjs``
 tokenizes every case's texts with ``static/js/tokenizer.js`` to the same ids.

@@ -16,7 +16,7 @@ Usage: ``python -m daisychain.p2p_wire_vectors --write`` regenerates the files;
 ``--check`` regenerates in memory and exits 1 naming the first file that differs. Payload bytes
 come from a seeded ``random.Random``, so regeneration is byte-identical, except the compressed
 bodies, which are zlib's (level 1) and may differ between zlib builds: those cases carry
-``"zlib": true`` and the zlib version is recorded (tests/test_p2p_wire_vectors.py replays them
+``"zlib": true`` and the zlib version is recorded (tests/p2p/test_p2p_wire_vectors.py replays them
 instead of comparing bytes when the running zlib is another one).
 """
 

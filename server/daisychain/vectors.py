@@ -40,7 +40,7 @@ EXTERNAL = [
         "name": "tokenizer",
         "path": "tokenizer.json",
         "generated_by": "python -m daisychain.tokenizer.vectors (docs/TOKENIZER.md)",
-        "checked_by": "tests/test_tokenizer.py",
+        "checked_by": "tests/data/test_tokenizer.py",
     }
 ]
 

@@ -2,7 +2,7 @@
 // to another device (this page's own, or the server's LAN address for a page at 127.0.0.1; a
 // room's link carries only the room), what a plain-http page lacks and the https address of the
 // same page when the server offers one, and the server's facts read defensively. The page
-// itself over http and https at a network address: tests/test_page_lan.py.
+// itself over http and https at a network address: tests/page/test_page_lan.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isLoopbackHost, shareAddress, insecureNotice, fetchAccess } from '../../static/js/page/access.js';

@@ -1,7 +1,7 @@
 // The keep panel's pure parts (static/js/page/keep.js, opfs.js) without a browser: the names of
 // downloads and saves, the hint a refused checkpoint gets, and a save that must never lose the
 // previous one when its write fails (an in-memory stand-in for an OPFS directory). The panel
-// itself, with real OPFS and checkpoints: tests/test_page_checkpoint.py.
+// itself, with real OPFS and checkpoints: tests/page/test_page_checkpoint.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileName, refusalHint } from '../../static/js/page/keep.js';

@@ -3,7 +3,7 @@
 // the same ids as the modules imported directly; every form the joiner cannot translate is
 // refused with the module's name; a kit whose format, contract version, weights or tokenizer do
 // not match its record refuses to start. (The whole kit runs in Chromium from file:// in
-// tests/test_browser_kit.py.)
+// tests/browser/test_browser_kit.py.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

@@ -3,7 +3,7 @@
 // of static/js/page/livefigures.js, the training worker's `eval` request rules (each malformed
 // one refused with a hint), and the validation loss itself: the trainer's `eval` on the CPU tier
 // equals daisychain.training.eval_loss (Python) on the same state, bit for bit, and a planted
-// wrong validation seed is caught. The page itself: tests/test_page_live.py.
+// wrong validation seed is caught. The page itself: tests/page/test_page_live.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SyncGuard, Fork } from '../../static/js/p2p/machine/guard.js';

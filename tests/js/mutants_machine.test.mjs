@@ -12,7 +12,8 @@ import { Leadership } from '../../static/js/p2p/machine/leadership.js';
 import { PeerState, PeerTable } from '../../static/js/p2p/machine/peers.js';
 import { ReplicaRefused, checkReplica } from '../../static/js/p2p/machine/replica.js';
 import { Machine } from '../../static/js/p2p/machine/machine.js';
-import { settings as machineSettings } from '../../static/js/p2p/machine/settings.js';
+import { settings as machineSettings, timers } from '../../static/js/p2p/machine/settings.js';
+import { limits } from '../../static/js/p2p/runconfig.js';
 import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
 import { StateSync, SyncState } from '../../static/js/p2p/machine/statesync.js';
 import * as ev from '../../static/js/p2p/machine/events.js';
@@ -458,4 +459,64 @@ test('mutant: user-save: a leader asks every peer to save this step, and saves i
   // a follower without a run saves only itself, and only with a state
   const lobby = machine({ id: B, can_save: true });
   assert.deepEqual(await lobby.handle(ev.userSave(1)), []);
+});
+
+// --- settings.js ---------------------------------------------------------------------------
+
+test('mutant: the default timers are 60 s a step, 10 s to repair, 20 s for a hello, 10 s to linger', async () => {
+  assert.deepEqual({ ...timers() }, { step_timeout_s: 60, repair_after_s: 10, hello_timeout_s: 20, linger_s: 10 });
+  assert.ok(Object.isFrozen(timers()));
+  assert.deepEqual({ ...timers({ linger_s: 0, step_timeout_s: 2.5 }) },
+    { step_timeout_s: 2.5, repair_after_s: 10, hello_timeout_s: 20, linger_s: 0 });
+  // and the machine runs on them: a channel without a hello is closed 20 s after it opened
+  const m = machine({ timers: undefined });
+  await m.handle(ev.channelOpened(3, B));
+  assert.equal(m.nextDeadline(), 23);
+  // a leader alone: its step is re-decided 60 s after the roster, repairs asked after 10 s
+  const { m: lead } = await solo({ timers: undefined });
+  assert.equal(lead.nextDeadline(), 10);
+  const out = plain(await lead.handle(ev.timer(59)));
+  assert.deepEqual(out, []);
+  assert.equal(lead.nextDeadline(), 60);
+});
+
+test('mutant: a timer is a finite number of seconds >= 0, and only a known one', () => {
+  assert.throws(() => timers({ hello_s: 1 }), { name: 'TypeError', message: 'unknown timer hello_s' });
+  for (const bad of [-1, -0.5, NaN, Infinity, '5', null]) {
+    assert.throws(() => timers({ linger_s: bad }), { name: 'RangeError',
+      message: `timer linger_s must be a finite number of seconds >= 0, got ${bad}` });
+  }
+  assert.equal(timers({ hello_timeout_s: 0 }).hello_timeout_s, 0);
+});
+
+test('mutant: settings need string names and an integer vocabulary; can_save, save_every, limits and data default', () => {
+  const base = { id: 'me', name: 'n', tokenizer_sha256: 't', vocab_size: 64, backend: 'numpy', reference_probe: 'p' };
+  const s = machineSettings(base);
+  assert.ok(Object.isFrozen(s));
+  assert.equal(s.id, 'me');
+  assert.equal(s.name, 'n');
+  assert.equal(s.tokenizer_sha256, 't');
+  assert.equal(s.vocab_size, 64);
+  assert.equal(s.backend, 'numpy');
+  assert.equal(s.reference_probe, 'p');
+  assert.deepEqual({ ...s.timers }, { ...timers() });
+  assert.equal(s.can_save, false);
+  assert.equal(s.save_every, 0);
+  assert.deepEqual({ ...s.limits }, { ...limits() });
+  assert.deepEqual(s.data_sources, ['builtin']);
+  assert.ok(Object.isFrozen(s.data_sources));
+  for (const name of ['id', 'name', 'tokenizer_sha256', 'backend', 'reference_probe']) {
+    assert.throws(() => machineSettings({ ...base, [name]: 5 }), { name: 'TypeError', message: `settings.${name} must be a string` });
+  }
+  for (const v of [64.5, '64', undefined]) {
+    assert.throws(() => machineSettings({ ...base, vocab_size: v }), { name: 'TypeError', message: 'settings.vocab_size must be an integer' });
+  }
+  const sources = ['builtin', 'fineweb@abc'];
+  const full = machineSettings({ ...base, can_save: 1, save_every: 5, limits: { max_steps: 9 }, data_sources: sources, timers: { linger_s: 1 } });
+  assert.equal(full.can_save, true);
+  assert.equal(full.save_every, 5);
+  assert.equal(full.limits.max_steps, 9);
+  assert.equal(full.timers.linger_s, 1);
+  sources.push('other'); // a copy
+  assert.deepEqual(full.data_sources, ['builtin', 'fineweb@abc']);
 });

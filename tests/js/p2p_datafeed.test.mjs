@@ -3,7 +3,7 @@
 // batch; the next steps are prefetched; 429 + Retry-After is waited out while it fits the
 // patience; a wrong window, a short window, an error answer and an unreachable server each
 // reject with DataUnavailable and a hint; /api/status decides whether the page advertises the
-// revision. (The real run with a Python peer: tests/test_browser_fineweb.py.)
+// revision. (The real run with a Python peer: tests/browser/test_browser_fineweb.py.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

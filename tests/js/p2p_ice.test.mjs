@@ -2,7 +2,7 @@
 // the welcome's ice_servers and ice_transport_policy are checked and become the
 // RTCPeerConnection configuration, the page's own settings override them, a malformed entry is
 // refused with a hint, and relay with no TURN server is an error the page sees. (A real TURN
-// relay with Chromium: tests/test_turn_relay.py.)
+// relay with Chromium: tests/p2p/test_ice.py.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as S from '../../static/js/p2p/signaling.js';

@@ -1,7 +1,7 @@
 // static/js/p2p/signaling.js and mesh.js without a browser: the parsers' refusals, the backoff,
 // the signaling client's reconnect and final-close rules against a scripted WebSocket, and the
 // mesh's who-offers rule, trickle choice, peer-left grace and flow control against scripted
-// RTCPeerConnection / RTCDataChannel objects. (Real WebRTC: tests/test_browser_mesh.py.)
+// RTCPeerConnection / RTCDataChannel objects. (Real WebRTC: tests/browser/test_browser_mesh.py.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as S from '../../static/js/p2p/signaling.js';

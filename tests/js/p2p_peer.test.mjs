@@ -5,7 +5,7 @@
 // order; the one timer fires the machine's deadline; a deadline that passed while the page's
 // timers were throttled is fed before the next input; a refusal's channel is closed only after
 // its `error` left; a new signaling id ends the run with `error`. (Real runs with Python peers:
-// tests/test_browser_peer.py.)
+// tests/browser/test_browser_peer.py.)
 import { afterEach, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BrowserPeer, leadConfig } from '../../static/js/p2p/peer.js';

@@ -3,7 +3,7 @@
 // reported as a failed gate; the speed is given only for a complete measurement), the name from
 // the address, the roster's record of what the server said (a refusal kept as sent; an error
 // after admission is no refusal; a host hand-off), how a run ended in words, and the counters'
-// time format. The page itself: tests/test_page_states.py and tests/test_page_rooms.py.
+// time format. The page itself: tests/page/test_page_states.py and tests/page/test_page_rooms.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { backendLines, measuredSpeed, deviceName, MAX_NAME } from '../../static/js/page/readiness.js';

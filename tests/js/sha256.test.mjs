@@ -1,6 +1,6 @@
 // The project's own SHA-256 (static/js/numerics/sha256.js): what numerics/hash.js hashes with
 // when the page has no Web Crypto (plain http from a LAN address is not a secure context).
-// - equal to Python's hashlib on every case of tests/vectors/sha256.json (tests/test_sha256_vectors.py);
+// - equal to Python's hashlib on every case of tests/vectors/sha256.json (tests/numerics/test_sha256_vectors.py);
 // - incremental updates split anywhere give the one-shot digest;
 // - hash.js without crypto.subtle gives the same hex as with it (sha256Hex, sha256Arrays on mixed
 //   typed arrays and offset views, the kit's CSP hashes, and the golden run's weight hash);
@@ -26,7 +26,7 @@ const DOC = JSON.parse(fs.readFileSync(path.join(REPO, 'tests', 'vectors', 'sha2
 const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 const fromHex = (s) => Uint8Array.from(s.match(/../g) ?? [], (h) => parseInt(h, 16));
 
-/** The file's `lcg_seed` rule (tests/test_sha256_vectors.py lcg_bytes). */
+/** The file's `lcg_seed` rule (tests/numerics/test_sha256_vectors.py lcg_bytes). */
 function lcgBytes(seed, length) {
   const out = new Uint8Array(length);
   let x = seed >>> 0;

@@ -3,7 +3,7 @@
 // measurements (a backend failing its gates is never chosen, whatever its time), and the
 // trainer itself on the CPU tier: the golden hashes through step and through grads + apply,
 // export/load continuing bit for bit, and the state machine refusing out-of-order requests.
-// Chromium runs the same trainer inside a real Worker (tests/test_browser_worker.py).
+// Chromium runs the same trainer inside a real Worker (tests/browser/test_browser_worker.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

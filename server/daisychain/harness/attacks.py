@@ -2,7 +2,7 @@
 
 Each factory returns an ``Attacker``: a coroutine that attacks until its count or its deadline
 runs out, records what it saw in ``attack.outcome`` and closes everything it opened. The tests
-(``tests/test_server_hostile.py``) and ``daisychain bench signaling`` run the same ones.
+(``tests/server/test_server_hostile.py``) and ``daisychain bench signaling`` run the same ones.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Gradient quality against float64: the measurements of docs/NUMERICS.md section 6.
 
 Not part of the contract (float64 and BLAS on non-integer data are used freely here). Three
-measurements, shared by the suite (tests/test_gradient_quality.py) and ``daisychain bench
+measurements, shared by the suite (tests/model/test_gradients.py) and ``daisychain bench
 converge``:
 
 - ``ExactBackwardOps``: the contract's forward (same int8 activations and weights) with every

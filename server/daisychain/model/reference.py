@@ -3,8 +3,8 @@
 The same architecture, parameters and data as ``daisychain.model.gpt``, computed with ordinary
 float math in a chosen dtype (float64 for gradient checks, float32 for convergence baselines):
 ``np.matmul``, ``np.exp``, ``np.log`` are allowed here. The backward is written by hand and is
-checked against central finite differences in float64 (tests/test_gradients.py); the contract's
-int8 gradients are then checked against it.
+checked against central finite differences in float64
+(tests/model/test_gradients.py); the contract's int8 gradients are then checked against it.
 """
 
 from __future__ import annotations

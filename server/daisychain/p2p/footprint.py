@@ -5,7 +5,7 @@ A follower checks what a leader would make it allocate before it allocates anyth
 estimate below is computed from the configuration alone (no arrays). It is an upper bound for
 the numpy reference, the heaviest backend (it stores the contract's int8 operands as float32 for
 BLAS, docs/MODEL.md "Configuration"); the coefficients were measured with ``tracemalloc`` over
-one training step for a grid of shapes and rounded up, and ``tests/test_p2p_config.py`` checks
+one training step for a grid of shapes and rounded up, and ``tests/p2p/test_p2p_config.py`` checks
 the step part against a fresh measurement.
 
 Terms, with ``P`` parameters, ``N = B * T`` tokens per step, ``V`` vocabulary, ``C`` width,

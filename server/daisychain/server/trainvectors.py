@@ -6,7 +6,7 @@ SHA-256). The server does not ship tests/vectors/: it computes the one case the 
 the Python reference itself (``daisychain.vectors.build_kind("train_run")``: ten steps of the
 ``tiny`` model, about a second of CPU) in a worker thread on the first request, keeps the result
 (about 21 KB) for the life of the process, and lets concurrent first requests share the one
-build. The bytes are the committed vectors' bytes (tests/test_server_trainvectors.py checks
+build. The bytes are the committed vectors' bytes (tests/server/test_server_trainvectors.py checks
 it), so the page compares the device with the same Python reference either way.
 
 Only ``manifest.json`` and the blobs that manifest names exist here; any other path is a 404.

@@ -14,7 +14,7 @@ about half the time of ``encode_batch``, the fallback on older versions.
 The ids are the same by construction (docs/TOKENIZER.md makes the library the oracle) and are
 checked twice: the file must be one our encoder accepts (the same pipeline checks, so a foreign
 tokenizer.json is refused here as well), and on loading both encoders must agree on a probe text
-that covers every pre-splitter class and the end-of-text token. ``tests/test_server_data.py``
+that covers every pre-splitter class and the end-of-text token. ``tests/server/test_server_data.py``
 compares them on the corpus and on hard inputs, with our encoder as the oracle.
 
 ``encode_prefix`` encodes a long text piece by piece and stops once it has the tokens asked for.

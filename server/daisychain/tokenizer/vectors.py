@@ -2,8 +2,8 @@
 
 The file is a JSON list of ``{"name", "text", "ids"}`` with the ids of the shipped tokenizer
 (``luts/tokenizer.json``; regenerate the file whenever that changes). The JavaScript
-mirror (and any other encoder) must reproduce every case; tests/test_tokenizer.py regenerates the
-list and compares it with the committed file, and checks it against the ``tokenizers`` oracle.
+mirror (and any other encoder) must reproduce every case; tests/data/test_tokenizer.py regenerates
+the list and compares it with the committed file, and checks it against the ``tokenizers`` oracle.
 
     python -m daisychain.tokenizer.vectors            # rewrite tests/vectors/tokenizer.json
     python -m daisychain.tokenizer.vectors --check    # exit 1 if the file is stale

@@ -6,7 +6,7 @@
 leader heard), ``repair`` (the attempts kept for repair), ``guard`` (the sync guard),
 ``statesync`` (a follower's checkpoint sync), ``stopping``, ``replica`` (the state the machine
 steers) and ``settings``. Nothing here imports asyncio, aiortc, time, threading or socket
-(``tests/test_protocol_machine.py`` checks it).
+(``tests/p2p/test_protocol_machine.py`` checks it).
 """
 
 from daisychain.p2p.machine.machine import Machine
