@@ -1,6 +1,6 @@
 """A Chromium tab trains on FineWeb-Edu with a Python peer (issue 13, Must-show 1, the browser
 side): the real server reads generated FineWeb-Edu-shaped parquet from a local range server
-(tests/data/test_fineweb_run.py's ``fineweb_server``); the page learns the revision from
+(tests/fineweb_helpers.py's ``fineweb_server``); the page learns the revision from
 ``/api/status``, advertises ``fineweb@REV`` and fetches its own addressed windows from ``/data``
 (static/js/p2p/datafeed.js), tokenizing them with static/js/tokenizer.js. Every step's hash is the
 same on the tab and the Python leader, and equal to a 2-peer all-Python run of the same config
@@ -17,10 +17,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from test_browser_peer import TIMERS_QUERY, chromium, finished, open_tab, wait_tabs
-from test_fineweb_run import DATA, SHARDS, fineweb_server, start
 
 from daisychain.harness.fineweb_stub import write_fineweb_shard
+from fineweb_helpers import DATA, SHARDS, fineweb_server, start
 from mesh_helpers import (
     TEST_BATCH,
     TEST_SEQ,
@@ -29,6 +28,7 @@ from mesh_helpers import (
     signaling_server,
     wait_for,
 )
+from tab_helpers import TIMERS_QUERY, chromium, finished, open_tab, wait_tabs
 
 pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 

@@ -13,7 +13,8 @@ case, by the probe at the probe's shape, and by the live audit at every product 
 The app is the real ``daisychain.server.app`` on a loopback port; golden vectors are served to the
 page by this test (a Playwright route under ``/vectors/``, ahead of the server's own). Chromium
 runs with the flags that keep it off the network. Any console error on a page fails its test.
-Skipped only when /usr/bin/chromium or the ``playwright`` package is missing.
+Skipped only when /usr/bin/chromium or the ``playwright`` package is missing. The server, the tab
+and the golden run are tests/selftest_helpers.py's.
 """
 
 from __future__ import annotations
@@ -21,125 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-import pytest
-from aiohttp import web
 
 from daisychain.gpu.audit import sample_cells
 from daisychain.gpu.gates import gemm_cases, qmatmul_cases
 from daisychain.gpu.probe import PROBE_SHAPE, reference_probe_hash
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
-from daisychain.server.app import create_app
 from gpu_plant import OneCellPlant, planted_probe_hash, quiet_cell
-from server_fixtures import ByteTokenizer, config
-
-REPO = Path(__file__).resolve().parents[2]
-VECTORS = REPO / "tests" / "vectors"
-PAGE_TIMEOUT_MS = 150_000
-
-if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
-    pytest.skip(
-        "/usr/bin/chromium is missing: apt-get install -y chromium to run the browser tests",
-        allow_module_level=True,
-    )
-async_api = pytest.importorskip(
-    "playwright.async_api", reason="the playwright package is missing: pip install -e '.[test]'"
-)
-
-
-@asynccontextmanager
-async def product_server() -> AsyncIterator[str]:
-    """The real DaisyChain app on 127.0.0.1 (free port, offline data); yields its base URL."""
-    app = create_app(config(), tokenizer=ByteTokenizer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = runner.addresses[0][1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
-@dataclass
-class Tab:
-    page: Any  # playwright.async_api.Page
-    base: str
-    errors: list[str] = field(default_factory=list)
-    foreign: list[str] = field(default_factory=list)  # requests to any host but the server
-
-    async def run(self, path: str) -> dict[str, Any]:
-        """Open ``path``, wait for the page to finish, return the JSON of ``#result``."""
-        response = await self.page.goto(self.base + path)
-        assert response is not None and response.ok, f"GET {path}: {response}"
-        headers = await response.all_headers()
-        assert headers["content-type"] == "text/html; charset=utf-8", headers
-        assert "script-src 'self'" in headers["content-security-policy"], headers
-        # A selector, not wait_for_function: the page's CSP forbids the eval that one uses.
-        await self.page.wait_for_selector(
-            "body:not([data-state='running'])", state="attached", timeout=PAGE_TIMEOUT_MS
-        )
-        text = await self.page.text_content("#result")
-        assert text, f"{path}: empty #result"
-        result: dict[str, Any] = json.loads(text)
-        state = await self.page.get_attribute("body", "data-state")
-        assert state == "done", f"{path} ended in state {state}: {result}"
-        assert not self.errors, f"console errors on {path}: {self.errors}"
-        assert not self.foreign, f"{path} reached outside the test server: {self.foreign}"
-        return result
-
-
-def _is_vector_url(url: str) -> bool:
-    return urlsplit(url).path.startswith("/vectors/")
-
-
-async def _serve_vector(route: Any) -> None:
-    """Serve tests/vectors/<path> to the page (the test's data, not the product server's)."""
-    relative = urlsplit(route.request.url).path.removeprefix("/vectors/")
-    path = (VECTORS / relative).resolve()
-    if not path.is_relative_to(VECTORS) or not path.is_file():
-        await route.fulfill(status=404, body="not a test vector")
-        return
-    kind = "application/json" if path.suffix == ".json" else "application/octet-stream"
-    await route.fulfill(status=200, body=path.read_bytes(), content_type=kind)
-
-
-@asynccontextmanager
-async def browser_tab(*, webgpu: bool) -> AsyncIterator[Tab]:
-    """A fresh headless Chromium tab on the product server, console errors collected."""
-    async with product_server() as base, async_api.async_playwright() as pw:
-        args = OFFLINE_FLAGS + ([WEBGPU_FLAG] if webgpu else [])
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
-        try:
-            page = await browser.new_page()
-            tab = Tab(page, base)
-
-            def on_console(message: Any) -> None:
-                if message.type == "error":
-                    tab.errors.append(message.text)
-
-            page.on("console", on_console)
-
-            def on_request(request: Any) -> None:
-                parts = urlsplit(request.url)
-                if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-                    tab.foreign.append(request.url)
-
-            page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
-            page.on("request", on_request)
-            await page.route(_is_vector_url, _serve_vector)
-            yield tab
-        finally:
-            await browser.close()
+from selftest_helpers import PAGE_TIMEOUT_MS, browser_tab, golden_run
 
 
 def python_gate_digest() -> str:
@@ -216,14 +108,6 @@ async def test_planted_kernel_bug_is_caught_and_demoted() -> None:
     assert result["selected"] == "webgpu-lut"
     assert result["demotions"] == [{"name": "webgpu-dp4a", "reason": dp4a["failure"]}]
     assert shown is not None and "webgpu-dp4a failed gate '1x1x1'" in shown
-
-
-def golden_run() -> tuple[list[str], list[str]]:
-    """(state hashes, loss bit patterns as 0x%08x) of train_run.tiny from the manifest."""
-    manifest = json.loads((VECTORS / "manifest.json").read_text(encoding="utf-8"))
-    case = next(c for c in manifest["cases"] if c["name"] == "train_run.tiny")
-    losses = np.frombuffer((VECTORS / case["outputs"]["loss"]["blob"]).read_bytes(), "<u4")
-    return list(case["outputs"]["hashes"]["value"]), [f"0x{int(v):08x}" for v in losses]
 
 
 def check_golden(result: dict[str, Any]) -> None:

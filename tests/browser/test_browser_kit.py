@@ -21,9 +21,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from test_browser_gpu import CHROMIUM, OFFLINE_FLAGS, async_api, product_server
 
+from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS
 from generate_fixture import VECTORS, golden_checkpoint
+from selftest_helpers import async_api, product_server
 
 CASES = ("greedy", "t08-k40-s1", "t1-vocab-s7", "t2-k100-s12", "empty-prompt-sampled")
 KIT_MAX_BYTES = 2_000_000  # tiny: 935 KB of float32 weights in base64 + tokenizer + code

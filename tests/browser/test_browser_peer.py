@@ -21,29 +21,21 @@ prove (issue 10, "Must show" 2-4):
   planted-bug hooks: the worker's ``inject-fault`` with replacement WGSL from tests/gpu_plant.py)
   is named by the probe guard, and the run stops with its id and backend.
 
-Any console error on a page fails its test.
+Any console error on a page fails its test. The tab, the page's peer state and the waits are
+tests/tab_helpers.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
-import shutil
-import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
 
-import page_helpers
 from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from gpu_plant import OneCellPlant, planted_probe_hash
 from mesh_helpers import (
-    FAST,
     TEST_BATCH,
     TEST_SEQ,
     Peer,
@@ -54,122 +46,9 @@ from mesh_helpers import (
     start_peer,
     wait_for,
 )
+from tab_helpers import LEAD, chromium, finished, open_tab, wait_tabs
 
-if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
-    pytest.skip(
-        "/usr/bin/chromium is missing: apt-get install -y chromium to run the browser tests",
-        allow_module_level=True,
-    )
-async_api = pytest.importorskip(
-    "playwright.async_api", reason="the playwright package is missing: pip install -e '.[test]'"
-)
 pytestmark = [needs_namespace, pytest.mark.timeout(600)]
-
-TIMERS_QUERY = f"repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
-
-# The page's peer, as JSON (outcome hashes as an object).
-STATE = """
-async () => {
-  const { app } = await import('/js/app.js');
-  const p = app.peer;
-  const o = p?.outcome ?? null;
-  return {
-    id: p?.id ?? '', phase: p?.phase ?? 'loading', leader: p?.isLeader ?? false,
-    records: p?.records ?? [], backend: app.selection?.backend ?? null,
-    outcome: o === null ? null : { ...o, hashes: Object.fromEntries(o.hashes ?? new Map()) },
-    errors: app.errors, status: document.getElementById('status').textContent,
-  };
-}
-"""
-
-LEAD = """
-async (choices) => {
-  const { app } = await import('/js/app.js');
-  const config = await app.peer.lead(choices);
-  return config.run;
-}
-"""
-
-
-@dataclass
-class Tab:
-    page: Any  # playwright.async_api.Page
-    errors: list[str] = field(default_factory=list)
-    foreign: list[str] = field(default_factory=list)
-    allowed: list[re.Pattern[str]] = field(default_factory=list)
-
-    async def state(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self.page.evaluate(STATE)
-        return result
-
-    def hashes(self, state: dict[str, Any]) -> dict[int, str]:
-        return {r["step"]: r["hash"] for r in state["records"]}
-
-    def check_clean(self) -> None:
-        unexpected = [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
-        assert not unexpected, f"console errors: {unexpected}"
-        assert not self.foreign, f"the page reached outside the test server: {self.foreign}"
-
-
-@asynccontextmanager
-async def chromium(webgpu: bool) -> AsyncIterator[Any]:
-    flags = [*OFFLINE_FLAGS, *WEBRTC_FLAGS, *([WEBGPU_FLAG] if webgpu else [])]
-    async with async_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=flags)
-        try:
-            yield browser
-        finally:
-            await browser.close()
-
-
-def serve_text(body: str) -> Any:
-    async def serve(route: Any) -> None:
-        await route.fulfill(status=200, content_type="text/plain; charset=utf-8", body=body)
-
-    return serve
-
-
-async def open_tab(
-    browser: Any,
-    base: str,
-    query: str = "",
-    routes: dict[str, str] | None = None,
-    viewport: dict[str, int] | None = None,
-) -> Tab:
-    """The page `/` with the test timers; returns once its peer was admitted to the group.
-    ``routes`` serves other text for some paths (the page's worker fetches through them too)."""
-    page = await browser.new_page(viewport=viewport)
-    tab = Tab(page)
-    for path, body in (routes or {}).items():
-        await page.context.route(f"{base}{path}", serve_text(body))
-    page_helpers.listen(page, tab.errors, tab.foreign)
-    response = await page.goto(f"{base}/?{TIMERS_QUERY}&{query}")
-    assert response is not None and response.ok, f"GET /: {response}"
-    deadline = time.monotonic() + 120
-    while True:
-        state = await tab.state()
-        if state["id"]:
-            return tab
-        assert not state["errors"], f"the page could not start: {state['errors']}"
-        assert time.monotonic() < deadline, f"the page never joined: {state['status']}"
-        await asyncio.sleep(0.2)
-
-
-async def wait_tabs(tabs: list[Tab], done: Any, timeout: float, what: str) -> list[dict[str, Any]]:
-    """Poll every tab's state until ``done(states)``; fail with ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = [await t.state() for t in tabs]
-        if done(states):
-            return states
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: " + repr(
-            [(s["id"], s["phase"], len(s["records"]), s["errors"], s["status"]) for s in states]
-        )
-        await asyncio.sleep(0.25)
-
-
-def finished(states: list[dict[str, Any]]) -> bool:
-    return all(s["outcome"] is not None for s in states)
 
 
 async def python_reference(url: str, peers: int, steps: int) -> dict[int, str]:

@@ -12,7 +12,7 @@ A device destroyed mid-step (the worker's ``inject-fault`` hook) is rebuilt and 
 when the rebuilt kernel fails its gates, replaced by the CPU tier with a ``fallback`` event; the
 hashes stay the golden ones either way. Any console error fails a test.
 
-The app, Chromium flags, vector routing and console collection are test_browser_gpu's.
+The app, Chromium flags, vector routing and console collection are tests/selftest_helpers.py's.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from test_browser_gpu import browser_tab, golden_run
-
 from daisychain.gpu.gates import gemm_cases
 from daisychain.gpu.kernels import kernel_source
 from daisychain.gpu.probe import PROBE_SHAPE, reference_probe_hash
 from gpu_plant import OneCellPlant, planted_probe_hash
+from selftest_helpers import browser_tab, golden_run
 
 HARNESS = "/worker-harness.html"  # a blank page of the app's origin, served by the test
 STEPS = 10

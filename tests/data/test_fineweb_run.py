@@ -3,37 +3,30 @@ channels, each reading its own addressed windows from the real server's ``/data`
 generated FineWeb-Edu-shaped parquet from a local range server.
 
 The browser + Python run is tests/browser/test_browser_fineweb.py; the token ids both compute
-are pinned by tests/vectors/fineweb/ and tests/js/fineweb_tokens.test.mjs.
+are pinned by tests/vectors/fineweb/ and tests/js/fineweb_tokens.test.mjs. The shards, the
+servers and the peers are tests/fineweb_helpers.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from daisychain import fineweb, training
-from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
-from daisychain.p2p.datafeed import FineWebFeed
-from daisychain.p2p.mesh import Mesh
-from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord
+from daisychain import training
+from daisychain.harness.fineweb_stub import write_fineweb_shard
+from daisychain.p2p.node import Outcome
 from daisychain.server.app import serve_local
-from daisychain.server.config import DataConfig
-from mesh_helpers import FAST, PeerProcess, corpus, lead_config, needs_namespace, wait_for
+from fineweb_helpers import DATA, SHARDS, Peer, fineweb_server, start
+from mesh_helpers import PeerProcess, lead_config, needs_namespace, wait_for
 from server_fixtures import ByteTokenizer, config
 
 pytestmark = needs_namespace
 
-SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
-REVISION = "0123456789abcdef0123456789abcdef01234567"
-DATA = fineweb.data_name(REVISION)
 STEPS = 34  # crosses a row-group block (fineweb.STEPS_PER_ROW_GROUP = 32)
 
 
@@ -45,55 +38,6 @@ def shard_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
             root / shard, row_groups=4, rows_per_group=40, chars_per_row=600, seed=seed
         )
     return root
-
-
-@asynccontextmanager
-async def fineweb_server(root: Path) -> AsyncIterator[tuple[str, UpstreamStub]]:
-    """The real DaisyChain server reading the generated shards from a local range server."""
-    stub = UpstreamStub(root)
-    runner = web.AppRunner(stub.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    stub.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    data = replace(DataConfig(), base_url=stub.base_url, revision=REVISION, shards=SHARDS,
-                   timeout_s=5.0, window_burst=10_000)  # fmt: skip
-    try:
-        async with serve_local(config(data=data), tokenizer=ByteTokenizer) as url:
-            yield url, stub
-    finally:
-        await runner.cleanup()
-
-
-@dataclass
-class Peer:
-    node: Node
-    feed: FineWebFeed | None
-    task: asyncio.Task[Outcome]
-    records: list[StepRecord] = field(default_factory=list)
-
-    @property
-    def hashes(self) -> dict[int, str]:
-        return {r.step: r.hash for r in self.records}
-
-
-async def start(url: str, name: str, data_url: str | None, lead: LeadConfig | None) -> Peer:
-    tokens, sha, vocab = corpus()
-    mesh = Mesh(url, name=name)
-    await mesh.connect()
-    feed = FineWebFeed(data_url, REVISION, depth=4) if data_url else None
-    records: list[StepRecord] = []
-    node = Node(mesh, tokens, sha, vocab, lead=lead, timers=FAST, on_step=records.append,
-                data=feed)  # fmt: skip
-
-    async def main() -> Outcome:
-        try:
-            return await node.run()
-        finally:
-            await mesh.close()
-            if feed is not None:
-                await feed.close()
-
-    return Peer(node, feed, asyncio.create_task(main()), records)
 
 
 async def two_peer_run(root: Path, data: str) -> tuple[list[Peer], list[Outcome], dict[str, Any]]:

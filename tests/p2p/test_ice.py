@@ -703,11 +703,11 @@ async () => {
 """
 
 
-async def _open_tab(browser_peer: Any, browser: Any, url: str) -> Any:
-    """The page ``/`` (test_browser_peer's tab), once admitted. The page reports the backends
+async def _open_tab(tab_helpers: Any, browser: Any, url: str) -> Any:
+    """The page ``/`` (tests/tab_helpers.py's tab), once admitted. The page reports the backends
     it did not choose (no WebGPU here) as notices: only another error fails the start."""
     page = await browser.new_page()
-    tab = browser_peer.Tab(page)
+    tab = tab_helpers.Tab(page)
     page.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
 
@@ -717,7 +717,7 @@ async def _open_tab(browser_peer: Any, browser: Any, url: str) -> Any:
             tab.foreign.append(request.url)
 
     page.on("request", on_request)
-    response = await page.goto(f"{url}/?{browser_peer.TIMERS_QUERY}&name=relay-tab")
+    response = await page.goto(f"{url}/?{tab_helpers.TIMERS_QUERY}&name=relay-tab")
     assert response is not None and response.ok, f"GET /: {response}"
     deadline = time.monotonic() + 120
     while not (state := await tab.state())["id"]:
@@ -735,8 +735,8 @@ def _real_errors(state: dict[str, Any]) -> list[dict[str, Any]]:
 @needs_turnserver
 @pytest.mark.timeout(600)
 async def test_browser_tab_and_python_peer_train_through_the_relay(tmp_path: Path) -> None:
-    # Its module skips (with the reason) when Chromium or Playwright is missing.
-    import test_browser_peer as browser_peer
+    # It skips (with the reason) when Chromium or Playwright is missing.
+    import tab_helpers
 
     steps = 5
     ice = server_ice(
@@ -744,15 +744,15 @@ async def test_browser_tab_and_python_peer_train_through_the_relay(tmp_path: Pat
         "--ice-relay-only",
     )  # fmt: skip
     with coturn(tmp_path, "--lt-cred-mech", "--user", "u:p") as turn:
-        async with signaling_server(ice=ice) as url, browser_peer.chromium(webgpu=False) as browser:
-            tab = await _open_tab(browser_peer, browser, url)
+        async with signaling_server(ice=ice) as url, tab_helpers.chromium(webgpu=False) as browser:
+            tab = await _open_tab(tab_helpers, browser, url)
             lead = await start_peer(
                 url, "py-lead", lead=lead_config(steps, min_peers=2), mesh_cls=RecordingMesh
             )
             await wait_for(lambda: len(lead.records) >= 1, 240, "the first step")
             seen = await tab.page.evaluate(TAB_ROUTE)
             [outcome] = await finish([lead], 300)
-            [state] = await browser_peer.wait_tabs([tab], browser_peer.finished, 60, "the tab")
+            [state] = await tab_helpers.wait_tabs([tab], tab_helpers.finished, 60, "the tab")
             tab.check_clean()
     assert outcome.reason == "done", outcome
     assert state["outcome"]["reason"] == "done", state
@@ -785,8 +785,8 @@ async def test_two_tabs_trickle_relay_candidates_and_exchange_frames(tmp_path: P
     """Two browsers trickle ICE to each other (the Python peer never does): with the relay
     policy from welcome they trickle relay candidates only, connect through coturn and
     exchange messages and a fragmented, compressed payload both ways (/mesh-check.html)."""
-    # Its module skips (with the reason) when Chromium or Playwright is missing.
-    import test_browser_mesh as bm
+    # It skips (with the reason) when Chromium or Playwright is missing.
+    import mesh_check_helpers as bm
 
     ice = server_ice(
         "--ice-server", TURN_URL, "--ice-username", "u", "--ice-credential", "p",

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_browser_peer import LEAD, Tab, chromium, finished, open_tab, wait_tabs
 
 from daisychain import checkpoint, training
 from daisychain.corpus import load_builtin_text
@@ -54,6 +53,7 @@ from mesh_helpers import (
     start_peer,
     wait_for,
 )
+from tab_helpers import LEAD, Tab, chromium, finished, open_tab, wait_tabs
 
 pytestmark = [needs_namespace, pytest.mark.timeout(900)]
 

@@ -1,0 +1,81 @@
+"""FineWeb-Edu runs against a local stand-in for the Hub: the generated shards' names
+(``SHARDS``), the pinned revision and its ``config.data`` name (``REVISION``, ``DATA``), the real
+DaisyChain server reading those shards from a local range server (``fineweb_server``) and an
+in-process Python peer reading its own windows from that server's ``/data`` (``start``).
+
+Used by tests/data/test_fineweb_run.py (headless peers) and tests/browser/test_browser_fineweb.py
+(a Chromium tab with a Python peer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from aiohttp import web
+
+from daisychain import fineweb
+from daisychain.harness.fineweb_stub import UpstreamStub
+from daisychain.p2p.datafeed import FineWebFeed
+from daisychain.p2p.mesh import Mesh
+from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord
+from daisychain.server.app import serve_local
+from daisychain.server.config import DataConfig
+from mesh_helpers import FAST, corpus
+from server_fixtures import ByteTokenizer, config
+
+SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+DATA = fineweb.data_name(REVISION)
+
+
+@asynccontextmanager
+async def fineweb_server(root: Path) -> AsyncIterator[tuple[str, UpstreamStub]]:
+    """The real DaisyChain server reading the generated shards from a local range server."""
+    stub = UpstreamStub(root)
+    runner = web.AppRunner(stub.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    stub.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    data = replace(DataConfig(), base_url=stub.base_url, revision=REVISION, shards=SHARDS,
+                   timeout_s=5.0, window_burst=10_000)  # fmt: skip
+    try:
+        async with serve_local(config(data=data), tokenizer=ByteTokenizer) as url:
+            yield url, stub
+    finally:
+        await runner.cleanup()
+
+
+@dataclass
+class Peer:
+    node: Node
+    feed: FineWebFeed | None
+    task: asyncio.Task[Outcome]
+    records: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def hashes(self) -> dict[int, str]:
+        return {r.step: r.hash for r in self.records}
+
+
+async def start(url: str, name: str, data_url: str | None, lead: LeadConfig | None) -> Peer:
+    tokens, sha, vocab = corpus()
+    mesh = Mesh(url, name=name)
+    await mesh.connect()
+    feed = FineWebFeed(data_url, REVISION, depth=4) if data_url else None
+    records: list[StepRecord] = []
+    node = Node(mesh, tokens, sha, vocab, lead=lead, timers=FAST, on_step=records.append,
+                data=feed)  # fmt: skip
+
+    async def main() -> Outcome:
+        try:
+            return await node.run()
+        finally:
+            await mesh.close()
+            if feed is not None:
+                await feed.close()
+
+    return Peer(node, feed, asyncio.create_task(main()), records)
