@@ -55,7 +55,7 @@ def test_wheel_contains_every_asset(tmp_path: Path) -> None:
                 "luts/manifest.json"):  # fmt: skip
         assert f"daisychain/_assets/{rel}" in names, rel
     # /vectors/ (the train check's case) is computed by package code, not shipped as files.
-    assert {"daisychain/vectors.py", "daisychain/server/trainvectors.py"} <= names
+    assert {"daisychain/vectors/contract.py", "daisychain/server/trainvectors.py"} <= names
     assert any(n.startswith("daisychain/_assets/kernels/") and n.endswith(".wgsl") for n in names)
     assert any(n.startswith("daisychain/data/corpus/") for n in names)
     assert "daisychain/bench/node_gemm.mjs" in names  # the bench runs it under node

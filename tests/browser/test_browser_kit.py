@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS
-from generate_fixture import VECTORS, golden_checkpoint
+from daisychain.vectors.generation import VECTORS, golden_checkpoint
 from selftest_helpers import async_api, product_server
 
 CASES = ("greedy", "t08-k40-s1", "t1-vocab-s7", "t2-k100-s12", "empty-prompt-sampled")

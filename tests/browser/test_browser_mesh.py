@@ -31,7 +31,8 @@ import re
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.mesh import ChannelMessage, Mesh
-from daisychain.p2p_wire_vectors import DEFAULT_DIR as WIRE_VECTORS
+from daisychain.vectors import wire
+from daisychain.vectors.files import SOURCE_DIR
 from mesh_check_helpers import (
     RECEIVE,
     SEND,
@@ -313,7 +314,10 @@ async def test_page_reconnects_with_backoff_when_the_server_goes_away() -> None:
 
 
 async def test_wire_vectors_replay_in_chromium() -> None:
-    fv, mv = (json.loads((WIRE_VECTORS / n).read_text()) for n in ("frames.json", "messages.json"))
+    fv, mv = (
+        json.loads((SOURCE_DIR / wire.SUBDIR / n).read_text())
+        for n in ("frames.json", "messages.json")
+    )
     server = AppServer()
     await server.start()
     try:

@@ -13,13 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 
-from daisychain import fineweb, fineweb_vectors
+from daisychain import fineweb
 from daisychain.harness.fineweb_stub import UpstreamStub, fineweb_table_of
 from daisychain.p2p.datafeed import Address, FineWebFeed
 from daisychain.server.app import serve_local
 from daisychain.server.config import DataConfig, ServerConfig
 from daisychain.tokenizer import load_default
 from daisychain.tokenizer.fast import load_serving_tokenizer
+from daisychain.vectors import fineweb as fineweb_vectors
+from daisychain.vectors import main as vectors_main
 from server_fixtures import ByteTokenizer
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "fineweb" / "cases.json"
@@ -33,16 +35,18 @@ def vectors() -> dict[str, Any]:
 
 def test_the_stored_cases_are_what_the_generator_writes() -> None:
     assert VECTORS.read_text(encoding="utf-8") == fineweb_vectors.text(), (
-        "run `python -m daisychain.fineweb_vectors --write` if addressing changed on purpose"
+        "run `daisychain vectors --write fineweb` if addressing changed on purpose"
     )
-    assert fineweb_vectors.main(["--check", "--dir", str(VECTORS.parent)]) == 0
+    assert vectors_main(["--check", "fineweb", "--dir", str(VECTORS.parents[1])]) == 0
 
 
 def test_the_check_fires_on_a_changed_id(tmp_path: Path, vectors: dict[str, Any]) -> None:
     changed = json.loads(json.dumps(vectors))
     changed["cases"][0]["ids"][3] += 1
-    (tmp_path / "cases.json").write_text(json.dumps(changed, indent=1, ensure_ascii=False) + "\n")
-    assert fineweb_vectors.main(["--check", "--dir", str(tmp_path)]) == 1
+    (tmp_path / "fineweb").mkdir()
+    stored = tmp_path / "fineweb" / "cases.json"
+    stored.write_text(json.dumps(changed, indent=1, ensure_ascii=False) + "\n")
+    assert vectors_main(["--check", "fineweb", "--dir", str(tmp_path)]) == 1
 
 
 def test_the_cases_cover_what_matters(vectors: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dc-generate-'));
   const file = path.join(dir, 'golden.safetensors');
   const py = process.env.PYTHON ?? 'python';
-  const res = spawnSync(py, [path.join(REPO, 'tests', 'generate_fixture.py'), 'checkpoint', file], {
+  const res = spawnSync(py, ['-m', 'daisychain.vectors.generation', file], {
     cwd: REPO,
     env: { ...process.env, PYTHONPATH: path.join(REPO, 'server') },
     encoding: 'utf-8',

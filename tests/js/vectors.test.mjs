@@ -1,6 +1,6 @@
 // Every golden vector in tests/vectors/manifest.json, reproduced bit for bit by the JS mirror.
 //
-// The manifest (written by `daisychain vectors --write`, server/daisychain/vectors.py) lists
+// The manifest (written by `daisychain vectors --write`, server/daisychain/vectors/contract.py) lists
 // cases of named kinds with inputs and expected outputs: arrays as little-endian blobs with
 // dtype, shape and SHA-256, small integers inline as {"value": ...}. Each kind maps below onto
 // the mirror's API; a kind with no mapping fails the suite (a vector the mirror does not check

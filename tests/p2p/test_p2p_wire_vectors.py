@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
-from daisychain import p2p_wire_vectors as vectors
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
+from daisychain.vectors import main as vectors_main
+from daisychain.vectors import wire as vectors
+from daisychain.vectors.files import SOURCE_DIR
 
-STORED = {name: vectors.DEFAULT_DIR / name for name in ("frames.json", "messages.json")}
+STORED = {name: SOURCE_DIR / vectors.SUBDIR / name for name in ("frames.json", "messages.json")}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def test_stored_vectors_equal_a_fresh_build() -> None:
     built = vectors.build()
     assert set(built) == set(STORED)
     assert STORED["messages.json"].read_text(encoding="utf-8") == built["messages.json"], (
-        "messages.json is stale: run `python -m daisychain.p2p_wire_vectors --write` and carry "
+        "messages.json is stale: run `daisychain vectors --write wire` and carry "
         "the change to static/js/p2p/messages.js"
     )
     stored = load("frames.json")
@@ -126,13 +128,13 @@ def test_the_vectors_cover_every_message_type_and_refusal_code() -> None:
 
 
 def test_check_mode_names_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert vectors.main(["--write", "--dir", str(tmp_path)]) == 0
-    assert vectors.main(["--check", "--dir", str(tmp_path)]) == 0
-    stale = tmp_path / "messages.json"
+    assert vectors_main(["--write", "wire", "--dir", str(tmp_path)]) == 0
+    assert vectors_main(["--check", "wire", "--dir", str(tmp_path)]) == 0
+    stale = tmp_path / vectors.SUBDIR / "messages.json"
     stale.write_text(stale.read_text(encoding="utf-8").replace("bad-json", "bad-jsno", 1))
     capsys.readouterr()
-    assert vectors.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert vectors_main(["--check", "wire", "--dir", str(tmp_path)]) == 1
     assert "messages.json differs" in capsys.readouterr().err
-    (tmp_path / "frames.json").unlink()
+    (tmp_path / vectors.SUBDIR / "frames.json").unlink()
     stale.write_text(vectors.build()["messages.json"])
-    assert vectors.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert vectors_main(["--check", "wire", "--dir", str(tmp_path)]) == 1

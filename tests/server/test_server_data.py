@@ -30,7 +30,7 @@ from daisychain.tokenizer.fast import (
     TokenizerMismatch,
     encode_prefix,
 )
-from daisychain.tokenizer.vectors import CASE_TEXTS
+from daisychain.vectors.tokenizer import CASE_TEXTS
 from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config, serve
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")

@@ -3,11 +3,11 @@
 The page (static/js/traincheck.js) reads ``/vectors/manifest.json`` and the blobs it names in the
 golden-vector format (tests/vectors/README.md: per field dtype, shape, blob path, byte count and
 SHA-256). The server does not ship tests/vectors/: it computes the one case the page needs from
-the Python reference itself (``daisychain.vectors.build_kind("train_run")``: ten steps of the
-``tiny`` model, about a second of CPU) in a worker thread on the first request, keeps the result
-(about 21 KB) for the life of the process, and lets concurrent first requests share the one
-build. The bytes are the committed vectors' bytes (tests/server/test_server_trainvectors.py checks
-it), so the page compares the device with the same Python reference either way.
+the Python reference itself (``daisychain.vectors.contract.build_kind("train_run")``: ten steps
+of the ``tiny`` model, about a second of CPU) in a worker thread on the first request, keeps the
+result (about 21 KB) for the life of the process, and lets concurrent first requests share the
+one build. The bytes are the committed vectors' bytes (tests/server/test_server_trainvectors.py
+checks it), so the page compares the device with the same Python reference either way.
 
 Only ``manifest.json`` and the blobs that manifest names exist here; any other path is a 404.
 """
@@ -24,7 +24,9 @@ from daisychain.server.notfound import not_found
 
 KIND = "train_run"
 MANIFEST = "manifest.json"
-GENERATED_BY = "the daisychain server: daisychain.vectors.build_kind('train_run') at first request"
+GENERATED_BY = (
+    "the daisychain server: daisychain.vectors.contract.build_kind('train_run') at first request"
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class TrainVectors:
 
 def build_train_vectors() -> TrainVectors:
     """The ``train_run`` cases' manifest and blobs, computed by the Python reference."""
-    from daisychain import vectors
+    from daisychain.vectors import contract as vectors
 
     manifest, blobs = vectors.build_kind(KIND)
     manifest["generated_by"] = GENERATED_BY

@@ -2,5 +2,5 @@
 tests/vectors/README.md "Protocol traces"): ``replica`` (the hashing replica traces steer),
 ``jsonform`` (events and effects as JSON), ``script`` (driving one machine while playing the
 rest of the group), ``scenarios`` (one function per trace), ``replay`` (what every
-implementation does with a trace). ``python -m daisychain.p2p.traces --write`` regenerates the
+implementation does with a trace). ``daisychain vectors --write protocol`` regenerates the
 files; ``--check`` replays them."""

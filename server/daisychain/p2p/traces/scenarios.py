@@ -1,5 +1,5 @@
 """The conformance traces of tests/vectors/protocol/: one function per trace, each playing one
-peer's view of a run. ``python -m daisychain.p2p.traces --write`` regenerates them; the
+peer's view of a run. ``daisychain vectors --write protocol`` regenerates them; the
 assertions here check that each trace shows what its name says (a regenerated trace that no
 longer covers its case fails to generate)."""
 

@@ -12,8 +12,8 @@ trip one check) and writes what it answered to ``tests/vectors/p2p_wire/``:
 - ``messages.json``: raw texts and what ``messages.parse`` made of them: the record re-encoded by
   ``messages.encode`` (byte for byte what a peer writes), or the error code, message and hint.
 
-Usage: ``python -m daisychain.p2p_wire_vectors --write`` regenerates the files;
-``--check`` regenerates in memory and exits 1 naming the first file that differs. Payload bytes
+Usage: ``daisychain vectors --write wire`` regenerates the files; ``--check wire`` regenerates
+in memory and exits 1 naming the first file that differs. Payload bytes
 come from a seeded ``random.Random``, so regeneration is byte-identical, except the compressed
 bodies, which are zlib's (level 1) and may differ between zlib builds: those cases carry
 ``"zlib": true`` and the zlib version is recorded (tests/p2p/test_p2p_wire_vectors.py replays them
@@ -22,11 +22,9 @@ instead of comparing bytes when the running zlib is another one).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import random
-import sys
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,10 +34,11 @@ from daisychain.numerics import CONTRACT_VERSION
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.versions import FRAME_VERSION
+from daisychain.vectors.files import check_texts, write_texts
 
 FORMAT = "daisychain-p2p-wire"
 FORMAT_VERSION = 1
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "p2p_wire"
+SUBDIR = "p2p_wire"
 
 # Per-kind receiver limits (decompressed bytes) used by the reassembly cases: gradient kinds
 # accepted up to GRADIENT_LIMIT, checkpoints not expected (0) unless a case says otherwise.
@@ -528,35 +527,13 @@ def build() -> dict[str, str]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m daisychain.p2p_wire_vectors", description=__doc__.split("\n\n")[0]
+def write(directory: Path) -> str:
+    return write_texts(directory / SUBDIR, build())
+
+
+def check(directory: Path) -> str:
+    why = (
+        "if the wire format changed on purpose, run `daisychain vectors --write wire` and update "
+        "static/js/p2p/ to match"
     )
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="regenerate the vector files")
-    mode.add_argument("--check", action="store_true", help="compare the files with a rebuild")
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="vector folder")
-    args = parser.parse_args(argv)
-    files = build()
-    if args.write:
-        args.dir.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (args.dir / name).write_text(text, encoding="utf-8")
-        print(f"wrote {', '.join(files)} to {args.dir}")
-        return 0
-    for name, text in files.items():
-        path = args.dir / name
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            print(
-                f"{path} differs from what the Python implementation answers now; if the wire "
-                "format changed on purpose, run `python -m daisychain.p2p_wire_vectors --write` "
-                "and update static/js/p2p/ to match",
-                file=sys.stderr,
-            )
-            return 1
-    print(f"{', '.join(files)} match")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return check_texts(directory / SUBDIR, build(), why)

@@ -5,21 +5,21 @@ The file is a JSON list of ``{"name", "text", "ids"}`` with the ids of the shipp
 mirror (and any other encoder) must reproduce every case; tests/data/test_tokenizer.py regenerates
 the list and compares it with the committed file, and checks it against the ``tokenizers`` oracle.
 
-    python -m daisychain.tokenizer.vectors            # rewrite tests/vectors/tokenizer.json
-    python -m daisychain.tokenizer.vectors --check    # exit 1 if the file is stale
+    daisychain vectors --write tokenizer    # rewrite tests/vectors/tokenizer.json
+    daisychain vectors --check tokenizer    # exit 1 if the file is stale
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from daisychain.tokenizer.bpe import EOT_TOKEN, Tokenizer
+from daisychain.vectors.files import SOURCE_DIR, check_texts, write_texts
 
-VECTORS_PATH = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "tokenizer.json"
+FILE = "tokenizer.json"
+VECTORS_PATH = SOURCE_DIR / FILE
 
 # name -> text. Each one targets a rule of the pre-splitter or of BPE (docs/TOKENIZER.md).
 CASE_TEXTS: dict[str, str] = {
@@ -93,29 +93,15 @@ def render(cases: list[dict[str, Any]]) -> str:
     return "[\n" + ",\n".join(lines) + "\n]\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _files() -> dict[str, str]:
     from daisychain.tokenizer import load_default
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    parser.add_argument("--path", type=Path, default=VECTORS_PATH)
-    args = parser.parse_args(argv)
-    tokenizer = load_default()
-    text = render(make_cases(tokenizer))
-    if args.check:
-        current = args.path.read_text(encoding="utf-8") if args.path.is_file() else ""
-        if current != text:
-            print(
-                f"{args.path} is stale; regenerate it with python -m daisychain.tokenizer.vectors",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    args.path.parent.mkdir(parents=True, exist_ok=True)
-    args.path.write_text(text, encoding="utf-8")
-    print(f"wrote {len(text)} bytes to {args.path}", file=sys.stderr)
-    return 0
+    return {FILE: render(make_cases(load_default()))}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def write(directory: Path) -> str:
+    return write_texts(directory, _files())
+
+
+def check(directory: Path) -> str:
+    return check_texts(directory, _files(), "run `daisychain vectors --write tokenizer`")

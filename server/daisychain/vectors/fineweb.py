@@ -18,20 +18,19 @@ path (the documents written as parquet, served by a local range server, read thr
 server's addressed ``/data`` and tokenized by the peer's feed); ``tests/js/fineweb_tokens.test.mjs``
 tokenizes every case's texts with ``static/js/tokenizer.js`` to the same ids.
 
-Usage: ``python -m daisychain.fineweb_vectors --write`` regenerates the file; ``--check``
+Usage: ``daisychain vectors --write fineweb`` regenerates the file; ``--check fineweb``
 compares and exits 1 when it differs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 from daisychain import fineweb
+from daisychain.vectors.files import check_texts, write_texts
 
 FORMAT = "daisychain-fineweb-vectors"
 FORMAT_VERSION = 1
@@ -39,7 +38,7 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"  # a stand-in: the dataset
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
 ROW_GROUPS = 3
 ROWS = 12
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "fineweb"
+FILE = "fineweb/cases.json"
 
 _WORD_TEXT = (
     "the of and to in is that for energy water cell plant history school student learning "
@@ -125,29 +124,13 @@ def text() -> str:
     return json.dumps(build(), indent=1, ensure_ascii=False) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m daisychain.fineweb_vectors", description=__doc__.split("\n\n")[0]
+def write(directory: Path) -> str:
+    return write_texts(directory, {FILE: text()})
+
+
+def check(directory: Path) -> str:
+    why = (
+        "if addressing or the tokenizer changed on purpose, run "
+        "`daisychain vectors --write fineweb`"
     )
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="regenerate the vector file")
-    mode.add_argument("--check", action="store_true", help="compare the file with a rebuild")
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="vector folder")
-    args = parser.parse_args(argv)
-    path = args.dir / "cases.json"
-    if args.write:
-        args.dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(text(), encoding="utf-8")
-        print(f"wrote {path}")
-        return 0
-    if not path.exists() or path.read_text(encoding="utf-8") != text():
-        print(f"{path} differs from what daisychain.fineweb answers now; if addressing or the "
-              "tokenizer changed on purpose, run `python -m daisychain.fineweb_vectors --write`",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    print(f"{path} matches")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return check_texts(directory, {FILE: text()}, why)

@@ -1,10 +1,11 @@
-"""Golden vectors: the numerical contract's executable form (docs/NUMERICS.md, format in
-tests/vectors/README.md).
+"""The contract's golden vectors: the numerical contract's executable form (docs/NUMERICS.md,
+format in tests/vectors/README.md).
 
-``daisychain vectors --write`` regenerates ``tests/vectors/manifest.json`` and its binary blobs from
-the Python reference; ``daisychain vectors --check`` recomputes every case and compares it bit for
-bit with the committed files (exit 1 naming the first mismatching case). The JavaScript mirror and
-the WGSL gates load the same files and compare their own outputs with the expected ones.
+``daisychain vectors --write contract`` regenerates ``tests/vectors/manifest.json`` and its binary
+blobs from the Python reference; ``daisychain vectors --check contract`` recomputes every case and
+compares it bit for bit with the committed files (exit 1 naming the first mismatching case). The
+JavaScript mirror and the WGSL gates load the same files and compare their own outputs with the
+expected ones.
 
 Each case is (name, kind, params, inputs) and its outputs are ``KINDS[kind].evaluate(params,
 inputs)``. Inputs are drawn from the contract's own PRNG (``numerics.prng``), so regeneration gives
@@ -14,12 +15,10 @@ the same bytes with any numpy version. New case kinds are added with ``register_
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.numerics import CONTRACT_VERSION, fmath, gemm, prng, quant, reduce
+from daisychain.vectors.files import Stale
 
 FORMAT = "daisychain-vectors"
 FORMAT_VERSION = 1
@@ -39,7 +39,7 @@ EXTERNAL = [
     {
         "name": "tokenizer",
         "path": "tokenizer.json",
-        "generated_by": "python -m daisychain.tokenizer.vectors (docs/TOKENIZER.md)",
+        "generated_by": "daisychain vectors --write tokenizer (docs/TOKENIZER.md)",
         "checked_by": "tests/data/test_tokenizer.py",
     }
 ]
@@ -743,7 +743,7 @@ def _manifest(cases: list[tuple[Case, Fields]]) -> tuple[dict[str, Any], dict[st
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "contract_version": CONTRACT_VERSION,
-        "generated_by": "daisychain vectors --write",
+        "generated_by": "daisychain vectors --write contract",
         "kinds": {k.name: k.doc for k in KINDS.values()},
         "cases": entries,
         "external": EXTERNAL,
@@ -751,8 +751,8 @@ def _manifest(cases: list[tuple[Case, Fields]]) -> tuple[dict[str, Any], dict[st
     return manifest, blobs
 
 
-def write(directory: Path) -> tuple[int, int]:
-    """Regenerate the manifest and blobs; returns (number of cases, blob bytes)."""
+def write(directory: Path) -> str:
+    """Regenerate the manifest and blobs; returns a summary line."""
     manifest, blobs = _manifest(build())
     blob_dir = directory / BLOB_DIR
     blob_dir.mkdir(parents=True, exist_ok=True)
@@ -763,16 +763,17 @@ def write(directory: Path) -> tuple[int, int]:
         (directory / rel).write_bytes(data)
     text = json.dumps(manifest, indent=1) + "\n"
     (directory / MANIFEST).write_text(text, encoding="utf-8")
-    return len(manifest["cases"]), sum(len(b) for b in blobs.values())
+    total = sum(len(b) for b in blobs.values())
+    return f"wrote {len(manifest['cases'])} cases, {total} bytes of blobs to {directory}"
 
 
-class Mismatch(Exception):
+class Mismatch(Stale):
     """A committed vector differs from the reference; the message names the case."""
 
 
-def check(directory: Path) -> None:
+def check(directory: Path) -> str:
     """Raise Mismatch naming the first case whose committed files differ from the reference."""
-    hint = "run `daisychain vectors --write` if the reference changed on purpose"
+    hint = "run `daisychain vectors --write contract` if the reference changed on purpose"
     path = directory / MANIFEST
     if not path.is_file():
         raise Mismatch(f"{path} does not exist; {hint}")
@@ -801,6 +802,7 @@ def check(directory: Path) -> None:
                              expected_blobs)  # fmt: skip
     if committed:
         raise Mismatch(f"case {next(iter(committed))!r} is not produced by the reference; {hint}")
+    return f"all {len(expected_manifest['cases'])} cases match the reference"
 
 
 def _check_field(
@@ -834,37 +836,6 @@ def _check_field(
         diff = np.flatnonzero(a.view(f"u{dtype.itemsize}") != b.view(f"u{dtype.itemsize}"))
         at = f"first at flat index {int(diff[0])}: {a[diff[0]]!r} != reference {b[diff[0]]!r}"
         raise Mismatch(f"{where}: differs from the reference, {at if diff.size else 'length'}")
-
-
-def default_directory() -> Path:
-    return Path(__file__).resolve().parents[2] / "tests" / "vectors"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="regenerate the vectors")
-    mode.add_argument("--check", action="store_true", help="compare the vectors bit for bit")
-    parser.add_argument(
-        "--dir",
-        type=Path,
-        default=None,
-        help="vector directory (default: tests/vectors in the source tree)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    directory: Path = args.dir if args.dir is not None else default_directory()
-    if args.write:
-        n_cases, total = write(directory)
-        print(f"wrote {n_cases} cases, {total} bytes of blobs to {directory}")
-        return 0
-    try:
-        check(directory)
-    except Mismatch as exc:
-        print(f"vectors: {exc}", file=sys.stderr)
-        return 1
-    print(f"vectors: all cases in {directory} match the reference")
-    return 0
 
 
 def build_kind(name: str) -> tuple[dict[str, Any], dict[str, bytes]]:

@@ -6,9 +6,9 @@ weight hash must equal the recorded one. The cases (prompt, settings -> ids) wer
 Python reference; pytest (tests/model/test_generate.py), Node (tests/js/generate.test.mjs) and
 Chromium (tests/browser/test_browser_kit.py) check them.
 
-    python tests/generate_fixture.py checkpoint OUT.safetensors   # what the Node test spawns
-    python tests/generate_fixture.py write                        # regenerate cases.json
-    python tests/generate_fixture.py check                        # recompute and compare
+    daisychain vectors --write generation                          # regenerate cases.json
+    daisychain vectors --check generation                          # recompute and compare
+    python -m daisychain.vectors.generation OUT.safetensors        # the checkpoint (Node's test)
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ import numpy as np
 from daisychain import checkpoint, generate, training
 from daisychain.corpus import load_builtin_text
 from daisychain.model.config import preset
+from daisychain.numerics import exp
 from daisychain.optim import AdamWConfig
 from daisychain.tokenizer import load_default
+from daisychain.vectors.files import SOURCE_DIR, Stale, check_texts, write_texts
 
-VECTORS = Path(__file__).resolve().parent / "vectors" / "generate" / "cases.json"
+FILE = "generate/cases.json"
+VECTORS = SOURCE_DIR / FILE
 RECIPE: dict[str, Any] = {
     "preset": "tiny",
     "seed": 5,
@@ -79,7 +82,7 @@ PICK_CASES: list[tuple[str, list[float | int], float, int, int, int]] = [
 
 def _f32_of(value: float | int) -> np.float32:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 2**31:
-        return np.array([value], dtype=np.uint32).view(np.float32)[0]  # a bit pattern
+        return np.float32(np.array([value], np.uint32).view(np.float32)[0])  # a bit pattern
     return np.float32(value)
 
 
@@ -102,7 +105,7 @@ def _weights(row: np.ndarray, t: float, k: int, mutant: str) -> tuple[Any, Any]:
         )
     else:
         z = (top - top[0]) / np.float32(t)
-    c = np.cumsum(generate.exp(z.astype(np.float32)), dtype=np.float32)
+    c = np.cumsum(exp(z.astype(np.float32)), dtype=np.float32)
     return order, c
 
 
@@ -206,7 +209,8 @@ def golden_checkpoint() -> Path:
         path = folder / "golden.safetensors"
         digest = make_checkpoint(path)
         expected = json.loads(VECTORS.read_text(encoding="utf-8"))["checkpoint"]["weight_hash"]
-        assert digest == expected, f"the recipe rebuilt {digest}, the vectors record {expected}"
+        if digest != expected:
+            raise Stale(f"the recipe rebuilt {digest}, {VECTORS} records {expected}")
         _CACHE["path"] = path
     return _CACHE["path"]
 
@@ -248,27 +252,25 @@ def document(path: Path, weight_hash: str) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
+def _files() -> dict[str, str]:
     import tempfile
 
-    if len(argv) == 2 and argv[0] == "checkpoint":
-        print(make_checkpoint(Path(argv[1])))
-        return 0
-    if argv not in (["write"], ["check"]):
-        print(__doc__, file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "golden.safetensors"
         doc = document(path, make_checkpoint(path))
-    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
-    if argv == ["write"]:
-        VECTORS.parent.mkdir(parents=True, exist_ok=True)
-        VECTORS.write_text(text, encoding="utf-8")
-        return 0
-    same = VECTORS.read_text(encoding="utf-8") == text
-    print("generate vectors: " + ("identical" if same else "DIFFERENT"))
-    return 0 if same else 1
+    return {FILE: json.dumps(doc, indent=1, ensure_ascii=False) + "\n"}
+
+
+def write(directory: Path) -> str:
+    return write_texts(directory, _files())
+
+
+def check(directory: Path) -> str:
+    why = "if sampling or training changed on purpose, run `daisychain vectors --write generation`"
+    return check_texts(directory, _files(), why)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m daisychain.vectors.generation OUT.safetensors")
+    print(make_checkpoint(Path(sys.argv[1])))
