@@ -14,6 +14,10 @@ import { ReplicaRefused, checkReplica } from '../../static/js/p2p/machine/replic
 import { Machine } from '../../static/js/p2p/machine/machine.js';
 import { settings as machineSettings, timers } from '../../static/js/p2p/machine/settings.js';
 import { limits } from '../../static/js/p2p/runconfig.js';
+import { MAX_EARLY, RepairStore, requests } from '../../static/js/p2p/machine/repair.js';
+import { Attempt, AttemptPhase } from '../../static/js/p2p/machine/attempt.js';
+import { CommittedRoster } from '../../static/js/p2p/run.js';
+import { FrameKind } from '../../static/js/p2p/frames.js';
 import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
 import { StateSync, SyncState } from '../../static/js/p2p/machine/statesync.js';
 import * as ev from '../../static/js/p2p/machine/events.js';
@@ -519,4 +523,121 @@ test('mutant: settings need string names and an integer vocabulary; can_save, sa
   assert.equal(full.timers.linger_s, 1);
   sources.push('other'); // a copy
   assert.deepEqual(full.data_sources, ['builtin', 'fineweb@abc']);
+});
+
+// --- repair.js -----------------------------------------------------------------------------
+
+const attempt = (step, round, peers, rank, blocks = 3) => new Attempt(new CommittedRoster(step, round, peers), rank, blocks, 0);
+const piece = (step, round = 0, chunk = 0) => ({ step, round, chunk, kind: FrameKind.REDUCED, data: new Uint8Array(1) });
+
+test('mutant: the store keeps exactly HISTORY_STEPS steps of attempts, and drops early pieces of steps started', () => {
+  const st = new RepairStore();
+  assert.equal(st.get(1, 0), null);
+  assert.equal(st.has(1, 0), false);
+  const first = attempt(10, 0, ['a', 'b'], 0);
+  st.add(first);
+  assert.equal(st.get(10, 0), first);
+  assert.equal(st.has(10, 0), true);
+  assert.equal(st.has(10, 1), false);
+  st.add(attempt(10 + HISTORY_STEPS - 1, 0, ['a', 'b'], 0));
+  assert.equal(st.has(10, 0), true); // still within the history
+  st.add(attempt(10 + HISTORY_STEPS, 0, ['a', 'b'], 0));
+  assert.equal(st.has(10, 0), false); // dropped exactly at HISTORY_STEPS
+  assert.equal(st.attempts.size, 2);
+  // early pieces: kept for steps not started, dropped once a later or equal step starts
+  const s2 = new RepairStore();
+  s2.add(attempt(5, 0, ['a', 'b'], 0));
+  s2.holdEarly('b', piece(6), 5);
+  s2.holdEarly('b', piece(7, 1), 5);
+  s2.add(attempt(6, 0, ['a', 'b'], 0));
+  assert.deepEqual(s2.takeEarly(7, 1).map(([peer, p]) => [peer, p.step, p.round]), [['b', 7, 1]]);
+  assert.deepEqual(s2.takeEarly(7, 1), []); // taken once
+  s2.holdEarly('b', piece(7), 6);
+  s2.add(attempt(7, 0, ['a', 'b'], 0));
+  assert.deepEqual(s2.takeEarly(7, 0).length, 1); // a piece of the step just started stays for it
+  assert.deepEqual(s2.takeEarly(6, 0), []); // of the step started earlier: dropped
+});
+
+test('mutant: early pieces are held only one or two steps ahead, at most MAX_EARLY of them', () => {
+  const st = new RepairStore();
+  st.holdEarly('b', piece(5), 5); // our own step: not early
+  st.holdEarly('b', piece(8), 5); // three ahead: too far
+  st.holdEarly('b', piece(4), 5);
+  assert.equal(st.early.size, 0);
+  st.holdEarly('b', piece(6), 5);
+  st.holdEarly('c', piece(6), 5);
+  st.holdEarly('c', piece(7, 2), 5);
+  assert.deepEqual(st.takeEarly(6, 0).map(([peer]) => peer), ['b', 'c']);
+  assert.equal(st.takeEarly(7, 2).length, 1);
+  for (let i = 0; i < MAX_EARLY + 5; i++) st.holdEarly('b', piece(6, 0, i), 5);
+  assert.equal(st.takeEarly(6, 0).length, MAX_EARLY);
+  assert.equal(MAX_EARLY, 256);
+});
+
+test('mutant: abandonBefore abandons only live earlier rounds of that step', () => {
+  const st = new RepairStore();
+  const a0 = attempt(3, 0, ['a', 'b'], 0);
+  const a1 = attempt(3, 1, ['a', 'b'], 0);
+  const a2 = attempt(3, 2, ['a', 'b'], 0);
+  const other = attempt(2, 0, ['a', 'b'], 0);
+  const done = attempt(3, 0, ['a', 'c'], 0);
+  for (const a of [other, a0, a1, a2]) st.add(a);
+  st.abandonBefore(3, 2);
+  assert.equal(a0.phase, AttemptPhase.ABANDONED);
+  assert.equal(a1.phase, AttemptPhase.ABANDONED);
+  assert.equal(a2.phase, AttemptPhase.COMPUTING);
+  assert.equal(other.phase, AttemptPhase.COMPUTING);
+  st.abandonBefore(3, 2); // already abandoned: no second transition (which would throw)
+  assert.equal(a0.phase, AttemptPhase.ABANDONED);
+  done.transition(AttemptPhase.EXCHANGING);
+  done.transition(AttemptPhase.APPLIED);
+  const st2 = new RepairStore();
+  st2.add(done);
+  st2.abandonBefore(3, 1); // applied: stays applied
+  assert.equal(done.phase, AttemptPhase.APPLIED);
+});
+
+test('mutant: serve answers a contribution only to its chunk\'s owner, a reduced chunk to anyone, once held', () => {
+  const st = new RepairStore();
+  assert.equal(st.serve('b', { step: 4, round: 0, piece: 'reduced', chunk: 0 }), null); // no attempt
+  const a = attempt(4, 0, ['a', 'b', 'c'], 0);
+  st.add(a);
+  const ask = (peer, pieceName, chunk) => st.serve(peer, { step: 4, round: 0, piece: pieceName, chunk });
+  assert.equal(ask('b', 'contribution', 1), null); // not computed yet
+  const sent = [new Uint8Array([0]), new Uint8Array([1]), new Uint8Array([2])];
+  a.sent = sent;
+  assert.deepEqual(ask('b', 'contribution', 1), { kind: FrameKind.CONTRIBUTION, payload: sent[1] });
+  assert.deepEqual(ask('c', 'contribution', 2), { kind: FrameKind.CONTRIBUTION, payload: sent[2] });
+  assert.deepEqual(ask('a', 'contribution', 0), { kind: FrameKind.CONTRIBUTION, payload: sent[0] }); // chunk 0 is a chunk
+  assert.equal(ask('c', 'contribution', 1), null); // not c's chunk
+  assert.equal(ask('b', 'contribution', 3), null); // no such chunk
+  assert.equal(ask('b', 'contribution', -1), null);
+  assert.equal(ask('b', 'reduced', 1), null); // not held
+  const red = new Uint8Array([9]);
+  a.reducedPayload.set(1, red);
+  assert.deepEqual(ask('c', 'reduced', 1), { kind: FrameKind.REDUCED, payload: red });
+  assert.deepEqual(ask('a', 'reduced', 1), { kind: FrameKind.REDUCED, payload: red });
+  assert.equal(ask('c', 'reduced', 3), null);
+  a.reducedPayload.set(3, red); // even if something were held past the roster
+  assert.equal(ask('c', 'reduced', 3), null);
+  a.sent = sent.slice(0, 1); // fewer sent than the chunk: nothing to serve
+  assert.equal(ask('b', 'contribution', 1), null);
+});
+
+test('mutant: requests ask each live sender for its missing contribution and every other live peer for a missing reduced chunk', () => {
+  const a = attempt(4, 1, ['a', 'b', 'c', 'd'], 1); // this peer is b
+  a.contributions.set(1, new Float32Array(0));
+  a.contributions.set(2, new Float32Array(0));
+  a.reduced.set(0, new Float32Array(0));
+  a.reduced.set(2, new Float32Array(0));
+  const gone = new Set(['d']);
+  const got = requests(a, 'b', gone, 'r').map(([peer, m]) => [peer, m.type, m.run, m.step, m.round, m.piece, m.chunk]);
+  assert.deepEqual(got, [
+    ['a', 'repair', 'r', 4, 1, 'contribution', 1],
+    ['a', 'repair', 'r', 4, 1, 'reduced', 1], ['c', 'repair', 'r', 4, 1, 'reduced', 1],
+    ['a', 'repair', 'r', 4, 1, 'reduced', 3], ['c', 'repair', 'r', 4, 1, 'reduced', 3],
+  ]);
+  a.reduced.set(1, new Float32Array(0)); // our chunk is reduced: no contribution is asked for
+  assert.deepEqual(requests(a, 'b', new Set(), 'r').map(([peer, m]) => [peer, m.piece, m.chunk]),
+    [['a', 'reduced', 3], ['c', 'reduced', 3], ['d', 'reduced', 3]]);
 });
