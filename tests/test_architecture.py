@@ -213,6 +213,31 @@ def private_imports(source: str, own_package: str | None = None) -> list[str]:
     return found
 
 
+PEER_SIDE = ("daisychain.p2p", "daisychain.peer")
+
+
+def peer_side_server_imports(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """``module -> imported`` for every import of the server package by the peer side (what a
+    headless peer and the server both speak lives in ``wire/``)."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if any(module == p or module.startswith(p + ".") for p in PEER_SIDE)
+        for target in targets
+        if target == "daisychain.server" or target.startswith("daisychain.server.")
+    )
+
+
+def imports_of_test_modules(source: str) -> list[str]:
+    """``line: module`` of every import of a test module (``test_*``) by a test: what tests
+    share lives in the helpers at the top of tests/."""
+    return [
+        f"{line}: {module}"
+        for line, module, _names in _imports(source)
+        if module.startswith("test_") and "." not in module  # tests are imported by file name
+    ]
+
+
 def _test_sources() -> dict[Path, str]:
     return {
         path: path.read_text(encoding="utf-8")
@@ -262,6 +287,21 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
         package = name if path.stem == "__init__" else name.rpartition(".")[0]
         if hits := private_imports(path.read_text(encoding="utf-8"), package):
             found[name] = hits
+    assert found == {}
+
+
+def test_the_peer_side_imports_nothing_from_the_server_package() -> None:
+    graph = import_graph(PACKAGE)
+    assert "daisychain.wire.ice" in graph["daisychain.p2p.signaling"]
+    assert peer_side_server_imports(graph) == []
+
+
+def test_no_test_imports_another_test_module() -> None:
+    found = {
+        path.name: hits
+        for path, source in _test_sources().items()
+        if (hits := imports_of_test_modules(source))
+    }
     assert found == {}
 
 
@@ -346,3 +386,27 @@ def test_a_private_name_may_be_imported_inside_its_own_package() -> None:
         "1: daisychain.bench._torch_model"
     ]
     assert private_imports(source, own_package="daisychain.p2p") != []
+
+
+def test_a_planted_server_import_on_the_peer_side_is_found() -> None:
+    graph = {
+        "daisychain.p2p.signaling": {"daisychain.wire.ice", "daisychain.server.ice"},
+        "daisychain.peer.main": {"daisychain.server"},
+        "daisychain.server.app": {"daisychain.server.rooms"},
+        "daisychain.peers_elsewhere": {"daisychain.server.app"},
+    }
+    assert peer_side_server_imports(graph) == [
+        "daisychain.p2p.signaling -> daisychain.server.ice",
+        "daisychain.peer.main -> daisychain.server",
+    ]
+
+
+def test_a_planted_test_importing_a_test_module_is_found() -> None:
+    source = (
+        "from test_browser_peer import Tab\n"
+        "import tab_helpers\n"
+        "def f():\n    import test_browser_mesh as bm\n"
+        "from latest_thing import x\n"
+        "from aiohttp.test_utils import TestServer\n"
+    )
+    assert imports_of_test_modules(source) == ["1: test_browser_peer", "4: test_browser_mesh"]

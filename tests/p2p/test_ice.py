@@ -1,4 +1,4 @@
-"""ICE server configuration (server/daisychain/server/ice.py), end to end without a network:
+"""ICE server configuration (server/daisychain/wire/ice.py), end to end without a network:
 
 - every URL form of RFC 7064/7065 the clients accept parses, and every wrong one is refused with
   a message naming it and a hint (``//``, a user part, ``stuns:``, a query on ``stun:``, a bad
@@ -67,9 +67,16 @@ from daisychain.p2p.mesh import ChannelMessage, Mesh, MeshError
 from daisychain.p2p.versions import SIGNALING_VERSION
 from daisychain.peer import main as peer_main
 from daisychain.server import main as server_main
-from daisychain.server.config import IceConfig
-from daisychain.server.ice import IceError, IceIssuer, check, mint, parse_url, turn_credential
 from daisychain.wire import signaling as sm
+from daisychain.wire.ice import (
+    IceConfig,
+    IceError,
+    IceIssuer,
+    check,
+    mint,
+    parse_url,
+    turn_credential,
+)
 from mesh_helpers import (
     PeerProcess,
     finish,

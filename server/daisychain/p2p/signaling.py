@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from daisychain.p2p.versions import SIGNALING_VERSION
-from daisychain.server import ice
+from daisychain.wire import ice
 from daisychain.wire import signaling as sm
 from daisychain.wire.fields import PEER_ID_RE, Fields
 
@@ -203,7 +203,7 @@ def parse_signal_data(data: dict[str, Any]) -> SignalData:
 
 def _ice_servers(value: object) -> list[sm.IceServer]:
     """``welcome.ice_servers``: absent or ``[]`` means none (host candidates only). Every URL is
-    checked by the server's own rules (``server.ice``), so aiortc is never handed one it would
+    checked by the server's own rules (``wire.ice``), so aiortc is never handed one it would
     refuse when a connection is made."""
     where = "welcome.ice_servers"
     if not isinstance(value, list) or len(value) > ice.MAX_URLS:

@@ -43,8 +43,7 @@ from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
 from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
-from daisychain.server.config import IceConfig
-from daisychain.server.ice import IceError, IceIssuer
+from daisychain.wire.ice import IceConfig, IceError, IceIssuer
 from daisychain.wire.signaling import IceServer
 
 EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_DATA, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
@@ -302,7 +301,7 @@ def pinned_fingerprint(args: argparse.Namespace) -> bytes | None:
 
 def ice_servers(args: argparse.Namespace) -> list[IceServer] | None:
     """The --ice-* flags as the peer's own ICE servers, or None to take the server's; checked
-    by the server's rules (``server.ice``): ``IceError`` with a hint."""
+    by the server's rules (``wire.ice``): ``IceError`` with a hint."""
     if not args.ice_server and args.ice_username is None and args.ice_credential is None:
         return None
     config = IceConfig(

@@ -23,11 +23,11 @@ from daisychain.server.config import ServerConfig
 from daisychain.server.corpus import BuiltinTokensEndpoint
 from daisychain.server.datasource import DataService, Tokenizer, load_builtin_text, load_tokenizer
 from daisychain.server.httpconn import GuardedSite, head_complete
-from daisychain.server.ice import IceIssuer
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, security_header_hook
 from daisychain.server.tls import Certificate, listen_addresses
 from daisychain.server.trainvectors import TrainVectorsEndpoint
+from daisychain.wire.ice import IceIssuer
 
 CONFIG = web.AppKey("config", ServerConfig)
 SIGNALING = web.AppKey("signaling", Signaling)

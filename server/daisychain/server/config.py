@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from daisychain.wire.ice import IceConfig
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
 
@@ -143,25 +145,6 @@ class HttpLimits:
     # browser holding up to 6 connections and a WebSocket, needs ~280; more from one address is
     # a flood of sockets, each a file descriptor and ~5 KB held until the head deadline.
     max_connections_per_address: int = 512
-
-
-@dataclass(frozen=True)
-class IceConfig:
-    """STUN/TURN servers handed to every client in ``welcome`` (``ice.py``, docs/SERVER.md)."""
-
-    # None by default: clients try host candidates only and contact no third party.
-    urls: tuple[str, ...] = ()
-    # Static TURN credentials, the same for every client ...
-    username: str | None = None
-    credential: str | None = None
-    # ... or a secret shared with the TURN server, from which each client gets its own
-    # time-limited credential at welcome time (coturn's --static-auth-secret).
-    secret: str | None = None
-    # A day: a run that meets a late joiner hours after its welcome still has a valid one.
-    ttl_s: int = 24 * 3600
-    # Tell clients to use relay candidates only (iceTransportPolicy "relay"): device addresses
-    # stay hidden from each other, and every byte goes through the TURN server.
-    relay_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from daisychain.server import banner, ice, logs, tls
+from daisychain.server import banner, logs, tls
 from daisychain.server.app import ACCESS, DATA, Listener, create_app, listen
 from daisychain.server.config import (
     DEFAULT_HOST,
@@ -28,10 +28,11 @@ from daisychain.server.config import (
     FINEWEB_REVISION,
     DataConfig,
     HttpLimits,
-    IceConfig,
     ServerConfig,
     SignalingLimits,
 )
+from daisychain.wire import ice
+from daisychain.wire.ice import IceConfig
 
 log = logging.getLogger("daisychain.server")
 

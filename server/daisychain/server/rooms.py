@@ -46,10 +46,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daisychain.server.config import IceConfig
 from daisychain.server.grouping import LOCAL_GROUP
-from daisychain.server.ice import IceIssuer
 from daisychain.server.ratelimit import KeyedLimiter
+from daisychain.wire.ice import IceConfig, IceIssuer
 from daisychain.wire.signaling import (
     CLOSE_DENIED,
     CLOSE_JOIN_TIMEOUT,

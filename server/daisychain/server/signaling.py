@@ -41,10 +41,10 @@ from aiohttp import WSMsgType, web
 
 from daisychain.server.config import SignalingLimits
 from daisychain.server.grouping import IPAddress, client_address, group_key, network_key
-from daisychain.server.ice import IceIssuer
 from daisychain.server.logs import Throttle
 from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
 from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
+from daisychain.wire.ice import IceIssuer
 from daisychain.wire.signaling import (
     CLOSE_ABUSE,
     CLOSE_GOING_AWAY,

@@ -1,5 +1,9 @@
 """ICE servers (STUN/TURN) for pages and peers: URLs checked once, TURN credentials minted.
 
+The rules live in the wire package because both sides apply them: the server to its flags and
+to what it hands out in ``welcome``, the headless peer to its own ``--ice-*`` flags and to the
+``welcome`` it receives.
+
 Devices on different networks often cannot reach each other's host candidates; a STUN server
 tells each device its public address and a TURN server relays what no direct route carries
 (docs/SERVER.md, "ICE servers"). The server is told about them on its command line and hands
@@ -32,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from daisychain.server.config import IceConfig
 from daisychain.wire.signaling import IceServer
 
 SCHEMES = ("stun", "turn", "turns")
@@ -46,6 +49,27 @@ MAX_CREDENTIAL_CHARS = 256
 # meets a late joiner, a week too long for a credential that leaked.
 MIN_TTL_S = 60
 MAX_TTL_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class IceConfig:
+    """STUN/TURN servers handed to every client in ``welcome`` (docs/SERVER.md, "ICE servers")."""
+
+    # None by default: clients try host candidates only and contact no third party.
+    urls: tuple[str, ...] = ()
+    # Static TURN credentials, the same for every client ...
+    username: str | None = None
+    credential: str | None = None
+    # ... or a secret shared with the TURN server, from which each client gets its own
+    # time-limited credential at welcome time (coturn's --static-auth-secret).
+    secret: str | None = None
+    # A day: a run that meets a late joiner hours after its welcome still has a valid one.
+    ttl_s: int = 24 * 3600
+    # Tell clients to use relay candidates only (iceTransportPolicy "relay"): device addresses
+    # stay hidden from each other, and every byte goes through the TURN server.
+    relay_only: bool = False
+
+
 URL_FORMS = "stun:HOST[:PORT], turn:HOST[:PORT][?transport=udp|tcp] or turns:HOST[:PORT]"
 _HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _PORT = re.compile(r"[0-9]{1,5}")
