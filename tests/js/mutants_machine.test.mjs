@@ -604,6 +604,7 @@ test('mutant: serve answers a contribution only to its chunk\'s owner, a reduced
   st.add(a);
   const ask = (peer, pieceName, chunk) => st.serve(peer, { step: 4, round: 0, piece: pieceName, chunk });
   assert.equal(ask('b', 'contribution', 1), null); // not computed yet
+  assert.equal(ask('a', 'contribution', 0), null);
   const sent = [new Uint8Array([0]), new Uint8Array([1]), new Uint8Array([2])];
   a.sent = sent;
   assert.deepEqual(ask('b', 'contribution', 1), { kind: FrameKind.CONTRIBUTION, payload: sent[1] });
@@ -640,4 +641,66 @@ test('mutant: requests ask each live sender for its missing contribution and eve
   a.reduced.set(1, new Float32Array(0)); // our chunk is reduced: no contribution is asked for
   assert.deepEqual(requests(a, 'b', new Set(), 'r').map(([peer, m]) => [peer, m.piece, m.chunk]),
     [['a', 'reduced', 3], ['c', 'reduced', 3], ['d', 'reduced', 3]]);
+});
+
+// --- attempt.js ----------------------------------------------------------------------------
+
+test('mutant: an attempt computes, then exchanges, then applies; it may be abandoned until applied', () => {
+  const logged = [];
+  const a = new Attempt(new CommittedRoster(3, 1, ['a', 'b']), 0, 2, 0, (level, message) => logged.push([level, message]));
+  assert.equal(a.computed, false); // nothing sent before the compute is done
+  assert.deepEqual(a.sent, []);
+  assert.equal(a.live, true);
+  const early = new Float32Array(BLOCK).fill(1);
+  a.contributions.set(1, early); // b's contribution arrives before ours is computed
+  a.computedWith(2.5, zeroPayloads({ totalBlocks: 2 }, 2), 'probe');
+  assert.equal(a.computed, true);
+  assert.equal(a.contributions.get(1), early); // kept: an exchanging attempt still needs its floats
+  assert.equal(a.contributions.get(0).length, BLOCK);
+  a.transition(AttemptPhase.ABANDONED);
+  assert.equal(a.live, false);
+  assert.deepEqual([...a.contributions.keys()].sort(), [0, 1]); // the keys stay
+  assert.equal(a.contributions.get(1).length, 0); // the floats go
+  assert.deepEqual(logged, [
+    ['debug', 'attempt 3/1: computing -> exchanging'],
+    ['debug', 'attempt 3/1: exchanging -> abandoned'],
+  ]);
+  assert.throws(() => a.transition(AttemptPhase.EXCHANGING), { message: 'attempt 3/1 is abandoned: cannot become exchanging' });
+  const c = attempt(3, 0, ['a', 'b'], 0);
+  c.transition(AttemptPhase.ABANDONED); // a later round was committed before our compute was done
+  assert.equal(c.phase, AttemptPhase.ABANDONED);
+  assert.throws(() => c.transition(AttemptPhase.APPLIED), { message: 'attempt 3/0 is abandoned: cannot become applied' });
+  const d = attempt(3, 0, ['a'], 0);
+  assert.throws(() => d.transition(AttemptPhase.APPLIED), { message: 'attempt 3/0 is computing: cannot become applied' });
+  d.transition(AttemptPhase.EXCHANGING);
+  d.reduced.set(0, new Float32Array(BLOCK));
+  d.transition(AttemptPhase.APPLIED);
+  assert.equal(d.reduced.get(0).length, 0);
+  assert.throws(() => d.transition(AttemptPhase.ABANDONED), { message: 'attempt 3/0 is applied: cannot become abandoned' });
+});
+
+test('mutant: an attempt is complete only while exchanging with every reduced chunk in', () => {
+  const a = attempt(2, 0, ['a', 'b'], 0, 2);
+  a.reduced.set(0, new Float32Array(BLOCK)); // even every reduced chunk (forged or early) does not
+  a.reduced.set(1, new Float32Array(BLOCK)); // complete an attempt whose compute is not done
+  assert.equal(a.complete(), false);
+  a.transition(AttemptPhase.EXCHANGING);
+  assert.equal(a.complete(), true);
+  a.reduced.delete(1);
+  assert.equal(a.complete(), false);
+});
+
+test('mutant: missingFrom names whose contribution to our chunk and whose reduced chunk are missing', () => {
+  const a = attempt(2, 0, ['a', 'b', 'c', 'd'], 1, 8); // this peer is b
+  const v = new Float32Array(0);
+  assert.deepEqual([...a.missingFrom()].sort(), ['a', 'c', 'd']);
+  a.contributions.set(0, v); // a's contribution in; its reduced chunk still missing
+  a.reduced.set(2, v); // c's reduced chunk in; its contribution still missing
+  assert.deepEqual([...a.missingFrom()].sort(), ['a', 'c', 'd']);
+  a.reduced.set(0, v); // a: both in
+  assert.deepEqual([...a.missingFrom()].sort(), ['c', 'd']);
+  a.reduced.set(1, v); // our chunk is reduced: contributions no longer matter
+  assert.deepEqual([...a.missingFrom()].sort(), ['d']);
+  a.reduced.set(3, v);
+  assert.deepEqual([...a.missingFrom()], []);
 });
