@@ -704,3 +704,107 @@ test('mutant: missingFrom names whose contribution to our chunk and whose reduce
   a.reduced.set(3, v);
   assert.deepEqual([...a.missingFrom()], []);
 });
+
+// --- machine.js ----------------------------------------------------------------------------
+
+const types = (effects) => effects.map((f) => f.type);
+
+test('mutant: a leader alone runs to its last step: compute, apply, save every save_every steps, done', async () => {
+  const { m, out } = await solo({ can_save: true, save_every: 2 }, { steps: 3 });
+  assert.deepEqual(plain(out), [{ type: 'compute', step: 1, round: 0, rank: 0, peers: 1 }]);
+  assert.equal(m.isLeader, true);
+  assert.equal(m.leader, ME);
+  assert.deepEqual([...m.roster.peers], [ME]);
+  const one = plain(await computeStep(m, 1));
+  assert.deepEqual(types(one), ['step-applied', 'compute']); // step 1: not a multiple of 2
+  assert.equal(one[0].step, 1);
+  assert.equal(one[0].loss, 2.5);
+  assert.equal(one[0].leader, ME);
+  assert.equal(one[0].backend, TRACE.setup.backend);
+  assert.deepEqual(m.agreement(1), [1, 1]);
+  assert.deepEqual(m.tally(1, 0, [ME]).same, [ME]);
+  const two = plain(await computeStep(m, 2));
+  assert.deepEqual(types(two), ['step-applied', 'save', 'compute']);
+  assert.equal(two[1].step, 2);
+  const three = plain(await computeStep(m, 3));
+  assert.deepEqual(types(three), ['step-applied', 'save', 'finished']); // the last step, saved at the stop
+  assert.equal(three[1].step, 3);
+  assert.equal(three[2].reason, 'done');
+  assert.equal(three[2].message, 'reached step 3');
+  assert.equal(three[2].step, 3);
+  assert.equal(three[2].hash, three[0].hash);
+  assert.equal(m.finished, true);
+  assert.equal(m.nextDeadline(), null);
+  assert.deepEqual(await m.handle(ev.timer(9)), []);
+});
+
+test('mutant: a step saved already is not saved again at the stop; a fork is never saved', async () => {
+  const { m } = await solo({ can_save: true, save_every: 1 }, { steps: 1 });
+  assert.deepEqual(types(await computeStep(m, 1)), ['step-applied', 'save', 'finished']);
+});
+
+test('mutant: a run this leader cannot train is refused at once, naming why', async () => {
+  const m = machine({ limits: { max_steps: 2 } });
+  const out = plain(await m.handle(ev.userLead(0, config({ steps: 3 }), 1)));
+  assert.equal(out.length, 1);
+  assert.equal(out[0].type, 'finished');
+  assert.equal(out[0].reason, 'error');
+  assert.match(out[0].message, /^cannot lead this run: .+; .+/);
+  assert.notEqual(out[0].code, '');
+  assert.equal(m.isLeader, false);
+});
+
+test('mutant: a compute that returns the wrong number of chunks ends the run with an error', async () => {
+  const { m } = await solo();
+  const out = plain(await m.handle(ev.computeDone(1, 1, 0, 2.5, zeroPayloads(m, 2), REF)));
+  assert.deepEqual(types(out), ['finished']);
+  assert.equal(out[0].reason, 'error');
+  assert.equal(out[0].message, 'step 1: compute returned 2 chunks for 1 peers');
+});
+
+test('mutant: a step re-committed MAX_ROUNDS times ends the run', async () => {
+  const { m } = await solo();
+  let out = [];
+  let round = 0;
+  for (let i = 1; i <= 5000 && !m.finished; i++) {
+    out = plain(await m.handle(ev.timer(m.nextDeadline())));
+    const c = out.find((f) => f.type === 'compute');
+    if (c) round = c.round;
+  }
+  assert.equal(round, 255);
+  const fin = out.find((f) => f.type === 'finished');
+  assert.equal(fin.reason, 'error');
+  assert.equal(fin.message, 'step 1 failed 256 times');
+});
+
+test('mutant: a stopping leader lingers for the stop acknowledgements, then finishes', async () => {
+  const logged = [];
+  const { m } = await solo({ log: (level, message) => logged.push([level, message]) }, { steps: 1 });
+  await greet(m, B); // greeted, not in the roster
+  const out = plain(await computeStep(m, 4));
+  assert.deepEqual(types(out), ['send-message', 'step-applied', 'send-message']);
+  assert.equal(out[2].message.type, 'stop');
+  assert.equal(out[2].message.reason, 'done');
+  assert.equal(m.finished, false);
+  assert.equal(m.nextDeadline(), 4 + TRACE.setup.timers.linger_s);
+  assert.deepEqual(await m.handle(ev.messageReceived(5, C, hello())), []); // stopped: not an acknowledgement
+  assert.deepEqual(await m.handle(ev.messageReceived(5, B, 'not json')), []);
+  assert.deepEqual(await m.handle(ev.messageReceived(5, B, hello())), []);
+  const fin = plain(await m.handle(ev.messageReceived(6, B, text({ type: 'leave', reason: 'bye' }))));
+  assert.deepEqual(types(fin), ['finished']);
+  assert.equal(m.nextDeadline(), null);
+  // the linger runs out
+  const { m: m2 } = await solo({ log: (level, message) => logged.push([level, message]) }, { steps: 1 });
+  await greet(m2, B);
+  await computeStep(m2, 4);
+  assert.deepEqual(await m2.handle(ev.timer(13.5)), []);
+  assert.deepEqual(types(await m2.handle(ev.timer(14))), ['finished']);
+  assert.ok(logged.some(([l, t]) => l === 'warning' && t === `no stop acknowledgement from ${B}`));
+  // a channel closing, or the server's peer-left, acknowledges too
+  for (const ack of [ev.channelClosed, ev.peerLeft]) {
+    const { m: m3 } = await solo({}, { steps: 1 });
+    await greet(m3, B);
+    await computeStep(m3, 4);
+    assert.deepEqual(types(await m3.handle(ack(5, B))), ['finished']);
+  }
+});
