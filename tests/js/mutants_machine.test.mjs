@@ -808,3 +808,77 @@ test('mutant: a stopping leader lingers for the stop acknowledgements, then fini
     assert.deepEqual(types(await m3.handle(ack(5, B))), ['finished']);
   }
 });
+
+/** A follower (B) of the leader ME in the lobby, sent the config: it starts and says ready. */
+async function follower(fields = {}, cfg = {}) {
+  const m = machine({ id: B, replica: new TraceReplica(), ...fields });
+  await greet(m, ME);
+  const out = await m.handle(ev.messageReceived(0, ME, text({ ...CONFIG_JSON, ...cfg })));
+  return { m, out };
+}
+
+const refusal = (peer, code, message, hint = 'see docs/PROTOCOL.md, Data channels') => [
+  { type: 'send-message', peer, message: { type: 'error', code, message, hint } },
+  { type: 'close', peer },
+];
+
+test('mutant: before a hello only a hello is taken; a message without a channel is ignored', async () => {
+  const logged = [];
+  const m = machine({ id: B, log: (level, message) => logged.push([level, message]) });
+  assert.deepEqual(await m.handle(ev.messageReceived(0, C, hello())), []);
+  assert.deepEqual(logged.filter(([l]) => l === 'warning'), [['warning', `${B}: message from ${C} without a channel ignored`]]);
+  assert.equal(m.peers.get(C), null);
+  await m.handle(ev.channelOpened(0, ME));
+  assert.deepEqual(plain(await m.handle(ev.messageReceived(1, ME, text({ ...CONFIG_JSON })))),
+    refusal(ME, 'bad-message', 'config before hello'));
+  assert.equal(m.peers.isGone(ME), true);
+  await m.handle(ev.channelOpened(0, C));
+  assert.deepEqual(plain(await m.handle(ev.frameReceived(1, C, new Uint8Array(8)))),
+    refusal(C, 'bad-frame', 'binary frame before hello'));
+  assert.deepEqual(await m.handle(ev.frameReceived(1, C, new Uint8Array(8))), []); // gone: ignored
+  assert.deepEqual(await m.handle(ev.frameReceived(1, 'nobody', new Uint8Array(8))), []);
+});
+
+test('mutant: the hello carries at most 40 characters of the name; a leader refuses another run', async () => {
+  const m = machine({ name: 'n'.repeat(45) });
+  const out = plain(await m.handle(ev.channelOpened(0, B)));
+  assert.deepEqual(out, [{ type: 'send-message', peer: B, message: { type: 'hello', version: 1, name: 'n'.repeat(40), contract: 2 } }]);
+  assert.deepEqual(await m.handle(ev.channelOpened(1, B)), []); // opened once: one hello
+  // a leader refuses a config from another peer: it leads its own run
+  const { m: lead } = await solo();
+  await greet(lead, B);
+  assert.deepEqual(plain(await lead.handle(ev.messageReceived(1, B, text({ ...CONFIG_JSON })))),
+    refusal(B, 'wrong-run', 'this peer leads its own run'));
+});
+
+test('mutant: a follower takes the first config, ignores the same one again and refuses another', async () => {
+  const { m, out } = await follower();
+  assert.deepEqual(plain(out), [{ type: 'send-message', peer: ME, message: { type: 'ready', run: CONFIG_JSON.run, step: 0, hash: m.replica.hash, peers: [ME] } }]);
+  assert.equal(m.leader, ME);
+  assert.equal(m.isLeader, false);
+  assert.deepEqual(await m.handle(ev.messageReceived(1, ME, text({ ...CONFIG_JSON }))), []);
+  await greet(m, C);
+  assert.deepEqual(plain(await m.handle(ev.messageReceived(1, C, text({ ...CONFIG_JSON, seed: 8 })))),
+    refusal(C, 'wrong-run', 'a second, different run configuration'));
+  assert.equal(m.leader, ME);
+});
+
+test('mutant: an error from a peer is only logged, unless it is a version mismatch', async () => {
+  const logged = [];
+  const { m } = await follower({ log: (level, message) => logged.push([level, message]) });
+  const err = text({ type: 'error', code: 'bad-frame', message: 'why', hint: 'h' });
+  assert.deepEqual(await m.handle(ev.messageReceived(1, ME, err)), []);
+  assert.ok(logged.some(([l, t]) => l === 'warning' && t === `${B}: ${ME} says bad-frame: why`));
+  assert.equal(m.peers.isGone(ME), false);
+});
+
+test('mutant: a late peer greeted by the leader is sent the config and the current roster', async () => {
+  const { m } = await solo();
+  const out = plain(await greet(m, B));
+  assert.deepEqual(out.map((f) => [f.type, f.peer, f.message?.type]), [
+    ['send-message', B, 'hello'], ['send-message', B, 'config'], ['send-message', B, 'roster']]);
+  assert.deepEqual(out[2].message, { type: 'roster', run: CONFIG_JSON.run, step: 1, round: 0, peers: [ME] });
+  // a follower greets nobody with the run
+  const { m: f } = await follower();
+  assert.deepEqual(types(await greet(f, C)), ['send-message']);
+});
