@@ -26,7 +26,23 @@ import sys
 
 import pytest
 
-from pyast import parse_without_collector
+# The shared helpers are not ``test_*`` files, so pytest would not rewrite their asserts: a
+# failing ``assert a == b`` inside one would show no values. Registered before any test imports
+# them.
+pytest.register_assert_rewrite(
+    "fineweb_helpers",
+    "gpu_plant",
+    "hostile_harness",
+    "mesh_check_helpers",
+    "mesh_helpers",
+    "page_helpers",
+    "protocol_variants",
+    "selftest_helpers",
+    "server_fixtures",
+    "tab_helpers",
+)
+
+from pyast import parse_without_collector  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
 NETNS_ADDRESS = "10.231.0.1"
