@@ -66,6 +66,22 @@ def test_keyed_limiter_forgets_only_the_least_recently_seen_key() -> None:
     assert limiter.take("b")  # "b" was forgotten: a fresh bucket
 
 
+def test_keyed_limiter_forgets_a_key_once_its_bucket_is_full_again() -> None:
+    # a full bucket is what a new one would be: its key (a client's network) is not kept
+    clock = Clock()
+    limiter = KeyedLimiter(rate_per_s=1.0, burst=2, clock=clock)
+    assert limiter.take("v4:11.0.0.1") and limiter.take("v4:11.0.0.2")
+    clock.now += 0.5  # 1.5 tokens each: not full, both kept
+    assert limiter.take("v4:11.0.0.3")
+    assert len(limiter) == 3
+    clock.now += 1.0  # .1 and .2 are full again (and the oldest): forgotten at the next call
+    assert limiter.take("v4:11.0.0.4")
+    assert len(limiter) == 2
+    # a bucket in use is kept, so the limit still holds for its client
+    assert limiter.take("v4:11.0.0.4") and not limiter.take("v4:11.0.0.4")
+    assert len(limiter) <= 2
+
+
 def test_throttle_lets_a_burst_through_then_counts(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     throttle = Throttle(burst=2, every_s=60.0, clock=clock)

@@ -140,14 +140,14 @@ async def _chromium(run: dict[str, Any], tokens_file: Path, steps: int, webgpu: 
     from playwright.async_api import Route, async_playwright
 
     from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, chromium_missing
-    from daisychain.server.app import create_app
+    from daisychain.server.app import create_app, make_runner
     from daisychain.server.config import DataConfig, ServerConfig
 
     missing = chromium_missing()
     if missing is not None:
         raise RuntimeError(missing)
     body = tokens_file.read_bytes()
-    runner = web.AppRunner(create_app(ServerConfig(data=DataConfig(offline=True))))
+    runner = make_runner(create_app(ServerConfig(data=DataConfig(offline=True))))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

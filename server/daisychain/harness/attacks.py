@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -338,6 +339,58 @@ def socket_hog(*, max_connections: int = 200, hold: bool = False) -> Attacker:
     return attack
 
 
+def _fuzzed(rng: random.Random, room: str) -> str:
+    """One hostile text frame: broken JSON, a known type with absurd values (4,000-digit
+    numbers, 3,000-character strings, the room code in a field that echoes), or noise."""
+    digits = "9" * rng.randint(1000, 4000)
+    long_text = "".join(rng.choice('ab\\"{}[] é\u2028') for _ in range(rng.randint(100, 3000)))
+    forms = [
+        lambda: long_text,
+        lambda: '{"type":"hello","version":' + digits + "}",
+        lambda: json.dumps({"type": "hello", "version": 1, "name": long_text}),
+        lambda: json.dumps({"type": "hello", "version": 1, "room": f"{room}-{long_text}"}),
+        lambda: json.dumps({"type": long_text, "version": int(digits[:600])}),
+        lambda: json.dumps({"type": "signal", "to": long_text, "data": {"x": digits}}),
+        lambda: "[" * rng.randint(1, 900) + digits,
+    ]
+    return rng.choice(forms)()
+
+
+def fuzz_frames(*, max_messages: int = 10_000, seed: int = 23) -> Attacker:
+    """Fuzzed WebSocket text frames (``_fuzzed``) as fast as the server takes them, each into a
+    private room's URL; when the server closes the socket (out of strikes) the attacker opens
+    another, so it also measures what one client's reconnecting costs the log."""
+
+    async def attack(a: Attack) -> None:
+        rng = random.Random(seed)
+        room = "fuzzroomcode-" + "".join(rng.choice("abcdefgh") for _ in range(8))
+        a.outcome.notes["room_code"] = room
+        async with aiohttp.ClientSession() as session:
+            while a.outcome.sent < max_messages and not a.over():
+                a.outcome.connections += 1
+                try:
+                    ws = await session.ws_connect(f"{a.ws_url}?room={room}")
+                except aiohttp.WSServerHandshakeError as exc:
+                    a.outcome.closes[f"http-{exc.status}"] += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                try:
+                    while a.outcome.sent < max_messages and not a.over() and not ws.closed:
+                        await ws.send_str(_fuzzed(rng, room))
+                        a.outcome.sent += 1
+                        with contextlib.suppress(TimeoutError):
+                            frame = await asyncio.wait_for(ws.receive(), 0.5)
+                            if frame.type is not aiohttp.WSMsgType.TEXT:
+                                a.outcome.closes[str(ws.close_code)] += 1
+                                break
+                except (ConnectionError, aiohttp.ClientError):
+                    a.outcome.closes["reset"] += 1
+                finally:
+                    await ws.close()
+
+    return attack
+
+
 # The scenarios ``daisychain bench signaling`` runs, by name, at their benchmark sizes (each is
 # also bounded by the run's attack time).
 SCENARIOS: dict[str, Callable[[], Attacker]] = {
@@ -348,4 +401,5 @@ SCENARIOS: dict[str, Callable[[], Attacker]] = {
     "hello-flood-150": lambda: hello_flood(max_connections=100_000, parallel=2, per_s=150.0),
     "join-flood": lambda: join_flood(max_requests=100_000),
     "socket-hog": lambda: socket_hog(max_connections=80, hold=True),
+    "fuzz-frames": lambda: fuzz_frames(max_messages=10_000),
 }

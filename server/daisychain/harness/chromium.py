@@ -149,11 +149,11 @@ async def chromium_session(
     from aiohttp import web
     from playwright.async_api import async_playwright
 
-    from daisychain.server.app import create_app
+    from daisychain.server.app import create_app, make_runner
     from daisychain.server.config import DataConfig, ServerConfig
 
     config = ServerConfig(data=replace(DataConfig(), offline=True))
-    runner = web.AppRunner(create_app(config))
+    runner = make_runner(create_app(config))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

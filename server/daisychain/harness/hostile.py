@@ -486,6 +486,8 @@ class HostileResult:
     attack_s: float
     log_bytes: int  # server log written while the attacker ran
     log_tracebacks: int  # "Traceback" lines among them
+    log_longest_line: int  # bytes of the longest of them
+    log_text: str  # the lines themselves (tests look for what must never be written)
     status_after: dict[str, Any]
 
     def summary(self) -> dict[str, Any]:
@@ -503,6 +505,11 @@ class HostileResult:
             "bystander_trouble": self.bystander_trouble,
             "join_requests_seen": self.join_requests_seen,
             "log_bytes": self.log_bytes,
+            # what one hostile message (or connection, for attacks that send none) cost the disk
+            "log_bytes_per_message": round(
+                self.log_bytes / max(1, self.attack.sent or self.attack.connections), 1
+            ),
+            "log_longest_line": self.log_longest_line,
             "log_tracebacks": self.log_tracebacks,
             "peers_after": self.status_after.get("peers"),
         }
@@ -569,6 +576,8 @@ async def run_hostile(
         attack_s=elapsed,
         log_bytes=len(log.encode()),
         log_tracebacks=log.count("Traceback"),
+        log_longest_line=max((len(line.encode()) for line in log.splitlines()), default=0),
+        log_text=log,
         status_after=status,
     )
 

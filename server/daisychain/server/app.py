@@ -18,6 +18,7 @@ from aiohttp import web
 
 from daisychain.assets import asset_dir
 from daisychain.server.access import Access, QrEndpoint
+from daisychain.server.accesslog import POLICY, AccessLog, AccessLogPolicy
 from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
 from daisychain.server.config import ServerConfig
 from daisychain.server.corpus import BuiltinTokensEndpoint
@@ -44,6 +45,9 @@ def create_app(
     """Build the app. ``fallback_text`` and ``tokenizer`` are injectable for tests."""
     app = web.Application(middlewares=[head_complete])
     app[CONFIG] = config
+    app[POLICY] = AccessLogPolicy(
+        full_addresses=config.log_full_addresses, trust_proxy=config.trust_proxy
+    )
     signaling = Signaling(
         config.signaling, trust_proxy=config.trust_proxy, ice=IceIssuer(config.ice)
     )
@@ -102,6 +106,12 @@ def create_app(
     return app
 
 
+def make_runner(app: web.Application, **options: Any) -> web.AppRunner:
+    """The runner of ``app`` with its access log (``accesslog.AccessLog``: room codes as tags,
+    addresses truncated) instead of aiohttp's."""
+    return web.AppRunner(app, handle_signals=False, access_log_class=AccessLog, **options)
+
+
 def _folder(override: Path | None, name: str) -> Path:
     return override if override is not None else asset_dir(name)
 
@@ -157,7 +167,7 @@ async def serve_listeners(
     """Run the app on ``listeners`` for the duration of the block; yields their URLs as bound,
     without the final slash. For the demo, benchmarks and tests: the real server (with
     ``main.serve``'s connection deadlines, ``config.http``), gone afterwards."""
-    runner = web.AppRunner(create_app(config, **app_options), handle_signals=False)
+    runner = make_runner(create_app(config, **app_options))
     await runner.setup()
     try:
         urls = await listen(runner, config, listeners)

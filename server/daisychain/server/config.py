@@ -153,6 +153,10 @@ class ServerConfig:
     port: int = DEFAULT_PORT
     # Honour X-Forwarded-For / Forwarded only behind a reverse proxy we control (a Space).
     trust_proxy: bool = False
+    # Write client addresses in full in the logs (--log-full-addresses); by default a line
+    # names the client's network only (an IPv4 /24, an IPv6 /48): docs/SERVER.md, "What the
+    # server keeps".
+    log_full_addresses: bool = False
     signaling: SignalingLimits = field(default_factory=SignalingLimits)
     data: DataConfig = field(default_factory=DataConfig)
     http: HttpLimits = field(default_factory=HttpLimits)

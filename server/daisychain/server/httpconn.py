@@ -45,6 +45,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from daisychain.server.accesslog import AccessLog
 from daisychain.server.config import HttpLimits
 from daisychain.server.grouping import network_key, parse_address
 from daisychain.server.static import security_headers, set_security_headers
@@ -127,7 +128,8 @@ class GuardedRequestHandler(web.RequestHandler):
         if self._counts is not None:
             key = peer_key(transport)
             if not self._counts.admit(key):
-                log.debug("refused a connection from %s: over its connection count", key)
+                # no address here (docs/SERVER.md, "What the server keeps"); the 429 says why
+                log.debug("refused a connection: its network is over its connection count")
                 assert isinstance(transport, asyncio.WriteTransport)
                 transport.write(_refusal(self._counts.limit))
                 self.force_close()  # closes once the refusal is written
@@ -233,7 +235,11 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
 
         def protocol() -> GuardedRequestHandler:
-            return GuardedRequestHandler(manager, limits=self.limits, counts=self.counts, loop=loop)
+            # The access log is ours (room codes as tags, addresses truncated), not aiohttp's.
+            return GuardedRequestHandler(
+                manager, limits=self.limits, counts=self.counts, loop=loop,
+                access_log_class=AccessLog,
+            )  # fmt: skip
 
         # BaseSite.stop() closes what ``_server`` holds: the subclassing contract of BaseSite.
         self._server = await loop.create_server(

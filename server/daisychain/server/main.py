@@ -17,10 +17,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from aiohttp import web
-
 from daisychain.server import banner, logs, tls
-from daisychain.server.app import ACCESS, DATA, Listener, create_app, listen
+from daisychain.server.app import ACCESS, DATA, Listener, create_app, listen, make_runner
 from daisychain.server.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -142,6 +140,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     logging_group.add_argument(
         "--log-format", default="kv", choices=("kv", "json"), help="one line per record"
     )
+    logging_group.add_argument(
+        "--log-full-addresses",
+        action="store_true",
+        help="write client addresses in full (default: the client's network only, an IPv4 /24 "
+        "or an IPv6 /48); room codes are never written, only a keyed tag",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -155,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host,
         port=port,
         trust_proxy=args.trust_proxy,
+        log_full_addresses=args.log_full_addresses,
         http=replace(HttpLimits(), head_timeout_s=args.head_timeout),
         signaling=replace(SignalingLimits(), join_timeout_s=args.join_timeout),
         data=replace(
@@ -278,7 +283,7 @@ async def serve(
     serves https (and ``http_port``, if given, plain http as well)."""
     give_freed_buffers_back()
     app = create_app(config)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=5.0)
+    runner = make_runner(app, shutdown_timeout=5.0)
     await runner.setup()
     await app[DATA].preload()  # before listening: no request waits for a load
     stop = asyncio.Event()

@@ -65,11 +65,27 @@ class KeyedLimiter:
         """Spend from ``key``'s bucket; False means that key is over the limit."""
         return self.bucket(key).take(cost)
 
+    def __len__(self) -> int:
+        return len(self._buckets)
+
     def bucket(self, key: str) -> TokenBucket:
         bucket = self._buckets.pop(key, None)
         if bucket is None:
             bucket = TokenBucket(self.rate_per_s, self.burst, self._clock)
             if len(self._buckets) >= self.max_keys:
                 self._buckets.popitem(last=False)  # forget the least recently seen client
+        self._forget_full()
         self._buckets[key] = bucket
         return bucket
+
+    def _forget_full(self, at_most: int = 2) -> None:
+        """Drop the oldest buckets that have refilled completely: a full bucket is what a new
+        one would be, so keeping its key (a client's network) would only keep an address in
+        memory (docs/SERVER.md, "What the server keeps"). A few per call keeps it O(1)."""
+        for _ in range(at_most):
+            if not self._buckets:
+                return
+            oldest = next(iter(self._buckets.values()))
+            if oldest.available() < self.burst:
+                return
+            self._buckets.popitem(last=False)

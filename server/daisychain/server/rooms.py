@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from daisychain.server import redact
 from daisychain.server.grouping import LOCAL_GROUP
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.wire.ice import IceConfig, IceIssuer
@@ -167,6 +168,13 @@ class Group:
     @property
     def is_room(self) -> bool:
         return self.kind == "room"
+
+    @property
+    def log_id(self) -> str:
+        """The group in a log line: a room's public id is its code, the secret that lets
+        someone ask to join, so logs name a room by a keyed tag (``redact.room_tag``);
+        automatic groups' ids are already keyed hashes of their network."""
+        return redact.room_tag(self.public_id) if self.is_room else self.public_id
 
     def to_members(self, message: ServerMessage, *, exclude: str | None = None) -> None:
         text = encode(message)  # encode once, however large the group
@@ -401,13 +409,13 @@ class Hub:
                 public_id = digest[:12]
             group = Group(key=key, kind=kind, public_id=public_id)
             self.groups[key] = group
-            log.info("group %s created", public_id, extra={"fields": {"kind": kind}})
+            log.info("group %s created", group.log_id, extra={"fields": {"kind": kind}})
         return group
 
     def _drop_if_empty(self, group: Group) -> None:
         if not group.members and not group.pending and self.groups.get(group.key) is group:
             del self.groups[group.key]
-            log.info("group %s closed", group.public_id, extra={"fields": {"kind": group.kind}})
+            log.info("group %s closed", group.log_id, extra={"fields": {"kind": group.kind}})
 
     def _admit(self, peer: Peer, group: Group) -> None:
         peer._set_state(MemberState.MEMBER)
@@ -449,7 +457,7 @@ class Hub:
     def _hand_off_host(self, group: Group) -> None:
         if group.members:
             group.host = next(iter(group.members))
-            log.info("room %s: host -> %s", group.public_id, group.host)
+            log.info("room %s: host -> %s", group.log_id, group.host)
             group.to_members(HostChanged(host=group.host))
             # The new host must see the requests that were waiting for the old one.
             loop = asyncio.get_running_loop()

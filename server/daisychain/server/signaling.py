@@ -41,7 +41,7 @@ from aiohttp import WSMsgType, web
 
 from daisychain.server.config import SignalingLimits
 from daisychain.server.grouping import IPAddress, client_address, group_key, network_key
-from daisychain.server.logs import Throttle
+from daisychain.server.logs import KeyedThrottle, Throttle
 from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
 from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
 from daisychain.wire.ice import IceIssuer
@@ -96,6 +96,7 @@ class Connection:
         transport: asyncio.Transport | None,
         peer: Peer,
         limits: SignalingLimits,
+        log_lines: Throttle | None = None,
     ) -> None:
         self.ws = ws
         self.transport = transport
@@ -104,7 +105,9 @@ class Connection:
         peer.post = self.post
         self.rate = TokenBucket(limits.rate_per_s, limits.burst)
         self.strikes = TokenBucket(1.0 / limits.strike_refill_s, limits.max_strikes)
-        self.log_lines = Throttle()
+        # Shared by every socket of the client's network (``Signaling.refusal_lines``): a client
+        # that opens a new socket per bad message is throttled like one that keeps one.
+        self.log_lines = log_lines if log_lines is not None else Throttle()
         self._queue: asyncio.Queue[OutboxItem | _Control | None] = asyncio.Queue()
         self.last_heard = asyncio.get_running_loop().time()  # any frame from the client
         self.pinged = False
@@ -186,9 +189,6 @@ class Connection:
         while not self._queue.empty():
             self._queue.get_nowait()
         self._queued_bytes = 0
-        if self.log_lines.suppressed:
-            log.info("peer %s: %d more log lines suppressed", self.peer.id,
-                     self.log_lines.suppressed)  # fmt: skip
 
     async def _write_loop(self) -> None:
         try:
@@ -247,6 +247,9 @@ class Signaling:
         # Refusals at the door (over the per-address caps) come one per new socket, so a flood
         # of sockets would dodge any per-connection throttle: they share this one.
         self.door_lines = Throttle(burst=10, every_s=10.0)
+        # Refusals of messages, per client network (IPv4 address, IPv6 /64), for every socket
+        # it holds: a few lines, then one a minute with the count held back.
+        self.refusal_lines = KeyedThrottle(burst=5, every_s=60.0)
         self.connections: set[Connection] = set()
         self.per_address: Counter[str] = Counter()
         self._sweeper: asyncio.Task[None] | None = None
@@ -264,6 +267,12 @@ class Signaling:
             self.per_address[address_key] -= 1
             if self.per_address[address_key] <= 0:
                 del self.per_address[address_key]
+                # the network's last socket: say what its throttle held back, once
+                lines = self.refusal_lines.get(address_key)
+                if lines.suppressed:
+                    log.info("%d log lines about a client network's messages suppressed",
+                             lines.suppressed)  # fmt: skip
+                    lines.suppressed = 0
 
     def _at_the_door(self, address_key: str) -> web.Response | None:
         """Refuse a socket before the upgrade (HTTP 429) when its address has all the sockets it
@@ -315,7 +324,9 @@ class Signaling:
             network_key=group_key(address),
             address=address_key,
         )
-        conn = Connection(ws, request.transport, peer, self.limits)
+        conn = Connection(
+            ws, request.transport, peer, self.limits, self.refusal_lines.get(address_key)
+        )
         self.hub.connect(conn.peer)
         self.connections.add(conn)
         conn.start()
