@@ -505,9 +505,9 @@ class HostileResult:
             "bystander_trouble": self.bystander_trouble,
             "join_requests_seen": self.join_requests_seen,
             "log_bytes": self.log_bytes,
-            # what one hostile message (or connection, for attacks that send none) cost the disk
+            # what one hostile act (a message sent or a socket tried) cost the disk
             "log_bytes_per_message": round(
-                self.log_bytes / max(1, self.attack.sent or self.attack.connections), 1
+                self.log_bytes / max(1, self.attack.sent + self.attack.connections), 1
             ),
             "log_longest_line": self.log_longest_line,
             "log_tracebacks": self.log_tracebacks,
