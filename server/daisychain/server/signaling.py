@@ -44,6 +44,7 @@ from daisychain.server.grouping import IPAddress, client_address, group_key, net
 from daisychain.server.logs import KeyedThrottle, Throttle
 from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
 from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
+from daisychain.server.wsframes import MaskCheckedWebSocketResponse
 from daisychain.wire.ice import IceIssuer
 from daisychain.wire.signaling import (
     CLOSE_ABUSE,
@@ -314,7 +315,15 @@ class Signaling:
         # answer with a too-large error instead, so a client learns what went wrong.
         # No aiohttp heartbeat and no autoping: liveness is ``_sweep``, and pings are answered
         # in the loop below (where they count as hearing from the client, and against its rate).
-        ws = web.WebSocketResponse(autoping=False, max_msg_size=4 * self.limits.max_message_bytes)
+        # RFC 6455 5.1: a client frame without a mask is closed with 1002 (wsframes.py; aiohttp's
+        # reader would accept it), with one line throttled per client network.
+        ws = MaskCheckedWebSocketResponse(
+            autoping=False,
+            max_msg_size=4 * self.limits.max_message_bytes,
+            on_unmasked=lambda: self.refusal_lines.get(address_key).log(
+                log, logging.INFO, "refused an unmasked WebSocket frame: closed with 1002"
+            ),
+        )
         await ws.prepare(request)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep(), name="ws-liveness")
