@@ -24,6 +24,32 @@ def test_bench_data_reports_healthz_under_a_tokenize_flood(tmp_path: Path) -> No
         assert flood[f"{key}_after_vs_before_ratio"] > 0, flood
 
 
+def test_bench_data_reports_healthz_under_a_burst_from_many_addresses(tmp_path: Path) -> None:
+    """The shape of the burst part at a tiny size: every request answered and counted, served
+    or refused, and the ratio from the same run's percentiles (no timing is checked)."""
+    import argparse
+
+    from daisychain.bench import data as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "2",
+         "--workdir", str(tmp_path), "--flood", "0", "--windows", "0", "--burst", "3",
+         "--burst-chars", "2000", "--idle-probes", "5"]
+    )  # fmt: skip
+    burst = bench.measure(args)["healthz_under_data_burst"]
+    assert burst["clients"] == 3 and burst["addresses"] == "127.0.0.2-127.0.0.4", burst
+    assert burst["served"] + sum(burst["refused"].values()) == 3, burst
+    assert burst["refused_with_retry_after"] == sum(burst["refused"].values()), burst
+    assert burst["healthz_idle_probes"] == 5 and burst["healthz_burst_probes"] >= 1, burst
+    for key in ("idle_p50", "idle_p99", "burst_p50", "burst_p99", "burst_max"):
+        assert burst[f"healthz_{key}_ms"] > 0, burst
+    ratio = burst["healthz_burst_p99_ms"] / burst["healthz_idle_p99_ms"]
+    assert abs(burst["healthz_burst_vs_idle_p99_ratio"] - ratio) < 0.01 * ratio + 1e-3, burst
+    assert burst["sources"]["fineweb"] >= burst["served"], "the burst reads the stub upstream"
+
+
 def test_bench_data_reports_delivery_against_consumption(tmp_path: Path) -> None:
     """The shape of the delivery part at a tiny size: every window and step is counted (no
     timing is checked)."""

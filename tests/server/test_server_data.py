@@ -379,6 +379,74 @@ async def test_data_tokens_are_the_shipped_encoders_ids() -> None:
         assert tokens == load_default().encode(text)[:2000]
 
 
+async def test_past_the_bound_data_is_refused_at_once_and_the_server_keeps_serving() -> None:
+    """One slot and one place in line: while a request holds the slot (its corpus load is
+    held back) and another waits, a third is a 503 at once with Retry-After and a hint, of
+    every form; /healthz answers meanwhile; both held requests are then served, and so is the
+    next one."""
+    import threading
+
+    release = threading.Event()
+
+    def held_back() -> str:
+        release.wait(10)
+        return FALLBACK_TEXT
+
+    cfg = config(data=replace(DataConfig(), offline=True, requests_at_once=1, requests_waiting=1))
+    async with serve(cfg, fallback_text=held_back) as client:
+        admission = client.app[DATA].admission
+        await client.app[DATA].tokenizer()  # loaded, as `daisychain serve` preloads it
+        try:
+            first = asyncio.create_task(client.get("/data?max_chars=50&seed=1"))
+            while admission.in_slots < 1:
+                await asyncio.sleep(0.01)
+            second = asyncio.create_task(client.get("/data?format=tokens&max_tokens=20&seed=2"))
+            while admission.waiting < 1:
+                await asyncio.sleep(0.01)
+            window = (
+                f"split=train&revision={DataConfig().revision}&seed=7&step=0&rank=0&max_chars=9"
+            )
+            for query in ("max_chars=50", "format=tokens&max_tokens=20", window):
+                refused = await client.get(f"/data?{query}")
+                body = await refused.json()
+                assert refused.status == 503, (query, body)
+                assert int(refused.headers["Retry-After"]) >= 1
+                assert refused.headers["Cache-Control"] == "no-store"
+                assert body["error"].startswith("the server is busy: 1 /data requests are waiting")
+                assert body["hint"] == f"retry in {refused.headers['Retry-After']} s", body
+            assert (await client.get("/healthz")).status == 200
+            status = (await (await client.get("/api/status")).json())["data"]["requests"]
+            assert status == {"at_once": 1, "in_slots": 1, "waiting": 1, "max_waiting": 1,
+                              "refused": 3}, status  # fmt: skip
+        finally:
+            release.set()
+        responses = [await first, await second]
+        assert [r.status for r in responses] == [200, 200]
+        assert (await responses[0].json())["chars"] == 50
+        assert len(await responses[1].read()) == 2 * 20  # uint16 ids
+        after = await client.get("/data?max_chars=50&seed=3")
+        assert after.status == 200 and (await after.json())["chars"] == 50
+        assert admission.in_slots == 0 and admission.waiting == 0
+
+
+def test_json_bodies_written_piece_by_piece_are_the_same_json() -> None:
+    """``/data``'s bodies are built in pieces (long texts cut anywhere, even inside what
+    ``json.dumps`` escapes, ids in runs): the same JSON as one ``json.dumps``."""
+    from daisychain.server.api import JSON_PIECE_CHARS, JSON_PIECE_ITEMS, _json_body
+
+    awkward = 'é"\\\n\t\x00\u2028😀 plain'
+    long = (awkward * (3 * JSON_PIECE_CHARS // len(awkward) + 1))[: 3 * JSON_PIECE_CHARS + 5]
+    bodies: list[dict[str, Any]] = [
+        {"source": "builtin", "shard": None, "texts": [long, "", "x" * JSON_PIECE_CHARS],
+         "chars": 3},
+        {"tokens": list(range(2 * JSON_PIECE_ITEMS + 3)), "dtype": "uint16"},
+        {"texts": [], "tokens": []},
+        {},
+    ]  # fmt: skip
+    for body in bodies:
+        assert json.loads(_json_body(body)) == body
+
+
 async def test_concurrent_first_requests_load_the_corpus_once() -> None:
     loads: list[int] = []
 

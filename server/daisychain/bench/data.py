@@ -63,6 +63,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--train-steps", type=int, default=12, help="small steps on numpy")
     parser.add_argument("--prefetch", type=int, default=4, help="steps the feed fetches ahead")
+    parser.add_argument(
+        "--burst", type=int, default=50,
+        help="concurrent /data requests, each from its own address 127.0.0.2.., while /healthz "
+        "is timed (0 skips this part)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--burst-chars", type=int, default=1_000_000, help="max_chars of each burst request"
+    )
+    parser.add_argument("--idle-probes", type=int, default=200, help="idle /healthz probes")
 
 
 async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -285,18 +294,194 @@ async def _delivery(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# /healthz under a burst of ~1 MB /data requests from many addresses. The upstream stub and the
+# burst's clients run in processes of their own (as the CDN and the clients do in production),
+# so what slows /healthz is the server's work, not theirs; the probe shares the server's loop.
+
+
+def _serve_stub_main() -> None:
+    """Subprocess: serve ``sys.argv[1]`` like the resolve endpoint; print the port; run until
+    stdin closes."""
+    import sys
+
+    async def run() -> None:
+        runner = web.AppRunner(UpstreamStub(Path(sys.argv[1])).app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        print(runner.addresses[0][1], flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await runner.cleanup()
+
+    asyncio.run(run())
+
+
+def _burst_clients_main() -> None:
+    """Subprocess: ``sys.argv[1:]`` = url, clients, max_chars. One session per client, bound to
+    127.0.0.{2 + i}; prints ``ready``, waits for a line on stdin, sends every request at once
+    and prints one JSON line: per request its status, milliseconds, body bytes and
+    Retry-After."""
+    import json
+    import sys
+
+    import aiohttp
+
+    url, clients, chars = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+    async def one(session: aiohttp.ClientSession, i: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        async with session.get(f"{url}/data?max_chars={chars}&seed={i + 1}") as response:
+            body = await response.read()
+        return {
+            "status": response.status,
+            "ms": (time.perf_counter() - start) * 1e3,
+            "bytes": len(body),
+            "retry_after": response.headers.get("Retry-After"),
+        }
+
+    async def run() -> None:
+        sessions = [
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(local_addr=(f"127.0.0.{2 + i}", 0)),
+                timeout=aiohttp.ClientTimeout(total=120),
+            )
+            for i in range(clients)
+        ]
+        try:
+            print("ready", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            results = await asyncio.gather(*(one(s, i) for i, s in enumerate(sessions)))
+            print(json.dumps(results), flush=True)
+        finally:
+            await asyncio.gather(*(s.close() for s in sessions))
+
+    asyncio.run(run())
+
+
+async def _child(main: str, *argv: str) -> asyncio.subprocess.Process:
+    import sys
+
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", f"from daisychain.bench.data import {main}; {main}()", *argv,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def _healthz_under_burst(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """``/healthz`` round trips (ms), idle and while ``--burst`` clients, each from its own
+    address, ask ``/data`` for ``--burst-chars`` characters at once (the real server with
+    production limits, reading the generated shards from the stub upstream)."""
+    import json
+
+    import aiohttp
+
+    from daisychain.server.app import serve_local
+    from daisychain.server.config import DataConfig, ServerConfig
+
+    assert 1 <= args.burst <= 250, "client addresses are 127.0.0.2 .. 127.0.0.251"
+    shards = tuple(f"sample/10BT/{i:03d}_00000.parquet" for i in range(args.shards))
+    stub = await _child("_serve_stub_main", str(root))
+    clients: asyncio.subprocess.Process | None = None
+    try:
+        assert stub.stdout is not None and stub.stdin is not None
+        port = int(await stub.stdout.readline())
+        data = replace(DataConfig(), base_url=f"http://127.0.0.1:{port}", shards=shards)
+        async with (
+            serve_local(ServerConfig(data=data)) as url,
+            aiohttp.ClientSession() as session,
+        ):
+
+            async def healthz() -> float:
+                start = time.perf_counter()
+                async with session.get(url + "/healthz") as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"/healthz: HTTP {response.status}")
+                return (time.perf_counter() - start) * 1e3
+
+            # Warm: every shard's footer read (the seeds pick shards at random), as on a server
+            # that has been running a while.
+            for seed in range(4 * args.shards):
+                async with session.get(f"{url}/data?max_chars=1&seed={seed}") as response:
+                    await response.read()
+            idle = []
+            for _ in range(args.idle_probes):
+                idle.append(await healthz())
+                await asyncio.sleep(0.01)
+            clients = await _child(
+                "_burst_clients_main", url, str(args.burst), str(args.burst_chars)
+            )
+            assert clients.stdout is not None and clients.stdin is not None
+            assert (await clients.stdout.readline()).strip() == b"ready"
+            start = time.perf_counter()
+            clients.stdin.write(b"go\n")
+            await clients.stdin.drain()
+            done = asyncio.create_task(clients.stdout.readline())
+            probes: list[float] = []
+            while not done.done():
+                probes.append(await healthz())
+                await asyncio.sleep(0.01)
+            burst_s = time.perf_counter() - start
+            results = json.loads(await done)
+            status = await (await session.get(url + "/api/status")).json()
+    finally:
+        for child in (clients, stub):
+            if child is not None and child.returncode is None:
+                assert child.stdin is not None
+                child.stdin.close()
+                try:
+                    await asyncio.wait_for(child.wait(), 10)
+                except TimeoutError:
+                    child.kill()
+                    await child.wait()
+    served = [r for r in results if r["status"] == 200]
+    refused: dict[str, int] = {}
+    for r in results:
+        if r["status"] != 200:
+            refused[str(r["status"])] = refused.get(str(r["status"]), 0) + 1
+    idle_p99 = _percentile(idle, 0.99)
+    burst_p99 = _percentile(probes, 0.99)
+    return {
+        "clients": args.burst,
+        "addresses": f"127.0.0.2-127.0.0.{1 + args.burst}",
+        "max_chars": args.burst_chars,
+        "healthz_idle_probes": len(idle),
+        "healthz_idle_p50_ms": round(_percentile(idle, 0.5), 3),
+        "healthz_idle_p99_ms": round(idle_p99, 3),
+        "healthz_burst_probes": len(probes),
+        "healthz_burst_p50_ms": round(_percentile(probes, 0.5), 3),
+        "healthz_burst_p99_ms": round(burst_p99, 3),
+        "healthz_burst_max_ms": round(max(probes), 3),
+        "healthz_burst_vs_idle_p99_ratio": round(burst_p99 / idle_p99, 3),
+        "served": len(served),
+        "refused": refused,
+        "refused_with_retry_after": sum(
+            1 for r in results if r["status"] != 200 and r["retry_after"]
+        ),
+        "served_mb": round(sum(r["bytes"] for r in served) / 1e6, 2),
+        "data_p50_ms": round(_percentile([r["ms"] for r in results], 0.5), 1),
+        "data_max_ms": round(max(r["ms"] for r in results), 1),
+        "burst_s": round(burst_s, 3),
+        "sources": status["data"]["served"],
+    }
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
-    if args.workdir is not None:
-        result = asyncio.run(_measure(args, args.workdir))
+    def parts(root: Path) -> dict[str, Any]:
+        result = asyncio.run(_measure(args, root))
         if args.windows > 0:
-            result["delivery"] = asyncio.run(_delivery(args, args.workdir))
+            result["delivery"] = asyncio.run(_delivery(args, root))
+        if args.burst > 0:
+            result["healthz_under_data_burst"] = asyncio.run(_healthz_under_burst(args, root))
+        return result
+
+    if args.workdir is not None:
+        result = parts(args.workdir)
     else:
         with tempfile.TemporaryDirectory(prefix="daisychain-bench-data-") as tmp:
-            result = asyncio.run(_measure(args, Path(tmp)))
-            if args.windows > 0:
-                result["delivery"] = asyncio.run(_delivery(args, Path(tmp)))
+            result = parts(Path(tmp))
     if args.flood > 0:
         result["healthz_under_tokenize_flood"] = asyncio.run(_flood(args))
     return result

@@ -23,25 +23,32 @@ take ``1_000``, `` 5``, ``+5`` and other scripts' digits (``٥``), forms no clie
 or log would read differently. Each parameter may appear once. Requests are limited per client
 network (``grouping.network_key``: an IPv4 address, an IPv6 /64).
 
+At most ``DataConfig.requests_at_once`` ``/data`` requests are served at once, from sampling
+to the body handed to the socket, and ``requests_waiting`` more wait in line; one more is a
+503 with ``Retry-After`` and a hint at once (``datasource.Admission``). Bodies are built on the
+data worker threads (``DataService.work``), never on the loop.
+
 Every ``/data`` response names its source (``fineweb`` or ``builtin``) in the
 ``X-DaisyChain-Source`` header, and in the ``source`` field of JSON bodies.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from aiohttp import web
 
 from daisychain import fineweb
 from daisychain.server.access import Access
-from daisychain.server.datasource import DataService, DataUnavailable, TextSample
+from daisychain.server.datasource import DataBusy, DataService, DataUnavailable, TextSample
 from daisychain.server.grouping import client_address, network_key
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.server.signaling import Signaling
@@ -60,6 +67,10 @@ ADDRESS_PARAMS = ("revision", "seed", "step", "rank", "max_chars")
 # 2^63 - 1 has 19 digits; more is out of every bound here, so int() never sees a huge string.
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _TYPECODES = {"uint16": "H", "uint32": "I"}
+# _json_body's pieces: ~0.1 ms each, so the worker gives the interpreter lock up often.
+JSON_PIECE_CHARS = 16_384
+JSON_PIECE_ITEMS = 4096
+SEND_PIECE_BYTES = 64 * 1024  # _send's pieces
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -71,6 +82,77 @@ class BadRequest(web.HTTPBadRequest):
 
 def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+def _json_body(body: dict[str, Any]) -> bytes:
+    """``body`` as compact JSON, on a data worker thread. Its lists (``texts``: up to 1 000 000
+    characters; ``tokens``: up to 131 072 ids) are written piece by piece: ``json.dumps`` holds
+    the interpreter lock for the whole of one call (6-13 ms for 1 MB here), which the loop
+    would wait for; between pieces the lock can pass to it."""
+    parts = ["{"]
+    for n, (key, value) in enumerate(body.items()):
+        parts.append(("," if n else "") + json.dumps(key) + ":")
+        if not isinstance(value, list):
+            parts.append(json.dumps(value, separators=(",", ":")))
+            continue
+        parts.append("[")
+        if value and all(isinstance(item, str) for item in value):
+            for i, text in enumerate(value):
+                parts.append(',"' if i else '"')
+                for at in range(0, len(text), JSON_PIECE_CHARS):
+                    parts.append(json.dumps(text[at : at + JSON_PIECE_CHARS])[1:-1])
+                parts.append('"')
+        else:
+            for at in range(0, len(value), JSON_PIECE_ITEMS):
+                piece = json.dumps(value[at : at + JSON_PIECE_ITEMS], separators=(",", ":"))
+                parts.append(("," if at else "") + piece[1:-1])
+        parts.append("]")
+    parts.append("}")
+    return "".join(parts).encode("ascii")
+
+
+@asynccontextmanager
+async def _slot(service: DataService) -> AsyncIterator[None]:
+    """One of the ``/data`` slots (``datasource.Admission``), or a 503 at once if the line is
+    full."""
+    try:
+        await service.admission.acquire()
+    except DataBusy as exc:
+        retry = max(1, round(exc.retry_after_s))
+        raise web.HTTPServiceUnavailable(
+            text=_json(
+                {
+                    "error": f"{exc} (this server serves {service.admission.at_once} at once)",
+                    "hint": f"retry in {retry} s",
+                }
+            ),
+            content_type="application/json",
+            headers={"Retry-After": str(retry), "Cache-Control": "no-store"},
+        ) from None
+    try:
+        yield
+    finally:
+        service.admission.release()
+
+
+async def _send(
+    request: web.Request, body: bytes, content_type: str, headers: dict[str, str]
+) -> web.StreamResponse:
+    """Write the whole response now, inside the request's slot (so only the requests in their
+    slots have bodies to write at once), in pieces of ``SEND_PIECE_BYTES`` with a turn of the
+    loop between them: on loopback one ``send`` of 1 MB also runs the receiver's TCP path and
+    took 12 ms and more here, during which nothing else ran. aiohttp finds the response sent."""
+    response = web.StreamResponse(headers=headers)
+    response.content_type = content_type
+    response.content_length = len(body)
+    await response.prepare(request)
+    view = memoryview(body)
+    for at in range(0, len(body), SEND_PIECE_BYTES):
+        if at:
+            await asyncio.sleep(0)
+        await response.write(view[at : at + SEND_PIECE_BYTES])
+    await response.write_eof()
+    return response
 
 
 def _param(request: web.Request, name: str) -> str | None:
@@ -152,9 +234,14 @@ class DataEndpoint:
         service = self._service()
         if fmt == "text":
             max_chars = _int_param(request, "max_chars", DEFAULT_MAX_CHARS, 1, MAX_CHARS_LIMIT)
-            sample = await service.sample(rng, max_chars)
-            body = _describe(sample) | {"texts": sample.texts, "chars": sum(map(len, sample.texts))}
-            return web.json_response(body, headers=_headers(sample))
+            async with _slot(service):
+                sample = await service.sample(rng, max_chars)
+                body = _describe(sample) | {
+                    "texts": sample.texts, "chars": sum(map(len, sample.texts))
+                }  # fmt: skip
+                data = await service.work(_json_body, body)
+                del body
+                return await _send(request, data, "application/json", _headers(sample))
         max_tokens = _int_param(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_TOKENS_LIMIT)
         encoding = _choice_param(request, "encoding", ("binary", "json"))
         try:
@@ -170,32 +257,33 @@ class DataEndpoint:
                 content_type="application/json",
             ) from None
         dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
-        async with service.token_slots:  # bounds the text and ids held at once
-            sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
-            text = DOCUMENT_SEPARATOR.join(sample.texts)
-            # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the
-            # loop, and with the interpreter lock released (tokenizer/fast.py).
-            packed = await service.encode(tokenizer, text, max_tokens, _TYPECODES[dtype])
-            del text
-        headers = _headers(sample) | {
-            "X-DaisyChain-Token-Dtype": dtype,
-            "X-DaisyChain-Tokenizer-Sha256": tokenizer.sha256,
-        }
-        if encoding == "json":
-            body = _describe(sample) | {
-                "tokens": packed.tolist(),
-                "dtype": dtype,
-                "tokenizer_sha256": tokenizer.sha256,
+        async with _slot(service):
+            async with service.token_slots:  # bounds the text and ids held at once
+                sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
+                text = DOCUMENT_SEPARATOR.join(sample.texts)
+                # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the
+                # loop, and with the interpreter lock released (tokenizer/fast.py).
+                packed = await service.encode(tokenizer, text, max_tokens, _TYPECODES[dtype])
+                del text
+            headers = _headers(sample) | {
+                "X-DaisyChain-Token-Dtype": dtype,
+                "X-DaisyChain-Tokenizer-Sha256": tokenizer.sha256,
             }
-            return web.json_response(body, headers=headers)
-        assert packed.itemsize == (2 if dtype == "uint16" else 4), "unexpected C int width"
-        if sys.byteorder != "little":
-            packed.byteswap()
-        return web.Response(
-            body=packed.tobytes(), content_type="application/octet-stream", headers=headers
-        )
+            if encoding == "json":
+                body = _describe(sample) | {
+                    "tokens": packed.tolist(),
+                    "dtype": dtype,
+                    "tokenizer_sha256": tokenizer.sha256,
+                }
+                data = await service.work(_json_body, body)
+                del body
+                return await _send(request, data, "application/json", headers)
+            assert packed.itemsize == (2 if dtype == "uint16" else 4), "unexpected C int width"
+            if sys.byteorder != "little":
+                packed.byteswap()
+            return await _send(request, packed.tobytes(), "application/octet-stream", headers)
 
-    async def _window(self, request: web.Request) -> web.Response:
+    async def _window(self, request: web.Request) -> web.StreamResponse:
         """The addressed form: one window of a run's text, or a 503 that says why."""
         split = cast(fineweb.Split, _choice_param(request, "split", fineweb.SPLITS))
         missing = [name for name in ADDRESS_PARAMS if _param(request, name) is None]
@@ -225,22 +313,25 @@ class DataEndpoint:
                 }),
                 content_type="application/json",
             )  # fmt: skip
-        try:
-            sample = await service.window(split, seed, step, rank, max_chars)
-        except DataUnavailable as exc:
-            headers = {"Cache-Control": "no-store"}
-            if exc.retry_after_s is not None:
-                headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
-            raise web.HTTPServiceUnavailable(
-                text=_json({"error": exc.message, "hint": exc.hint}),
-                content_type="application/json",
-                headers=headers,
-            ) from None
-        body = _describe(sample) | {
-            "revision": revision, "split": split, "seed": seed, "step": step, "rank": rank,
-            "texts": sample.texts, "chars": sum(map(len, sample.texts)),
-        }  # fmt: skip
-        return web.json_response(body, headers=_headers(sample))
+        async with _slot(service):
+            try:
+                sample = await service.window(split, seed, step, rank, max_chars)
+            except DataUnavailable as exc:
+                headers = {"Cache-Control": "no-store"}
+                if exc.retry_after_s is not None:
+                    headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+                raise web.HTTPServiceUnavailable(
+                    text=_json({"error": exc.message, "hint": exc.hint}),
+                    content_type="application/json",
+                    headers=headers,
+                ) from None
+            body = _describe(sample) | {
+                "revision": revision, "split": split, "seed": seed, "step": step, "rank": rank,
+                "texts": sample.texts, "chars": sum(map(len, sample.texts)),
+            }  # fmt: skip
+            data = await service.work(_json_body, body)
+            del body
+            return await _send(request, data, "application/json", _headers(sample))
 
 
 def _describe(sample: TextSample) -> dict[str, Any]:

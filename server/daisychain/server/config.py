@@ -121,6 +121,17 @@ class DataConfig:
     # upstream reads stay bounded by max_concurrent_reads whoever asks.
     window_requests_per_s: float = 20.0
     window_burst: int = 100
+    # /data requests of every form served at once, from sampling to the body's last byte handed
+    # to the socket (an upstream read, the decode, the JSON and the write of ~1 MB each). The
+    # rest wait in line, at most requests_waiting of them; one more is refused at once (503,
+    # Retry-After, a hint) rather than queued. Fifty 1 MB requests from fifty addresses at once
+    # kept the event loop busy with their JSON and writes, all ready together: /healthz waited
+    # up to 364 ms (docs/BENCHMARKS.md, data). Four matches max_concurrent_reads.
+    requests_at_once: int = 4
+    requests_waiting: int = 128
+    # Threads decoding parquet and building JSON bodies for /data. Both hold the interpreter
+    # lock most of the time, so more threads add little and take it from the loop more often.
+    work_threads: int = 1
 
     def shard_url(self, shard: str) -> str:
         return f"{self.base_url.rstrip('/')}/datasets/{self.repo}/resolve/{self.revision}/{shard}"

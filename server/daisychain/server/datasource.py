@@ -44,10 +44,11 @@ import struct
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
 import aiohttp
 
@@ -63,6 +64,11 @@ _CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 # one row group for fineweb.STEPS_PER_ROW_GROUP steps, so keeping one per active rank saves 31
 # of every 32 upstream reads. A FineWeb-Edu row group is ~2-5 MB of text: 16 hold ~30-80 MB.
 WINDOW_ROW_GROUPS = 16
+DECODE_ROWS = 64  # rows turned into str at a time (_decode_texts): ~200 KB, a fraction of a ms
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class Tokenizer(Protocol):
@@ -97,6 +103,75 @@ class DataUnavailable(Exception):
     def __init__(self, message: str, hint: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.message, self.hint, self.retry_after_s = message, hint, retry_after_s
+
+
+class DataBusy(Exception):
+    """Every ``/data`` slot is taken and the line is full: refused at once (a 503 with
+    ``Retry-After``), not queued (``Admission``)."""
+
+    def __init__(self, waiting: int, retry_after_s: float) -> None:
+        super().__init__(f"the server is busy: {waiting} /data requests are waiting")
+        self.waiting, self.retry_after_s = waiting, retry_after_s
+
+
+class Admission:
+    """At most ``at_once`` ``/data`` requests are served at once and ``waiting`` more wait in
+    line, first come first served; one more is refused (``DataBusy``) rather than queued. The
+    work of a served request - its JSON and the write of its body - is ready on the event loop
+    only for the few in their slots, so the loop turns often enough for ``/healthz``,
+    ``/ws`` and the rest whatever the burst (docs/SERVER.md, "/data")."""
+
+    def __init__(
+        self, at_once: int, waiting: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        assert at_once >= 1 and waiting >= 0, f"bad admission bounds {at_once}, {waiting}"
+        self.at_once, self.max_waiting = at_once, waiting
+        self._slots = asyncio.Semaphore(at_once)
+        self._clock = clock
+        self.in_slots = 0
+        self.waiting = 0
+        self.refused = 0
+        self._hold_s = 0.05  # how long a slot is held, a moving average: for Retry-After
+        self._since: list[float] = []  # when each slot held now was taken, oldest first
+
+    def retry_after_s(self) -> float:
+        """When the line ahead of a new request will have been served, about (at least 1 s)."""
+        return max(1.0, (self.waiting + 1) * self._hold_s / self.at_once)
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting in line if there is room in it; else ``DataBusy`` at once."""
+        if self._slots.locked():
+            if self.waiting >= self.max_waiting:
+                self.refused += 1
+                raise DataBusy(self.waiting, self.retry_after_s())
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+        else:
+            await self._slots.acquire()
+        self.in_slots += 1
+        self._since.append(self._clock())
+
+    def release(self) -> None:
+        self.in_slots -= 1
+        self._slots.release()
+        self._hold_s += 0.2 * (self._clock() - self._since.pop(0) - self._hold_s)
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def status(self) -> dict[str, int]:
+        return {
+            "at_once": self.at_once, "in_slots": self.in_slots, "waiting": self.waiting,
+            "max_waiting": self.max_waiting, "refused": self.refused,
+        }  # fmt: skip
 
 
 class UpstreamState(enum.Enum):
@@ -158,7 +233,7 @@ class _RangeFile(io.RawIOBase):
         begin = self._pos - self._start
         if begin < 0 or begin >= len(self._data):
             raise OSError(f"read at {self._pos} outside the fetched range")
-        chunk = self._data[begin : begin + len(view)]
+        chunk = memoryview(self._data)[begin : begin + len(view)]  # no copy before the one
         view[: len(chunk)] = chunk
         self._pos += len(chunk)
         return len(chunk)
@@ -210,15 +285,30 @@ def _decode_texts(index: ShardIndex, row_group: int, start: int, data: bytes) ->
     table = pq.ParquetFile(source, metadata=index.metadata).read_row_group(
         row_group, columns=[TEXT_COLUMN]
     )
-    return [text for text in table.column(0).to_pylist() if isinstance(text, str)]
+    column = table.column(0)
+    # In slices: to_pylist holds the interpreter lock for the whole call (~4 ms for a 3 MB
+    # row group here), which the event loop would wait for; between slices it can take it.
+    texts: list[str] = []
+    for at in range(0, len(column), DECODE_ROWS):
+        texts += (
+            text for text in column.slice(at, DECODE_ROWS).to_pylist() if isinstance(text, str)
+        )
+    return texts
 
 
 class FineWebReader:
     """Range reads of parquet shards behind one base URL, with footers cached per shard."""
 
-    def __init__(self, config: DataConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        config: DataConfig,
+        session: aiohttp.ClientSession,
+        executor: Executor | None = None,
+    ) -> None:
+        """``executor`` decodes footers and row groups (None: asyncio's default executor)."""
         self.config = config
         self.session = session
+        self._executor = executor
         self._indexes: dict[str, ShardIndex] = {}
         self._loading: dict[str, asyncio.Task[ShardIndex]] = {}
         self._resolved: dict[str, tuple[str, float]] = {}  # shard -> (CDN URL, expires at)
@@ -247,7 +337,7 @@ class FineWebReader:
         if len(data) != length:
             raise UpstreamError(f"asked for {length} bytes, got {len(data)}")
         try:
-            return await asyncio.to_thread(_decode_texts, index, row_group, start, data)
+            return await self._run(_decode_texts, index, row_group, start, data)
         except (OSError, ValueError) as exc:
             raise UpstreamError(f"cannot decode row group {row_group} of {shard}: {exc}") from None
 
@@ -259,13 +349,17 @@ class FineWebReader:
             start = size - needed
             head, _ = await self._get(shard, f"bytes={start}-{size - len(tail) - 1}")
             tail = head + tail
-        index = await asyncio.to_thread(_index_from_footer, tail[-needed:], size)
+        index = await self._run(_index_from_footer, tail[-needed:], size)
         self._indexes[shard] = index
         log.info(
             "fineweb shard %s: %d row groups, %d bytes", shard, len(index.rows), size,
             extra={"fields": {"shard": shard, "row_groups": len(index.rows), "size": size}},
         )  # fmt: skip
         return index
+
+    async def _run(self, job: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        call = functools.partial(job, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def _get(self, shard: str, byte_range: str) -> tuple[bytes, int]:
         """One range GET; returns the body and the total file size from Content-Range."""
@@ -317,7 +411,12 @@ class DataService:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self.reader = FineWebReader(config, session) if session is not None else None
+        # Parquet decoding and JSON bodies, off the loop, on a bounded pool of their own.
+        self._work_pool = ThreadPoolExecutor(config.work_threads, thread_name_prefix="data")
+        self.admission = Admission(config.requests_at_once, config.requests_waiting, clock)
+        self.reader = (
+            FineWebReader(config, session, self._work_pool) if session is not None else None
+        )
         self._fallback_text = fallback_text
         self._tokenizer_loader = tokenizer
         self._tokenizer: Tokenizer | None = None
@@ -356,6 +455,7 @@ class DataService:
             "retry_in_s": round(retry_in, 1) if self.state is UpstreamState.BACKOFF else None,
             "served": dict(self.served),
             "windows_served": self.windows_served,
+            "requests": self.admission.status(),
         }
 
     def _upstream_usable(self) -> bool:
@@ -469,8 +569,15 @@ class DataService:
         )
         return await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, job)
 
+    async def work(self, job: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``job`` on the data worker threads (``DataConfig.work_threads``), never on the loop:
+        decoding, and building a response body of up to ~1 MB."""
+        call = functools.partial(job, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._work_pool, call)
+
     def close(self) -> None:
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
+        self._work_pool.shutdown(wait=False, cancel_futures=True)
 
     async def builtin_text(self) -> str:
         """The built-in corpus (~12 M characters, ~24 MB as a str), loaded on first use."""
