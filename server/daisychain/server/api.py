@@ -67,7 +67,7 @@ ADDRESS_PARAMS = ("revision", "seed", "step", "rank", "max_chars")
 # 2^63 - 1 has 19 digits; more is out of every bound here, so int() never sees a huge string.
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _TYPECODES = {"uint16": "H", "uint32": "I"}
-# _json_body's pieces: ~0.1 ms each, so the worker gives the interpreter lock up often.
+# json_body's pieces: ~0.1 ms each, so the worker gives the interpreter lock up often.
 JSON_PIECE_CHARS = 16_384
 JSON_PIECE_ITEMS = 4096
 SEND_PIECE_BYTES = 64 * 1024  # _send's pieces
@@ -84,7 +84,7 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _json_body(body: dict[str, Any]) -> bytes:
+def json_body(body: dict[str, Any]) -> bytes:
     """``body`` as compact JSON, on a data worker thread. Its lists (``texts``: up to 1 000 000
     characters; ``tokens``: up to 131 072 ids) are written piece by piece: ``json.dumps`` holds
     the interpreter lock for the whole of one call (6-13 ms for 1 MB here), which the loop
@@ -239,7 +239,7 @@ class DataEndpoint:
                 body = _describe(sample) | {
                     "texts": sample.texts, "chars": sum(map(len, sample.texts))
                 }  # fmt: skip
-                data = await service.work(_json_body, body)
+                data = await service.work(json_body, body)
                 del body
                 return await _send(request, data, "application/json", _headers(sample))
         max_tokens = _int_param(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_TOKENS_LIMIT)
@@ -275,7 +275,7 @@ class DataEndpoint:
                     "dtype": dtype,
                     "tokenizer_sha256": tokenizer.sha256,
                 }
-                data = await service.work(_json_body, body)
+                data = await service.work(json_body, body)
                 del body
                 return await _send(request, data, "application/json", headers)
             assert packed.itemsize == (2 if dtype == "uint16" else 4), "unexpected C int width"
@@ -329,7 +329,7 @@ class DataEndpoint:
                 "revision": revision, "split": split, "seed": seed, "step": step, "rank": rank,
                 "texts": sample.texts, "chars": sum(map(len, sample.texts)),
             }  # fmt: skip
-            data = await service.work(_json_body, body)
+            data = await service.work(json_body, body)
             del body
             return await _send(request, data, "application/json", _headers(sample))
 
