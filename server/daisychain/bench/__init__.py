@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "identity": ("daisychain.bench.identity", "every compute path trains to the same bits"),
     "kernels": ("daisychain.bench.kernels", "every int8 GEMM backend and training tier, one run"),
     "mesh": ("daisychain.bench.mesh", "bytes on the wire, exchange goodput, step time split"),
+    "pool": ("daisychain.bench.pool", "unequal devices together against each one alone"),
     "signaling": ("daisychain.bench.signaling", "WebSocket relay through one server; attacks"),
     "step": ("daisychain.bench.step", "training tokens/s of the contract against PyTorch"),
 }
