@@ -1,69 +1,87 @@
 """The bandwidth-optimal gradient exchange: who reduces what, and the pinned arithmetic.
 
-With a roster of N peers (in committed order) the flattened gradient's B blocks are cut into N
-contiguous chunks, chunk k = blocks [floor(k B / N), floor((k + 1) B / N)), owned by roster[k].
+With a roster of N peers (in committed order) and their shares ``s`` of the step's ``G``
+sequences (``p2p.shares``), the flattened gradient's B blocks are cut into N contiguous chunks
+in proportion to the shares: with cumulative shares ``c``, chunk k = blocks
+[floor(B c[k] / G), floor(B c[k+1] / G)), owned by roster[k]. A chunk may be empty (a share of
+0 always gives one); nothing is sent for it.
 
-1. Every peer quantizes its whole gradient (codec.encode) and sends chunk k to roster[k]
-   (reduce-scatter). It keeps only the dequantized values of what it sent: the sender uses
-   exactly what the receiver decodes.
-2. The owner of chunk k sums the N dequantized contributions in roster order with float32 adds,
-   ``acc = d[0]; acc = acc + d[1]; ...; acc = acc + d[N-1]``, then divides by float32(N)
-   (one correctly rounded division), quantizes the result once (codec.encode) and sends it to
-   every other roster peer (all-gather).
-3. Every peer, the owner included, dequantizes the N reduced chunks into the flat mean gradient
+1. Every contributor (share > 0) quantizes its mean gradient (codec.encode) and sends chunk k
+   to roster[k] (reduce-scatter). It keeps only the dequantized values of what it sent: the
+   sender uses exactly what the receiver decodes.
+2. The owner of chunk k weights each contributor's dequantized values by its share and sums
+   them in roster order with float32 operations, ``acc = d[j0] * s[j0]; acc = acc + d[j1] *
+   s[j1]; ...``, then divides by float32(G) (one correctly rounded division). Each product is
+   exact: |q| * s <= 127 * 4096 < 2^24 and q 2^e s stays a normal float32. It quantizes the
+   result once (codec.encode) and sends it to every other roster peer (all-gather).
+3. Every peer, the owner included, dequantizes the reduced chunks into the flat mean gradient
    and hands it to ``training.apply_grads``.
 
-Each step every peer sends (N-1)/N of the gradient twice at about one byte per value: a float32
-full mesh sends 4 (N-1) bytes per value, so the ratio is about 1 / (2N) before compression.
+Each step every peer sends about (N-1)/N of the gradient twice at one byte per value (equal
+shares): a float32 full mesh sends 4 (N-1) bytes per value, so the ratio is about 1 / (2N)
+before compression.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from daisychain.p2p import codec
+from daisychain.p2p import shares as share_rules
 
 FloatArray = npt.NDArray[np.float32]
 
 
-def chunk_blocks(total_blocks: int, n: int, k: int) -> tuple[int, int]:
-    """[first, end) block indices of chunk ``k`` of ``n``."""
-    assert 0 <= k < n, f"chunk {k} of {n}"
-    return total_blocks * k // n, total_blocks * (k + 1) // n
+def chunk_blocks(total_blocks: int, shares: Sequence[int], k: int) -> tuple[int, int]:
+    """[first, end) block indices of chunk ``k`` of a roster with these shares."""
+    c = share_rules.offsets(shares)
+    g = c[-1]
+    assert 0 <= k < len(shares) and g > 0, f"chunk {k} of shares {list(shares)}"
+    return total_blocks * c[k] // g, total_blocks * c[k + 1] // g
 
 
-def chunk_slice(total_blocks: int, n: int, k: int) -> slice:
+def chunk_slice(total_blocks: int, shares: Sequence[int], k: int) -> slice:
     """The values of chunk ``k`` in the flattened gradient."""
-    first, end = chunk_blocks(total_blocks, n, k)
+    first, end = chunk_blocks(total_blocks, shares, k)
     return slice(first * codec.BLOCK, end * codec.BLOCK)
 
 
-def reduce_chunk(contributions: list[FloatArray]) -> FloatArray:
-    """Mean of dequantized contributions in roster order (pinned float32 sequence)."""
-    assert contributions, "a roster has at least one peer"
-    acc = contributions[0].copy()
-    for d in contributions[1:]:
-        np.add(acc, d, out=acc)  # one correctly rounded float32 add per roster peer, in order
-    np.divide(acc, np.float32(len(contributions)), out=acc)
+def reduce_chunk(contributions: list[FloatArray], weights: list[int], total: int) -> FloatArray:
+    """The weighted mean ``sum(d * s) / G`` of the contributors' dequantized values, in roster
+    order (pinned float32 sequence)."""
+    assert contributions and len(contributions) == len(weights), "one weight per contribution"
+    assert all(w >= 1 for w in weights) and sum(weights) == total, (weights, total)
+    acc = np.multiply(contributions[0], np.float32(weights[0]))  # exact (see the docstring)
+    for d, w in zip(contributions[1:], weights[1:], strict=True):
+        np.add(acc, np.multiply(d, np.float32(w)), out=acc)  # exact product, one rounded add
+    np.divide(acc, np.float32(total), out=acc)
     return acc
 
 
-def exchange_locally(flat_grads: list[FloatArray]) -> tuple[FloatArray, int]:
+def exchange_locally(flat_grads: list[FloatArray], shares: Sequence[int]) -> tuple[FloatArray, int]:
     """The whole exchange in one process, for tests and benchmarks: the mean gradient every
-    peer applies, and the payload bytes one peer sends (the largest over peers)."""
+    peer applies, and the payload bytes one peer sends (the largest over peers).
+    ``flat_grads[k]`` is roster peer k's mean gradient (ignored for a share of 0)."""
     n = len(flat_grads)
+    assert len(shares) == n
     total_blocks = flat_grads[0].size // codec.BLOCK
+    g = sum(shares)
+    contributors = [j for j in range(n) if shares[j] > 0]
     sent = [0] * n
     out = np.empty_like(flat_grads[0])
     for k in range(n):
-        sl = chunk_slice(total_blocks, n, k)
+        sl = chunk_slice(total_blocks, shares, k)
+        if sl.start == sl.stop:
+            continue
         parts = []
-        for j, g in enumerate(flat_grads):
-            payload, deq = codec.encode(g[sl])
+        for j in contributors:
+            payload, deq = codec.encode(flat_grads[j][sl])
             if j != k:
                 sent[j] += len(payload)
             parts.append(deq)
-        payload, out[sl] = codec.encode(reduce_chunk(parts))
+        payload, out[sl] = codec.encode(reduce_chunk(parts, [shares[j] for j in contributors], g))
         sent[k] += len(payload) * (n - 1)
     return out, max(sent)
