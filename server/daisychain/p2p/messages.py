@@ -16,11 +16,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast, get_args
 
+from daisychain.p2p.shares import MAX_GLOBAL_BATCH
 from daisychain.p2p.versions import CONTRACT_VERSION, DATA_PROTOCOL_VERSION
 from daisychain.wire.fields import PEER_ID_RE, Fields
 
 MAX_MESSAGE_BYTES = 16 * 1024
 MAX_ROSTER = 64
+MAX_SEQ_S = 1e6  # seconds per sequence a peer may report (about 11 days: anything is allowed)
 RUN_ID_RE = re.compile(r"[0-9a-f]{16}")
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 U32_MAX = 2**32 - 1
@@ -99,17 +101,20 @@ class Config:
     tokenizer_sha256: str
     resume_step: int
     resume_hash: str | None
+    global_batch: int  # sequences per step, shared out by the roster (docs/PROTOCOL.md)
     type: Literal["config"] = "config"
 
 
 @dataclass(frozen=True)
 class Ready:
-    """Peer -> leader: my state is at ``step`` with ``hash``; I have open channels to ``peers``."""
+    """Peer -> leader: my state is at ``step`` with ``hash``; I have open channels to ``peers``;
+    I compute one sequence in ``seq_s`` seconds (0: not measured yet)."""
 
     run: str
     step: int
     hash: str
     peers: list[str]
+    seq_s: float
     type: Literal["ready"] = "ready"
 
 
@@ -123,12 +128,14 @@ class SyncRequest:
 
 @dataclass(frozen=True)
 class Roster:
-    """Leader -> all: step ``step`` (1-based) is computed by ``peers``, in this order."""
+    """Leader -> all: step ``step`` (1-based) is computed by ``peers``, in this order; peer
+    ``k`` computes ``shares[k]`` of the run's ``global_batch`` sequences."""
 
     run: str
     step: int
     round: int
     peers: list[str]
+    shares: list[int]
     type: Literal["roster"] = "roster"
 
 
@@ -136,7 +143,8 @@ class Roster:
 class StepHash:
     """Peer -> all: after applying ``step`` my state hash is ``hash`` (the sync guard); my
     kernel probe (``daisychain.gpu.probe``) through the ``backend`` that computed it is
-    ``probe``, which must equal every other device's."""
+    ``probe``, which must equal every other device's; I compute one sequence in ``seq_s``
+    seconds (what the leader's shares are made of)."""
 
     run: str
     step: int
@@ -145,6 +153,7 @@ class StepHash:
     loss: float
     probe: str
     backend: str
+    seq_s: float
     type: Literal["hash"] = "hash"
 
 
@@ -318,6 +327,7 @@ def parse(raw: str) -> Message:
             tokenizer_sha256=f.hash("tokenizer_sha256"),
             resume_step=resume_step,
             resume_hash=resume_hash,
+            global_batch=f.integer("global_batch", 0, U32_MAX),
         )
     if kind == "ready":
         return Ready(
@@ -325,6 +335,7 @@ def parse(raw: str) -> Message:
             step=f.integer("step", 0, U32_MAX),
             hash=f.hash("hash"),
             peers=f.ids("peers", MAX_ROSTER),
+            seq_s=f.number("seq_s", 0.0, MAX_SEQ_S),
         )
     if kind == "sync-request":
         return SyncRequest(run=f.run())
@@ -337,6 +348,7 @@ def parse(raw: str) -> Message:
             step=f.integer("step", 1, U32_MAX),
             round=f.integer("round", 0, 255),
             peers=peers,
+            shares=f.shares("shares", len(peers)),
         )
     if kind == "hash":
         return StepHash(
@@ -347,6 +359,7 @@ def parse(raw: str) -> Message:
             loss=f.number("loss", -math.inf, math.inf),
             probe=f.hash("probe"),
             backend=f.text("backend", 32),
+            seq_s=f.number("seq_s", 0.0, MAX_SEQ_S),
         )
     if kind == "missing":
         return Missing(
@@ -405,3 +418,18 @@ class _Fields(Fields):
 
     def hash(self, name: str) -> str:
         return self.matching(name, HASH_RE, "64 lowercase hex digits (SHA-256)")
+
+    def shares(self, name: str, count: int) -> list[int]:
+        """One share per roster peer, each an integer in [0, MAX_GLOBAL_BATCH] (whether they
+        sum to the run's global batch is the machine's check: it knows the config)."""
+        value = self.obj_.get(name)
+        if (
+            not isinstance(value, list)
+            or len(value) != count
+            or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_GLOBAL_BATCH
+                for v in value
+            )
+        ):
+            raise self.bad(name, f"a list of {count} integers in [0, {MAX_GLOBAL_BATCH}]")
+        return list(value)

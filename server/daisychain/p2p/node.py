@@ -28,7 +28,7 @@ from daisychain import fineweb, training
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
-from daisychain.p2p import allreduce, codec, frames, messages
+from daisychain.p2p import allreduce, codec, frames, messages, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
@@ -65,13 +65,43 @@ class StepRecord:
     loss: float
     hash: str
     roster: tuple[str, ...]
-    tokens: int
+    shares: tuple[int, ...]  # the roster's: sequences each peer computed
+    share: int  # this peer's (0: it followed without computing)
+    tokens: int  # the whole group's this step (global batch x sequence length)
     compute_s: float
     exchange_s: float
     bytes_sent: int
     leader: str
     probe: str
     backend: str
+
+
+def _mean_gradient(
+    state: training.TrainState,
+    rows: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+    count: int,
+) -> tuple[float, npt.NDArray[np.float32] | None]:
+    """(loss, flat mean gradient) over ``count`` sequences given as lane pieces (None for a
+    share of 0). Pieces combine as ``sum(g * rows) / count`` in float32, piece order
+    (docs/PROTOCOL.md, "A contributor's mean gradient"); one piece is the model's own mean."""
+    if not rows:
+        return 0.0, None
+    flat: npt.NDArray[np.float32] | None = None
+    loss = np.float32(0)
+    for x, y in rows:
+        piece_loss, grads = training.compute_grads(state, x, y)
+        g = codec.flatten(grads)
+        if len(rows) == 1:
+            return float(piece_loss), g
+        r = np.float32(len(x))
+        if flat is None:
+            flat, loss = g * r, np.float32(piece_loss * r)
+        else:
+            np.add(flat, g * r, out=flat)
+            loss = np.float32(loss + np.float32(piece_loss * r))
+    assert flat is not None
+    np.divide(flat, np.float32(count), out=flat)
+    return float(np.float32(loss / np.float32(count))), flat
 
 
 def from_mesh(e: MeshEvent) -> Input:
@@ -140,6 +170,9 @@ class Node:
         self._computed_at: dict[tuple[int, int], float] = {}
         self._bytes: dict[tuple[int, int], int] = {}
         self.bytes_sent = 0
+        # Seconds per sequence of this peer's gradients (exponential average, the newest step
+        # weighted 1/2): what the leader shares the step's sequences by. 0: never measured.
+        self.seq_s = 0.0
 
     # -- what the CLI, the demo and the tests look at -------------------------------------------
 
@@ -316,6 +349,7 @@ class Node:
             tokenizer_sha256=self.tokenizer_sha256,
             resume_step=state.step,
             resume_hash=self.replica.hash if state.step > 0 else None,
+            global_batch=lead.global_batch or mc.batch * max(1, lead.min_peers),
         )
 
     # -- compute, records, saves ----------------------------------------------------------------
@@ -325,31 +359,38 @@ class Node:
         config = self.machine.config
         assert state is not None and config is not None
         revision = fineweb.revision_of(config.data)  # the data rule accepted it
-        batch: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
-        if revision is None:
-            batch = training.next_batch(state, self.tokens, c.rank)
         cfg = state.cfg
-        address = Address(state.seed, state.step, c.rank, cfg.batch, cfg.seq_len)
+        count = c.shares[c.rank]
+        # Our positions of the step's global batch, cut at lane boundaries (docs/PROTOCOL.md,
+        # "Gradient chunks"): at most one lane's activations at a time.
+        parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
         total_blocks = codec.n_blocks(sum(g.size for g in state.params.values()))
         probe = self.compute.probe
+        Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
-        def compute(
-            x: npt.NDArray[np.int64], y: npt.NDArray[np.int64]
-        ) -> tuple[float, tuple[bytes, ...], str, float]:
+        def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float]:
             t0 = time.perf_counter()
-            loss, grads = training.compute_grads(state, x, y)
+            loss, flat = _mean_gradient(state, rows, count)
+            seconds = time.perf_counter() - t0
             probe_hash = probe()
-            flat = codec.flatten(grads)
             payloads = tuple(
-                codec.encode(flat[allreduce.chunk_slice(total_blocks, c.peers, k)])[0]
-                for k in range(c.peers)
-            )
-            return float(loss), payloads, probe_hash, time.perf_counter() - t0
+                b"" if flat is None or sl.start == sl.stop else codec.encode(flat[sl])[0]
+                for sl in (allreduce.chunk_slice(total_blocks, c.shares, k)
+                           for k in range(c.peers))
+            )  # fmt: skip
+            return loss, payloads, probe_hash, seconds
+
+        async def lane(piece: shares.Piece) -> Rows:
+            if revision is None:
+                x, y = training.next_batch(state, self.tokens, piece.lane)
+            else:  # a FineWeb-Edu window, prefetched while earlier steps computed (datafeed)
+                address = Address(state.seed, state.step, piece.lane, cfg.batch, cfg.seq_len)
+                x, y = await self._fetch_batch(address)
+            return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
 
         async def task() -> None:
             try:
-                # A FineWeb-Edu batch was prefetched while earlier steps computed (datafeed).
-                x, y = batch if batch is not None else await self._fetch_batch(address)
+                rows = [await lane(piece) for piece in parts]
             except DataUnavailable as exc:
                 # Never train on other text: leave the run cleanly and say why.
                 self.data_error = exc
@@ -357,7 +398,7 @@ class Node:
                 self.inbox.put_nowait(lambda now: ev.UserLeave(now, reason))
                 return
             try:
-                loss, payloads, probe_hash, seconds = await asyncio.to_thread(compute, x, y)
+                loss, payloads, probe_hash, seconds = await asyncio.to_thread(compute, rows)
             except Exception as exc:  # reported to the machine, which stops the run
                 error = repr(exc)
                 self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
@@ -365,8 +406,14 @@ class Node:
                 key = (c.step, c.round)
                 self._compute_s[key] = seconds
                 self._computed_at[key] = time.perf_counter()
+                if count:
+                    newest = seconds / count
+                    self.seq_s = newest if self.seq_s == 0 else (self.seq_s + newest) / 2
+                seq_s = self.seq_s
                 self.inbox.put_nowait(
-                    lambda now: ev.ComputeDone(now, c.step, c.round, loss, payloads, probe_hash)
+                    lambda now: ev.ComputeDone(
+                        now, c.step, c.round, loss, payloads, probe_hash, seq_s
+                    )
                 )
 
         self._spawn(task())
@@ -384,7 +431,8 @@ class Node:
         assert state is not None
         record = StepRecord(
             step=a.step, round=a.round, loss=a.loss, hash=a.hash, roster=a.roster,
-            tokens=state.cfg.tokens * len(a.roster), compute_s=self._compute_s.pop(key, 0.0),
+            shares=a.shares, share=a.shares[a.roster.index(self.id)] if self.id in a.roster else 0,
+            tokens=sum(a.shares) * state.cfg.seq_len, compute_s=self._compute_s.pop(key, 0.0),
             exchange_s=time.perf_counter() - self._computed_at.pop(key, time.perf_counter()),
             bytes_sent=self._bytes.pop(key, 0), leader=a.leader, probe=a.probe,
             backend=a.backend,

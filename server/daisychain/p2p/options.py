@@ -25,6 +25,9 @@ class LeadConfig:
     batch: int | None = None
     seq_len: int | None = None
     min_peers: int = 1
+    # Sequences per step, shared out by capacity (config.global_batch); None: the batch per
+    # device times min_peers (what min_peers equal devices computed in protocol version 1).
+    global_batch: int | None = None
     resume: str | None = None  # checkpoint file to restore the group from
     # config.data: "builtin", or "fineweb@REV" (FineWeb-Edu at the server's revision REV)
     data: str = "builtin"

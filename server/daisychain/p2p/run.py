@@ -66,9 +66,13 @@ class CommittedRoster:
     step: int  # the step this roster computes (1-based)
     round: int  # attempt; a failed attempt is re-committed with round + 1
     peers: tuple[str, ...]  # roster order = rank order = summation order
+    shares: tuple[int, ...]  # sequences each peer computes, summing to the global batch
 
     def rank(self, peer: str) -> int:
         return self.peers.index(peer)
+
+    def share(self, peer: str) -> int:
+        return self.shares[self.rank(peer)]
 
 
 def make_roster(candidates: set[str] | list[str]) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from daisychain.model.config import PRESETS, ConfigError, ModelConfig
 from daisychain.optim import AdamWConfig, OptimizerError
 from daisychain.p2p import messages
 from daisychain.p2p.footprint import MIB, Footprint, estimate
+from daisychain.p2p.shares import MAX_GLOBAL_BATCH
 
 # Step counts enter float32 arithmetic (warm-up ratio, bias corrections): exact below 2^24.
 MAX_EXACT_STEPS = 2**24 - 1
@@ -107,6 +108,10 @@ class RunConfig:
     def resume_hash(self) -> str | None:
         return self.message.resume_hash
 
+    @property
+    def global_batch(self) -> int:
+        return self.message.global_batch
+
 
 # Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
 _MODEL_HINTS = {
@@ -133,6 +138,7 @@ def parse(
     limits = limits or Limits()
     _check_data(cfg, tokenizer_sha256, vocab_size, data_sources)
     model = _model(cfg.model)
+    _check_global_batch(cfg)
     _check_preset(cfg.preset, model)
     _check_run(cfg)
     optim = _optim(cfg.optim, cfg.steps)
@@ -178,6 +184,17 @@ def _check_data(
             f"{cfg.model.vocab_size} tokens; this peer has {tokenizer_sha256[:12]}... with "
             f"{vocab_size}",
             "every peer of a run must ship the same tokenizer: run the same DaisyChain version",
+        )
+
+
+def _check_global_batch(cfg: messages.Config) -> None:
+    if not 1 <= cfg.global_batch <= MAX_GLOBAL_BATCH:
+        raise Incompatible(
+            "global-batch",
+            f"global batch {cfg.global_batch} outside [1, {MAX_GLOBAL_BATCH}]",
+            "the leader must choose between 1 and "
+            f"{MAX_GLOBAL_BATCH} sequences per step (shares multiply int8 values exactly only "
+            "up to there)",
         )
 
 

@@ -50,6 +50,11 @@ class Attempt:
         self.rank = rank
         self.n = len(roster.peers)
         self.total_blocks = total_blocks
+        # Shares (protocol v2): who contributes, and which chunks are not empty.
+        self.shares = roster.shares
+        self.global_batch = sum(roster.shares)
+        self.contributors = tuple(j for j in range(self.n) if roster.shares[j] > 0)
+        self.chunks = tuple(k for k in range(self.n) if self.chunk_blocks(k) > 0)
         self.phase = AttemptPhase.COMPUTING
         self.contributions: dict[int, FloatArray] = {}  # for my chunk: rank -> values
         self.reduced: dict[int, FloatArray] = {}  # chunk -> values
@@ -92,35 +97,51 @@ class Attempt:
             self.reduced = dict.fromkeys(self.reduced, empty)
 
     def chunk_blocks(self, k: int) -> int:
-        first, end = allreduce.chunk_blocks(self.total_blocks, self.n, k)
+        first, end = allreduce.chunk_blocks(self.total_blocks, self.shares, k)
         return end - first
 
+    @property
+    def contributes(self) -> bool:
+        """This peer computes a gradient (its share is not 0)."""
+        return self.shares[self.rank] > 0
+
+    @property
+    def owns_chunk(self) -> bool:
+        """This peer reduces a chunk (its chunk is not empty)."""
+        return self.rank in self.chunks
+
     def computed_with(self, loss: float, payloads: tuple[bytes, ...], probe: str) -> None:
-        """Our gradient is in: keep what we send, and our own chunk's contribution as the
-        dequantized values of what we encoded (never the float gradient)."""
+        """Our gradient is in (or, with a share of 0, only the probe): keep what we send, and
+        our own chunk's contribution as the dequantized values of what we encoded (never the
+        float gradient)."""
         self.transition(AttemptPhase.EXCHANGING)
         self.loss, self.sent, self.probe = loss, payloads, probe
-        own = payloads[self.rank]
-        self.contributions[self.rank] = codec.decode(own, self.chunk_blocks(self.rank))
+        if self.contributes and self.owns_chunk:
+            own = payloads[self.rank]
+            self.contributions[self.rank] = codec.decode(own, self.chunk_blocks(self.rank))
 
     def reduce(self) -> bytes | None:
-        """Our reduced chunk once every contribution is in (roster order: the pinned sum
-        order); None before, or when already reduced."""
-        if self.rank in self.reduced or len(self.contributions) < self.n:
+        """Our reduced chunk once every contributor's part is in (roster order: the pinned sum
+        order, each weighted by its share); None before, when already reduced, or when our
+        chunk is empty."""
+        if not self.owns_chunk or self.rank in self.reduced:
             return None
-        parts = [self.contributions[j] for j in range(self.n)]
-        payload, values = codec.encode(allreduce.reduce_chunk(parts))
+        if any(j not in self.contributions for j in self.contributors):
+            return None
+        parts = [self.contributions[j] for j in self.contributors]
+        weights = [self.shares[j] for j in self.contributors]
+        payload, values = codec.encode(allreduce.reduce_chunk(parts, weights, self.global_batch))
         self.reduced[self.rank] = values
         self.reduced_payload[self.rank] = payload
         return payload
 
     def complete(self) -> bool:
-        return self.phase is AttemptPhase.EXCHANGING and len(self.reduced) == self.n
+        return self.phase is AttemptPhase.EXCHANGING and all(k in self.reduced for k in self.chunks)
 
     def mean_gradient(self) -> FloatArray:
         flat = np.empty(self.total_blocks * codec.BLOCK, dtype=np.float32)
-        for k in range(self.n):
-            flat[allreduce.chunk_slice(self.total_blocks, self.n, k)] = self.reduced[k]
+        for k in self.chunks:
+            flat[allreduce.chunk_slice(self.total_blocks, self.shares, k)] = self.reduced[k]
         return flat
 
     def missing_from(self) -> set[str]:
@@ -128,7 +149,8 @@ class Attempt:
         out: set[str] = set()
         if self.applied:
             return out
-        if self.rank not in self.reduced:
-            out |= {p for j, p in enumerate(self.roster.peers) if j not in self.contributions}
-        out |= {p for k, p in enumerate(self.roster.peers) if k not in self.reduced}
-        return out - {self.roster.peers[self.rank]}
+        peers = self.roster.peers
+        if self.owns_chunk and self.rank not in self.reduced:
+            out |= {peers[j] for j in self.contributors if j not in self.contributions}
+        out |= {peers[k] for k in self.chunks if k not in self.reduced}
+        return out - {peers[self.rank]}

@@ -42,13 +42,19 @@ class Close:
 
 @dataclass(frozen=True)
 class Compute:
-    """Compute this replica's gradient of step ``step`` (its state is at ``step - 1``) as
-    roster rank ``rank`` of ``peers`` and answer with ``ComputeDone``/``ComputeFailed``."""
+    """Compute this replica's mean gradient of step ``step`` (its state is at ``step - 1``)
+    over its positions as roster rank ``rank`` of a roster with these ``shares`` (only the
+    kernel probe for a share of 0), cut into the roster's chunks, and answer with
+    ``ComputeDone``/``ComputeFailed``."""
 
     step: int
     round: int
     rank: int
-    peers: int
+    shares: tuple[int, ...]
+
+    @property
+    def peers(self) -> int:
+        return len(self.shares)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class StepApplied:
     loss: float
     hash: str
     roster: tuple[str, ...]
+    shares: tuple[int, ...]
     probe: str
     backend: str
     leader: str

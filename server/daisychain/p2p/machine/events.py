@@ -57,8 +57,10 @@ class FrameReceived:
 @dataclass(frozen=True)
 class ComputeDone:
     """The gradient asked for by a ``Compute`` effect: one quantized chunk payload per roster
-    peer (``payloads[k]`` goes to the owner of chunk ``k``; ours stays), the batch loss and the
-    kernel probe of the backend that computed it."""
+    peer (``payloads[k]`` goes to the owner of chunk ``k``; ours stays; empty bytes for an
+    empty chunk, all of them with a share of 0), the batch loss, the kernel probe of the
+    backend that computed it, and the shell's smoothed seconds per sequence (0: never
+    measured)."""
 
     now: float
     step: int
@@ -66,6 +68,7 @@ class ComputeDone:
     loss: float
     payloads: tuple[bytes, ...]
     probe: str
+    seq_s: float
 
 
 @dataclass(frozen=True)

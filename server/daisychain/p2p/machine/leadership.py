@@ -30,6 +30,9 @@ class Leadership:
         self.ready: dict[str, messages.Ready] = {}
         self.sync_wanted: set[str] = set()
         self.missing_reports: dict[Key, set[str]] = {}
+        # Seconds per sequence each peer last reported (ready, hash; ours from compute-done):
+        # what the leader's shares are made of (p2p.shares.allot). 0: not measured.
+        self.speeds: dict[str, float] = {}
         self.end_requested = ""  # leader: end the run at the next boundary (the reason)
 
     @property
@@ -62,6 +65,7 @@ class Leadership:
 
     def forget(self, peer: str) -> None:
         self.ready.pop(peer, None)
+        self.speeds.pop(peer, None)
         self.sync_wanted.discard(peer)
 
     def eligible(self, gone: set[str], step: int, digest: str) -> list[str]:

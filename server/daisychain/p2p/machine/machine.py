@@ -22,7 +22,7 @@ from typing import cast
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.params import param_shapes
-from daisychain.p2p import DATA_PROTOCOL_VERSION, codec, frames, messages, run, runconfig
+from daisychain.p2p import DATA_PROTOCOL_VERSION, codec, frames, messages, run, runconfig, shares
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
@@ -287,10 +287,15 @@ class Machine:
         lead = self.leadership
         if isinstance(m, messages.Ready):
             lead.ready[peer] = m
+            lead.speeds[peer] = m.seq_s
         elif isinstance(m, messages.SyncRequest):
             lead.sync_wanted.add(peer)
         elif isinstance(m, messages.Roster):
-            r = CommittedRoster(m.step, m.round, tuple(m.peers))
+            wrong = shares.check(m.shares, len(m.peers), cfg.global_batch)
+            if wrong is not None:
+                self._reject(peer, "bad-message", f"roster of step {m.step}: {wrong}")
+                return
+            r = CommittedRoster(m.step, m.round, tuple(m.peers), tuple(m.shares))
             if peer != lead.leader:
                 # Our view of who left may lag behind the sender's: hold it; if the successor
                 # rule later names the sender, it is applied then.
@@ -298,6 +303,7 @@ class Machine:
             else:
                 self._accept_roster(r)
         elif isinstance(m, messages.StepHash):
+            lead.speeds[peer] = m.seq_s
             self.guard.check_probe(peer, m.step, m.probe, m.backend)
             self.guard.record(peer, (m.step, m.round), m.hash, m.backend)
         elif isinstance(m, messages.Missing):
@@ -397,8 +403,16 @@ class Machine:
     def _ready(self) -> messages.Ready:
         assert self.config is not None
         return messages.Ready(
-            self.config.run, self.replica.step, self.replica.hash, self.peers.live_open()
+            self.config.run,
+            self.replica.step,
+            self.replica.hash,
+            self.peers.live_open(),
+            self._seq_s(),
         )
+
+    def _seq_s(self) -> float:
+        """This peer's seconds per sequence as last measured by its shell (0: never)."""
+        return self.leadership.speeds.get(self.id, 0.0)
 
     def _on_greeted(self, peer: str) -> None:
         if self.is_leader and self.config is not None:
@@ -407,7 +421,8 @@ class Machine:
             self._send(peer, self.config)
             r = self.leadership.roster
             if r is not None:
-                self._send(peer, messages.Roster(self.config.run, r.step, r.round, list(r.peers)))
+                self._send(peer, messages.Roster(self.config.run, r.step, r.round, list(r.peers),
+                                                 list(r.shares)))  # fmt: skip
 
     def _peer_gone(self, peer: str, why: str) -> None:
         if not self.peers.gone(peer):
@@ -465,7 +480,7 @@ class Machine:
         a.deadline = self._now + t.step_timeout_s
         self.store.add(a)
         self.store.abandon_before(a.key)
-        self._out.append(fx.Compute(r.step, r.round, a.rank, a.n))
+        self._out.append(fx.Compute(r.step, r.round, a.rank, r.shares))
         for sender, payload in self.store.take_early(a.key):
             self._on_piece(sender, payload)
 
@@ -506,7 +521,7 @@ class Machine:
         assert self.config is not None
         for peer in self._serve_syncs():
             self.leadership.ready[peer] = messages.Ready(
-                self.config.run, self.replica.step, self.replica.hash, []
+                self.config.run, self.replica.step, self.replica.hash, [], 0.0
             )
         candidates = [self.id, *self._eligible()]
         if len(candidates) < self.leadership.min_peers:
@@ -532,9 +547,13 @@ class Machine:
         assert self.config is not None
         if rnd >= MAX_ROUNDS:
             raise self._stop("error", f"step {step} failed {MAX_ROUNDS} times")
-        self._broadcast(messages.Roster(self.config.run, step, rnd, list(peers)))
-        log.info("%s: roster step %d round %d: %s", self.id, step, rnd, ", ".join(peers))
-        self._accept_roster(CommittedRoster(step, rnd, peers))
+        # Faster peers take more of the step's sequences, so that everyone finishes together.
+        speeds = self.leadership.speeds
+        split = shares.allot([speeds.get(p, 0.0) for p in peers], self.config.global_batch)
+        self._broadcast(messages.Roster(self.config.run, step, rnd, list(peers), list(split)))
+        log.info("%s: roster step %d round %d: %s", self.id, step, rnd,
+                 ", ".join(f"{p} x{s}" for p, s in zip(peers, split, strict=True)))  # fmt: skip
+        self._accept_roster(CommittedRoster(step, rnd, peers, split))
 
     # ------------------------------------------------------------------------------------------
     # the exchange
@@ -546,10 +565,15 @@ class Machine:
         if len(e.payloads) != a.n:
             raise self._stop("error", f"step {e.step}: compute returned {len(e.payloads)} "
                              f"chunks for {a.n} peers")  # fmt: skip
+        if e.seq_s > 0:
+            self.leadership.speeds[self.id] = e.seq_s
         a.computed_with(e.loss, e.payloads, e.probe)
-        for k, peer in enumerate(a.roster.peers):
-            if k != a.rank:
-                self._send_payload(peer, FrameKind.CONTRIBUTION, e.payloads[k], e.step, e.round, k)
+        if a.contributes:
+            for k in a.chunks:
+                if k != a.rank:
+                    peer = a.roster.peers[k]
+                    self._send_payload(peer, FrameKind.CONTRIBUTION, e.payloads[k], e.step,
+                                       e.round, k)  # fmt: skip
         self._try_reduce(a)
 
     def _on_piece(self, peer: str, p: frames.Payload) -> None:
@@ -561,6 +585,12 @@ class Machine:
             return
         if peer not in a.roster.peers or not 0 <= p.chunk < a.n:
             self._reject(peer, "bad-frame", f"piece of step {p.step} from a non-roster peer")
+            return
+        if p.chunk not in a.chunks:
+            self._reject(peer, "bad-frame", f"piece of step {p.step} for empty chunk {p.chunk}")
+            return
+        if p.kind is FrameKind.CONTRIBUTION and a.roster.share(peer) == 0:
+            self._reject(peer, "bad-frame", f"contribution of step {p.step} from a share of 0")
             return
         try:
             values = codec.decode(p.data, a.chunk_blocks(p.chunk))
@@ -603,10 +633,10 @@ class Machine:
         digest = self.replica.hash
         self._broadcast(
             messages.StepHash(self.config.run, step, rnd, digest, a.loss, a.probe,
-                              self.settings.backend)
+                              self.settings.backend, self._seq_s())
         )  # fmt: skip
         self._out.append(
-            fx.StepApplied(step, rnd, a.loss, digest, a.roster.peers, a.probe,
+            fx.StepApplied(step, rnd, a.loss, digest, a.roster.peers, a.roster.shares, a.probe,
                            self.settings.backend, self.leadership.leader or "")
         )  # fmt: skip
         self.guard.check_probe(self.id, step, a.probe, self.settings.backend)

@@ -64,8 +64,11 @@ class RepairStore:
         if a is None or not 0 <= m.chunk < a.n:
             return None
         if m.piece == "contribution":
-            # Only the chunk's owner may ask for our contribution to it.
-            if a.computed and m.chunk < len(a.sent) and a.roster.peers[m.chunk] == peer:
+            # Only the chunk's owner may ask for our contribution to it (and only if we made one).
+            if (
+                a.computed and a.contributes and m.chunk in a.chunks
+                and m.chunk < len(a.sent) and a.roster.peers[m.chunk] == peer
+            ):  # fmt: skip
                 return Served(FrameKind.CONTRIBUTION, a.sent[m.chunk])
             return None
         if m.chunk in a.reduced_payload:
@@ -78,11 +81,12 @@ def requests(a: Attempt, me: str, gone: set[str], run: str) -> list[tuple[str, m
     from every roster peer (anyone who applied the attempt can serve it)."""
     step, rnd = a.key
     out: list[tuple[str, messages.Repair]] = []
-    if a.rank not in a.reduced:
-        for j, peer in enumerate(a.roster.peers):
+    if a.owns_chunk and a.rank not in a.reduced:
+        for j in a.contributors:
+            peer = a.roster.peers[j]
             if j not in a.contributions and peer not in gone:
                 out.append((peer, messages.Repair(run, step, rnd, "contribution", a.rank)))
-    for k in range(a.n):
+    for k in a.chunks:
         if k not in a.reduced:
             for peer in a.roster.peers:
                 if peer != me and peer not in gone:
