@@ -1,0 +1,84 @@
+// Shares: how many of the step's G sequences each roster peer computes (protocol v2). Mirror of
+// server/daisychain/p2p/shares.py (docs/PROTOCOL.md "Gradient chunks and the exchange
+// arithmetic"). The leader calls `allot` at every commit with the peers' latest measured seconds
+// per sequence; everyone else only reads the committed shares. Python computes in float64 in a
+// fixed order, which is what JavaScript numbers are, so the same operations in the same order
+// give the same integers (the protocol traces pin both).
+//
+// Positions: peer k computes positions [offset(k), offset(k) + shares[k]); position p is row
+// p % laneSize of lane floor(p / laneSize), and lane l is the batch version 1 gave rank l.
+
+export const MAX_GLOBAL_BATCH = 4096; // shares multiply int8 values exactly in float32: 127 * 4096 < 2^24
+
+/**
+ * Shares for peers whose seconds per sequence are `speeds` (roster order; 0 = not measured),
+ * summing to `globalBatch`: proportional to 1 / seconds, largest remainders, ties to the lower
+ * rank.
+ */
+export function allot(speeds, globalBatch) {
+  const n = speeds.length;
+  if (!(n >= 1 && globalBatch >= 1)) throw new RangeError(`allot(${n} speeds, ${globalBatch})`);
+  const measured = [];
+  for (const s of speeds) if (s > 0) measured.push(1.0 / s);
+  let weights;
+  if (measured.length > 0) {
+    let total = 0.0;
+    for (const w of measured) total += w;
+    const unknown = total / measured.length;
+    weights = speeds.map((s) => (s > 0 ? 1.0 / s : unknown));
+  } else {
+    weights = new Array(n).fill(1.0);
+  }
+  let whole = 0.0;
+  for (const w of weights) whole += w;
+  const quotas = weights.map((w) => (globalBatch * w) / whole);
+  const out = quotas.map((q) => Math.floor(q));
+  let left = globalBatch;
+  for (const s of out) left -= s;
+  // Largest remainder first; equal remainders go to the lower rank (Array.prototype.sort is
+  // stable, as Python's sorted() is).
+  const rem = quotas.map((q, k) => q - out[k]);
+  const order = [...Array(n).keys()].sort((a, b) => (rem[a] > rem[b] ? -1 : rem[a] < rem[b] ? 1 : 0));
+  for (const k of order.slice(0, left)) out[k] += 1;
+  return out;
+}
+
+/** Version 1's work as shares: every one of `n` peers computes one lane. */
+export function equal(n, laneSize) {
+  return new Array(n).fill(laneSize);
+}
+
+/** Cumulative shares c[0..N]: peer k computes positions [c[k], c[k + 1]). */
+export function offsets(shares) {
+  const out = [0];
+  for (const s of shares) out.push(out[out.length - 1] + s);
+  return out;
+}
+
+/**
+ * Positions [first, first + count) cut at lane boundaries: pieces `{lane, row, rows}` of at most
+ * `laneSize` rows each (a peer never holds more than one lane's activations).
+ */
+export function pieces(first, count, laneSize) {
+  const out = [];
+  let p = first;
+  const end = first + count;
+  while (p < end) {
+    const lane = Math.floor(p / laneSize);
+    const row = p - lane * laneSize;
+    const rows = Math.min(laneSize - row, end - p);
+    out.push(Object.freeze({ lane, row, rows }));
+    p += rows;
+  }
+  return out;
+}
+
+/** Why a roster's shares are not acceptable for the run, or null. */
+export function check(shares, peers, globalBatch) {
+  if (shares.length !== peers) return `${shares.length} shares for ${peers} roster peers`;
+  if (shares.some((s) => s < 0)) return 'a share is negative';
+  let sum = 0;
+  for (const s of shares) sum += s;
+  if (sum !== globalBatch) return `shares sum to ${sum}, the run's global batch is ${globalBatch}`;
+  return null;
+}
