@@ -97,3 +97,74 @@ test('pyrepr writes floats and strings as Python does', () => {
   assert.equal(strRepr('\'"'), `'\\'"'`);
   assert.equal(strRepr('a\\b\n\u0000\u00e9\u00a0'), `'a\\\\b\\n\\x00é\\xa0'`);
 });
+
+// Protocol version 2's fields (config.global_batch, ready.seq_s, roster.shares, hash.seq_s):
+// every text below is parsed by the Python reference at test time (messages.parse, encode,
+// error_from), so these cases hold before and after tests/vectors/p2p_wire/ is regenerated.
+const V2_PY = String.raw`
+import json, sys
+from daisychain.p2p import messages
+out = []
+for raw in json.load(sys.stdin):
+    try:
+        m = messages.parse(raw)
+    except messages.MessageError as exc:
+        out.append({"error": {"code": exc.code, "message": exc.message, "hint": exc.hint},
+                    "reply": messages.encode(messages.error_from(exc))})
+    else:
+        out.append({"encoded": messages.encode(m)})
+print(json.dumps(out))
+`;
+
+function v2Texts() {
+  const run = '0123456789abcdef';
+  const hash = 'ab'.repeat(32);
+  const cfg = JSON.parse(V.cases.find((c) => c.name === 'valid-config').raw);
+  delete cfg.global_batch;
+  const config = (extra) => JSON.stringify({ ...cfg, ...extra });
+  const ready = (extra) => JSON.stringify({ type: 'ready', run, step: 0, hash, peers: ['a', 'b'], ...extra });
+  const roster = (extra) => JSON.stringify({ type: 'roster', run, step: 1, round: 0, peers: ['a', 'b', 'c'], ...extra });
+  const hashMsg = (extra) => JSON.stringify({ type: 'hash', run, step: 1, round: 0, hash, loss: 2.5,
+    probe: hash, backend: 'numpy', ...extra });
+  const texts = [config({}), config({ global_batch: 12 }), config({ global_batch: 0 }),
+    config({ global_batch: 2 ** 32 }), config({ global_batch: -1 }), config({ global_batch: true }),
+    config({ global_batch: '12' })];
+  texts.push(config({}).replace('"type"', '"global_batch":12.0,"type"'));
+  texts.push(config({}).replace('"type"', '"global_batch":1e1,"type"'));
+  for (const seq of [0, 0.0125, 1e6, 1000000.5, -0.0, -1e-9, 3, true, null, '1', [1]]) {
+    texts.push(ready({ seq_s: seq }), hashMsg({ seq_s: seq }));
+  }
+  texts.push(ready({}), hashMsg({}));
+  texts.push(ready({}).replace('}', ',"seq_s":NaN}'), hashMsg({}).replace('}', ',"seq_s":Infinity}'),
+    hashMsg({}).replace('}', `,"seq_s":1${'0'.repeat(400)}}`), ready({}).replace('}', ',"seq_s":1e400}'));
+  for (const shares of [[4, 4, 4], [12, 0, 0], [0, 0, 0], [4096, 0, 0], [4097, 0, 0], [4, 4],
+    [4, 4, 4, 0], [4, -1, 9], [4, 4.5, 3.5], [4, true, 7], [4, '4', 4], null, 'x', {}, []]) {
+    texts.push(roster({ shares }));
+  }
+  texts.push(roster({}), roster({}).replace('}', ',"shares":[4,4.0,4]}'));
+  texts.push(roster({ peers: [], shares: [] }));
+  return texts;
+}
+
+test('protocol v2 fields: the same record or the same refusal as the Python reference', async () => {
+  const { python } = await import('./protocol_helpers.mjs');
+  const texts = v2Texts();
+  const expected = python(V2_PY, texts);
+  let accepted = 0;
+  texts.forEach((raw, i) => {
+    const e = expected[i];
+    let got;
+    try {
+      got = M.parse(raw);
+    } catch (exc) {
+      assert.ok(exc instanceof M.MessageError, `${raw}: ${exc.stack}`);
+      assert.deepEqual({ code: exc.code, message: exc.message, hint: exc.hint }, e.error, raw);
+      assert.equal(M.encode(M.errorFrom(exc)), e.reply, `${raw}: error reply`);
+      return;
+    }
+    assert.ok(!e.error, `${raw}: accepted but Python refused it: ${e.error?.message}`);
+    assert.equal(M.encode(got), e.encoded, raw);
+    accepted++;
+  });
+  assert.ok(accepted >= 10 && accepted < texts.length, `${accepted} of ${texts.length} accepted`);
+});

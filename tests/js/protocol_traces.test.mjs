@@ -110,7 +110,7 @@ test('a changed payload hash, header field, deadline, dropped or added effect ar
 test('a trace of another format, protocol or frame version is refused', async () => {
   const base = byName('leader-3-peers');
   for (const [key, value, words] of [['format', 'other', /not a daisychain-protocol-trace/],
-    ['format_version', 2, /version 1 file/], ['protocol_version', 2, /written for protocol 2/],
+    ['format_version', 2, /version 1 file/], ['protocol_version', 1, /written for protocol 1/],
     ['frame_version', 9, /frame version 9/]]) {
     await assert.rejects(replay({ ...base, [key]: value }), words);
   }
@@ -132,7 +132,7 @@ const PLANTED = [
     'if (!a.contributions.has(j) && !gone.has(peer)) {', 'if (!a.contributions.has(j)) {',
     /^follower-gone-mid-exchange: step 17 \(timer at 3\.5\): effects\[0\]\.peer: expected "BBBBBBBBBBBB", got "CCCCCCCCCCCC"$/],
   ['mean divided by N + 1', 'p2p/allreduce.js',
-    'const n = Math.fround(contributions.length);', 'const n = Math.fround(contributions.length + 1);',
+    'const g = Math.fround(total);', 'const g = Math.fround(total + 1);',
     /^crc-damage-repair: step 9 \(frame at 1\.5\): effects\[0\]\.sha256: expected "303578fb/],
   ['probe guard disabled', 'p2p/machine/guard.js',
     'if (probe === this.referenceProbe) return;', 'return;',
@@ -277,7 +277,7 @@ const BASE = {
   run: '0123456789abcdef', preset: null,
   model: { vocab_size: 64, width: 16, layers: 1, heads: 1, seq_len: 4, batch: 1, mlp_mult: 1 },
   optim: { lr: 0.003, warmup_steps: 0, weight_decay: 0.0, clip: 1.0 },
-  steps: 3, seed: 7, data: 'builtin', tokenizer_sha256: TOKENIZER, resume_step: 0,
+  steps: 3, seed: 7, data: 'builtin', tokenizer_sha256: TOKENIZER, resume_step: 0, global_batch: 4,
 };
 const model = (m) => ({ model: { ...BASE.model, ...m } });
 const optim = (o) => ({ optim: { ...BASE.optim, ...o } });
@@ -293,6 +293,11 @@ const CONFIGS = [
   [model({ width: 65, heads: 4 }), {}],
   [model({ width: 32, heads: 1 }), {}],
   [model({ batch: 4096, seq_len: 4096 }), BIG_CAPS],
+  [{ global_batch: 0 }, {}],
+  [{ global_batch: 4097 }, {}],
+  [{ global_batch: 4096, ...model({ batch: 64 }) }, {}],
+  [{ global_batch: 0, ...model({ batch: 4096, seq_len: 4096 }) }, BIG_CAPS], // tokens-range first
+  [{ global_batch: 0, preset: 'huge' }, {}], // global-batch before preset
   [{ preset: 'tiny' }, {}],
   [{ preset: 'huge\u00e9\n' }, {}],
   [{ preset: 'tiny', ...model({ width: 64, layers: 2, heads: 4, mlp_mult: 4 }) }, {}],
@@ -354,7 +359,7 @@ test('runconfig.parse: every rule, message and hint is the Python reference\'s',
     rules.add(got.rule ?? 'ok');
   });
   for (const rule of ['ok', 'data', 'tokenizer', 'size-range', 'heads-divide-width', 'head-dim',
-    'tokens-range', 'preset', 'steps-range', 'resume', 'lr', 'warmup', 'weight-decay', 'clip',
+    'tokens-range', 'global-batch', 'preset', 'steps-range', 'resume', 'lr', 'warmup', 'weight-decay', 'clip',
     'checkpoint-size', 'max-seq-len', 'max-batch', 'max-steps', 'max-memory']) {
     assert.ok(rules.has(rule), `no case reaches rule ${rule}`);
   }
@@ -381,7 +386,7 @@ from daisychain.p2p import allreduce, codec
 out = {"reduce": [], "encode": [], "refusals": []}
 for case in json.load(sys.stdin)["reduce"]:
     parts = [codec.decode(bytes.fromhex(p), case["blocks"]) for p in case["payloads"]]
-    payload, values = codec.encode(allreduce.reduce_chunk(parts))
+    payload, values = codec.encode(allreduce.reduce_chunk(parts, case["weights"], sum(case["weights"])))
     out["reduce"].append({"payload": payload.hex(), "values": values.astype("<f4").tobytes().hex()})
 print(json.dumps(out))
 `;
@@ -410,9 +415,14 @@ function reduceReference() {
   if (reduceExpected === null) {
     const rng = testRng(20261201);
     reduceCases = [];
-    for (const [n, blocks] of [[1, 1], [2, 3], [3, 4], [5, 2], [7, 1], [3, 11], [4, 6]]) {
-      reduceCases.push({ n, blocks, payloads: contributions(rng, n, blocks).map(hex) });
-    }
+    // Weights (shares) equal, uneven, 1 and the largest (4096 = G for one contributor; products
+    // up to 127 * 4095 stay exact in float32).
+    const weightsOf = [[1], [3, 1], [5, 5, 6], [1, 2, 3, 4, 4090], [7, 1, 1, 1, 1, 1, 3],
+      [4096], [13, 3], [16, 16, 16, 16]];
+    const sizes = [[1, 1], [2, 3], [3, 4], [5, 2], [7, 1], [1, 11], [2, 6], [4, 6]];
+    sizes.forEach(([n, blocks], i) => {
+      reduceCases.push({ n, blocks, weights: weightsOf[i], payloads: contributions(rng, n, blocks).map(hex) });
+    });
     // Cancellation: peer 0 adds q * 2^20, peer 2 takes it away again, peer 1's 2^-10 is lost in
     // between (d0 + d1 rounds to d0) in roster order, and survives in any other order.
     const big = contributions(rng, 1, 2)[0];
@@ -422,7 +432,7 @@ function reduceReference() {
     small[0] = -10 & 0xff;
     small[1] = -10 & 0xff;
     const minus = big.map((v, i) => (i < 2 ? v : (-((v << 24) >> 24)) & 0xff));
-    reduceCases.push({ n: 3, blocks: 2, payloads: [big, small, minus].map(hex) });
+    reduceCases.push({ n: 3, blocks: 2, weights: [1, 1, 1], payloads: [big, small, minus].map(hex) });
     reduceExpected = python(CODEC_PY, { reduce: reduceCases }).reduce;
   }
 }
@@ -433,7 +443,8 @@ function reduceMismatches(C, reduce) {
   const bad = [];
   reduceCases.forEach((c, i) => {
     const parts = c.payloads.map((h) => C.decode(Uint8Array.from(Buffer.from(h, 'hex')), c.blocks));
-    const { payload, values } = C.encode(reduce(parts));
+    const total = c.weights.reduce((a, b) => a + b, 0);
+    const { payload, values } = C.encode(reduce(parts, c.weights, total));
     if (hex(payload) !== reduceExpected[i].payload) bad.push(`case ${i} payload`);
     if (hex(values) !== reduceExpected[i].values) bad.push(`case ${i} values`);
   });
@@ -473,9 +484,13 @@ test('codec.decode refuses a wrong length, an exponent out of range and -128', (
   assert.throws(() => codec.decode(bad, 2), { message: 'quantized value -128 never occurs (|q| <= 127)' });
 });
 
-test('allreduce chunks cover the blocks in order (the traces\' 11 blocks over 3 peers: 3, 4, 4)', () => {
-  assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, 3, k)), [[0, 3], [3, 7], [7, 11]]);
-  assert.throws(() => chunkBlocks(11, 3, 3), /chunk 3 of 3/);
+test('allreduce chunks follow the shares (the traces\' 11 blocks over 3 equal shares: 3, 4, 4)', () => {
+  assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, [2, 2, 2], k)), [[0, 3], [3, 7], [7, 11]]);
+  // floor(11 * c / G) with c = 0, 13, 16 and G = 16; a share of 0 is an empty chunk.
+  assert.deepEqual([0, 1].map((k) => chunkBlocks(11, [13, 3], k)), [[0, 8], [8, 11]]);
+  assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, [5, 0, 11], k)), [[0, 3], [3, 3], [3, 11]]);
+  assert.throws(() => chunkBlocks(11, [2, 2, 2], 3), /chunk 3 of shares \[2, 2, 2\]/);
+  assert.throws(() => chunkBlocks(11, [0, 0], 0), /chunk 0 of shares/);
 });
 
 // ---------------------------------------------------------------------------------------------

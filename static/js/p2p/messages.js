@@ -18,14 +18,17 @@
 import { CONTRACT_VERSION } from '../numerics/index.js';
 import { parse as parseJson, PyFloat } from './pyjson.js';
 import { floatRepr, pyLen, pySlice, strRepr, utf8Length } from './pyrepr.js';
+import { MAX_GLOBAL_BATCH } from './shares.js';
 
+export { MAX_GLOBAL_BATCH };
 // The versions a peer states in `hello` (daisychain/p2p/versions.py; docs/PROTOCOL.md
 // "Version handshake"): the data-channel protocol's and the numerical contract's.
-export const DATA_PROTOCOL_VERSION = 1;
+export const DATA_PROTOCOL_VERSION = 2;
 export { CONTRACT_VERSION };
 export const MAX_MESSAGE_BYTES = 16 * 1024;
 export const MAX_ROSTER = 64;
 export const U32_MAX = 2 ** 32 - 1;
+export const MAX_SEQ_S = 1e6; // seconds per sequence a peer may report (about 11 days: anything is allowed)
 export const PEER_ID_RE = /^[A-Za-z0-9_-]{1,32}$/;
 export const RUN_ID_RE = /^[0-9a-f]{16}$/;
 export const HASH_RE = /^[0-9a-f]{64}$/;
@@ -46,12 +49,13 @@ export const DECLARATIONS = Object.freeze({
   hello: [['version', 'int'], ['name', 'str'], ['contract', 'int']],
   config: [['run', 'str'], ['preset', 'str?'], ['model', MODEL_FIELDS.map((f) => [f, 'int'])],
     ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
-    ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?']],
-  ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids']],
+    ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?'],
+    ['global_batch', 'int']],
+  ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids'], ['seq_s', 'float']],
   'sync-request': [['run', 'str']],
-  roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids']],
+  roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids'], ['shares', 'ints']],
   hash: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['hash', 'str'], ['loss', 'float'],
-    ['probe', 'str'], ['backend', 'str']],
+    ['probe', 'str'], ['backend', 'str'], ['seq_s', 'float']],
   missing: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids']],
   repair: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['piece', 'str'], ['chunk', 'int']],
   save: [['run', 'str'], ['step', 'int']],
@@ -122,6 +126,9 @@ function encodeValue(value, kind, where) {
     case 'ids':
       if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) wrong();
       return `[${value.map(jsonString).join(',')}]`;
+    case 'ints':
+      if (!Array.isArray(value) || !value.every((v) => Number.isSafeInteger(v))) wrong();
+      return `[${value.map(String).join(',')}]`;
     case 'map': {
       const entries = value instanceof Map ? [...value] : Object.entries(value ?? wrong());
       if (!entries.every(([k, v]) => typeof k === 'string' && typeof v === 'string')) wrong();
@@ -208,12 +215,13 @@ export function parse(raw) {
       steps: f.integer('steps', 0, U32_MAX), seed: f.integer('seed', 0, U32_MAX),
       data: f.text('data', 64), tokenizer_sha256: f.hash('tokenizer_sha256'),
       resume_step: resumeStep, resume_hash: resumeHash,
+      global_batch: f.integer('global_batch', 0, U32_MAX),
     });
   }
   if (kind === 'ready') {
     return record('ready', {
       run: f.run(), step: f.integer('step', 0, U32_MAX), hash: f.hash('hash'),
-      peers: f.ids('peers', MAX_ROSTER),
+      peers: f.ids('peers', MAX_ROSTER), seq_s: f.number('seq_s', 0.0, MAX_SEQ_S),
     });
   }
   if (kind === 'sync-request') return record('sync-request', { run: f.run() });
@@ -222,13 +230,14 @@ export function parse(raw) {
     if (peers.length === 0) throw f.bad('peers', 'a non-empty list of peer ids');
     return record('roster', {
       run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255), peers,
+      shares: f.shares('shares', peers.length),
     });
   }
   if (kind === 'hash') {
     return record('hash', {
       run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255),
       hash: f.hash('hash'), loss: f.number('loss', -Infinity, Infinity), probe: f.hash('probe'),
-      backend: f.text('backend', 32),
+      backend: f.text('backend', 32), seq_s: f.number('seq_s', 0.0, MAX_SEQ_S),
     });
   }
   if (kind === 'missing') {
@@ -348,6 +357,17 @@ class Fields {
 
   run() {
     return this.matching('run', RUN_ID_RE, '16 lowercase hex digits');
+  }
+
+  // One share per roster peer, each an integer in [0, MAX_GLOBAL_BATCH] (whether they sum to the
+  // run's global batch is the machine's check: it knows the config).
+  shares(name, count) {
+    const value = this.fields.get(name);
+    if (!Array.isArray(value) || value.length !== count ||
+      !value.every((v) => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_GLOBAL_BATCH)) {
+      throw this.bad(name, `a list of ${count} integers in [0, ${MAX_GLOBAL_BATCH}]`);
+    }
+    return Object.freeze([...value]);
   }
 
   hash(name) {

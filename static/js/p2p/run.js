@@ -47,12 +47,16 @@ export class RunPhase {
   }
 }
 
-/** A committed roster: the step it computes (1-based), its round, its peers in rank order. */
+/**
+ * A committed roster: the step it computes (1-based), its round, its peers in rank order (= the
+ * summation order) and their shares (sequences each computes, summing to the global batch).
+ */
 export class CommittedRoster {
-  constructor(step, round, peers) {
+  constructor(step, round, peers, shares) {
     this.step = step;
     this.round = round;
     this.peers = Object.freeze([...peers]);
+    this.shares = Object.freeze([...shares]);
     Object.freeze(this);
   }
 
@@ -60,6 +64,10 @@ export class CommittedRoster {
     const i = this.peers.indexOf(peer);
     if (i < 0) throw new RangeError(`${peer} is not in the roster of step ${this.step}`);
     return i;
+  }
+
+  share(peer) {
+    return this.shares[this.rank(peer)];
   }
 }
 

@@ -13,6 +13,7 @@ import { OptimizerError, adamwConfig } from '../model/optim.js';
 import { MIB, estimate } from './footprint.js';
 import { MessageError, U32_MAX, errorFrom } from './messages.js';
 import { floatRepr, pySlice, strRepr } from './pyrepr.js';
+import { MAX_GLOBAL_BATCH } from './shares.js';
 
 export const MAX_EXACT_STEPS = 2 ** 24 - 1; // step counts enter float32 arithmetic
 export const MAX_TRANSFER_BYTES = 2 ** 32 - 1; // a checkpoint is one transfer: u32 total
@@ -77,6 +78,7 @@ export function parse(cfg, {
 }) {
   checkData(cfg, tokenizerSha256, vocabSize, dataSources);
   const model = buildModel(cfg.model);
+  checkGlobalBatch(cfg);
   checkPreset(cfg.preset, model);
   checkRun(cfg);
   const optim = buildOptim(cfg.optim, cfg.steps);
@@ -85,7 +87,7 @@ export function parse(cfg, {
   checkLimits(model, cfg.steps, footprint, caps);
   return Object.freeze({
     message: cfg, model, optim, footprint, run: cfg.run, steps: cfg.steps, seed: cfg.seed,
-    resumeStep: cfg.resume_step, resumeHash: cfg.resume_hash,
+    resumeStep: cfg.resume_step, resumeHash: cfg.resume_hash, globalBatch: cfg.global_batch,
   });
 }
 
@@ -115,6 +117,15 @@ export function groupedFixed0(x) {
 // The rules, in the order they are checked (the first failure is reported).
 
 const FINEWEB_DATA_RE = /^fineweb@([0-9a-f]{40})$/;
+
+function checkGlobalBatch(cfg) {
+  if (!(cfg.global_batch >= 1 && cfg.global_batch <= MAX_GLOBAL_BATCH)) {
+    throw new Incompatible('global-batch',
+      `global batch ${cfg.global_batch} outside [1, ${MAX_GLOBAL_BATCH}]`,
+      `the leader must choose between 1 and ${MAX_GLOBAL_BATCH} sequences per step (shares ` +
+      'multiply int8 values exactly only up to there)');
+  }
+}
 
 function checkData(cfg, tokenizerSha256, vocabSize, dataSources) {
   const fineweb = FINEWEB_DATA_RE.exec(cfg.data);

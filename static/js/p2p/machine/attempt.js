@@ -37,6 +37,13 @@ export class Attempt {
     this.rank = rank;
     this.n = roster.peers.length;
     this.totalBlocks = totalBlocks;
+    // Shares (protocol v2): who contributes, and which chunks are not empty.
+    this.shares = roster.shares;
+    this.globalBatch = roster.shares.reduce((a, b) => a + b, 0);
+    this.contributors = [];
+    for (let j = 0; j < this.n; j++) if (roster.shares[j] > 0) this.contributors.push(j);
+    this.chunks = [];
+    for (let k = 0; k < this.n; k++) if (this.chunkBlocks(k) > 0) this.chunks.push(k);
     this.phase = AttemptPhase.COMPUTING;
     this.contributions = new Map(); // for my chunk: rank -> Float32Array
     this.reduced = new Map(); // chunk -> Float32Array
@@ -91,44 +98,58 @@ export class Attempt {
   }
 
   chunkBlocks(k) {
-    const [first, end] = chunkBlocks(this.totalBlocks, this.n, k);
+    const [first, end] = chunkBlocks(this.totalBlocks, this.shares, k);
     return end - first;
   }
 
+  /** This peer computes a gradient (its share is not 0). */
+  get contributes() {
+    return this.shares[this.rank] > 0;
+  }
+
+  /** This peer reduces a chunk (its chunk is not empty). */
+  get ownsChunk() {
+    return this.chunks.includes(this.rank);
+  }
+
   /**
-   * Our gradient is in: keep what we send, and our own chunk's contribution as the dequantized
-   * values of what we encoded (never the float gradient).
+   * Our gradient is in (or, with a share of 0, only the probe): keep what we send, and our own
+   * chunk's contribution as the dequantized values of what we encoded (never the float
+   * gradient).
    */
   computedWith(loss, payloads, probe) {
     this.transition(AttemptPhase.EXCHANGING);
     this.loss = loss;
     this.sent = [...payloads];
     this.probe = probe;
-    this.contributions.set(this.rank, decode(payloads[this.rank], this.chunkBlocks(this.rank)));
+    if (this.contributes && this.ownsChunk) {
+      this.contributions.set(this.rank, decode(payloads[this.rank], this.chunkBlocks(this.rank)));
+    }
   }
 
   /**
-   * Our reduced chunk once every contribution is in (roster order: the pinned sum order); null
-   * before, or when already reduced.
+   * Our reduced chunk once every contributor's part is in (roster order: the pinned sum order,
+   * each weighted by its share); null before, when already reduced, or when our chunk is empty.
    */
   reduce() {
-    if (this.reduced.has(this.rank) || this.contributions.size < this.n) return null;
-    const parts = [];
-    for (let j = 0; j < this.n; j++) parts.push(this.contributions.get(j));
-    const { payload, values } = encode(reduceChunk(parts));
+    if (!this.ownsChunk || this.reduced.has(this.rank)) return null;
+    if (this.contributors.some((j) => !this.contributions.has(j))) return null;
+    const parts = this.contributors.map((j) => this.contributions.get(j));
+    const weights = this.contributors.map((j) => this.shares[j]);
+    const { payload, values } = encode(reduceChunk(parts, weights, this.globalBatch));
     this.reduced.set(this.rank, values);
     this.reducedPayload.set(this.rank, payload);
     return payload;
   }
 
   complete() {
-    return this.phase === AttemptPhase.EXCHANGING && this.reduced.size === this.n;
+    return this.phase === AttemptPhase.EXCHANGING && this.chunks.every((k) => this.reduced.has(k));
   }
 
   meanGradient() {
     const flat = new Float32Array(this.totalBlocks * BLOCK);
-    for (let k = 0; k < this.n; k++) {
-      flat.set(this.reduced.get(k), chunkSlice(this.totalBlocks, this.n, k)[0]);
+    for (const k of this.chunks) {
+      flat.set(this.reduced.get(k), chunkSlice(this.totalBlocks, this.shares, k)[0]);
     }
     return flat;
   }
@@ -138,14 +159,10 @@ export class Attempt {
     const out = new Set();
     if (this.applied) return out;
     const peers = this.roster.peers;
-    if (!this.reduced.has(this.rank)) {
-      peers.forEach((p, j) => {
-        if (!this.contributions.has(j)) out.add(p);
-      });
+    if (this.ownsChunk && !this.reduced.has(this.rank)) {
+      for (const j of this.contributors) if (!this.contributions.has(j)) out.add(peers[j]);
     }
-    peers.forEach((p, k) => {
-      if (!this.reduced.has(k)) out.add(p);
-    });
+    for (const k of this.chunks) if (!this.reduced.has(k)) out.add(peers[k]);
     out.delete(peers[this.rank]);
     return out;
   }

@@ -21,17 +21,21 @@ export const sendPayload = (peer, kind, step, round, chunk, transfer, deflate, p
 export const close = (peer) => fx('close', { peer });
 
 /**
- * Compute this replica's gradient of step `step` (its state is at step - 1) as roster rank
- * `rank` of `peers`, and answer with a `compute-done` or `compute-failed` event.
+ * Compute this replica's mean gradient of step `step` (its state is at step - 1) over its
+ * positions as roster rank `rank` of a roster with these `shares` (only the kernel probe for a
+ * share of 0), cut into the roster's chunks, and answer with a `compute-done` or
+ * `compute-failed` event. `peers` is the roster's size (Python's `Compute.peers` property).
  */
-export const compute = (step, round, rank, peers) => fx('compute', { step, round, rank, peers });
+export const compute = (step, round, rank, shares) =>
+  fx('compute', { step, round, rank, shares: Object.freeze([...shares]), peers: shares.length });
 
 /** Save the replica (it is at `step`) to this peer's checkpoint path. */
 export const save = (step) => fx('save', { step });
 
-export const stepApplied = (step, round, loss, hash, roster, probe, backend, leader) =>
+export const stepApplied = (step, round, loss, hash, roster, shares, probe, backend, leader) =>
   fx('step-applied', {
-    step, round, loss, hash, roster: Object.freeze([...roster]), probe, backend, leader,
+    step, round, loss, hash, roster: Object.freeze([...roster]), shares: Object.freeze([...shares]),
+    probe, backend, leader,
   });
 
 /**

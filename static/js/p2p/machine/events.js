@@ -23,11 +23,14 @@ export const messageReceived = (now, peer, text) => ev('message', { now, peer, t
 export const frameReceived = (now, peer, data) => ev('frame', { now, peer, data });
 /**
  * The gradient a `compute` effect asked for: one quantized chunk payload (Uint8Array) per
- * roster peer (`payloads[k]` goes to the owner of chunk k; ours stays), the batch loss and the
- * kernel probe of the backend that computed it.
+ * roster peer (`payloads[k]` goes to the owner of chunk k; ours stays; empty bytes for an empty
+ * chunk, all of them with a share of 0), the batch loss, the kernel probe of the backend that
+ * computed it, and the shell's smoothed seconds per sequence (0: never measured).
  */
-export const computeDone = (now, step, round, loss, payloads, probe) =>
-  ev('compute-done', { now, step, round, loss, payloads: Object.freeze([...payloads]), probe });
+export const computeDone = (now, step, round, loss, payloads, probe, seqS = 0) =>
+  ev('compute-done', {
+    now, step, round, loss, payloads: Object.freeze([...payloads]), probe, seq_s: seqS,
+  });
 export const computeFailed = (now, step, round, error) =>
   ev('compute-failed', { now, step, round, error });
 /** The deadline the machine last announced (nextDeadline()) has passed. */

@@ -21,6 +21,9 @@ export class Leadership {
     this.ready = new Map(); // peer -> `ready` record
     this.syncWanted = new Set();
     this.missingReports = new Map(); // keyOf(step, round) -> Set of peers
+    // Seconds per sequence each peer last reported (ready, hash; ours from compute-done): what
+    // the leader's shares are made of (shares.allot). 0: not measured.
+    this.speeds = new Map(); // peer -> seq_s
     this.endRequested = ''; // leader: end the run at the next boundary (the reason)
   }
 
@@ -64,6 +67,7 @@ export class Leadership {
 
   forget(peer) {
     this.ready.delete(peer);
+    this.speeds.delete(peer);
     this.syncWanted.delete(peer);
   }
 

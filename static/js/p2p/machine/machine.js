@@ -23,6 +23,7 @@ import { ChecksumError, FrameError, FrameKind } from '../frames.js';
 import { MessageError, errorFrom, message, parse as parseMessage } from '../messages.js';
 import { CommittedRoster, Phase, RunPhase, makeRoster } from '../run.js';
 import { Incompatible, parse as parseRunConfig } from '../runconfig.js';
+import { allot, check as checkShares } from '../shares.js';
 import { CONTRACT_VERSION, DATA_PROTOCOL_VERSION } from '../versions.js';
 import * as fx from './effects.js';
 import { Attempt, AttemptPhase, keyOf } from './attempt.js';
@@ -40,7 +41,7 @@ const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
 /** Two parsed `config` records describe the same run (Python's dataclass ==). */
 export function sameConfig(a, b) {
   const keys = ['run', 'preset', 'steps', 'seed', 'data', 'tokenizer_sha256', 'resume_step',
-    'resume_hash'];
+    'resume_hash', 'global_batch'];
   return keys.every((k) => a[k] === b[k]) &&
     Object.keys(a.model).every((k) => a.model[k] === b.model[k]) &&
     Object.keys(a.optim).every((k) => a.optim[k] === b.optim[k]);
@@ -355,12 +356,18 @@ export class Machine {
     switch (m.type) {
       case 'ready':
         lead.ready.set(peer, m);
+        lead.speeds.set(peer, m.seq_s);
         break;
       case 'sync-request':
         lead.syncWanted.add(peer);
         break;
       case 'roster': {
-        const r = new CommittedRoster(m.step, m.round, m.peers);
+        const wrong = checkShares(m.shares, m.peers.length, cfg.global_batch);
+        if (wrong !== null) {
+          await this.reject(peer, 'bad-message', `roster of step ${m.step}: ${wrong}`);
+          return;
+        }
+        const r = new CommittedRoster(m.step, m.round, m.peers, m.shares);
         if (peer !== lead.leader) {
           // Our view of who left may lag behind the sender's: hold it; if the successor rule
           // later names the sender, it is applied then.
@@ -371,6 +378,7 @@ export class Machine {
         break;
       }
       case 'hash':
+        lead.speeds.set(peer, m.seq_s);
         this.guard.checkProbe(peer, m.step, m.probe, m.backend);
         this.guard.record(peer, m.step, m.round, m.hash, m.backend);
         break;
@@ -510,8 +518,13 @@ export class Machine {
   ready() {
     return message('ready', {
       run: this.config.run, step: this.replica.step, hash: this.replica.hash,
-      peers: this.peers.liveOpen(),
+      peers: this.peers.liveOpen(), seq_s: this.seqS(),
     });
+  }
+
+  /** This peer's seconds per sequence as last measured by its shell (0: never). */
+  seqS() {
+    return this.leadership.speeds.get(this.id) ?? 0.0;
   }
 
   onGreeted(peer) {
@@ -523,6 +536,7 @@ export class Machine {
       if (r !== null) {
         this.send(peer, message('roster', {
           run: this.config.run, step: r.step, round: r.round, peers: [...r.peers],
+          shares: [...r.shares],
         }));
       }
     }
@@ -592,7 +606,7 @@ export class Machine {
     a.deadline = this.now + t.step_timeout_s;
     this.store.add(a);
     this.store.abandonBefore(r.step, r.round);
-    this.out.push(fx.compute(r.step, r.round, a.rank, a.n));
+    this.out.push(fx.compute(r.step, r.round, a.rank, r.shares));
     for (const [sender, payload] of this.store.takeEarly(r.step, r.round)) {
       await this.onPiece(sender, payload);
     }
@@ -633,6 +647,7 @@ export class Machine {
     for (const peer of await this.serveSyncs()) {
       this.leadership.ready.set(peer, message('ready', {
         run: this.config.run, step: this.replica.step, hash: this.replica.hash, peers: [],
+        seq_s: 0.0,
       }));
     }
     const candidates = [this.id, ...this.eligible()];
@@ -658,9 +673,15 @@ export class Machine {
 
   async commit(step, round, peers) {
     if (round >= MAX_ROUNDS) throw this.stop('error', `step ${step} failed ${MAX_ROUNDS} times`);
-    this.broadcast(message('roster', { run: this.config.run, step, round, peers: [...peers] }));
-    this.log('info', `${this.id}: roster step ${step} round ${round}: ${peers.join(', ')}`);
-    await this.acceptRoster(new CommittedRoster(step, round, peers));
+    // Faster peers take more of the step's sequences, so that everyone finishes together.
+    const speeds = this.leadership.speeds;
+    const split = allot(peers.map((p) => speeds.get(p) ?? 0.0), this.config.global_batch);
+    this.broadcast(message('roster', {
+      run: this.config.run, step, round, peers: [...peers], shares: [...split],
+    }));
+    this.log('info', `${this.id}: roster step ${step} round ${round}: ` +
+      `${peers.map((p, k) => `${p} x${split[k]}`).join(', ')}`);
+    await this.acceptRoster(new CommittedRoster(step, round, peers, split));
   }
 
   // ------------------------------------------------------------------------------------------
@@ -673,12 +694,15 @@ export class Machine {
       throw this.stop('error',
         `step ${e.step}: compute returned ${e.payloads.length} chunks for ${a.n} peers`);
     }
+    if (e.seq_s > 0) this.leadership.speeds.set(this.id, e.seq_s);
     a.computedWith(e.loss, e.payloads, e.probe);
-    a.roster.peers.forEach((peer, k) => {
-      if (k !== a.rank) {
-        this.sendPayload(peer, FrameKind.CONTRIBUTION, e.payloads[k], e.step, e.round, k);
+    if (a.contributes) {
+      for (const k of a.chunks) {
+        if (k !== a.rank) {
+          this.sendPayload(a.roster.peers[k], FrameKind.CONTRIBUTION, e.payloads[k], e.step, e.round, k);
+        }
       }
-    });
+    }
     await this.tryReduce(a);
   }
 
@@ -691,6 +715,14 @@ export class Machine {
     }
     if (!a.roster.peers.includes(peer) || !(p.chunk >= 0 && p.chunk < a.n)) {
       await this.reject(peer, 'bad-frame', `piece of step ${p.step} from a non-roster peer`);
+      return;
+    }
+    if (!a.chunks.includes(p.chunk)) {
+      await this.reject(peer, 'bad-frame', `piece of step ${p.step} for empty chunk ${p.chunk}`);
+      return;
+    }
+    if (p.kind === FrameKind.CONTRIBUTION && a.roster.share(peer) === 0) {
+      await this.reject(peer, 'bad-frame', `contribution of step ${p.step} from a share of 0`);
       return;
     }
     let values;
@@ -737,9 +769,9 @@ export class Machine {
     const digest = this.replica.hash;
     this.broadcast(message('hash', {
       run: this.config.run, step, round, hash: digest, loss: a.loss, probe: a.probe,
-      backend: this.settings.backend,
+      backend: this.settings.backend, seq_s: this.seqS(),
     }));
-    this.out.push(fx.stepApplied(step, round, a.loss, digest, a.roster.peers, a.probe,
+    this.out.push(fx.stepApplied(step, round, a.loss, digest, a.roster.peers, a.roster.shares, a.probe,
       this.settings.backend, this.leadership.leader ?? ''));
     this.guard.checkProbe(this.id, step, a.probe, this.settings.backend);
     this.guard.record(this.id, step, round, digest, this.settings.backend);

@@ -70,8 +70,9 @@ export class RepairStore {
     const a = this.get(m.step, m.round);
     if (a === null || !(m.chunk >= 0 && m.chunk < a.n)) return null;
     if (m.piece === 'contribution') {
-      // Only the chunk's owner may ask for our contribution to it.
-      if (a.computed && m.chunk < a.sent.length && a.roster.peers[m.chunk] === peer) {
+      // Only the chunk's owner may ask for our contribution to it (and only if we made one).
+      if (a.computed && a.contributes && a.chunks.includes(m.chunk) &&
+        m.chunk < a.sent.length && a.roster.peers[m.chunk] === peer) {
         return { kind: FrameKind.CONTRIBUTION, payload: a.sent[m.chunk] };
       }
       return null;
@@ -90,14 +91,15 @@ export class RepairStore {
 export function requests(a, me, gone, run) {
   const { step, round } = a;
   const out = [];
-  if (!a.reduced.has(a.rank)) {
-    a.roster.peers.forEach((peer, j) => {
+  if (a.ownsChunk && !a.reduced.has(a.rank)) {
+    for (const j of a.contributors) {
+      const peer = a.roster.peers[j];
       if (!a.contributions.has(j) && !gone.has(peer)) {
         out.push([peer, message('repair', { run, step, round, piece: 'contribution', chunk: a.rank })]);
       }
-    });
+    }
   }
-  for (let k = 0; k < a.n; k++) {
+  for (const k of a.chunks) {
     if (a.reduced.has(k)) continue;
     for (const peer of a.roster.peers) {
       if (peer !== me && !gone.has(peer)) {

@@ -35,7 +35,7 @@ export function eventFromJson(obj) {
     case 'frame': return ev.frameReceived(now, obj.peer, unb64(obj.data));
     case 'compute-done':
       return ev.computeDone(now, obj.step, obj.round, Number(obj.loss), obj.payloads.map(unb64),
-        obj.probe);
+        obj.probe, Number(obj.seq_s));
     case 'compute-failed': return ev.computeFailed(now, obj.step, obj.round, obj.error);
     case 'timer': return ev.timer(now);
     case 'lead': {
@@ -60,7 +60,7 @@ export function eventToJson(e) {
     case 'frame': return { ...at, peer: e.peer, data: b64(e.data) };
     case 'compute-done':
       return { ...at, step: e.step, round: e.round, loss: e.loss, probe: e.probe,
-        payloads: e.payloads.map(b64) };
+        payloads: e.payloads.map(b64), seq_s: e.seq_s };
     case 'compute-failed': return { ...at, step: e.step, round: e.round, error: e.error };
     case 'timer': case 'user-save': return at;
     case 'lead': return { ...at, config: messageJson(e.config), min_peers: e.minPeers };
@@ -81,12 +81,13 @@ export async function effectToJson(f) {
       };
     case 'close': return { effect: 'close', peer: f.peer };
     case 'compute':
-      return { effect: 'compute', step: f.step, round: f.round, rank: f.rank, peers: f.peers };
+      return { effect: 'compute', step: f.step, round: f.round, rank: f.rank, shares: [...f.shares] };
     case 'save': return { effect: 'save', step: f.step };
     case 'step-applied':
       return {
         effect: 'step-applied', step: f.step, round: f.round, loss: f.loss, hash: f.hash,
-        roster: [...f.roster], probe: f.probe, backend: f.backend, leader: f.leader,
+        roster: [...f.roster], shares: [...f.shares], probe: f.probe, backend: f.backend,
+        leader: f.leader,
       };
     case 'finished': {
       const o = f.outcome;
