@@ -111,6 +111,22 @@ test('read-outs: units, rates, durations, split, schedule, progress', () => {
   const recs = [0, 1000, 2000].map((t) => ({ appliedAtMs: t, roster: ['a', 'b', 'c'] }));
   assert.equal(F.groupRate(recs.slice(0, 1), 4, 64), null);
   assert.equal(F.groupRate(recs, 4, 64), (2 * 3 * 4 * 64) / 2);
+  // Protocol v2: a step's sequences are its shares' sum (the global batch), whoever computed them.
+  const uneven = [0, 1000, 2000].map((t) => ({ appliedAtMs: t, roster: ['a', 'b'], shares: [13, 3] }));
+  assert.equal(F.groupRate(uneven, 4, 64), (2 * 16 * 64) / 2);
+  assert.equal(F.sequencesOf({ roster: ['a', 'b'], shares: [0, 12] }, 4), 12);
+  const speeds = new Map([['a', 0.05], ['b', 0.2], ['c', 0], ['gone', 0.001]]);
+  assert.equal(F.fastestAlone(speeds, ['a', 'b', 'c'], 64), 64 / 0.05, 'the fastest roster device');
+  assert.equal(F.fastestAlone(new Map([['c', 0]]), ['c'], 64), null, 'nobody measured');
+  assert.equal(F.fastestAlone(undefined, ['a'], 64), null);
+  assert.equal(F.shareText(3, 16), 'computes 3 of 16 sequences');
+  assert.equal(F.shareText(0, 16), 'follows without computing');
+  assert.equal(F.shareText(1, 1), 'computes 1 of 1 sequence');
+  assert.equal(F.shareText(undefined, 16), '');
+  assert.equal(F.formatTokens(1520.4), '1,520 tok/s');
+  assert.equal(F.groupSpeedLine(1520.4, 1180), 'group 1,520 tok/s; fastest device alone ≈ ' +
+    '1,180 tok/s (its gradient time only)');
+  assert.equal(F.groupSpeedLine(null, null), 'group –');
   assert.equal(F.evalEvery(12), 10);
   assert.equal(F.evalEvery(1000), 50);
   assert.deepEqual([...Array(13).keys()].filter((s) => F.evalDue(s, 12)), [10, 12]);

@@ -370,7 +370,7 @@ function machine({ id = ME, replica, log, ...fields } = {}) {
 }
 
 const text = (m) => encodeMessage(parseMessage(JSON.stringify(m)));
-const hello = (name = 'x') => text({ type: 'hello', version: 1, name, contract: 2 });
+const hello = (name = 'x') => text({ type: 'hello', version: 2, name, contract: 2 });
 /** The effects as plain values: messages by their JSON, payloads by their header fields. */
 const plain = (effects) => effects.map((f) => {
   if (f.type === 'send-message') return { type: f.type, peer: f.peer, message: JSON.parse(encodeMessage(f.message)) };
@@ -542,7 +542,8 @@ test('mutant: settings need string names and an integer vocabulary; can_save, sa
 
 // --- repair.js -----------------------------------------------------------------------------
 
-const attempt = (step, round, peers, rank, blocks = 3) => new Attempt(new CommittedRoster(step, round, peers), rank, blocks, 0);
+const attempt = (step, round, peers, rank, blocks = 3) =>
+  new Attempt(new CommittedRoster(step, round, peers, peers.map(() => 1)), rank, blocks, 0);
 const piece = (step, round = 0, chunk = 0) => ({ step, round, chunk, kind: FrameKind.REDUCED, data: new Uint8Array(1) });
 
 test('mutant: the store keeps exactly HISTORY_STEPS steps of attempts, and drops early pieces of steps started', () => {
@@ -662,7 +663,7 @@ test('mutant: requests ask each live sender for its missing contribution and eve
 
 test('mutant: an attempt computes, then exchanges, then applies; it may be abandoned until applied', () => {
   const logged = [];
-  const a = new Attempt(new CommittedRoster(3, 1, ['a', 'b']), 0, 2, 0, (level, message) => logged.push([level, message]));
+  const a = new Attempt(new CommittedRoster(3, 1, ['a', 'b'], [1, 1]), 0, 2, 0, (level, message) => logged.push([level, message]));
   assert.equal(a.computed, false); // nothing sent before the compute is done
   assert.deepEqual(a.sent, []);
   assert.equal(a.live, true);
@@ -726,7 +727,8 @@ const types = (effects) => effects.map((f) => f.type);
 
 test('mutant: a leader alone runs to its last step: compute, apply, save every save_every steps, done', async () => {
   const { m, out } = await solo({ can_save: true, save_every: 2 }, { steps: 3 });
-  assert.deepEqual(plain(out), [{ type: 'compute', step: 1, round: 0, rank: 0, peers: 1 }]);
+  assert.deepEqual(plain(out), [{ type: 'compute', step: 1, round: 0, rank: 0,
+    shares: [CONFIG_JSON.global_batch], peers: 1 }]);
   assert.equal(m.isLeader, true);
   assert.equal(m.leader, ME);
   assert.deepEqual([...m.roster.peers], [ME]);
@@ -857,7 +859,7 @@ test('mutant: before a hello only a hello is taken; a message without a channel 
 test('mutant: the hello carries at most 40 characters of the name; a leader refuses another run', async () => {
   const m = machine({ name: 'n'.repeat(45) });
   const out = plain(await m.handle(ev.channelOpened(0, B)));
-  assert.deepEqual(out, [{ type: 'send-message', peer: B, message: { type: 'hello', version: 1, name: 'n'.repeat(40), contract: 2 } }]);
+  assert.deepEqual(out, [{ type: 'send-message', peer: B, message: { type: 'hello', version: 2, name: 'n'.repeat(40), contract: 2 } }]);
   assert.deepEqual(await m.handle(ev.channelOpened(1, B)), []); // opened once: one hello
   // a leader refuses a config from another peer: it leads its own run
   const { m: lead } = await solo();
@@ -868,7 +870,7 @@ test('mutant: the hello carries at most 40 characters of the name; a leader refu
 
 test('mutant: a follower takes the first config, ignores the same one again and refuses another', async () => {
   const { m, out } = await follower();
-  assert.deepEqual(plain(out), [{ type: 'send-message', peer: ME, message: { type: 'ready', run: CONFIG_JSON.run, step: 0, hash: m.replica.hash, peers: [ME] } }]);
+  assert.deepEqual(plain(out), [{ type: 'send-message', peer: ME, message: { type: 'ready', run: CONFIG_JSON.run, step: 0, hash: m.replica.hash, peers: [ME], seq_s: 0 } }]);
   assert.equal(m.leader, ME);
   assert.equal(m.isLeader, false);
   assert.deepEqual(await m.handle(ev.messageReceived(1, ME, text({ ...CONFIG_JSON }))), []);
@@ -892,7 +894,8 @@ test('mutant: a late peer greeted by the leader is sent the config and the curre
   const out = plain(await greet(m, B));
   assert.deepEqual(out.map((f) => [f.type, f.peer, f.message?.type]), [
     ['send-message', B, 'hello'], ['send-message', B, 'config'], ['send-message', B, 'roster']]);
-  assert.deepEqual(out[2].message, { type: 'roster', run: CONFIG_JSON.run, step: 1, round: 0, peers: [ME] });
+  assert.deepEqual(out[2].message, { type: 'roster', run: CONFIG_JSON.run, step: 1, round: 0, peers: [ME],
+    shares: [CONFIG_JSON.global_batch] });
   // a follower greets nobody with the run
   const { m: f } = await follower();
   assert.deepEqual(types(await greet(f, C)), ['send-message']);

@@ -67,16 +67,18 @@ class Replica extends TraceReplica {
     await super.start(model, optim, seed);
   }
 
-  async compute({ peers }) {
+  async compute({ rank, shares }) {
     let n = 0;
     for (const shape of paramShapes(this.model).values()) n += shape.reduce((a, b) => a * b, 1);
     const flat = new Float32Array(nBlocks(n) * BLOCK); // zero-padded to whole blocks
     const payloads = [];
-    for (let k = 0; k < peers; k++) {
-      const [start, end] = chunkSlice(nBlocks(n), peers, k);
-      payloads.push(encode(flat.subarray(start, end)).payload);
+    for (let k = 0; k < shares.length; k++) {
+      const [start, end] = chunkSlice(nBlocks(n), shares, k);
+      payloads.push(start === end || shares[rank] === 0 ? new Uint8Array(0)
+        : encode(flat.subarray(start, end)).payload);
     }
-    return { loss: 7.5, payloads, probe: REFERENCE_PROBE_HASH, backend: this.backend, products: 0, ms: 1 };
+    return { loss: 7.5, payloads, probe: REFERENCE_PROBE_HASH, backend: this.backend, products: 0,
+      ms: 1, gradMs: 1, count: shares[rank] };
   }
 
   close() {}
@@ -92,7 +94,7 @@ function facadeOf(peer) {
   return {
     id: peer.id, admitted: peer.admitted, phase: peer.phase, inRun: peer.inRun,
     canLead: peer.canLead, config: peer.config, leader: peer.leader, isLeader: peer.isLeader,
-    hasState: peer.hasState, gone: [...peer.gone],
+    hasState: peer.hasState, gone: [...peer.gone], speeds: [...peer.speeds],
   };
 }
 
@@ -100,7 +102,7 @@ function machineOf(peer) {
   const m = peer.machine;
   return {
     id: m.id, phase: m.phase.phase, config: m.config, leader: m.leader, isLeader: m.isLeader,
-    hasState: m.hasState, gone: [...m.peers.goneSet],
+    hasState: m.hasState, gone: [...m.peers.goneSet], speeds: [...m.leadership.speeds],
   };
 }
 
@@ -129,7 +131,7 @@ test('the facade tracks the machine: lobby -> configured -> training -> stopped 
   assert.equal(peer.machine, null);
   assert.deepEqual(facadeOf(peer), {
     id: '', admitted: false, phase: 'lobby', inRun: false, canLead: false, config: null,
-    leader: null, isLeader: false, hasState: false, gone: [],
+    leader: null, isLeader: false, hasState: false, gone: [], speeds: [],
   });
   assert.deepEqual(peer.agreement(1), [0, 0]);
   assert.equal(peer.tally(1, 0, ['A']), null);
@@ -163,6 +165,12 @@ test('the facade tracks the machine: lobby -> configured -> training -> stopped 
   assert.equal(f.phase, 'training');
   assert.deepEqual([f.inRun, f.canLead, f.leader, f.isLeader, f.hasState], [true, false, 'A', true, true]);
   const [r] = steps;
+  // Protocol v2: the one device computes the whole global batch (1 sequence per device x at
+  // least one device), its step record names the shares, and its measured seconds per sequence
+  // (1 ms of gradient for 1 sequence) are what the machine keeps for the leader's next split.
+  assert.equal(second.config.global_batch, 1);
+  assert.deepEqual([r.shares, r.share, r.seqS], [[1], 1, 0.001]);
+  assert.deepEqual([...second.speeds], [['A', 0.001]]);
   assert.deepEqual(second.agreement(r.step), second.machine.agreement(r.step));
   assert.deepEqual(second.agreement(r.step), [1, 1], 'our own hash agrees with itself');
   const tally = second.tally(r.step, r.round, r.roster);

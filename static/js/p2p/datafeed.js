@@ -9,7 +9,8 @@
 // a batch that was fetched while earlier steps computed.
 //
 // Ahead of the step: each batch(address) also starts fetching the next `depth` steps of the same
-// rank (a rank changes only when the roster does; a wrong guess is dropped and costs one fetch).
+// rank, here the lane (protocol v2: a device's share may span several lanes, each its own
+// stream; lanes change only when the shares do; a wrong guess costs one fetch each).
 // `stats` counts the batches that were ready and those the step waited for.
 //
 // Failure: a server that cannot be reached, answers an error or a malformed window rejects with
@@ -36,8 +37,8 @@ export class DataUnavailable extends Error {
 }
 
 const keyOf = (a) => `${a.split ?? 'train'}/${a.seed}/${a.step}/${a.rank}/${a.batch}x${a.seqLen}`;
-const sameStream = (a, b) => (a.split ?? 'train') === (b.split ?? 'train') && a.seed === b.seed &&
-  a.rank === b.rank && a.batch === b.batch && a.seqLen === b.seqLen;
+const sameRun = (a, b) => (a.split ?? 'train') === (b.split ?? 'train') && a.seed === b.seed &&
+  a.batch === b.batch && a.seqLen === b.seqLen;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class FineWebFeed {
@@ -88,9 +89,13 @@ export class FineWebFeed {
   }
 
   prefetch(address) {
-    // Drop guesses the run has passed (or made for another rank or shape).
+    // Drop guesses the run has passed (or made for another shape). A device's share can span
+    // several lanes (protocol v2: the address's rank is the lane), asked one after the other
+    // for the same step, so the other lanes' guesses of this step and later are kept; a lane it
+    // no longer computes costs at most `depth` windows, dropped once the run passes them.
     for (const [key, e] of this.pending) {
-      if (e.address.step <= address.step || !sameStream(e.address, address)) {
+      if (e.address.step < address.step || (e.address.step === address.step &&
+        e.address.rank === address.rank) || !sameRun(e.address, address)) {
         e.abort.abort();
         this.pending.delete(key);
       }

@@ -31,9 +31,11 @@
 // leads a run that continues a checkpoint (config resume_step/resume_hash; followers sync).
 //
 // Events out (DetailEvent): `ready` {id} (the machine exists: the mesh was admitted), `phase`
-// {phase}, `step` {step, round, loss, hash, roster, probe, backend, leader, computeMs,
-// computedOn, gpuProducts, bytesSent, bytesReceived (both cumulative), computedAtMs,
-// appliedAtMs (performance.now() when our gradient was ready and when the step was applied)},
+// {phase}, `step` {step, round, loss, hash, roster, shares (the roster's, in roster order),
+// share (this device's; 0: it followed without computing), probe, backend, leader, computeMs,
+// gradMs (the gradients alone), seqS (this device's smoothed seconds per sequence), computedOn,
+// gpuProducts, bytesSent, bytesReceived (both cumulative), computedAtMs, appliedAtMs
+// (performance.now() when our gradient was ready and when the step was applied)},
 // `finished` {outcome}, `error` {message, hint} (also console.warn), `save` {run, step, hash,
 // why ('asked' | 'every' | 'end'), bytes, at (Date.now())}.
 
@@ -59,12 +61,14 @@ function runId() {
 
 /**
  * The `config` a leader sends, from the page's choices: a preset, its steps and optionally
- * batch, sequence length, learning rate, warm-up, seed and data source ('builtin' or the
- * page's 'fineweb@REV'). The same record node.py's
+ * batch (sequences per device: the lane size), sequence length, learning rate, warm-up, seed,
+ * data source ('builtin' or the page's 'fineweb@REV') and global batch (sequences per step of
+ * the whole group, shared out by the leader; default: the batch x max(1, minPeers), what that
+ * many equal devices computed in protocol version 1). The same record node.py's
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
  */
 export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
-  data = 'builtin', vocabSize, tokenizerSha256 }) {
+  data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1 }) {
   const p = PRESETS[preset];
   if (p === undefined) {
     throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
@@ -84,6 +88,7 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
     tokenizer_sha256: tokenizerSha256,
     resume_step: 0,
     resume_hash: null,
+    global_batch: globalBatch ?? (batch ?? p.batch) * Math.max(1, minPeers),
   });
 }
 
@@ -92,7 +97,8 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
  * decodeCheckpoint) to `steps`: node.py's `_prepare_lead` with `--resume` (preset null, the
  * checkpoint's model, optimizer and seed, resume_step/resume_hash of its state).
  */
-export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin' }) {
+export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', globalBatch,
+  minPeers = 1 }) {
   const m = ck.model;
   const step = ck.state.step;
   return message('config', {
@@ -110,6 +116,7 @@ export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin' }) {
     tokenizer_sha256: tokenizerSha256,
     resume_step: step,
     resume_hash: step > 0 ? ck.weightHash : null,
+    global_batch: globalBatch ?? m.batch * Math.max(1, minPeers),
   });
 }
 
@@ -162,6 +169,7 @@ export class BrowserPeer extends EventTarget {
     this.records = [];
     this.errors = [];
     this.computed = new Map(); // step/round -> how our gradient was computed
+    this.seqS = 0; // smoothed seconds per sequence of our gradients (measured(); 0: never)
     this.bytesSent = 0;
     this.bytesReceived = 0; // frames in, headers included (the mesh bench reads it)
     this.disposed = false;
@@ -269,6 +277,15 @@ export class BrowserPeer extends EventTarget {
     return this.machine?.tally(step, round, roster) ?? null;
   }
 
+  /**
+   * Seconds per sequence each peer last reported (a Map id -> seq_s, from `ready` and `hash`
+   * messages, this device's own from its gradients; 0: not measured): what the leader shares
+   * the step by. Read-only: the machine's own map (empty before the machine exists).
+   */
+  get speeds() {
+    return this.machine?.leadership.speeds ?? new Map();
+  }
+
   // -- inputs ---------------------------------------------------------------------------------
 
   listen() {
@@ -321,12 +338,12 @@ export class BrowserPeer extends EventTarget {
   // -- the user's requests --------------------------------------------------------------------
 
   /**
-   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, minPeers}. Rejects with an
+   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, globalBatch?, minPeers}. Rejects with an
    * Incompatible (message, hint) when this peer could not train it itself.
    */
   async lead({ minPeers = 2, ...choices }) {
     this.mayLead();
-    const config = leadConfig({ ...choices, vocabSize: this.vocabSize,
+    const config = leadConfig({ ...choices, minPeers, vocabSize: this.vocabSize,
       tokenizerSha256: this.tokenizerSha256 });
     const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
       vocabSize: this.vocabSize, caps: this.machine.settings.limits,
@@ -360,12 +377,12 @@ export class BrowserPeer extends EventTarget {
    * the state (sync-request). Rejects with a ReplicaRefused (a bad file: the reason) or an
    * Incompatible (the run rules' message and hint); resolves to the config.
    */
-  async leadResumed(bytes, { steps, minPeers = 2, source = 'the checkpoint' } = {}) {
+  async leadResumed(bytes, { steps, minPeers = 2, source = 'the checkpoint', globalBatch } = {}) {
     this.mayLead();
     const ck = await decodeCheckpoint(bytes, source, { tokenizerSha256: this.tokenizerSha256,
       vocabSize: this.vocabSize });
     const config = resumeConfig(ck, { steps: steps ?? defaultResumeSteps(ck),
-      tokenizerSha256: this.tokenizerSha256 });
+      tokenizerSha256: this.tokenizerSha256, globalBatch, minPeers });
     parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256, vocabSize: this.vocabSize,
       caps: this.machine.settings.limits, dataSources: this.machine.settings.data_sources });
     await new Promise((resolve, reject) => {
@@ -519,15 +536,17 @@ export class BrowserPeer extends EventTarget {
     this.mesh.closePeer(peer);
   }
 
-  /** A FineWeb-Edu run's gradient: on the batch its feed prefetched; null when the batch
-   * cannot be read (this page then leaves the run with the reason, as node.py). */
+  /** A FineWeb-Edu run's gradient: on the lanes its feed prefetched (the window addressed by
+   * (seed, step, lane): the address's rank is the lane); null when a window cannot be read
+   * (this page then leaves the run with the reason, as node.py). */
   async computeOnFineWeb(c) {
-    let xy;
     try {
       if (this.data === null) { // the data rule admits no FineWeb-Edu run without a feed
         throw new DataUnavailable('this page has no FineWeb-Edu feed', 'reload the page');
       }
-      xy = await this.data.batch(this.replica.address(c.rank));
+      // Every lane of ours is asked at once (fetched, or taken from the prefetch, in parallel)
+      // before any gradient is computed.
+      return await this.replica.compute(c, (lane) => this.data.batch(this.replica.address(lane)));
     } catch (exc) {
       if (!(exc instanceof DataUnavailable)) throw exc;
       // Never train on other text: leave the run cleanly and say why.
@@ -536,19 +555,38 @@ export class BrowserPeer extends EventTarget {
       this.push((now) => E.userLeave(now, `cannot read the run's training data: ${exc.message}`));
       return null;
     }
-    return this.replica.compute(c, this.tokens, xy);
+  }
+
+  /** A builtin run's gradient: lane l of step s is the batch of (seed, s, l). */
+  computeOnBuiltin(c) {
+    return this.replica.compute(c, (lane) => this.replica.builtinLane(this.tokens, lane));
+  }
+
+  /**
+   * Seconds per sequence of this device's gradients, smoothed (exponential average, the newest
+   * step weighted 1/2, as node.py): what the leader shares the step's sequences by. A step with
+   * a share of 0 measures nothing, so the last value stays (and is reported again). 0: never.
+   */
+  measured(r) {
+    if (r.count > 0) {
+      const newest = r.gradMs / 1000 / r.count;
+      this.seqS = this.seqS === 0 ? newest : (this.seqS + newest) / 2;
+    }
+    return this.seqS;
   }
 
   startCompute(c) {
     // A builtin run's gradient starts at once, as before FineWeb-Edu (the worker's requests keep
     // their order with the checkpoint exports the machine asks for next).
     const computing = revisionOf(this.machine.config.data) === null
-      ? this.replica.compute(c, this.tokens) : this.computeOnFineWeb(c);
+      ? this.computeOnBuiltin(c) : this.computeOnFineWeb(c);
     computing.then((r) => {
       if (r === null) return;
-      this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, computedOn: r.backend,
-        gpuProducts: r.products, computedAtMs: performance.now() });
-      this.push((now) => E.computeDone(now, c.step, c.round, r.loss, r.payloads, r.probe));
+      const seqS = this.measured(r);
+      this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, gradMs: r.gradMs,
+        computedOn: r.backend, gpuProducts: r.products, computedAtMs: performance.now(),
+        seqS });
+      this.push((now) => E.computeDone(now, c.step, c.round, r.loss, r.payloads, r.probe, seqS));
     }, (exc) => {
       const text = `${exc.name ?? 'Error'}: ${exc.message}`;
       this.fail(`computing step ${c.step} failed: ${exc.message}`,
@@ -561,6 +599,7 @@ export class BrowserPeer extends EventTarget {
     const key = `${a.step}/${a.round}`;
     const r = {
       step: a.step, round: a.round, loss: a.loss, hash: a.hash, roster: [...a.roster],
+      shares: [...a.shares], share: a.roster.includes(this.id) ? a.shares[a.roster.indexOf(this.id)] : 0,
       probe: a.probe, backend: a.backend, leader: a.leader,
       bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, appliedAtMs: performance.now(),
       ...(this.computed.get(key) ?? {}),

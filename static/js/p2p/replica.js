@@ -20,6 +20,7 @@ import { sampleBatch } from '../model/batches.js';
 import { paramShapes } from '../model/params.js';
 import { chunkSlice } from './allreduce.js';
 import { encode, flatten, nBlocks, unflatten } from './codec.js';
+import { offsets, pieces } from './shares.js';
 import { decodeCheckpoint, encodeCheckpoint, stepOf } from './checkpoint.js';
 import { ReplicaRefused } from './machine/replica.js';
 
@@ -147,34 +148,102 @@ export class WorkerReplica {
   }
 
   /**
-   * The `compute` effect: this replica's gradient of step `step` (the state is at step - 1) as
-   * roster rank `rank` of `peers`, quantized into one chunk per roster peer; and the kernel
-   * probe through the live kernel. The batch is `xy` ({x, y}: a FineWeb-Edu run's window, from
-   * datafeed.js) or else sampled from the built-in corpus's `tokens`. Resolves to {loss,
-   * payloads, probe, backend (the tier that computed it), products (how many products ran on
-   * the GPU), ms}.
+   * This replica's positions of the step as lane pieces (docs/PROTOCOL.md, "Gradient chunks":
+   * positions [o[rank], o[rank] + shares[rank]) cut at lane boundaries, `{lane, row, rows}`).
    */
-  async compute({ rank, peers }, tokens, xy = null) {
-    const t0 = performance.now();
-    const { batch, seqLen } = this.model;
-    const { x, y } = xy ?? sampleBatch(tokens, batch, seqLen, this.seed, this._step, rank);
-    const r = await this.worker.grads(x, y);
-    const { probe } = await this.worker.probe();
-    const flat = flatten(fromTensors(r.grads));
-    const total = nBlocks(flat.length);
-    const payloads = [];
-    for (let k = 0; k < peers; k++) {
-      const [start, end] = chunkSlice(total, peers, k);
-      payloads.push(encode(flat.subarray(start, end)).payload);
-    }
-    return { loss: r.loss, payloads, probe, backend: r.backend, products: r.products,
-      ms: performance.now() - t0 };
+  piecesOf({ rank, shares }) {
+    return pieces(offsets(shares)[rank], shares[rank], this.model.batch);
   }
 
-  /** Where this replica's next batch of rank `rank` is in a FineWeb-Edu run (datafeed.js):
-   * the step is the completed steps, as in the built-in corpus's sampleBatch. */
-  address(rank) {
-    return { seed: this.seed, step: this._step, rank, batch: this.model.batch,
+  /** Lane `lane` of the next step in the built-in corpus: the batch version 1 gave that rank. */
+  builtinLane(tokens, lane) {
+    const { batch, seqLen } = this.model;
+    return sampleBatch(tokens, batch, seqLen, this.seed, this._step, lane);
+  }
+
+  /**
+   * The `compute` effect: this replica's mean gradient of step `step` (the state is at
+   * step - 1) over its positions as roster rank `rank` of a roster with `shares`, quantized
+   * into the roster's chunks (empty bytes for an empty chunk, and for every chunk with a share
+   * of 0, when only the kernel probe is computed); and the kernel probe through the live
+   * kernel. `laneOf(lane)` gives (or resolves to) lane `lane`'s batch {x, y} of the step (a
+   * FineWeb-Edu run's window from datafeed.js, or builtinLane); every lane is read before any
+   * gradient is computed, and each piece takes its rows of its lane. Each piece's gradient is
+   * the model's mean over its rows; more than one
+   * combine as g = g0 * f32(r0); g = g + g1 * f32(r1); ...; g = g / f32(share) in float32, the
+   * loss the same way (node.py's _mean_gradient). Resolves to {loss, payloads, probe, backend
+   * (the tier that computed it), products (how many products ran on the GPU), ms (the whole
+   * compute), gradMs (the gradients alone: what seconds per sequence are measured on), count}.
+   */
+  async compute({ rank, shares }, laneOf) {
+    const parts = this.piecesOf({ rank, shares });
+    const lanes = await Promise.all(parts.map((p) => laneOf(p.lane)));
+    const rowsOf = parts.map((p, i) => this.rowsOf(lanes[i], p));
+    const t0 = performance.now();
+    const count = shares[rank];
+    let flat = null;
+    let loss = 0;
+    let backend = this.selection?.backend ?? this.backend;
+    let products = 0;
+    if (count > 0) {
+      const cnt = Math.fround(count);
+      let lossAcc = 0;
+      for (const { x, y, rows } of rowsOf) {
+        const r = await this.worker.grads(x, y, { batch: rows });
+        backend = r.backend;
+        products += r.products ?? 0;
+        const g = flatten(fromTensors(r.grads));
+        if (rowsOf.length === 1) {
+          flat = g;
+          loss = r.loss;
+          break;
+        }
+        const w = Math.fround(rows);
+        if (flat === null) {
+          flat = new Float32Array(g.length);
+          for (let i = 0; i < g.length; i++) flat[i] = g[i] * w;
+          lossAcc = Math.fround(r.loss * w);
+        } else {
+          for (let i = 0; i < g.length; i++) flat[i] = flat[i] + Math.fround(g[i] * w);
+          lossAcc = Math.fround(lossAcc + Math.fround(r.loss * w));
+        }
+      }
+      if (rowsOf.length > 1) {
+        for (let i = 0; i < flat.length; i++) flat[i] = flat[i] / cnt;
+        loss = Math.fround(lossAcc / cnt);
+      }
+    }
+    const gradMs = performance.now() - t0;
+    const { probe } = await this.worker.probe();
+    const total = this.totalBlocks();
+    const payloads = [];
+    for (let k = 0; k < shares.length; k++) {
+      const [start, end] = chunkSlice(total, shares, k);
+      payloads.push(flat === null || start === end ? new Uint8Array(0)
+        : encode(flat.subarray(start, end)).payload);
+    }
+    return { loss, payloads, probe, backend, products, ms: performance.now() - t0, gradMs, count };
+  }
+
+  /** Blocks of the flat gradient of this replica's model. */
+  totalBlocks() {
+    let n = 0;
+    for (const shape of paramShapes(this.model).values()) n += shape.reduce((a, b) => a * b, 1);
+    return nBlocks(n);
+  }
+
+  /** Rows [row, row + rows) of a lane's batch {x, y} (row-major, seqLen ids per row). */
+  rowsOf({ x, y }, piece) {
+    const T = this.model.seqLen;
+    const from = piece.row * T;
+    const to = (piece.row + piece.rows) * T;
+    return { x: x.slice(from, to), y: y.slice(from, to), rows: piece.rows };
+  }
+
+  /** Where lane `lane` of this replica's next step is in a FineWeb-Edu run (datafeed.js; the
+   * address's `rank` is the lane): the step is the completed steps, as in sampleBatch. */
+  address(lane) {
+    return { seed: this.seed, step: this._step, rank: lane, batch: this.model.batch,
       seqLen: this.model.seqLen };
   }
 

@@ -5,8 +5,11 @@
 //   counter of the wait and the server's timeout), refused (the server's message and hint as
 //   sent, with "Ask again"), reconnecting (a live countdown to the next attempt and its number).
 // - Members: name, backend, measured speed (the `tokens_per_s` of each device's hello, when it
-//   sent one), the data channel's state (open / connecting / closed), and the role: host of a
-//   room, leader of the run.
+//   sent one), the data channel's state (open / connecting / closed), the role: host of a
+//   room, leader of the run, and in a run its share of the latest step ("computes 3 of 16
+//   sequences", "follows without computing": protocol v2's capacity-weighted rosters); under
+//   them the group's speed next to the fastest device's alone (an estimate from its seconds per
+//   sequence: its gradient time only).
 // - Add a device (invite.js): the address another device opens to join this group, or in a room
 //   the room's link, as text with a Copy button and a QR code.
 // - Rooms: "Private room" mints a code (POST /api/rooms, docs/SERVER.md) and opens the page in
@@ -18,6 +21,7 @@
 import { h, seconds, count, everySecond } from './dom.js';
 import { rosterOf } from './roster.js';
 import { mountInvite } from './invite.js';
+import { fastestAlone, groupRate, groupSpeedLine, sequencesOf, shareText } from './livefigures.js';
 
 const CHANNEL_TEXT = { open: 'connected', connecting: 'connecting…', closed: 'disconnected' };
 const CLOSED_TEXT = {
@@ -46,11 +50,14 @@ export function mount(root, page) {
   const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests', 'aria-live': 'polite',
     'aria-relevant': 'additions' });
   const requestNote = h('p', { class: 'note closed-requests', role: 'status', 'aria-live': 'polite' });
+  // The run's pooled speed next to the fastest device's alone (livefigures.groupSpeedLine).
+  const speedLine = h('p', { class: 'group-speed', hidden: true });
   const requests = h('div', { class: 'requests-box', hidden: true },
     h('h3', { text: 'Asking to join' }), requestList);
-  root.append(h('h2', { text: 'Group' }), connection, members, requests, requestNote, roomBox);
+  root.append(h('h2', { text: 'Group' }), connection, members, speedLine, requests, requestNote, roomBox);
 
   let roster = null;
+  let steps = []; // the session's step records (peer.js record()), for shares and speeds
   let stopTicker = () => {};
   const requestItems = new Map(); // id -> {item, left (span)}
 
@@ -125,8 +132,32 @@ export function mount(root, page) {
     return badges.map((b) => h('span', { class: `badge ${b}`, text: b }));
   }
 
+  /** This member's share of the run's latest step ("computes 3 of 16 sequences"), or null. */
+  function shareOf(id) {
+    const last = steps.at(-1);
+    if (!page.peer?.inRun || last === undefined || !Array.isArray(last.shares)) return null;
+    const k = last.roster.indexOf(id);
+    if (k < 0) return 'not in this step';
+    return shareText(last.shares[k], sequencesOf(last, page.peer.config?.model.batch ?? 1));
+  }
+
+  function renderSpeed() {
+    const peer = page.peer;
+    const last = steps.at(-1);
+    const cfg = peer?.config;
+    if (!peer?.inRun || !cfg || last === undefined) {
+      speedLine.hidden = true;
+      return;
+    }
+    const seqLen = cfg.model.seq_len;
+    const group = groupRate(steps, cfg.model.batch, seqLen);
+    const fastest = fastestAlone(peer.speeds, last.roster, seqLen);
+    speedLine.textContent = `Speed: ${groupSpeedLine(group, fastest)}.`;
+    speedLine.hidden = group === null && fastest === null;
+  }
+
   function memberItem(id, name, device, state) {
-    const facts = [device?.backend, speedOf(device), state].filter(Boolean).join(' · ');
+    const facts = [device?.backend, speedOf(device), state, shareOf(id)].filter(Boolean).join(' · ');
     return h('li', { 'data-peer': id },
       h('span', { class: 'name', text: name }), ...roleBadges(id),
       h('span', { class: 'facts', text: facts }));
@@ -247,6 +278,7 @@ export function mount(root, page) {
   function render() {
     renderConnection();
     renderMembers();
+    renderSpeed();
     renderRequests();
   }
 
@@ -262,18 +294,28 @@ export function mount(root, page) {
         if (page.mesh === mesh) render();
       });
     }
+    steps = [];
     for (const kind of ['phase', 'ready']) {
       peer.addEventListener(kind, () => {
-        if (page.peer === peer) renderMembers();
+        if (page.peer === peer) {
+          renderMembers();
+          renderSpeed();
+        }
       });
     }
-    // The leader can change mid-run (a hand-over): the step record names the leader.
-    let leader = null;
+    // The leader can change mid-run (a hand-over) and the shares every step: the step record
+    // names both.
+    let shown = '';
     peer.addEventListener('step', (e) => {
-      if (page.peer === peer && e.detail.leader !== leader) {
-        leader = e.detail.leader;
+      if (page.peer !== peer) return;
+      steps.push(e.detail);
+      if (steps.length > 8) steps.shift();
+      const now = `${e.detail.leader}|${e.detail.roster.join(',')}|${(e.detail.shares ?? []).join(',')}`;
+      if (now !== shown) {
+        shown = now;
         renderMembers();
       }
+      renderSpeed();
     });
     render();
   });

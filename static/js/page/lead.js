@@ -3,7 +3,8 @@
 //
 // States (from the session's peer, p2p/peer.js): not connected yet (form disabled) -> lobby
 // (the form: preset, steps, devices needed, data source, and under "More settings" sequences
-// per device, sequence length, learning rate, seed; Start) -> configured/training as leader
+// per device, sequences per step of the whole group (default: per device x the devices ready
+// here when Start is pressed), sequence length, learning rate, seed; Start) -> configured/training as leader
 // (what runs, and Stop: peer.endRun(), the whole group stops at the next step boundary) or as
 // follower ("Following NAME's run: joined automatically") -> stopped (why) -> a new session's
 // lobby, which says how the last run ended and that this device is ready for the next. A choice this device could not train itself is refused by the run rules
@@ -13,6 +14,7 @@
 
 import { h } from './dom.js';
 import { rosterOf } from './roster.js';
+import { PRESETS } from '../model/config.js';
 
 // How a run ended, for people (the outcome reasons of p2p/machine/effects.js).
 const ENDED = {
@@ -24,6 +26,17 @@ const ENDED = {
 /** "The run ended at step 19: its leader stopped it." (the reason itself when unknown). */
 export function endedText(outcome, which = 'The run') {
   return `${which} ended at step ${outcome.step}: ${ENDED[outcome.reason] ?? outcome.reason}.`;
+}
+
+/**
+ * The run's sequences per step unless the user says: sequences per device x the devices ready
+ * in the group when Start is pressed (this one and every member with an open channel; at least
+ * one), so the group trains as many sequences per step as its devices did each alone.
+ */
+export function defaultGlobalBatch(peer, preset, batch) {
+  const perDevice = batch ?? PRESETS[preset]?.batch ?? 1;
+  const open = peer.mesh?.openPeers?.().length ?? 0;
+  return perDevice * Math.max(1, 1 + open);
 }
 
 function field(label, input) {
@@ -45,6 +58,8 @@ export function mount(root, page) {
     h('details', {}, h('summary', { text: 'More settings' }),
       h('div', { class: 'grid' },
         field('Sequences per device per step', num('batch', { min: 1, placeholder: 'the preset’s' })),
+        field('Sequences per step, whole group', num('global_batch', { min: 1,
+          placeholder: 'per device × devices here' })),
         field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
         field('Learning rate', h('input', { name: 'lr', type: 'number', inputmode: 'decimal', step: 'any',
           min: 0, max: 1, value: 0.003 })),
@@ -91,7 +106,8 @@ export function mount(root, page) {
       standing.textContent = 'No run yet: start one, or wait for someone in the group to lead.';
     } else if (inRun && peer.isLeader) {
       const c = peer.config;
-      standing.textContent = `You lead this run: ${c.preset}, ${c.steps} steps` +
+      standing.textContent = `You lead this run: ${c.preset ?? 'custom'}, ${c.steps} steps, ` +
+        `${c.global_batch} sequences per step shared by speed` +
         `${phase === 'configured' ? ' (waiting for the devices to get ready)' : ''}.`;
     } else if (inRun) {
       const leader = peer.leader;
@@ -113,6 +129,7 @@ export function mount(root, page) {
     const choices = {
       preset: f.get('preset'), steps: n('steps'), batch: n('batch'), seqLen: n('seq_len'),
       lr: n('lr'), warmup: n('warmup'), seed: n('seed'), minPeers: n('min_peers'),
+      globalBatch: n('global_batch') ?? defaultGlobalBatch(peer, f.get('preset'), n('batch')),
     };
     if (f.get('data') !== 'builtin') choices.data = f.get('data');
     try {

@@ -3,9 +3,13 @@
 // - the loss chart (chart.js): one training-loss point per applied step (the peer's `step`
 //   events, peer.js record()) and the validation loss every evalEvery(steps) steps and at the
 //   last step;
-// - progress (step N of M, ETA from the recent step rate), the group's tokens/s (roster size x
-//   batch x seq_len per step of wall time) and each device's (this one from its own gradient
-//   time; the others from what their mesh `device` record publishes, `tokens_per_s`, else "–");
+// - progress (step N of M, ETA from the recent step rate), the group's tokens/s (the global
+//   batch, the sum of the roster's shares, x seq_len per step of wall time) next to the fastest
+//   device's alone (an estimate: seq_len / its seconds per sequence, its gradient time only),
+//   and per device its share ("computes 3 of 16 sequences", "follows without computing") and
+//   its tokens/s (seq_len / the seconds per sequence its `hash` messages report; before any,
+//   this one from its own gradient time and the others from their mesh `device` record's
+//   `tokens_per_s`, else "–");
 // - the step time split into compute (this device's gradient) and exchange (gradient ready ->
 //   step applied);
 // - the per-step hash agreement from the sync guard's read-only tally (machine/guard.js):
@@ -107,7 +111,8 @@ export function mount(root, page) {
 
   const devices = h('table', { class: 'live-devices' });
   devices.innerHTML = '<caption>Devices in this run</caption><thead><tr>' +
-    '<th scope="col">device</th><th scope="col">backend</th><th scope="col">speed</th>' +
+    '<th scope="col">device</th><th scope="col">work this step</th><th scope="col">backend</th>' +
+    '<th scope="col"><abbr title="tokens per second of gradient time">speed</abbr></th>' +
     '<th scope="col"><abbr title="the same weights hash as this device">hash</abbr></th>' +
     '</tr></thead><tbody></tbody>';
   root.append(h('div', { class: 'live-devices-wrap' }, devices));
@@ -256,7 +261,10 @@ export function mount(root, page) {
       unitsOut.textContent = view.units;
 
       view.rate = F.formatRate(F.groupRate(recs, batch, seqLen));
-      rateOut.textContent = `${view.rate} (${last.roster.length} devices)`;
+      view.fastest = F.fastestAlone(runPeer?.speeds, last.roster, seqLen);
+      view.speedLine = F.groupSpeedLine(F.groupRate(recs, batch, seqLen), view.fastest);
+      rateOut.textContent = `${view.speedLine} (${last.roster.length} device` +
+        `${last.roster.length === 1 ? '' : 's'})`;
 
       const split = F.stepSplit(last, prev);
       view.split = split;
@@ -269,7 +277,7 @@ export function mount(root, page) {
       c.style.flexGrow = String(total ? (split.compute ?? 0) / total : 0);
       x.style.flexGrow = String(total ? (split.exchange ?? 0) / total : 0);
 
-      renderDevices(last, shown, batch * seqLen);
+      renderDevices(last, shown, batch * seqLen, seqLen);
     } else {
       progressText.textContent = cfg ? `0 of ${cfg.steps} steps` : '';
     }
@@ -290,18 +298,24 @@ export function mount(root, page) {
     return when;
   }
 
-  function renderDevices(last, tally, tokensPerStep) {
+  function renderDevices(last, tally, tokensPerStep, seqLen) {
     const me = runPeer?.id;
     const order = [me, ...last.roster.filter((id) => id !== me)].filter((id) => last.roster.includes(id));
+    const globalBatch = F.sequencesOf(last, cfg.model.batch);
     const rows = order.map((id) => {
       const device = runPeer?.mesh?.devices?.get(id) ?? {};
+      // Its measured seconds per sequence (every `hash` carries them): seq_len / seq_s tokens
+      // per second of gradient time; else what it measured alone (its hello), ours this step.
+      const seqS = runPeer?.speeds.get(id);
       let rate = null;
-      if (id === me) rate = F.tokensPerSecond(tokensPerStep, last.computeMs);
+      if (Number.isFinite(seqS) && seqS > 0) rate = seqLen / seqS;
+      else if (id === me) rate = F.tokensPerSecond(tokensPerStep, last.computeMs);
       else if (Number.isFinite(device.tokens_per_s)) rate = device.tokens_per_s;
       const backend = id === me ? last.backend : tally?.byPeer.get(id) ?? device.backend ?? '–';
       const hash = !tally ? '…' : tally.same.includes(id) ? '✓'
         : tally.differ.includes(id) ? '✗ differs' : '…';
-      return [nameOf(id), backend, F.formatRate(rate), hash];
+      const share = Array.isArray(last.shares) ? last.shares[last.roster.indexOf(id)] : undefined;
+      return [nameOf(id), F.shareText(share, globalBatch) || '–', backend, F.formatRate(rate), hash];
     });
     devices.tBodies[0].replaceChildren(...rows.map((cells) =>
       h('tr', {}, ...cells.map((c) => h('td', {}, c)))));

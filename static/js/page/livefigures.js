@@ -79,17 +79,65 @@ export function stepSplit(record, previous = null) {
   return { wall, compute, exchange };
 }
 
+/** The sequences a step record's group computed: its shares' sum (the run's global batch;
+ * roster size x batch for a record without shares). */
+export function sequencesOf(record, batch) {
+  if (Array.isArray(record.shares) && record.shares.length > 0) {
+    return record.shares.reduce((a, b) => a + b, 0);
+  }
+  return record.roster.length * batch;
+}
+
 /**
- * The group's tokens per second over the last `window` steps: roster size x batch x seq_len
- * tokens per step over the wall time between applies. null before two steps are in.
+ * The group's tokens per second over the last `window` steps: the step's sequences (the sum of
+ * its shares: the global batch) x seq_len tokens per step over the wall time between applies.
+ * null before two steps are in.
  */
 export function groupRate(records, batch, seqLen, window = 5) {
   if (records.length < 2) return null;
   const last = records[records.length - 1];
   const first = records[Math.max(0, records.length - 1 - window)];
   let tokens = 0;
-  for (const r of records.slice(records.indexOf(first) + 1)) tokens += r.roster.length * batch * seqLen;
+  for (const r of records.slice(records.indexOf(first) + 1)) tokens += sequencesOf(r, batch) * seqLen;
   return tokensPerSecond(tokens, last.appliedAtMs - first.appliedAtMs);
+}
+
+/**
+ * An estimate of the fastest roster device's tokens per second alone: its share's tokens over
+ * its gradient time, i.e. seq_len / its seconds per sequence (`speeds`: a Map id -> seq_s, as
+ * every `hash` reports it; 0 = not measured). Its gradient time only: the optimizer step and
+ * the exchange it would not need alone are left out. null when no roster device is measured.
+ */
+export function fastestAlone(speeds, roster, seqLen) {
+  let best = null;
+  for (const id of roster) {
+    const s = speeds?.get(id);
+    if (Number.isFinite(s) && s > 0 && (best === null || s < best)) best = s;
+  }
+  return best === null ? null : seqLen / best;
+}
+
+/** "computes 3 of 16 sequences" / "follows without computing" (a share of 0). */
+export function shareText(share, globalBatch) {
+  if (!Number.isInteger(share)) return '';
+  if (share === 0) return 'follows without computing';
+  return `computes ${share} of ${globalBatch} sequence${globalBatch === 1 ? '' : 's'}`;
+}
+
+/** 1520.4 -> "1,520 tok/s" (null -> "–"). */
+export function formatTokens(perSecond) {
+  if (perSecond === null || !Number.isFinite(perSecond)) return DASH;
+  return `${Math.round(perSecond).toLocaleString('en-US')} tok/s`;
+}
+
+/**
+ * "group 1,520 tok/s; fastest device alone ≈ 1,180 tok/s (its gradient time)", or without the
+ * second part while no device's speed is known.
+ */
+export function groupSpeedLine(group, fastest) {
+  const head = `group ${formatTokens(group)}`;
+  return fastest === null ? head
+    : `${head}; fastest device alone ≈ ${formatTokens(fastest)} (its gradient time only)`;
 }
 
 /** How often the page measures the validation loss: every max(10, steps / 20) steps. */
