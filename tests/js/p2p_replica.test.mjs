@@ -1,0 +1,112 @@
+// static/js/p2p/replica.js's `compute` (protocol v2: a share of the step's global batch as lane
+// pieces, each piece's mean gradient, their float32 combination, the roster's chunks) against
+// the Python peer's (daisychain.p2p.node: shares.pieces, training.next_batch per lane,
+// _mean_gradient, codec.encode of each chunk), computed by the Python reference at test time
+// on the same tokens and seed. The spec does not require the combined mean to match across
+// platforms (every peer uses the bytes a contributor sends), but the CPU tier is the contract,
+// so here every payload is the same bytes: a wrong lane, row range, weight, order or division
+// shows as another SHA-256.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createHash } from 'node:crypto';
+import { python } from './protocol_helpers.mjs';
+import { WorkerReplica } from '../../static/js/p2p/replica.js';
+import { Trainer } from '../../static/js/train/trainer.js';
+import { parseRequest } from '../../static/js/train/messages.js';
+import { modelConfig } from '../../static/js/model/config.js';
+import { adamwConfig } from '../../static/js/model/optim.js';
+
+const V = 300;
+const SEED = 11;
+const MODEL = { vocab_size: V, width: 16, layers: 1, heads: 1, seq_len: 8, batch: 4, mlp_mult: 2 };
+// [shares, rank]: one whole lane; a lane and a row of the next; the rest of that lane; three
+// pieces (two rows, then two whole lanes); a share of 0 (probe only, empty payloads); one row.
+const CASES = [[[4], 0], [[5, 3], 0], [[5, 3], 1], [[2, 0, 10], 2], [[2, 0, 10], 1], [[1, 11], 0]];
+
+const PY = String.raw`
+import hashlib, json, sys
+import numpy as np
+from daisychain import training
+from daisychain.model.config import ModelConfig
+from daisychain.optim import AdamWConfig
+from daisychain.p2p import allreduce, codec, shares
+from daisychain.p2p.node import _mean_gradient
+inp = json.load(sys.stdin)
+cfg = ModelConfig(**inp["model"])
+state = training.init(cfg, AdamWConfig(), inp["seed"])
+tokens = np.array(inp["tokens"], dtype=np.uint16)
+tb = codec.n_blocks(sum(g.size for g in state.params.values()))
+out = []
+for sh, rank in inp["cases"]:
+    rows = []
+    for p in shares.pieces(shares.offsets(sh)[rank], sh[rank], cfg.batch):
+        x, y = training.next_batch(state, tokens, p.lane)
+        rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
+    loss, flat = _mean_gradient(state, rows, sh[rank])
+    payloads = []
+    for k in range(len(sh)):
+        sl = allreduce.chunk_slice(tb, sh, k)
+        data = b"" if flat is None or sl.start == sl.stop else codec.encode(flat[sl])[0]
+        payloads.append(f"{len(data)}:{hashlib.sha256(data).hexdigest()}")
+    out.append({"loss": float(loss), "payloads": payloads})
+print(json.dumps(out))
+`;
+
+/** The training worker's Trainer in this process, behind TrainWorker's API. */
+class LocalWorker extends EventTarget {
+  constructor() {
+    super();
+    this.trainer = new Trainer(() => {});
+    this.id = 0;
+  }
+
+  async request(type, fields = {}) {
+    return (await this.trainer.handle(parseRequest({ id: ++this.id, type, ...fields }))).result;
+  }
+
+  init(options) {
+    return this.request('init', options);
+  }
+
+  grads(x, y, { batch } = {}) {
+    return this.request('grads', batch === undefined ? { x, y } : { x, y, batch });
+  }
+
+  probe() {
+    return this.request('probe');
+  }
+
+  terminate() {}
+}
+
+function tokens() {
+  const t = new Uint16Array(4000);
+  for (let i = 0; i < t.length; i++) t[i] = ((i * 2654435761) >>> 7) % V;
+  return t;
+}
+
+const digest = (p) => `${p.length}:${createHash('sha256').update(p).digest('hex')}`;
+
+test('compute: lane pieces, their combined mean and the chunks are the Python peer\'s bytes', async () => {
+  const toks = tokens();
+  const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], cases: CASES });
+  const replica = new WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: V,
+    backend: 'js-cpu', makeWorker: () => new LocalWorker() });
+  await replica.start(modelConfig(MODEL), adamwConfig({}), SEED);
+  const lanesRead = [];
+  for (const [i, [shares, rank]] of CASES.entries()) {
+    const r = await replica.compute({ rank, shares }, (lane) => {
+      lanesRead.push(lane);
+      return replica.builtinLane(toks, lane);
+    });
+    const what = `shares ${shares}, rank ${rank}`;
+    assert.deepEqual(r.payloads.map(digest), expected[i].payloads, what);
+    assert.equal(r.loss, expected[i].loss, `${what}: loss`);
+    assert.equal(r.count, shares[rank]);
+    assert.equal(r.probe.length, 64, `${what}: the probe is computed even for a share of 0`);
+    assert.ok(r.gradMs >= 0 && r.ms >= r.gradMs);
+  }
+  // Each case reads exactly its pieces' lanes (a share of 0 reads none).
+  assert.deepEqual(lanesRead, [0, 0, 1, 1, 0, 1, 2, 0]);
+  replica.close();
+});
