@@ -12,8 +12,10 @@ onto ``webgpu-dp4a`` (``?backend=webgpu-dp4a``) so the WGSL products really run.
 prove (issue 10, "Must show" 2-4):
 
 - mixed mesh: a WebGPU tab, a CPU tab and a Python peer train 20 ``tiny`` steps; every peer
-  publishes the same hash at every step, equal to the hashes of a 3-peer all-Python run of the
-  same config played in the same test;
+  publishes the same hash at every step, equal to the hashes Python computes outside the mesh
+  for the same config and the shares the run committed (tests/shares_replay.py: with protocol
+  v2's capacity-weighted rosters the shares follow measured speeds, so a second run of the same
+  config would commit others);
 - a browser leader with Python followers, and a Python leader with browser followers;
 - a tab joining at step 10 matches from its first step (it restores the leader's checkpoint
   through static/js/p2p/checkpoint.js); the leader's tab closing mid-run hands the lead over
@@ -46,21 +48,17 @@ from mesh_helpers import (
     start_peer,
     wait_for,
 )
+from shares_replay import replayed_hashes, shares_of
 from tab_helpers import LEAD, chromium, finished, open_tab, wait_tabs
 
 pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 
 
-async def python_reference(url: str, peers: int, steps: int) -> dict[int, str]:
-    """The hashes of an all-Python run of ``lead_config(steps)`` with ``peers`` peers."""
-    group = [await start_peer(url, "ref-lead", lead=lead_config(steps, min_peers=peers))]
-    group += [await start_peer(url, f"ref-{i}") for i in range(1, peers)]
-    outcomes = await finish(group, 120)
-    assert [o.reason for o in outcomes] == ["done"] * peers, outcomes
-    hashes = group[0].hashes
-    for p in group[1:]:
-        assert p.hashes == hashes
-    return hashes
+async def replayed(peer: Peer) -> dict[int, str]:
+    """The hashes Python computes for ``peer``'s run from its config and committed shares."""
+    config = peer.node.config
+    assert config is not None
+    return await replayed_hashes(config, shares_of(peer.records))
 
 
 def check_same(reference: dict[int, str], *runs: dict[int, str]) -> None:
@@ -94,16 +92,18 @@ async def test_python_leader_and_cpu_tab_train_identically() -> None:
 async def test_mixed_mesh_webgpu_tab_cpu_tab_and_python_peer_match_an_all_python_run() -> None:
     """Must-show 2: a WebGPU tab (the WGSL path, forced), a CPU-tier tab and a Python peer train
     20 tiny steps; every peer publishes the same hash at every step, and those hashes are the
-    hashes of a 3-peer all-Python run of the same config."""
+    hashes Python computes for the same config and the shares the run committed. Step 1 is
+    shared equally (nobody measured yet), so every device computes a share of it; later steps
+    follow the measured speeds (a device too slow for one sequence follows without computing)."""
     steps = 20
     async with signaling_server() as url:
-        reference = await python_reference(url, 3, steps)
         async with chromium(webgpu=True) as gpu_browser, chromium(webgpu=False) as cpu_browser:
             gpu = await open_tab(gpu_browser, url, "name=gpu-tab&backend=webgpu-dp4a")
             cpu = await open_tab(cpu_browser, url, "name=cpu-tab")
             lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
             outcomes = await finish([lead], 400)
             assert outcomes[0].reason == "done", outcomes
+            reference = await replayed(lead)
             states = await wait_tabs([gpu, cpu], finished, 60, "the tabs' outcomes")
             for tab, state, backend in (
                 (gpu, states[0], "webgpu-dp4a"),
@@ -123,21 +123,27 @@ async def test_mixed_mesh_webgpu_tab_cpu_tab_and_python_peer_match_an_all_python
             # fork, not `done`.
             for step in range(steps - 7, steps + 1):
                 assert lead.node.agreement(step) == (3, 3), step
-            # The WGSL path really ran: every gradient of the WebGPU tab used GPU products.
-            assert all(
-                r["computedOn"] == "webgpu-dp4a" and r["gpuProducts"] > 0
-                for r in states[0]["records"]
+            # Step 1's shares are equal: nobody had measured a speed yet.
+            assert lead.records[0].shares == (TEST_BATCH,) * 3, lead.records[0]
+            for state in states:
+                assert shares_of(state["records"]) == shares_of(lead.records)
+                assert state["records"][0]["share"] == TEST_BATCH
+            # The WGSL path really ran: every gradient of the WebGPU tab (every step it had a
+            # share of) used GPU products.
+            computed = [r for r in states[0]["records"] if r["share"] > 0]
+            assert computed and all(
+                r["computedOn"] == "webgpu-dp4a" and r["gpuProducts"] > 0 for r in computed
             ), states[0]["records"]
             assert all(r["gpuProducts"] == 0 for r in states[1]["records"])
 
 
 async def test_browser_leader_with_python_followers() -> None:
     """Must-show 3a: a tab leads (the page's own `lead`, with the test's batch and sequence
-    length) and two Python peers follow; the hashes are those of the all-Python run of the same
-    config, so a browser leader builds the same config a Python leader does."""
+    length) and two Python peers follow; the config is the one a Python leader builds for the
+    same choices (global batch included), and the hashes are those Python computes for it with
+    the shares the tab committed."""
     steps = 5
     async with signaling_server() as url:
-        reference = await python_reference(url, 3, steps)
         async with chromium(webgpu=False) as browser:
             tab = await open_tab(browser, url, "name=tab-lead")
             followers = [await start_peer(url, f"py-{i}") for i in range(2)]
@@ -149,6 +155,12 @@ async def test_browser_leader_with_python_followers() -> None:
             [state] = await wait_tabs([tab], finished, 60, "the leader tab's outcome")
             assert state["outcome"]["reason"] == "done", state
             assert all(r["leader"] == state["id"] for r in state["records"])
+            config = followers[0].node.config
+            assert config is not None
+            assert (config.preset, config.steps, config.seed, config.global_batch) == (
+                "tiny", steps, 7, TEST_BATCH * 3)  # fmt: skip
+            assert (config.model.batch, config.model.seq_len) == (TEST_BATCH, TEST_SEQ)
+            reference = await replayed_hashes(config, shares_of(state["records"]))
             assert tab.hashes(state) == reference
             for p in followers:
                 assert p.hashes == reference
@@ -160,12 +172,12 @@ async def test_python_leader_with_browser_followers() -> None:
     """Must-show 3b: a Python leader and two tabs (one browser, two pages) as followers."""
     steps = 5
     async with signaling_server() as url:
-        reference = await python_reference(url, 3, steps)
         async with chromium(webgpu=False) as browser:
             tabs = [await open_tab(browser, url, f"name=tab-{i}") for i in range(2)]
             lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
             outcomes = await finish([lead], 300)
             assert outcomes[0].reason == "done", outcomes
+            reference = await replayed(lead)
             states = await wait_tabs(tabs, finished, 60, "the tabs' outcomes")
             assert lead.hashes == reference
             for tab, state in zip(tabs, states, strict=True):
