@@ -44,6 +44,7 @@ from daisychain.p2p.traces.script import (
     config,
     contributions,
     fresh_state,
+    roster_msg,
 )
 
 Json = dict[str, Any]
@@ -77,7 +78,7 @@ def extra_scenarios() -> list[Json]:
                can_save=True)  # fmt: skip
     follow(s, A, (C,), config(3))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.exchange(1, 0, ABC)
     assert s.feed(ev.UserStop(s.now, "not mine to stop")) == []
     s.feed(ev.UserSave(s.now))
@@ -87,8 +88,8 @@ def extra_scenarios() -> list[Json]:
 
     s = Script("x-chunk-count", "B: its compute returns 2 chunks for a roster of 3.", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
-    got = s.feed(ev.ComputeDone(s.now, 1, 0, 3.5, contributions(1, 1, 0, 2), "0" * 64))
+    s.send(A, roster_msg(1, 0, ABC))
+    got = s.feed(ev.ComputeDone(s.now, 1, 0, 3.5, contributions(1, 1, 0, 2), "0" * 64, 0.0))
     assert "2 chunks for 3 peers" in _outcome(got).message
     out.append(s.trace())
 
@@ -96,7 +97,7 @@ def extra_scenarios() -> list[Json]:
                "the replica: the run ends with error.", D)  # fmt: skip
     follow(s, A, (B, C), config(8))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    s.send(A, roster_msg(5, 0, ABC))
     got = s.frames(A, FrameKind.CHECKPOINT, b"DCTRACE1" + b"\0" * 68, 4)
     assert "checkpoint was refused" in _outcome(got).message
     out.append(s.trace())
@@ -109,7 +110,7 @@ def extra_scenarios() -> list[Json]:
 
     s = Script("x-codec-refusal", "B: C's contribution carries a block exponent of 101.", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     bad = bytearray(contributions(2, 1, 0, 3)[1])
     bad[0] = 101
     got = s.frames(C, FrameKind.CONTRIBUTION, bytes(bad), 1, 0, 1)

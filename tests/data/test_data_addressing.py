@@ -20,6 +20,7 @@ from daisychain import fineweb
 from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
 from daisychain.p2p import messages, runconfig
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
+from daisychain.p2p.versions import DATA_PROTOCOL_VERSION
 from daisychain.server.app import create_app, serve_local
 from daisychain.server.config import DataConfig, ServerConfig
 from daisychain.tokenizer import load_default
@@ -148,7 +149,7 @@ def run_config(data: str) -> messages.Config:
         run="0123456789abcdef", preset="tiny",
         model=messages.ModelSpec(tok.vocab_size, 64, 2, 4, 16, 1, 4),
         optim=messages.OptimSpec(3e-3, 0, 0.1, 1.0), steps=3, seed=7, data=data,
-        tokenizer_sha256=tok.sha256, resume_step=0, resume_hash=None,
+        tokenizer_sha256=tok.sha256, resume_step=0, resume_hash=None, global_batch=4,
     )  # fmt: skip
 
 
@@ -477,7 +478,9 @@ def test_the_machine_refuses_a_fineweb_run_its_peer_cannot_read(readable: bool) 
     )  # fmt: skip
     leader = "A" * 12
     machine.handle(ev.ChannelOpened(0.0, leader))
-    machine.handle(ev.MessageReceived(0.1, leader, messages.encode(messages.Hello(1, "a"))))
+    machine.handle(
+        ev.MessageReceived(0.1, leader, messages.encode(messages.Hello(DATA_PROTOCOL_VERSION, "a")))
+    )
     cfg = replace(script.config(), data=data)
     effects = machine.handle(ev.MessageReceived(0.2, leader, messages.encode(cfg)))
     errors = [e.message for e in effects if isinstance(e, fx.SendMessage)

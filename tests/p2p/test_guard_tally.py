@@ -5,16 +5,15 @@ never counted as agreement, and asking changes nothing the machine does."""
 
 from __future__ import annotations
 
-from daisychain.p2p import messages
 from daisychain.p2p.machine.guard import SyncGuard
 from daisychain.p2p.traces.scenarios import ABC, follow, stops
-from daisychain.p2p.traces.script import RUN, A, B, C, Script, config
+from daisychain.p2p.traces.script import A, B, C, Script, config, roster_msg
 
 
 def test_three_equal_hashes_and_their_backends() -> None:
     s = Script("t", "tally", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     assert s.machine.tally(1, 0, list(ABC)) is None, "nothing before our own hash"
     digest = s.exchange(1, 0, ABC)
     t = s.machine.tally(1, 0, list(ABC))
@@ -33,7 +32,7 @@ def test_three_equal_hashes_and_their_backends() -> None:
 def test_a_differing_hash_is_never_agreement() -> None:
     s = Script("t", "tally", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     digest = s.exchange(1, 0, ABC)
     out = s.hashes(1, 0, (A,), "f" * 64)
     assert stops(out), "the guard fires"

@@ -39,6 +39,7 @@ from daisychain.p2p.traces.script import (
     contributions,
     fresh_state,
     reduced,
+    roster_msg,
 )
 
 
@@ -109,7 +110,7 @@ def test_no_repair_is_asked_before_our_own_gradient_is_computed() -> None:
     s = Script("t", "early repair", B)
     follow(s, A, (C,), config(3))
     s.at(s.now + 1.0)
-    out = s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    out = s.send(A, roster_msg(1, 0, ABC))
     assert any(isinstance(f, fx.Compute) for f in out)
     out = s.timer()
     assert [f for f in out if isinstance(f, fx.SendMessage)] == []
@@ -137,7 +138,7 @@ def test_missing_names_a_peer_whose_contribution_never_came_though_its_chunk_did
     is named (a mutant counted only the reduced chunks)."""
     s = Script("t", "missing", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1)
     s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
@@ -174,9 +175,9 @@ def test_only_peers_ready_with_the_leaders_step_and_hash_enter_the_first_roster(
     s = Script("t", "eligible", A, state=fresh_state())
     s.feed(ev.UserLead(s.now, config(3), 2))
     s.connect(B, C)
-    out = s.send(C, messages.Ready(RUN, 0, "b" * 64, [A, B]))
+    out = s.send(C, messages.Ready(RUN, 0, "b" * 64, [A, B], 0.0))
     assert rosters(out) == []
-    out = s.send(B, messages.Ready(RUN, 0, INIT, [A, C]))
+    out = s.send(B, messages.Ready(RUN, 0, INIT, [A, C], 0.0))
     assert [r.peers for r in rosters(out)] == [[A, B]]
 
 
@@ -217,7 +218,7 @@ def test_a_reduced_chunk_is_served_with_its_own_chunk_index_and_bytes() -> None:
     bytes, labelled chunk 2 (mutants sent no bytes, or labelled it chunk 0)."""
     s = Script("t", "serve reduced", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.exchange(1, 0, ABC)
     out = s.send(A, messages.Repair(RUN, 1, 0, "reduced", 2))
     assert payloads_sent(out) == [(A, FrameKind.REDUCED, 1, 0, 2, reduced(1, 0, 3, 2))]
@@ -228,7 +229,7 @@ def test_a_follower_in_a_run_drops_a_peer_of_another_version_and_keeps_training(
     that peer and keeps its run (a mutant ended every follower's run)."""
     s = Script("t", "other version follower", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     out = s.send(C, messages.Error("version-mismatch", "protocol 9 here", "upgrade this peer"))
     assert closes(out) == [C]
     assert not any(isinstance(f, fx.Finished) for f in out) and not s.machine.stopping.stopped
@@ -242,7 +243,7 @@ def test_a_checkpoint_may_be_12_bytes_a_parameter_plus_1_mib_and_no_more() -> No
     s = Script("t", "checkpoint limit", D)
     s.connect(A, B, C)
     s.send(A, config(steps=6))
-    out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    out = s.send(A, roster_msg(5, 0, ABC))
     assert sent(out, messages.SyncRequest) == [(A, messages.SyncRequest(RUN))]
     model = runconfig.parse(config(), tokenizer_sha256=TOKENIZER, vocab_size=VOCAB).model
     params = sum(math.prod(shape) for shape in param_shapes(model).values())
@@ -265,7 +266,7 @@ def test_a_late_peer_learns_the_config_and_the_current_roster_from_the_leader() 
     lead_run(s, (B, C))
     out = s.connect(D)
     assert sent(out, messages.Config) == [(D, config(3))]
-    assert sent(out, messages.Roster) == [(D, messages.Roster(RUN, 1, 0, list(ABC)))]
+    assert sent(out, messages.Roster) == [(D, roster_msg(1, 0, ABC))]
 
 
 def test_when_every_peer_of_the_last_roster_left_the_run_ends_with_an_error() -> None:
@@ -274,7 +275,7 @@ def test_when_every_peer_of_the_last_roster_left_the_run_ends_with_an_error() ->
     s = Script("t", "everyone left", D)
     s.connect(A, B, C)
     s.send(A, config(steps=6))
-    s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    s.send(A, roster_msg(5, 0, ABC))
     s.left(B)
     s.left(C)
     assert finished(s.left(A)).reason == "error"
@@ -285,9 +286,9 @@ def test_a_compute_with_the_wrong_number_of_chunks_ends_the_run_with_an_error() 
     mutant raised a TypeError instead)."""
     s = Script("t", "chunks", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     payloads = contributions(1, 1, 0, 3)[:2]
-    out = s.feed(ev.ComputeDone(s.now, 1, 0, 3.0, payloads, REFERENCE_PROBE))
+    out = s.feed(ev.ComputeDone(s.now, 1, 0, 3.0, payloads, REFERENCE_PROBE, 0.0))
     assert finished(out).reason == "error"
     assert payloads_sent(out) == []
 

@@ -20,6 +20,7 @@ from daisychain.numerics import CONTRACT_VERSION
 from daisychain.optim import AdamWConfig
 from daisychain.p2p import footprint, messages, runconfig
 from daisychain.p2p.runconfig import Incompatible, Limits
+from daisychain.p2p.versions import DATA_PROTOCOL_VERSION
 
 SHA = "5a" * 32
 VOCAB = 2048
@@ -37,6 +38,7 @@ def config(
     fields: dict[str, Any] = dict(
         run=RUN, preset=None, model=messages.ModelSpec(**spec), optim=messages.OptimSpec(**opt),
         steps=30, seed=7, data="builtin", tokenizer_sha256=SHA, resume_step=0, resume_hash=None,
+        global_batch=8,
     )  # fmt: skip
     fields.update(top)
     return messages.Config(**fields)
@@ -419,7 +421,7 @@ def test_no_p2p_module_defines_or_imports_a_version_elsewhere() -> None:
 def test_hello_carries_the_contract_version() -> None:
     from daisychain.numerics import CONTRACT_VERSION
 
-    hello = messages.Hello(1, "ada")
+    hello = messages.Hello(DATA_PROTOCOL_VERSION, "ada")
     assert json.loads(messages.encode(hello))["contract"] == CONTRACT_VERSION
     assert messages.parse(messages.encode(hello)) == hello
 
@@ -428,13 +430,13 @@ def test_hello_carries_the_contract_version() -> None:
     ("obj", "code", "text"),
     [
         (
-            {"version": 1, "contract": CONTRACT_VERSION + 1, "name": ""},
+            {"version": 2, "contract": CONTRACT_VERSION + 1, "name": ""},
             "version-mismatch",
             f"contract version {CONTRACT_VERSION + 1}",
         ),
-        ({"version": 1, "name": ""}, "bad-message", "hello.contract"),
-        ({"version": 1, "contract": "1", "name": ""}, "bad-message", "hello.contract"),
-        ({"version": 2, "contract": 2, "name": ""}, "version-mismatch", "protocol version 2"),
+        ({"version": 2, "name": ""}, "bad-message", "hello.contract"),
+        ({"version": 2, "contract": "1", "name": ""}, "bad-message", "hello.contract"),
+        ({"version": 1, "contract": 2, "name": ""}, "version-mismatch", "protocol version 1"),
     ],
 )
 def test_hello_with_another_contract_is_refused(obj: dict[str, Any], code: str, text: str) -> None:
@@ -477,12 +479,13 @@ def test_a_finished_attempt_keeps_only_the_bytes_the_estimate_counts() -> None:
     from daisychain.p2p.run import CommittedRoster
 
     blocks = 6
-    a = Attempt(CommittedRoster(1, 0, ("a", "b")), 0, blocks, now=0.0)
+    a = Attempt(CommittedRoster(1, 0, ("a", "b"), (4, 4)), 0, blocks, now=0.0)
     rng = np.random.default_rng(3)
     grad = rng.standard_normal(blocks * codec.BLOCK).astype(np.float32)
-    mine = tuple(codec.encode(grad[allreduce.chunk_slice(blocks, 2, k)])[0] for k in range(2))
+    equal = (4, 4)
+    mine = tuple(codec.encode(grad[allreduce.chunk_slice(blocks, equal, k)])[0] for k in range(2))
     a.computed_with(1.0, mine, "p" * 64)
-    other, _ = codec.encode(grad[allreduce.chunk_slice(blocks, 2, 0)])
+    other, _ = codec.encode(grad[allreduce.chunk_slice(blocks, equal, 0)])
     a.contributions[1] = codec.decode(other, a.chunk_blocks(0))
     assert a.reduce() is not None
     a.reduced[1] = codec.decode(mine[1], a.chunk_blocks(1))

@@ -12,6 +12,7 @@ import pytest
 
 from daisychain.p2p import allreduce, codec, frames, messages
 from daisychain.p2p.frames import FrameKind
+from daisychain.p2p.versions import DATA_PROTOCOL_VERSION
 
 LIMIT = 200_000
 
@@ -147,7 +148,7 @@ HASH = "ab" * 32
 def test_every_message_roundtrips() -> None:
     spec = messages.ModelSpec(2048, 64, 2, 4, 32, 1, 4)
     samples: list[messages.Message] = [
-        messages.Hello(1, "ada"),
+        messages.Hello(DATA_PROTOCOL_VERSION, "ada"),
         messages.Config(
             RUN,
             "tiny",
@@ -159,11 +160,12 @@ def test_every_message_roundtrips() -> None:
             HASH,
             0,
             None,
+            16,
         ),
-        messages.Ready(RUN, 0, HASH, ["a", "b"]),
+        messages.Ready(RUN, 0, HASH, ["a", "b"], 0.25),
         messages.SyncRequest(RUN),
-        messages.Roster(RUN, 1, 0, ["a", "b"]),
-        messages.StepHash(RUN, 1, 0, HASH, 7.5, HASH, "wgpu-dp4a"),
+        messages.Roster(RUN, 1, 0, ["a", "b"], [13, 3]),
+        messages.StepHash(RUN, 1, 0, HASH, 7.5, HASH, "wgpu-dp4a", 0.0),
         messages.Missing(RUN, 1, 0, ["b"]),
         messages.Repair(RUN, 1, 0, "reduced", 1),
         messages.Save(RUN, 5),
@@ -182,7 +184,7 @@ def test_every_message_roundtrips() -> None:
         ("{", "bad-json", "not valid JSON"),
         ("[1]", "bad-message", "not a JSON object"),
         ('{"type": "shout"}', "unknown-type", "shout"),
-        ('{"type": "hello", "version": 2, "name": ""}', "version-mismatch", "version 2"),
+        ('{"type": "hello", "version": 1, "name": ""}', "version-mismatch", "version 1"),
         ('{"type": "hello", "version": true, "name": ""}', "bad-message", "hello.version"),
         (
             f'{{"type": "roster", "run": "{RUN}", "step": 1, "round": 0, "peers": []}}',
@@ -193,6 +195,79 @@ def test_every_message_roundtrips() -> None:
             f'{{"type": "roster", "run": "{RUN}", "step": 1, "round": 0, "peers": ["a", "a"]}}',
             "bad-message",
             "distinct",
+        ),
+        (  # version 2: one share per roster peer
+            json.dumps({"type": "roster", "run": RUN, "step": 1, "round": 0, "peers": ["a"]}),
+            "bad-message",
+            "roster.shares",
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "roster",
+                    "run": RUN,
+                    "step": 1,
+                    "round": 0,
+                    "peers": ["a", "b"],
+                    "shares": [4],
+                }
+            ),
+            "bad-message",
+            "list of 2 integers",
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "roster",
+                    "run": RUN,
+                    "step": 1,
+                    "round": 0,
+                    "peers": ["a", "b"],
+                    "shares": [4, -1],
+                }
+            ),
+            "bad-message",
+            "roster.shares",
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "roster",
+                    "run": RUN,
+                    "step": 1,
+                    "round": 0,
+                    "peers": ["a", "b"],
+                    "shares": [4, 4097],
+                }
+            ),
+            "bad-message",
+            r"\[0, 4096\]",
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "roster",
+                    "run": RUN,
+                    "step": 1,
+                    "round": 0,
+                    "peers": ["a", "b"],
+                    "shares": [4, True],
+                }
+            ),
+            "bad-message",
+            "roster.shares",
+        ),
+        (
+            json.dumps(
+                {"type": "ready", "run": RUN, "step": 0, "hash": HASH, "peers": [], "seq_s": -1}
+            ),
+            "bad-message",
+            "ready.seq_s",
+        ),
+        (
+            json.dumps({"type": "ready", "run": RUN, "step": 0, "hash": HASH, "peers": []}),
+            "bad-message",
+            "ready.seq_s",
         ),
         (
             '{"type": "roster", "run": "nope", "step": 1, "round": 0, "peers": ["a"]}',
@@ -257,24 +332,60 @@ def test_reduction_is_in_roster_order_with_float32_adds() -> None:
         np.array([1.0, 1e8], np.float32),
         np.array([-1e8, -1e8], np.float32),
     ]
-    got = allreduce.reduce_chunk(parts)
+    got = allreduce.reduce_chunk(parts, [1, 1, 1], 3)
     # ((1e8 + 1) - 1e8) = 0 in float32 but (1 + 1e8) - 1e8 = 0 too; order decides the rest:
     expected = ((parts[0] + parts[1]) + parts[2]) / np.float32(3)
     np.testing.assert_array_equal(got, expected.astype(np.float32))
 
 
+def test_the_weighted_reduction_multiplies_exactly_then_adds_in_roster_order() -> None:
+    """sum(d * s) / G: d * s is exact for dequantized values (|q| * s < 2^24); the adds are
+    rounded in roster order and one division by G follows."""
+    rng = np.random.default_rng(5)
+    q = rng.integers(-127, 128, size=(3, 2 * codec.BLOCK)).astype(np.float32)
+    parts = [row * np.float32(2.0**-9) for row in q]  # dequantized values q * 2^e
+    weights = [4094, 1, 2]
+    got = allreduce.reduce_chunk(parts, weights, 4097)
+    exact = [p.astype(np.float64) * w for p, w in zip(parts, weights, strict=True)]
+    for p, w, e in zip(parts, weights, exact, strict=True):
+        assert np.array_equal((p * np.float32(w)).astype(np.float64), e), "exact product"
+    acc = np.float32(exact[0]) + np.float32(exact[1])
+    expected = (acc.astype(np.float32) + np.float32(exact[2])) / np.float32(4097)
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+    with pytest.raises(AssertionError):
+        allreduce.reduce_chunk(parts, [1, 2, 3], 7)  # shares must sum to G
+    with pytest.raises(AssertionError):
+        allreduce.reduce_chunk(parts, [1, 0, 2], 3)  # a share of 0 contributes nothing
+
+
 def test_chunks_partition_the_blocks() -> None:
     for total in (1, 7, 913):
-        for n in (1, 2, 3, 4):
-            spans = [allreduce.chunk_blocks(total, n, k) for k in range(n)]
+        for shares in ((1,), (1, 1), (2, 1, 1), (1, 1, 1, 1), (13, 3), (5, 0, 3), (0, 7)):
+            n = len(shares)
+            spans = [allreduce.chunk_blocks(total, shares, k) for k in range(n)]
             assert spans[0][0] == 0 and spans[-1][1] == total
             assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+            for k in range(n):
+                if shares[k] == 0:
+                    assert spans[k][0] == spans[k][1], "a share of 0 owns an empty chunk"
+
+
+def test_equal_shares_cut_the_blocks_as_version_1_did() -> None:
+    for total in (1, 7, 913):
+        for n in (1, 2, 3, 4):
+            got = [allreduce.chunk_blocks(total, (8,) * n, k) for k in range(n)]
+            assert got == [(total * k // n, total * (k + 1) // n) for k in range(n)]
+
+
+def test_a_big_share_owns_a_big_chunk() -> None:
+    assert allreduce.chunk_blocks(1000, (13, 3), 0) == (0, 812)
+    assert allreduce.chunk_blocks(1000, (13, 3), 1) == (812, 1000)
 
 
 def test_local_exchange_bytes_ratio_at_four_peers() -> None:
     rng = np.random.default_rng(3)
     grads = [(rng.standard_normal(64 * codec.BLOCK) * 1e-2).astype(np.float32) for _ in range(4)]
-    mean, sent = allreduce.exchange_locally(grads)
+    mean, sent = allreduce.exchange_locally(grads, (1, 1, 1, 1))
     float_mesh = 4 * grads[0].size * 3
     assert sent / float_mesh <= 1 / 8 + 1 / 256, "about 1/(2N) before compression"
     exact = sum(grads, np.zeros_like(grads[0])) / 4

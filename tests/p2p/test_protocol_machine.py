@@ -42,6 +42,7 @@ from daisychain.p2p.traces.script import (
     contributions,
     fresh_state,
     reduced,
+    roster_msg,
 )
 
 P2P = Path(__file__).resolve().parents[2] / "server" / "daisychain" / "p2p"
@@ -214,7 +215,7 @@ def test_failover_successor_recommits_and_leads() -> None:
     follow(s, A, (C,), config(3))
     train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
-    s.send(A, messages.Roster(RUN, 2, 0, list(ABC)))
+    s.send(A, roster_msg(2, 0, ABC))
     s.compute(2, 0, ABC)
     assert s.machine.leader == A and not s.machine.is_leader
     s.closed(A)
@@ -239,7 +240,7 @@ def test_a_gone_peer_is_never_readmitted() -> None:
 def test_repair_is_served_only_from_what_is_held() -> None:
     s = Script("t", "repair", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     mine = contributions(1, 1, 0, 3)
 
@@ -259,7 +260,7 @@ def test_repair_is_served_only_from_what_is_held() -> None:
 def test_crc_damage_is_repaired_without_closing_the_channel() -> None:
     s = Script("t", "crc", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     out = s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1, damage=True)
     assert repairs(out) == {(A, "contribution", 1)}
@@ -270,7 +271,7 @@ def test_crc_damage_is_repaired_without_closing_the_channel() -> None:
 def test_missing_pieces_are_asked_for_after_repair_after() -> None:
     s = Script("t", "timer", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     assert s.machine.next_deadline() == s.now + 5.0
     out = s.timer()
@@ -284,7 +285,7 @@ def test_missing_pieces_are_asked_for_after_repair_after() -> None:
 def test_the_guard_stops_a_fork_and_never_saves_it() -> None:
     s = Script("t", "guard", B, can_save=True)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     digest = s.exchange(1, 0, ABC)
     out = s.hashes(1, 0, (A,), "f" * 64)
     outcome_stop = stops(out)
@@ -296,7 +297,7 @@ def test_the_guard_stops_a_fork_and_never_saves_it() -> None:
 def test_a_matching_hash_does_not_stop_the_run() -> None:
     s = Script("t", "guard", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     digest = s.exchange(1, 0, ABC)
     assert digest == honest_hash(INIT, 1, 0, 3)
     assert not stops(s.hashes(1, 0, ABC, digest))
@@ -311,7 +312,7 @@ def test_stop_lingers_until_every_peer_acknowledged_or_the_deadline() -> None:
     assert not any(isinstance(f, fx.Finished) for f in out), "C has not acknowledged"
     assert s.machine.next_deadline() == s.now + 10.0
     s.at(s.now + 9.0)
-    assert s.send(C, messages.Ready(RUN, 0, INIT, [])) == [], "not an acknowledgement"
+    assert s.send(C, messages.Ready(RUN, 0, INIT, [], 0.0)) == [], "not an acknowledgement"
     out = s.timer()
     assert finished(out).reason == "leader-request"
     assert s.machine.next_deadline() is None and s.feed(ev.Timer(s.now + 1)) == []
@@ -365,7 +366,7 @@ def test_a_roster_before_the_state_asks_for_it() -> None:
     out = s.send(A, config(10, resume=(4, "a" * 64)))
     assert [type(f.message).__name__ for f in out if isinstance(f, fx.SendMessage)] == [
         "SyncRequest"]  # fmt: skip
-    out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    out = s.send(A, roster_msg(5, 0, ABC))
     assert not any(isinstance(f, fx.Compute) for f in out)
 
 
@@ -384,7 +385,7 @@ def Close_of(out: list[fx.Effect]) -> list[str]:
 def test_a_contribution_for_another_chunk_is_refused() -> None:
     s = Script("t", "chunk", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     out = s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[0], 1, 0, 0)
     assert [e.code for _, e in errors(out)] == ["bad-frame"] and Close_of(out) == [C]
@@ -393,8 +394,8 @@ def test_a_contribution_for_another_chunk_is_refused() -> None:
 def test_compute_for_an_abandoned_attempt_is_ignored() -> None:
     s = Script("t", "abandoned", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
-    s.send(A, messages.Roster(RUN, 1, 1, [A, B]))
+    s.send(A, roster_msg(1, 0, ABC))
+    s.send(A, roster_msg(1, 1, [A, B]))
     assert s.compute(1, 0, ABC) == []
     attempt = s.machine.store.get((1, 1))
     assert attempt is not None and attempt.phase is AttemptPhase.COMPUTING
@@ -403,7 +404,7 @@ def test_compute_for_an_abandoned_attempt_is_ignored() -> None:
 def test_compute_failure_ends_the_run_with_an_error() -> None:
     s = Script("t", "failed", B)
     follow(s, A, (C,), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     outcome = finished(s.feed(ev.ComputeFailed(s.now, 1, 0, "MemoryError()")))
     assert outcome.reason == "error" and "MemoryError" in outcome.message
 
@@ -411,7 +412,7 @@ def test_compute_failure_ends_the_run_with_an_error() -> None:
 def test_reduced_chunks_from_a_non_roster_peer_are_refused() -> None:
     s = Script("t", "non-roster", B)
     follow(s, A, (C, D), config(3))
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     out = s.frames(D, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
     assert [e.code for _, e in errors(out)] == ["bad-frame"] and Close_of(out) == [D]
 
@@ -440,7 +441,7 @@ def test_pieces_that_arrive_before_their_roster_are_kept() -> None:
     for j, p in ((0, A), (2, C)):  # contributions and reduced chunks, all before roster 1
         s.frames(p, FrameKind.CONTRIBUTION, contributions(j, 1, 0, 3)[1], 1, 0, 1)
         s.frames(p, FrameKind.REDUCED, reduced(1, 0, 3, j), 1, 0, j)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     digest = [f for f in s.compute(1, 0, ABC) if isinstance(f, fx.StepApplied)]
     assert [a.hash for a in digest] == [honest_hash(INIT, 1, 0, 3)]
 

@@ -78,18 +78,19 @@ def bytes_table(batch: int, seq_len: int) -> dict[str, Any]:
         total_blocks = flat[0].size // codec.BLOCK
         sent = [0] * n
         parts_all = []
+        equal = (1,) * n  # every rank computed one batch: equal shares
         for k in range(n):
-            sl = allreduce.chunk_slice(total_blocks, n, k)
+            sl = allreduce.chunk_slice(total_blocks, equal, k)
             parts = []
             for j in range(n):
                 payload, deq = codec.encode(flat[j][sl])
                 parts.append(deq)
                 if j != k:
                     sent[j] += _wire(payload, deflate=True)
-            payload, _ = codec.encode(allreduce.reduce_chunk(parts))
+            payload, _ = codec.encode(allreduce.reduce_chunk(parts, list(equal), n))
             sent[k] += _wire(payload, deflate=True) * (n - 1)
             parts_all.append(payload)
-        mean, raw_sent = allreduce.exchange_locally(flat)
+        mean, raw_sent = allreduce.exchange_locally(flat, equal)
         exact = np.sum(np.stack(flat), axis=0, dtype=np.float64) / n
         f32_payload = np.zeros(n_values, dtype=np.float32).tobytes()
         full_mesh = _wire(f32_payload, deflate=False) * (n - 1)

@@ -33,7 +33,7 @@ from typing import Any
 from daisychain.numerics import CONTRACT_VERSION
 from daisychain.p2p import frames, messages
 from daisychain.p2p.frames import FrameKind
-from daisychain.p2p.versions import FRAME_VERSION
+from daisychain.p2p.versions import DATA_PROTOCOL_VERSION, FRAME_VERSION
 from daisychain.vectors.files import check_texts, write_texts
 
 FORMAT = "daisychain-p2p-wire"
@@ -313,15 +313,18 @@ def _valid_messages() -> dict[str, dict[str, Any]]:
     optim = {"lr": 0.003, "warmup_steps": 3, "weight_decay": 0.1, "clip": 1.0}
     config = {"type": "config", "run": RUN, "preset": "tiny", "model": model, "optim": optim,
               "steps": 30, "seed": 7, "data": "builtin", "tokenizer_sha256": HASH_B,
-              "resume_step": 0}  # fmt: skip
+              "resume_step": 0, "global_batch": 16}  # fmt: skip
     return {
-        "hello": {"type": "hello", "version": 1, "contract": CONTRACT_VERSION, "name": "Ada"},
+        "hello": {"type": "hello", "version": DATA_PROTOCOL_VERSION, "contract": CONTRACT_VERSION,
+                  "name": "Ada"},
         "config": config,
-        "ready": {"type": "ready", "run": RUN, "step": 0, "hash": HASH_A, "peers": ["Q2x-_9"]},
+        "ready": {"type": "ready", "run": RUN, "step": 0, "hash": HASH_A, "peers": ["Q2x-_9"],
+                  "seq_s": 0.125},
         "sync-request": {"type": "sync-request", "run": RUN},
-        "roster": {"type": "roster", "run": RUN, "step": 1, "round": 0, "peers": ["b", "a"]},
+        "roster": {"type": "roster", "run": RUN, "step": 1, "round": 0, "peers": ["b", "a"],
+                   "shares": [13, 3]},
         "hash": {"type": "hash", "run": RUN, "step": 1, "round": 2, "hash": HASH_A,
-                 "loss": 7.6543, "probe": HASH_B, "backend": "numpy"},
+                 "loss": 7.6543, "probe": HASH_B, "backend": "numpy", "seq_s": 0},
         "missing": {"type": "missing", "run": RUN, "step": 3, "round": 1, "peers": []},
         "repair": {"type": "repair", "run": RUN, "step": 3, "round": 1,
                    "piece": "contribution", "chunk": 2},
@@ -372,10 +375,20 @@ def _message_texts() -> list[tuple[str, str]]:
     add(("valid-duplicate-key-last-wins", '{"type":"leave","reason":"a","reason":"b"}'))
     add(("valid-error-unknown-code", _dumps(_with(v["error"], code="future-code"))))
     add(("valid-error-non-ascii", _dumps(_with(v["error"], message="ünïcode\u2028\x7f"))))
-    add(("valid-roster-64", _dumps(_with(v["roster"], peers=[f"p{i}" for i in range(64)]))))
+    add(
+        (
+            "valid-roster-64",
+            _dumps(_with(v["roster"], peers=[f"p{i}" for i in range(64)], shares=[1] * 64)),
+        )
+    )
+    add(("valid-roster-share-zero", _dumps(_with(v["roster"], shares=[16, 0]))))
     add(("valid-stop-empty-hashes", _dumps(_with(v["stop"], hashes={}))))
     pair_and_lone = (
-        '{"type":"hello","version":1,"contract":' + str(CONTRACT_VERSION) + ","
+        '{"type":"hello","version":'
+        + str(DATA_PROTOCOL_VERSION)
+        + ',"contract":'
+        + str(CONTRACT_VERSION)
+        + ","
         '"name":"\\ud83d\\ude00\\ud800"}'
     )
     add(("valid-escaped-surrogates", pair_and_lone))
@@ -411,17 +424,22 @@ def _message_texts() -> list[tuple[str, str]]:
     add(("unknown-type-missing", _dumps({"version": 1})))
     add(("unknown-type-number", _dumps({"type": 5})))
     add(("unknown-type-case", _dumps({"type": "Hello"})))
-    add(("version-mismatch", _dumps(_with(v["hello"], version=2))))
+    add(("version-mismatch", _dumps(_with(v["hello"], version=1))))
     add(("version-zero", _dumps(_with(v["hello"], version=0))))
-    add(("contract-mismatch", _dumps(_with(v["hello"], contract=2))))
-    add(("contract-and-version-mismatch", _dumps(_with(v["hello"], contract=2, version=3))))
+    add(("contract-mismatch", _dumps(_with(v["hello"], contract=CONTRACT_VERSION + 1))))
+    add(
+        (
+            "contract-and-version-mismatch",
+            _dumps(_with(v["hello"], contract=CONTRACT_VERSION + 1, version=3)),
+        )
+    )
     add(("contract-missing", _dumps(_with(v["hello"], contract=_DROP))))
 
     # Refused: one field each.
     h, hs, st, rp, ro = v["hello"], v["hash"], v["stop"], v["repair"], v["roster"]
     for name, msg in (
-        ("hello-version-float", _dumps(h).replace('"version":1', '"version":1.0')),
-        ("hello-version-exponent", _dumps(h).replace('"version":1', '"version":1e0')),
+        ("hello-version-float", _dumps(h).replace('"version":2', '"version":2.0')),
+        ("hello-version-exponent", _dumps(h).replace('"version":2', '"version":2e0')),
         ("hello-version-bool", _dumps(_with(h, version=True))),
         ("hello-version-string", _dumps(_with(h, version="1"))),
         ("hello-version-negative", _dumps(_with(h, version=-1))),
@@ -461,12 +479,25 @@ def _message_texts() -> list[tuple[str, str]]:
         ("ready-peers-number", _dumps(_with(v["ready"], peers=[1]))),
         ("ready-hash-missing", _dumps(_with(v["ready"], hash=_DROP))),
         ("ready-step-float", _dumps(_with(v["ready"], step=0.5))),
+        ("ready-seq-s-missing", _dumps(_with(v["ready"], seq_s=_DROP))),
+        ("ready-seq-s-negative", _dumps(_with(v["ready"], seq_s=-0.5))),
+        ("ready-seq-s-string", _dumps(_with(v["ready"], seq_s="1"))),
+        ("hash-seq-s-missing", _dumps(_with(hs, seq_s=_DROP))),
+        ("hash-seq-s-huge", _dumps(_with(hs, seq_s=1e7))),
+        ("config-global-batch-missing", _dumps(_with(cfg, global_batch=_DROP))),
+        ("config-global-batch-float", _dumps(_with(cfg, global_batch=16.5))),
+        ("roster-shares-missing", _dumps(_with(ro, shares=_DROP))),
+        ("roster-shares-short", _dumps(_with(ro, shares=[16]))),
+        ("roster-shares-negative", _dumps(_with(ro, shares=[17, -1]))),
+        ("roster-shares-over-4096", _dumps(_with(ro, shares=[4097, 0]))),
+        ("roster-shares-float", _dumps(_with(ro, shares=[13.0, 3]))),
+        ("roster-shares-bool", _dumps(_with(ro, shares=[True, 15]))),
         ("sync-request-run-missing", _dumps({"type": "sync-request"})),
-        ("roster-empty", _dumps(_with(ro, peers=[]))),
-        ("roster-65", _dumps(_with(ro, peers=[f"p{i}" for i in range(65)]))),
+        ("roster-empty", _dumps(_with(ro, peers=[], shares=[]))),
+        ("roster-65", _dumps(_with(ro, peers=[f"p{i}" for i in range(65)], shares=[0] * 65))),
         ("roster-step-zero", _dumps(_with(ro, step=0))),
         ("roster-round-256", _dumps(_with(ro, round=256))),
-        ("roster-empty-and-bad-step", _dumps(_with(ro, peers=[], step=0))),
+        ("roster-empty-and-bad-step", _dumps(_with(ro, peers=[], shares=[], step=0))),
         ("hash-loss-string", _dumps(_with(hs, loss="7"))),
         ("hash-loss-nan", _dumps(hs).replace('"loss":7.6543', '"loss":NaN')),
         ("hash-loss-null", _dumps(_with(hs, loss=None))),

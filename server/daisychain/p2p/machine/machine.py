@@ -575,6 +575,10 @@ class Machine:
                     self._send_payload(peer, FrameKind.CONTRIBUTION, e.payloads[k], e.step,
                                        e.round, k)  # fmt: skip
         self._try_reduce(a)
+        # A peer whose own chunk is empty reduces nothing, so _try_reduce never reaches
+        # _try_apply: when every reduced chunk came while it computed (a slow device that
+        # follows), nothing else would apply the step. (A no-op in every other case.)
+        self._try_apply(a)
 
     def _on_piece(self, peer: str, p: frames.Payload) -> None:
         """A contribution or a reduced chunk (a checkpoint is never a piece)."""

@@ -45,7 +45,8 @@ def event_to_json(e: ev.Event) -> Json:
         return {**at, "event": "frame", "peer": e.peer, "data": b64(e.data)}
     if isinstance(e, ev.ComputeDone):
         return {**at, "event": "compute-done", "step": e.step, "round": e.round, "loss": e.loss,
-                "probe": e.probe, "payloads": [b64(p) for p in e.payloads]}  # fmt: skip
+                "probe": e.probe, "payloads": [b64(p) for p in e.payloads],
+                "seq_s": e.seq_s}  # fmt: skip
     if isinstance(e, ev.ComputeFailed):
         return {**at, "event": "compute-failed", "step": e.step, "round": e.round,
                 "error": e.error}  # fmt: skip
@@ -80,7 +81,7 @@ def event_from_json(obj: Json) -> ev.Event:
     if kind == "compute-done":
         payloads = tuple(unb64(p) for p in obj["payloads"])
         return ev.ComputeDone(now, obj["step"], obj["round"], float(obj["loss"]), payloads,
-                              obj["probe"])  # fmt: skip
+                              obj["probe"], float(obj["seq_s"]))  # fmt: skip
     if kind == "compute-failed":
         return ev.ComputeFailed(now, obj["step"], obj["round"], obj["error"])
     if kind == "timer":
@@ -113,12 +114,13 @@ def effect_to_json(f: fx.Effect) -> Json:
         return {"effect": "close", "peer": f.peer}
     if isinstance(f, fx.Compute):
         return {"effect": "compute", "step": f.step, "round": f.round, "rank": f.rank,
-                "peers": f.peers}  # fmt: skip
+                "shares": list(f.shares)}  # fmt: skip
     if isinstance(f, fx.Save):
         return {"effect": "save", "step": f.step}
     if isinstance(f, fx.StepApplied):
         body = dataclasses.asdict(f)
         body["roster"] = list(f.roster)
+        body["shares"] = list(f.shares)
         return {"effect": "step-applied", **body}
     assert isinstance(f, fx.Finished)
     return {"effect": "finished", **dataclasses.asdict(f.outcome)}

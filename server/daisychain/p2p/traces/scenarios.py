@@ -28,12 +28,15 @@ from daisychain.p2p.traces.script import (
     E,
     F,
     Script,
+    Shares,
     applied,
     config,
     contributions,
     fresh_state,
     hello_text,
     reduced,
+    roster_msg,
+    split,
     total_blocks,
 )
 
@@ -83,7 +86,7 @@ def rosters(effects: list[fx.Effect]) -> list[messages.Roster]:
 
 
 def _ready(peers: list[str], step: int = 0, digest: str = INIT) -> messages.Ready:
-    return messages.Ready(RUN, step, digest, peers)
+    return messages.Ready(RUN, step, digest, peers, 0.0)
 
 
 def follow(s: Script, leader: str, others: tuple[str, ...], cfg: messages.Config) -> None:
@@ -133,7 +136,7 @@ def follower_three_peers() -> Script:
     follow(s, A, (C,), config(3))
     for step in (1, 2, 3):
         s.at(s.now + 1.0)
-        out = s.send(A, messages.Roster(RUN, step, 0, list(ABC)))
+        out = s.send(A, roster_msg(step, 0, ABC))
         assert any(isinstance(f, fx.Compute) for f in out), out
         digest = s.exchange(step, 0, ABC)
         s.hashes(step, 0, ABC, digest)
@@ -144,13 +147,15 @@ def follower_three_peers() -> Script:
     return s
 
 
-def honest_hash(prev: str, step: int, rnd: int, n: int) -> str:
+def honest_hash(prev: str, step: int, rnd: int, n: int | Shares) -> str:
     """The hash every honest replica holds after applying ``(step, rnd)`` of ``n`` rule peers."""
-    tb = total_blocks()
+    tb, of = total_blocks(), split(n)
     flat = np.empty(tb * codec.BLOCK, dtype=np.float32)
-    for k in range(n):
-        first, end = allreduce.chunk_blocks(tb, n, k)
-        flat[allreduce.chunk_slice(tb, n, k)] = codec.decode(reduced(step, rnd, n, k), end - first)
+    for k in range(len(of)):
+        first, end = allreduce.chunk_blocks(tb, of, k)
+        if end > first:
+            flat[allreduce.chunk_slice(tb, of, k)] = codec.decode(reduced(step, rnd, of, k),
+                                                                  end - first)  # fmt: skip
     replica = TraceReplica(step - 1, prev)
     replica.apply(flat)
     return replica.hash
@@ -161,7 +166,7 @@ def train(s: Script, leader: str, roster: tuple[str, ...], steps: range, rnd: in
     digest = ""
     for step in steps:
         s.at(s.now + 1.0)
-        s.send(leader, messages.Roster(RUN, step, rnd, list(roster)))
+        s.send(leader, roster_msg(step, rnd, roster))
         digest = s.exchange(step, rnd, roster)
         s.hashes(step, rnd, roster, digest)
     return digest
@@ -173,14 +178,14 @@ def join_with_checkpoint() -> Script:
                "open, the checkpoint of step 5, then it computes in roster 6.", D)  # fmt: skip
     s.connect(A, B, C)
     s.send(A, config(steps=6))
-    out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    out = s.send(A, roster_msg(5, 0, ABC))
     assert sent(out, messages.SyncRequest) == [(A, messages.SyncRequest(RUN))], out
     s.at(3.0)
     h5 = hashlib.sha256(b"daisychain-trace state at step 5").hexdigest()
     s.frames(A, FrameKind.CHECKPOINT, TraceReplica(5, h5).checkpoint(), 5)
     assert s.machine.replica.step == 5 and s.machine.replica.hash == h5
     roster = (A, B, C, D)
-    s.send(A, messages.Roster(RUN, 6, 0, list(roster)))
+    s.send(A, roster_msg(6, 0, roster))
     digest = s.exchange(6, 0, roster)
     assert digest == honest_hash(h5, 6, 0, 4)
     s.hashes(6, 0, roster, digest)
@@ -199,19 +204,19 @@ def lobby_early_hash() -> Script:
     h5 = hashlib.sha256(b"daisychain-trace state at step 5").hexdigest()
     probe = s.machine.settings.reference_probe
     for peer, m in (
-        (C, messages.StepHash(RUN, 5, 0, h5, 2.5, probe, "numpy")),
+        (C, messages.StepHash(RUN, 5, 0, h5, 2.5, probe, "numpy", 0.0)),
         (B, messages.Save(RUN, 5)),
         (C, messages.Stop(OTHER_RUN, "done", 3, "reached step 3", {})),
     ):
         out = s.send(peer, m)
         assert out == [], out
     s.send(A, config(steps=6))
-    out = s.send(A, messages.Roster(RUN, 5, 0, list(ABC)))
+    out = s.send(A, roster_msg(5, 0, ABC))
     assert sent(out, messages.SyncRequest) == [(A, messages.SyncRequest(RUN))], out
     s.at(3.0)
     s.frames(A, FrameKind.CHECKPOINT, TraceReplica(5, h5).checkpoint(), 5)
     roster = (A, B, C, D)
-    s.send(A, messages.Roster(RUN, 6, 0, list(roster)))
+    s.send(A, roster_msg(6, 0, roster))
     digest = s.exchange(6, 0, roster)
     assert digest == honest_hash(h5, 6, 0, 4)
     s.hashes(6, 0, roster, digest)
@@ -273,7 +278,7 @@ def leader_gone_during_exchange() -> Script:
     follow(s, A, (C,), config(3))
     train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
-    s.send(A, messages.Roster(RUN, 2, 0, list(ABC)))
+    s.send(A, roster_msg(2, 0, ABC))
     s.compute(2, 0, ABC)
     s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 2, 0, 3)[1], 2, 0, 1)
     s.at(s.now + 0.5)
@@ -322,7 +327,7 @@ def follower_held_roster() -> Script:
     follow(s, A, (B,), config(2))
     train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
-    out = s.send(B, messages.Roster(RUN, 2, 0, [B, C]))
+    out = s.send(B, roster_msg(2, 0, [B, C]))
     assert not out, "held"
     out = s.left(A)
     assert any(isinstance(f, fx.Compute) for f in out), out
@@ -339,7 +344,7 @@ def crc_damage_repair() -> Script:
                "with the repaired piece.", B)  # fmt: skip
     follow(s, A, (C,), config(1))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     mine = contributions(0, 1, 0, 3)[1]
     out = s.frames(A, FrameKind.CONTRIBUTION, mine, 1, 0, 1, damage=True)
@@ -366,7 +371,7 @@ def forged_reduced_guard() -> Script:
                "and C's hashes differ from B's.", B)  # fmt: skip
     follow(s, A, (C,), config(3))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
     s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1)
     s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[1], 1, 0, 1)
@@ -409,7 +414,7 @@ def probe_mismatch() -> Script:
                "reference's: the run stops (fork) naming C and its backend.", B)  # fmt: skip
     follow(s, A, (C,), config(3))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     digest = s.exchange(1, 0, ABC)
     s.hashes(1, 0, (A,), digest)
     bad = hashlib.sha256(b"a kernel that drifted").hexdigest()
@@ -436,13 +441,15 @@ def version_mismatch_lobby() -> Script:
 
 def version_mismatch_in_run() -> Script:
     s = Script("version-mismatch-in-run", "Leader A in a run: a newcomer D says hello with "
-               "version 2; A answers error version-mismatch, closes D's channel and goes on "
-               "training (D is gone for good).", A, state=fresh_state())  # fmt: skip
+               "version 1 (no shares: it would train another batch and mean); A answers error "
+               "version-mismatch with the upgrade hint, closes D's channel and goes on training "
+               "(D is gone for good).", A, state=fresh_state())  # fmt: skip
     lead_run(s, (B, C), steps=1)
     s.at(2.0)
     s.feed(ev.ChannelOpened(s.now, D))
-    out = s.text(D, hello_text(version=2))
+    out = s.text(D, hello_text(version=1))
     assert [type(f).__name__ for f in out] == ["SendMessage", "Close"], out
+    assert "upgrade the older one" in errors(out)[0][1].hint, out
     digest = s.exchange(1, 0, ABC)
     out = s.hashes(1, 0, ABC, digest)
     stop = stops(out)[0][1]
@@ -460,7 +467,7 @@ def wrong_run() -> Script:
     other.pop("type")
     out = s.send(D, messages.Config(**other))
     assert [(p, m.code) for p, m in errors(out)] == [(D, "wrong-run")]
-    out = s.send(E, messages.Roster(OTHER_RUN, 1, 0, [E]))
+    out = s.send(E, roster_msg(1, 0, [E], run=OTHER_RUN))
     assert [(p, m.code) for p, m in errors(out)] == [(E, "wrong-run")]
     s.at(1.0)
     digest = train(s, A, ABC, range(1, 2))
@@ -483,7 +490,7 @@ def hostile_config() -> Script:
     assert isinstance(error, messages.Error) and error.code == "incompatible" and error.hint
     assert not any(isinstance(f, fx.Finished) for f in out), "the follower keeps running"
     out = s.send(D, config(2))
-    assert sent(out, messages.Ready) == [(D, messages.Ready(RUN, 0, INIT, [D]))], out
+    assert sent(out, messages.Ready) == [(D, messages.Ready(RUN, 0, INIT, [D], 0.0))], out
     return s
 
 
@@ -550,7 +557,7 @@ def frames_hostile() -> Script:
     g, h = "G" * 12, "H" * 12
     follow(s, A, (C,), config(1))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     s.feed(ev.ChannelOpened(s.now, D))
     s.feed(ev.FrameReceived(s.now, D, _raw_frame()))
     s.connect(E, F, g)
@@ -637,10 +644,136 @@ def compute_failed() -> Script:
                "(the others drop it by the usual rules).", B)  # fmt: skip
     follow(s, A, (C,), config(3))
     s.at(1.0)
-    s.send(A, messages.Roster(RUN, 1, 0, list(ABC)))
+    s.send(A, roster_msg(1, 0, ABC))
     out = s.feed(ev.ComputeFailed(s.now, 1, 0, "MemoryError()"))
     outcome = finished(out)
     assert outcome.reason == "error" and not stops(out), out
+    return s
+
+
+# -- protocol version 2: shares ---------------------------------------------------------------
+
+
+def shares_in(effects: list[fx.Effect]) -> list[tuple[int, int, list[str], list[int]]]:
+    return [(r.step, r.round, r.peers, r.shares) for r in rosters(effects)]
+
+
+def leader_weighted_shares() -> Script:
+    s = Script("leader-weighted-shares", "A leads B and C for 4 steps and shares the step's 12 "
+               "sequences by the speeds they report: equal while nobody is measured (4, 4, 4); "
+               "C four times slower (5, 5, 2); C slows down to 20x (6, 6, 0: C follows without "
+               "computing, sends no contribution and owns no chunk); B speeds up (4, 8, 0).", A,
+               state=fresh_state())  # fmt: skip
+    lead_run(s, (B, C), steps=4)
+    plan = [
+        ((4, 4, 4), {B: 0.1, C: 0.4}, (5, 5, 2)),
+        ((5, 5, 2), {B: 0.1, C: 2.0}, (6, 6, 0)),
+        ((6, 6, 0), {B: 0.05, C: 2.0}, (4, 8, 0)),
+    ]
+    digest = INIT
+    for step, (now, speeds, following) in enumerate(plan, start=1):
+        s.at(s.now + 1.0)
+        before, digest = digest, s.exchange(step, 0, ABC, now, seq_s=0.1)
+        assert digest == honest_hash(before, step, 0, now)
+        out = s.hashes(step, 0, ABC, digest, speeds=speeds)
+        assert shares_in(out) == [(step + 1, 0, list(ABC), list(following))], out
+    s.at(s.now + 1.0)
+    before, digest = digest, s.exchange(4, 0, ABC, (4, 8, 0), seq_s=0.1)
+    assert digest == honest_hash(before, 4, 0, (4, 8, 0))
+    out = s.hashes(4, 0, ABC, digest, speeds={B: 0.05, C: 2.0})
+    stop = messages.Stop(RUN, "done", 4, "reached step 4", {})
+    assert stops(out) == [(B, stop), (C, stop)], out
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def follower_share_zero() -> Script:
+    s = Script("follower-share-zero", "B follows A with C; roster 2 gives B no sequences "
+               "(shares 8, 0, 4): B computes only the kernel probe (its compute-done has no "
+               "payload), sends no contribution, owns an empty chunk, applies A's and C's "
+               "reduced chunks and publishes its hash; in step 3 both reduced chunks arrive "
+               "before its compute-done, which then applies the step.", B)  # fmt: skip
+    follow(s, A, (C,), config(3))
+    train(s, A, ABC, range(1, 2))
+    s.at(s.now + 1.0)
+    out = s.send(A, roster_msg(2, 0, ABC, (8, 0, 4)))
+    assert [f for f in out if isinstance(f, fx.Compute)] == [fx.Compute(2, 0, 1, (8, 0, 4))]
+    out = s.compute(2, 0, ABC, (8, 0, 4), seq_s=0.5)
+    assert not [f for f in out if isinstance(f, fx.SendPayload)], "nothing to contribute"
+    digest = s.exchange_rest(2, 0, ABC, (8, 0, 4))
+    s.hashes(2, 0, ABC, digest)
+    # Step 3: every reduced chunk arrives while B still computes its probe; its compute-done
+    # alone must then apply the step.
+    s.at(s.now + 1.0)
+    s.send(A, roster_msg(3, 0, ABC, (8, 0, 4)))
+    for k, p in ((0, A), (2, C)):
+        out = s.frames(p, FrameKind.REDUCED, reduced(3, 0, (8, 0, 4), k), 3, 0, k)
+        assert not [f for f in out if isinstance(f, fx.StepApplied)], out
+    digest = applied(s.compute(3, 0, ABC, (8, 0, 4), seq_s=0.5))
+    s.hashes(3, 0, ABC, digest)
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    out = s.send(A, stop)
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
+def roster_bad_shares() -> Script:
+    s = Script("roster-bad-shares", "B follows A; A's roster of step 1 gives shares that sum "
+               "to 11, not the run's global batch of 12: B answers error bad-message and drops A "
+               "(a leader that mis-shares the batch is not followed); with its leader gone "
+               "before any step, B's run ends with an error.", B)  # fmt: skip
+    follow(s, A, (C,), config(2))
+    s.at(1.0)
+    out = s.send(A, roster_msg(1, 0, ABC, (4, 4, 3)))
+    refused = errors(out)
+    assert [(p, e.code) for p, e in refused] == [(A, "bad-message")], out
+    assert "global batch is 12" in refused[0][1].message, refused
+    assert not [f for f in out if isinstance(f, fx.Compute)], out
+    assert finished(out).reason == "error", out
+    return s
+
+
+def weighted_join_and_loss() -> Script:
+    s = Script("weighted-join-and-loss", "A leads B with uneven shares (B three times slower: "
+               "9, 3); D joins during step 2 and enters roster 3 unmeasured (the mean of the "
+               "measured weights: 6, 2, 4); B leaves in the middle of step 3: D's reduced chunk "
+               "needed B's part, so A re-commits step 3 as round 1 alone (12), sends D the "
+               "state, and step 4 shares A and D evenly (6, 6: D is still unmeasured).", A,
+               state=fresh_state())  # fmt: skip
+    ab, abd, ad = (A, B), (A, B, D), (A, D)
+    lead_run(s, (B,), steps=4, min_peers=2)
+    s.at(s.now + 1.0)
+    digest = s.exchange(1, 0, ab, (6, 6), seq_s=0.1)
+    out = s.hashes(1, 0, ab, digest, speeds={B: 0.3})
+    assert shares_in(out) == [(2, 0, list(ab), [9, 3])], out
+    s.at(s.now + 0.5)
+    out = s.connect(D)
+    assert sent(out, messages.Roster) == [(D, roster_msg(2, 0, ab, (9, 3)))], out
+    s.send(D, messages.SyncRequest(RUN))
+    s.at(s.now + 0.5)
+    digest = s.exchange(2, 0, ab, (9, 3), seq_s=0.1)
+    out = s.hashes(2, 0, ab, digest, speeds={B: 0.3})
+    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [D], "the checkpoint"
+    assert shares_in(out) == [(3, 0, list(abd), [6, 2, 4])], out
+    s.at(s.now + 1.0)
+    s.compute(3, 0, abd, (6, 2, 4), seq_s=0.1)
+    s.frames(D, FrameKind.CONTRIBUTION, contributions(2, 3, 0, (6, 2, 4))[0], 3, 0, 0)
+    s.send(B, messages.Leave("closed the tab"))
+    out = s.timer()
+    while not rosters(out):
+        out = s.timer()
+    assert shares_in(out) == [(3, 1, [A], [12])], out
+    s.send(D, messages.SyncRequest(RUN))
+    s.at(s.now + 0.5)
+    out = s.compute(3, 1, (A,), (12,), seq_s=0.1)
+    applied(out)
+    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [D], "the checkpoint"
+    assert shares_in(out) == [(4, 0, list(ad), [6, 6])], out
+    s.at(s.now + 1.0)
+    out = s.hashes(4, 0, ad, s.exchange(4, 0, ad, (6, 6), seq_s=0.1), speeds={D: 0.2})
+    stop = messages.Stop(RUN, "done", 4, "reached step 4", {})
+    assert stops(out) == [(B, stop), (D, stop)], "every open channel, B's too"
+    assert finished(stop_acks(s, (D,), stop)).reason == "done"
     return s
 
 
@@ -669,4 +802,8 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "resume-leader": resume_leader,
     "contract-mismatch": contract_mismatch,
     "compute-failed": compute_failed,
+    "leader-weighted-shares": leader_weighted_shares,
+    "follower-share-zero": follower_share_zero,
+    "roster-bad-shares": roster_bad_shares,
+    "weighted-join-and-loss": weighted_join_and_loss,
 }

@@ -10,10 +10,17 @@ trace written is exactly what was fed. Chunk payloads follow a documented rule
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from daisychain.model.params import param_shapes
-from daisychain.p2p import DATA_PROTOCOL_VERSION, allreduce, codec, frames, messages, runconfig
+from daisychain.p2p import (
+    DATA_PROTOCOL_VERSION,
+    allreduce,
+    codec,
+    frames,
+    messages,
+    runconfig,
+    shares,
+)
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
 from daisychain.p2p.machine import effects as fx
@@ -36,6 +43,26 @@ TIMERS = Timers(step_timeout_s=30.0, repair_after_s=5.0, hello_timeout_s=20.0, l
 MODEL = messages.ModelSpec(
     vocab_size=VOCAB, width=16, layers=1, heads=1, seq_len=4, batch=1, mlp_mult=1
 )
+# Sequences per step in every trace run: 12 splits evenly over 1, 2, 3, 4 and 6 peers, so
+# the traces of unmeasured (equal) peers keep version 1's chunk bounds.
+GLOBAL_BATCH = 12
+
+Shares = tuple[int, ...]
+
+
+def split(roster: int | Shares) -> Shares:
+    """``roster`` as shares: a peer count means the leader's split of unmeasured peers."""
+    if isinstance(roster, int):
+        return shares.allot([0.0] * roster, GLOBAL_BATCH)
+    return roster
+
+
+def roster_msg(
+    step: int, rnd: int, peers: tuple[str, ...] | list[str], of: Shares | None = None,
+    run: str = RUN,
+) -> messages.Roster:  # fmt: skip
+    """The roster message a scripted leader sends (equal shares unless ``of`` says)."""
+    return messages.Roster(run, step, rnd, list(peers), list(of or split(len(peers))))
 
 
 def config(steps: int = 3, resume: tuple[int, str] | None = None, **model: int) -> messages.Config:
@@ -44,6 +71,7 @@ def config(steps: int = 3, resume: tuple[int, str] | None = None, **model: int) 
         run=RUN, preset=None, model=spec, optim=messages.OptimSpec(0.003, 0, 0.0, 1.0),
         steps=steps, seed=SEED, data="builtin", tokenizer_sha256=TOKENIZER,
         resume_step=resume[0] if resume else 0, resume_hash=resume[1] if resume else None,
+        global_batch=GLOBAL_BATCH,
     )  # fmt: skip
 
 
@@ -67,21 +95,25 @@ def rule_chunk(rank: int, step: int, rnd: int, chunk: int, blocks: int) -> bytes
     return exps + values
 
 
-def contributions(rank: int, step: int, rnd: int, n: int) -> tuple[bytes, ...]:
-    tb = total_blocks()
+def contributions(rank: int, step: int, rnd: int, roster: int | Shares) -> tuple[bytes, ...]:
+    """What roster rank ``rank`` sends for each chunk (empty bytes for an empty chunk, and
+    for every chunk with a share of 0)."""
+    tb, of = total_blocks(), split(roster)
     out = []
-    for k in range(n):
-        first, end = allreduce.chunk_blocks(tb, n, k)
-        out.append(rule_chunk(rank, step, rnd, k, end - first))
+    for k in range(len(of)):
+        first, end = allreduce.chunk_blocks(tb, of, k)
+        empty = end == first or of[rank] == 0
+        out.append(b"" if empty else rule_chunk(rank, step, rnd, k, end - first))
     return tuple(out)
 
 
-def reduced(step: int, rnd: int, n: int, chunk: int) -> bytes:
-    """The owner's reduced chunk when every rank contributed by ``rule_chunk``."""
-    tb = total_blocks()
-    first, end = allreduce.chunk_blocks(tb, n, chunk)
-    parts = [codec.decode(contributions(r, step, rnd, n)[chunk], end - first) for r in range(n)]
-    payload, _ = codec.encode(allreduce.reduce_chunk(parts))
+def reduced(step: int, rnd: int, roster: int | Shares, chunk: int) -> bytes:
+    """The owner's reduced chunk when every contributor contributed by ``rule_chunk``."""
+    tb, of = total_blocks(), split(roster)
+    first, end = allreduce.chunk_blocks(tb, of, chunk)
+    who = [r for r in range(len(of)) if of[r] > 0]
+    parts = [codec.decode(contributions(r, step, rnd, of)[chunk], end - first) for r in who]
+    payload, _ = codec.encode(allreduce.reduce_chunk(parts, [of[r] for r in who], sum(of)))
     return payload
 
 
@@ -188,39 +220,66 @@ class Script:
 
     # -- this peer's shell -------------------------------------------------------------------------
 
-    def compute(self, step: int, rnd: int, roster: tuple[str, ...], **kw: Any) -> list[fx.Effect]:
-        rank, n = roster.index(self.me), len(roster)
-        probe = kw.get("probe", REFERENCE_PROBE)
-        payloads = contributions(rank, step, rnd, n)
-        return self.feed(ev.ComputeDone(self.now, step, rnd, loss_of(step), payloads, probe))
+    def compute(
+        self, step: int, rnd: int, roster: tuple[str, ...], of: Shares | None = None,
+        *, seq_s: float = 0.0, probe: str = REFERENCE_PROBE,
+    ) -> list[fx.Effect]:  # fmt: skip
+        """This peer's shell answers its compute effect (``seq_s``: the speed it measured)."""
+        rank, of = roster.index(self.me), of or split(len(roster))
+        payloads = contributions(rank, step, rnd, of)
+        loss = loss_of(step) if of[rank] else 0.0
+        return self.feed(ev.ComputeDone(self.now, step, rnd, loss, payloads, probe, seq_s))
 
     def exchange(
-        self, step: int, rnd: int, roster: tuple[str, ...], *, skip: frozenset[str] = frozenset()
-    ) -> str:
-        """One honest attempt around this peer: its compute, every other peer's contribution
-        to its chunk and every other owner's reduced chunk (``skip``: peers that send nothing).
-        Returns the hash this peer applied."""
+        self, step: int, rnd: int, roster: tuple[str, ...], of: Shares | None = None,
+        *, skip: frozenset[str] = frozenset(), seq_s: float = 0.0,
+    ) -> str:  # fmt: skip
+        """One honest attempt around this peer: its compute, every other contributor's part
+        of its chunk and every other non-empty chunk reduced by its owner (``skip``: peers
+        that send nothing). Returns the hash this peer applied."""
+        of = of or split(len(roster))
+        out = self.compute(step, rnd, roster, of, seq_s=seq_s)
+        return applied(out + self._pieces_to_me(step, rnd, roster, of, skip))
+
+    def exchange_rest(
+        self, step: int, rnd: int, roster: tuple[str, ...], of: Shares,
+        *, skip: frozenset[str] = frozenset(),
+    ) -> str:  # fmt: skip
+        """``exchange`` after this peer's compute-done was already fed."""
+        return applied(self._pieces_to_me(step, rnd, roster, of, skip))
+
+    def _pieces_to_me(
+        self, step: int, rnd: int, roster: tuple[str, ...], of: Shares, skip: frozenset[str]
+    ) -> list[fx.Effect]:
         me = roster.index(self.me)
-        n = len(roster)
-        out = self.compute(step, rnd, roster)
-        for j, p in enumerate(roster):
+        tb = total_blocks()
+        nonempty = [k for k in range(len(of)) if allreduce.chunk_blocks(tb, of, k)[1]
+                    > allreduce.chunk_blocks(tb, of, k)[0]]  # fmt: skip
+        out: list[fx.Effect] = []
+        if me in nonempty:
+            for j, p in enumerate(roster):
+                if p != self.me and p not in skip and of[j] > 0:
+                    part = contributions(j, step, rnd, of)[me]
+                    out += self.frames(p, FrameKind.CONTRIBUTION, part, step, rnd, me)
+        for k in nonempty:
+            p = roster[k]
             if p != self.me and p not in skip:
-                out += self.frames(p, FrameKind.CONTRIBUTION, contributions(j, step, rnd, n)[me],
-                                   step, rnd, me)  # fmt: skip
-        for k, p in enumerate(roster):
-            if p != self.me and p not in skip:
-                out += self.frames(p, FrameKind.REDUCED, reduced(step, rnd, n, k), step, rnd, k)
-        return applied(out)
+                out += self.frames(p, FrameKind.REDUCED, reduced(step, rnd, of, k), step, rnd, k)
+        return out
 
     def hashes(
         self, step: int, rnd: int, peers: tuple[str, ...], digest: str,
         probe: str = REFERENCE_PROBE, backend: str = "numpy",
+        speeds: dict[str, float] | None = None,
     ) -> list[fx.Effect]:  # fmt: skip
+        """Every other peer's hash of ``(step, rnd)`` (with the seconds per sequence each
+        reports: ``speeds``, 0 when absent)."""
         out: list[fx.Effect] = []
         for p in peers:
             if p != self.me:
+                seq_s = (speeds or {}).get(p, 0.0)
                 out += self.send(p, messages.StepHash(RUN, step, rnd, digest, loss_of(step),
-                                                      probe, backend))  # fmt: skip
+                                                      probe, backend, seq_s))  # fmt: skip
         return out
 
 
