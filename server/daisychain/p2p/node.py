@@ -349,7 +349,11 @@ class Node:
             tokenizer_sha256=self.tokenizer_sha256,
             resume_step=state.step,
             resume_hash=self.replica.hash if state.step > 0 else None,
-            global_batch=lead.global_batch or mc.batch * max(1, lead.min_peers),
+            global_batch=(
+                mc.batch * max(1, lead.min_peers)
+                if lead.global_batch is None
+                else lead.global_batch
+            ),
         )
 
     # -- compute, records, saves ----------------------------------------------------------------

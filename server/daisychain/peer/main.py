@@ -88,7 +88,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lead.add_argument("--lr", type=float, default=3e-3, help="learning rate")
     lead.add_argument("--warmup", type=int, default=0, help="linear warm-up steps")
     lead.add_argument("--seed", type=int, default=1, help="seed of init and batches")
-    lead.add_argument("--batch", type=int, help="sequences per device per step")
+    lead.add_argument(
+        "--batch", type=int,
+        help="sequences per lane: what one device holds at a time (default: the preset's)",
+    )  # fmt: skip
+    lead.add_argument(
+        "--global-batch", type=int, metavar="G",
+        help="sequences per step for the whole group, shared out by measured speed "
+        "(default: --batch x --min-peers)",
+    )  # fmt: skip
     lead.add_argument("--seq-len", type=int, help="context length")
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
@@ -143,6 +151,7 @@ class Display:
         self.emit({
             "event": "step", "step": r.step, "round": r.round, "loss": r.loss, "hash": r.hash,
             "peers": len(r.roster), "roster": list(r.roster), "tokens_per_s": round(tok_s, 1),
+            "shares": list(r.shares), "share": r.share, "global_batch": sum(r.shares),
             "compute_s": round(r.compute_s, 4), "exchange_s": round(r.exchange_s, 4),
             "bytes_sent": r.bytes_sent, "leader": r.leader, "probe": r.probe,
             "backend": r.backend,
@@ -150,9 +159,17 @@ class Display:
         if not self.as_json:
             print(
                 f"step {r.step:>6}  loss {r.loss:7.4f}  {tok_s:8.0f} tok/s  peers {len(r.roster)}"
-                f"  hash {r.hash[:12]}  agree {agree[0]}/{agree[1]} (step {r.step - 1})",
+                f"  {work(r)}  hash {r.hash[:12]}  agree {agree[0]}/{agree[1]}"
+                f" (step {r.step - 1})",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
+
+
+def work(r: StepRecord) -> str:
+    """This peer's part of the step, as the step line says it."""
+    if r.share == 0:
+        return f"follows without computing (0 of {sum(r.shares)} sequences)"
+    return f"computes {r.share} of {sum(r.shares)} sequences"
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -202,6 +219,7 @@ async def _main(args: argparse.Namespace) -> int:
         lead = LeadConfig(
             preset=args.preset, steps=args.steps, lr=args.lr, warmup=args.warmup, seed=args.seed,
             batch=args.batch, seq_len=args.seq_len, min_peers=args.min_peers, resume=args.resume,
+            global_batch=args.global_batch,
             data=feed.data_name if feed is not None and args.data == "fineweb" else "builtin",
         )  # fmt: skip
     node = Node(
