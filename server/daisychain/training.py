@@ -25,6 +25,7 @@ from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import Params, init_params
 from daisychain.numerics import sha256_arrays
 from daisychain.optim import AdamW, AdamWConfig, AdamWState, StepStats
+from daisychain.p2p.codec import flatten
 
 Backend = Literal["contract", "reference"]
 TokenArray = npt.NDArray[np.integer]
@@ -128,3 +129,32 @@ def eval_loss(state: TrainState, tokens: TokenArray, n_batches: int = 4) -> floa
         loss, _ = gpt.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
         losses.append(float(loss))
     return float(np.mean(losses))
+
+
+def mean_gradient(
+    state: TrainState,
+    rows: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+    count: int,
+) -> tuple[float, npt.NDArray[np.float32] | None]:
+    """(loss, flat mean gradient) over ``count`` sequences given as lane pieces (None for a
+    share of 0): a protocol-v2 contributor's part of the step. Pieces combine as
+    ``sum(g * rows) / count`` in float32, piece order (docs/PROTOCOL.md, "A contributor's mean
+    gradient"); one piece is the model's own mean."""
+    if not rows:
+        return 0.0, None
+    flat: npt.NDArray[np.float32] | None = None
+    loss = np.float32(0)
+    for x, y in rows:
+        piece_loss, grads = compute_grads(state, x, y)
+        g = flatten(grads)
+        if len(rows) == 1:
+            return float(piece_loss), g
+        r = np.float32(len(x))
+        if flat is None:
+            flat, loss = g * r, np.float32(piece_loss * r)
+        else:
+            np.add(flat, g * r, out=flat)
+            loss = np.float32(loss + np.float32(piece_loss * r))
+    assert flat is not None
+    np.divide(flat, np.float32(count), out=flat)
+    return float(np.float32(loss / np.float32(count))), flat

@@ -76,34 +76,6 @@ class StepRecord:
     backend: str
 
 
-def _mean_gradient(
-    state: training.TrainState,
-    rows: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
-    count: int,
-) -> tuple[float, npt.NDArray[np.float32] | None]:
-    """(loss, flat mean gradient) over ``count`` sequences given as lane pieces (None for a
-    share of 0). Pieces combine as ``sum(g * rows) / count`` in float32, piece order
-    (docs/PROTOCOL.md, "A contributor's mean gradient"); one piece is the model's own mean."""
-    if not rows:
-        return 0.0, None
-    flat: npt.NDArray[np.float32] | None = None
-    loss = np.float32(0)
-    for x, y in rows:
-        piece_loss, grads = training.compute_grads(state, x, y)
-        g = codec.flatten(grads)
-        if len(rows) == 1:
-            return float(piece_loss), g
-        r = np.float32(len(x))
-        if flat is None:
-            flat, loss = g * r, np.float32(piece_loss * r)
-        else:
-            np.add(flat, g * r, out=flat)
-            loss = np.float32(loss + np.float32(piece_loss * r))
-    assert flat is not None
-    np.divide(flat, np.float32(count), out=flat)
-    return float(np.float32(loss / np.float32(count))), flat
-
-
 def from_mesh(e: MeshEvent) -> Input:
     if isinstance(e, ChannelOpen):
         return lambda now: ev.ChannelOpened(now, e.peer)
@@ -374,7 +346,7 @@ class Node:
 
         def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float]:
             t0 = time.perf_counter()
-            loss, flat = _mean_gradient(state, rows, count)
+            loss, flat = training.mean_gradient(state, rows, count)
             seconds = time.perf_counter() - t0
             probe_hash = probe()
             payloads = tuple(
