@@ -3,9 +3,12 @@ side): the real server reads generated FineWeb-Edu-shaped parquet from a local r
 (tests/fineweb_helpers.py's ``fineweb_server``); the page learns the revision from
 ``/api/status``, advertises ``fineweb@REV`` and fetches its own addressed windows from ``/data``
 (static/js/p2p/datafeed.js), tokenizing them with static/js/tokenizer.js. Every step's hash is the
-same on the tab and the Python leader, and equal to a 2-peer all-Python run of the same config
-played against the same server first. A page whose server is offline refuses the same run as
-incompatible and stays in the lobby (it never trains on other text).
+same on the tab and the Python leader, and equal to the hashes Python computes outside the mesh
+for the same config, the same server's windows and the shares the run committed
+(tests/shares_replay.py; protocol v2's shares follow measured speeds, so a 2-peer all-Python run
+played first, still checked against its own replay, would commit others). A page whose server is
+offline refuses the same run as incompatible and stays in the lobby (it never trains on other
+text).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from daisychain.harness.fineweb_stub import write_fineweb_shard
-from fineweb_helpers import DATA, SHARDS, fineweb_server, start
+from daisychain.p2p.datafeed import Address, FineWebFeed
+from fineweb_helpers import DATA, REVISION, SHARDS, Peer, fineweb_server, start
 from mesh_helpers import (
     TEST_BATCH,
     TEST_SEQ,
@@ -28,6 +32,7 @@ from mesh_helpers import (
     signaling_server,
     wait_for,
 )
+from shares_replay import replayed_hashes, shares_of
 from tab_helpers import TIMERS_QUERY, chromium, finished, open_tab, wait_tabs
 
 pytestmark = [needs_namespace, pytest.mark.timeout(600)]
@@ -51,6 +56,24 @@ FEED = (  # the page's FineWeb-Edu feed: its data name and counts
 )
 
 
+async def replayed(url: str, peer: Peer) -> dict[int, str]:
+    """The hashes Python computes for ``peer``'s run: its config and committed shares, each lane
+    the window of (seed, step, lane) read from the server's /data (a fresh feed)."""
+    config = peer.node.config
+    assert config is not None
+    feed = FineWebFeed(url, REVISION, depth=0)
+
+    async def lane(state, index):  # type: ignore[no-untyped-def]
+        cfg = state.cfg
+        return await feed.batch(Address(state.seed, state.step, index, cfg.batch, cfg.seq_len))
+
+    try:
+        return await replayed_hashes(config, shares_of(peer.records), lane=lane,
+                                     data_sources=("builtin", DATA))  # fmt: skip
+    finally:
+        await feed.close()
+
+
 @pytest.fixture(scope="module")
 def shard_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("upstream")
@@ -70,8 +93,8 @@ async def test_python_leader_and_cpu_tab_train_on_fineweb_like_an_all_python_run
                await start(url, "ref-f1", url, None)]  # fmt: skip
         outcomes = [await p.task for p in ref]
         assert [o.reason for o in outcomes] == ["done", "done"], outcomes
-        reference = ref[0].hashes
-        assert ref[1].hashes == reference and sorted(reference) == list(range(1, STEPS + 1))
+        assert ref[1].hashes == ref[0].hashes and sorted(ref[0].hashes) == list(range(1, STEPS + 1))
+        assert ref[0].hashes == await replayed(url, ref[0])
 
         async with chromium(webgpu=False) as browser:
             tab = await open_tab(browser, url, "name=cpu-tab")
@@ -82,6 +105,8 @@ async def test_python_leader_and_cpu_tab_train_on_fineweb_like_an_all_python_run
             assert state["outcome"]["reason"] == "done", state
             assert state["backend"] == "js-cpu"
             assert all(len(r["roster"]) == 2 for r in state["records"])
+            assert shares_of(state["records"]) == shares_of(lead.records)
+            reference = await replayed(url, lead)
             assert tab.hashes(state) == lead.hashes == reference
             feed = await tab.page.evaluate(FEED)
             assert feed["name"] == DATA
@@ -106,7 +131,7 @@ async def test_python_leader_and_cpu_tab_train_on_fineweb_like_an_all_python_run
             lead = await start(url, "py-lead-2", url, lead_config(STEPS, min_peers=2, data=DATA))
             assert (await lead.task).reason == "done"
             [state] = await wait_tabs([tab], finished, 60, "the reloaded tab's outcome")
-            assert tab.hashes(state) == lead.hashes == reference
+            assert tab.hashes(state) == lead.hashes == await replayed(url, lead)
             feed = await tab.page.evaluate(FEED)
             assert feed["stats"]["cached"] >= STEPS, feed
             assert not [s for s in asked if s < STEPS], asked

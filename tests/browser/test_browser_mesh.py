@@ -28,7 +28,7 @@ import asyncio
 import json
 import re
 
-from daisychain.p2p import frames, messages
+from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, messages
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.mesh import ChannelMessage, Mesh
 from daisychain.vectors import wire
@@ -236,7 +236,7 @@ async def test_tab_and_python_peer_exchange_frames_both_ways() -> None:
                     await asyncio.sleep(0.05)
             # Python -> tab: Python's hello, a deflated 200 000-byte payload, a leave.
             tab_id = info["id"]
-            hello = messages.Hello(version=1, name=f"tab {py.id}")
+            hello = messages.Hello(version=DATA_PROTOCOL_VERSION, name=f"tab {py.id}")
             assert py.send(tab_id, messages.encode(hello))
             body = pattern(200_000, 3)
             parts = frames.fragment(FrameKind.REDUCED, body, transfer=21, step=3, round=1,

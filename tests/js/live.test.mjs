@@ -123,6 +123,8 @@ test('read-outs: units, rates, durations, split, schedule, progress', () => {
   assert.equal(F.shareText(0, 16), 'follows without computing');
   assert.equal(F.shareText(1, 1), 'computes 1 of 1 sequence');
   assert.equal(F.shareText(undefined, 16), '');
+  assert.deepEqual([F.shareCell(3, 16), F.shareCell(0, 16), F.shareCell(undefined, 16)],
+    ['3 of 16', 'follows', '–']);
   assert.equal(F.formatTokens(1520.4), '1,520 tok/s');
   assert.equal(F.groupSpeedLine(1520.4, 1180), 'group 1,520 tok/s; fastest device alone ≈ ' +
     '1,180 tok/s (its gradient time only)');

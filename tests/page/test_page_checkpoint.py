@@ -24,6 +24,7 @@ Screenshots of the panel at 390x844 and 1280x800 are saved in the test's tmp dir
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -33,6 +34,7 @@ import pytest
 
 from daisychain import checkpoint, training
 from daisychain.harness.chromium import CHROMIUM
+from daisychain.p2p import messages
 from mesh_helpers import (
     FAST,
     TEST_BATCH,
@@ -46,6 +48,7 @@ from mesh_helpers import (
     wait_for,
 )
 from page_helpers import DESKTOP, PHONE, Tab, chromium, joined, new_tab, open_page, shows, until
+from shares_replay import replayed_hashes, shares_of
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
     pytest.skip("/usr/bin/chromium is missing", allow_module_level=True)
@@ -65,7 +68,7 @@ async () => {
   const p = app.peer;
   return { id: p?.id ?? '', phase: p?.phase ?? 'loading', records: p?.records ?? [],
            outcome: p?.outcome ? { reason: p.outcome.reason, step: p.outcome.step } : null,
-           run: p?.machine?.config?.run ?? null };
+           run: p?.machine?.config?.run ?? null, config: p?.config ?? null };
 }
 """
 LEAD = """
@@ -262,13 +265,24 @@ async def test_python_checkpoint_resumed_in_the_page_continues_the_uninterrupted
                 return all(s["outcome"] is not None for s in states)
 
             await until(both_done, 300, "the resumed run to end on both tabs")
+            # Protocol v2: the resumed run's shares follow the tabs' measured speeds, so its
+            # hashes are those Python computes from the checkpoint's state with the shares the
+            # run committed (tests/shares_replay.py); with the uninterrupted run's shares they
+            # are its hashes.
+            led = await run_of(lead_tab)
+            config = messages.parse(json.dumps(led["config"]))
+            split = shares_of(led["records"])
+            resumed = await replayed_hashes(config, split, state=checkpoint.load(good).state)
+            if all(tuple(r.shares) == split[r.step] for r in ref_lead.records if r.step in split):
+                assert resumed == {s: reference[s] for s in resumed}, "same shares, same hashes"
             for t in (lead_tab, follow_tab):
                 state = await run_of(t)
                 assert state["outcome"]["reason"] == "done", state
+                assert shares_of(state["records"]) == split
                 got = hashes(state)
                 assert sorted(got) == list(range(at + 1, total + 1)), sorted(got)
                 for step, digest in got.items():
-                    assert digest == reference[step], f"step {step}: {digest[:12]}"
+                    assert digest == resumed[step], f"step {step}: {digest[:12]}"
 
             # The run ended; the same pages lead and follow the next one without a reload.
             async def both_lobby() -> bool:

@@ -13,6 +13,11 @@ Python peer follow. While the run trains:
 - validation points appear at the panel's schedule (every 10 steps of a 40-step run), and each
   equals ``daisychain.training.eval_loss`` (Python) on the Python peer's state of that step, whose
   hash is the tab's;
+- the group panel names each device's share of the step (protocol v2: "computes N of G
+  sequences", or "follows without computing"), G being the form's default global batch (the batch
+  per device x the three devices ready when Start was pressed), and the group's speed next to
+  the fastest device's alone ("group N tok/s; fastest device alone ≈ M tok/s"), and the live
+  panel's devices table has each one's share ("N of G", "follows");
 - "Stop the run" ends the run for every peer at a step boundary, and the chart stops there;
 - the keep panel's "Download checkpoint" then saves that step's state, which
   ``daisychain.checkpoint.load`` reads with the hash every replica published for it.
@@ -147,6 +152,50 @@ async def unnamed_controls(tab: Tab, within: str) -> list[str]:
     return html
 
 
+# The group panel's members (their facts line, with the share) and its speed line.
+GROUP = """
+async () => {
+  const { app } = await import('/js/app.js');
+  const items = [...document.querySelectorAll('#group .members li[data-peer]')];
+  const speed = document.querySelector('#group .group-speed');
+  return {
+    members: Object.fromEntries(items.map((li) => [li.dataset.peer, li.textContent])),
+    speed: speed && !speed.hidden ? speed.textContent : '',
+    open: app.mesh?.openPeers().length ?? 0,
+    config: app.peer?.config ? { global_batch: app.peer.config.global_batch } : null,
+    last: app.peer?.records.at(-1) ?? null,
+    work: [...document.querySelectorAll('#live .live-devices tbody tr')]
+      .map((tr) => tr.children[1]?.textContent ?? ''),
+  };
+}
+"""
+
+
+async def shares_shown(tab: Tab) -> Any:
+    """The group panel once it shows the latest step's shares for every roster device."""
+    g: dict[str, Any] = await tab.page.evaluate(GROUP)
+    last = g["last"]
+    if last is None or not g["speed"].startswith("Speed: group "):
+        return None
+    total = sum(last["shares"])
+    for peer, share in zip(last["roster"], last["shares"], strict=True):
+        want = f"computes {share} of {total} sequence" if share else "follows without computing"
+        if want not in g["members"].get(peer, ""):
+            return None
+    return g
+
+
+async def shoot_group(tab: Tab, name: str, tmp: Path) -> Path:
+    await tab.page.locator("#group").scroll_into_view_if_needed()
+    path = tmp / f"{name}.png"
+    await tab.page.locator("#group").screenshot(path=str(path))
+    extra = os.environ.get("DAISYCHAIN_SCREENSHOTS")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(extra) / path.name)
+    return path
+
+
 async def shoot(tab: Tab, name: str, tmp: Path) -> Path:
     """The live panel, and the whole page, as ``name``.png and ``name``-page.png in ``tmp``."""
     await tab.page.locator("#live").scroll_into_view_if_needed()
@@ -208,6 +257,11 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
             await form.get_by_label("Seed").fill(str(SEED))
             start = form.get_by_role("button", name="Start the run")
             await until(start.is_enabled, 60, "the Start button")
+
+            async def both_linked() -> bool:
+                return bool((await desk.page.evaluate(GROUP))["open"] == 2)
+
+            await until(both_linked, 60, "the desktop tab's channels to the others")
             await start.click()
 
             # The hash line: all three identical, with the Python peer's own hash of that step.
@@ -231,6 +285,24 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
 
             for tab in tabs:
                 await until(lambda t=tab: validated(t), 300, "the validation points")
+            # Shares: the form's default global batch is the batch per device x the 3 devices
+            # ready at Start; each device's share of the step is on the group panel and in the
+            # live panel's devices table ("N of 3"); the speed line names the group's rate and
+            # the fastest device's estimate.
+            for tab in tabs:
+                g = await until(lambda t=tab: shares_shown(t), 120, "the shares on the group panel")
+                assert g["config"] == {"global_batch": 3 * TEST_BATCH}, g["config"]
+                assert re.fullmatch(
+                    r"Speed: group [\d,]+ tok/s; fastest device alone ≈ [\d,]+ tok/s "
+                    r"\(its gradient time only\)\.",
+                    g["speed"],
+                ), g["speed"]
+                assert all(
+                    re.fullmatch(r"\d+ of 3|follows", w)
+                    for w in g["work"]
+                ), g["work"]
+            await shoot_group(desk, "group-desktop-training", tmp_path)
+            await shoot_group(phone, "group-phone-training", tmp_path)
             await shoot(desk, "live-desktop-training", tmp_path)
             await shoot(phone, "live-phone-training", tmp_path)
             for tab in tabs:

@@ -6,7 +6,8 @@
 // - progress (step N of M, ETA from the recent step rate), the group's tokens/s (the global
 //   batch, the sum of the roster's shares, x seq_len per step of wall time) next to the fastest
 //   device's alone (an estimate: seq_len / its seconds per sequence, its gradient time only),
-//   and per device its share ("computes 3 of 16 sequences", "follows without computing") and
+//   and per device its share ("3 of 16"; "follows": a share of 0, the group panel says it in
+//   full: "computes 3 of 16 sequences", "follows without computing") and
 //   its tokens/s (seq_len / the seconds per sequence its `hash` messages report; before any,
 //   this one from its own gradient time and the others from their mesh `device` record's
 //   `tokens_per_s`, else "–");
@@ -111,7 +112,8 @@ export function mount(root, page) {
 
   const devices = h('table', { class: 'live-devices' });
   devices.innerHTML = '<caption>Devices in this run</caption><thead><tr>' +
-    '<th scope="col">device</th><th scope="col">work this step</th><th scope="col">backend</th>' +
+    '<th scope="col">device</th><th scope="col"><abbr title="sequences of this step this device ' +
+    'computes, of the whole group\'s">share</abbr></th><th scope="col">backend</th>' +
     '<th scope="col"><abbr title="tokens per second of gradient time">speed</abbr></th>' +
     '<th scope="col"><abbr title="the same weights hash as this device">hash</abbr></th>' +
     '</tr></thead><tbody></tbody>';
@@ -315,7 +317,7 @@ export function mount(root, page) {
       const hash = !tally ? '…' : tally.same.includes(id) ? '✓'
         : tally.differ.includes(id) ? '✗ differs' : '…';
       const share = Array.isArray(last.shares) ? last.shares[last.roster.indexOf(id)] : undefined;
-      return [nameOf(id), F.shareText(share, globalBatch) || '–', backend, F.formatRate(rate), hash];
+      return [nameOf(id), F.shareCell(share, globalBatch), backend, F.formatRate(rate), hash];
     });
     devices.tBodies[0].replaceChildren(...rows.map((cells) =>
       h('tr', {}, ...cells.map((c) => h('td', {}, c)))));

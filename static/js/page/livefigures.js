@@ -124,6 +124,12 @@ export function shareText(share, globalBatch) {
   return `computes ${share} of ${globalBatch} sequence${globalBatch === 1 ? '' : 's'}`;
 }
 
+/** The devices table's short form: "3 of 16", "follows" (a share of 0), "–" (unknown). */
+export function shareCell(share, globalBatch) {
+  if (!Number.isInteger(share)) return DASH;
+  return share === 0 ? 'follows' : `${share} of ${globalBatch}`;
+}
+
 /** 1520.4 -> "1,520 tok/s" (null -> "–"). */
 export function formatTokens(perSecond) {
   if (perSecond === null || !Number.isFinite(perSecond)) return DASH;
