@@ -8,7 +8,7 @@ grouping). A test that compares a run with "the same config played again" compar
 must hold instead: the hashes a run publishes are the hashes Python computes outside any mesh
 for that config with the shares that run committed. ``replayed_hashes`` computes them: for every
 step, each roster rank's mean gradient of its positions (``shares.pieces`` of the lanes,
-``node._mean_gradient``), the whole exchange of them (``allreduce.exchange_locally``: chunks by
+``training.mean_gradient``), the whole exchange of them (``allreduce.exchange_locally``: chunks by
 shares, the weighted mean), the update (``training.apply_grads`` on the dequantized mean, as
 ``p2p.replica.Replica.apply``), the state hash. The checks become stronger, not weaker: every
 step's bytes are recomputed from the config and the shares alone.
@@ -28,7 +28,7 @@ import numpy.typing as npt
 from daisychain import training
 from daisychain.model.params import param_shapes
 from daisychain.p2p import allreduce, codec, messages, runconfig, shares
-from daisychain.p2p.node import _mean_gradient
+from daisychain.training import mean_gradient
 from mesh_helpers import corpus
 
 Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
@@ -83,7 +83,7 @@ async def replayed_hashes(
             for p in shares.pieces(shares.offsets(of)[rank], of[rank], run.model.batch):
                 x, y = await lane(state, p.lane)
                 rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
-            _, flat = _mean_gradient(state, rows, of[rank])
+            _, flat = mean_gradient(state, rows, of[rank])
             flats.append(flat if flat is not None else np.zeros(total * codec.BLOCK, np.float32))
         mean, _ = allreduce.exchange_locally(flats, of)
         training.apply_grads(state, codec.unflatten(mean, param_shapes(state.cfg)))

@@ -96,45 +96,48 @@ async def test_mixed_mesh_webgpu_tab_cpu_tab_and_python_peer_match_an_all_python
     shared equally (nobody measured yet), so every device computes a share of it; later steps
     follow the measured speeds (a device too slow for one sequence follows without computing)."""
     steps = 20
-    async with signaling_server() as url:
-        async with chromium(webgpu=True) as gpu_browser, chromium(webgpu=False) as cpu_browser:
-            gpu = await open_tab(gpu_browser, url, "name=gpu-tab&backend=webgpu-dp4a")
-            cpu = await open_tab(cpu_browser, url, "name=cpu-tab")
-            lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
-            outcomes = await finish([lead], 400)
-            assert outcomes[0].reason == "done", outcomes
-            reference = await replayed(lead)
-            states = await wait_tabs([gpu, cpu], finished, 60, "the tabs' outcomes")
-            for tab, state, backend in (
-                (gpu, states[0], "webgpu-dp4a"),
-                (cpu, states[1], "js-cpu"),
-            ):
-                assert state["outcome"]["reason"] == "done", state
-                assert state["backend"] == backend
-                assert {r["backend"] for r in state["records"]} == {backend}
-                assert all(len(r["roster"]) == 3 for r in state["records"])
-                got = tab.hashes(state)
-                assert sorted(got) == list(range(1, steps + 1))
-                assert got == reference
-                tab.check_clean()
-            assert lead.hashes == reference
-            # What the others published: the leader's sync guard (which keeps the last 8 steps)
-            # heard 3 equal hashes; a differing one at any step would have ended the run in a
-            # fork, not `done`.
-            for step in range(steps - 7, steps + 1):
-                assert lead.node.agreement(step) == (3, 3), step
-            # Step 1's shares are equal: nobody had measured a speed yet.
-            assert lead.records[0].shares == (TEST_BATCH,) * 3, lead.records[0]
-            for state in states:
-                assert shares_of(state["records"]) == shares_of(lead.records)
-                assert state["records"][0]["share"] == TEST_BATCH
-            # The WGSL path really ran: every gradient of the WebGPU tab (every step it had a
-            # share of) used GPU products.
-            computed = [r for r in states[0]["records"] if r["share"] > 0]
-            assert computed and all(
-                r["computedOn"] == "webgpu-dp4a" and r["gpuProducts"] > 0 for r in computed
-            ), states[0]["records"]
-            assert all(r["gpuProducts"] == 0 for r in states[1]["records"])
+    async with (
+        signaling_server() as url,
+        chromium(webgpu=True) as gpu_browser,
+        chromium(webgpu=False) as cpu_browser,
+    ):
+        gpu = await open_tab(gpu_browser, url, "name=gpu-tab&backend=webgpu-dp4a")
+        cpu = await open_tab(cpu_browser, url, "name=cpu-tab")
+        lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
+        outcomes = await finish([lead], 400)
+        assert outcomes[0].reason == "done", outcomes
+        reference = await replayed(lead)
+        states = await wait_tabs([gpu, cpu], finished, 60, "the tabs' outcomes")
+        for tab, state, backend in (
+            (gpu, states[0], "webgpu-dp4a"),
+            (cpu, states[1], "js-cpu"),
+        ):
+            assert state["outcome"]["reason"] == "done", state
+            assert state["backend"] == backend
+            assert {r["backend"] for r in state["records"]} == {backend}
+            assert all(len(r["roster"]) == 3 for r in state["records"])
+            got = tab.hashes(state)
+            assert sorted(got) == list(range(1, steps + 1))
+            assert got == reference
+            tab.check_clean()
+        assert lead.hashes == reference
+        # What the others published: the leader's sync guard (which keeps the last 8 steps)
+        # heard 3 equal hashes; a differing one at any step would have ended the run in a
+        # fork, not `done`.
+        for step in range(steps - 7, steps + 1):
+            assert lead.node.agreement(step) == (3, 3), step
+        # Step 1's shares are equal: nobody had measured a speed yet.
+        assert lead.records[0].shares == (TEST_BATCH,) * 3, lead.records[0]
+        for state in states:
+            assert shares_of(state["records"]) == shares_of(lead.records)
+            assert state["records"][0]["share"] == TEST_BATCH
+        # The WGSL path really ran: every gradient of the WebGPU tab (every step it had a
+        # share of) used GPU products.
+        computed = [r for r in states[0]["records"] if r["share"] > 0]
+        assert computed and all(
+            r["computedOn"] == "webgpu-dp4a" and r["gpuProducts"] > 0 for r in computed
+        ), states[0]["records"]
+        assert all(r["gpuProducts"] == 0 for r in states[1]["records"])
 
 
 async def test_browser_leader_with_python_followers() -> None:
@@ -143,48 +146,46 @@ async def test_browser_leader_with_python_followers() -> None:
     same choices (global batch included), and the hashes are those Python computes for it with
     the shares the tab committed."""
     steps = 5
-    async with signaling_server() as url:
-        async with chromium(webgpu=False) as browser:
-            tab = await open_tab(browser, url, "name=tab-lead")
-            followers = [await start_peer(url, f"py-{i}") for i in range(2)]
-            choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
-                       "lr": 3e-3, "warmup": 0, "seed": 7, "minPeers": 3}  # fmt: skip
-            await tab.page.evaluate(LEAD, choices)
-            outcomes = await finish(followers, 300)
-            assert [o.reason for o in outcomes] == ["done", "done"], outcomes
-            [state] = await wait_tabs([tab], finished, 60, "the leader tab's outcome")
-            assert state["outcome"]["reason"] == "done", state
-            assert all(r["leader"] == state["id"] for r in state["records"])
-            config = followers[0].node.config
-            assert config is not None
-            assert (config.preset, config.steps, config.seed, config.global_batch) == (
-                "tiny", steps, 7, TEST_BATCH * 3)  # fmt: skip
-            assert (config.model.batch, config.model.seq_len) == (TEST_BATCH, TEST_SEQ)
-            reference = await replayed_hashes(config, shares_of(state["records"]))
-            assert tab.hashes(state) == reference
-            for p in followers:
-                assert p.hashes == reference
-                assert {r.leader for r in p.records} == {state["id"]}
-            tab.check_clean()
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=tab-lead")
+        followers = [await start_peer(url, f"py-{i}") for i in range(2)]
+        choices = {"preset": "tiny", "steps": steps, "batch": TEST_BATCH, "seqLen": TEST_SEQ,
+                   "lr": 3e-3, "warmup": 0, "seed": 7, "minPeers": 3}  # fmt: skip
+        await tab.page.evaluate(LEAD, choices)
+        outcomes = await finish(followers, 300)
+        assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+        [state] = await wait_tabs([tab], finished, 60, "the leader tab's outcome")
+        assert state["outcome"]["reason"] == "done", state
+        assert all(r["leader"] == state["id"] for r in state["records"])
+        config = followers[0].node.config
+        assert config is not None
+        assert (config.preset, config.steps, config.seed, config.global_batch) == (
+            "tiny", steps, 7, TEST_BATCH * 3)  # fmt: skip
+        assert (config.model.batch, config.model.seq_len) == (TEST_BATCH, TEST_SEQ)
+        reference = await replayed_hashes(config, shares_of(state["records"]))
+        assert tab.hashes(state) == reference
+        for p in followers:
+            assert p.hashes == reference
+            assert {r.leader for r in p.records} == {state["id"]}
+        tab.check_clean()
 
 
 async def test_python_leader_with_browser_followers() -> None:
     """Must-show 3b: a Python leader and two tabs (one browser, two pages) as followers."""
     steps = 5
-    async with signaling_server() as url:
-        async with chromium(webgpu=False) as browser:
-            tabs = [await open_tab(browser, url, f"name=tab-{i}") for i in range(2)]
-            lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
-            outcomes = await finish([lead], 300)
-            assert outcomes[0].reason == "done", outcomes
-            reference = await replayed(lead)
-            states = await wait_tabs(tabs, finished, 60, "the tabs' outcomes")
-            assert lead.hashes == reference
-            for tab, state in zip(tabs, states, strict=True):
-                assert state["outcome"]["reason"] == "done", state
-                assert tab.hashes(state) == reference
-                assert {r["leader"] for r in state["records"]} == {lead.node.id}
-                tab.check_clean()
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tabs = [await open_tab(browser, url, f"name=tab-{i}") for i in range(2)]
+        lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
+        outcomes = await finish([lead], 300)
+        assert outcomes[0].reason == "done", outcomes
+        reference = await replayed(lead)
+        states = await wait_tabs(tabs, finished, 60, "the tabs' outcomes")
+        assert lead.hashes == reference
+        for tab, state in zip(tabs, states, strict=True):
+            assert state["outcome"]["reason"] == "done", state
+            assert tab.hashes(state) == reference
+            assert {r["leader"] for r in state["records"]} == {lead.node.id}
+            tab.check_clean()
 
 
 async def test_tab_joining_at_step_10_matches_from_its_first_step() -> None:

@@ -1,7 +1,7 @@
 // static/js/p2p/replica.js's `compute` (protocol v2: a share of the step's global batch as lane
 // pieces, each piece's mean gradient, their float32 combination, the roster's chunks) against
 // the Python peer's (daisychain.p2p.node: shares.pieces, training.next_batch per lane,
-// _mean_gradient, codec.encode of each chunk), computed by the Python reference at test time
+// training.mean_gradient, codec.encode of each chunk), computed by the Python reference at test time
 // on the same tokens and seed. The spec does not require the combined mean to match across
 // platforms (every peer uses the bytes a contributor sends), but the CPU tier is the contract,
 // so here every payload is the same bytes: a wrong lane, row range, weight, order or division
@@ -30,7 +30,7 @@ from daisychain import training
 from daisychain.model.config import ModelConfig
 from daisychain.optim import AdamWConfig
 from daisychain.p2p import allreduce, codec, shares
-from daisychain.p2p.node import _mean_gradient
+from daisychain.training import mean_gradient
 inp = json.load(sys.stdin)
 cfg = ModelConfig(**inp["model"])
 state = training.init(cfg, AdamWConfig(), inp["seed"])
@@ -42,7 +42,7 @@ for sh, rank in inp["cases"]:
     for p in shares.pieces(shares.offsets(sh)[rank], sh[rank], cfg.batch):
         x, y = training.next_batch(state, tokens, p.lane)
         rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
-    loss, flat = _mean_gradient(state, rows, sh[rank])
+    loss, flat = mean_gradient(state, rows, sh[rank])
     payloads = []
     for k in range(len(sh)):
         sl = allreduce.chunk_slice(tb, sh, k)

@@ -171,7 +171,7 @@ export class WorkerReplica {
    * gradient is computed, and each piece takes its rows of its lane. Each piece's gradient is
    * the model's mean over its rows; more than one
    * combine as g = g0 * f32(r0); g = g + g1 * f32(r1); ...; g = g / f32(share) in float32, the
-   * loss the same way (node.py's _mean_gradient). Resolves to {loss, payloads, probe, backend
+   * loss the same way (training.mean_gradient). Resolves to {loss, payloads, probe, backend
    * (the tier that computed it), products (how many products ran on the GPU), ms (the whole
    * compute), gradMs (the gradients alone: what seconds per sequence are measured on), count}.
    */

@@ -706,8 +706,8 @@ export class Machine {
     await this.tryReduce(a);
     // A peer whose own chunk is empty (a share of 0, or B s / G < 1) reduces nothing, so
     // tryReduce never reaches tryApply: when every reduced chunk arrived while it computed (a
-    // slow device following), nothing else would ever apply the step. (Python's machine as of
-    // the `v2 machine:` commit lacks this call: reported; no stored trace reaches the case.)
+    // slow device following), nothing else would ever apply the step. A no-op in every other
+    // case (Python's _on_computed makes the same call; trace follower-share-zero).
     await this.tryApply(a);
   }
 
