@@ -137,3 +137,53 @@ def test_bad_arguments_get_a_clear_error(capsys: pytest.CaptureFixture[str]) -> 
         main(["bench", "converge", "--preset", "tiny", "--steps", "2"])
     with pytest.raises(SystemExit, match="--val-batches: at least 1"):
         main(["bench", "converge", "--preset", "tiny", "--val-batches", "0"])
+
+
+def test_the_group_mode_trains_the_same_first_step_as_one_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--peers``: the group and one process start from the same state on the same global
+    batch, so their first losses agree (the exchange only acts on the update); every share
+    layout, a share of 0 included, covers the whole batch."""
+    argv = [
+        "bench",
+        "converge",
+        "--preset",
+        "tiny",
+        "--steps",
+        "2",
+        "--schedule",
+        "constant",
+        "--warmup",
+        "0",
+        "--val-batches",
+        "1",
+        "--json",
+        "--peers",
+        "3",
+        "--shares",
+        "5,0,3",
+    ]
+    main(argv)  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["mode"], doc["global_batch"], doc["shares"]) == ("group", 8, [5, 0, 3])
+    [run] = doc["runs"]
+    assert abs(run["group"]["first_loss"] - run["one-process"]["first_loss"]) < 1e-3, run
+    assert run["group"]["val_loss"] != run["one-process"]["val_loss"], "the exchange quantizes"
+    assert 0.9 < run["val_loss_ratio"] < 1.1
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--peers", "0", "--shares", "1"], "--peers: at least 1"),
+        (["--peers", "2", "--shares", "4"], "2 integers >= 0"),
+        (["--peers", "2", "--shares", "4,x"], "comma-separated integers"),
+        (["--peers", "2", "--shares", "0,0"], "not all 0"),
+        (["--peers", "2", "--shares", "3,-1"], "2 integers >= 0"),
+    ],
+)
+def test_bad_group_arguments_get_a_clear_error(extra: list[str], why: str) -> None:
+    with pytest.raises(SystemExit, match=why):
+        main(["bench", "converge", "--preset", "tiny", "--steps", "2", "--schedule", "constant",
+              "--warmup", "0", *extra])  # fmt: skip

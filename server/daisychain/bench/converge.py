@@ -70,6 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="contract,reference",
         help="which runs",
     )
+    parser.add_argument(
+        "--peers", type=int, default=0,
+        help="instead: an in-process group of N peers (the quantized, share-weighted exchange "
+        "of protocol version 2) against one process training the same global batch",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shares", default="",
+        help="with --peers: sequences per peer per step, comma-separated (default: the "
+        "preset's batch each)",
+    )  # fmt: skip
 
 
 VAL_BATCHES = 4
@@ -212,7 +222,118 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
     return {"batches": k, **out}
 
 
+def _group_shares(args: argparse.Namespace, batch: int) -> tuple[int, ...]:
+    if args.peers < 1:
+        raise SystemExit(f"--peers: at least 1, got {args.peers}")
+    if not args.shares:
+        return tuple([batch] * int(args.peers))
+    try:
+        out = tuple(int(x) for x in args.shares.split(","))
+    except ValueError:
+        raise SystemExit(f"--shares: comma-separated integers, got {args.shares!r}") from None
+    if len(out) != args.peers or min(out) < 0 or sum(out) < 1:
+        raise SystemExit(
+            f"--shares: {args.peers} integers >= 0 (one per peer), not all 0; got {args.shares!r}"
+        )
+    return out
+
+
+def measure_group(args: argparse.Namespace) -> dict[str, Any]:
+    """``--peers N``: the distributed run against one process on the same global batch.
+
+    Both runs train the contract from the same init on the same ``G`` sequences per step (lane
+    ``l`` of step ``s`` is ``training.next_batch(state, train, l)``, version 1's rank ``l``).
+    One process applies the float32 mean of every lane's gradient. The group applies what
+    protocol version 2 gives every replica: each peer's mean over its share's lane pieces
+    (``training.mean_gradient``), quantized, reduced share-weighted and quantized again
+    (``allreduce.exchange_locally``). The difference is the exchange's alone."""
+    from daisychain import training
+    from daisychain.corpus import load_builtin_text, split_train_val
+    from daisychain.model.config import preset
+    from daisychain.model.params import param_shapes
+    from daisychain.optim import AdamWConfig
+    from daisychain.p2p import allreduce, codec, shares
+    from daisychain.tokenizer import load_default
+    from daisychain.tokenizer.cache import encode_corpus_cached
+
+    tok = load_default()
+    train_text, val_text = split_train_val(load_builtin_text())
+    train, val = encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok)
+    cfg = preset(args.preset, vocab_size=tok.vocab_size)
+    of = _group_shares(args, cfg.batch)
+    g = sum(of)
+    lanes = -(-g // cfg.batch)
+    total = args.steps if args.schedule == "linear" else 0
+    if args.schedule == "linear" and args.steps <= args.warmup:
+        raise SystemExit("--schedule linear needs --steps above --warmup")
+    opt = AdamWConfig(
+        lr=args.lr, warmup_steps=args.warmup, schedule=args.schedule, total_steps=total
+    )
+    shapes = param_shapes(cfg)
+    out: dict[str, Any] = {
+        "benchmark": "converge", "mode": "group", "preset": args.preset, "steps": args.steps,
+        "lr": args.lr, "schedule": args.schedule, "peers": args.peers, "shares": list(of),
+        "global_batch": g, "val_batches": args.val_batches, "seeds": args.seeds, "runs": [],
+    }  # fmt: skip
+    for seed in args.seeds:
+        run: dict[str, Any] = {"seed": seed}
+        for mode in ("one-process", "group"):
+            state = training.init(cfg, opt, seed)
+            losses: list[float] = []
+            t0 = time.perf_counter()
+            for step in range(args.steps):
+                rows = [training.next_batch(state, train, lane) for lane in range(lanes)]
+                positions = [(x[i : i + 1], y[i : i + 1]) for x, y in rows for i in range(len(x))]
+                if mode == "one-process":
+                    every = _lane_rows(positions[:g], cfg.batch)
+                    loss, flat = training.mean_gradient(state, every, g)
+                else:
+                    c = shares.offsets(of)
+                    flats, parts = [], []
+                    for k, s in enumerate(of):
+                        mine = _lane_rows(positions[c[k] : c[k + 1]], cfg.batch)
+                        part_loss, part = training.mean_gradient(state, mine, s)
+                        flats.append(part if part is not None else np.zeros(1, np.float32))
+                        parts.append(part_loss * s)
+                    size = next(f.size for f in flats if f.size > 1)
+                    flats = [f if f.size > 1 else np.zeros(size, np.float32) for f in flats]
+                    flat, _ = allreduce.exchange_locally(flats, of)
+                    loss = float(sum(parts) / g)
+                assert flat is not None
+                training.apply_grads(state, codec.unflatten(flat, shapes))  # step + 1
+                losses.append(loss)
+                if (step + 1) % 100 == 0:
+                    seconds = time.perf_counter() - t0
+                    print(f"seed {seed} {mode} step {step + 1} loss {loss:.4f} {seconds:.0f}s",
+                          file=sys.stderr, flush=True)  # fmt: skip
+            run[mode] = {
+                "first_loss": round(losses[0], 4),
+                "final_loss": round(float(np.mean(losses[-20:])), 4),
+                "val_loss": round(_val_loss(state, val, args.val_batches), 4),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        ratio = run["group"]["val_loss"] / run["one-process"]["val_loss"]
+        run["val_loss_ratio"] = round(ratio, 4)
+        out["runs"].append(run)
+    ratios = [r["val_loss_ratio"] for r in out["runs"]]
+    out["val_loss_ratio_mean"] = round(float(np.mean(ratios)), 4)
+    return out
+
+
+def _lane_rows(
+    positions: list[tuple[np.ndarray, np.ndarray]], lane: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Consecutive single positions regrouped into pieces of at most ``lane`` rows."""
+    return [
+        (np.concatenate([x for x, _ in positions[i : i + lane]]),
+         np.concatenate([y for _, y in positions[i : i + lane]]))
+        for i in range(0, len(positions), lane)
+    ]  # fmt: skip
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    if args.peers or args.shares:
+        return measure_group(args)
     from daisychain import training
     from daisychain.corpus import load_builtin_text, split_train_val
     from daisychain.model.config import preset
