@@ -127,3 +127,27 @@ test('a window read once is read from the Cache API after; a damaged copy is fet
   assert.deepEqual(Array.from(c.x), Array.from(a.x));
   assert.equal(JSON.parse(store.get(url)).step, CASE.step, 'the good copy replaced it');
 });
+
+test('protocol v2: a share spanning two lanes keeps both lanes\' prefetches; a passed step drops them', async () => {
+  const asked = [];
+  const f = new FineWebFeed({ server: 'http://127.0.0.1:1', revision: REV, tokenizer: tk, depth: 2,
+    fetch: async (url) => {
+      const q = new URL(url).searchParams;
+      asked.push(`${q.get('rank')}/${q.get('step')}`);
+      return json(200, windowOf(url));
+    } });
+  const lane = (rank, step) => ({ ...address(step), rank });
+  const s = CASE.step;
+  // One step's two lanes asked one after the other (peer.js asks them at once).
+  await Promise.all([f.batch(lane(0, s)), f.batch(lane(1, s))]);
+  await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(asked.sort(), [`0/${s}`, `0/${s + 1}`, `0/${s + 2}`, `1/${s}`, `1/${s + 1}`,
+    `1/${s + 2}`].sort());
+  await Promise.all([f.batch(lane(0, s + 1)), f.batch(lane(1, s + 1))]);
+  assert.equal(f.stats.ready, 2, 'both lanes of the next step were prefetched, none dropped');
+  // A later step of lane 0 alone (the shares changed): lane 1's guesses of passed steps go.
+  await f.batch(lane(0, s + 3));
+  assert.ok([...f.pending.values()].every((e) => e.address.step > s + 3 ||
+    (e.address.step === s + 3 && e.address.rank !== 0)), [...f.pending.keys()]);
+  f.close();
+});

@@ -222,6 +222,13 @@ test('leadConfig builds the config node.py builds (warm-up capped, AdamW default
     '"seq_len":32,"batch":1,"mlp_mult":4}'), text);
   assert.throws(() => leadConfig({ preset: 'huge', steps: 5, vocabSize: 2048,
     tokenizerSha256: TOKENIZER }), /unknown preset "huge"/);
+  // Protocol v2: global_batch (last, as Python declares it) defaults to batch x max(1, minPeers),
+  // node.py's rule; the page's form passes its own (per device x the devices ready at Start).
+  assert.ok(text.endsWith('"resume_step":0,"resume_hash":null,"global_batch":1,"type":"config"}'), text);
+  const base = { preset: 'tiny', steps: 5, vocabSize: 2048, tokenizerSha256: TOKENIZER };
+  assert.equal(leadConfig({ ...base, batch: 4, minPeers: 3 }).global_batch, 12);
+  assert.equal(leadConfig({ ...base, minPeers: 0 }).global_batch, 4, "tiny's batch x 1");
+  assert.equal(leadConfig({ ...base, batch: 4, minPeers: 3, globalBatch: 5 }).global_batch, 5);
 });
 
 test('lead refuses a run this device could not train, with the rule and a hint', async () => {
@@ -276,4 +283,14 @@ test("a user's export is named by the step its bytes hold, not the step the page
   assert.equal(peer.replica.stepOf(s.bytes), s.step);
   assert.equal(s.hash, peer.replica.hash);
   assert.throws(() => peer.replica.stepOf(new Uint8Array(8)), /not a trace checkpoint/);
+});
+
+test('seconds per sequence: the first measurement, then an average with the newest weighted 1/2; a share of 0 keeps it', () => {
+  const shell = { seqS: 0 };
+  const measured = (r) => BrowserPeer.prototype.measured.call(shell, r);
+  assert.equal(measured({ count: 0, gradMs: 0 }), 0, 'never measured: 0');
+  assert.equal(measured({ count: 4, gradMs: 400 }), 0.1);
+  assert.equal(measured({ count: 2, gradMs: 600 }), (0.1 + 0.3) / 2);
+  assert.equal(measured({ count: 0, gradMs: 5 }), 0.2, 'a share of 0 measures nothing: the last value stays');
+  assert.equal(measured({ count: 1, gradMs: 100 }), (0.2 + 0.1) / 2);
 });

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { backendLines, measuredSpeed, deviceName, MAX_NAME } from '../../static/js/page/readiness.js';
 import { Roster } from '../../static/js/page/roster.js';
-import { endedText } from '../../static/js/page/lead.js';
+import { defaultGlobalBatch, endedText } from '../../static/js/page/lead.js';
 import { seconds } from '../../static/js/page/dom.js';
 import { DetailEvent } from '../../static/js/p2p/signaling.js';
 import { PRESETS } from '../../static/js/model/config.js';
@@ -136,4 +136,12 @@ test('counters: whole seconds, then minutes, then hours', () => {
   assert.deepEqual([0, 0.4, 59.4, 60, 125, 3600, 3725].map(seconds),
     ['0 s', '0 s', '59 s', '1 min', '2 min 5 s', '1 h', '1 h 2 min']);
   assert.equal(seconds(-5), '0 s');
+});
+
+test("the lead form's default global batch: per device x the devices ready here (at least this one)", () => {
+  const peerWith = (open) => ({ mesh: { openPeers: () => Array.from({ length: open }, (_, i) => `p${i}`) } });
+  assert.equal(defaultGlobalBatch(peerWith(2), 'tiny', 3), 9, '3 per device, this device and 2 linked');
+  assert.equal(defaultGlobalBatch(peerWith(0), 'tiny', undefined), PRESETS.tiny.batch, 'alone: the preset batch');
+  assert.equal(defaultGlobalBatch(peerWith(1), 'small', undefined), 2 * PRESETS.small.batch);
+  assert.equal(defaultGlobalBatch({ mesh: null }, 'tiny', 2), 2, 'no mesh yet: one device');
 });

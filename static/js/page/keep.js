@@ -12,7 +12,8 @@
 //   (checkpoint.js decodeCheckpoint: format, versions, tokenizer, shapes, recorded hash; a refusal
 //   is shown with a hint) and this page leads a run that continues it (peer.leadResumed): the
 //   steps to train to (default: the checkpoint's schedule, or its step + 100) and the devices
-//   needed. Followers receive the state (sync-request) and the group continues bit-identically.
+//   needed; its sequences per step are the checkpoint's batch x the devices ready here, as the
+//   lead form's default. Followers receive the state (sync-request) and the group continues bit-identically.
 // - Saved in this browser: every N steps (a remembered setting, default 25; 0 turns it off) and
 //   at the end of a run the state goes to the browser's private storage (opfs.js: a new file,
 //   then the older ones removed, the newest two kept). After a reload the panel offers "Resume
@@ -23,6 +24,7 @@ import { decodeCheckpoint } from '../p2p/checkpoint.js';
 import { defaultResumeSteps } from '../p2p/peer.js';
 import { SavedStates, unavailableReason } from './opfs.js';
 import { h } from './dom.js';
+import { defaultGlobalBatch } from './lead.js';
 
 export const EVERY_KEY = 'daisychain.keep.every';
 export const DEFAULT_EVERY = 25;
@@ -237,8 +239,11 @@ export function mount(root, page) {
     resume.disabled = true;
     const target = Number(steps.value);
     try {
+      // Sequences per step as the lead form's default: the checkpoint's batch per device x the
+      // devices ready here now.
       await page.peer.leadResumed(selected.bytes, { steps: target, minPeers: Number(devices.value),
-        source: selected.source });
+        source: selected.source,
+        globalBatch: defaultGlobalBatch(page.peer, null, selected.ck.model.batch) });
       page.status(`leading a run resumed at step ${selected.ck.state.step} to step ${target}: ` +
         `waiting for ${devices.value} devices`);
       error.hidden = true;
