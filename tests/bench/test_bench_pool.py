@@ -106,14 +106,14 @@ def _log(name: str, steps: range, *, code: int = 0, reason: str = "done") -> poo
     log = pool.PeerLog(name, 1.0, code=code)
     for s in steps:
         event = {"hash": f"h{s}", "roster": ["a", "b"], "compute_s": 0.5, "exchange_s": 0.25,
-                 "bytes_sent": 100}  # fmt: skip
+                 "bytes_sent": 100, "global_batch": 8, "share": 4}  # fmt: skip
         log.steps[s] = (float(s), event)
     log.stopped = {"reason": reason, "hash": "h3"}
     return log
 
 
 def test_a_summary_reads_the_leaders_clock_and_every_peers_split() -> None:
-    summary = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 4))], _args(), 4, 8)
+    summary = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 4))], _args(), 8)
     assert summary["seconds_per_step"] == 1.0  # steps 1 -> 3 arrived 2 s apart
     assert summary["tokens_per_step"] == 2 * 4 * 8
     assert summary["tokens_per_s"] == 64.0
@@ -122,15 +122,15 @@ def test_a_summary_reads_the_leaders_clock_and_every_peers_split() -> None:
 
 
 def test_a_summary_refuses_a_failed_peer_missing_steps_or_a_split_hash() -> None:
-    failed = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 4), code=3)], _args(), 4, 8)
+    failed = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 4), code=3)], _args(), 8)
     assert "b: exit 3" in failed["error"]
-    not_done = pool._summary([_log("a", range(1, 4), reason="fork")], _args(), 4, 8)
+    not_done = pool._summary([_log("a", range(1, 4), reason="fork")], _args(), 8)
     assert "a: exit 0" in not_done["error"]
-    short = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 3))], _args(), 4, 8)
+    short = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 3))], _args(), 8)
     assert short == {"error": "steps missing at b"}
     split = _log("b", range(1, 4))
     split.steps[3][1]["hash"] = "other"
-    summary = pool._summary([_log("a", range(1, 4)), split], _args(), 4, 8)
+    summary = pool._summary([_log("a", range(1, 4)), split], _args(), 8)
     assert summary["replicas_identical_every_step"] is False
 
 
@@ -152,6 +152,8 @@ def test_bench_pool_end_to_end_at_tiny() -> None:
     assert "error" not in group, group
     assert group["replicas_identical_every_step"] is True
     assert [p["cores"] for p in group["peers"]] == [1.0, 0.5]
-    assert group["tokens_per_step"] == 2 * 4 * 64  # two devices, tiny's batch 4 x 64
-    assert all(a["tokens_per_step"] == 4 * 64 for a in scenario["alone"])
+    assert scenario["global_batch"] == 2 * 4  # two devices x tiny's batch of 4
+    assert group["tokens_per_step"] == 8 * 64  # the global batch x 64 tokens
+    assert all(a["tokens_per_step"] == 8 * 64 for a in scenario["alone"]), "the same batch"
+    assert sum(p["share"] for p in group["peers"]) == 8
     assert scenario["pooling_efficiency"] > 0 and scenario["group_vs_fastest"] > 0

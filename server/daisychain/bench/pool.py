@@ -4,13 +4,14 @@ Each device is a headless peer (``python -m daisychain.peer``) in a process of i
 a CPU budget by a cgroup quota (``harness.cpubudget``: 1 core, a quarter core, ...), with one
 BLAS thread. For every scenario the bench measures, in one run:
 
-1. each device **alone**: a group of one under its budget (the same peer, the same preset and
-   batch per device), training tokens/s over the measured steps;
-2. the devices **together**: one group, the device with the largest budget leading; the
-   group's training tokens/s (every roster peer's sequences per step / the leader's seconds
-   per step), each peer's compute and exchange seconds per step and the share of its step it
-   spends not computing (waiting for others and exchanging), and whether every replica held
-   the same hash at every step.
+1. each device **alone**: a group of one under its budget (the same peer, preset and global
+   batch: it computes all of the step's sequences), training tokens/s over the measured steps;
+2. the devices **together**: one group, the device with the largest budget leading, the
+   step's sequences shared out by measured speed (protocol version 2); the group's training
+   tokens/s (global batch x sequence length / the leader's seconds per step), each peer's mean
+   share, compute and exchange seconds per step and the part of its step it spends not
+   computing (waiting for others and exchanging), and whether every replica held the same hash
+   at every step.
 
 ``pooling_efficiency`` is the group's tokens/s over the sum of the devices' alone;
 ``group_vs_fastest`` the group's over the fastest device's alone. Default scenarios:
@@ -50,7 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup", type=int, default=2, help="steps trained before measuring (not counted)"
     )
-    parser.add_argument("--batch", type=int, default=None, help="sequences per device per step")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="sequences per lane (default: the preset's)"
+    )
+    parser.add_argument(
+        "--global-batch", type=int, default=None,
+        help="sequences per step, shared out by speed (default: --batch x the scenario's "
+        "devices); the devices alone train the same global batch",
+    )  # fmt: skip
     parser.add_argument("--seq-len", type=int, default=None)
     parser.add_argument(
         "--scenario", action="append", default=None,
@@ -150,7 +158,7 @@ async def _read(proc: asyncio.subprocess.Process, log: PeerLog) -> None:
 
 
 async def run_group(
-    cores: tuple[float, ...], args: argparse.Namespace, batch: int, seq_len: int
+    cores: tuple[float, ...], args: argparse.Namespace, batch: int, seq_len: int, g: int
 ) -> list[PeerLog]:
     """One group of ``len(cores)`` peers, each under its budget, with a server of its own;
     the first (largest) budget leads. Returns what every peer printed."""
@@ -171,7 +179,8 @@ async def run_group(
             budgets.append(budget)
             role = (
                 ["--lead", "--preset", args.preset, "--steps", str(steps), "--min-peers",
-                 str(len(cores)), "--batch", str(batch), "--seq-len", str(seq_len), "--seed", "1"]
+                 str(len(cores)), "--batch", str(batch), "--seq-len", str(seq_len), "--seed", "1",
+                 "--global-batch", str(g)]
                 if i == 0 else []
             )  # fmt: skip
             proc = await asyncio.create_subprocess_exec(
@@ -197,9 +206,7 @@ async def run_group(
     return logs
 
 
-def _summary(
-    logs: list[PeerLog], args: argparse.Namespace, batch: int, seq_len: int
-) -> dict[str, Any]:
+def _summary(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> dict[str, Any]:
     """Tokens/s of the group (the leader's clock), each peer's split, identity."""
     first, last = args.warmup, args.warmup + args.steps
     lead = logs[0]
@@ -213,16 +220,17 @@ def _summary(
         return {"error": "; ".join(problems) or f"steps missing at {', '.join(missing)}"}
     seconds = (lead.steps[last][0] - lead.steps[first][0]) / args.steps
     measured = range(first + 1, last + 1)
-    rosters = [len(lead.steps[s][1]["roster"]) for s in measured]
-    tokens_per_step = statistics.mean(rosters) * batch * seq_len
+    tokens_per_step = statistics.mean(lead.steps[s][1]["global_batch"] for s in measured) * seq_len
     same_every_step = all(len({log.steps[s][1]["hash"] for log in logs}) == 1 for s in measured)
     final = {str(log.stopped["hash"]) for log in logs if log.stopped is not None}
     peers = []
     for log in logs:
         compute = statistics.mean(float(log.steps[s][1]["compute_s"]) for s in measured)
         exchange = statistics.mean(float(log.steps[s][1]["exchange_s"]) for s in measured)
+        share = statistics.mean(int(log.steps[s][1]["share"]) for s in measured)
         peers.append({
-            "name": log.name, "cores": log.cores, "compute_s": round(compute, 4),
+            "name": log.name, "cores": log.cores, "share": round(share, 2),
+            "compute_s": round(compute, 4),
             "exchange_s": round(exchange, 4),
             "not_computing_share": round(1 - compute / seconds, 3),
             "bytes_sent_per_step": round(
@@ -249,23 +257,23 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.steps < 1 or args.warmup < 1:
         raise SystemExit("daisychain bench pool: --steps and --warmup must be at least 1")
     scenarios = [_budgets(s) for s in (args.scenario or list(SCENARIOS))]
-    solo: dict[float, dict[str, Any]] = {}
+    solo: dict[tuple[float, int], dict[str, Any]] = {}
     out: dict[str, Any] = {
-        "preset": args.preset, "batch_per_device": batch, "seq_len": seq_len,
+        "preset": args.preset, "lane_batch": batch, "seq_len": seq_len,
         "steps_measured": args.steps, "warmup_steps": args.warmup, "backend": "numpy",
         "load_avg_at_start": os.getloadavg()[0], "scenarios": {},
     }  # fmt: skip
     for name, cores in scenarios:
+        g = args.global_batch or batch * len(cores)
         for c in cores:
-            if c not in solo:
-                solo[c] = _summary(
-                    await run_group((c,), args, batch, seq_len), args, batch, seq_len
-                )
+            if (c, g) not in solo:
+                solo[c, g] = _summary(await run_group((c,), args, batch, seq_len, g), args, seq_len)
         ordered = tuple(sorted(cores, reverse=True))
-        group = _summary(await run_group(ordered, args, batch, seq_len), args, batch, seq_len)
-        alone = [solo[c] for c in ordered]
+        group = _summary(await run_group(ordered, args, batch, seq_len, g), args, seq_len)
+        alone = [solo[c, g] for c in ordered]
         scenario: dict[str, Any] = {
             "cores": list(ordered),
+            "global_batch": g,
             "alone_tokens_per_s": [a.get("tokens_per_s") for a in alone],
             "alone": alone,
             "group": group,
