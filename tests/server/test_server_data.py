@@ -470,11 +470,15 @@ async def test_preload_loads_offline_needs_and_survives_a_missing_tokenizer(
         replace(DataConfig(), offline=True), None, fallback_text=lambda: FALLBACK_TEXT,
         tokenizer=missing,
     )  # fmt: skip
-    await service.preload()
-    assert await service.builtin_text() == FALLBACK_TEXT
-    assert "no tokenizer for /data?format=tokens" in caplog.text
-    with pytest.raises(FileNotFoundError):
-        await service.tokenizer()  # tried again on use: the endpoint turns it into a 503
+    try:
+        await service.preload()
+        assert await service.builtin_text() == FALLBACK_TEXT
+        assert "no tokenizer for /data?format=tokens" in caplog.text
+        assert service.worker.status()["started"] == 1, "preload starts the data worker"
+        with pytest.raises(FileNotFoundError):
+            await service.tokenizer()  # tried again on use: the endpoint turns it into a 503
+    finally:
+        service.close()  # the worker process too
 
 
 def cut_texts() -> list[str]:

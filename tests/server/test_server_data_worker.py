@@ -229,3 +229,47 @@ async def test_closing_the_service_stops_its_worker_process() -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # exited and reaped: nothing outlives the service
     await asyncio.sleep(0)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_worker_exits_when_its_server_is_killed() -> None:
+    """A server killed outright cannot close its pool: its worker notices and exits instead of
+    waiting for a job forever."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import asyncio, os, time\n"
+        "from daisychain.server.dataworker import DataWorker\n"
+        "async def main():\n"
+        "    print(await DataWorker(1, 10).run(os.getpid), flush=True)\n"
+        "    time.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # its resource tracker reports the semaphores of the kill
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        worker = int(server.stdout.readline())
+    finally:
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 30  # a bound on the wait, not a measured time
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(worker), "the worker outlived its server"

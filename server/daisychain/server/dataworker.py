@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
@@ -266,10 +267,19 @@ def json_body(body: dict[str, Any]) -> bytes:
 
 def _start_worker(nice: int) -> None:
     """In each worker process: below the server's priority; Ctrl-C is the server's to handle
-    (it closes the pool); pyarrow imported before the first job."""
+    (it closes the pool); gone as soon as the server is (killed, it cannot close the pool, and
+    the worker would wait for a job forever); pyarrow imported before the first job."""
     os.nice(nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    server = multiprocessing.parent_process()
+    if server is not None:
+        threading.Thread(target=_exit_with, args=(server,), daemon=True).start()
     import pyarrow.parquet  # noqa: F401
+
+
+def _exit_with(server: multiprocessing.process.BaseProcess) -> None:
+    server.join()  # returns when the server process has ended
+    os._exit(0)
 
 
 class DataWorker:
