@@ -28,6 +28,7 @@ from daisychain.server.dataworker import (
     Chunk,
     RandomPick,
     WindowPick,
+    WorkerDied,
     build,
     json_body,
 )
@@ -228,6 +229,9 @@ async def test_closing_the_service_stops_its_worker_process() -> None:
     service.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # exited and reaped: nothing outlives the service
+    with pytest.raises(WorkerDied):
+        await service.worker.run(os.getpid)  # a late job starts no new worker
+    assert service.worker.status()["started"] == 1
     await asyncio.sleep(0)
 
 

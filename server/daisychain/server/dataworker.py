@@ -292,8 +292,11 @@ class DataWorker:
         self._pool: ProcessPoolExecutor | None = None
         self.started = 0  # pools started so far (1 + restarts after a worker died)
         self.died = 0
+        self._closed = False
 
     def _running(self) -> ProcessPoolExecutor:
+        if self._closed:  # the server is shutting down: start nothing that would outlive it
+            raise WorkerDied("the /data worker is closed")
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 self.processes,
@@ -322,6 +325,6 @@ class DataWorker:
 
     def close(self) -> None:
         """Stop the workers and wait for them to exit (no process outlives the server)."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._closed = self._pool, None, True
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
