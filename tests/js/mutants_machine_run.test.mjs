@@ -150,7 +150,8 @@ test('mutant: handle takes one event at a time, each with a type and a finite no
 // Pins lines 278, 315, 457, 814 (the errors that are the shell's or the replica's bugs, not a
 // peer's): text that is not a string, a frame that is not bytes, a lead without a model, a replica
 // whose restore throws something else than ReplicaRefused: thrown, in the lobby, from a gone
-// peer and while stopping; a finished machine ignores every event (lines 113, 874, 910).
+// peer and while stopping; a finished machine ignores every event and has no deadline (lines
+// 113, 139, 874, 910).
 test('mutant: a shell or replica bug is thrown, never taken for a peer\'s fault; a finished machine ignores everything', async () => {
   const m = machine({ id: B });
   await greet(m, A);
@@ -505,7 +506,7 @@ test('mutant: a syncing follower asks the successor for the state when the leade
   assert.deepEqual([m.roster.step, ...m.roster.peers], [1, A, B, C]); // no held roster: the last one stays
 });
 
-// Pins lines 111-145, 557, 585-590, 614-624, 799: a roster for a step this peer is far behind of
+// Pins lines 145, 557, 585-590, 614-624, 799: a roster for a step this peer is far behind of
 // (it asks for the state, computes nothing) and then its leader goes, so that it leads a roster it
 // has no attempt of: it re-commits without crashing and never asks itself for the state.
 test('mutant: a peer behind its roster computes nothing; leading it after a failover, it re-commits', async () => {
