@@ -89,6 +89,7 @@ JS_TESTS: dict[str, list[str]] = {
         "--test-name-pattern=replays to exactly|mutant:",
         "tests/js/protocol_traces.test.mjs",
         "tests/js/mutants_machine.test.mjs",
+        "tests/js/mutants_machine_run.test.mjs",
     ],
     "static/js/p2p/datafeed.js": ["tests/js/p2p_datafeed.test.mjs"],
     "static/js/numerics": [

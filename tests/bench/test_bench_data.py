@@ -48,6 +48,7 @@ def test_bench_data_reports_healthz_under_a_burst_from_many_addresses(tmp_path: 
     ratio = burst["healthz_burst_p99_ms"] / burst["healthz_idle_p99_ms"]
     assert abs(burst["healthz_burst_vs_idle_p99_ratio"] - ratio) < 0.01 * ratio + 1e-3, burst
     assert burst["sources"]["fineweb"] >= burst["served"], "the burst reads the stub upstream"
+    assert burst["worker"] == {"processes": 1, "started": 1, "died": 0}, burst
 
 
 def test_bench_data_reports_delivery_against_consumption(tmp_path: Path) -> None:

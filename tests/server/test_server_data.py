@@ -432,7 +432,7 @@ async def test_past_the_bound_data_is_refused_at_once_and_the_server_keeps_servi
 def test_json_bodies_written_piece_by_piece_are_the_same_json() -> None:
     """``/data``'s bodies are built in pieces (long texts cut anywhere, even inside what
     ``json.dumps`` escapes, ids in runs): the same JSON as one ``json.dumps``."""
-    from daisychain.server.api import JSON_PIECE_CHARS, JSON_PIECE_ITEMS, json_body
+    from daisychain.server.dataworker import JSON_PIECE_CHARS, JSON_PIECE_ITEMS, json_body
 
     awkward = 'é"\\\n\t\x00\u2028😀 plain'
     long = (awkward * (3 * JSON_PIECE_CHARS // len(awkward) + 1))[: 3 * JSON_PIECE_CHARS + 5]
@@ -470,11 +470,15 @@ async def test_preload_loads_offline_needs_and_survives_a_missing_tokenizer(
         replace(DataConfig(), offline=True), None, fallback_text=lambda: FALLBACK_TEXT,
         tokenizer=missing,
     )  # fmt: skip
-    await service.preload()
-    assert await service.builtin_text() == FALLBACK_TEXT
-    assert "no tokenizer for /data?format=tokens" in caplog.text
-    with pytest.raises(FileNotFoundError):
-        await service.tokenizer()  # tried again on use: the endpoint turns it into a 503
+    try:
+        await service.preload()
+        assert await service.builtin_text() == FALLBACK_TEXT
+        assert "no tokenizer for /data?format=tokens" in caplog.text
+        assert service.worker.status()["started"] == 1, "preload starts the data worker"
+        with pytest.raises(FileNotFoundError):
+            await service.tokenizer()  # tried again on use: the endpoint turns it into a 503
+    finally:
+        service.close()  # the worker process too
 
 
 def cut_texts() -> list[str]:

@@ -298,6 +298,8 @@ async def _delivery(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 # /healthz under a burst of ~1 MB /data requests from many addresses. The upstream stub and the
 # burst's clients run in processes of their own (as the CDN and the clients do in production),
 # so what slows /healthz is the server's work, not theirs; the probe shares the server's loop.
+# The server's work includes its data worker process (server/dataworker.py), which decodes the
+# row groups and builds the bodies; the report says how many it started and whether one died.
 
 
 def _serve_stub_main() -> None:
@@ -463,6 +465,7 @@ async def _healthz_under_burst(args: argparse.Namespace, root: Path) -> dict[str
         "data_max_ms": round(max(r["ms"] for r in results), 1),
         "burst_s": round(burst_s, 3),
         "sources": status["data"]["served"],
+        "worker": status["data"]["worker"],  # the data worker processes: started, died
     }
 
 

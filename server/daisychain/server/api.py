@@ -25,8 +25,10 @@ network (``grouping.network_key``: an IPv4 address, an IPv6 /64).
 
 At most ``DataConfig.requests_at_once`` ``/data`` requests are served at once, from sampling
 to the body handed to the socket, and ``requests_waiting`` more wait in line; one more is a
-503 with ``Retry-After`` and a hint at once (``datasource.Admission``). Bodies are built on the
-data worker threads (``DataService.work``), never on the loop.
+503 with ``Retry-After`` and a hint at once (``datasource.Admission``). Parquet decode and JSON
+bodies run in the data worker process (``dataworker``), never on the loop nor under the server's
+interpreter lock; a worker that dies is a 503 with a hint for the request it held, and the next
+request starts a new one.
 
 Every ``/data`` response names its source (``fineweb`` or ``builtin``) in the
 ``X-DaisyChain-Source`` header, and in the ``source`` field of JSON bodies.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
 import secrets
@@ -48,11 +51,20 @@ from aiohttp import web
 
 from daisychain import fineweb
 from daisychain.server.access import Access
-from daisychain.server.datasource import DataBusy, DataService, DataUnavailable, TextSample
+from daisychain.server.datasource import (
+    DataBusy,
+    DataService,
+    DataUnavailable,
+    TextSample,
+    describe,
+)
+from daisychain.server.dataworker import WorkerDied
 from daisychain.server.grouping import client_address, network_key
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.server.signaling import Signaling
 from daisychain.wire.signaling import PROTOCOL_VERSION
+
+log = logging.getLogger(__name__)
 
 MAX_CHARS_LIMIT = 1_000_000
 DEFAULT_MAX_CHARS = 100_000
@@ -67,9 +79,6 @@ ADDRESS_PARAMS = ("revision", "seed", "step", "rank", "max_chars")
 # 2^63 - 1 has 19 digits; more is out of every bound here, so int() never sees a huge string.
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _TYPECODES = {"uint16": "H", "uint32": "I"}
-# json_body's pieces: ~0.1 ms each, so the worker gives the interpreter lock up often.
-JSON_PIECE_CHARS = 16_384
-JSON_PIECE_ITEMS = 4096
 SEND_PIECE_BYTES = 64 * 1024  # _send's pieces
 
 
@@ -84,37 +93,11 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def json_body(body: dict[str, Any]) -> bytes:
-    """``body`` as compact JSON, on a data worker thread. Its lists (``texts``: up to 1 000 000
-    characters; ``tokens``: up to 131 072 ids) are written piece by piece: ``json.dumps`` holds
-    the interpreter lock for the whole of one call (6-13 ms for 1 MB here), which the loop
-    would wait for; between pieces the lock can pass to it."""
-    parts = ["{"]
-    for n, (key, value) in enumerate(body.items()):
-        parts.append(("," if n else "") + json.dumps(key) + ":")
-        if not isinstance(value, list):
-            parts.append(json.dumps(value, separators=(",", ":")))
-            continue
-        parts.append("[")
-        if value and all(isinstance(item, str) for item in value):
-            for i, text in enumerate(value):
-                parts.append(',"' if i else '"')
-                for at in range(0, len(text), JSON_PIECE_CHARS):
-                    parts.append(json.dumps(text[at : at + JSON_PIECE_CHARS])[1:-1])
-                parts.append('"')
-        else:
-            for at in range(0, len(value), JSON_PIECE_ITEMS):
-                piece = json.dumps(value[at : at + JSON_PIECE_ITEMS], separators=(",", ":"))
-                parts.append(("," if at else "") + piece[1:-1])
-        parts.append("]")
-    parts.append("}")
-    return "".join(parts).encode("ascii")
-
-
 @asynccontextmanager
 async def _slot(service: DataService) -> AsyncIterator[None]:
     """One of the ``/data`` slots (``datasource.Admission``), or a 503 at once if the line is
-    full."""
+    full; a worker process that died under the request is a 503 too (the next one starts a new
+    worker)."""
     try:
         await service.admission.acquire()
     except DataBusy as exc:
@@ -131,6 +114,18 @@ async def _slot(service: DataService) -> AsyncIterator[None]:
         ) from None
     try:
         yield
+    except WorkerDied as exc:
+        log.warning("a /data worker process died: %s; the next request starts a new one", exc)
+        raise web.HTTPServiceUnavailable(
+            text=_json(
+                {
+                    "error": "the /data worker process stopped while it built this response",
+                    "hint": "retry in 1 s: the next request starts a new worker",
+                }
+            ),
+            content_type="application/json",
+            headers={"Retry-After": "1", "Cache-Control": "no-store"},
+        ) from None
     finally:
         service.admission.release()
 
@@ -235,12 +230,7 @@ class DataEndpoint:
         if fmt == "text":
             max_chars = _int_param(request, "max_chars", DEFAULT_MAX_CHARS, 1, MAX_CHARS_LIMIT)
             async with _slot(service):
-                sample = await service.sample(rng, max_chars)
-                body = _describe(sample) | {
-                    "texts": sample.texts, "chars": sum(map(len, sample.texts))
-                }  # fmt: skip
-                data = await service.work(json_body, body)
-                del body
+                sample, data = await service.text_body(rng, max_chars)
                 return await _send(request, data, "application/json", _headers(sample))
         max_tokens = _int_param(request, "max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_TOKENS_LIMIT)
         encoding = _choice_param(request, "encoding", ("binary", "json"))
@@ -259,8 +249,8 @@ class DataEndpoint:
         dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
         async with _slot(service):
             async with service.token_slots:  # bounds the text and ids held at once
-                sample = await service.sample(rng, max_tokens * CHARS_PER_TOKEN_BUDGET)
-                text = DOCUMENT_SEPARATOR.join(sample.texts)
+                budget = max_tokens * CHARS_PER_TOKEN_BUDGET
+                sample, text = await service.text(rng, budget, DOCUMENT_SEPARATOR)
                 # Tokenizing ~1 MB of text takes long enough to stall every socket: not on the
                 # loop, and with the interpreter lock released (tokenizer/fast.py).
                 packed = await service.encode(tokenizer, text, max_tokens, _TYPECODES[dtype])
@@ -270,12 +260,12 @@ class DataEndpoint:
                 "X-DaisyChain-Tokenizer-Sha256": tokenizer.sha256,
             }
             if encoding == "json":
-                body = _describe(sample) | {
-                    "tokens": packed.tolist(),
+                body = describe(sample) | {
+                    "tokens": packed,  # an array: pickled as its bytes, a list in the worker
                     "dtype": dtype,
                     "tokenizer_sha256": tokenizer.sha256,
                 }
-                data = await service.work(json_body, body)
+                data = await service.json(body)
                 del body
                 return await _send(request, data, "application/json", headers)
             assert packed.itemsize == (2 if dtype == "uint16" else 4), "unexpected C int width"
@@ -315,7 +305,7 @@ class DataEndpoint:
             )  # fmt: skip
         async with _slot(service):
             try:
-                sample = await service.window(split, seed, step, rank, max_chars)
+                sample, data = await service.window(split, seed, step, rank, max_chars)
             except DataUnavailable as exc:
                 headers = {"Cache-Control": "no-store"}
                 if exc.retry_after_s is not None:
@@ -325,23 +315,7 @@ class DataEndpoint:
                     content_type="application/json",
                     headers=headers,
                 ) from None
-            body = _describe(sample) | {
-                "revision": revision, "split": split, "seed": seed, "step": step, "rank": rank,
-                "texts": sample.texts, "chars": sum(map(len, sample.texts)),
-            }  # fmt: skip
-            data = await service.work(json_body, body)
-            del body
             return await _send(request, data, "application/json", _headers(sample))
-
-
-def _describe(sample: TextSample) -> dict[str, Any]:
-    return {
-        "source": sample.source,
-        "shard": sample.shard,
-        "row_group": sample.row_group,
-        "first_row": sample.first_row,
-        "offset": sample.offset,
-    }
 
 
 def _headers(sample: TextSample) -> dict[str, str]:

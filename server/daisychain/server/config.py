@@ -129,9 +129,14 @@ class DataConfig:
     # up to 364 ms (docs/BENCHMARKS.md, data). Four matches max_concurrent_reads.
     requests_at_once: int = 4
     requests_waiting: int = 128
-    # Threads decoding parquet and building JSON bodies for /data. Both hold the interpreter
-    # lock most of the time, so more threads add little and take it from the loop more often.
-    work_threads: int = 1
+    # Worker processes decoding parquet and building JSON bodies for /data (dataworker.py).
+    # Both hold an interpreter lock most of the time: on a thread of the server, the event
+    # loop waited for that lock on every select, recv and send (a /healthz probe up to 45 ms
+    # under a burst); in a process of its own the work holds its own. One: the loop needs the
+    # other core of a small machine, and the jobs are short (at most requests_at_once queued).
+    work_processes: int = 1
+    # The workers' niceness (os.nice): below the server's, so the loop wins a contended CPU.
+    work_nice: int = 10
 
     def shard_url(self, shard: str) -> str:
         return f"{self.base_url.rstrip('/')}/datasets/{self.repo}/resolve/{self.revision}/{shard}"

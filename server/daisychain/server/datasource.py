@@ -9,8 +9,10 @@ plain HTTP range requests against the Hugging Face resolve URL:
    footer is parsed with pyarrow and cached with the file size, together with the signed CDN URL
    the resolver redirected to (valid about an hour);
 2. every row group read is then exactly ONE range GET: the byte range of the row group's ``text``
-   column chunk (the other columns are metadata we do not serve), decoded by pyarrow in a worker
-   thread through a file object that holds only that range.
+   column chunk (the other columns are metadata we do not serve), decoded by pyarrow through a
+   file object that holds only that range: for ``/data``, in the worker process
+   (``dataworker``), which also builds the response body, so the server's event loop never
+   waits for the interpreter lock that work holds.
 
 Any failure (connection refused, an error status, a 200 where a 206 was asked for - which would
 mean downloading 2 GB - a timeout, a corrupt footer) moves the upstream into ``BACKOFF``: the
@@ -21,8 +23,8 @@ The addressed form (``DataService.window``, docs/SERVER.md "Addressed windows") 
 of text a training run's address names (``daisychain.fineweb``): it never falls back, because a
 peer handed other text would silently train on it; a failure is ``DataUnavailable`` (the
 endpoint's 503 with a hint) and counts against the upstream like any other. Its decoded row
-groups are kept in a small LRU (``WINDOW_ROW_GROUPS``), since a rank reads one row
-group for ``fineweb.STEPS_PER_ROW_GROUP`` steps.
+groups are kept in a small LRU in the worker (``dataworker.WINDOW_ROW_GROUPS``; the server
+keeps the keys), since a rank reads one row group for ``fineweb.STEPS_PER_ROW_GROUP`` steps.
 
 Upstream state, changed only through ``DataService._set_state``::
 
@@ -35,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-import io
 import logging
 import os
 import random
@@ -47,24 +48,32 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
 import aiohttp
 
 from daisychain import fineweb
 from daisychain.server.config import DataConfig
+from daisychain.server.dataworker import (
+    PARQUET_MAGIC,
+    TEXT_COLUMN,
+    WINDOW_ROW_GROUPS,
+    Built,
+    Chunk,
+    DataWorker,
+    EmptyRowGroup,
+    RandomPick,
+    WindowPick,
+    build,
+    decode_texts,
+    json_body,
+    read_footer,
+)
 
 log = logging.getLogger(__name__)
 
-PARQUET_MAGIC = b"PAR1"
-TEXT_COLUMN = "text"
 _CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
-# Decoded row groups the addressed form keeps (least recently used dropped first): a rank reads
-# one row group for fineweb.STEPS_PER_ROW_GROUP steps, so keeping one per active rank saves 31
-# of every 32 upstream reads. A FineWeb-Edu row group is ~2-5 MB of text: 16 hold ~30-80 MB.
-WINDOW_ROW_GROUPS = 16
-DECODE_ROWS = 64  # rows turned into str at a time (_decode_texts): ~200 KB, a fraction of a ms
 
 
 _P = ParamSpec("_P")
@@ -188,10 +197,15 @@ class ShardIndex:
     # Per row group: (offset, length) of the text column chunk, and the number of rows.
     text_chunks: tuple[tuple[int, int], ...]
     rows: tuple[int, ...]
+    # Metadata + length + PAR1, as read: what the worker process parses.
+    footer: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
 class TextSample:
+    """Where a response's text came from. ``texts``: the picked texts where the server holds
+    them (the built-in corpus); empty where the worker process built the body from them."""
+
     source: Literal["fineweb", "builtin"]
     texts: list[str]
     shard: str | None = None
@@ -199,44 +213,6 @@ class TextSample:
     first_row: int | None = None
     offset: int | None = None  # character offset into the built-in corpus
     window: fineweb.Window | None = None  # the addressed form's coordinates
-
-
-class _RangeFile(io.RawIOBase):
-    """A read-only file of ``size`` bytes of which only ``[start, start + len(data))`` is known.
-
-    pyarrow reads the one column chunk we fetched through it; a read anywhere else is a bug in
-    the offsets we computed and must fail loudly rather than decode zeros.
-    """
-
-    def __init__(self, size: int, start: int, data: bytes) -> None:
-        super().__init__()
-        self._size, self._start, self._data, self._pos = size, start, data, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._pos >= self._size or len(view) == 0:
-            return 0
-        begin = self._pos - self._start
-        if begin < 0 or begin >= len(self._data):
-            raise OSError(f"read at {self._pos} outside the fetched range")
-        chunk = memoryview(self._data)[begin : begin + len(view)]  # no copy before the one
-        view[: len(chunk)] = chunk
-        self._pos += len(chunk)
-        return len(chunk)
 
 
 def parse_footer(tail: bytes, size: int) -> int:
@@ -251,11 +227,8 @@ def parse_footer(tail: bytes, size: int) -> int:
 
 def _index_from_footer(footer: bytes, size: int) -> ShardIndex:
     """Parse ``footer`` (metadata + length + PAR1) into the offsets of each text column chunk."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
-        metadata = pq.read_metadata(pa.BufferReader(PARQUET_MAGIC + footer))
+        metadata = read_footer(footer)
     except (OSError, ValueError) as exc:
         raise UpstreamError(f"unreadable parquet footer: {exc}") from None
     names = metadata.schema.names
@@ -275,25 +248,9 @@ def _index_from_footer(footer: bytes, size: int) -> ShardIndex:
             raise UpstreamError(f"row group {i}: text chunk {start}+{length} outside the file")
         chunks.append((start, length))
         rows.append(row_group.num_rows)
-    return ShardIndex(size=size, metadata=metadata, text_chunks=tuple(chunks), rows=tuple(rows))
-
-
-def _decode_texts(index: ShardIndex, row_group: int, start: int, data: bytes) -> list[str]:
-    import pyarrow.parquet as pq
-
-    source = _RangeFile(index.size, start, data)
-    table = pq.ParquetFile(source, metadata=index.metadata).read_row_group(
-        row_group, columns=[TEXT_COLUMN]
+    return ShardIndex(
+        size=size, metadata=metadata, text_chunks=tuple(chunks), rows=tuple(rows), footer=footer
     )
-    column = table.column(0)
-    # In slices: to_pylist holds the interpreter lock for the whole call (~4 ms for a 3 MB
-    # row group here), which the event loop would wait for; between slices it can take it.
-    texts: list[str] = []
-    for at in range(0, len(column), DECODE_ROWS):
-        texts += (
-            text for text in column.slice(at, DECODE_ROWS).to_pylist() if isinstance(text, str)
-        )
-    return texts
 
 
 class FineWebReader:
@@ -305,7 +262,8 @@ class FineWebReader:
         session: aiohttp.ClientSession,
         executor: Executor | None = None,
     ) -> None:
-        """``executor`` decodes footers and row groups (None: asyncio's default executor)."""
+        """``executor`` parses footers, and decodes row groups for ``read_texts`` (None:
+        asyncio's default executor)."""
         self.config = config
         self.session = session
         self._executor = executor
@@ -330,14 +288,23 @@ class FineWebReader:
             task.add_done_callback(lambda _t: self._loading.pop(shard, None))
         return await asyncio.shield(task)
 
-    async def read_texts(self, shard: str, row_group: int) -> list[str]:
+    async def read_chunk(self, shard: str, row_group: int) -> tuple[ShardIndex, Chunk]:
+        """The bytes of ``row_group``'s text column chunk: exactly one range GET."""
         index = await self.index(shard)
         start, length = index.text_chunks[row_group]
         data, _size = await self._get(shard, f"bytes={start}-{start + length - 1}")
         if len(data) != length:
             raise UpstreamError(f"asked for {length} bytes, got {len(data)}")
+        return index, Chunk(shard, row_group, index.size, start, data)
+
+    async def read_texts(self, shard: str, row_group: int) -> list[str]:
+        """``row_group``'s texts, decoded on the reader's executor (a thread of this process)."""
+        index, chunk = await self.read_chunk(shard, row_group)
+        assert chunk.data is not None
         try:
-            return await self._run(_decode_texts, index, row_group, start, data)
+            return await self._run(
+                decode_texts, index.metadata, index.size, row_group, chunk.start, chunk.data
+            )
         except (OSError, ValueError) as exc:
             raise UpstreamError(f"cannot decode row group {row_group} of {shard}: {exc}") from None
 
@@ -398,8 +365,20 @@ class FineWebReader:
             raise UpstreamError(f"{reason}: {exc}".rstrip(": ")) from None
 
 
+def describe(sample: TextSample) -> dict[str, Any]:
+    """The fields a JSON ``/data`` body starts with: where its text came from."""
+    return {
+        "source": sample.source,
+        "shard": sample.shard,
+        "row_group": sample.row_group,
+        "first_row": sample.first_row,
+        "offset": sample.offset,
+    }
+
+
 class DataService:
-    """Chooses a slice and a source for each ``/data`` request and tracks upstream health."""
+    """Chooses a slice and a source for each ``/data`` request and tracks upstream health.
+    The parquet decode and the JSON bodies run in the worker process (``dataworker``)."""
 
     def __init__(
         self,
@@ -411,11 +390,14 @@ class DataService:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        # Parquet decoding and JSON bodies, off the loop, on a bounded pool of their own.
-        self._work_pool = ThreadPoolExecutor(config.work_threads, thread_name_prefix="data")
+        # Parquet decoding and JSON bodies: in worker processes, under their own interpreter
+        # lock (dataworker says why), at most requests_at_once jobs at a time (Admission).
+        self.worker = DataWorker(config.work_processes, config.work_nice)
+        # Footers (once per shard; the server needs their row group offsets): on a thread.
+        self._footer_pool = ThreadPoolExecutor(1, thread_name_prefix="data-footer")
         self.admission = Admission(config.requests_at_once, config.requests_waiting, clock)
         self.reader = (
-            FineWebReader(config, session, self._work_pool) if session is not None else None
+            FineWebReader(config, session, self._footer_pool) if session is not None else None
         )
         self._fallback_text = fallback_text
         self._tokenizer_loader = tokenizer
@@ -436,8 +418,10 @@ class DataService:
         self.retry_at = 0.0
         self.served = {"fineweb": 0, "builtin": 0}
         self.windows_served = 0
-        # (shard, row group) -> decoded texts, least recently used first (addressed form only).
-        self._row_groups: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
+        # (shard, row group) the worker holds decoded, least recently used first (the addressed
+        # form only): the keys of the worker's LRU, which sees the same reads in the same order.
+        # A key the worker lacks (it was restarted) is read again.
+        self._row_groups: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     def _set_state(self, new: UpstreamState, reason: str) -> None:
         old, self.state = self.state, new
@@ -456,6 +440,7 @@ class DataService:
             "served": dict(self.served),
             "windows_served": self.windows_served,
             "requests": self.admission.status(),
+            "worker": self.worker.status(),
         }
 
     def _upstream_usable(self) -> bool:
@@ -463,26 +448,77 @@ class DataService:
             return False
         return self.state is not UpstreamState.BACKOFF or self._clock() >= self.retry_at
 
-    async def sample(self, rng: random.Random, max_chars: int) -> TextSample:
-        """A random slice of at most ``max_chars`` characters, from FineWeb-Edu if possible."""
+    async def text_body(self, rng: random.Random, max_chars: int) -> tuple[TextSample, bytes]:
+        """The JSON body of a random slice of at most ``max_chars`` characters (FineWeb-Edu if
+        possible), built in the worker process."""
+        sample, data = await self._sampled(rng, max_chars, None)
+        assert isinstance(data, bytes)
+        return sample, data
+
+    async def text(
+        self, rng: random.Random, max_chars: int, separator: str
+    ) -> tuple[TextSample, str]:
+        """A random slice of at most ``max_chars`` characters, its documents joined by
+        ``separator`` (to tokenize)."""
+        sample, text = await self._sampled(rng, max_chars, separator)
+        assert isinstance(text, str)
+        return sample, text
+
+    async def _sampled(
+        self, rng: random.Random, max_chars: int, join: str | None
+    ) -> tuple[TextSample, bytes | str]:
         if self._upstream_usable():
             try:
-                sample = await self._fineweb(rng, max_chars)
+                result = await self._fineweb(rng, max_chars, join)
             except UpstreamError as exc:
                 self._failed(str(exc))
             else:
                 self.failures, self.last_error = 0, None
                 self._set_state(UpstreamState.OK, "read succeeded")
                 self.served["fineweb"] += 1
-                return sample
+                return result
         self.served["builtin"] += 1
-        return self._builtin_sample(await self.builtin_text(), rng, max_chars)
+        sample = self._builtin_sample(await self.builtin_text(), rng, max_chars)
+        if join is not None:
+            return sample, join.join(sample.texts)
+        body = describe(sample) | {"texts": sample.texts, "chars": sum(map(len, sample.texts))}
+        return sample, await self.worker.run(json_body, body)
+
+    async def json(self, body: dict[str, Any]) -> bytes:
+        """``body`` as JSON bytes, built in the worker process (``dataworker.json_body``)."""
+        return await self.worker.run(json_body, body)
+
+    async def _build(
+        self,
+        index: ShardIndex,
+        chunk: Chunk,
+        pick: RandomPick | WindowPick,
+        fields: dict[str, Any],
+        join: str | None = None,
+    ) -> Built | None:
+        """``dataworker.build`` in the worker, with the footer sent along when the worker has
+        not parsed it yet; None only for a cached row group the worker no longer holds. A chunk
+        that does not decode is an ``UpstreamError``; a worker that died, ``WorkerDied``."""
+        try:
+            built = await self.worker.run(build, chunk, pick, fields, join)
+            if built is None and chunk.data is not None:
+                chunk = replace(chunk, footer=index.footer)
+                built = await self.worker.run(build, chunk, pick, fields, join)
+                assert built is not None, "a full chunk is always built"
+        except EmptyRowGroup as exc:
+            raise UpstreamError(str(exc)) from None
+        except (OSError, ValueError) as exc:
+            raise UpstreamError(
+                f"cannot decode row group {chunk.row_group} of {chunk.shard}: {exc}"
+            ) from None
+        return built
 
     async def window(
         self, split: fineweb.Split, seed: int, step: int, rank: int, chars: int
-    ) -> TextSample:
-        """The window of text at a run's address (``daisychain.fineweb``), from FineWeb-Edu at
-        this server's revision, or ``DataUnavailable``: never the built-in corpus."""
+    ) -> tuple[TextSample, bytes]:
+        """The JSON body of the window of text at a run's address (``daisychain.fineweb``), from
+        FineWeb-Edu at this server's revision, or ``DataUnavailable``: never the built-in
+        corpus."""
         if self.reader is None or self.state is UpstreamState.OFFLINE:
             raise DataUnavailable(
                 "this server does not read FineWeb-Edu (it runs with --offline)",
@@ -496,7 +532,7 @@ class DataService:
                 retry_after_s=wait,
             )
         try:
-            sample = await self._window(split, seed, step, rank, chars)
+            result = await self._window(split, seed, step, rank, chars)
         except UpstreamError as exc:
             self._failed(str(exc))
             raise DataUnavailable(
@@ -512,11 +548,11 @@ class DataService:
         self.failures, self.last_error = 0, None
         self._set_state(UpstreamState.OK, "read succeeded")
         self.windows_served += 1
-        return sample
+        return result
 
     async def _window(
         self, split: fineweb.Split, seed: int, step: int, rank: int, chars: int
-    ) -> TextSample:
+    ) -> tuple[TextSample, bytes]:
         assert self.reader is not None, "upstream used while offline"
         shards = self.config.shards
         shard_index = fineweb.shard_of(seed, step, rank, split, len(shards))
@@ -526,28 +562,30 @@ class DataService:
             seed, step, rank, split, shard=shard_index, n_shards=len(shards), rows=index.rows,
             chars=chars,
         )  # fmt: skip
-        texts = await self._row_group(shard, where.row_group)
-        picked = fineweb.window_texts(texts, where.first_row, chars)
-        return TextSample(
-            source="fineweb", texts=picked, shard=shard, row_group=where.row_group,
-            first_row=where.first_row % len(texts), window=where,
-        )  # fmt: skip
-
-    async def _row_group(self, shard: str, row_group: int) -> list[str]:
-        """A row group's texts, from the LRU or one range GET (a failed read caches nothing)."""
-        assert self.reader is not None
-        key = (shard, row_group)
-        texts = self._row_groups.get(key)
-        if texts is not None:
+        sample = TextSample(
+            source="fineweb", texts=[], shard=shard, row_group=where.row_group, window=where
+        )
+        fields = describe(sample) | {
+            "revision": self.config.revision, "split": split, "seed": seed, "step": step,
+            "rank": rank,
+        }  # fmt: skip
+        pick = WindowPick(where.first_row, chars)
+        key = (shard, where.row_group)
+        built = None
+        if key in self._row_groups:  # decoded in the worker: no upstream read
             self._row_groups.move_to_end(key)
-            return texts
-        texts = await self.reader.read_texts(shard, row_group)
-        if not any(texts):
-            raise UpstreamError(f"row group {row_group} of {shard} holds no text")
-        self._row_groups[key] = texts
-        while len(self._row_groups) > WINDOW_ROW_GROUPS:
-            self._row_groups.popitem(last=False)
-        return texts
+            cached = Chunk(shard, where.row_group, index.size, 0, None, cache=True)
+            built = await self._build(index, cached, pick, fields)
+        if built is None:
+            self._row_groups.pop(key, None)
+            _index, chunk = await self.reader.read_chunk(shard, where.row_group)
+            built = await self._build(index, replace(chunk, cache=True), pick, fields)
+            assert built is not None, "a chunk with its bytes is always built"
+            self._row_groups[key] = None
+            while len(self._row_groups) > WINDOW_ROW_GROUPS:
+                self._row_groups.popitem(last=False)
+        assert isinstance(built.data, bytes)
+        return replace(sample, first_row=built.first_row), built.data
 
     async def tokenizer(self) -> Tokenizer:
         """The tokenizer, loaded on first use; a failed load raises and is tried again later."""
@@ -569,15 +607,11 @@ class DataService:
         )
         return await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, job)
 
-    async def work(self, job: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """``job`` on the data worker threads (``DataConfig.work_threads``), never on the loop:
-        decoding, and building a response body of up to ~1 MB."""
-        call = functools.partial(job, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._work_pool, call)
-
     def close(self) -> None:
+        """Stop the threads and the worker processes (waits for the workers to exit)."""
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
-        self._work_pool.shutdown(wait=False, cancel_futures=True)
+        self._footer_pool.shutdown(wait=False, cancel_futures=True)
+        self.worker.close()
 
     async def builtin_text(self) -> str:
         """The built-in corpus (~12 M characters, ~24 MB as a str), loaded on first use."""
@@ -601,6 +635,7 @@ class DataService:
             log.warning("no tokenizer for /data?format=tokens: %s", exc)
         else:
             await self.encode(tokenizer, "warm up the tokenize threads", 16, "I")
+        await self.worker.run(os.getpid)  # the worker process started, pyarrow imported
         if self.state is UpstreamState.OFFLINE:
             await self.builtin_text()
 
@@ -616,29 +651,22 @@ class DataService:
         )  # fmt: skip
         self._set_state(UpstreamState.BACKOFF, reason[:80])
 
-    async def _fineweb(self, rng: random.Random, max_chars: int) -> TextSample:
+    async def _fineweb(
+        self, rng: random.Random, max_chars: int, join: str | None
+    ) -> tuple[TextSample, bytes | str]:
         assert self.reader is not None, "upstream used while offline"
         shard = self.config.shards[rng.randrange(len(self.config.shards))]
         index = await self.reader.index(shard)
         if not index.rows:
             raise UpstreamError(f"{shard} has no row groups")
         row_group = rng.randrange(len(index.rows))
-        texts = await self.reader.read_texts(shard, row_group)
-        if not texts:
-            raise UpstreamError(f"row group {row_group} of {shard} holds no text")
-        first = rng.randrange(len(texts))
-        picked: list[str] = []
-        budget = max_chars
+        _index, chunk = await self.reader.read_chunk(shard, row_group)
+        sample = TextSample(source="fineweb", texts=[], shard=shard, row_group=row_group)
         # Whole documents from a random one on (wrapping round), the last one cut to fit.
-        for i in range(len(texts)):
-            if budget <= 0:
-                break
-            text = texts[(first + i) % len(texts)][:budget]
-            picked.append(text)
-            budget -= len(text)
-        return TextSample(
-            source="fineweb", texts=picked, shard=shard, row_group=row_group, first_row=first
-        )
+        pick = RandomPick(rng, max_chars)
+        built = await self._build(index, chunk, pick, describe(sample), join)
+        assert built is not None, "a chunk with its bytes is always built"
+        return replace(sample, first_row=built.first_row), built.data
 
     @staticmethod
     def _builtin_sample(text: str, rng: random.Random, max_chars: int) -> TextSample:
