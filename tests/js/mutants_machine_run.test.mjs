@@ -17,6 +17,7 @@ import { paramShapes } from '../../static/js/model/params.js';
 import { modelConfig } from '../../static/js/model/config.js';
 import { parse as parseMessage, encode as encodeMessage } from '../../static/js/p2p/messages.js';
 import { loadTraces } from './protocol_helpers.mjs';
+import { DATA_PROTOCOL_VERSION } from '../../static/js/p2p/versions.js';
 
 const TRACE = loadTraces().find((t) => t.trace.name === 'leader-3-peers').trace;
 const CONFIG_JSON = TRACE.steps[0].event.config;
@@ -27,6 +28,19 @@ const A = 'AAAAAAAAAAAA';
 const B = 'BBBBBBBBBBBB';
 const C = 'CCCCCCCCCCCC';
 const D = 'DDDDDDDDDDDD';
+
+// Protocol version 2: the trace's config has global_batch 12, and peers that never reported a
+// speed (every ready, hash and compute-done here says seq_s 0) get equal shares of it.
+const GB = CONFIG_JSON.global_batch;
+assert.equal(GB, 12);
+
+/** The equal shares of the global batch for `n` unmeasured peers (4,4,4 for three). */
+function even(n) {
+  assert.equal(GB % n, 0, `${n} peers do not split ${GB} evenly`);
+  return new Array(n).fill(GB / n);
+}
+/** Shares given as a list, or as a count of peers with equal shares. */
+const sharesOf = (s) => (Array.isArray(s) ? s : even(s));
 
 const config = (fields = {}) => parseMessage(JSON.stringify({ ...CONFIG_JSON, ...fields }));
 
@@ -41,7 +55,7 @@ function machine({ id = A, step = 0, hash, replica, log, ...fields } = {}) {
 }
 
 const text = (m) => encodeMessage(parseMessage(JSON.stringify(m)));
-const hello = (name = 'x') => text({ type: 'hello', version: 1, name, contract: 2 });
+const hello = (name = 'x') => text({ type: 'hello', version: DATA_PROTOCOL_VERSION, name, contract: 2 });
 const msg = (type, fields = {}) => text({ type, run: RUN, ...fields });
 
 /** The effects as plain values: messages by their JSON, payloads by their header fields. */
@@ -56,7 +70,10 @@ const types = (effects) => effects.map((f) => f.type);
 const brief = (effects) => plain(effects).map((f) => {
   if (f.type === 'send-message') return `${f.peer} ${f.message.type}`;
   if (f.type === 'send-payload') return `${f.peer} payload ${f.kind} ${f.step}.${f.round}.${f.chunk}`;
-  if (f.type === 'compute') return `compute ${f.step}.${f.round} rank ${f.rank} of ${f.peers}`;
+  if (f.type === 'compute') {
+    assert.equal(f.peers, f.shares.length); // Python's Compute.peers
+    return `compute ${f.step}.${f.round} rank ${f.rank} of ${f.shares.join(',')}`;
+  }
   if (f.type === 'close') return `${f.peer} close`;
   if (f.type === 'save') return `save ${f.step}`;
   if (f.type === 'step-applied') return `applied ${f.step}.${f.round}`;
@@ -71,13 +88,28 @@ async function greet(m, peer, now = 0) {
   return [...out, ...(await m.handle(ev.messageReceived(now, peer, hello(peer))))];
 }
 
-/** The chunk of a zero gradient of `k` of `n` peers, as a piece payload. */
-function zeroChunk(m, k, n) {
-  const first = Math.floor((k * m.totalBlocks) / n);
-  const end = Math.floor(((k + 1) * m.totalBlocks) / n);
-  return encodeChunk(new Float32Array((end - first) * BLOCK)).payload;
+/**
+ * [first, end) blocks of chunk `k` of a roster with shares `s` (a list, or a peer count for
+ * equal shares): blocks [floor(B c[k] / G), floor(B c[k+1] / G)) with cumulative shares c
+ * (docs/PROTOCOL.md, "Gradient chunks and the exchange arithmetic"; written out here, not
+ * allreduce.js's).
+ */
+function chunkBounds(m, k, s) {
+  const shares = sharesOf(s);
+  let below = 0;
+  for (let j = 0; j < k; j++) below += shares[j];
+  const g = shares.reduce((x, y) => x + y, 0);
+  return [Math.floor((m.totalBlocks * below) / g), Math.floor((m.totalBlocks * (below + shares[k])) / g)];
 }
-const zeroPayloads = (m, n) => Array.from({ length: n }, (_, k) => zeroChunk(m, k, n));
+/** The chunk `k` of a gradient of `fill`s of a roster with shares `s`, as a piece payload. */
+function chunkOf(m, k, s, fill = 0) {
+  const [first, end] = chunkBounds(m, k, s);
+  return encodeChunk(new Float32Array((end - first) * BLOCK).fill(fill)).payload;
+}
+/** The chunk `k` of a zero gradient of a roster with shares `s`, as a piece payload. */
+const zeroChunk = (m, k, s) => chunkOf(m, k, s, 0);
+/** A compute-done's payloads: every chunk of a zero gradient, one per roster peer. */
+const zeroPayloads = (m, s) => sharesOf(s).map((_, k) => zeroChunk(m, k, s));
 
 /** Feed `peer`'s piece (a payload framed as the peer's shell would) to `m`; the effects. */
 let transfer = 1;
@@ -90,37 +122,44 @@ async function feedPiece(m, peer, now, kind, step, round, chunk, payload) {
 }
 
 const HASH0 = TRACE.setup.replica.hash; // the state at step 0 of every peer built here
-const ready = (peers = []) => msg('ready', { step: 0, hash: HASH0, peers });
-const rosterMsg = (step, round, peers) => msg('roster', { step, round, peers });
-const hashMsg = (step, round, digest, probe = REF) => msg('hash', { step, round, hash: digest, loss: 1.5, probe, backend: 'numpy' });
+const ready = (peers = [], seqS = 0) => msg('ready', { step: 0, hash: HASH0, peers, seq_s: seqS });
+/** A roster message; shares equal unless given (they must sum to the global batch, 12). */
+const rosterMsg = (step, round, peers, shares = even(peers.length)) => msg('roster', { step, round, peers, shares });
+const hashMsg = (step, round, digest, probe = REF, seqS = 0) =>
+  msg('hash', { step, round, hash: digest, loss: 1.5, probe, backend: 'numpy', seq_s: seqS });
 
 /**
  * The leader A with `others` greeted and ready: after the last ready it commits step 1 round 0
- * over [A, ...others] (min_peers counts them all). Resolves to {m, out} (the last event's effects).
+ * over [A, ...others] (min_peers counts them all), with equal shares unless `speeds` (peer ->
+ * the seq_s its ready reports) says otherwise. Resolves to {m, out} (the last event's effects).
  */
-async function leaderWith(others, fields = {}, cfg = {}) {
+async function leaderWith(others, fields = {}, cfg = {}, speeds = {}) {
   const m = machine(fields);
   await m.handle(ev.userLead(0, config(cfg), 1 + others.length));
   for (const p of others) await greet(m, p);
   let out = [];
-  for (const p of others) out = await m.handle(ev.messageReceived(0, p, ready()));
+  for (const p of others) out = await m.handle(ev.messageReceived(0, p, ready([], speeds[p] ?? 0)));
   return { m, out };
 }
 
 /**
  * Follower `id` of the leader A (others greeted too), sent the config and then the roster of step
- * 1 round 0 over `peers`. Resolves to {m, out} (the roster's effects).
+ * 1 round 0 over `peers` (equal shares unless told). Resolves to {m, out} (the roster's effects).
  */
-async function followerIn(id, peers, { greeted = peers, fields = {}, cfg = {} } = {}) {
+async function followerIn(id, peers, { greeted = peers, fields = {}, cfg = {}, shares = even(peers.length) } = {}) {
   const m = machine({ id, replica: new TraceReplica(), ...fields });
   for (const p of new Set([A, ...greeted])) if (p !== id) await greet(m, p);
   await m.handle(ev.messageReceived(0, A, text({ ...CONFIG_JSON, ...cfg })));
-  const out = await m.handle(ev.messageReceived(0, A, rosterMsg(1, 0, peers)));
+  const out = await m.handle(ev.messageReceived(0, A, rosterMsg(1, 0, peers, shares)));
   return { m, out };
 }
 
-/** `m` computes its attempt (step, round) of a roster of `n` peers with zeros, at `now`. */
-const computed = (m, now, step, round, n) => m.handle(ev.computeDone(now, step, round, 2.5, zeroPayloads(m, n), REF));
+/**
+ * `m` computes its attempt (step, round) of a roster with shares `s` (or of `s` peers with equal
+ * shares) with zeros, at `now`; unmeasured (seq_s 0) unless told.
+ */
+const computed = (m, now, step, round, s, seqS = 0) =>
+  m.handle(ev.computeDone(now, step, round, 2.5, zeroPayloads(m, s), REF, seqS));
 
 // --- handle(): one event at a time, each an event of events.js ------------------------------
 
@@ -201,13 +240,14 @@ test('mutant: the next deadline is the soonest of a hello deadline, the repair t
 // --- sameConfig -----------------------------------------------------------------------------
 
 // Pins lines 42-46 (sameConfig): a second config from another peer that differs from the run's
-// in any one field, of the run, the model or the optimizer, is refused; the same one is ignored.
+// in any one field, of the run, the model or the optimizer (or, in version 2, the global batch),
+// is refused; the same one is ignored.
 test('mutant: a second config that differs in any one field is refused', async () => {
   const variants = {
     preset: { preset: 'tiny' }, steps: { steps: 4 }, data: { data: 'fineweb@' + 'a'.repeat(40) },
     tokenizer_sha256: { tokenizer_sha256: 'f'.repeat(64) }, resume_step: { resume_step: 3, resume_hash: HASH0 },
     resume_hash: { resume_step: 2, resume_hash: 'e'.repeat(64) }, model: { model: { ...CONFIG_JSON.model, width: 32 } },
-    optim: { optim: { ...CONFIG_JSON.optim, lr: 0.001 } },
+    optim: { optim: { ...CONFIG_JSON.optim, lr: 0.001 } }, global_batch: { global_batch: GB + 1 },
   };
   for (const [field, change] of Object.entries(variants)) {
     const m = machine({ id: B, replica: new TraceReplica() });
@@ -258,8 +298,8 @@ test('mutant: user-save on a follower saves only here; a peer without can_save n
   assert.deepEqual(brief(await no.handle(ev.userSave(1))), []);
   const s = machine({ can_save: true, save_every: -1 });
   await s.handle(ev.userLead(0, config({ steps: 3 }), 1));
-  assert.deepEqual(brief(await computed(s, 1, 1, 0, 1)), ['applied 1.0', 'compute 2.0 rank 0 of 1']);
-  assert.deepEqual(brief(await computed(s, 2, 2, 0, 1)), ['applied 2.0', 'compute 3.0 rank 0 of 1']);
+  assert.deepEqual(brief(await computed(s, 1, 1, 0, 1)), ['applied 1.0', 'compute 2.0 rank 0 of 12']);
+  assert.deepEqual(brief(await computed(s, 2, 2, 0, 1)), ['applied 2.0', 'compute 3.0 rank 0 of 12']);
 });
 
 // --- refusals and versions ------------------------------------------------------------------
@@ -276,10 +316,10 @@ test('mutant: bad JSON is refused; a version-mismatch error ends the lobby, and 
   assert.equal(m.finished, false);
   const lobby = machine({ id: B });
   await greet(lobby, C);
-  const vm = text({ type: 'error', code: 'version-mismatch', message: 'speaks 2', hint: 'upgrade' });
+  const vm = text({ type: 'error', code: 'version-mismatch', message: 'speaks 1', hint: 'upgrade' });
   const out = plain(await lobby.handle(ev.messageReceived(1, C, vm)));
   assert.deepEqual(out.map((f) => [f.type, f.reason, f.code, f.message]),
-    [['finished', 'error', 'version-mismatch', `speaks 2 (peer ${C}); upgrade`]]);
+    [['finished', 'error', 'version-mismatch', `speaks 1 (peer ${C}); upgrade`]]);
   const { m: run } = await followerIn(B, [A, B], { greeted: [A, C] });
   assert.deepEqual(brief(await run.handle(ev.messageReceived(1, C, vm))), [`${C} close`]);
   assert.equal(run.finished, false);
@@ -301,7 +341,7 @@ test('mutant: a leave marks the peer gone: repair now, re-commit without it soon
   assert.equal(m.nextDeadline(), 3 + T.repair_after_s);
   const out = plain(await m.handle(ev.timer(3 + T.repair_after_s)));
   const r = out.find((f) => f.type === 'send-message' && f.message.type === 'roster');
-  assert.deepEqual([r.peer, r.message.round, r.message.peers], [C, 1, [A, C]]);
+  assert.deepEqual([r.peer, r.message.round, r.message.peers, r.message.shares], [C, 1, [A, C], [6, 6]]);
 });
 
 // --- the leader's decisions: re-commit and boundary -----------------------------------------
@@ -318,8 +358,9 @@ test('mutant: a re-commit drops the peers reported missing by any peer, and the 
   await m.handle(ev.messageReceived(2, C, msg('missing', { step: 1, round: 0, peers: [D] })));
   await m.handle(ev.messageReceived(2, D, msg('missing', { step: 1, round: 9, peers: [C] }))); // another attempt
   const out = plain(await m.handle(ev.timer(T.step_timeout_s)));
-  assert.deepEqual(out.filter((f) => f.type === 'compute'), [{ type: 'compute', step: 1, round: 1, rank: 0, peers: 1 }]);
-  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.peers]), [[B, [A]], [C, [A]], [D, [A]]]);
+  assert.deepEqual(out.filter((f) => f.type === 'compute'), [{ type: 'compute', step: 1, round: 1, rank: 0, shares: [GB], peers: 1 }]);
+  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.peers, f.message.shares]),
+    [[B, [A], [GB]], [C, [A], [GB]], [D, [A], [GB]]]);
 });
 
 // Pins lines 616-617: once the leader applied, it waits for every live roster peer's hash until
@@ -335,8 +376,8 @@ test('mutant: at exactly the step deadline the leader goes on with the peers who
   assert.equal(m.nextDeadline(), T.step_timeout_s);
   assert.deepEqual(brief(await m.handle(ev.timer(T.step_timeout_s - 0.5))), []);
   const out = plain(await m.handle(ev.timer(T.step_timeout_s)));
-  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers]),
-    [[B, 2, [A, B]], [C, 2, [A, B]]]);
+  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers, f.message.shares]),
+    [[B, 2, [A, B], [6, 6]], [C, 2, [A, B], [6, 6]]]);
 });
 
 // Pins lines 827-838: the leader serves the peers that asked for the state in id order, and only
@@ -351,7 +392,7 @@ test('mutant: at a boundary the leader sends the state to the greeted peers that
   const out = brief(await computed(m, 2, 1, 0, 1));
   assert.deepEqual(out.filter((f) => f.includes('payload')), [`${C} payload 3 1.0.0`, `${D} payload 3 1.0.0`]);
   assert.deepEqual(sent(await m.handle(ev.timer(2)), 'roster'), []);
-  assert.deepEqual([...m.roster.peers], [A, C, D]);
+  assert.deepEqual([[...m.roster.peers], [...m.roster.shares]], [[A, C, D], [4, 4, 4]]);
 });
 
 // Pins lines 383-386: a repair request is answered with the piece asked for; one that cannot be
@@ -363,6 +404,16 @@ test('mutant: a repair is answered with the contribution asked for, and an unkno
   assert.deepEqual(out.map((f) => [f.type, f.peer, f.kind, f.step, f.round, f.chunk, f.bytes]),
     [['send-payload', B, FrameKind.CONTRIBUTION, 1, 0, 1, zeroChunk(m, 1, 3).length]]);
   assert.deepEqual(await m.handle(ev.messageReceived(2, B, msg('repair', { step: 9, round: 0, piece: 'contribution', chunk: 1 }))), []);
+  // version 2: B and C reported 1 and 2 s a sequence (A unmeasured: their mean weight), so the
+  // roster's shares are 4,5,3 and chunk 1 is 5 of the 11 blocks (4 with equal shares): the
+  // repair serves exactly the bytes sent for it
+  const { m: w, out: committed } = await leaderWith([B, C], {}, {}, { [B]: 1.0, [C]: 2.0 });
+  assert.deepEqual(brief(committed).filter((f) => f.startsWith('compute')), ['compute 1.0 rank 0 of 4,5,3']);
+  assert.deepEqual(chunkBounds(w, 1, [4, 5, 3]), [3, 8]);
+  await computed(w, 1, 1, 0, [4, 5, 3]);
+  const again = plain(await w.handle(ev.messageReceived(2, B, msg('repair', { step: 1, round: 0, piece: 'contribution', chunk: 1 }))));
+  assert.deepEqual(again.map((f) => [f.type, f.peer, f.kind, f.step, f.round, f.chunk, f.bytes]),
+    [['send-payload', B, FrameKind.CONTRIBUTION, 1, 0, 1, 5 * (BLOCK + 1)]]);
 });
 
 // --- state sync -------------------------------------------------------------------------------
@@ -491,7 +542,7 @@ test('mutant: a successor that applied waits repair_after_s for the hashes, then
   assert.equal(m.nextDeadline(), 10 + T.repair_after_s);
   assert.deepEqual(brief(await m.handle(ev.timer(14))), []);
   const out = plain(await m.handle(ev.timer(15)));
-  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers]), [[C, 2, [B]]]);
+  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers, f.message.shares]), [[C, 2, [B], [GB]]]);
   assert.equal(m.finished, false);
 });
 
@@ -503,7 +554,7 @@ test('mutant: a syncing follower asks the successor for the state when the leade
   const out = brief(await m.handle(ev.peerLeft(2, A)));
   assert.deepEqual(out, [`${B} sync-request`]);
   assert.equal(m.leader, B);
-  assert.deepEqual([m.roster.step, ...m.roster.peers], [1, A, B, C]); // no held roster: the last one stays
+  assert.deepEqual([m.roster.step, ...m.roster.peers, ...m.roster.shares], [1, A, B, C, 4, 4, 4]); // no held roster: the last one stays
 });
 
 // Pins lines 145, 557, 585-590, 614-624, 799: a roster for a step this peer is far behind of
@@ -511,13 +562,13 @@ test('mutant: a syncing follower asks the successor for the state when the leade
 // has no attempt of: it re-commits without crashing and never asks itself for the state.
 test('mutant: a peer behind its roster computes nothing; leading it after a failover, it re-commits', async () => {
   const { m, out } = await followerIn(B, [A, B, C], { greeted: [A] }); // C not greeted yet
-  assert.deepEqual(brief(out), ['compute 1.0 rank 1 of 3']);
+  assert.deepEqual(brief(out), ['compute 1.0 rank 1 of 4,4,4']);
   assert.deepEqual(brief(await m.handle(ev.messageReceived(1, A, rosterMsg(5, 0, [A, B, C])))), []);
   assert.equal(m.nextDeadline(), null);
   const gone = brief(await m.handle(ev.peerLeft(2, A)));
   assert.equal(m.isLeader, true);
   assert.deepEqual(gone, []);
-  assert.deepEqual([m.roster.step, m.roster.round, [...m.roster.peers]], [5, 1, [B, C]]);
+  assert.deepEqual([m.roster.step, m.roster.round, [...m.roster.peers], [...m.roster.shares]], [5, 1, [B, C], [6, 6]]);
   assert.equal(m.nextDeadline(), null);
   assert.deepEqual(brief(await m.handle(ev.timer(3))), []);
   // C comes: as the leader, B sends it the run; it never asks itself for the state
@@ -528,11 +579,7 @@ test('mutant: a peer behind its roster computes nothing; leading it after a fail
 
 // --- the exchange -----------------------------------------------------------------------------
 
-const ones = (m, k, n) => {
-  const first = Math.floor((k * m.totalBlocks) / n);
-  const end = Math.floor(((k + 1) * m.totalBlocks) / n);
-  return encodeChunk(new Float32Array((end - first) * BLOCK).fill(1)).payload;
-};
+const ones = (m, k, s) => chunkOf(m, k, s, 1);
 const refusalOf = (effects) => plain(effects).filter((f) => f.type === 'send-message' && f.message.type === 'error')
   .map((f) => [f.peer, f.message.code, f.message.message]);
 
@@ -543,7 +590,7 @@ test('mutant: a piece that arrives before its roster is used once the roster com
   await greet(m, A);
   await m.handle(ev.messageReceived(0, A, text({ ...CONFIG_JSON })));
   assert.deepEqual(await feedPiece(m, A, 0, FrameKind.CONTRIBUTION, 1, 0, 1, zeroChunk(m, 1, 2)), []);
-  assert.deepEqual(brief(await m.handle(ev.messageReceived(0, A, rosterMsg(1, 0, [A, B])))), ['compute 1.0 rank 1 of 2']);
+  assert.deepEqual(brief(await m.handle(ev.messageReceived(0, A, rosterMsg(1, 0, [A, B])))), ['compute 1.0 rank 1 of 6,6']);
   assert.deepEqual(brief(await computed(m, 1, 1, 0, 2)), [`${A} payload 1 1.0.0`, `${A} payload 2 1.0.1`]);
 });
 
@@ -567,6 +614,15 @@ test('mutant: pieces from outside the roster, of no chunk, that do not decode, o
   const short = whole.subarray(1);
   assert.deepEqual(refusalOf(await feedPiece(m, C, 1, FrameKind.REDUCED, 1, 0, 2, short)),
     [[C, 'bad-frame', `chunk of ${whole.length / (BLOCK + 1)} blocks must be ${whole.length} bytes, got ${short.length}`]]);
+  // version 2: the size a chunk must have follows the roster's shares (2,3,7: chunk 2 is blocks
+  // [4, 11), not the [7, 11) of equal shares)
+  const { m: u, out: uneven } = await followerIn(B, [A, B, C], { greeted: [A, C, D], shares: [2, 3, 7] });
+  assert.deepEqual(brief(uneven), ['compute 1.0 rank 1 of 2,3,7']);
+  await computed(u, 1, 1, 0, [2, 3, 7]);
+  assert.deepEqual(chunkBounds(u, 2, [2, 3, 7]), [4, 11]);
+  const equalSized = zeroChunk(u, 2, 3); // 4 blocks
+  assert.deepEqual(refusalOf(await feedPiece(u, C, 1, FrameKind.REDUCED, 1, 0, 2, equalSized)),
+    [[C, 'bad-frame', `chunk of 7 blocks must be ${7 * (BLOCK + 1)} bytes, got ${4 * (BLOCK + 1)}`]]);
   m = await fresh();
   assert.deepEqual(refusalOf(await feedPiece(m, C, 1, FrameKind.CONTRIBUTION, 1, 0, 0, zeroChunk(m, 0, 3))),
     [[C, 'bad-frame', 'contribution for chunk 0 sent to me']]);
@@ -674,7 +730,7 @@ test('mutant: a stale attempt is never applied on a newer state; a state behind 
   await computed(b, 1, 1, 0, 2);
   await feedPiece(b, A, 1, FrameKind.CONTRIBUTION, 1, 0, 1, zeroChunk(b, 1, 2));
   await feedPiece(b, A, 1, FrameKind.REDUCED, 1, 0, 0, zeroChunk(b, 0, 2));
-  assert.deepEqual(brief(await b.handle(ev.messageReceived(2, A, rosterMsg(2, 0, [A, B])))), ['compute 2.0 rank 1 of 2']);
+  assert.deepEqual(brief(await b.handle(ev.messageReceived(2, A, rosterMsg(2, 0, [A, B])))), ['compute 2.0 rank 1 of 6,6']);
   assert.deepEqual(brief(await b.handle(ev.messageReceived(2, A, rosterMsg(5, 0, [A, B])))), [`${A} sync-request`]);
   await feedFrames(b, A, 3, await fragment(FrameKind.CHECKPOINT, new TraceReplica(0, HASH0).checkpoint(), { transfer: transfer++, step: 0 }));
   assert.equal(b.replica.step, 0);
@@ -689,7 +745,7 @@ test('mutant: a peer without state holds no piece for later', async () => {
   await m.handle(ev.messageReceived(0, A, text({ ...CONFIG_JSON, resume_step: 1, resume_hash: HASH0 })));
   assert.deepEqual(await feedPiece(m, C, 0, FrameKind.CONTRIBUTION, 2, 0, 2, zeroChunk(m, 2, 3)), []);
   await feedFrames(m, A, 1, await fragment(FrameKind.CHECKPOINT, new TraceReplica(1, HASH0).checkpoint(), { transfer: transfer++, step: 1 }));
-  assert.deepEqual(brief(await m.handle(ev.messageReceived(1, A, rosterMsg(2, 0, [A, C, D])))), ['compute 2.0 rank 2 of 3']);
+  assert.deepEqual(brief(await m.handle(ev.messageReceived(1, A, rosterMsg(2, 0, [A, C, D])))), ['compute 2.0 rank 2 of 4,4,4']);
   await computed(m, 2, 2, 0, 3);
   // A's contribution is in, C's (sent before the checkpoint) is not: no reduced chunk yet
   assert.deepEqual(brief(await feedPiece(m, A, 2, FrameKind.CONTRIBUTION, 2, 0, 2, zeroChunk(m, 2, 3))), []);
