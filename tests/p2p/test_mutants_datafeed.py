@@ -82,8 +82,27 @@ async def test_prefetched_windows_are_kept_not_fetched_again() -> None:
     assert (f.stats.fetched, f.stats.ready, f.stats.waited) == (5, 2, 1)
 
 
-def fineweb_address(step: int) -> Address:
-    return Address(seed=7, step=step, rank=0, batch=1, seq_len=8)
+def fineweb_address(step: int, lane: int = 0) -> Address:
+    return Address(seed=7, step=step, rank=lane, batch=1, seq_len=8)
+
+
+async def test_a_share_spanning_two_lanes_keeps_both_lanes_prefetched() -> None:
+    """Protocol v2: a peer whose share spans lanes 0 and 1 asks for both every step; each
+    lane's guesses survive the other's request (the version-1 rule, one rank per peer, dropped
+    them and fetched every window again): steps 0..2 of two lanes, depth 2, cost 2 x 5
+    fetches, the first step of each lane waited and every later one was ready."""
+    hits: list[str] = []
+    async with data_server(window, hits) as url:
+        f = feed(url, depth=2)
+        try:
+            for step in range(3):
+                for lane in (0, 1):
+                    await f.batch(fineweb_address(step, lane))
+                await asyncio.gather(*f._pending.values())
+        finally:
+            await f.close()
+    assert sorted(map(int, hits)) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert (f.stats.fetched, f.stats.ready, f.stats.waited) == (10, 4, 2)
 
 
 async def test_a_refused_window_takes_the_default_hint_when_the_servers_is_not_text() -> None:

@@ -124,10 +124,16 @@ class FineWebFeed:
         return await task
 
     def _prefetch(self, address: Address) -> None:
-        # Drop guesses the run has passed (or made for another rank or shape).
-        for stale in [a for a in self._pending if a.step <= address.step or a != replace(
-            address, step=a.step
-        )]:  # fmt: skip
+        # Drop guesses the run has passed (or made for another shape). A share can span several
+        # lanes (protocol v2: ``rank`` is the lane), asked one after the other for the same
+        # step, so the other lanes' guesses of this step and later are kept; a lane this peer
+        # no longer computes costs at most ``depth`` windows, dropped once the run passes them.
+        for stale in [
+            a for a in self._pending
+            if a.step < address.step
+            or (a.step == address.step and a.rank == address.rank)
+            or a != replace(address, step=a.step, rank=a.rank)
+        ]:  # fmt: skip
             self._pending.pop(stale).cancel()
         for ahead in range(address.step + 1, address.step + 1 + self.depth):
             nxt = replace(address, step=ahead)
