@@ -177,7 +177,8 @@ for (const name of readdirSync(dir).filter((n) => n.endsWith(".json")).sort()) {
       for (const x of shares) c.push(c[c.length - 1] + x);
       const g = c[c.length - 1];
       e.payloads.forEach((b64, k) => {
-        const blocks = Math.floor(c[k + 1] * TOTAL_BLOCKS / g) - Math.floor(c[k] * TOTAL_BLOCKS / g);
+        const end = Math.floor(c[k + 1] * TOTAL_BLOCKS / g);
+        const blocks = end - Math.floor(c[k] * TOTAL_BLOCKS / g);
         const want = blocks === 0 || shares[rank] === 0 ? new Uint8Array(0)
           : rule(rank, e.step, e.round, k, blocks);
         if (!Buffer.from(b64, "base64").equals(Buffer.from(want))) fail(`step ${i} payload ${k}`);

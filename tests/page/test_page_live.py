@@ -297,10 +297,7 @@ async def test_two_tabs_and_a_python_peer_on_the_live_panel(tmp_path: Path) -> N
                     r"\(its gradient time only\)\.",
                     g["speed"],
                 ), g["speed"]
-                assert all(
-                    re.fullmatch(r"\d+ of 3|follows", w)
-                    for w in g["work"]
-                ), g["work"]
+                assert all(re.fullmatch(r"\d+ of 3|follows", w) for w in g["work"]), g["work"]
             await shoot_group(desk, "group-desktop-training", tmp_path)
             await shoot_group(phone, "group-phone-training", tmp_path)
             await shoot(desk, "live-desktop-training", tmp_path)
