@@ -156,7 +156,11 @@ def test_bench_mesh_with_a_cpu_tab_reports_every_peer_and_the_python_only_group(
             assert isinstance(peer[key], float) and peer[key] > 0, (key, peer)
         assert 0 < peer["exchange_share_of_step"] < 1, peer
     assert mixed["replicas_identical"] and python_only["replicas_identical"]
-    assert python_only["same_hashes_as_mixed"]
+    # Shares follow measured speeds: with the same shares the two groups must agree bit for bit.
+    if python_only["same_shares_as_mixed"]:
+        assert python_only["same_hashes_as_mixed"] is True
+    else:
+        assert python_only["same_hashes_as_mixed"] is None
     for key in ("step_s", "exchange_share", "bytes_received"):
         ratio = browser[f"{key}_ratio_mixed_vs_python_only"]
         assert isinstance(ratio, float) and ratio > 0, key

@@ -23,6 +23,7 @@ from mesh_helpers import (
     start_peer,
     wait_for,
 )
+from shares_replay import replayed_hashes, shares_of
 
 pytestmark = needs_namespace
 
@@ -77,8 +78,18 @@ async def test_checkpoint_restored_into_a_fresh_group_continues_identically(
         outcomes = await finish([resumed, other2], timeout=120)
     assert [o.reason for o in outcomes] == ["done", "done"]
     assert sorted(resumed.hashes) == [16, 17, 18]
+    # Protocol v2: the steps after the checkpoint are exactly what its state, the run's config
+    # and the shares this group committed give (recomputed outside any mesh); and where the
+    # resumed group committed the uninterrupted run's shares, its hashes are that run's.
+    config = resumed.node.config
+    assert config is not None
+    split = shares_of(resumed.records)
+    want = await replayed_hashes(config, split, state=checkpoint.load(path).state)
+    first = shares_of(leader.records)
     for step in (16, 17, 18):
-        assert resumed.hashes[step] == other2.hashes[step] == leader.hashes[step], step
+        assert resumed.hashes[step] == other2.hashes[step] == want[step], step
+        if all(split[s] == first[s] for s in range(16, step + 1)):
+            assert resumed.hashes[step] == leader.hashes[step], step
 
 
 async def test_unreachable_server_exits_with_hint() -> None:

@@ -133,6 +133,7 @@ class Series:
     sent: list[int] = field(default_factory=list)  # cumulative bytes
     received: list[int] = field(default_factory=list)  # cumulative bytes
     hashes: dict[int, str] = field(default_factory=dict)  # step -> replica hash
+    shares: dict[int, tuple[int, ...]] = field(default_factory=dict)  # step -> the roster's
 
     def summary(self) -> dict[str, Any]:
         # Step 1 includes warm-up (first products, channel slow start): medians over the rest.
@@ -203,6 +204,7 @@ async def python_group(
                 s.sent.append(r.bytes_sent + (s.sent[-1] if s.sent else 0))
                 s.received.append(q.received)
                 s.hashes[r.step] = r.hash
+                s.shares[r.step] = r.shares
                 s.backend = r.backend
 
             node = Node(
@@ -242,6 +244,7 @@ def tab_series(kind: str, state: dict[str, Any]) -> Series:
         s.sent.append(r["bytesSent"])
         s.received.append(r["bytesReceived"])
         s.hashes[r["step"]] = r["hash"]
+        s.shares[r["step"]] = tuple(r["shares"])
     return s
 
 
@@ -321,8 +324,16 @@ async def run(args: argparse.Namespace, kinds: list[str]) -> dict[str, Any]:
         if [o.reason for o in py_outcomes] != ["done"] * n:
             raise SystemExit(f"the Python-only run did not finish: {py_outcomes}")
         python_only = group_summary(py_series)
-    # Ranks are by roster order: the same config gives the same replicas whoever computes.
-    python_only["same_hashes_as_mixed"] = py_series[0].hashes == all_series[0].hashes
+    # The same config and the same shares give the same replicas whoever computes (roster
+    # order is rank order). Shares follow measured speeds (protocol v2), so the two groups
+    # commit the same shares only when their timings agree; otherwise there is nothing to
+    # compare (None), and identity across implementations rests on the traces and the
+    # browser tests' replays of the shares a run committed.
+    same_shares = py_series[0].shares == all_series[0].shares
+    python_only["same_shares_as_mixed"] = same_shares
+    python_only["same_hashes_as_mixed"] = (
+        py_series[0].hashes == all_series[0].hashes if same_shares else None
+    )
     by_backend: dict[str, dict[str, Any]] = {}
     for p in mixed["peers"]:
         by_backend.setdefault(p["backend"], p)
