@@ -467,3 +467,45 @@ def test_a_step_that_never_completes_ends_the_run_after_256_rounds() -> None:
             break
     outcome = finished(out)
     assert outcome.reason == "error" and "failed 256 times" in outcome.message
+
+
+# -- protocol v2: pieces a roster with shares does not allow ---------------------------------
+
+SHARES = (8, 0, 4)  # B follows without computing: its chunk is empty, it contributes nothing
+
+
+def _c_in_roster_with_b_at_zero() -> Script:
+    s = Script("t", "C follows A; B's share is 0", C)
+    follow(s, A, (B,), config(2))
+    s.at(1.0)
+    s.send(A, roster_msg(1, 0, ABC, SHARES))
+    return s
+
+
+def test_a_contribution_from_a_share_of_zero_is_refused() -> None:
+    s = _c_in_roster_with_b_at_zero()
+    forged = contributions(0, 1, 0, SHARES)[2]  # well-formed bytes for C's chunk
+    out = s.frames(B, FrameKind.CONTRIBUTION, forged, 1, 0, 2)
+    assert [(p, e.code) for p, e in errors(out)] == [(B, "bad-frame")], out
+    assert "from a share of 0" in errors(out)[0][1].message
+    assert any(isinstance(f, fx.Close) and f.peer == B for f in out)
+
+
+def test_a_piece_for_an_empty_chunk_is_refused() -> None:
+    s = _c_in_roster_with_b_at_zero()
+    out = s.frames(A, FrameKind.REDUCED, reduced(1, 0, SHARES, 0)[:257], 1, 0, 1)
+    assert [(p, e.code) for p, e in errors(out)] == [(A, "bad-frame")], out
+    assert "empty chunk 1" in errors(out)[0][1].message
+
+
+def test_a_share_of_zero_computes_only_the_probe_and_sends_nothing() -> None:
+    s = Script("t", "B follows A with C at share 0", B)
+    follow(s, A, (C,), config(2))
+    s.at(1.0)
+    out = s.send(A, roster_msg(1, 0, ABC, SHARES))
+    assert [f for f in out if isinstance(f, fx.Compute)] == [fx.Compute(1, 0, 1, SHARES)]
+    out = s.compute(1, 0, ABC, SHARES, seq_s=2.0)
+    assert not [f for f in out if isinstance(f, fx.SendPayload)], out
+    a = s.machine.store.get((1, 0))
+    assert a is not None and not a.contributes and not a.owns_chunk
+    assert a.missing_from() == {A, C}, "it waits only for the two reduced chunks"
