@@ -48,11 +48,6 @@ def allot(speeds: Sequence[float], global_batch: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def equal(n: int, lane_size: int) -> tuple[int, ...]:
-    """Version 1's work as shares: every one of ``n`` peers computes one lane."""
-    return (lane_size,) * n
-
-
 def offsets(shares: Sequence[int]) -> tuple[int, ...]:
     """Cumulative shares ``c[0..N]``: peer ``k`` computes positions ``[c[k], c[k + 1])``."""
     out = [0]

@@ -43,11 +43,6 @@ export function allot(speeds, globalBatch) {
   return out;
 }
 
-/** Version 1's work as shares: every one of `n` peers computes one lane. */
-export function equal(n, laneSize) {
-  return new Array(n).fill(laneSize);
-}
-
 /** Cumulative shares c[0..N]: peer k computes positions [c[k], c[k + 1]). */
 export function offsets(shares) {
   const out = [0];
