@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -42,24 +41,15 @@ pytest.register_assert_rewrite(
     "tab_helpers",
 )
 
+from daisychain.harness import netns  # noqa: E402
 from pyast import parse_without_collector  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
-NETNS_ADDRESS = "10.231.0.1"
-
-_SETUP = (
-    ["ip", "link", "set", "lo", "up"],
-    ["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
-    ["ip", "addr", "add", f"{NETNS_ADDRESS}/24", "dev", "v0"],
-    ["ip", "link", "set", "v0", "up"],
-    ["ip", "link", "set", "v1", "up"],
-    ["ip", "route", "add", "default", "dev", "v0"],
-)
 
 
 def _enter_namespace() -> str | None:
     """Move this process into a private network namespace; None on success, else why not."""
-    if os.environ.get("DAISYCHAIN_NETNS") == "1":
+    if os.environ.get(netns.INSIDE) == "1":
         return None  # already inside one (a parent test run set it up)
     if not sys.platform.startswith("linux"):
         return "mesh tests need Linux network namespaces"
@@ -70,12 +60,11 @@ def _enter_namespace() -> str | None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWNET) != 0:
         return f"unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}"
-    for cmd in _SETUP:
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            return f"`{' '.join(cmd)}` failed in the namespace: {done.stderr.strip()}"
+    failed = netns.set_up()
+    if failed is not None:
+        return failed
     # Child processes (subprocess peers) inherit the namespace; tell them it is ready.
-    os.environ["DAISYCHAIN_NETNS"] = "1"
+    os.environ[netns.INSIDE] = "1"
     return None
 
 

@@ -67,9 +67,12 @@ async def signaling_server(**changes: Any) -> AsyncIterator[str]:
 
 
 def lead_config(steps: int = 30, **changes: Any) -> LeadConfig:
+    """The tests' run. Equal shares unless a test asks for ``shares_by="speed"``: by speed, a
+    peer measured slower on a busy 2-core machine can get a share of 0 and then sends nothing,
+    so a fault planted in its contribution, or its data reads, would never happen."""
     base: dict[str, Any] = {
         "preset": "tiny", "steps": steps, "lr": 3e-3, "seed": 7, "batch": TEST_BATCH,
-        "seq_len": TEST_SEQ, "min_peers": 3,
+        "seq_len": TEST_SEQ, "min_peers": 3, "shares_by": "equal",
     }  # fmt: skip
     base.update(changes)
     return LeadConfig(**base)

@@ -175,11 +175,13 @@ async def test_a_tab_that_cannot_read_its_windows_leaves_the_run_cleanly(
     """The source goes away under a running tab (its fetches of /data are refused from step 3
     on): the tab trains on what it prefetched, then cannot read its next batch, says why and
     leaves the run instead of training on other text; every step it applied has the leader's
-    hash."""
+    hash. Equal shares: by speed, the CPU tab can be slow enough to get none, and a peer that
+    computes nothing reads no windows (it follows, correctly, to the end)."""
     async with fineweb_server(shard_root) as (url, _stub), chromium(webgpu=False) as browser:
         tab = await open_tab(browser, url, "name=cpu-tab")
         tab.allowed.append(re.compile("ERR_CONNECTION_REFUSED|Failed to fetch"))
-        lead = await start(url, "py-lead", url, lead_config(200, min_peers=2, data=DATA))
+        config = lead_config(200, min_peers=2, data=DATA, shares_by="equal")
+        lead = await start(url, "py-lead", url, config)
         try:
             await wait_tabs([tab], lambda s: len(s[0]["records"]) >= 3, 120, "three steps")
             await tab.page.context.route(

@@ -103,7 +103,9 @@ async def test_mixed_mesh_webgpu_tab_cpu_tab_and_python_peer_match_an_all_python
     ):
         gpu = await open_tab(gpu_browser, url, "name=gpu-tab&backend=webgpu-dp4a")
         cpu = await open_tab(cpu_browser, url, "name=cpu-tab")
-        lead = await start_peer(url, "py-lead", lead=lead_config(steps, min_peers=3))
+        lead = await start_peer(
+            url, "py-lead", lead=lead_config(steps, min_peers=3, shares_by="speed")
+        )
         outcomes = await finish([lead], 400)
         assert outcomes[0].reason == "done", outcomes
         reference = await replayed(lead)

@@ -150,6 +150,7 @@ def run_config(data: str) -> messages.Config:
         model=messages.ModelSpec(tok.vocab_size, 64, 2, 4, 16, 1, 4),
         optim=messages.OptimSpec(3e-3, 0, 0.1, 1.0), steps=3, seed=7, data=data,
         tokenizer_sha256=tok.sha256, resume_step=0, resume_hash=None, global_batch=4,
+        shares_by="speed",
     )  # fmt: skip
 
 

@@ -102,7 +102,7 @@ test('runconfig data rule: a FineWeb-Edu run is accepted only where its revision
     type: 'config', run: '0123456789abcdef', preset: 'tiny',
     model: { vocab_size: 64, width: 64, layers: 2, heads: 4, seq_len: 16, batch: 1, mlp_mult: 4 },
     optim: { lr: 0.003, warmup_steps: 0, weight_decay: 0.1, clip: 1.0 }, steps: 3, seed: 7,
-    data, tokenizer_sha256: 'ab'.repeat(32), resume_step: 0, resume_hash: null, global_batch: 1,
+    data, tokenizer_sha256: 'ab'.repeat(32), resume_step: 0, resume_hash: null, global_batch: 1, shares_by: 'speed',
   }));
   const args = { tokenizerSha256: 'ab'.repeat(32), vocabSize: 64 };
   assert.equal(runconfig.parse(cfg, { ...args, dataSources: ['builtin', data] }).message.data, data);

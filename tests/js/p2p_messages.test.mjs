@@ -131,6 +131,12 @@ function v2Texts() {
     config({ global_batch: '12' })];
   texts.push(config({}).replace('"type"', '"global_batch":12.0,"type"'));
   texts.push(config({}).replace('"type"', '"global_batch":1e1,"type"'));
+  for (const by of ['speed', 'equal', 'Speed', 'fastest', '', 1, null, true, ['speed']]) {
+    texts.push(config({ global_batch: 12, shares_by: by }));
+  }
+  const noShares = { ...cfg, global_batch: 12 };
+  delete noShares.shares_by;
+  texts.push(JSON.stringify(noShares));
   for (const seq of [0, 0.0125, 1e6, 1000000.5, -0.0, -1e-9, 3, true, null, '1', [1]]) {
     texts.push(ready({ seq_s: seq }), hashMsg({ seq_s: seq }));
   }

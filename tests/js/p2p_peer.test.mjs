@@ -224,11 +224,13 @@ test('leadConfig builds the config node.py builds (warm-up capped, AdamW default
     tokenizerSha256: TOKENIZER }), /unknown preset "huge"/);
   // Protocol v2: global_batch (last, as Python declares it) defaults to batch x max(1, minPeers),
   // node.py's rule; the page's form passes its own (per device x the devices ready at Start).
-  assert.ok(text.endsWith('"resume_step":0,"resume_hash":null,"global_batch":1,"type":"config"}'), text);
+  assert.ok(text.endsWith('"resume_step":0,"resume_hash":null,"global_batch":1,' +
+    '"shares_by":"speed","type":"config"}'), text);
   const base = { preset: 'tiny', steps: 5, vocabSize: 2048, tokenizerSha256: TOKENIZER };
   assert.equal(leadConfig({ ...base, batch: 4, minPeers: 3 }).global_batch, 12);
   assert.equal(leadConfig({ ...base, minPeers: 0 }).global_batch, 4, "tiny's batch x 1");
   assert.equal(leadConfig({ ...base, batch: 4, minPeers: 3, globalBatch: 5 }).global_batch, 5);
+  assert.equal(leadConfig({ ...base, sharesBy: 'equal' }).shares_by, 'equal');
 });
 
 test('lead refuses a run this device could not train, with the rule and a hint', async () => {

@@ -278,6 +278,7 @@ const BASE = {
   model: { vocab_size: 64, width: 16, layers: 1, heads: 1, seq_len: 4, batch: 1, mlp_mult: 1 },
   optim: { lr: 0.003, warmup_steps: 0, weight_decay: 0.0, clip: 1.0 },
   steps: 3, seed: 7, data: 'builtin', tokenizer_sha256: TOKENIZER, resume_step: 0, global_batch: 4,
+  shares_by: 'speed',
 };
 const model = (m) => ({ model: { ...BASE.model, ...m } });
 const optim = (o) => ({ optim: { ...BASE.optim, ...o } });

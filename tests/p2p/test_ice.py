@@ -62,6 +62,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiortc import RTCIceTransportPolicy, RTCPeerConnection
 
+from daisychain.harness import netns
 from daisychain.p2p import signaling
 from daisychain.p2p.mesh import ChannelMessage, Mesh, MeshError
 from daisychain.p2p.versions import SIGNALING_VERSION
@@ -471,7 +472,7 @@ needs_turnserver = pytest.mark.skipif(
     reason="turnserver (Debian's coturn) is not installed: apt-get install -y coturn",
 )
 
-NETNS_ADDRESS = "10.231.0.1"  # conftest.py's veth address: the only one coturn touches
+NETNS_ADDRESS = netns.NETNS_ADDRESS  # conftest.py's veth address: the only one coturn touches
 TURN_PORT = 3478
 TURN_URL = f"turn:{NETNS_ADDRESS}:{TURN_PORT}?transport=udp"
 REALM = "daisychain-test"

@@ -38,7 +38,7 @@ def config(
     fields: dict[str, Any] = dict(
         run=RUN, preset=None, model=messages.ModelSpec(**spec), optim=messages.OptimSpec(**opt),
         steps=30, seed=7, data="builtin", tokenizer_sha256=SHA, resume_step=0, resume_hash=None,
-        global_batch=8,
+        global_batch=8, shares_by="speed",
     )  # fmt: skip
     fields.update(top)
     return messages.Config(**fields)

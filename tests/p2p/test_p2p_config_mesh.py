@@ -37,7 +37,7 @@ def hostile_config(**model: int) -> messages.Config:
     return messages.Config(
         run="feedfacecafebeef", preset=None, model=messages.ModelSpec(**spec),
         optim=messages.OptimSpec(3e-3, 0, 0.1, 1.0), steps=30, seed=7, data="builtin",
-        tokenizer_sha256=sha, resume_step=0, resume_hash=None, global_batch=2,
+        tokenizer_sha256=sha, resume_step=0, resume_hash=None, global_batch=2, shares_by="speed",
     )  # fmt: skip
 
 

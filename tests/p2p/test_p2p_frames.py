@@ -161,6 +161,7 @@ def test_every_message_roundtrips() -> None:
             0,
             None,
             16,
+            "equal",
         ),
         messages.Ready(RUN, 0, HASH, ["a", "b"], 0.25),
         messages.SyncRequest(RUN),

@@ -198,6 +198,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from daisychain.demo import only_candidate
     from daisychain.harness import mesh_browser as browser
+    from daisychain.harness import netns
 
     kinds = browser.parse_tabs(args.tabs) if args.tabs else []
     if args.py_followers < 0:
@@ -214,7 +215,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if skipped is not None:
         result["browser"] = {"skipped": skipped}
     elif kinds:
-        with only_candidate(browser.NETNS_ADDRESS):
+        with only_candidate(netns.NETNS_ADDRESS):
             result["browser"] = asyncio.run(browser.run(args, kinds))
     result["notes"] = (
         "exchange_s is from the end of this peer's compute to applying the step: it includes "

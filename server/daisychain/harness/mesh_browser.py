@@ -36,19 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from daisychain.harness import netns
 from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 
-NETNS_ADDRESS = "10.231.0.1"
 # The tab kinds: (Chromium with WebGPU?, the page's ?backend=).
 TAB_KINDS = {"webgpu": (True, "webgpu-dp4a"), "cpu": (False, "js-cpu")}
-_NETNS_SETUP = (
-    ["ip", "link", "set", "lo", "up"],
-    ["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
-    ["ip", "addr", "add", f"{NETNS_ADDRESS}/24", "dev", "v0"],
-    ["ip", "link", "set", "v0", "up"],
-    ["ip", "link", "set", "v1", "up"],
-    ["ip", "route", "add", "default", "dev", "v0"],
-)
 _INNER = "DAISYCHAIN_BENCH_NETNS"  # set for the re-run inside the namespace
 
 # The page's peer records and outcome, as JSON.
@@ -82,7 +74,7 @@ def why_not_here() -> str | None:
         import playwright.async_api  # noqa: F401
     except ImportError:
         return "the playwright package is missing: pip install -e '.[test]'"
-    if os.environ.get("DAISYCHAIN_NETNS") == "1":
+    if os.environ.get(netns.INSIDE) == "1":
         return None
     if not sys.platform.startswith("linux"):
         return "browser peers need a Linux network namespace (Chromium has no loopback candidate)"
@@ -106,15 +98,14 @@ def in_namespace(argv: list[str]) -> dict[str, Any]:
 
 def set_up_namespace() -> None:
     """Inside the fresh namespace (the re-run): loopback and a veth address for ICE."""
-    for cmd in _NETNS_SETUP:
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"`{' '.join(cmd)}` failed in the namespace: {done.stderr.strip()}")
-    os.environ["DAISYCHAIN_NETNS"] = "1"
+    failed = netns.set_up()
+    if failed is not None:
+        raise SystemExit(failed)
+    os.environ[netns.INSIDE] = "1"
 
 
 def needs_reexec() -> bool:
-    return os.environ.get("DAISYCHAIN_NETNS") != "1" and os.environ.get(_INNER) != "1"
+    return os.environ.get(netns.INSIDE) != "1" and os.environ.get(_INNER) != "1"
 
 
 @dataclass

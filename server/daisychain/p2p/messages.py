@@ -38,6 +38,8 @@ ErrorCode = Literal[
     "incompatible",
 ]
 ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
+SharesBy = Literal["speed", "equal"]  # config.shares_by (docs/PROTOCOL.md, "Gradient chunks")
+SHARES_BY: tuple[str, ...] = get_args(SharesBy)
 
 
 class MessageError(ValueError):
@@ -102,6 +104,9 @@ class Config:
     resume_step: int
     resume_hash: str | None
     global_batch: int  # sequences per step, shared out by the roster (docs/PROTOCOL.md)
+    # How every leader of the run splits them: "speed" (by measured seconds per sequence) or
+    # "equal" (the same count each, so the hashes depend on the config and the rosters alone).
+    shares_by: SharesBy
     type: Literal["config"] = "config"
 
 
@@ -328,6 +333,7 @@ def parse(raw: str) -> Message:
             resume_step=resume_step,
             resume_hash=resume_hash,
             global_batch=f.integer("global_batch", 0, U32_MAX),
+            shares_by=cast(SharesBy, f.choice("shares_by", SHARES_BY)),
         )
     if kind == "ready":
         return Ready(

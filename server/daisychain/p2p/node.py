@@ -326,6 +326,7 @@ class Node:
                 if lead.global_batch is None
                 else lead.global_batch
             ),
+            shares_by=lead.shares_by,
         )
 
     # -- compute, records, saves ----------------------------------------------------------------

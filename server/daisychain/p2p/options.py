@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.p2p.machine.settings import Timers
+from daisychain.p2p.messages import SharesBy
 
 __all__ = ["Compute", "LeadConfig", "Timers"]
 
@@ -28,6 +29,8 @@ class LeadConfig:
     # Sequences per step, shared out by capacity (config.global_batch); None: the batch per
     # device times min_peers (what min_peers equal devices computed in protocol version 1).
     global_batch: int | None = None
+    # config.shares_by: "speed" (faster peers compute more) or "equal" (reproducible hashes)
+    shares_by: SharesBy = "speed"
     resume: str | None = None  # checkpoint file to restore the group from
     # config.data: "builtin", or "fineweb@REV" (FineWeb-Edu at the server's revision REV)
     data: str = "builtin"

@@ -97,6 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sequences per step for the whole group, shared out by measured speed "
         "(default: --batch x --min-peers)",
     )  # fmt: skip
+    lead.add_argument(
+        "--shares-by", choices=("speed", "equal"), default="speed",
+        help="how the global batch is split: by each device's measured speed (faster devices "
+        "compute more), or equally (the hashes then follow from the config alone)",
+    )  # fmt: skip
     lead.add_argument("--seq-len", type=int, help="context length")
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
@@ -219,7 +224,7 @@ async def _main(args: argparse.Namespace) -> int:
         lead = LeadConfig(
             preset=args.preset, steps=args.steps, lr=args.lr, warmup=args.warmup, seed=args.seed,
             batch=args.batch, seq_len=args.seq_len, min_peers=args.min_peers, resume=args.resume,
-            global_batch=args.global_batch,
+            global_batch=args.global_batch, shares_by=args.shares_by,
             data=feed.data_name if feed is not None and args.data == "fineweb" else "builtin",
         )  # fmt: skip
     node = Node(

@@ -313,7 +313,7 @@ def _valid_messages() -> dict[str, dict[str, Any]]:
     optim = {"lr": 0.003, "warmup_steps": 3, "weight_decay": 0.1, "clip": 1.0}
     config = {"type": "config", "run": RUN, "preset": "tiny", "model": model, "optim": optim,
               "steps": 30, "seed": 7, "data": "builtin", "tokenizer_sha256": HASH_B,
-              "resume_step": 0, "global_batch": 16}  # fmt: skip
+              "resume_step": 0, "global_batch": 16, "shares_by": "speed"}  # fmt: skip
     return {
         "hello": {"type": "hello", "version": DATA_PROTOCOL_VERSION, "contract": CONTRACT_VERSION,
                   "name": "Ada"},
@@ -486,6 +486,8 @@ def _message_texts() -> list[tuple[str, str]]:
         ("hash-seq-s-huge", _dumps(_with(hs, seq_s=1e7))),
         ("config-global-batch-missing", _dumps(_with(cfg, global_batch=_DROP))),
         ("config-global-batch-float", _dumps(_with(cfg, global_batch=16.5))),
+        ("config-shares-by-unknown", _dumps(_with(cfg, shares_by="fastest"))),
+        ("config-shares-by-missing", _dumps(_with(cfg, shares_by=_DROP))),
         ("roster-shares-missing", _dumps(_with(ro, shares=_DROP))),
         ("roster-shares-short", _dumps(_with(ro, shares=[16]))),
         ("roster-shares-negative", _dumps(_with(ro, shares=[17, -1]))),

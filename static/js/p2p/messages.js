@@ -38,6 +38,8 @@ export const ERROR_CODES = Object.freeze([
   'wrong-run', 'incompatible',
 ]);
 export const STOP_REASONS = Object.freeze(['done', 'fork', 'error', 'leader-request']);
+// config.shares_by: split the global batch by measured speed, or equally (docs/PROTOCOL.md).
+export const SHARES_BY = Object.freeze(['speed', 'equal']);
 export const PIECES = Object.freeze(['contribution', 'reduced']);
 export const MODEL_FIELDS = Object.freeze(
   ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
@@ -50,7 +52,7 @@ export const DECLARATIONS = Object.freeze({
   config: [['run', 'str'], ['preset', 'str?'], ['model', MODEL_FIELDS.map((f) => [f, 'int'])],
     ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
     ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?'],
-    ['global_batch', 'int']],
+    ['global_batch', 'int'], ['shares_by', 'str']],
   ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids'], ['seq_s', 'float']],
   'sync-request': [['run', 'str']],
   roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids'], ['shares', 'ints']],
@@ -216,6 +218,7 @@ export function parse(raw) {
       data: f.text('data', 64), tokenizer_sha256: f.hash('tokenizer_sha256'),
       resume_step: resumeStep, resume_hash: resumeHash,
       global_batch: f.integer('global_batch', 0, U32_MAX),
+      shares_by: f.choice('shares_by', SHARES_BY),
     });
   }
   if (kind === 'ready') {

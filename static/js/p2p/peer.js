@@ -68,7 +68,7 @@ function runId() {
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
  */
 export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
-  data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1 }) {
+  data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1, sharesBy = 'speed' }) {
   const p = PRESETS[preset];
   if (p === undefined) {
     throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
@@ -89,6 +89,7 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
     resume_step: 0,
     resume_hash: null,
     global_batch: globalBatch ?? (batch ?? p.batch) * Math.max(1, minPeers),
+    shares_by: sharesBy,
   });
 }
 
@@ -98,7 +99,7 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
  * checkpoint's model, optimizer and seed, resume_step/resume_hash of its state).
  */
 export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', globalBatch,
-  minPeers = 1 }) {
+  minPeers = 1, sharesBy = 'speed' }) {
   const m = ck.model;
   const step = ck.state.step;
   return message('config', {
@@ -117,6 +118,7 @@ export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', glo
     resume_step: step,
     resume_hash: step > 0 ? ck.weightHash : null,
     global_batch: globalBatch ?? m.batch * Math.max(1, minPeers),
+    shares_by: sharesBy,
   });
 }
 
@@ -338,7 +340,8 @@ export class BrowserPeer extends EventTarget {
   // -- the user's requests --------------------------------------------------------------------
 
   /**
-   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, globalBatch?, minPeers}. Rejects with an
+   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, globalBatch?, sharesBy?,
+   * minPeers}. Rejects with an
    * Incompatible (message, hint) when this peer could not train it itself.
    */
   async lead({ minPeers = 2, ...choices }) {

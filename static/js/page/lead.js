@@ -60,6 +60,9 @@ export function mount(root, page) {
         field('Sequences per device per step', num('batch', { min: 1, placeholder: 'the preset’s' })),
         field('Sequences per step, whole group', num('global_batch', { min: 1,
           placeholder: 'per device × devices here' })),
+        field('Share the work', h('select', { name: 'shares_by' },
+          h('option', { value: 'speed', text: 'by each device’s speed' }),
+          h('option', { value: 'equal', text: 'equally (reproducible hashes)' }))),
         field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
         field('Learning rate', h('input', { name: 'lr', type: 'number', inputmode: 'decimal', step: 'any',
           min: 0, max: 1, value: 0.003 })),
@@ -107,7 +110,7 @@ export function mount(root, page) {
     } else if (inRun && peer.isLeader) {
       const c = peer.config;
       standing.textContent = `You lead this run: ${c.preset ?? 'custom'}, ${c.steps} steps, ` +
-        `${c.global_batch} sequences per step shared by speed` +
+        `${c.global_batch} sequences per step shared ${c.shares_by === 'speed' ? 'by speed' : 'equally'}` +
         `${phase === 'configured' ? ' (waiting for the devices to get ready)' : ''}.`;
     } else if (inRun) {
       const leader = peer.leader;
@@ -130,6 +133,7 @@ export function mount(root, page) {
       preset: f.get('preset'), steps: n('steps'), batch: n('batch'), seqLen: n('seq_len'),
       lr: n('lr'), warmup: n('warmup'), seed: n('seed'), minPeers: n('min_peers'),
       globalBatch: n('global_batch') ?? defaultGlobalBatch(peer, f.get('preset'), n('batch')),
+      sharesBy: f.get('shares_by') ?? 'speed',
     };
     if (f.get('data') !== 'builtin') choices.data = f.get('data');
     try {

@@ -547,8 +547,9 @@ class Machine:
         assert self.config is not None
         if rnd >= MAX_ROUNDS:
             raise self._stop("error", f"step {step} failed {MAX_ROUNDS} times")
-        # Faster peers take more of the step's sequences, so that everyone finishes together.
-        speeds = self.leadership.speeds
+        # Faster peers take more of the step's sequences, so that everyone finishes together;
+        # "equal" splits as if no one were measured (allot's equal weights).
+        speeds = self.leadership.speeds if self.config.shares_by == "speed" else {}
         split = shares.allot([speeds.get(p, 0.0) for p in peers], self.config.global_batch)
         self._broadcast(messages.Roster(self.config.run, step, rnd, list(peers), list(split)))
         log.info("%s: roster step %d round %d: %s", self.id, step, rnd,

@@ -96,8 +96,11 @@ def follow(s: Script, leader: str, others: tuple[str, ...], cfg: messages.Config
     assert sent(out, messages.Ready), out
 
 
-def lead_run(s: Script, followers: tuple[str, ...], steps: int = 3, min_peers: int = 3) -> None:
-    s.feed(ev.UserLead(s.now, config(steps), min_peers))
+def lead_run(
+    s: Script, followers: tuple[str, ...], steps: int = 3, min_peers: int = 3,
+    shares_by: messages.SharesBy = "speed",
+) -> None:  # fmt: skip
+    s.feed(ev.UserLead(s.now, config(steps, shares_by=shares_by), min_peers))
     s.connect(*followers)
     s.at(s.now + 1.0)
     for p in followers:
@@ -687,6 +690,26 @@ def leader_weighted_shares() -> Script:
     return s
 
 
+def leader_equal_shares() -> Script:
+    s = Script("leader-equal-shares", "A leads B and C with config.shares_by \"equal\": the "
+               "speeds they report (C twenty times slower) change nothing, every roster "
+               "commits 4, 4, 4.", A, state=fresh_state())  # fmt: skip
+    lead_run(s, (B, C), steps=2, shares_by="equal")
+    digest = INIT
+    s.at(s.now + 1.0)
+    before, digest = digest, s.exchange(1, 0, ABC, (4, 4, 4), seq_s=0.1)
+    assert digest == honest_hash(before, 1, 0, (4, 4, 4))
+    out = s.hashes(1, 0, ABC, digest, speeds={B: 0.1, C: 2.0})
+    assert shares_in(out) == [(2, 0, list(ABC), [4, 4, 4])], out
+    s.at(s.now + 1.0)
+    before, digest = digest, s.exchange(2, 0, ABC, (4, 4, 4), seq_s=0.1)
+    out = s.hashes(2, 0, ABC, digest, speeds={B: 0.1, C: 2.0})
+    stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
+    assert stops(out) == [(B, stop), (C, stop)], out
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
 def follower_share_zero() -> Script:
     s = Script("follower-share-zero", "B follows A with C; roster 2 gives B no sequences "
                "(shares 8, 0, 4): B computes only the kernel probe (its compute-done has no "
@@ -803,6 +826,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "contract-mismatch": contract_mismatch,
     "compute-failed": compute_failed,
     "leader-weighted-shares": leader_weighted_shares,
+    "leader-equal-shares": leader_equal_shares,
     "follower-share-zero": follower_share_zero,
     "roster-bad-shares": roster_bad_shares,
     "weighted-join-and-loss": weighted_join_and_loss,

@@ -65,13 +65,16 @@ def roster_msg(
     return messages.Roster(run, step, rnd, list(peers), list(of or split(len(peers))))
 
 
-def config(steps: int = 3, resume: tuple[int, str] | None = None, **model: int) -> messages.Config:
+def config(
+    steps: int = 3, resume: tuple[int, str] | None = None, shares_by: messages.SharesBy = "speed",
+    **model: int,
+) -> messages.Config:  # fmt: skip
     spec = MODEL if not model else messages.ModelSpec(**{**MODEL.__dict__, **model})
     return messages.Config(
         run=RUN, preset=None, model=spec, optim=messages.OptimSpec(0.003, 0, 0.0, 1.0),
         steps=steps, seed=SEED, data="builtin", tokenizer_sha256=TOKENIZER,
         resume_step=resume[0] if resume else 0, resume_hash=resume[1] if resume else None,
-        global_batch=GLOBAL_BATCH,
+        global_batch=GLOBAL_BATCH, shares_by=shares_by,
     )  # fmt: skip
 
 

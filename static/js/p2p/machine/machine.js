@@ -41,7 +41,7 @@ const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
 /** Two parsed `config` records describe the same run (Python's dataclass ==). */
 export function sameConfig(a, b) {
   const keys = ['run', 'preset', 'steps', 'seed', 'data', 'tokenizer_sha256', 'resume_step',
-    'resume_hash', 'global_batch'];
+    'resume_hash', 'global_batch', 'shares_by'];
   return keys.every((k) => a[k] === b[k]) &&
     Object.keys(a.model).every((k) => a.model[k] === b.model[k]) &&
     Object.keys(a.optim).every((k) => a.optim[k] === b.optim[k]);
@@ -673,8 +673,9 @@ export class Machine {
 
   async commit(step, round, peers) {
     if (round >= MAX_ROUNDS) throw this.stop('error', `step ${step} failed ${MAX_ROUNDS} times`);
-    // Faster peers take more of the step's sequences, so that everyone finishes together.
-    const speeds = this.leadership.speeds;
+    // Faster peers take more of the step's sequences, so that everyone finishes together;
+    // "equal" splits as if no one were measured (allot's equal weights).
+    const speeds = this.config.shares_by === 'speed' ? this.leadership.speeds : new Map();
     const split = allot(peers.map((p) => speeds.get(p) ?? 0.0), this.config.global_batch);
     this.broadcast(message('roster', {
       run: this.config.run, step, round, peers: [...peers], shares: [...split],
