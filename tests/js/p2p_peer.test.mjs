@@ -288,11 +288,15 @@ test("a user's export is named by the step its bytes hold, not the step the page
 });
 
 test('seconds per sequence: the first measurement, then an average with the newest weighted 1/2; a share of 0 keeps it', () => {
-  const shell = { seqS: 0 };
+  const shell = { seqS: 0, exchangeWorkS: 0 };
   const measured = (r) => BrowserPeer.prototype.measured.call(shell, r);
   assert.equal(measured({ count: 0, gradMs: 0 }), 0, 'never measured: 0');
   assert.equal(measured({ count: 4, gradMs: 400 }), 0.1);
   assert.equal(measured({ count: 2, gradMs: 600 }), (0.1 + 0.3) / 2);
   assert.equal(measured({ count: 0, gradMs: 5 }), 0.2, 'a share of 0 measures nothing: the last value stays');
   assert.equal(measured({ count: 1, gradMs: 100 }), (0.2 + 0.1) / 2);
+  // The exchange's work of the last contributing step counts too, over the share.
+  shell.seqS = 0;
+  shell.exchangeWorkS = 0.4;
+  assert.equal(measured({ count: 4, gradMs: 400 }), (0.4 + 0.4) / 4);
 });

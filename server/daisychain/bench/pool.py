@@ -227,11 +227,13 @@ def _summary(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> dic
     for log in logs:
         compute = statistics.mean(float(log.steps[s][1]["compute_s"]) for s in measured)
         exchange = statistics.mean(float(log.steps[s][1]["exchange_s"]) for s in measured)
+        work = statistics.mean(float(log.steps[s][1]["exchange_work_s"]) for s in measured)
         share = statistics.mean(int(log.steps[s][1]["share"]) for s in measured)
         peers.append({
             "name": log.name, "cores": log.cores, "share": round(share, 2),
             "compute_s": round(compute, 4),
             "exchange_s": round(exchange, 4),
+            "exchange_work_s": round(work, 4),
             "not_computing_share": round(1 - compute / seconds, 3),
             "bytes_sent_per_step": round(
                 statistics.mean(int(log.steps[s][1]["bytes_sent"]) for s in measured)),

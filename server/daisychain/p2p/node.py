@@ -45,6 +45,7 @@ from daisychain.p2p.mesh import (
     SignalingLost,
 )
 from daisychain.p2p.options import Compute, LeadConfig
+from daisychain.p2p.pace import Pace
 from daisychain.p2p.replica import ModelReplica
 from daisychain.p2p.run import RunPhase
 from daisychain.p2p.runconfig import Limits
@@ -69,7 +70,8 @@ class StepRecord:
     share: int  # this peer's (0: it followed without computing)
     tokens: int  # the whole group's this step (global batch x sequence length)
     compute_s: float
-    exchange_s: float
+    exchange_s: float  # wall seconds from our gradients' end to the apply (waiting included)
+    exchange_work_s: float  # of those, this process's own work (p2p/pace.py; 0: share 0)
     bytes_sent: int
     leader: str
     probe: str
@@ -142,9 +144,9 @@ class Node:
         self._computed_at: dict[tuple[int, int], float] = {}
         self._bytes: dict[tuple[int, int], int] = {}
         self.bytes_sent = 0
-        # Seconds per sequence of this peer's gradients (exponential average, the newest step
-        # weighted 1/2): what the leader shares the step's sequences by. 0: never measured.
-        self.seq_s = 0.0
+        # Seconds per sequence of this peer's steps, exchange work included (p2p/pace.py): what
+        # the leader shares the step's sequences by.
+        self.pace = Pace()
 
     # -- what the CLI, the demo and the tests look at -------------------------------------------
 
@@ -345,17 +347,17 @@ class Node:
         probe = self.compute.probe
         Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
-        def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float]:
-            t0 = time.perf_counter()
+        def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float, float]:
+            t0, c0 = time.perf_counter(), time.process_time()
             loss, flat = training.mean_gradient(state, rows, count)
-            seconds = time.perf_counter() - t0
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             probe_hash = probe()
             payloads = tuple(
                 b"" if flat is None or sl.start == sl.stop else codec.encode(flat[sl])[0]
                 for sl in (allreduce.chunk_slice(total_blocks, c.shares, k)
                            for k in range(c.peers))
             )  # fmt: skip
-            return loss, payloads, probe_hash, seconds
+            return loss, payloads, probe_hash, seconds, cpu
 
         async def lane(piece: shares.Piece) -> Rows:
             if revision is None:
@@ -375,7 +377,7 @@ class Node:
                 self.inbox.put_nowait(lambda now: ev.UserLeave(now, reason))
                 return
             try:
-                loss, payloads, probe_hash, seconds = await asyncio.to_thread(compute, rows)
+                loss, payloads, probe_hash, seconds, cpu = await asyncio.to_thread(compute, rows)
             except Exception as exc:  # reported to the machine, which stops the run
                 error = repr(exc)
                 self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
@@ -383,10 +385,7 @@ class Node:
                 key = (c.step, c.round)
                 self._compute_s[key] = seconds
                 self._computed_at[key] = time.perf_counter()
-                if count:
-                    newest = seconds / count
-                    self.seq_s = newest if self.seq_s == 0 else (self.seq_s + newest) / 2
-                seq_s = self.seq_s
+                seq_s = self.pace.computed(key, count, seconds, cpu, time.process_time())
                 self.inbox.put_nowait(
                     lambda now: ev.ComputeDone(
                         now, c.step, c.round, loss, payloads, probe_hash, seq_s
@@ -411,6 +410,7 @@ class Node:
             shares=a.shares, share=a.shares[a.roster.index(self.id)] if self.id in a.roster else 0,
             tokens=sum(a.shares) * state.cfg.seq_len, compute_s=self._compute_s.pop(key, 0.0),
             exchange_s=time.perf_counter() - self._computed_at.pop(key, time.perf_counter()),
+            exchange_work_s=self.pace.applied(key, time.process_time()),
             bytes_sent=self._bytes.pop(key, 0), leader=a.leader, probe=a.probe,
             backend=a.backend,
         )  # fmt: skip

@@ -158,12 +158,16 @@ class Display:
             "peers": len(r.roster), "roster": list(r.roster), "tokens_per_s": round(tok_s, 1),
             "shares": list(r.shares), "share": r.share, "global_batch": sum(r.shares),
             "compute_s": round(r.compute_s, 4), "exchange_s": round(r.exchange_s, 4),
+            "exchange_work_s": round(r.exchange_work_s, 4),
+            "seq_s": round(self.node.pace.seq_s if self.node else 0.0, 5),
             "bytes_sent": r.bytes_sent, "leader": r.leader, "probe": r.probe,
             "backend": r.backend,
         })  # fmt: skip
         if not self.as_json:
+            # A share of 0 computed no loss: a 0 there would read as a perfect model.
+            loss = f"{r.loss:7.4f}" if r.share else "      -"
             print(
-                f"step {r.step:>6}  loss {r.loss:7.4f}  {tok_s:8.0f} tok/s  peers {len(r.roster)}"
+                f"step {r.step:>6}  loss {loss}  {tok_s:8.0f} tok/s  peers {len(r.roster)}"
                 f"  {work(r)}  hash {r.hash[:12]}  agree {agree[0]}/{agree[1]}"
                 f" (step {r.step - 1})",
                 file=sys.stderr, flush=True,

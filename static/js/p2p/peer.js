@@ -33,7 +33,8 @@
 // Events out (DetailEvent): `ready` {id} (the machine exists: the mesh was admitted), `phase`
 // {phase}, `step` {step, round, loss, hash, roster, shares (the roster's, in roster order),
 // share (this device's; 0: it followed without computing), probe, backend, leader, computeMs,
-// gradMs (the gradients alone), seqS (this device's smoothed seconds per sequence), computedOn,
+// gradMs (the gradients alone), seqS (this device's smoothed seconds per sequence, exchange
+// work included), exchangeWorkS (this step's: feeds from our gradients' end to the apply), computedOn,
 // gpuProducts, bytesSent, bytesReceived (both cumulative), computedAtMs, appliedAtMs
 // (performance.now() when our gradient was ready and when the step was applied)},
 // `finished` {outcome}, `error` {message, hint} (also console.warn), `save` {run, step, hash,
@@ -171,7 +172,12 @@ export class BrowserPeer extends EventTarget {
     this.records = [];
     this.errors = [];
     this.computed = new Map(); // step/round -> how our gradient was computed
-    this.seqS = 0; // smoothed seconds per sequence of our gradients (measured(); 0: never)
+    this.seqS = 0; // smoothed seconds per sequence of our steps (measured(); 0: never)
+    // The exchange's work on this page: milliseconds spent feeding the machine (decoding,
+    // reducing, the worker's apply); the transport itself runs in the browser, off this thread.
+    this.busyMs = 0;
+    this.feedT0 = null; // performance.now() when the feed in progress started
+    this.exchangeWorkS = 0; // smoothed seconds of it per contributing step (0: never)
     this.bytesSent = 0;
     this.bytesReceived = 0; // frames in, headers included (the mesh bench reads it)
     this.disposed = false;
@@ -482,7 +488,23 @@ export class BrowserPeer extends EventTarget {
     }, ms);
   }
 
+  /** Milliseconds this page has spent feeding the machine, the feed in progress included. */
+  busyNow() {
+    return this.busyMs + (this.feedT0 === null ? 0 : performance.now() - this.feedT0);
+  }
+
   async feed(event) {
+    const t0 = performance.now();
+    this.feedT0 = t0;
+    try {
+      await this.feedTimed(event);
+    } finally {
+      this.busyMs += performance.now() - t0;
+      this.feedT0 = null;
+    }
+  }
+
+  async feedTimed(event) {
     let effects;
     try {
       effects = await this.machine.handle(event);
@@ -566,13 +588,15 @@ export class BrowserPeer extends EventTarget {
   }
 
   /**
-   * Seconds per sequence of this device's gradients, smoothed (exponential average, the newest
-   * step weighted 1/2, as node.py): what the leader shares the step's sequences by. A step with
-   * a share of 0 measures nothing, so the last value stays (and is reported again). 0: never.
+   * Seconds per sequence of this device's steps, smoothed (exponential average, the newest step
+   * weighted 1/2, as p2p/pace.py): the gradients plus the exchange's work of the last
+   * contributing step (`exchangeWorkS`), over the share. What the leader shares the step's
+   * sequences by, so a device whose exchange is slow gets fewer. A step with a share of 0
+   * measures nothing, so the last value stays (and is reported again). 0: never.
    */
   measured(r) {
     if (r.count > 0) {
-      const newest = r.gradMs / 1000 / r.count;
+      const newest = (r.gradMs / 1000 + this.exchangeWorkS) / r.count;
       this.seqS = this.seqS === 0 ? newest : (this.seqS + newest) / 2;
     }
     return this.seqS;
@@ -588,7 +612,7 @@ export class BrowserPeer extends EventTarget {
       const seqS = this.measured(r);
       this.computed.set(`${c.step}/${c.round}`, { computeMs: r.ms, gradMs: r.gradMs,
         computedOn: r.backend, gpuProducts: r.products, computedAtMs: performance.now(),
-        seqS });
+        seqS, busyAtMs: r.count > 0 ? this.busyNow() : null });
       this.push((now) => E.computeDone(now, c.step, c.round, r.loss, r.payloads, r.probe, seqS));
     }, (exc) => {
       const text = `${exc.name ?? 'Error'}: ${exc.message}`;
@@ -600,12 +624,20 @@ export class BrowserPeer extends EventTarget {
 
   record(a) {
     const key = `${a.step}/${a.round}`;
+    const ours = this.computed.get(key);
+    // Our share's exchange work: the feeds from our gradients' end to this apply (waiting for
+    // the others' frames is not work, and runs no feed).
+    let exchangeWorkS = 0;
+    if (ours?.busyAtMs !== undefined && ours.busyAtMs !== null) {
+      exchangeWorkS = (this.busyNow() - ours.busyAtMs) / 1000;
+      this.exchangeWorkS = this.exchangeWorkS === 0 ? exchangeWorkS : (this.exchangeWorkS + exchangeWorkS) / 2;
+    }
     const r = {
       step: a.step, round: a.round, loss: a.loss, hash: a.hash, roster: [...a.roster],
       shares: [...a.shares], share: a.roster.includes(this.id) ? a.shares[a.roster.indexOf(this.id)] : 0,
       probe: a.probe, backend: a.backend, leader: a.leader,
       bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, appliedAtMs: performance.now(),
-      ...(this.computed.get(key) ?? {}),
+      ...(ours ?? {}), exchangeWorkS,
     };
     this.computed.delete(key);
     this.records.push(r);
