@@ -143,7 +143,15 @@ def test_bench_mesh_with_a_cpu_tab_reports_every_peer_and_the_python_only_group(
     proc = _bench_mesh("--steps", "3", "--batch", "1", "--seq-len", "32", "--raw-mb", "0.2",
                        "--tabs", "cpu")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    browser = json.loads(proc.stdout)["browser"]
+    report = json.loads(proc.stdout)
+    assert report["preset"] == "tiny"
+    cpu = report["cpu"]
+    assert {"quantize", "deflate", "dequantize", "reduce_3"} <= set(cpu["cpu_ms_per_mb"])
+    assert cpu["data_channel_ms_per_mb_per_side"] > 0
+    live = report["live"]
+    assert live["replicas_identical"] and live["group_goodput_mb_s"] > 0
+    assert live["group_vs_raw_goodput_ratio"] > 0
+    browser = report["browser"]
     assert browser["config"]["peers"] == 3 and browser["config"]["tabs"] == ["cpu"]
     mixed, python_only = browser["mixed"], browser["python_only"]
     assert [p["backend"] for p in mixed["peers"]] == ["numpy", "numpy", "js-cpu"]

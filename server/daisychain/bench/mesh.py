@@ -1,15 +1,19 @@
 """``daisychain bench mesh``: bytes on the wire, exchange goodput and the step time split.
 
-1. **Bytes per peer per step** at N = 2, 3, 4 with real `tiny` gradients (one batch per rank):
+1. **Bytes per peer per step** at N = 2, 3, 4 with real gradients of ``--preset`` (default
+   `tiny`; one batch per rank):
    the frames a peer sends in the quantized reduce-scatter + all-gather (28-byte headers and
    deflate included), against a float32 full mesh (every peer sends its whole float32
    gradient to every other peer, same framing). Also the relative error of the exchanged mean
    gradient against the float32 mean.
-2. **A live run**: a local server and N = 3 peers in this process over real aiortc channels:
-   compute and exchange seconds per step and the exchange goodput (bytes sent / exchange time),
-   against a raw aiortc channel measured in the same run (48 KiB messages, one direction).
+2. **The exchange's CPU per MB** (part ``cpu``, bench/exchange_cpu.py): quantize, framing and
+   CRC, deflate, reassembly, inflate, dequantize, reduce, and a raw aiortc channel, per side.
+3. **A live run**: a local server and N = 3 peers in this process over real aiortc channels
+   (equal shares): compute and exchange seconds per step and the exchange goodput (bytes sent /
+   exchange time), per peer and for the group (all bytes of a step over its exchange), against
+   a raw aiortc channel measured in the same run (48 KiB messages, one direction).
 
-3. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
+4. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
    real page join a Python-led run; per peer and backend, bytes sent/received per step, step,
    compute and exchange time and the exchange's share of the step, beside an all-Python group of
    the same size played in the same run. Needs a network namespace (root; the bench re-runs
@@ -30,10 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from daisychain.bench import exchange_cpu
 from daisychain.p2p import allreduce, codec, frames
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="tiny", help="model preset (bytes, cpu, live run)")
     parser.add_argument("--steps", type=int, default=6, help="steps of the live run")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=64)
@@ -56,7 +62,8 @@ def _wire(payload: bytes, deflate: bool) -> int:
     )
 
 
-def bytes_table(batch: int, seq_len: int) -> dict[str, Any]:
+def gradients(name: str, batch: int, seq_len: int) -> tuple[int, list[Any]]:
+    """The parameter count of preset ``name`` and the flat gradients of ranks 0-3 at step 1."""
     from daisychain import training
     from daisychain.corpus.load import load_corpus
     from daisychain.model.config import preset
@@ -65,13 +72,16 @@ def bytes_table(batch: int, seq_len: int) -> dict[str, Any]:
 
     tok = load_default()
     tokens = load_corpus(None, tok).train
-    cfg = preset("tiny", vocab_size=tok.vocab_size, batch=batch, seq_len=seq_len)
+    cfg = preset(name, vocab_size=tok.vocab_size, batch=batch, seq_len=seq_len)
     state = training.init(cfg, AdamWConfig(lr=3e-3), 1)
     grads = []
     for rank in range(4):
         x, y = training.next_batch(state, tokens, rank)
         grads.append(codec.flatten(training.compute_grads(state, x, y)[1]))
-    n_values = sum(g.size for g in state.params.values())
+    return sum(g.size for g in state.params.values()), grads
+
+
+def bytes_table(n_values: int, grads: list[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"parameters": n_values}
     for n in (2, 3, 4):
         flat = grads[:n]
@@ -163,7 +173,10 @@ async def live_run(args: argparse.Namespace) -> dict[str, Any]:
     tokens = load_corpus(None, tok).train
     async with serve_local(ServerConfig(data=DataConfig(offline=True))) as url:
         records: list[list[StepRecord]] = [[], [], []]
-        lead = LeadConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, min_peers=3)
+        # Three equal peers in one process: equal shares, so that a step's timing noise does
+        # not move work between them and the three exchange the same bytes.
+        lead = LeadConfig(preset=args.preset, steps=args.steps, batch=args.batch,
+                          seq_len=args.seq_len, min_peers=3, shares_by="equal")  # fmt: skip
         outcomes = await run_group(
             url, lead, 3, tokens, tok.sha256, tok.vocab_size,
             name="bench", timeout_s=600, on_step=lambda i, r: records[i].append(r),
@@ -174,6 +187,17 @@ async def live_run(args: argparse.Namespace) -> dict[str, Any]:
     exchange = float(np.median([r.exchange_s for r in steady]))
     sent = sum(r.bytes_sent for r in steady)
     goodput = sent / sum(r.exchange_s for r in steady) / 1e6
+    # The group's goodput: every byte the three sent in a step over the step's exchange (the
+    # longest peer's). Like the raw channel (one sender and one receiver here), it is what this
+    # one process's CPU moves through aiortc per second.
+    by_step: dict[int, list[StepRecord]] = {}
+    for r in steady:
+        by_step.setdefault(r.step, []).append(r)
+    group = [
+        sum(r.bytes_sent for r in rs) / max(r.exchange_s for r in rs) / 1e6
+        for rs in by_step.values() if len(rs) == 3
+    ]  # fmt: skip
+    group_goodput = float(np.median(group)) if group else 0.0
     return {
         "peers": 3,
         "steps": args.steps,
@@ -184,13 +208,16 @@ async def live_run(args: argparse.Namespace) -> dict[str, Any]:
         "exchange_goodput_mb_s": round(goodput, 3),
         "raw_channel_mb_s": round(raw, 2),
         "exchange_vs_raw_goodput_ratio": round(goodput / raw, 4),
+        "group_goodput_mb_s": round(group_goodput, 3),
+        "group_vs_raw_goodput_ratio": round(group_goodput / raw, 4),
         "bytes_sent_per_peer_per_step": int(np.median([r.bytes_sent for r in steady])),
     }
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
     """These options again, for the re-run inside the namespace."""
-    out = [f"--steps={args.steps}", f"--batch={args.batch}", f"--seq-len={args.seq_len}"]
+    out = [f"--preset={args.preset}", f"--steps={args.steps}", f"--batch={args.batch}"]
+    out += [f"--seq-len={args.seq_len}"]
     out += [f"--raw-mb={args.raw_mb}", f"--address={args.address}", f"--tabs={args.tabs}"]
     return [*out, f"--py-followers={args.py_followers}"]
 
@@ -209,8 +236,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             return browser.in_namespace(_argv(args))
         if os.environ.get("DAISYCHAIN_NETNS") != "1":
             browser.set_up_namespace()  # the re-run, inside its fresh namespace
-    result: dict[str, Any] = {"bytes": bytes_table(args.batch, args.seq_len)}
+    n_values, grads = gradients(args.preset, args.batch, args.seq_len)
+    result: dict[str, Any] = {"preset": args.preset, "bytes": bytes_table(n_values, grads)}
     with only_candidate(args.address):
+        result["cpu"] = exchange_cpu.profile(grads[0], args.raw_mb)
         result["live"] = asyncio.run(live_run(args))
     if skipped is not None:
         result["browser"] = {"skipped": skipped}
