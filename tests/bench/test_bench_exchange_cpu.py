@@ -1,5 +1,5 @@
-"""bench/exchange_cpu.py: the exchange's CPU per MB, stage by stage (shape and arithmetic only;
-no timing is asserted)."""
+"""bench mesh's part cpu (bench/_exchange_cpu.py): the exchange's CPU per MB, stage by stage
+(shape and arithmetic only; no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daisychain.bench import exchange_cpu
+from daisychain.bench import mesh
 from daisychain.demo import only_candidate
 from daisychain.p2p import codec, frames
 
@@ -22,7 +22,7 @@ def gradient(blocks: int = 64) -> Any:
 
 
 def test_every_stage_has_a_cost_per_mb() -> None:
-    out = exchange_cpu.stages(gradient())
+    out = mesh.exchange_stages(gradient())
     assert out["payload_mb"] == pytest.approx(64 * 257 / 1e6, abs=1e-3)
     assert set(out["cpu_ms_per_mb"]) == STAGES
     assert all(v >= 0 for v in out["cpu_ms_per_mb"].values())
@@ -40,12 +40,12 @@ def test_a_reassembly_that_loses_a_fragment_is_refused(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(frames, "fragment", dropping)
     with pytest.raises(AssertionError, match="reassembly lost the payload"):
-        exchange_cpu.stages(gradient(blocks=400))  # 100 KB: three fragments
+        mesh.exchange_stages(gradient(blocks=400))  # 100 KB: three fragments
 
 
 def test_the_profile_sums_each_side_with_and_without_deflate() -> None:
     with only_candidate("127.0.0.1"):
-        out = exchange_cpu.profile(gradient(), channel_mb=0.3)
+        out = mesh.exchange_profile(gradient(), channel_mb=0.3)
     c, side = out["cpu_ms_per_mb"], out["data_channel_ms_per_mb_per_side"]
     ratio = out["deflate_byte_ratio"]
     send = out["send_side_ms_per_mb"]

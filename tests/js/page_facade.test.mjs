@@ -170,7 +170,11 @@ test('the facade tracks the machine: lobby -> configured -> training -> stopped 
   // (1 ms of gradient for 1 sequence) are what the machine keeps for the leader's next split.
   assert.equal(second.config.global_batch, 1);
   assert.deepEqual([r.shares, r.share, r.seqS], [[1], 1, 0.001]);
-  assert.deepEqual([...second.speeds], [['A', 0.001]]);
+  // Later steps add the exchange's work of the step before (feeding the machine): never less.
+  const speeds = [...second.speeds];
+  assert.equal(speeds.length, 1);
+  assert.equal(speeds[0][0], 'A');
+  assert.ok(speeds[0][1] >= 0.001, `${speeds[0][1]}`);
   assert.deepEqual(second.agreement(r.step), second.machine.agreement(r.step));
   assert.deepEqual(second.agreement(r.step), [1, 1], 'our own hash agrees with itself');
   const tally = second.tally(r.step, r.round, r.roster);

@@ -6,7 +6,7 @@
    deflate included), against a float32 full mesh (every peer sends its whole float32
    gradient to every other peer, same framing). Also the relative error of the exchanged mean
    gradient against the float32 mean.
-2. **The exchange's CPU per MB** (part ``cpu``, bench/exchange_cpu.py): quantize, framing and
+2. **The exchange's CPU per MB** (part ``cpu``, bench/_exchange_cpu.py): quantize, framing and
    CRC, deflate, reassembly, inflate, dequantize, reduce, and a raw aiortc channel, per side.
 3. **A live run**: a local server and N = 3 peers in this process over real aiortc channels
    (equal shares): compute and exchange seconds per step and the exchange goodput (bytes sent /
@@ -29,12 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import time
 from typing import Any
 
 import numpy as np
 
-from daisychain.bench import exchange_cpu
+from daisychain.bench import _exchange_cpu as exchange_cpu
+from daisychain.bench._exchange_cpu import raw_channel_mb_s
 from daisychain.p2p import allreduce, codec, frames
 
 
@@ -81,6 +81,11 @@ def gradients(name: str, batch: int, seq_len: int) -> tuple[int, list[Any]]:
     return sum(g.size for g in state.params.values()), grads
 
 
+# The profile's parts, for tests (bench/_exchange_cpu.py is this benchmark's helper).
+exchange_stages = exchange_cpu.stages
+exchange_profile = exchange_cpu.profile
+
+
 def bytes_table(n_values: int, grads: list[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"parameters": n_values}
     for n in (2, 3, 4):
@@ -115,49 +120,6 @@ def bytes_table(n_values: int, grads: list[Any]) -> dict[str, Any]:
             ),
         }
     return out
-
-
-async def raw_channel_mb_s(total_mb: float) -> float:
-    """One-direction throughput of a bare aiortc channel (48 KiB messages) on this machine."""
-    from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection
-
-    a = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    b = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    chan = a.createDataChannel("raw", ordered=True)
-    got = 0
-    total = int(total_mb * 1e6)
-    done = asyncio.Event()
-    opened = asyncio.Event()
-    chan.on("open", opened.set)
-
-    @b.on("datachannel")
-    def on_channel(ch: RTCDataChannel) -> None:
-        @ch.on("message")
-        def on_message(msg: bytes) -> None:
-            nonlocal got
-            got += len(msg)
-            if got >= total:
-                done.set()
-
-    await a.setLocalDescription(await a.createOffer())
-    await b.setRemoteDescription(a.localDescription)
-    await b.setLocalDescription(await b.createAnswer())
-    await a.setRemoteDescription(b.localDescription)
-    await asyncio.wait_for(opened.wait(), 20)
-    block = bytes(frames.MAX_FRAME_BYTES)
-    t0 = time.perf_counter()
-    sent = 0
-    while sent < total:
-        if chan.bufferedAmount > 4 * 1024 * 1024:
-            await asyncio.sleep(0.001)  # flow control: let SCTP drain
-            continue
-        chan.send(block)
-        sent += len(block)
-    await asyncio.wait_for(done.wait(), 120)
-    seconds = time.perf_counter() - t0
-    await a.close()
-    await b.close()
-    return got / seconds / 1e6
 
 
 async def live_run(args: argparse.Namespace) -> dict[str, Any]:

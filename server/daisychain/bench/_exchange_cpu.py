@@ -26,6 +26,49 @@ from daisychain.p2p import allreduce, codec, frames
 REPEATS = 3
 
 
+async def raw_channel_mb_s(total_mb: float) -> float:
+    """One-direction throughput of a bare aiortc channel (48 KiB messages) on this machine."""
+    from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection
+
+    a = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    b = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    chan = a.createDataChannel("raw", ordered=True)
+    got = 0
+    total = int(total_mb * 1e6)
+    done = asyncio.Event()
+    opened = asyncio.Event()
+    chan.on("open", opened.set)
+
+    @b.on("datachannel")
+    def on_channel(ch: RTCDataChannel) -> None:
+        @ch.on("message")
+        def on_message(msg: bytes) -> None:
+            nonlocal got
+            got += len(msg)
+            if got >= total:
+                done.set()
+
+    await a.setLocalDescription(await a.createOffer())
+    await b.setRemoteDescription(a.localDescription)
+    await b.setLocalDescription(await b.createAnswer())
+    await a.setRemoteDescription(b.localDescription)
+    await asyncio.wait_for(opened.wait(), 20)
+    block = bytes(frames.MAX_FRAME_BYTES)
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < total:
+        if chan.bufferedAmount > 4 * 1024 * 1024:
+            await asyncio.sleep(0.001)  # flow control: let SCTP drain
+            continue
+        chan.send(block)
+        sent += len(block)
+    await asyncio.wait_for(done.wait(), 120)
+    seconds = time.perf_counter() - t0
+    await a.close()
+    await b.close()
+    return got / seconds / 1e6
+
+
 def _best_cpu(work: Callable[[], object]) -> float:
     best = float("inf")
     for _ in range(REPEATS):
@@ -75,8 +118,6 @@ def stages(flat: np.ndarray[Any, np.dtype[np.float32]]) -> dict[str, Any]:
 
 async def channel_cpu_ms_per_mb(total_mb: float) -> dict[str, float]:
     """A raw aiortc channel in this process: CPU ms per MB for both ends, and its throughput."""
-    from daisychain.bench.mesh import raw_channel_mb_s
-
     c0 = time.process_time()
     mb_s = await raw_channel_mb_s(total_mb)
     cpu = time.process_time() - c0
