@@ -13,7 +13,7 @@ import * as ev from '../../static/js/p2p/machine/events.js';
 import { BLOCK, encode as encodeChunk } from '../../static/js/p2p/codec.js';
 import { FrameKind, fragment } from '../../static/js/p2p/frames.js';
 import { chunkBlocks } from '../../static/js/p2p/allreduce.js';
-import { encode as encodeMessage, parse as parseMessage } from '../../static/js/p2p/messages.js';
+import { DATA_PROTOCOL_VERSION, encode as encodeMessage, parse as parseMessage } from '../../static/js/p2p/messages.js';
 import { loadTraces } from './protocol_helpers.mjs';
 
 const TRACE = loadTraces().find((t) => t.trace.name === 'leader-3-peers').trace;
@@ -34,7 +34,7 @@ function machine(id, replica = new TraceReplica()) {
 }
 
 const text = (m) => encodeMessage(parseMessage(JSON.stringify(m)));
-const hello = (name) => text({ type: 'hello', version: 2, name, contract: 2 });
+const hello = (name) => text({ type: 'hello', version: DATA_PROTOCOL_VERSION, name, contract: 2 });
 const plain = (effects) => effects.map((f) => (f.type === 'send-message'
   ? { type: f.type, peer: f.peer, message: JSON.parse(encodeMessage(f.message)) }
   : f.type === 'send-payload' ? { type: f.type, peer: f.peer, kind: f.kind, chunk: f.chunk } : { ...f }));
@@ -137,11 +137,13 @@ test('the leader shares the next step by the speeds it heard (allot at every com
   assert.ok(mine, JSON.stringify(applied));
   const hash = text({ type: 'hash', run: RUN, step: 1, round: 0, hash: mine.hash, loss: 1.5,
     probe: REF, backend: 'numpy', seq_s: 0.1 });
-  const next = plain(await m.handle(ev.messageReceived(4, B, hash)));
-  const roster2 = next.find((f) => f.type === 'send-message' && f.message.type === 'roster');
-  // weights 1/0.025 = 40 and 1/0.1 = 10: quotas 9.6 and 2.4, the spare one to the larger
-  // remainder.
+  // The leader commits step 2 at its own apply (B's hash of step 1 comes later): with the
+  // speeds it holds then, its own 0.025 and B's ready 0.1, weights 40 and 10: quotas 9.6 and
+  // 2.4, the spare one to the larger remainder.
+  const roster2 = applied.find((f) => f.type === 'send-message' && f.message.type === 'roster');
   assert.deepEqual(roster2.message.shares, [10, 2]);
-  assert.deepEqual(next.find((f) => f.type === 'compute').shares, [10, 2]);
+  assert.deepEqual(applied.find((f) => f.type === 'compute').shares, [10, 2]);
+  const next = plain(await m.handle(ev.messageReceived(4, B, hash)));
+  assert.deepEqual(next.filter((f) => f.type === 'send-message' && f.message.type === 'roster'), []);
   assert.deepEqual([...m.leadership.speeds], [[B, 0.1], [ME, 0.025]]);
 });

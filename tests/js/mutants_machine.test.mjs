@@ -22,7 +22,7 @@ import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
 import { StateSync, SyncState } from '../../static/js/p2p/machine/statesync.js';
 import * as ev from '../../static/js/p2p/machine/events.js';
 import { BLOCK, encode as encodeChunk } from '../../static/js/p2p/codec.js';
-import { parse as parseMessage, encode as encodeMessage } from '../../static/js/p2p/messages.js';
+import { DATA_PROTOCOL_VERSION, parse as parseMessage, encode as encodeMessage } from '../../static/js/p2p/messages.js';
 import { loadTraces } from './protocol_helpers.mjs';
 import { buildMachine } from '../../static/js/p2p/traces/replay.js';
 import { eventFromJson } from '../../static/js/p2p/traces/jsonform.js';
@@ -370,7 +370,7 @@ function machine({ id = ME, replica, log, ...fields } = {}) {
 }
 
 const text = (m) => encodeMessage(parseMessage(JSON.stringify(m)));
-const hello = (name = 'x') => text({ type: 'hello', version: 2, name, contract: 2 });
+const hello = (name = 'x') => text({ type: 'hello', version: DATA_PROTOCOL_VERSION, name, contract: 2 });
 /** The effects as plain values: messages by their JSON, payloads by their header fields. */
 const plain = (effects) => effects.map((f) => {
   if (f.type === 'send-message') return { type: f.type, peer: f.peer, message: JSON.parse(encodeMessage(f.message)) };
@@ -859,7 +859,7 @@ test('mutant: before a hello only a hello is taken; a message without a channel 
 test('mutant: the hello carries at most 40 characters of the name; a leader refuses another run', async () => {
   const m = machine({ name: 'n'.repeat(45) });
   const out = plain(await m.handle(ev.channelOpened(0, B)));
-  assert.deepEqual(out, [{ type: 'send-message', peer: B, message: { type: 'hello', version: 2, name: 'n'.repeat(40), contract: 2 } }]);
+  assert.deepEqual(out, [{ type: 'send-message', peer: B, message: { type: 'hello', version: DATA_PROTOCOL_VERSION, name: 'n'.repeat(40), contract: 2 } }]);
   assert.deepEqual(await m.handle(ev.channelOpened(1, B)), []); // opened once: one hello
   // a leader refuses a config from another peer: it leads its own run
   const { m: lead } = await solo();

@@ -363,10 +363,11 @@ test('mutant: a re-commit drops the peers reported missing by any peer, and the 
     [[B, [A], [GB]], [C, [A], [GB]], [D, [A], [GB]]]);
 });
 
-// Pins lines 616-617: once the leader applied, it waits for every live roster peer's hash until
-// exactly the step deadline, then continues with the peers whose hash equals its own.
-test('mutant: at exactly the step deadline the leader goes on with the peers whose hash it has', async () => {
-  const { m } = await leaderWith([B, C]);
+// Pins the boundary's wait: once the leader applied the last step, it waits for every live roster
+// peer's hash of it until exactly the step deadline, then ends the run (a non-last step waits
+// for the hashes one step late: traces leader-hash-one-step-late, leader-drops-laggard).
+test('mutant: at exactly the step deadline the leader ends a run with the hashes it has', async () => {
+  const { m } = await leaderWith([B, C], {}, { steps: 1 });
   await computed(m, 1, 1, 0, 3);
   for (const p of [B, C]) await feedPiece(m, p, 1, FrameKind.CONTRIBUTION, 1, 0, 0, zeroChunk(m, 0, 3));
   await feedPiece(m, B, 1, FrameKind.REDUCED, 1, 0, 1, zeroChunk(m, 1, 3));
@@ -376,8 +377,8 @@ test('mutant: at exactly the step deadline the leader goes on with the peers who
   assert.equal(m.nextDeadline(), T.step_timeout_s);
   assert.deepEqual(brief(await m.handle(ev.timer(T.step_timeout_s - 0.5))), []);
   const out = plain(await m.handle(ev.timer(T.step_timeout_s)));
-  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers, f.message.shares]),
-    [[B, 2, [A, B], [6, 6]], [C, 2, [A, B], [6, 6]]]);
+  assert.deepEqual(sent(out, 'stop').map((f) => [f.peer, f.message.reason, f.message.step]),
+    [[B, 'done', 1], [C, 'done', 1]]);
 });
 
 // Pins lines 827-838: the leader serves the peers that asked for the state in id order, and only
@@ -522,8 +523,8 @@ test('mutant: a second close is nothing; when every peer of the last roster left
 });
 
 /** Follower B of [A, B, C] with every piece in: applied step 1. Resolves to {m, digest}. */
-async function appliedFollower(fields = {}) {
-  const { m } = await followerIn(B, [A, B, C], { fields });
+async function appliedFollower(fields = {}, cfg = {}) {
+  const { m } = await followerIn(B, [A, B, C], { fields, cfg });
   await computed(m, 1, 1, 0, 3);
   for (const p of [A, C]) await feedPiece(m, p, 1, FrameKind.CONTRIBUTION, 1, 0, 1, zeroChunk(m, 1, 3));
   await feedPiece(m, A, 1, FrameKind.REDUCED, 1, 0, 0, zeroChunk(m, 0, 3));
@@ -532,9 +533,9 @@ async function appliedFollower(fields = {}) {
 }
 
 // Pins lines 240 and 555-558: a follower's user-stop is ignored, also once it leads; a successor
-// that applied the step waits for the hashes only repair_after_s more, then commits the next step.
+// that applied the last step waits for its hashes only repair_after_s more, then ends the run.
 test('mutant: a successor that applied waits repair_after_s for the hashes, then goes on; a follower\'s stop request is not kept', async () => {
-  const { m } = await appliedFollower();
+  const { m } = await appliedFollower({}, { steps: 1 });
   assert.deepEqual(await m.handle(ev.userStop(1, 'not mine')), []);
   assert.equal(m.nextDeadline(), null);
   await m.handle(ev.peerLeft(10, A));
@@ -542,7 +543,16 @@ test('mutant: a successor that applied waits repair_after_s for the hashes, then
   assert.equal(m.nextDeadline(), 10 + T.repair_after_s);
   assert.deepEqual(brief(await m.handle(ev.timer(14))), []);
   const out = plain(await m.handle(ev.timer(15)));
-  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers, f.message.shares]), [[C, 2, [B], [GB]]]);
+  assert.deepEqual(sent(out, 'stop').map((f) => [f.peer, f.message.reason, f.message.step]), [[A, 'done', 1], [C, 'done', 1]]);
+});
+
+// The pipelined boundary at a successor: C was in roster 1 with the state of step 0, so the
+// successor that applied step 1 commits step 2 with C at once, without C's hash of step 1.
+test('mutant: a successor that applied a step that is not the last commits the next at once', async () => {
+  const { m } = await appliedFollower();
+  const out = plain(await m.handle(ev.peerLeft(10, A)));
+  assert.equal(m.isLeader, true);
+  assert.deepEqual(sent(out, 'roster').map((f) => [f.peer, f.message.step, f.message.peers, f.message.shares]), [[C, 2, [B, C], even(2)]]);
   assert.equal(m.finished, false);
 });
 

@@ -139,7 +139,7 @@ const PLANTED = [
     /^probe-mismatch: step 12 \(message at 1\): effects: expected 2 items, got 0/],
   ['step deadline from the repair timer', 'p2p/machine/machine.js',
     'a.deadline = this.now + t.step_timeout_s;', 'a.deadline = this.now + t.repair_after_s;',
-    /^follower-gone-mid-exchange: step 11 \(frame at 2\): next deadline 6, expected 31$/],
+    /^follower-gone-mid-exchange: step 17 \(timer at 3\.5\): next deadline 7, expected 8\.5$/],
   ['checkpoint step read big-endian', 'p2p/traces/replica.js',
     'getUint32(8, true);', 'getUint32(8, false);',
     /^join-with-checkpoint: step 9 \(message at 3\): effects\[0\]\.effect: expected "compute", got "send-message"$/],

@@ -344,8 +344,14 @@ class Machine:
         return self.total_blocks * (codec.BLOCK + 1)
 
     def _current(self) -> Attempt | None:
+        """The attempt this peer works on: the committed roster's, or, while that roster waits
+        for this peer to apply the step before it (a follower one step behind, "Rosters"), the
+        live attempt of that step."""
         r = self.leadership.roster
-        return None if r is None else self.store.get((r.step, r.round))
+        if r is None:
+            return None
+        a = self.store.get((r.step, r.round))
+        return a if a is not None else self.store.live(r.step - 1)
 
     # ------------------------------------------------------------------------------------------
     # membership: leading, config, greeting, peers gone, failover
@@ -470,6 +476,11 @@ class Machine:
             if step != r.step - 1 or not self.is_leader:
                 self._request_sync()
             return
+        if step == r.step - 2 and self.store.live(step + 1) is not None:
+            # The leader committed the next step before this peer applied the current one
+            # (it waits for hashes one step late): it starts once that step is applied.
+            log.debug("%s: roster of step %d waits for step %d", self.id, r.step, step + 1)
+            return
         if step != r.step - 1:
             if step < r.step - 1 or (r.step, r.round) not in self.store:
                 self._request_sync()
@@ -495,17 +506,27 @@ class Machine:
         r = self.leadership.roster
         if self.phase.phase is not Phase.TRAINING or r is None:
             return
-        a = self.store.get((r.step, r.round))
+        a = self._current()
         gone = self.peers.gone_set
         alive = [p for p in r.peers if p not in gone]
         if a is not None and a.applied:
-            have = self.guard.have(a.key)
-            if not all(p in have for p in alive) and self._now < a.deadline:
+            # Pipelined boundary: the next step is committed once every peer still present is
+            # known to hold the state of the step before this one (its hash of that step is in
+            # and equal, the guard saw to that), so a slow peer applies this step while the
+            # others compute the next. The last step (and a requested end) waits for every
+            # hash of this step: the run ends with every replica at it.
+            last = r.step >= self.config.steps or bool(self.leadership.end_requested)
+            holding = [p for p in alive if self._holds(p, a, last)]
+            if len(holding) < len(alive) and self._now < a.deadline:
                 return
-            self._boundary([p for p in alive if have.get(p) == self.replica.hash])
+            self._boundary(holding)
             return
         if a is not None and self._now < a.deadline:
             return
+        if a is not None and a.roster.step < r.step:
+            # A successor one step behind: the step before the committed roster never
+            # completed here. Re-commit that step (peers that applied it sync back).
+            r = a.roster
         # The attempt cannot complete: re-commit the step without the peers that vanished or
         # whose pieces never arrived (at the leader or at any peer that reported).
         drop = gone | self.leadership.missing_reports.get((r.step, r.round), set())
@@ -516,6 +537,20 @@ class Machine:
         log.warning("%s: step %d round %d incomplete; dropping %s", self.id, r.step, r.round,
                     sorted(drop & set(r.peers)))  # fmt: skip
         self._commit(r.step, r.round + 1, peers)
+
+    def _holds(self, peer: str, a: Attempt, last: bool) -> bool:
+        """Leader, attempt ``a`` applied: may ``peer`` enter the next roster? With ``last``
+        it must hold this step's state (its hash of ``a`` equals ours); otherwise the state of
+        the step before: its hash of the attempt we applied there equals ours, or it was not in
+        that attempt (it entered ``a``'s roster with that state, by ``ready`` or the
+        checkpoint)."""
+        if last:
+            return self.guard.have(a.key).get(peer) == self.replica.hash
+        before = self.store.applied(a.roster.step - 1)
+        if before is None or peer not in before.roster.peers:
+            return True
+        have = self.guard.have(before.key)
+        return peer in have and have.get(peer) == have.get(self.id)
 
     def _leader_start(self) -> None:
         assert self.config is not None
@@ -566,6 +601,11 @@ class Machine:
         if len(e.payloads) != a.n:
             raise self._stop("error", f"step {e.step}: compute returned {len(e.payloads)} "
                              f"chunks for {a.n} peers")  # fmt: skip
+        for k in a.chunks if a.contributes else ():
+            want = a.chunk_blocks(k) * (codec.BLOCK + 1)
+            if len(e.payloads[k]) != want:  # a shell that computed other shares than committed
+                raise self._stop("error", f"step {e.step}: compute returned {len(e.payloads[k])} "
+                                 f"bytes for chunk {k} of {want}")  # fmt: skip
         if e.seq_s > 0:
             self.leadership.speeds[self.id] = e.seq_s
         a.computed_with(e.loss, e.payloads, e.probe)
@@ -647,6 +687,10 @@ class Machine:
         self.guard.check_probe(self.id, step, a.probe, self.settings.backend)
         self.guard.record(self.id, a.key, digest, self.settings.backend)
         self._maybe_save()
+        r = self.leadership.roster
+        waiting = r is not None and r.step == step + 1 and self.id in r.peers
+        if r is not None and waiting and (r.step, r.round) not in self.store:
+            self._accept_roster(r)  # the roster that waited for this step (a follower behind)
 
     # ------------------------------------------------------------------------------------------
     # repair and timers

@@ -42,6 +42,20 @@ class RepairStore:
         for old in [k for k in self._early if k[0] < step]:
             del self._early[old]
 
+    def live(self, step: int) -> Attempt | None:
+        """The attempt of ``step`` still working towards applying, if any."""
+        for k, a in self._attempts.items():
+            if k[0] == step and a.live:
+                return a
+        return None
+
+    def applied(self, step: int) -> Attempt | None:
+        """The attempt of ``step`` this peer applied, if it still holds it."""
+        for k, a in self._attempts.items():
+            if k[0] == step and a.phase is AttemptPhase.APPLIED:
+                return a
+        return None
+
     def abandon_before(self, key: Key) -> None:
         """A later round of the same step was committed: earlier ones never apply."""
         for k, a in self._attempts.items():

@@ -395,9 +395,10 @@ def forged_reduced_guard() -> Script:
 
 
 def hash_mismatch_fork() -> Script:
-    s = Script("hash-mismatch-fork", "Leader A: every piece of step 1 is right, but C "
-               "publishes another hash: the sync guard stops the run (stop fork naming both "
-               "hashes) and no roster 2 is committed.", A, state=fresh_state())  # fmt: skip
+    s = Script("hash-mismatch-fork", "Leader A: every piece of step 1 is right, A commits "
+               "roster 2 at its apply (hashes are checked one step late), but C publishes "
+               "another hash of step 1: the sync guard stops the run (stop fork naming both "
+               "hashes) before step 2 is applied anywhere.", A, state=fresh_state())  # fmt: skip
     lead_run(s, (B, C))
     s.at(2.0)
     digest = s.exchange(1, 0, ABC)
@@ -662,29 +663,33 @@ def shares_in(effects: list[fx.Effect]) -> list[tuple[int, int, list[str], list[
 
 
 def leader_weighted_shares() -> Script:
-    s = Script("leader-weighted-shares", "A leads B and C for 4 steps and shares the step's 12 "
-               "sequences by the speeds they report: equal while nobody is measured (4, 4, 4); "
-               "C four times slower (5, 5, 2); C slows down to 20x (6, 6, 0: C follows without "
-               "computing, sends no contribution and owns no chunk); B speeds up (4, 8, 0).", A,
-               state=fresh_state())  # fmt: skip
-    lead_run(s, (B, C), steps=4)
+    s = Script("leader-weighted-shares", "A leads B and C for 5 steps and shares the step's 12 "
+               "sequences by the speeds they report. A commits each roster at its own apply, "
+               "so a speed reported with the hash of step S shapes roster S + 2: equal while "
+               "nobody is measured (4, 4, 4); C four times slower (5, 5, 2); C slows down to "
+               "20x (6, 6, 0: C follows without computing, sends no contribution and owns no "
+               "chunk); B speeds up (4, 8, 0).", A, state=fresh_state())  # fmt: skip
+    lead_run(s, (B, C), steps=5)
     plan = [
-        ((4, 4, 4), {B: 0.1, C: 0.4}, (5, 5, 2)),
-        ((5, 5, 2), {B: 0.1, C: 2.0}, (6, 6, 0)),
+        ((4, 4, 4), {B: 0.1, C: 0.4}, (4, 4, 4)),
+        ((4, 4, 4), {B: 0.1, C: 2.0}, (5, 5, 2)),
+        ((5, 5, 2), {B: 0.05, C: 2.0}, (6, 6, 0)),
         ((6, 6, 0), {B: 0.05, C: 2.0}, (4, 8, 0)),
     ]
     digest = INIT
     for step, (now, speeds, following) in enumerate(plan, start=1):
         s.at(s.now + 1.0)
-        before, digest = digest, s.exchange(step, 0, ABC, now, seq_s=0.1)
+        out = s.exchange_effects(step, 0, ABC, now, seq_s=0.1)
+        before, digest = digest, applied(out)
         assert digest == honest_hash(before, step, 0, now)
-        out = s.hashes(step, 0, ABC, digest, speeds=speeds)
         assert shares_in(out) == [(step + 1, 0, list(ABC), list(following))], out
+        s.hashes(step, 0, ABC, digest, speeds=speeds)
     s.at(s.now + 1.0)
-    before, digest = digest, s.exchange(4, 0, ABC, (4, 8, 0), seq_s=0.1)
-    assert digest == honest_hash(before, 4, 0, (4, 8, 0))
-    out = s.hashes(4, 0, ABC, digest, speeds={B: 0.05, C: 2.0})
-    stop = messages.Stop(RUN, "done", 4, "reached step 4", {})
+    out = s.exchange_effects(5, 0, ABC, (4, 8, 0), seq_s=0.1)
+    before, digest = digest, applied(out)
+    assert digest == honest_hash(before, 5, 0, (4, 8, 0)) and not rosters(out), out
+    out = s.hashes(5, 0, ABC, digest, speeds={B: 0.05, C: 2.0})
+    stop = messages.Stop(RUN, "done", 5, "reached step 5", {})
     assert stops(out) == [(B, stop), (C, stop)], out
     assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
@@ -694,17 +699,19 @@ def leader_equal_shares() -> Script:
     s = Script("leader-equal-shares", "A leads B and C with config.shares_by \"equal\": the "
                "speeds they report (C twenty times slower) change nothing, every roster "
                "commits 4, 4, 4.", A, state=fresh_state())  # fmt: skip
-    lead_run(s, (B, C), steps=2, shares_by="equal")
+    lead_run(s, (B, C), steps=3, shares_by="equal")
     digest = INIT
+    for step in (1, 2):
+        s.at(s.now + 1.0)
+        out = s.exchange_effects(step, 0, ABC, (4, 4, 4), seq_s=0.1)
+        before, digest = digest, applied(out)
+        assert digest == honest_hash(before, step, 0, (4, 4, 4))
+        assert shares_in(out) == [(step + 1, 0, list(ABC), [4, 4, 4])], out
+        s.hashes(step, 0, ABC, digest, speeds={B: 0.1, C: 2.0})
     s.at(s.now + 1.0)
-    before, digest = digest, s.exchange(1, 0, ABC, (4, 4, 4), seq_s=0.1)
-    assert digest == honest_hash(before, 1, 0, (4, 4, 4))
-    out = s.hashes(1, 0, ABC, digest, speeds={B: 0.1, C: 2.0})
-    assert shares_in(out) == [(2, 0, list(ABC), [4, 4, 4])], out
-    s.at(s.now + 1.0)
-    before, digest = digest, s.exchange(2, 0, ABC, (4, 4, 4), seq_s=0.1)
-    out = s.hashes(2, 0, ABC, digest, speeds={B: 0.1, C: 2.0})
-    stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
+    before, digest = digest, s.exchange(3, 0, ABC, (4, 4, 4), seq_s=0.1)
+    out = s.hashes(3, 0, ABC, digest, speeds={B: 0.1, C: 2.0})
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
     assert stops(out) == [(B, stop), (C, stop)], out
     assert finished(stop_acks(s, (B, C), stop)).reason == "done"
     return s
@@ -757,27 +764,30 @@ def roster_bad_shares() -> Script:
 
 
 def weighted_join_and_loss() -> Script:
-    s = Script("weighted-join-and-loss", "A leads B with uneven shares (B three times slower: "
-               "9, 3); D joins during step 2 and enters roster 3 unmeasured (the mean of the "
-               "measured weights: 6, 2, 4); B leaves in the middle of step 3: D's reduced chunk "
-               "needed B's part, so A re-commits step 3 as round 1 alone (12), sends D the "
-               "state, and step 4 shares A and D evenly (6, 6: D is still unmeasured).", A,
+    s = Script("weighted-join-and-loss", "A leads B; B reports it is three times slower "
+               "with its hash of step 1, which shapes roster 3 (A commits roster 2 at its own "
+               "apply of step 1, before that hash: 6, 6); D joins during step 2 and enters "
+               "roster 3 unmeasured (the mean of the measured weights: 6, 2, 4); B leaves in "
+               "the middle of step 3: D's reduced chunk needed B's part, so A re-commits "
+               "step 3 as round 1 alone (12), sends D the state, and step 4 shares A and D "
+               "evenly (6, 6: D is still unmeasured).", A,
                state=fresh_state())  # fmt: skip
     ab, abd, ad = (A, B), (A, B, D), (A, D)
     lead_run(s, (B,), steps=4, min_peers=2)
     s.at(s.now + 1.0)
-    digest = s.exchange(1, 0, ab, (6, 6), seq_s=0.1)
-    out = s.hashes(1, 0, ab, digest, speeds={B: 0.3})
-    assert shares_in(out) == [(2, 0, list(ab), [9, 3])], out
+    out = s.exchange_effects(1, 0, ab, (6, 6), seq_s=0.1)
+    assert shares_in(out) == [(2, 0, list(ab), [6, 6])], out
+    s.hashes(1, 0, ab, applied(out), speeds={B: 0.3})
     s.at(s.now + 0.5)
     out = s.connect(D)
-    assert sent(out, messages.Roster) == [(D, roster_msg(2, 0, ab, (9, 3)))], out
+    assert sent(out, messages.Roster) == [(D, roster_msg(2, 0, ab, (6, 6)))], out
     s.send(D, messages.SyncRequest(RUN))
     s.at(s.now + 0.5)
-    digest = s.exchange(2, 0, ab, (9, 3), seq_s=0.1)
-    out = s.hashes(2, 0, ab, digest, speeds={B: 0.3})
-    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [D], "the checkpoint"
+    out = s.exchange_effects(2, 0, ab, (6, 6), seq_s=0.1)
+    assert [f.peer for f in out if isinstance(f, fx.SendPayload)
+            and f.kind is FrameKind.CHECKPOINT] == [D], "the checkpoint"  # fmt: skip
     assert shares_in(out) == [(3, 0, list(abd), [6, 2, 4])], out
+    s.hashes(2, 0, ab, applied(out), speeds={B: 0.3})
     s.at(s.now + 1.0)
     s.compute(3, 0, abd, (6, 2, 4), seq_s=0.1)
     s.frames(D, FrameKind.CONTRIBUTION, contributions(2, 3, 0, (6, 2, 4))[0], 3, 0, 0)
@@ -797,6 +807,94 @@ def weighted_join_and_loss() -> Script:
     stop = messages.Stop(RUN, "done", 4, "reached step 4", {})
     assert stops(out) == [(B, stop), (D, stop)], "every open channel, B's too"
     assert finished(stop_acks(s, (D,), stop)).reason == "done"
+    return s
+
+
+# -- protocol version 3: the pipelined boundary ------------------------------------------------
+
+
+def leader_hash_one_step_late() -> Script:
+    s = Script("leader-hash-one-step-late", "A leads B and C for 3 steps and commits each next "
+               "roster at its own apply, without this step's hashes; but it holds roster 3 "
+               "until every peer's hash of step 1 is in (a peer is never more than one step "
+               "behind): C's comes only after A applied step 2. The last step waits for every "
+               "hash of it, so the run ends with every replica at step 3.", A,
+               state=fresh_state())  # fmt: skip
+    lead_run(s, (B, C))
+    s.at(2.0)
+    out = s.exchange_effects(1, 0, ABC)
+    assert [(r.step, r.peers) for r in rosters(out)] == [(2, list(ABC))], out
+    h1 = applied(out)
+    s.hashes(1, 0, (B,), h1)
+    s.at(3.0)
+    out = s.exchange_effects(2, 0, ABC)
+    assert not rosters(out), "C's hash of step 1 is not in"
+    h2 = applied(out)
+    out = s.hashes(1, 0, (C,), h1)
+    assert [(r.step, r.peers) for r in rosters(out)] == [(3, list(ABC))], out
+    s.hashes(2, 0, ABC, h2)
+    s.at(4.0)
+    out = s.exchange_effects(3, 0, ABC)
+    assert not stops(out), "the last step waits for every hash of it"
+    out = s.hashes(3, 0, (B,), applied(out))
+    assert not stops(out), out
+    out = s.hashes(3, 0, (C,), s.machine.replica.hash)
+    stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
+    assert stops(out) == [(B, stop), (C, stop)], out
+    assert finished(stop_acks(s, (B, C), stop)).reason == "done"
+    return s
+
+
+def leader_drops_laggard() -> Script:
+    s = Script("leader-drops-laggard", "A leads B and C; C's hash of step 1 never comes. A "
+               "applies step 2 and waits for it until its step timer expires, then commits "
+               "roster 3 without C (C asks for the state and re-enters later).", A,
+               state=fresh_state())  # fmt: skip
+    lead_run(s, (B, C))
+    s.at(2.0)
+    h1 = s.exchange(1, 0, ABC)
+    s.hashes(1, 0, (B,), h1)
+    s.at(3.0)
+    out = s.exchange_effects(2, 0, ABC)
+    assert not rosters(out), out
+    out = s.timer()
+    while not rosters(out):
+        out = s.timer()
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(3, 0, [A, B])], out
+    return s
+
+
+def follower_one_step_behind() -> Script:
+    s = Script("follower-one-step-behind", "B follows A with C. Roster 2 arrives while B still "
+               "waits for C's reduced chunk of step 1, and C's contribution of step 2 arrives "
+               "too: B holds both, starts step 2 the moment it applies step 1, and uses the "
+               "held contribution.", B)  # fmt: skip
+    follow(s, A, (C,), config(2))
+    s.at(1.0)
+    s.send(A, roster_msg(1, 0, ABC))
+    s.compute(1, 0, ABC)
+    for j, p in ((0, A), (2, C)):
+        s.frames(p, FrameKind.CONTRIBUTION, contributions(j, 1, 0, 3)[1], 1, 0, 1)
+    s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
+    s.at(2.0)
+    out = s.send(A, roster_msg(2, 0, ABC))
+    assert not [f for f in out if isinstance(f, fx.Compute)], "step 1 is not applied yet"
+    out = s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 2, 0, 3)[1], 2, 0, 1)
+    assert not out, out
+    out = s.frames(C, FrameKind.REDUCED, reduced(1, 0, 3, 2), 1, 0, 2)
+    h1 = applied(out)
+    assert [f for f in out if isinstance(f, fx.Compute)] == [fx.Compute(2, 0, 1, (4, 4, 4))], out
+    s.hashes(1, 0, ABC, h1)
+    s.at(3.0)
+    out = s.compute(2, 0, ABC)
+    s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 2, 0, 3)[1], 2, 0, 1)
+    for k, p in ((0, A), (2, C)):
+        out = s.frames(p, FrameKind.REDUCED, reduced(2, 0, 3, k), 2, 0, k)
+    h2 = applied(out)
+    s.hashes(2, 0, ABC, h2)
+    stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
+    s.send(A, stop)
+    assert finished(s.send(C, stop)).reason == "done"
     return s
 
 
@@ -830,4 +928,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "follower-share-zero": follower_share_zero,
     "roster-bad-shares": roster_bad_shares,
     "weighted-join-and-loss": weighted_join_and_loss,
+    "leader-hash-one-step-late": leader_hash_one_step_late,
+    "leader-drops-laggard": leader_drops_laggard,
+    "follower-one-step-behind": follower_one_step_behind,
 }

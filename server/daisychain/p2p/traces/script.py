@@ -240,9 +240,17 @@ class Script:
         """One honest attempt around this peer: its compute, every other contributor's part
         of its chunk and every other non-empty chunk reduced by its owner (``skip``: peers
         that send nothing). Returns the hash this peer applied."""
+        return applied(self.exchange_effects(step, rnd, roster, of, skip=skip, seq_s=seq_s))
+
+    def exchange_effects(
+        self, step: int, rnd: int, roster: tuple[str, ...], of: Shares | None = None,
+        *, skip: frozenset[str] = frozenset(), seq_s: float = 0.0,
+    ) -> list[fx.Effect]:  # fmt: skip
+        """``exchange``'s effects (a leader's next roster is among them: it commits at its
+        apply)."""
         of = of or split(len(roster))
         out = self.compute(step, rnd, roster, of, seq_s=seq_s)
-        return applied(out + self._pieces_to_me(step, rnd, roster, of, skip))
+        return out + self._pieces_to_me(step, rnd, roster, of, skip)
 
     def exchange_rest(
         self, step: int, rnd: int, roster: tuple[str, ...], of: Shares,

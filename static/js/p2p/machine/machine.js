@@ -440,9 +440,15 @@ export class Machine {
     return this.totalBlocks * (BLOCK + 1);
   }
 
+  /**
+   * The attempt this peer works on: the committed roster's, or, while that roster waits for
+   * this peer to apply the step before it (a follower one step behind, "Rosters"), the live
+   * attempt of that step.
+   */
   current() {
     const r = this.leadership.roster;
-    return r === null ? null : this.store.get(r.step, r.round);
+    if (r === null) return null;
+    return this.store.get(r.step, r.round) ?? this.store.live(r.step - 1);
   }
 
   // ------------------------------------------------------------------------------------------
@@ -596,6 +602,12 @@ export class Machine {
       if (step !== r.step - 1 || !this.isLeader) this.requestSync();
       return;
     }
+    if (step === r.step - 2 && this.store.live(step + 1) !== null) {
+      // The leader committed the next step before this peer applied the current one (it waits
+      // for hashes one step late): it starts once that step is applied.
+      this.log('debug', `${this.id}: roster of step ${r.step} waits for step ${step + 1}`);
+      return;
+    }
     if (step !== r.step - 1) {
       if (step < r.step - 1 || !this.store.has(r.step, r.round)) this.requestSync();
       return;
@@ -620,18 +632,27 @@ export class Machine {
       await this.leaderStart();
       return;
     }
-    const r = this.leadership.roster;
+    let r = this.leadership.roster;
     if (this.phase.phase !== Phase.TRAINING || r === null) return;
-    const a = this.store.get(r.step, r.round);
+    const a = this.current();
     const gone = this.peers.goneSet;
     const alive = r.peers.filter((p) => !gone.has(p));
     if (a !== null && a.applied) {
-      const have = this.guard.have(r.step, r.round);
-      if (!alive.every((p) => have.has(p)) && this.now < a.deadline) return;
-      await this.boundary(alive.filter((p) => have.get(p) === this.replica.hash));
+      // Pipelined boundary: the next step is committed once every peer still present is known
+      // to hold the state of the step before this one (its hash of that step is in and equal,
+      // the guard saw to that), so a slow peer applies this step while the others compute the
+      // next. The last step (and a requested end) waits for every hash of this step: the run
+      // ends with every replica at it.
+      const last = r.step >= this.config.steps || Boolean(this.leadership.endRequested);
+      const holding = alive.filter((p) => this.holds(p, a, last));
+      if (holding.length < alive.length && this.now < a.deadline) return;
+      await this.boundary(holding);
       return;
     }
     if (a !== null && this.now < a.deadline) return;
+    // A successor one step behind: the step before the committed roster never completed here.
+    // Re-commit that step (peers that applied it sync back).
+    if (a !== null && a.roster.step < r.step) r = a.roster;
     // The attempt cannot complete: re-commit the step without the peers that vanished or whose
     // pieces never arrived (at the leader or at any peer that reported).
     const drop = new Set([...gone, ...(this.leadership.missingReports.get(keyOf(r.step, r.round)) ?? [])]);
@@ -641,6 +662,20 @@ export class Machine {
     this.log('warning', `${this.id}: step ${r.step} round ${r.round} incomplete; dropping ` +
       `${r.peers.filter((p) => drop.has(p)).sort().join(', ')}`);
     await this.commit(r.step, r.round + 1, peers);
+  }
+
+  /**
+   * Leader, attempt a applied: may peer enter the next roster? With last it must hold this
+   * step's state (its hash of a equals ours); otherwise the state of the step before: its hash
+   * of the attempt we applied there equals ours, or it was not in that attempt (it entered a's
+   * roster with that state, by ready or the checkpoint).
+   */
+  holds(peer, a, last) {
+    if (last) return this.guard.have(a.step, a.round).get(peer) === this.replica.hash;
+    const before = this.store.applied(a.roster.step - 1);
+    if (before === null || !before.roster.peers.includes(peer)) return true;
+    const have = this.guard.have(before.step, before.round);
+    return have.has(peer) && have.get(peer) === have.get(this.id);
   }
 
   async leaderStart() {
@@ -694,6 +729,13 @@ export class Machine {
     if (e.payloads.length !== a.n) {
       throw this.stop('error',
         `step ${e.step}: compute returned ${e.payloads.length} chunks for ${a.n} peers`);
+    }
+    for (const k of a.contributes ? a.chunks : []) {
+      const want = a.chunkBlocks(k) * (BLOCK + 1);
+      if (e.payloads[k].length !== want) { // a shell that computed other shares than committed
+        throw this.stop('error',
+          `step ${e.step}: compute returned ${e.payloads[k].length} bytes for chunk ${k} of ${want}`);
+      }
     }
     if (e.seq_s > 0) this.leadership.speeds.set(this.id, e.seq_s);
     a.computedWith(e.loss, e.payloads, e.probe);
@@ -782,6 +824,11 @@ export class Machine {
     this.guard.checkProbe(this.id, step, a.probe, this.settings.backend);
     this.guard.record(this.id, step, round, digest, this.settings.backend);
     this.maybeSave();
+    const r = this.leadership.roster;
+    const waiting = r !== null && r.step === step + 1 && r.peers.includes(this.id);
+    if (waiting && !this.store.has(r.step, r.round)) {
+      await this.acceptRoster(r); // the roster that waited for this step (a follower behind)
+    }
   }
 
   // ------------------------------------------------------------------------------------------

@@ -38,6 +38,20 @@ export class RepairStore {
   }
 
   /** A later round of the same step was committed: earlier ones never apply. */
+  /** The attempt of step still working towards applying, if any. */
+  live(step) {
+    for (const a of this.attempts.values()) if (a.step === step && a.live) return a;
+    return null;
+  }
+
+  /** The attempt of step this peer applied, if it still holds it. */
+  applied(step) {
+    for (const a of this.attempts.values()) {
+      if (a.step === step && a.phase === AttemptPhase.APPLIED) return a;
+    }
+    return null;
+  }
+
   abandonBefore(step, round) {
     for (const a of this.attempts.values()) {
       if (a.step === step && a.round < round && a.live) a.transition(AttemptPhase.ABANDONED);
