@@ -231,6 +231,7 @@ def _summary(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> dic
         share = statistics.mean(int(log.steps[s][1]["share"]) for s in measured)
         peers.append({
             "name": log.name, "cores": log.cores, "share": round(share, 2),
+            "shares_by_step": [int(log.steps[s][1]["share"]) for s in measured],
             "compute_s": round(compute, 4),
             "exchange_s": round(exchange, 4),
             "exchange_work_s": round(work, 4),
