@@ -9,6 +9,7 @@ tests.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -157,4 +158,15 @@ def test_bench_pool_end_to_end_at_tiny() -> None:
     assert group["tokens_per_step"] == 8 * 64  # the global batch x 64 tokens
     assert all(a["tokens_per_step"] == 8 * 64 for a in scenario["alone"]), "the same batch"
     assert sum(p["share"] for p in group["peers"]) == 8
+    assert all(len(p["shares_by_step"]) == 2 for p in group["peers"]), group
+    assert report["alone_warmup_steps"] == 1 and report["warmup_steps"] == 1
     assert scenario["pooling_efficiency"] > 0 and scenario["group_vs_fastest"] > 0
+
+
+@pytest.mark.parametrize("field", ["steps", "warmup", "alone_warmup"])
+def test_bench_pool_refuses_a_count_below_one(field: str) -> None:
+    args = argparse.Namespace(preset="tiny", batch=None, seq_len=None, steps=2, warmup=1,
+                              alone_warmup=1, scenario=["1"], global_batch=None)  # fmt: skip
+    setattr(args, field, 0)
+    with pytest.raises(SystemExit, match="--alone-warmup must be at least 1"):
+        asyncio.run(pool._measure(args))

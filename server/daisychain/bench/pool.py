@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup", type=int, default=2, help="steps trained before measuring (not counted)"
     )
     parser.add_argument(
+        "--alone-warmup", type=int, default=1,
+        help="warm-up steps of a device alone (nothing to settle there: no shares)",
+    )  # fmt: skip
+    parser.add_argument(
         "--batch", type=int, default=None, help="sequences per lane (default: the preset's)"
     )
     parser.add_argument(
@@ -257,20 +261,27 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     base = PRESETS[args.preset]
     batch = args.batch or base.batch
     seq_len = args.seq_len or base.seq_len
-    if args.steps < 1 or args.warmup < 1:
-        raise SystemExit("daisychain bench pool: --steps and --warmup must be at least 1")
+    if args.steps < 1 or args.warmup < 1 or args.alone_warmup < 1:
+        raise SystemExit(
+            "daisychain bench pool: --steps, --warmup and --alone-warmup must be at least 1"
+        )
+    # A group's shares settle over its first steps (a speed reaches the leader with a hash, and
+    # shapes the roster after next); a device alone has nothing to settle.
+    alone_args = argparse.Namespace(**{**vars(args), "warmup": args.alone_warmup})
     scenarios = [_budgets(s) for s in (args.scenario or list(SCENARIOS))]
     solo: dict[tuple[float, int], dict[str, Any]] = {}
     out: dict[str, Any] = {
         "preset": args.preset, "lane_batch": batch, "seq_len": seq_len,
-        "steps_measured": args.steps, "warmup_steps": args.warmup, "backend": "numpy",
+        "steps_measured": args.steps, "warmup_steps": args.warmup,
+        "alone_warmup_steps": args.alone_warmup, "backend": "numpy",
         "load_avg_at_start": os.getloadavg()[0], "scenarios": {},
     }  # fmt: skip
     for name, cores in scenarios:
         g = args.global_batch or batch * len(cores)
         for c in cores:
             if (c, g) not in solo:
-                solo[c, g] = _summary(await run_group((c,), args, batch, seq_len, g), args, seq_len)
+                run = await run_group((c,), alone_args, batch, seq_len, g)
+                solo[c, g] = _summary(run, alone_args, seq_len)
         ordered = tuple(sorted(cores, reverse=True))
         group = _summary(await run_group(ordered, args, batch, seq_len, g), args, seq_len)
         alone = [solo[c, g] for c in ordered]
