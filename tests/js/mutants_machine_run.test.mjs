@@ -95,7 +95,9 @@ async function greet(m, peer, now = 0) {
  * allreduce.js's).
  */
 function chunkBounds(m, k, s) {
-  const shares = sharesOf(s);
+  // Ownership weights (version 3): a share under half the largest owns nothing.
+  const top = Math.max(...sharesOf(s));
+  const shares = sharesOf(s).map((x) => (2 * x >= top ? x : 0));
   let below = 0;
   for (let j = 0; j < k; j++) below += shares[j];
   const g = shares.reduce((x, y) => x + y, 0);
@@ -624,15 +626,16 @@ test('mutant: pieces from outside the roster, of no chunk, that do not decode, o
   const short = whole.subarray(1);
   assert.deepEqual(refusalOf(await feedPiece(m, C, 1, FrameKind.REDUCED, 1, 0, 2, short)),
     [[C, 'bad-frame', `chunk of ${whole.length / (BLOCK + 1)} blocks must be ${whole.length} bytes, got ${short.length}`]]);
-  // version 2: the size a chunk must have follows the roster's shares (2,3,7: chunk 2 is blocks
-  // [4, 11), not the [7, 11) of equal shares)
-  const { m: u, out: uneven } = await followerIn(B, [A, B, C], { greeted: [A, C, D], shares: [2, 3, 7] });
-  assert.deepEqual(brief(uneven), ['compute 1.0 rank 1 of 2,3,7']);
-  await computed(u, 1, 1, 0, [2, 3, 7]);
-  assert.deepEqual(chunkBounds(u, 2, [2, 3, 7]), [4, 11]);
+  // version 2: the size a chunk must have follows the roster's shares (4,3,5: chunk 2 is blocks
+  // [6, 11), not the [7, 11) of equal shares; every share is at least half the largest, so
+  // every peer owns a chunk)
+  const { m: u, out: uneven } = await followerIn(B, [A, B, C], { greeted: [A, C, D], shares: [4, 3, 5] });
+  assert.deepEqual(brief(uneven), ['compute 1.0 rank 1 of 4,3,5']);
+  await computed(u, 1, 1, 0, [4, 3, 5]);
+  assert.deepEqual(chunkBounds(u, 2, [4, 3, 5]), [6, 11]);
   const equalSized = zeroChunk(u, 2, 3); // 4 blocks
   assert.deepEqual(refusalOf(await feedPiece(u, C, 1, FrameKind.REDUCED, 1, 0, 2, equalSized)),
-    [[C, 'bad-frame', `chunk of 7 blocks must be ${7 * (BLOCK + 1)} bytes, got ${4 * (BLOCK + 1)}`]]);
+    [[C, 'bad-frame', `chunk of 5 blocks must be ${5 * (BLOCK + 1)} bytes, got ${4 * (BLOCK + 1)}`]]);
   m = await fresh();
   assert.deepEqual(refusalOf(await feedPiece(m, C, 1, FrameKind.CONTRIBUTION, 1, 0, 0, zeroChunk(m, 0, 3))),
     [[C, 'bad-frame', 'contribution for chunk 0 sent to me']]);

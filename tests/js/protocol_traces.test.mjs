@@ -140,6 +140,9 @@ const PLANTED = [
   ['step deadline from the repair timer', 'p2p/machine/machine.js',
     'a.deadline = this.now + t.step_timeout_s;', 'a.deadline = this.now + t.repair_after_s;',
     /^follower-gone-mid-exchange: step 17 \(timer at 3\.5\): next deadline 7, expected 8\.5$/],
+  ['ownership ignored (chunks cut by the shares, as version 2 did)', 'p2p/allreduce.js',
+    'return shares.map((s) => (2 * s >= top ? s : 0));', 'return shares.map((s) => s);',
+    /^leader-weighted-shares: step \d+ \(/],
   ['checkpoint step read big-endian', 'p2p/traces/replica.js',
     'getUint32(8, true);', 'getUint32(8, false);',
     /^join-with-checkpoint: step 9 \(message at 3\): effects\[0\]\.effect: expected "compute", got "send-message"$/],
@@ -487,9 +490,12 @@ test('codec.decode refuses a wrong length, an exponent out of range and -128', (
 
 test('allreduce chunks follow the shares (the traces\' 11 blocks over 3 equal shares: 3, 4, 4)', () => {
   assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, [2, 2, 2], k)), [[0, 3], [3, 7], [7, 11]]);
-  // floor(11 * c / G) with c = 0, 13, 16 and G = 16; a share of 0 is an empty chunk.
-  assert.deepEqual([0, 1].map((k) => chunkBlocks(11, [13, 3], k)), [[0, 8], [8, 11]]);
-  assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, [5, 0, 11], k)), [[0, 3], [3, 3], [3, 11]]);
+  // floor(11 * c / O) with c = 0, 13, 20 and O = 20 (ownership weights 13, 7).
+  assert.deepEqual([0, 1].map((k) => chunkBlocks(11, [13, 7], k)), [[0, 7], [7, 11]]);
+  // A share of 0, or of less than half the largest (3 of 13, 5 of 11), owns an empty chunk.
+  assert.deepEqual([0, 1].map((k) => chunkBlocks(11, [13, 3], k)), [[0, 11], [11, 11]]);
+  assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, [5, 0, 11], k)), [[0, 0], [0, 0], [0, 11]]);
+  assert.deepEqual([0, 1, 2].map((k) => chunkBlocks(11, [6, 0, 11], k)), [[0, 3], [3, 3], [3, 11]]);
   assert.throws(() => chunkBlocks(11, [2, 2, 2], 3), /chunk 3 of shares \[2, 2, 2\]/);
   assert.throws(() => chunkBlocks(11, [0, 0], 0), /chunk 0 of shares/);
 });

@@ -367,8 +367,8 @@ def test_chunks_partition_the_blocks() -> None:
             assert spans[0][0] == 0 and spans[-1][1] == total
             assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
             for k in range(n):
-                if shares[k] == 0:
-                    assert spans[k][0] == spans[k][1], "a share of 0 owns an empty chunk"
+                if 2 * shares[k] < max(shares):
+                    assert spans[k][0] == spans[k][1], "less than half the top share owns nothing"
 
 
 def test_equal_shares_cut_the_blocks_as_version_1_did() -> None:
@@ -379,8 +379,25 @@ def test_equal_shares_cut_the_blocks_as_version_1_did() -> None:
 
 
 def test_a_big_share_owns_a_big_chunk() -> None:
-    assert allreduce.chunk_blocks(1000, (13, 3), 0) == (0, 812)
-    assert allreduce.chunk_blocks(1000, (13, 3), 1) == (812, 1000)
+    assert allreduce.chunk_blocks(1000, (13, 7), 0) == (0, 650)
+    assert allreduce.chunk_blocks(1000, (13, 7), 1) == (650, 1000)
+
+
+def test_a_share_under_half_the_largest_owns_no_chunk() -> None:
+    """Ownership (version 3): a much slower peer sends its part and waits for the result."""
+    assert allreduce.ownership((13, 7)) == (13, 7)  # 14 >= 13: owns
+    assert allreduce.ownership((13, 6)) == (13, 0)  # 12 < 13: owns nothing
+    assert allreduce.ownership((5, 5, 2)) == (5, 5, 0)
+    assert allreduce.ownership((6, 2, 4)) == (6, 0, 4)
+    assert allreduce.ownership((8, 0, 4)) == (8, 0, 4)
+    assert allreduce.chunk_blocks(1000, (13, 6), 0) == (0, 1000)
+    assert allreduce.chunk_blocks(1000, (13, 6), 1) == (1000, 1000)
+    # The exchange still averages every contributor: the slow peer's part reaches the owner.
+    rng = np.random.default_rng(5)
+    grads = [(rng.standard_normal(8 * codec.BLOCK) * 1e-2).astype(np.float32) for _ in range(2)]
+    mean, _ = allreduce.exchange_locally(grads, (13, 3))
+    want = (grads[0] * 13 + grads[1] * 3) / 16
+    assert float(np.abs(mean - want).max()) < 0.05 * float(np.abs(want).max())
 
 
 def test_local_exchange_bytes_ratio_at_four_peers() -> None:

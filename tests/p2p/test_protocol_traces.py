@@ -173,8 +173,9 @@ for (const name of readdirSync(dir).filter((n) => n.endsWith(".json")).sort()) {
     const e = step.event;
     if (e.event === "compute-done") {
       const [rank, shares] = ranks.get(`${e.step}/${e.round}`);
+      const top = Math.max(...shares);  // ownership: less than half the top share owns nothing
       const c = [0];
-      for (const x of shares) c.push(c[c.length - 1] + x);
+      for (const x of shares) c.push(c[c.length - 1] + (2 * x >= top ? x : 0));
       const g = c[c.length - 1];
       e.payloads.forEach((b64, k) => {
         const end = Math.floor(c[k + 1] * TOTAL_BLOCKS / g);

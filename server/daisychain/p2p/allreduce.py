@@ -2,9 +2,16 @@
 
 With a roster of N peers (in committed order) and their shares ``s`` of the step's ``G``
 sequences (``p2p.shares``), the flattened gradient's B blocks are cut into N contiguous chunks
-in proportion to the shares: with cumulative shares ``c``, chunk k = blocks
-[floor(B c[k] / G), floor(B c[k+1] / G)), owned by roster[k]. A chunk may be empty (a share of
-0 always gives one); nothing is sent for it.
+in proportion to the **ownership weights** ``o`` (version 3, ``ownership``): ``o[k] = s[k]``
+when ``2 s[k] >= max(s)``, else 0. With their cumulative sums ``c`` (``c[N] = O``), chunk k =
+blocks [floor(B c[k] / O), floor(B c[k+1] / O)), owned by roster[k]. A chunk may be empty (a
+share of less than half the largest always gives one); nothing is sent for it. Why: an owner's
+own apply waits only for contributions, but a peer that owns a chunk puts a round trip through
+itself into everyone's apply (its reduced chunk comes only after it received the others' parts
+and reduced them); with three or more peers an owner also carries more bytes per value of its
+chunk than a non-owner (N - 1 contributions in and N - 1 copies out, against one each way). A
+much slower device sends its part and waits for the result instead of sitting in everyone's
+critical path; peers of similar speed still split the chunks and use every link at once.
 
 1. Every contributor (share > 0) quantizes its mean gradient (codec.encode) and sends chunk k
    to roster[k] (reduce-scatter). It keeps only the dequantized values of what it sent: the
@@ -35,9 +42,16 @@ from daisychain.p2p import shares as share_rules
 FloatArray = npt.NDArray[np.float32]
 
 
+def ownership(shares: Sequence[int]) -> tuple[int, ...]:
+    """The ownership weights of a roster's shares: a share of less than half the largest owns
+    nothing (integers only, so every implementation agrees)."""
+    top = max(shares, default=0)
+    return tuple(s if 2 * s >= top else 0 for s in shares)
+
+
 def chunk_blocks(total_blocks: int, shares: Sequence[int], k: int) -> tuple[int, int]:
     """[first, end) block indices of chunk ``k`` of a roster with these shares."""
-    c = share_rules.offsets(shares)
+    c = share_rules.offsets(ownership(shares))
     g = c[-1]
     assert 0 <= k < len(shares) and g > 0, f"chunk {k} of shares {list(shares)}"
     return total_blocks * c[k] // g, total_blocks * c[k + 1] // g

@@ -3,9 +3,11 @@
 // arithmetic", data-channel version 2).
 //
 // With a roster of N peers and their shares s of the step's G sequences (shares.js), the flat
-// gradient's B blocks are cut into N contiguous chunks in proportion to the shares: with
-// cumulative shares c, chunk k = blocks [floor(B c[k] / G), floor(B c[k+1] / G)), owned by
-// roster[k]. A chunk may be empty (a share of 0 always gives one); nothing is sent for it.
+// gradient's B blocks are cut into N contiguous chunks in proportion to the ownership weights
+// o[k] = s[k] when 2 s[k] >= max(s), else 0 (version 3; allreduce.py says why): with their
+// cumulative sums c (c[N] = O), chunk k = blocks [floor(B c[k] / O), floor(B c[k+1] / O)), owned
+// by roster[k]. A chunk may be empty (a share of less than half the largest always gives one);
+// nothing is sent for it.
 // The owner weights each contributor's (share > 0) dequantized values by its share and sums them
 // in roster order, acc = d[j0] * f32(s[j0]); acc = fround(acc + fround(d[j1] * f32(s[j1]))); ...,
 // divides once by f32(G) and quantizes the result once (codec.encode). Every product is exact
@@ -15,9 +17,16 @@
 import { BLOCK, encode } from './codec.js';
 import { offsets } from './shares.js';
 
+/** The ownership weights of a roster's shares: less than half the largest share owns nothing. */
+export function ownership(shares) {
+  let top = 0;
+  for (const s of shares) if (s > top) top = s;
+  return shares.map((s) => (2 * s >= top ? s : 0));
+}
+
 /** [first, end) block indices of chunk `k` of a roster with these shares. */
 export function chunkBlocks(totalBlocks, shares, k) {
-  const c = offsets(shares);
+  const c = offsets(ownership(shares));
   const g = c[c.length - 1];
   if (!(Number.isInteger(k) && k >= 0 && k < shares.length && g > 0)) {
     throw new RangeError(`chunk ${k} of shares [${shares.join(', ')}]`);

@@ -666,7 +666,9 @@ def leader_weighted_shares() -> Script:
     s = Script("leader-weighted-shares", "A leads B and C for 5 steps and shares the step's 12 "
                "sequences by the speeds they report. A commits each roster at its own apply, "
                "so a speed reported with the hash of step S shapes roster S + 2: equal while "
-               "nobody is measured (4, 4, 4); C four times slower (5, 5, 2); C slows down to "
+               "nobody is measured (4, 4, 4); C four times slower (5, 5, 2: less than half the "
+               "largest share, C owns no chunk, it sends its part and waits for the result); "
+               "C slows down to "
                "20x (6, 6, 0: C follows without computing, sends no contribution and owns no "
                "chunk); B speeds up (4, 8, 0).", A, state=fresh_state())  # fmt: skip
     lead_run(s, (B, C), steps=5)
