@@ -50,17 +50,12 @@ async def test_sends_wait_for_the_channel_to_drain() -> None:
                     buffered_at_each_frame.append(a.buffered(b.id))
                     yield bytes([i]) * frame_bytes
 
-            assert a.drain_s_per_byte(b.id) is None, "nothing waited to drain yet"
             assert a.send_frames(b.id, produce()) and a.send(b.id, "after")
             received: list[str | bytes] = []
             while len(received) < count + 1:
                 event = await asyncio.wait_for(b.events.get(), 120)
                 if isinstance(event, ChannelMessage):
                     received.append(event.data)
-            # What deflate_choice weighs: the channel's drain rate while the writer waited.
-            drain = a.drain_s_per_byte(b.id)
-            assert drain is not None and 0 < drain < 1e-3, drain
-            assert b.drain_s_per_byte(a.id) is None, "b sent nothing"
         finally:
             await a.close()
             await b.close()

@@ -113,9 +113,6 @@ class _Link:
         self.queued = asyncio.Event()
         self.low = asyncio.Event()
         self.writer: asyncio.Task[None] | None = None
-        # Seconds per byte the channel took to drain while the writer waited on a full buffer
-        # (exponential average, newest weight 1/2; None: it never filled). p2p/deflate_choice.
-        self.drain_s_per_byte: float | None = None
 
     def set_state(self, new: LinkState) -> None:
         old = self.state
@@ -156,22 +153,14 @@ class _Link:
                 item = self.outbox.popleft()
                 for data in (item,) if isinstance(item, str | bytes) else item:
                     while channel.bufferedAmount > HIGH_WATER:
-                        before, t0 = channel.bufferedAmount, time.monotonic()
                         self.low.clear()
                         await self.low.wait()
-                        self._drained(before - channel.bufferedAmount, time.monotonic() - t0)
                     channel.send(data)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # InvalidStateError/ConnectionError on a dying link
             log.debug("%s: send to %s failed: %r", self.mesh.name, self.peer, exc)
             self.outbox.clear()
-
-    def _drained(self, nbytes: int, seconds: float) -> None:
-        if nbytes > 0:
-            rate = seconds / nbytes
-            old = self.drain_s_per_byte
-            self.drain_s_per_byte = rate if old is None else old + 0.5 * (rate - old)
 
     def attach(self, channel: RTCDataChannel) -> None:
         self.channel = channel
@@ -516,12 +505,6 @@ class Mesh:
             return False
         link.enqueue(iter(frames))  # type: ignore[arg-type]
         return True
-
-    def drain_s_per_byte(self, peer: str) -> float | None:
-        """How fast the channel to ``peer`` drained when its buffer was full (seconds per byte;
-        None: it never filled)."""
-        link = self._links.get(peer)
-        return link.drain_s_per_byte if link is not None else None
 
     def buffered(self, peer: str) -> int:
         """What is still queued towards ``peer`` (0 when all went to SCTP)."""

@@ -30,7 +30,6 @@ from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
 from daisychain.p2p import allreduce, codec, frames, messages, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
-from daisychain.p2p.deflate_choice import LinkDeflate
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
 from daisychain.p2p.machine import effects as fx
@@ -148,7 +147,6 @@ class Node:
         # Seconds per sequence of this peer's steps, exchange work included (p2p/pace.py): what
         # the leader shares the step's sequences by.
         self.pace = Pace()
-        self._deflate: dict[str, LinkDeflate] = {}  # per peer: deflate where it pays
 
     # -- what the CLI, the demo and the tests look at -------------------------------------------
 
@@ -272,24 +270,15 @@ class Node:
     def send_payload(self, effect: fx.SendPayload) -> int:
         """Frame one payload and queue it; returns the bytes sent. (The test harness
         overrides this to damage what leaves.)"""
-        if effect.deflate:
-            # The machine allows compression; this link decides (p2p/deflate_choice).
-            choice = self._deflate.setdefault(effect.peer, LinkDeflate())
-            deflate = choice.choose(self.mesh.drain_s_per_byte(effect.peer))
-            t0 = time.perf_counter()
-            wire = list(frames.fragment(
-                effect.kind, effect.payload, transfer=effect.transfer, step=effect.step,
-                round=effect.round, chunk=effect.chunk, deflate=deflate,
-            ))  # fmt: skip
-            size = sum(len(f) for f in wire)
-            if deflate:
-                choice.deflated(len(effect.payload), size, time.perf_counter() - t0)
-            self.mesh.send_frames(effect.peer, wire)
-            return size
         parts = frames.fragment(
             effect.kind, effect.payload, transfer=effect.transfer, step=effect.step,
-            round=effect.round, chunk=effect.chunk,
+            round=effect.round, chunk=effect.chunk, deflate=effect.deflate,
         )  # fmt: skip
+        if effect.deflate:
+            # A gradient chunk is small: frame it now (its compressed size is the statistic).
+            wire = list(parts)
+            self.mesh.send_frames(effect.peer, wire)
+            return sum(len(f) for f in wire)
         # A checkpoint is cut into frames only as fast as the channel drains (flow control).
         self.mesh.send_frames(effect.peer, parts)
         count = -(-len(effect.payload) // frames.MAX_FRAGMENT_BYTES)
