@@ -93,6 +93,15 @@ def extra_scenarios() -> list[Json]:
     assert "2 chunks for 3 peers" in _outcome(got).message
     out.append(s.trace())
 
+    s = Script("x-chunk-size", "B: its compute returns chunks cut for shares 6, 3, 3 in a "
+               "roster of 4, 4, 4.", B)  # fmt: skip
+    follow(s, A, (C,), config(3))
+    s.send(A, roster_msg(1, 0, ABC))
+    got = s.feed(ev.ComputeDone(s.now, 1, 0, 3.5, contributions(1, 1, 0, (6, 3, 3)), "0" * 64,
+                                0.0))  # fmt: skip
+    assert "compute returned 1285 bytes for chunk 0 of 771" in _outcome(got).message
+    out.append(s.trace())
+
     s = Script("x-bad-checkpoint", "D joins at step 5; the leader's checkpoint is refused by "
                "the replica: the run ends with error.", D)  # fmt: skip
     follow(s, A, (B, C), config(8))

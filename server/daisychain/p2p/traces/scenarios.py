@@ -900,6 +900,33 @@ def follower_one_step_behind() -> Script:
     return s
 
 
+def successor_one_step_behind() -> Script:
+    s = Script("successor-one-step-behind", "B follows A with C and is one step behind: roster 2 "
+               "waits while C's reduced chunk of step 1 is missing. A leaves, B succeeds it, "
+               "and C never sends the chunk: when the step timer runs out B re-commits step 1 "
+               "(round 1, alone), not the roster 2 it cannot compute, and goes on from there.",
+               B)  # fmt: skip
+    follow(s, A, (C,), config(3))
+    s.at(1.0)
+    s.send(A, roster_msg(1, 0, ABC))
+    s.compute(1, 0, ABC)
+    for j, p in ((0, A), (2, C)):
+        s.frames(p, FrameKind.CONTRIBUTION, contributions(j, 1, 0, 3)[1], 1, 0, 1)
+    s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
+    s.at(2.0)
+    out = s.send(A, roster_msg(2, 0, ABC))
+    assert not [f for f in out if isinstance(f, fx.Compute)], "step 1 is not applied yet"
+    out = s.left(A)
+    assert s.machine.is_leader and not rosters(out), out
+    while not rosters(out):
+        out = s.timer()
+    assert shares_in(out) == [(1, 1, [B], [12])], out
+    out = s.compute(1, 1, (B,), (12,))
+    applied(out)
+    assert shares_in(out) == [(2, 0, [B], [12])], out
+    return s
+
+
 SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-3-peers": leader_three_peers,
     "follower-3-peers": follower_three_peers,
@@ -933,4 +960,5 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-hash-one-step-late": leader_hash_one_step_late,
     "leader-drops-laggard": leader_drops_laggard,
     "follower-one-step-behind": follower_one_step_behind,
+    "successor-one-step-behind": successor_one_step_behind,
 }

@@ -37,7 +37,6 @@ export class RepairStore {
     }
   }
 
-  /** A later round of the same step was committed: earlier ones never apply. */
   /** The attempt of step still working towards applying, if any. */
   live(step) {
     for (const a of this.attempts.values()) if (a.step === step && a.live) return a;
@@ -52,6 +51,7 @@ export class RepairStore {
     return null;
   }
 
+  /** A later round of the same step was committed: earlier ones never apply. */
   abandonBefore(step, round) {
     for (const a of this.attempts.values()) {
       if (a.step === step && a.round < round && a.live) a.transition(AttemptPhase.ABANDONED);
