@@ -139,7 +139,7 @@ const PLANTED = [
     /^probe-mismatch: step 12 \(message at 1\): effects: expected 2 items, got 0/],
   ['step deadline from the repair timer', 'p2p/machine/machine.js',
     'a.deadline = this.now + t.step_timeout_s;', 'a.deadline = this.now + t.repair_after_s;',
-    /^follower-gone-mid-exchange: step 17 \(timer at 3\.5\): next deadline 7, expected 8\.5$/],
+    /^follower-gone-mid-exchange: step 7 \(compute-done at 2\): next deadline 6, expected 7$/],
   ['ownership ignored (chunks cut by the shares, as version 2 did)', 'p2p/allreduce.js',
     'return shares.map((s) => (2 * s >= top ? s : 0));', 'return shares.map((s) => s);',
     /^leader-weighted-shares: step \d+ \(/],

@@ -609,6 +609,10 @@ class Machine:
         if e.seq_s > 0:
             self.leadership.speeds[self.id] = e.seq_s
         a.computed_with(e.loss, e.payloads, e.probe)
+        # The repair timer counts from our own gradient: the others' pieces were shaped to come
+        # about when ours is ready, so a step longer than repair_after_s must not ask a slow
+        # peer to send again what it is still sending (a duplicate costs it most).
+        a.repair_at = max(a.repair_at, self._now + self.settings.timers.repair_after_s)
         if a.contributes:
             for k in a.chunks:
                 if k != a.rank:

@@ -21,6 +21,7 @@ from daisychain.p2p.traces.script import (
     OTHER_RUN,
     RUN,
     SEED,
+    TIMERS,
     A,
     B,
     C,
@@ -927,6 +928,35 @@ def successor_one_step_behind() -> Script:
     return s
 
 
+def repair_after_own_gradient() -> Script:
+    s = Script("repair-after-own-gradient", "Follower B's own compute of step 1 outlasts "
+               "repair_after (7 s against 5): the repair timer counts from B's gradient, so "
+               "C's contribution, still on its way from a slow device, is asked for again only "
+               "repair_after after it (a duplicate would cost C most). C's piece then comes "
+               "and B applies.", B)  # fmt: skip
+    follow(s, A, (C,), config(1))
+    s.at(s.now + 1.0)
+    start = s.now
+    s.send(A, roster_msg(1, 0, ABC))
+    s.at(start + TIMERS.repair_after_s)
+    assert not repairs(s.timer()), "nothing to ask for before our own gradient"
+    s.at(start + 7.0)
+    s.compute(1, 0, ABC)
+    s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1)
+    assert s.machine.next_deadline() == start + 7.0 + TIMERS.repair_after_s, "from the gradient"
+    out = s.timer()
+    assert (C, "contribution", 1) in repairs(out) and (A, "contribution", 1) not in repairs(out)
+    s.at(s.now + 0.5)
+    s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[1], 1, 0, 1)
+    out = s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
+    out += s.frames(C, FrameKind.REDUCED, reduced(1, 0, 3, 2), 1, 0, 2)
+    s.hashes(1, 0, ABC, applied(out))
+    stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
+    assert stops(s.send(A, stop)) == [(A, stop), (C, stop)]
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
 SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-3-peers": leader_three_peers,
     "follower-3-peers": follower_three_peers,
@@ -961,4 +991,5 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-drops-laggard": leader_drops_laggard,
     "follower-one-step-behind": follower_one_step_behind,
     "successor-one-step-behind": successor_one_step_behind,
+    "repair-after-own-gradient": repair_after_own_gradient,
 }

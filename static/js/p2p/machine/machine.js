@@ -739,6 +739,10 @@ export class Machine {
     }
     if (e.seq_s > 0) this.leadership.speeds.set(this.id, e.seq_s);
     a.computedWith(e.loss, e.payloads, e.probe);
+    // The repair timer counts from our own gradient: the others' pieces were shaped to come
+    // about when ours is ready, so a step longer than repair_after_s must not ask a slow peer to
+    // send again what it is still sending (a duplicate costs it most).
+    a.repairAt = Math.max(a.repairAt, this.now + this.settings.timers.repair_after_s);
     if (a.contributes) {
       for (const k of a.chunks) {
         if (k !== a.rank) {
