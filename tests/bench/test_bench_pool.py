@@ -115,7 +115,7 @@ def _log(name: str, steps: range, *, code: int = 0, reason: str = "done") -> poo
 
 
 def test_a_summary_reads_the_leaders_clock_and_every_peers_split() -> None:
-    summary = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 4))], _args(), 8)
+    summary = pool.summarize([_log("a", range(1, 4)), _log("b", range(1, 4))], _args(), 8)
     assert summary["seconds_per_step"] == 1.0  # steps 1 -> 3 arrived 2 s apart
     assert summary["tokens_per_step"] == 2 * 4 * 8
     assert summary["tokens_per_s"] == 64.0
@@ -124,15 +124,15 @@ def test_a_summary_reads_the_leaders_clock_and_every_peers_split() -> None:
 
 
 def test_a_summary_refuses_a_failed_peer_missing_steps_or_a_split_hash() -> None:
-    failed = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 4), code=3)], _args(), 8)
+    failed = pool.summarize([_log("a", range(1, 4)), _log("b", range(1, 4), code=3)], _args(), 8)
     assert "b: exit 3" in failed["error"]
-    not_done = pool._summary([_log("a", range(1, 4), reason="fork")], _args(), 8)
+    not_done = pool.summarize([_log("a", range(1, 4), reason="fork")], _args(), 8)
     assert "a: exit 0" in not_done["error"]
-    short = pool._summary([_log("a", range(1, 4)), _log("b", range(1, 3))], _args(), 8)
+    short = pool.summarize([_log("a", range(1, 4)), _log("b", range(1, 3))], _args(), 8)
     assert short == {"error": "steps missing at b"}
     split = _log("b", range(1, 4))
     split.steps[3][1]["hash"] = "other"
-    summary = pool._summary([_log("a", range(1, 4)), split], _args(), 8)
+    summary = pool.summarize([_log("a", range(1, 4)), split], _args(), 8)
     assert summary["replicas_identical_every_step"] is False
 
 

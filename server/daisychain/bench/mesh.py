@@ -13,7 +13,18 @@
    exchange time), per peer and for the group (all bytes of a step over its exchange), against
    a raw aiortc channel measured in the same run (48 KiB messages, one direction).
 
-4. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
+4. **Peers in processes of their own** (``--processes 8,64``: lane batches to measure; off by
+   default): three headless peers (``bench pool``'s groups), each held to ``--process-cores``
+   of CPU (a cgroup quota; needs root, else the part says why it skipped), train ``--preset``
+   at each lane batch and the preset's sequence length (global batch 3 x lane, shared out by
+   measured speed as in any run: near-equal here). Per peer: the part of its step it is not
+   computing (the visible exchange: everything the overlap does not hide,
+   waiting included) and its exchange goodput (frames sent / exchange seconds), against a
+   **raw aiortc mesh between processes** held to the same budgets (bench/_raw_mesh.py: every
+   process sends as many bytes as a peer sent per step, spread over its channels, all at once),
+   measured right after each group.
+
+5. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
    real page join a Python-led run; per peer and backend, bytes sent/received per step, step,
    compute and exchange time and the exchange's share of the step, beside an all-Python group of
    the same size played in the same run. Needs a network namespace (root; the bench re-runs
@@ -34,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from daisychain.bench import _exchange_cpu as exchange_cpu
+from daisychain.bench import _raw_mesh
 from daisychain.bench._exchange_cpu import raw_channel_mb_s
 from daisychain.p2p import allreduce, codec, frames
 
@@ -50,6 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--py-followers", type=int, default=1, help="Python followers beside the tabs"
+    )
+    parser.add_argument(
+        "--processes", default="",
+        help="lane batches for the part with peers in processes of their own, comma-separated "
+        "(e.g. 8,64); default: that part is not run",
+    )  # fmt: skip
+    parser.add_argument(
+        "--process-cores", type=float, default=0.5, help="CPU budget of each peer process"
+    )
+    parser.add_argument(
+        "--process-steps", type=int, default=3, help="measured steps per lane batch (after 3)"
     )
 
 
@@ -81,9 +104,11 @@ def gradients(name: str, batch: int, seq_len: int) -> tuple[int, list[Any]]:
     return sum(g.size for g in state.params.values()), grads
 
 
-# The profile's parts, for tests (bench/_exchange_cpu.py is this benchmark's helper).
+# The profile's parts and the raw mesh, for tests (bench/_exchange_cpu.py and
+# bench/_raw_mesh.py are this benchmark's helpers).
 exchange_stages = exchange_cpu.stages
 exchange_profile = exchange_cpu.profile
+raw_mesh = _raw_mesh.run
 
 
 def bytes_table(n_values: int, grads: list[Any]) -> dict[str, Any]:
@@ -176,12 +201,69 @@ async def live_run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def parse_lane_batches(spec: str) -> list[int]:
+    """``--processes``: positive lane batches, e.g. ``8,64``."""
+    try:
+        batches = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        batches = []
+    if not batches or min(batches) < 1:
+        raise SystemExit(
+            f"daisychain bench mesh: --processes {spec!r} is not a list of lane batches "
+            "(hint: positive integers, comma-separated, e.g. 8,64)"
+        )
+    return batches
+
+
+async def in_processes(args: argparse.Namespace, batches: list[int]) -> dict[str, Any]:
+    """Part 4: three peer processes under CPU budgets per lane batch, and the raw mesh."""
+    from daisychain.bench import pool
+    from daisychain.harness import cpubudget
+    from daisychain.model.config import PRESETS
+
+    why = cpubudget.unavailable()
+    if why is not None:
+        return {"skipped": why}
+    cores = (args.process_cores,) * 3
+    seq_len = PRESETS[args.preset].seq_len  # as bench pool trains it
+    run_args = argparse.Namespace(
+        preset=args.preset, steps=args.process_steps, warmup=3, address=args.address,
+        timeout_s=900.0,
+    )  # fmt: skip
+    out: dict[str, Any] = {"peers": 3, "cores_each": args.process_cores, "seq_len": seq_len}
+    for lane in batches:
+        logs = await pool.run_group(cores, run_args, lane, seq_len, 3 * lane)
+        group = pool.summarize(logs, run_args, seq_len)
+        if "error" in group:
+            out[f"lane_{lane}"] = group
+            continue
+        peers = group["peers"]
+        sent = float(np.median([p["bytes_sent_per_step"] for p in peers]))
+        raw = await raw_mesh(3, args.process_cores, sent / 1e6, args.address)
+        goodput = [p["bytes_sent_per_step"] / p["exchange_s"] / 1e6 for p in peers]
+        raw_peer = float(np.median(raw["peer_goodput_mb_s"]))
+        out[f"lane_{lane}"] = {
+            "global_batch": 3 * lane,
+            "seconds_per_step": group["seconds_per_step"],
+            "replicas_identical_every_step": group["replicas_identical_every_step"],
+            "visible_exchange_share": [p["not_computing_share"] for p in peers],
+            "compute_s": [p["compute_s"] for p in peers],
+            "exchange_s": [p["exchange_s"] for p in peers],
+            "bytes_sent_per_step": [p["bytes_sent_per_step"] for p in peers],
+            "exchange_goodput_mb_s": [round(g, 3) for g in goodput],
+            "raw_mesh": raw,
+            "exchange_vs_raw_mesh_goodput": round(float(np.median(goodput)) / raw_peer, 4),
+        }
+    return out
+
+
 def _argv(args: argparse.Namespace) -> list[str]:
     """These options again, for the re-run inside the namespace."""
     out = [f"--preset={args.preset}", f"--steps={args.steps}", f"--batch={args.batch}"]
     out += [f"--seq-len={args.seq_len}"]
     out += [f"--raw-mb={args.raw_mb}", f"--address={args.address}", f"--tabs={args.tabs}"]
-    return [*out, f"--py-followers={args.py_followers}"]
+    out += [f"--processes={args.processes}", f"--process-cores={args.process_cores}"]
+    return [*out, f"--py-followers={args.py_followers}", f"--process-steps={args.process_steps}"]
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,6 +274,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     kinds = browser.parse_tabs(args.tabs) if args.tabs else []
     if args.py_followers < 0:
         raise SystemExit("daisychain bench mesh: --py-followers must be 0 or more")
+    batches = parse_lane_batches(args.processes) if args.processes else []
+    if args.process_steps < 1 or not 0.01 <= args.process_cores <= 64:
+        raise SystemExit(
+            "daisychain bench mesh: --process-steps must be at least 1 and --process-cores "
+            "within 0.01 .. 64"
+        )
     skipped = browser.why_not_here() if kinds else None
     if kinds and skipped is None:
         if browser.needs_reexec():
@@ -203,6 +291,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with only_candidate(args.address):
         result["cpu"] = exchange_cpu.profile(grads[0], args.raw_mb)
         result["live"] = asyncio.run(live_run(args))
+    if batches:
+        result["processes"] = asyncio.run(in_processes(args, batches))
     if skipped is not None:
         result["browser"] = {"skipped": skipped}
     elif kinds:

@@ -210,7 +210,7 @@ async def run_group(
     return logs
 
 
-def _summary(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> dict[str, Any]:
+def summarize(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> dict[str, Any]:
     """Tokens/s of the group (the leader's clock), each peer's split, identity."""
     first, last = args.warmup, args.warmup + args.steps
     lead = logs[0]
@@ -281,9 +281,9 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         for c in cores:
             if (c, g) not in solo:
                 run = await run_group((c,), alone_args, batch, seq_len, g)
-                solo[c, g] = _summary(run, alone_args, seq_len)
+                solo[c, g] = summarize(run, alone_args, seq_len)
         ordered = tuple(sorted(cores, reverse=True))
-        group = _summary(await run_group(ordered, args, batch, seq_len, g), args, seq_len)
+        group = summarize(await run_group(ordered, args, batch, seq_len, g), args, seq_len)
         alone = [solo[c, g] for c in ordered]
         scenario: dict[str, Any] = {
             "cores": list(ordered),
