@@ -15,7 +15,7 @@ trip one check) and writes what it answered to ``tests/vectors/p2p_wire/``:
 Usage: ``daisychain vectors --write wire`` regenerates the files; ``--check wire`` regenerates
 in memory and exits 1 naming the first file that differs. Payload bytes
 come from a seeded ``random.Random``, so regeneration is byte-identical, except the compressed
-bodies, which are zlib's (Huffman only) and may differ between zlib builds: those cases carry
+bodies, which are zlib's (Z_RLE) and may differ between zlib builds: those cases carry
 ``"zlib": true`` and the zlib version is recorded (tests/p2p/test_p2p_wire_vectors.py replays them
 instead of comparing bytes when the running zlib is another one).
 """
