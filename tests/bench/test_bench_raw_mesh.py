@@ -3,6 +3,7 @@ real aiortc channels between child processes on 127.0.0.2 (shape only; no timing
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 import pytest
@@ -31,3 +32,16 @@ def test_lane_batches_are_positive_integers_or_refused_with_a_hint() -> None:
     for bad in ("0", "8,x", ",", "-2"):
         with pytest.raises(SystemExit, match="hint: positive integers"):
             mesh.parse_lane_batches(bad)
+
+
+def test_the_process_part_says_why_it_skipped_without_cgroups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As root on CI the budgets can be set; the refusal path is forced here, as a machine
+    # without writable cgroups would give it (no peer process is started).
+    from daisychain.harness import cpubudget
+
+    monkeypatch.setattr(cpubudget, "unavailable", lambda: "no cgroups here")
+    args = argparse.Namespace(preset="tiny", process_cores=0.5, process_steps=1,
+                              address="127.0.0.2")  # fmt: skip
+    assert asyncio.run(mesh.in_processes(args, [1])) == {"skipped": "no cgroups here"}

@@ -1,9 +1,10 @@
 """The page ``/`` in each of its states, on a phone and on a desktop (issue 11, Must-show 1 and
-6): alone, in a group, waiting to enter a room, approving a request, training (leader and
-follower), stopped. In every state at 390x844 and 1280x800: no sideways overflow
-(``scrollWidth <= innerWidth``), every control in the accessibility tree has a name, and no
-console error and no failed request. Each state is photographed into the test's tmp dir, and
-into docs/guide/ (the user guide's pictures, docs/GUIDE.md) with DAISYCHAIN_WRITE_GUIDE=1.
+6): alone, in a group, waiting to enter a room, approving a request, the lead form with its
+settings open, training (leader and follower), stopped. In every state at 390x844 and
+1280x800: no sideways overflow (``scrollWidth <= innerWidth``), every control in the
+accessibility tree has a name, and no console error and no failed request. Each state is
+photographed into the test's tmp dir, and into docs/guide/ (the user guide's pictures,
+docs/GUIDE.md) with DAISYCHAIN_WRITE_GUIDE=1.
 
 On the way it checks what the panels say: the readiness panel's backend, probe and measured
 speed; the device name typed in the page, remembered over a reload and shown to the group with
@@ -122,6 +123,12 @@ async def test_the_page_in_every_state_on_a_phone_and_a_desktop(tmp_path: Path) 
         await lead.get_by_text("More settings").click()
         await lead.get_by_label("Sequences per device per step").fill("1")
         await lead.get_by_label("Sequence length").fill("32")
+        # The form with its settings open: how the work is shared (by speed unless asked).
+        share = lead.get_by_label("Share the work")
+        assert await share.input_value() == "speed"
+        assert await share.locator("option").all_inner_texts() == [
+            "by each device’s speed", "equally (reproducible hashes)"]  # fmt: skip
+        await each_viewport(ada, "lead-form", tmp_path, "#lead")
         await page.get_by_role("button", name="Start the run").click()
         await shows(ada, "#lead .standing", r"You lead this run: tiny, 200 steps")
         await shows(bo, "#lead .standing", r"Following Ada's laptop’s run: joined automatically")

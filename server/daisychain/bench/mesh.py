@@ -18,8 +18,8 @@
    of CPU (a cgroup quota; needs root, else the part says why it skipped), train ``--preset``
    at each lane batch and the preset's sequence length (global batch 3 x lane, shared out by
    measured speed as in any run: near-equal here). Per peer: the part of its step it is not
-   computing (the visible exchange: everything the overlap does not hide,
-   waiting included) and its exchange goodput (frames sent / exchange seconds), against a
+   computing (the visible exchange: everything the overlap does not hide, waiting included)
+   and its exchange goodput (frames sent / exchange seconds), against a
    **raw aiortc mesh between processes** held to the same budgets (bench/_raw_mesh.py: every
    process sends as many bytes as a peer sent per step, spread over its channels, all at once),
    measured right after each group.

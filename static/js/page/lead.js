@@ -39,8 +39,8 @@ export function defaultGlobalBatch(peer, preset, batch) {
   return perDevice * Math.max(1, 1 + open);
 }
 
-function field(label, input) {
-  return h('label', { class: 'field' }, h('span', { text: label }), input);
+function field(label, input, cls = 'field') {
+  return h('label', { class: cls }, h('span', { text: label }), input);
 }
 
 export function mount(root, page) {
@@ -58,12 +58,12 @@ export function mount(root, page) {
     h('details', {}, h('summary', { text: 'More settings' }),
       h('div', { class: 'grid' },
         field('Sequences per device per step', num('batch', { min: 1, placeholder: 'the preset’s' })),
+        field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
         field('Sequences per step, whole group', num('global_batch', { min: 1,
-          placeholder: 'per device × devices here' })),
+          placeholder: 'per device × devices here' }), 'field whole'),
         field('Share the work', h('select', { name: 'shares_by' },
           h('option', { value: 'speed', text: 'by each device’s speed' }),
-          h('option', { value: 'equal', text: 'equally (reproducible hashes)' }))),
-        field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
+          h('option', { value: 'equal', text: 'equally (reproducible hashes)' })), 'field whole'),
         field('Learning rate', h('input', { name: 'lr', type: 'number', inputmode: 'decimal', step: 'any',
           min: 0, max: 1, value: 0.003 })),
         // 20 as `daisychain train`: without a warm-up the first steps of a fresh model at the
