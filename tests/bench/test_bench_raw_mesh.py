@@ -45,3 +45,11 @@ def test_the_process_part_says_why_it_skipped_without_cgroups(
     args = argparse.Namespace(preset="tiny", process_cores=0.5, process_steps=1,
                               address="127.0.0.2")  # fmt: skip
     assert asyncio.run(mesh.in_processes(args, [1])) == {"skipped": "no cgroups here"}
+
+
+def test_process_options_out_of_range_are_refused_before_any_work() -> None:
+    parser = argparse.ArgumentParser()
+    mesh.add_arguments(parser)
+    for bad in (["--process-steps", "0"], ["--process-cores", "0"], ["--process-cores", "65"]):
+        with pytest.raises(SystemExit, match="--process-steps must be at least 1"):
+            mesh.measure(parser.parse_args(["--processes", "4", *bad]))

@@ -26,6 +26,23 @@ from daisychain.p2p import allreduce, codec, frames
 REPEATS = 3
 
 
+BUFFER_HIGH = 4 * 1024 * 1024  # bytes queued in a channel before a raw sender waits
+
+
+async def send_paced(chan: Any, total: int) -> None:
+    """Send ``total`` bytes of zeros on the aiortc channel ``chan`` in frame-sized messages,
+    waiting while more than BUFFER_HIGH is queued (flow control: let SCTP drain)."""
+    block = bytes(frames.MAX_FRAME_BYTES)
+    sent = 0
+    while sent < total:
+        if chan.bufferedAmount > BUFFER_HIGH:
+            await asyncio.sleep(0.001)
+            continue
+        part = block[: min(len(block), total - sent)]
+        chan.send(part)
+        sent += len(part)
+
+
 async def raw_channel_mb_s(total_mb: float) -> float:
     """One-direction throughput of a bare aiortc channel (48 KiB messages) on this machine."""
     from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection
@@ -53,15 +70,8 @@ async def raw_channel_mb_s(total_mb: float) -> float:
     await b.setLocalDescription(await b.createAnswer())
     await a.setRemoteDescription(b.localDescription)
     await asyncio.wait_for(opened.wait(), 20)
-    block = bytes(frames.MAX_FRAME_BYTES)
     t0 = time.perf_counter()
-    sent = 0
-    while sent < total:
-        if chan.bufferedAmount > 4 * 1024 * 1024:
-            await asyncio.sleep(0.001)  # flow control: let SCTP drain
-            continue
-        chan.send(block)
-        sent += len(block)
+    await send_paced(chan, total)
     await asyncio.wait_for(done.wait(), 120)
     seconds = time.perf_counter() - t0
     await a.close()

@@ -26,10 +26,8 @@ import sys
 import time
 from typing import Any
 
+from daisychain.bench._exchange_cpu import send_paced
 from daisychain.harness import cpubudget
-
-MESSAGE_BYTES = 48 * 1024
-BUFFER_HIGH = 4 * 1024 * 1024  # bytes queued in a channel before the sender waits
 
 
 async def _child(rank: int, n: int, total: int, address: str) -> None:
@@ -105,24 +103,14 @@ async def _child(rank: int, n: int, total: int, address: str) -> None:
                 close.set()
                 return
 
-    async def send(ch: RTCDataChannel) -> None:
-        block = bytes(MESSAGE_BYTES)
-        sent = 0
-        while sent < per_channel:
-            if ch.bufferedAmount > BUFFER_HIGH:
-                await asyncio.sleep(0.001)  # flow control: let SCTP drain
-                continue
-            part = block[: min(MESSAGE_BYTES, per_channel - sent)]
-            ch.send(part)
-            sent += len(part)
-
     with only_candidate(address):
         reader = loop.create_task(commands())
         for peer in range(rank + 1, n):
             await offer(peer)
         await go.wait()
         c0, t0 = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(send(ch) for ch in channels.values()), all_in.wait())
+        await asyncio.gather(*(send_paced(ch, per_channel) for ch in channels.values()),
+                             all_in.wait())  # fmt: skip
         say({
             "seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
             "sent": per_channel * (n - 1), "received": received,

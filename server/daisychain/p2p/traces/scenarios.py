@@ -867,12 +867,9 @@ def leader_drops_laggard() -> Script:
     return s
 
 
-def follower_one_step_behind() -> Script:
-    s = Script("follower-one-step-behind", "B follows A with C. Roster 2 arrives while B still "
-               "waits for C's reduced chunk of step 1, and C's contribution of step 2 arrives "
-               "too: B holds both, starts step 2 the moment it applies step 1, and uses the "
-               "held contribution.", B)  # fmt: skip
-    follow(s, A, (C,), config(2))
+def one_step_behind(s: Script) -> None:
+    """Follower B of A with C: step 1 computed, every piece in but C's reduced chunk, and
+    roster 2 arrives, which B keeps without starting (step 1 is not applied yet)."""
     s.at(1.0)
     s.send(A, roster_msg(1, 0, ABC))
     s.compute(1, 0, ABC)
@@ -882,6 +879,15 @@ def follower_one_step_behind() -> Script:
     s.at(2.0)
     out = s.send(A, roster_msg(2, 0, ABC))
     assert not [f for f in out if isinstance(f, fx.Compute)], "step 1 is not applied yet"
+
+
+def follower_one_step_behind() -> Script:
+    s = Script("follower-one-step-behind", "B follows A with C. Roster 2 arrives while B still "
+               "waits for C's reduced chunk of step 1, and C's contribution of step 2 arrives "
+               "too: B holds both, starts step 2 the moment it applies step 1, and uses the "
+               "held contribution.", B)  # fmt: skip
+    follow(s, A, (C,), config(2))
+    one_step_behind(s)
     out = s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 2, 0, 3)[1], 2, 0, 1)
     assert not out, out
     out = s.frames(C, FrameKind.REDUCED, reduced(1, 0, 3, 2), 1, 0, 2)
@@ -908,15 +914,7 @@ def successor_one_step_behind() -> Script:
                "(round 1, alone), not the roster 2 it cannot compute, and goes on from there.",
                B)  # fmt: skip
     follow(s, A, (C,), config(3))
-    s.at(1.0)
-    s.send(A, roster_msg(1, 0, ABC))
-    s.compute(1, 0, ABC)
-    for j, p in ((0, A), (2, C)):
-        s.frames(p, FrameKind.CONTRIBUTION, contributions(j, 1, 0, 3)[1], 1, 0, 1)
-    s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
-    s.at(2.0)
-    out = s.send(A, roster_msg(2, 0, ABC))
-    assert not [f for f in out if isinstance(f, fx.Compute)], "step 1 is not applied yet"
+    one_step_behind(s)
     out = s.left(A)
     assert s.machine.is_leader and not rosters(out), out
     while not rosters(out):
