@@ -141,6 +141,7 @@ async def start_peer(
     save_every: int = 0,
     limits: Limits | None = None,
     fingerprint: bytes | None = None,
+    early_chunks: bool = True,
 ) -> Peer:
     """An in-process peer on ``url`` (``fingerprint``: the https server's pinned certificate)."""
     tokens, sha, vocab = corpus()
@@ -150,7 +151,7 @@ async def start_peer(
     options: dict[str, Any] = {
         "lead": lead, "timers": timers, "checkpoint_path": checkpoint_path,
         "save_every": save_every, "on_step": records.append, "compute": compute,
-        "limits": limits,
+        "limits": limits, "early_chunks": early_chunks,
     }  # fmt: skip
     node = (
         Node(mesh, tokens, sha, vocab, **options)

@@ -12,6 +12,7 @@ init, optimizer and batches: the baseline of convergence comparisons.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -90,11 +91,13 @@ def next_batch(
 
 
 def compute_grads(
-    state: TrainState, x: TokenArray, y: TokenArray
+    state: TrainState, x: TokenArray, y: TokenArray, on_grad: gpt.GradHook | None = None
 ) -> tuple[np.float32, dict[str, npt.NDArray[np.float32]]]:
-    """(loss, grads) of the state's model on one batch; the state is not modified."""
+    """(loss, grads) of the state's model on one batch; the state is not modified.
+    ``on_grad`` hears of each parameter's gradient as soon as it is final (the contract
+    backend; the float reference reports nothing early)."""
     if state.backend == "contract":
-        return gpt.forward_backward(state.params, state.cfg, x, y, state.ops)
+        return gpt.forward_backward(state.params, state.cfg, x, y, state.ops, on_grad=on_grad)
     loss, grads, _ = reference.forward_backward(state.params, state.cfg, x, y)
     return np.float32(loss), grads
 
@@ -131,21 +134,30 @@ def eval_loss(state: TrainState, tokens: TokenArray, n_batches: int = 4) -> floa
     return float(np.mean(losses))
 
 
+# Told of the last piece's backward: the sum of the earlier pieces' weighted gradients (None
+# when there is one piece) and the last piece's weight; answers the hook for its gradients.
+LastPieceWatch = Callable[[npt.NDArray[np.float32] | None, np.float32], gpt.GradHook]
+
+
 def mean_gradient(
     state: TrainState,
     rows: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
     count: int,
+    watch: LastPieceWatch | None = None,
 ) -> tuple[float, npt.NDArray[np.float32] | None]:
     """(loss, flat mean gradient) over ``count`` sequences given as lane pieces (None for a
     share of 0): a protocol-v2 contributor's part of the step. Pieces combine as
     ``sum(g * rows) / count`` in float32, piece order (docs/PROTOCOL.md, "A contributor's mean
-    gradient"); one piece is the model's own mean."""
+    gradient"); one piece is the model's own mean. ``watch`` sees the last piece's backward
+    (``p2p.early``: values of the mean are final as soon as the last piece's are)."""
     if not rows:
         return 0.0, None
     flat: npt.NDArray[np.float32] | None = None
     loss = np.float32(0)
-    for x, y in rows:
-        piece_loss, grads = compute_grads(state, x, y)
+    for i, (x, y) in enumerate(rows):
+        last = i == len(rows) - 1
+        hook = watch(flat, np.float32(len(x))) if watch is not None and last else None
+        piece_loss, grads = compute_grads(state, x, y, hook)
         g = flatten(grads)
         if len(rows) == 1:
             return float(piece_loss), g

@@ -107,7 +107,7 @@ def _log(name: str, steps: range, *, code: int = 0, reason: str = "done") -> poo
     log = pool.PeerLog(name, 1.0, code=code)
     for s in steps:
         event = {"hash": f"h{s}", "roster": ["a", "b"], "compute_s": 0.5, "exchange_s": 0.25,
-                 "exchange_work_s": 0.1, "bytes_sent": 100, "global_batch": 8,
+                 "exchange_work_s": 0.1, "bytes_sent": 100, "bytes_early": 40, "global_batch": 8,
                  "share": 4}  # fmt: skip
         log.steps[s] = (float(s), event)
     log.stopped = {"reason": reason, "hash": "h3"}

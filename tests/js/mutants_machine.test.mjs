@@ -415,12 +415,13 @@ test('mutant: every event constructor makes a frozen record of one of EVENT_TYPE
   const all = [
     ev.channelOpened(1, 'p'), ev.channelClosed(1, 'p'), ev.peerLeft(1, 'p'),
     ev.messageReceived(1, 'p', '{}'), ev.frameReceived(1, 'p', new Uint8Array(1)),
-    ev.computeDone(1, 2, 0, 0.5, [new Uint8Array(1)], 'x'), ev.computeFailed(1, 2, 0, 'oom'),
+    ev.computeDone(1, 2, 0, 0.5, [new Uint8Array(1)], 'x'),
+    ev.computePartial(1, 2, 0, 1, new Uint8Array(1)), ev.computeFailed(1, 2, 0, 'oom'),
     ev.timer(1), ev.userLead(1, {}, 2), ev.userStop(1, 'why'), ev.userLeave(1, 'why'),
     ev.userSave(1), ev.signalingLost(1, 'why'),
   ];
   assert.deepEqual(all.map((e) => e.type), [...ev.EVENT_TYPES]);
-  assert.equal(new Set(ev.EVENT_TYPES).size, 13);
+  assert.equal(new Set(ev.EVENT_TYPES).size, 14);
   for (const e of all) {
     assert.equal(e.now, 1);
     assert.ok(Object.isFrozen(e));
@@ -621,6 +622,11 @@ test('mutant: serve answers a contribution only to its chunk\'s owner, a reduced
   const ask = (peer, pieceName, chunk) => st.serve(peer, { step: 4, round: 0, piece: pieceName, chunk });
   assert.equal(ask('b', 'contribution', 1), null); // not computed yet
   assert.equal(ask('a', 'contribution', 0), null);
+  const early = new Uint8Array([7]);
+  a.early.set(2, early); // chunk 2 left before the compute was done
+  assert.deepEqual(ask('c', 'contribution', 2), { kind: FrameKind.CONTRIBUTION, payload: early });
+  assert.equal(ask('b', 'contribution', 1), null); // chunk 1 did not
+  assert.equal(ask('b', 'contribution', 2), null); // not b's chunk
   const sent = [new Uint8Array([0]), new Uint8Array([1]), new Uint8Array([2])];
   a.sent = sent;
   assert.deepEqual(ask('b', 'contribution', 1), { kind: FrameKind.CONTRIBUTION, payload: sent[1] });

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from daisychain.p2p.mesh import HIGH_WATER, LOW_WATER, ChannelMessage, Mesh
 from mesh_helpers import (
+    Peer,
     assert_identical,
     finish,
     lead_config,
@@ -33,6 +34,28 @@ async def test_three_peers_identical_every_step_and_loss_decreases() -> None:
     losses = [r.loss for r in leader.records]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 0.3, f"loss did not decrease: {first:.3f} -> {last:.3f}"
+
+
+async def test_early_chunks_leave_during_the_backward_and_change_no_bit() -> None:
+    """The same run (equal shares: its hashes follow from its config) with each chunk sent as
+    soon as the backward produced it, and with every chunk sent after the whole gradient:
+    identical hashes at every step, and only the first sent bytes before its compute was done
+    (p2p/early.py; docs/PROTOCOL.md, "Early chunks")."""
+    runs: list[list[Peer]] = []
+    for early in (True, False):
+        async with signaling_server() as url:
+            leader = await start_peer(url, "lead", lead=lead_config(steps=4), early_chunks=early)
+            followers = [await start_peer(url, f"f{i}", early_chunks=early) for i in range(2)]
+            peers = [leader, *followers]
+            outcomes = await finish(peers, timeout=240)
+        assert all(o.reason == "done" for o in outcomes), outcomes
+        assert_identical(peers, range(1, 5))
+        runs.append(peers)
+    assert runs[0][0].hashes == runs[1][0].hashes
+    early_bytes = [r.bytes_early for p in runs[0] for r in p.records]
+    assert sum(early_bytes) > 0, early_bytes
+    assert all(r.bytes_early == 0 for p in runs[1] for r in p.records)
+    assert all(r.bytes_early <= r.bytes_sent for p in runs[0] for r in p.records)
 
 
 async def test_sends_wait_for_the_channel_to_drain() -> None:

@@ -15,7 +15,7 @@ def record(share: int, loss: float) -> StepRecord:
     return StepRecord(
         step=7, round=0, loss=loss, hash="ab" * 32, roster=("a", "b"), shares=(16 - share, share),
         share=share, tokens=16 * 64, compute_s=0.5, exchange_s=0.2, exchange_work_s=0.1,
-        bytes_sent=1000, leader="a", probe="cd" * 32, backend="numpy",
+        bytes_sent=1000, bytes_early=400, leader="a", probe="cd" * 32, backend="numpy",
     )  # fmt: skip
 
 

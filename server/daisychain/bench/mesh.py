@@ -22,7 +22,10 @@
    and its exchange goodput (frames sent / exchange seconds), against a
    **raw aiortc mesh between processes** held to the same budgets (bench/_raw_mesh.py: every
    process sends as many bytes as a peer sent per step, spread over its channels, all at once),
-   measured right after each group.
+   measured right after each group. Each lane batch runs twice: first with every chunk sent
+   only after the whole gradient (``--no-early-chunks``, the baseline), then as peers run by
+   default, each chunk leaving as soon as the backward produced it (p2p/early.py); reported:
+   the step time against the baseline's and the share of bytes that left early.
 
 5. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
    real page join a Python-led run; per peer and backend, bytes sent/received per step, step,
@@ -232,10 +235,14 @@ async def in_processes(args: argparse.Namespace, batches: list[int]) -> dict[str
     )  # fmt: skip
     out: dict[str, Any] = {"peers": 3, "cores_each": args.process_cores, "seq_len": seq_len}
     for lane in batches:
+        # The baseline first: every chunk sent after the whole gradient (p2p/early.py off).
+        logs = await pool.run_group(cores, run_args, lane, seq_len, 3 * lane,
+                                    ("--no-early-chunks",))  # fmt: skip
+        late = pool.summarize(logs, run_args, seq_len)
         logs = await pool.run_group(cores, run_args, lane, seq_len, 3 * lane)
         group = pool.summarize(logs, run_args, seq_len)
-        if "error" in group:
-            out[f"lane_{lane}"] = group
+        if "error" in group or "error" in late:
+            out[f"lane_{lane}"] = group if "error" in group else late
             continue
         peers = group["peers"]
         sent = float(np.median([p["bytes_sent_per_step"] for p in peers]))
@@ -247,6 +254,18 @@ async def in_processes(args: argparse.Namespace, batches: list[int]) -> dict[str
             "seconds_per_step": group["seconds_per_step"],
             "replicas_identical_every_step": group["replicas_identical_every_step"],
             "visible_exchange_share": [p["not_computing_share"] for p in peers],
+            "sent_early_share": [
+                round(p["bytes_early_per_step"] / max(p["bytes_sent_per_step"], 1), 3)
+                for p in peers
+            ],
+            "without_early_chunks": {
+                "seconds_per_step": late["seconds_per_step"],
+                "visible_exchange_share": [p["not_computing_share"] for p in late["peers"]],
+                "replicas_identical_every_step": late["replicas_identical_every_step"],
+            },
+            "step_time_vs_without_early_chunks": round(
+                group["seconds_per_step"] / late["seconds_per_step"], 4
+            ),
             "compute_s": [p["compute_s"] for p in peers],
             "exchange_s": [p["exchange_s"] for p in peers],
             "bytes_sent_per_step": [p["bytes_sent_per_step"] for p in peers],

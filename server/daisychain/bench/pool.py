@@ -162,10 +162,16 @@ async def _read(proc: asyncio.subprocess.Process, log: PeerLog) -> None:
 
 
 async def run_group(
-    cores: tuple[float, ...], args: argparse.Namespace, batch: int, seq_len: int, g: int
+    cores: tuple[float, ...],
+    args: argparse.Namespace,
+    batch: int,
+    seq_len: int,
+    g: int,
+    peer_options: tuple[str, ...] = (),
 ) -> list[PeerLog]:
     """One group of ``len(cores)`` peers, each under its budget, with a server of its own;
-    the first (largest) budget leads. Returns what every peer printed."""
+    the first (largest) budget leads; ``peer_options`` go to every peer. Returns what every
+    peer printed."""
     port = _free_port()
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "daisychain.server", "--host", "127.0.0.1", "--port", str(port),
@@ -191,6 +197,7 @@ async def run_group(
                 sys.executable, "-m", "daisychain.harness.loopback_peer", args.address,
                 "--server", f"http://127.0.0.1:{port}", "--name", f"device{i}-{c:g}core",
                 "--backend", "numpy", "--json", "--step-timeout", str(args.timeout_s), *role,
+                *peer_options,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=_child_env(), preexec_fn=budget.enter,
             )  # fmt: skip
@@ -242,6 +249,8 @@ def summarize(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> di
             "not_computing_share": round(1 - compute / seconds, 3),
             "bytes_sent_per_step": round(
                 statistics.mean(int(log.steps[s][1]["bytes_sent"]) for s in measured)),
+            "bytes_early_per_step": round(
+                statistics.mean(int(log.steps[s][1]["bytes_early"]) for s in measured)),
         })  # fmt: skip
     return {
         "seconds_per_step": round(seconds, 4),

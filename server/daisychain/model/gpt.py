@@ -14,6 +14,7 @@ are (B, H, T, hd). References: nanoGPT (architecture), llm.c (forward/backward p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -318,6 +319,22 @@ def softmax_causal(s: FloatArray, scale: np.float32) -> FloatArray:
     return s
 
 
+GradHook = Callable[[str, FloatArray], None]
+
+
+class _Grads(dict[str, FloatArray]):
+    """The gradients dict, telling ``on_grad`` about each parameter as it is set (every
+    parameter's gradient is set exactly once, when it is final)."""
+
+    def __init__(self, on_grad: GradHook) -> None:
+        super().__init__()
+        self._on_grad = on_grad
+
+    def __setitem__(self, name: str, grad: FloatArray) -> None:
+        super().__setitem__(name, grad)
+        self._on_grad(name, grad)
+
+
 # Limb count of the logits gradient's two products (contract v2; v1 used 2, which rounds the
 # softmax tail below 2^-16 of the target's p - 1 to zero and biases the output layer's gradient).
 LOGITS_LIMBS = 3
@@ -330,13 +347,16 @@ def forward_backward(
     y: TokenArray,
     ops: GemmOps = NUMPY_OPS,
     logits_limbs: int = LOGITS_LIMBS,
+    on_grad: GradHook | None = None,
 ) -> tuple[np.float32, dict[str, FloatArray]]:
     """Mean cross-entropy of next tokens ``y`` given ``x`` (both (B, T)) and its gradients.
 
     ``ops`` computes the integer products (numpy by default, or a gated GPU kernel); the bits
     are the same either way (daisychain.model.ops). ``logits_limbs`` exists so tests and
     benchmarks can run contract v1's two-limb logits gradient beside v2's; training uses the
-    default.
+    default. ``on_grad(name, grad)`` is called once per parameter as soon as its gradient is
+    final (the last layers first, the embeddings last), so a peer can send those values while
+    the backward goes on; it must not modify ``grad``.
     """
     if y.shape != x.shape:
         raise ValueError(f"targets {y.shape} must have the tokens' shape {x.shape}")
@@ -347,7 +367,7 @@ def forward_backward(
     logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True, ops=ops)
     loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
 
-    grads: dict[str, FloatArray] = {}
+    grads: dict[str, FloatArray] = _Grads(on_grad) if on_grad is not None else {}
     dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops, logits_limbs)  # (N, C), (C, V)
     del dlogits, logits  # (N, V) buffer no longer needed
     dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)

@@ -27,8 +27,9 @@ import numpy.typing as npt
 from daisychain import fineweb, training
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.config import preset
+from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
-from daisychain.p2p import allreduce, codec, frames, messages, shares
+from daisychain.p2p import early, frames, messages, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
@@ -73,6 +74,7 @@ class StepRecord:
     exchange_s: float  # wall seconds from our gradients' end to the apply (waiting included)
     exchange_work_s: float  # of those, this process's own work (p2p/pace.py; 0: share 0)
     bytes_sent: int
+    bytes_early: int  # of those, sent while our gradient was still being computed (early chunks)
     leader: str
     probe: str
     backend: str
@@ -112,6 +114,7 @@ class Node:
         compute: Compute | None = None,
         limits: Limits | None = None,
         data: FineWebFeed | None = None,
+        early_chunks: bool = True,
     ) -> None:
         assert mesh.id, "connect the mesh before building its node"
         self.mesh = mesh
@@ -121,6 +124,9 @@ class Node:
         self.checkpoint_path = checkpoint_path
         self.on_step = on_step
         self.compute = compute or Compute()
+        # Each chunk of our gradient leaves as soon as the backward produced it (p2p/early.py);
+        # off, chunks leave with compute-done (the baseline bench mesh measures against).
+        self.early_chunks = early_chunks
         self.name = mesh.name
         self.timers = timers or Timers()
         self.replica = ModelReplica(tokenizer_sha256, vocab_size, self.compute.ops)
@@ -143,6 +149,8 @@ class Node:
         self._compute_s: dict[tuple[int, int], float] = {}
         self._computed_at: dict[tuple[int, int], float] = {}
         self._bytes: dict[tuple[int, int], int] = {}
+        self._early_bytes: dict[tuple[int, int], int] = {}
+        self._computing: set[tuple[int, int]] = set()  # attempts whose compute-done is not in
         self.bytes_sent = 0
         # Seconds per sequence of this peer's steps, exchange work included (p2p/pace.py): what
         # the leader shares the step's sequences by.
@@ -256,6 +264,8 @@ class Node:
             key = (effect.step, effect.round)
             if effect.kind is not FrameKind.CHECKPOINT:
                 self._bytes[key] = self._bytes.get(key, 0) + sent
+                if key in self._computing:  # our compute-done is still to come: early
+                    self._early_bytes[key] = self._early_bytes.get(key, 0) + sent
         elif isinstance(effect, fx.Close):
             # The refusal's error was queued just before: give it a moment to leave first.
             self._spawn(self.mesh.close_link(effect.peer, drain_s=1.0))
@@ -340,23 +350,28 @@ class Node:
         revision = fineweb.revision_of(config.data)  # the data rule accepted it
         cfg = state.cfg
         count = c.shares[c.rank]
+        self._computing.add((c.step, c.round))
         # Our positions of the step's global batch, cut at lane boundaries (docs/PROTOCOL.md,
         # "Gradient chunks"): at most one lane's activations at a time.
         parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
-        total_blocks = codec.n_blocks(sum(g.size for g in state.params.values()))
         probe = self.compute.probe
         Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
+        loop = asyncio.get_running_loop()
+
+        def emit(chunk: int, payload: bytes) -> None:  # on the compute thread
+            if self.early_chunks:
+                partial = ev.ComputePartial  # bound now: the lambda runs on the loop
+                loop.call_soon_threadsafe(self.inbox.put_nowait, lambda now: partial(
+                    now, c.step, c.round, chunk, payload))  # fmt: skip
+
         def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()
-            loss, flat = training.mean_gradient(state, rows, count)
+            watch = early.ChunkWatch(param_shapes(cfg), c.shares, count, emit)
+            loss, flat = training.mean_gradient(state, rows, count, watch)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             probe_hash = probe()
-            payloads = tuple(
-                b"" if flat is None or sl.start == sl.stop else codec.encode(flat[sl])[0]
-                for sl in (allreduce.chunk_slice(total_blocks, c.shares, k)
-                           for k in range(c.peers))
-            )  # fmt: skip
+            payloads = (b"",) * c.peers if flat is None else watch.chunk_payloads(c.peers, flat)
             return loss, payloads, probe_hash, seconds, cpu
 
         async def lane(piece: shares.Piece) -> Rows:
@@ -386,11 +401,12 @@ class Node:
                 self._compute_s[key] = seconds
                 self._computed_at[key] = time.perf_counter()
                 seq_s = self.pace.computed(key, count, seconds, cpu, time.process_time())
-                self.inbox.put_nowait(
-                    lambda now: ev.ComputeDone(
-                        now, c.step, c.round, loss, payloads, probe_hash, seq_s
-                    )
-                )
+
+                def done(now: float) -> ev.ComputeDone:
+                    self._computing.discard(key)  # what it sends from here on is not early
+                    return ev.ComputeDone(now, c.step, c.round, loss, payloads, probe_hash, seq_s)
+
+                self.inbox.put_nowait(done)
 
         self._spawn(task())
 
@@ -411,7 +427,8 @@ class Node:
             tokens=sum(a.shares) * state.cfg.seq_len, compute_s=self._compute_s.pop(key, 0.0),
             exchange_s=time.perf_counter() - self._computed_at.pop(key, time.perf_counter()),
             exchange_work_s=self.pace.applied(key, time.process_time()),
-            bytes_sent=self._bytes.pop(key, 0), leader=a.leader, probe=a.probe,
+            bytes_sent=self._bytes.pop(key, 0), bytes_early=self._early_bytes.pop(key, 0),
+            leader=a.leader, probe=a.probe,
             backend=a.backend,
         )  # fmt: skip
         self.records.append(record)

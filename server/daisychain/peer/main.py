@@ -133,6 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     timers = parser.add_argument_group("protocol timers")
     timers.add_argument("--step-timeout", type=float, default=Timers.step_timeout_s)
     timers.add_argument("--repair-after", type=float, default=Timers.repair_after_s)
+    parser.add_argument(
+        "--no-early-chunks", dest="early_chunks", action="store_false",
+        help="send the gradient's chunks only once all of it is computed (default: each as soon "
+        "as the backward produces it; the off switch is bench mesh's baseline)",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning"))
 
 
@@ -160,8 +165,8 @@ class Display:
             "compute_s": round(r.compute_s, 4), "exchange_s": round(r.exchange_s, 4),
             "exchange_work_s": round(r.exchange_work_s, 4),
             "seq_s": round(self.node.pace.seq_s if self.node else 0.0, 5),
-            "bytes_sent": r.bytes_sent, "leader": r.leader, "probe": r.probe,
-            "backend": r.backend,
+            "bytes_sent": r.bytes_sent, "bytes_early": r.bytes_early, "leader": r.leader,
+            "probe": r.probe, "backend": r.backend,
         })  # fmt: skip
         if not self.as_json:
             # A share of 0 computed no loss: a 0 there would read as a perfect model.
@@ -236,6 +241,7 @@ async def _main(args: argparse.Namespace) -> int:
         save_every=args.save_every,
         timers=Timers(step_timeout_s=args.step_timeout, repair_after_s=args.repair_after),
         on_step=display.step, compute=chosen.compute, limits=limits(args), data=feed,
+        early_chunks=args.early_chunks,
     )  # fmt: skip
     display.node = node
     display.emit({"event": "joined", "id": mesh.id, "role": "lead" if lead else "follow"})

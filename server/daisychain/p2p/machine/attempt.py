@@ -60,6 +60,7 @@ class Attempt:
         self.reduced: dict[int, FloatArray] = {}  # chunk -> values
         self.reduced_payload: dict[int, bytes] = {}  # chunk -> bytes (served for repair)
         self.sent: tuple[bytes, ...] = ()  # chunk -> my contribution bytes (served for repair)
+        self.early: dict[int, bytes] = {}  # chunk -> bytes sent before the compute was done
         self.loss = 0.0
         self.probe = ""
         self.repair_at = now
@@ -110,13 +111,28 @@ class Attempt:
         """This peer reduces a chunk (its chunk is not empty)."""
         return self.rank in self.chunks
 
+    def sent_early(self, chunk: int, payload: bytes) -> None:
+        """Chunk ``chunk`` of our gradient is final while the rest is still being computed;
+        our own chunk's contribution is its dequantized bytes, as in ``computed_with``."""
+        self.early[chunk] = payload
+        if chunk == self.rank:
+            self.contributions[self.rank] = codec.decode(payload, self.chunk_blocks(self.rank))
+
+    def sent_piece(self, chunk: int) -> bytes | None:
+        """Our contribution to ``chunk``, once it left (None before, or when we made none)."""
+        if not self.contributes or chunk not in self.chunks:
+            return None
+        if self.computed:
+            return self.sent[chunk] if chunk < len(self.sent) else None
+        return self.early.get(chunk)
+
     def computed_with(self, loss: float, payloads: tuple[bytes, ...], probe: str) -> None:
         """Our gradient is in (or, with a share of 0, only the probe): keep what we send, and
         our own chunk's contribution as the dequantized values of what we encoded (never the
         float gradient)."""
         self.transition(AttemptPhase.EXCHANGING)
         self.loss, self.sent, self.probe = loss, payloads, probe
-        if self.contributes and self.owns_chunk:
+        if self.contributes and self.owns_chunk and self.rank not in self.early:
             own = payloads[self.rank]
             self.contributions[self.rank] = codec.decode(own, self.chunk_blocks(self.rank))
 

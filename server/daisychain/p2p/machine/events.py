@@ -72,6 +72,20 @@ class ComputeDone:
 
 
 @dataclass(frozen=True)
+class ComputePartial:
+    """Chunk ``chunk`` of the gradient a ``Compute`` effect asked for is final before the rest
+    (the backward produces the last layers first): its quantized payload, exactly the bytes the
+    ``ComputeDone`` that follows will carry for it. A contribution leaves at once; our own chunk
+    lets the reduction start while the backward goes on."""
+
+    now: float
+    step: int
+    round: int
+    chunk: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
 class ComputeFailed:
     now: float
     step: int
@@ -132,6 +146,7 @@ Event = (
     | MessageReceived
     | FrameReceived
     | ComputeDone
+    | ComputePartial
     | ComputeFailed
     | Timer
     | UserLead

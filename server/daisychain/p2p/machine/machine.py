@@ -186,6 +186,8 @@ class Machine:
             self._on_frame(e.peer, e.data)
         elif isinstance(e, ev.ComputeDone):
             self._on_computed(e)
+        elif isinstance(e, ev.ComputePartial):
+            self._on_partial(e)
         elif isinstance(e, ev.ComputeFailed):
             raise self._stop("error", f"step {e.step}: compute failed: {e.error}")
         elif isinstance(e, ev.Timer):
@@ -606,6 +608,10 @@ class Machine:
             if len(e.payloads[k]) != want:  # a shell that computed other shares than committed
                 raise self._stop("error", f"step {e.step}: compute returned {len(e.payloads[k])} "
                                  f"bytes for chunk {k} of {want}")  # fmt: skip
+        for k, early in a.early.items():
+            if e.payloads[k] != early:  # what left early must be what the gradient is
+                raise self._stop("error", f"step {e.step}: compute returned other bytes for "
+                                 f"chunk {k} than it sent early")  # fmt: skip
         if e.seq_s > 0:
             self.leadership.speeds[self.id] = e.seq_s
         a.computed_with(e.loss, e.payloads, e.probe)
@@ -615,7 +621,7 @@ class Machine:
         a.repair_at = max(a.repair_at, self._now + self.settings.timers.repair_after_s)
         if a.contributes:
             for k in a.chunks:
-                if k != a.rank:
+                if k != a.rank and k not in a.early:
                     peer = a.roster.peers[k]
                     self._send_payload(peer, FrameKind.CONTRIBUTION, e.payloads[k], e.step,
                                        e.round, k)  # fmt: skip
@@ -624,6 +630,26 @@ class Machine:
         # _try_apply: when every reduced chunk came while it computed (a slow device that
         # follows), nothing else would apply the step. (A no-op in every other case.)
         self._try_apply(a)
+
+    def _on_partial(self, e: ev.ComputePartial) -> None:
+        """A chunk of our gradient is final before the rest (docs/PROTOCOL.md, "Early
+        chunks"): a contribution leaves now, our own chunk lets the reduction start."""
+        a = self.store.get((e.step, e.round))
+        if a is None or a.phase is not AttemptPhase.COMPUTING:
+            return  # abandoned meanwhile
+        if not a.contributes or e.chunk not in a.chunks or e.chunk in a.early:
+            raise self._stop("error", f"step {e.step}: compute sent chunk {e.chunk} early, "
+                             "which is not one of its chunks or was sent already")  # fmt: skip
+        want = a.chunk_blocks(e.chunk) * (codec.BLOCK + 1)
+        if len(e.payload) != want:
+            raise self._stop("error", f"step {e.step}: compute sent {len(e.payload)} bytes "
+                             f"early for chunk {e.chunk} of {want}")  # fmt: skip
+        a.sent_early(e.chunk, e.payload)
+        if e.chunk != a.rank:
+            peer = a.roster.peers[e.chunk]
+            self._send_payload(peer, FrameKind.CONTRIBUTION, e.payload, e.step, e.round, e.chunk)
+        else:
+            self._try_reduce(a)
 
     def _on_piece(self, peer: str, p: frames.Payload) -> None:
         """A contribution or a reduced chunk (a checkpoint is never a piece)."""
@@ -661,7 +687,7 @@ class Machine:
             self._try_apply(a)
 
     def _try_reduce(self, a: Attempt) -> None:
-        if a.phase is not AttemptPhase.EXCHANGING:
+        if not a.live:  # computing too: our own chunk may have come early
             return
         payload = a.reduce()
         if payload is None:

@@ -79,11 +79,9 @@ class RepairStore:
             return None
         if m.piece == "contribution":
             # Only the chunk's owner may ask for our contribution to it (and only if we made one).
-            if (
-                a.computed and a.contributes and m.chunk in a.chunks
-                and m.chunk < len(a.sent) and a.roster.peers[m.chunk] == peer
-            ):  # fmt: skip
-                return Served(FrameKind.CONTRIBUTION, a.sent[m.chunk])
+            sent = a.sent_piece(m.chunk)
+            if sent is not None and a.roster.peers[m.chunk] == peer:
+                return Served(FrameKind.CONTRIBUTION, sent)
             return None
         if m.chunk in a.reduced_payload:
             return Served(FrameKind.REDUCED, a.reduced_payload[m.chunk])

@@ -47,6 +47,9 @@ def event_to_json(e: ev.Event) -> Json:
         return {**at, "event": "compute-done", "step": e.step, "round": e.round, "loss": e.loss,
                 "probe": e.probe, "payloads": [b64(p) for p in e.payloads],
                 "seq_s": e.seq_s}  # fmt: skip
+    if isinstance(e, ev.ComputePartial):
+        return {**at, "event": "compute-partial", "step": e.step, "round": e.round,
+                "chunk": e.chunk, "payload": b64(e.payload)}  # fmt: skip
     if isinstance(e, ev.ComputeFailed):
         return {**at, "event": "compute-failed", "step": e.step, "round": e.round,
                 "error": e.error}  # fmt: skip
@@ -82,6 +85,9 @@ def event_from_json(obj: Json) -> ev.Event:
         payloads = tuple(unb64(p) for p in obj["payloads"])
         return ev.ComputeDone(now, obj["step"], obj["round"], float(obj["loss"]), payloads,
                               obj["probe"], float(obj["seq_s"]))  # fmt: skip
+    if kind == "compute-partial":
+        return ev.ComputePartial(now, obj["step"], obj["round"], obj["chunk"],
+                                 unb64(obj["payload"]))  # fmt: skip
     if kind == "compute-failed":
         return ev.ComputeFailed(now, obj["step"], obj["round"], obj["error"])
     if kind == "timer":

@@ -955,6 +955,81 @@ def repair_after_own_gradient() -> Script:
     return s
 
 
+def payload_sends(effects: list[fx.Effect]) -> list[tuple[str, FrameKind, int]]:
+    """(peer, kind, chunk) of every payload the effects send."""
+    return [(f.peer, f.kind, f.chunk) for f in effects if isinstance(f, fx.SendPayload)]
+
+
+def early_chunks() -> Script:
+    s = Script("early-chunks", "Follower B's backward produces its chunks from the end of the "
+               "gradient: chunk 2 leaves for C at once, and with its own chunk 1 in early and "
+               "A's and C's parts arrived, B reduces and sends chunk 1 while it still "
+               "computes; compute-done then sends only chunk 0. At step 2 C asks again for the "
+               "chunk B sent early, before B's compute is done, and B serves it.", B)  # fmt: skip
+    follow(s, A, (C,), config(2))
+    s.at(s.now + 1.0)
+    s.send(A, roster_msg(1, 0, ABC))
+    s.at(s.now + 0.5)
+    assert payload_sends(s.partial(1, 0, ABC, 2)) == [(C, FrameKind.CONTRIBUTION, 2)]
+    s.at(s.now + 0.2)
+    assert payload_sends(s.partial(1, 0, ABC, 1)) == [], "our own chunk stays"
+    s.frames(A, FrameKind.CONTRIBUTION, contributions(0, 1, 0, 3)[1], 1, 0, 1)
+    out = s.frames(C, FrameKind.CONTRIBUTION, contributions(2, 1, 0, 3)[1], 1, 0, 1)
+    want = [(A, FrameKind.REDUCED, 1), (C, FrameKind.REDUCED, 1)]
+    assert payload_sends(out) == want, "reduced while computing"
+    out = s.frames(A, FrameKind.REDUCED, reduced(1, 0, 3, 0), 1, 0, 0)
+    out += s.frames(C, FrameKind.REDUCED, reduced(1, 0, 3, 2), 1, 0, 2)
+    assert not [f for f in out if isinstance(f, fx.StepApplied)], "no apply before compute-done"
+    s.at(s.now + 0.3)
+    out = s.compute(1, 0, ABC)
+    assert payload_sends(out) == [(A, FrameKind.CONTRIBUTION, 0)], out
+    digest = applied(out)
+    assert digest == honest_hash(INIT, 1, 0, 3)
+    s.hashes(1, 0, ABC, digest)
+    s.at(s.now + 1.0)
+    s.send(A, roster_msg(2, 0, ABC))
+    s.partial(2, 0, ABC, 2)
+    out = s.send(C, messages.Repair(RUN, 2, 0, "contribution", 2))
+    assert payload_sends(out) == [(C, FrameKind.CONTRIBUTION, 2)], "served before compute-done"
+    out = s.send(A, messages.Repair(RUN, 2, 0, "contribution", 2))
+    assert payload_sends(out) == [], "only the chunk's owner may ask"
+    s.at(s.now + 0.5)
+    second = s.exchange(2, 0, ABC)
+    assert second == honest_hash(digest, 2, 0, 3)
+    s.hashes(2, 0, ABC, second)
+    stop = messages.Stop(RUN, "done", 2, "reached step 2", {})
+    assert stops(s.send(A, stop)) == [(A, stop), (C, stop)]
+    assert finished(s.send(C, stop)).reason == "done"
+    return s
+
+
+def early_chunk_differs() -> Script:
+    s = Script("early-chunk-differs", "Follower B's shell sends chunk 2 early and then "
+               "reports other bytes for it in compute-done: the shell is broken (what C "
+               "reduces would not be B's gradient), so B ends the run with error.",
+               B)  # fmt: skip
+    follow(s, A, (C,), config(1))
+    s.at(s.now + 1.0)
+    s.send(A, roster_msg(1, 0, ABC))
+    s.partial(1, 0, ABC, 2, payload=contributions(0, 1, 0, 3)[2])  # A's bytes, not B's
+    out = s.compute(1, 0, ABC)
+    outcome = finished(out)
+    assert outcome.reason == "error" and "than it sent early" in outcome.message, outcome
+    return s
+
+
+def early_chunk_twice() -> Script:
+    s = Script("early-chunk-twice", "Follower B's shell hands over chunk 2 early twice: a "
+               "chunk leaves once, so B ends the run with error.", B)  # fmt: skip
+    follow(s, A, (C,), config(1))
+    s.at(s.now + 1.0)
+    s.send(A, roster_msg(1, 0, ABC))
+    s.partial(1, 0, ABC, 2)
+    outcome = finished(s.partial(1, 0, ABC, 2))
+    assert outcome.reason == "error" and "sent already" in outcome.message, outcome
+    return s
+
+
 SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-3-peers": leader_three_peers,
     "follower-3-peers": follower_three_peers,
@@ -990,4 +1065,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "follower-one-step-behind": follower_one_step_behind,
     "successor-one-step-behind": successor_one_step_behind,
     "repair-after-own-gradient": repair_after_own_gradient,
+    "early-chunks": early_chunks,
+    "early-chunk-differs": early_chunk_differs,
+    "early-chunk-twice": early_chunk_twice,
 }

@@ -233,6 +233,17 @@ class Script:
         loss = loss_of(step) if of[rank] else 0.0
         return self.feed(ev.ComputeDone(self.now, step, rnd, loss, payloads, probe, seq_s))
 
+    def partial(
+        self, step: int, rnd: int, roster: tuple[str, ...], chunk: int,
+        of: Shares | None = None, payload: bytes | None = None,
+    ) -> list[fx.Effect]:  # fmt: skip
+        """This peer's shell hands over chunk ``chunk`` of its gradient early (the honest
+        bytes unless ``payload``)."""
+        rank, of = roster.index(self.me), of or split(len(roster))
+        if payload is None:
+            payload = contributions(rank, step, rnd, of)[chunk]
+        return self.feed(ev.ComputePartial(self.now, step, rnd, chunk, payload))
+
     def exchange(
         self, step: int, rnd: int, roster: tuple[str, ...], of: Shares | None = None,
         *, skip: frozenset[str] = frozenset(), seq_s: float = 0.0,

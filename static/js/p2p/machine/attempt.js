@@ -49,6 +49,7 @@ export class Attempt {
     this.reduced = new Map(); // chunk -> Float32Array
     this.reducedPayload = new Map(); // chunk -> Uint8Array (served for repair)
     this.sent = []; // chunk -> my contribution bytes (served for repair)
+    this.early = new Map(); // chunk -> bytes sent before the compute was done
     this.loss = 0;
     this.probe = '';
     this.repairAt = now;
@@ -113,6 +114,24 @@ export class Attempt {
   }
 
   /**
+   * Chunk `chunk` of our gradient is final while the rest is still being computed; our own
+   * chunk's contribution is its dequantized bytes, as in computedWith.
+   */
+  sentEarly(chunk, payload) {
+    this.early.set(chunk, payload);
+    if (chunk === this.rank) {
+      this.contributions.set(this.rank, decode(payload, this.chunkBlocks(this.rank)));
+    }
+  }
+
+  /** Our contribution to `chunk` once it left (null before, or when we made none). */
+  sentPiece(chunk) {
+    if (!this.contributes || !this.chunks.includes(chunk)) return null;
+    if (this.computed) return chunk < this.sent.length ? this.sent[chunk] : null;
+    return this.early.get(chunk) ?? null;
+  }
+
+  /**
    * Our gradient is in (or, with a share of 0, only the probe): keep what we send, and our own
    * chunk's contribution as the dequantized values of what we encoded (never the float
    * gradient).
@@ -122,7 +141,7 @@ export class Attempt {
     this.loss = loss;
     this.sent = [...payloads];
     this.probe = probe;
-    if (this.contributes && this.ownsChunk) {
+    if (this.contributes && this.ownsChunk && !this.early.has(this.rank)) {
       this.contributions.set(this.rank, decode(payloads[this.rank], this.chunkBlocks(this.rank)));
     }
   }

@@ -8,7 +8,7 @@ const ev = (type, fields) => Object.freeze({ type, ...fields });
 
 export const EVENT_TYPES = Object.freeze([
   'channel-open', 'channel-closed', 'peer-left', 'message', 'frame', 'compute-done',
-  'compute-failed', 'timer', 'lead', 'user-stop', 'user-leave', 'user-save', 'signaling-lost',
+  'compute-partial', 'compute-failed', 'timer', 'lead', 'user-stop', 'user-leave', 'user-save', 'signaling-lost',
 ]);
 
 /** The data channel to `peer` is open (this peer sends `hello` on it). */
@@ -31,6 +31,14 @@ export const computeDone = (now, step, round, loss, payloads, probe, seqS = 0) =
   ev('compute-done', {
     now, step, round, loss, payloads: Object.freeze([...payloads]), probe, seq_s: seqS,
   });
+/**
+ * Chunk `chunk` of the gradient a `compute` effect asked for is final before the rest (the
+ * backward produces the last layers first): its payload (Uint8Array), exactly the bytes the
+ * `compute-done` that follows carries for it. A contribution leaves at once; our own chunk lets
+ * the reduction start while the backward goes on.
+ */
+export const computePartial = (now, step, round, chunk, payload) =>
+  ev('compute-partial', { now, step, round, chunk, payload });
 export const computeFailed = (now, step, round, error) =>
   ev('compute-failed', { now, step, round, error });
 /** The deadline the machine last announced (nextDeadline()) has passed. */

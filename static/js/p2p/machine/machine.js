@@ -49,6 +49,13 @@ export function sameConfig(a, b) {
 
 const size = (shape) => shape.reduce((n, d) => n * d, 1);
 
+/** Whether two Uint8Arrays hold the same bytes. */
+function bytesEqual(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 /** One peer's data-channel protocol (docs/PROTOCOL.md, "Data channels"). */
 export class Machine {
   /**
@@ -228,6 +235,9 @@ export class Machine {
         return;
       case 'compute-done':
         await this.onComputed(e);
+        return;
+      case 'compute-partial':
+        await this.onPartial(e);
         return;
       case 'compute-failed':
         throw this.stop('error', `step ${e.step}: compute failed: ${e.error}`);
@@ -737,6 +747,12 @@ export class Machine {
           `step ${e.step}: compute returned ${e.payloads[k].length} bytes for chunk ${k} of ${want}`);
       }
     }
+    for (const [k, early] of a.early) { // what left early must be what the gradient is
+      if (!bytesEqual(e.payloads[k], early)) {
+        throw this.stop('error',
+          `step ${e.step}: compute returned other bytes for chunk ${k} than it sent early`);
+      }
+    }
     if (e.seq_s > 0) this.leadership.speeds.set(this.id, e.seq_s);
     a.computedWith(e.loss, e.payloads, e.probe);
     // The repair timer counts from our own gradient: the others' pieces were shaped to come
@@ -745,7 +761,7 @@ export class Machine {
     a.repairAt = Math.max(a.repairAt, this.now + this.settings.timers.repair_after_s);
     if (a.contributes) {
       for (const k of a.chunks) {
-        if (k !== a.rank) {
+        if (k !== a.rank && !a.early.has(k)) {
           this.sendPayload(a.roster.peers[k], FrameKind.CONTRIBUTION, e.payloads[k], e.step, e.round, k);
         }
       }
@@ -756,6 +772,31 @@ export class Machine {
     // slow device following), nothing else would ever apply the step. A no-op in every other
     // case (Python's _on_computed makes the same call; trace follower-share-zero).
     await this.tryApply(a);
+  }
+
+  /**
+   * A chunk of our gradient is final before the rest (docs/PROTOCOL.md, "Early chunks"): a
+   * contribution leaves now, our own chunk lets the reduction start.
+   */
+  async onPartial(e) {
+    const a = this.store.get(e.step, e.round);
+    if (a === null || a.phase !== AttemptPhase.COMPUTING) return; // abandoned meanwhile
+    if (!a.contributes || !a.chunks.includes(e.chunk) || a.early.has(e.chunk)) {
+      throw this.stop('error', `step ${e.step}: compute sent chunk ${e.chunk} early, ` +
+        'which is not one of its chunks or was sent already');
+    }
+    const want = a.chunkBlocks(e.chunk) * (BLOCK + 1);
+    if (e.payload.length !== want) {
+      throw this.stop('error',
+        `step ${e.step}: compute sent ${e.payload.length} bytes early for chunk ${e.chunk} of ${want}`);
+    }
+    a.sentEarly(e.chunk, e.payload);
+    if (e.chunk !== a.rank) {
+      this.sendPayload(a.roster.peers[e.chunk], FrameKind.CONTRIBUTION, e.payload, e.step, e.round,
+        e.chunk);
+    } else {
+      await this.tryReduce(a);
+    }
   }
 
   /** A contribution or a reduced chunk (a checkpoint is never a piece). */
@@ -804,7 +845,7 @@ export class Machine {
   }
 
   async tryReduce(a) {
-    if (a.phase !== AttemptPhase.EXCHANGING) return;
+    if (!a.live) return; // computing too: our own chunk may have come early
     const payload = a.reduce();
     if (payload === null) return;
     a.roster.peers.forEach((peer, k) => {

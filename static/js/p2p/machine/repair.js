@@ -85,9 +85,9 @@ export class RepairStore {
     if (a === null || !(m.chunk >= 0 && m.chunk < a.n)) return null;
     if (m.piece === 'contribution') {
       // Only the chunk's owner may ask for our contribution to it (and only if we made one).
-      if (a.computed && a.contributes && a.chunks.includes(m.chunk) &&
-        m.chunk < a.sent.length && a.roster.peers[m.chunk] === peer) {
-        return { kind: FrameKind.CONTRIBUTION, payload: a.sent[m.chunk] };
+      const sent = a.sentPiece(m.chunk);
+      if (sent !== null && a.roster.peers[m.chunk] === peer) {
+        return { kind: FrameKind.CONTRIBUTION, payload: sent };
       }
       return null;
     }

@@ -36,6 +36,8 @@ export function eventFromJson(obj) {
     case 'compute-done':
       return ev.computeDone(now, obj.step, obj.round, Number(obj.loss), obj.payloads.map(unb64),
         obj.probe, Number(obj.seq_s));
+    case 'compute-partial':
+      return ev.computePartial(now, obj.step, obj.round, obj.chunk, unb64(obj.payload));
     case 'compute-failed': return ev.computeFailed(now, obj.step, obj.round, obj.error);
     case 'timer': return ev.timer(now);
     case 'lead': {
@@ -61,6 +63,8 @@ export function eventToJson(e) {
     case 'compute-done':
       return { ...at, step: e.step, round: e.round, loss: e.loss, probe: e.probe,
         payloads: e.payloads.map(b64), seq_s: e.seq_s };
+    case 'compute-partial':
+      return { ...at, step: e.step, round: e.round, chunk: e.chunk, payload: b64(e.payload) };
     case 'compute-failed': return { ...at, step: e.step, round: e.round, error: e.error };
     case 'timer': case 'user-save': return at;
     case 'lead': return { ...at, config: messageJson(e.config), min_peers: e.minPeers };
