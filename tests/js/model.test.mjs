@@ -185,6 +185,24 @@ test('forwardBackward: B = 3, T = 37 < seq_len, mlp_mult 2 (padding, odd rows, d
   assertTensorsEqual(again.grads, f32file('odd_grads.bin'), 'grad (second call)');
 });
 
+test('forwardBackward onGrad: each parameter once, when final, the last layers first', () => {
+  const seen = [];
+  const snapshots = new Map();
+  const { grads } = M.forwardBackward(M.initParams(TINY, 7), TINY, tinyX, tinyY, {
+    onGrad: (name, g) => {
+      seen.push(name);
+      snapshots.set(name, g.slice()); // the values at the moment it was reported
+    },
+  });
+  assert.deepEqual([...seen].sort(), [...grads.keys()].sort());
+  assert.equal(new Set(seen).size, seen.length);
+  assert.equal(seen[0], 'gf');
+  assert.deepEqual(seen.slice(-2), ['wte', 'wpe']);
+  assert.ok(seen.indexOf(`h.${TINY.layers - 1}.w2`) < seen.indexOf('h.0.g1'));
+  for (const [name, g] of grads) assertBitsEqual(snapshots.get(name), g, `${name} was final`);
+  assertTensorsEqual(grads, f32file('tiny_grads.bin'), 'grad');
+});
+
 test('forward inputs are validated', () => {
   const params = oddParams();
   assert.throws(() => M.forwardLogits(params, ODD, Int32Array.of(300), { batch: 1 }), /token ids/);

@@ -60,16 +60,20 @@ class LocalWorker extends EventTarget {
     this.id = 0;
   }
 
-  async request(type, fields = {}) {
-    return (await this.trainer.handle(parseRequest({ id: ++this.id, type, ...fields }))).result;
+  async request(type, fields = {}, onGrad = undefined) {
+    const progress = ({ name, values }) => onGrad(name, values);
+    const req = parseRequest({ id: ++this.id, type, ...fields });
+    return (await this.trainer.handle(req, progress)).result;
   }
 
   init(options) {
     return this.request('init', options);
   }
 
-  grads(x, y, { batch } = {}) {
-    return this.request('grads', batch === undefined ? { x, y } : { x, y, batch });
+  grads(x, y, { batch, onGrad } = {}) {
+    const fields = batch === undefined ? { x, y } : { x, y, batch };
+    if (onGrad) fields.early = true;
+    return this.request('grads', fields, onGrad);
   }
 
   probe() {
@@ -86,6 +90,35 @@ function tokens() {
 }
 
 const digest = (p) => `${p.length}:${createHash('sha256').update(p).digest('hex')}`;
+
+test('compute with early chunks: the same bytes, each final chunk handed over before the backward ends', async () => {
+  const toks = tokens();
+  const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], cases: CASES });
+  const replica = new WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: V,
+    backend: 'js-cpu', makeWorker: () => new LocalWorker() });
+  await replica.start(modelConfig(MODEL), adamwConfig({}), SEED);
+  let emitted = 0;
+  for (const [i, [shares, rank]] of CASES.entries()) {
+    const early = [];
+    const r = await replica.compute({ rank, shares },
+      (lane) => replica.builtinLane(toks, lane), (k, payload) => early.push([k, payload]));
+    const what = `shares ${shares}, rank ${rank}`;
+    assert.deepEqual(r.payloads.map(digest), expected[i].payloads, what);
+    for (const [k, payload] of early) {
+      assert.ok(r.payloads[k].length > 0, `${what}: chunk ${k} is empty`);
+      assert.equal(digest(payload), digest(r.payloads[k]), `${what}: chunk ${k}'s bytes`);
+    }
+    const order = early.map(([k]) => k);
+    assert.deepEqual(order, [...order].sort((a, b) => b - a), `${what}: the end first`);
+    if (shares[rank] === 0) assert.deepEqual(order, [], `${what}: a share of 0 sends nothing`);
+    // The chunk holding wpe (the last gradient) is final only with compute-done.
+    if (shares[rank] > 0) {
+      assert.ok(order.length < r.payloads.filter((p) => p.length > 0).length, what);
+    }
+    emitted += early.length;
+  }
+  assert.ok(emitted > 0, 'some chunk left early');
+});
 
 test('compute: lane pieces, their combined mean and the chunks are the Python peer\'s bytes', async () => {
   const toks = tokens();

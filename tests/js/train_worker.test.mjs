@@ -39,6 +39,8 @@ test('parseRequest accepts the declared messages and fills defaults', () => {
   assert.deepEqual(init.optim, {});
   assert.equal(parseRequest({ id: 2, type: 'step', x, y }).hash, true);
   parseRequest({ id: 3, type: 'grads', x, y, batch: 2 });
+  assert.equal(parseRequest({ id: 3, type: 'grads', x, y }).early, false);
+  assert.equal(parseRequest({ id: 3, type: 'grads', x, y, early: true }).early, true);
   parseRequest({ id: 4, type: 'apply', grads: { names: ['a'], arrays: [new Float32Array(2)] } });
   for (const type of ['probe', 'hash', 'export']) parseRequest({ id: 5, type });
   parseRequest({ id: 6, type: 'inject-fault', afterProducts: 3, rebuildSources: { dp4a: 'x' } });
@@ -67,6 +69,8 @@ test('parseRequest refuses each malformed request with a hint', () => {
   refused({ id: 1, type: 'step', x, y: new Int32Array(3) }, /x has 4 tokens, y 3/);
   refused({ id: 1, type: 'grads', x, y, batch: 0 }, /batch must be an integer/);
   refused({ id: 1, type: 'step', x, y, hash: 1 }, /hash must be a boolean/);
+  refused({ id: 1, type: 'grads', x, y, early: 'yes' }, /early must be a boolean/);
+  refused({ id: 1, type: 'step', x, y, early: true }, /unknown field 'early'/);
   refused({ id: 1, type: 'apply', grads: new Map() }, /grads must be \{names/);
   refused({ id: 1, type: 'apply', grads: { names: ['a', 'b'], arrays: [new Float32Array(1)] } },
     /2 names but 1 arrays/);
@@ -89,6 +93,13 @@ test('parseReply refuses malformed worker messages', () => {
     /without \{name, message, hint\}/);
   assert.throws(() => parseReply({ type: 'event', event: { kind: 'boom' } }), /unknown event/);
   assert.throws(() => parseReply({ type: 'shout' }), /unknown worker message type/);
+  parseReply({ type: 'grad', id: 3, name: 'gf', values: new Float32Array(2) });
+  assert.throws(() => parseReply({ type: 'grad', id: 3, name: 'gf', values: [1, 2] }),
+    /grad without \{name, values/);
+  assert.throws(() => parseReply({ type: 'grad', id: 3, values: new Float32Array(2) }),
+    /grad without \{name, values/);
+  assert.throws(() => parseReply({ type: 'grad', id: -1, name: 'gf', values: new Float32Array(2) }),
+    /grad id must be/);
 });
 
 const row = (name, passed, ms, complete = true) => ({

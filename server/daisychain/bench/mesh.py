@@ -75,6 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--process-cores", type=float, default=0.5, help="CPU budget of each peer process"
     )
     parser.add_argument(
+        "--process-link", default="", metavar="RATE",
+        help="limit the processes' shared link to RATE (tc's form, e.g. 40mbit) inside a "
+        "network namespace of the run's own (root); default: plain loopback",
+    )  # fmt: skip
+    parser.add_argument(
         "--process-steps", type=int, default=3, help="measured steps per lane batch (after 3)"
     )
 
@@ -219,14 +224,25 @@ def parse_lane_batches(spec: str) -> list[int]:
 
 
 async def in_processes(args: argparse.Namespace, batches: list[int]) -> dict[str, Any]:
-    """Part 4: three peer processes under CPU budgets per lane batch, and the raw mesh."""
-    from daisychain.bench import pool
-    from daisychain.harness import cpubudget
-    from daisychain.model.config import PRESETS
+    """Part 4: three peer processes under CPU budgets per lane batch, and the raw mesh (on
+    a link limited to ``--process-link`` when given)."""
+    from daisychain.harness import cpubudget, shaping
 
     why = cpubudget.unavailable()
+    if why is None and args.process_link:
+        why = shaping.unavailable()
     if why is not None:
         return {"skipped": why}
+    if not args.process_link:
+        return await _groups(args, batches)
+    with shaping.shaped_loopback(args.process_link):
+        return {"link": args.process_link, **await _groups(args, batches)}
+
+
+async def _groups(args: argparse.Namespace, batches: list[int]) -> dict[str, Any]:
+    from daisychain.bench import pool
+    from daisychain.model.config import PRESETS
+
     cores = (args.process_cores,) * 3
     seq_len = PRESETS[args.preset].seq_len  # as bench pool trains it
     run_args = argparse.Namespace(
@@ -282,15 +298,18 @@ def _argv(args: argparse.Namespace) -> list[str]:
     out += [f"--seq-len={args.seq_len}"]
     out += [f"--raw-mb={args.raw_mb}", f"--address={args.address}", f"--tabs={args.tabs}"]
     out += [f"--processes={args.processes}", f"--process-cores={args.process_cores}"]
+    out += [f"--process-link={args.process_link}"]
     return [*out, f"--py-followers={args.py_followers}", f"--process-steps={args.process_steps}"]
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from daisychain.demo import only_candidate
     from daisychain.harness import mesh_browser as browser
-    from daisychain.harness import netns
+    from daisychain.harness import netns, shaping
 
     kinds = browser.parse_tabs(args.tabs) if args.tabs else []
+    if args.process_link:
+        args.process_link = shaping.parse_rate(args.process_link)
     if args.py_followers < 0:
         raise SystemExit("daisychain bench mesh: --py-followers must be 0 or more")
     batches = parse_lane_batches(args.processes) if args.processes else []
@@ -300,7 +319,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "within 0.01 .. 64"
         )
     skipped = browser.why_not_here() if kinds else None
-    if kinds and skipped is None:
+    # A shaped link needs the run's own namespace too (its loopback is the one shaped).
+    shaped = bool(batches and args.process_link and shaping.unavailable() is None)
+    if (kinds and skipped is None) or shaped:
         if browser.needs_reexec():
             return browser.in_namespace(_argv(args))
         if os.environ.get("DAISYCHAIN_NETNS") != "1":

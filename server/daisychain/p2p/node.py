@@ -359,11 +359,12 @@ class Node:
 
         loop = asyncio.get_running_loop()
 
-        def emit(chunk: int, payload: bytes) -> None:  # on the compute thread
+        def emit(chunk: int, payload: bytes) -> None:  # called on the compute thread
+            def partial(now: float) -> ev.ComputePartial:
+                return ev.ComputePartial(now, c.step, c.round, chunk, payload)
+
             if self.early_chunks:
-                partial = ev.ComputePartial  # bound now: the lambda runs on the loop
-                loop.call_soon_threadsafe(self.inbox.put_nowait, lambda now: partial(
-                    now, c.step, c.round, chunk, payload))  # fmt: skip
+                loop.call_soon_threadsafe(self.inbox.put_nowait, partial)
 
         def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()

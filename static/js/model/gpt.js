@@ -378,10 +378,12 @@ function crossEntropy(ws, logits, y, N, V) {
 /**
  * Mean cross-entropy of next tokens `y` given `x` (each B * T ids in (b, t) order; B from
  * `batch`, default cfg.batch) and its gradients: {loss (a float32 number), grads (a Map name ->
- * fresh Float32Array in parameter order)}.
+ * fresh Float32Array in parameter order)}. `onGrad(name, grad)` hears of each parameter's
+ * gradient once it is final (the last layers first, the embeddings last), so a peer can send
+ * those values while the backward goes on (p2p/early.js); it must not modify `grad`.
  */
-export function forwardBackward(params, cfg, x, y, { batch = cfg.batch, workspace } = {}) {
-  return runSync(gradientSteps(params, cfg, x, y, batch, workspace));
+export function forwardBackward(params, cfg, x, y, { batch = cfg.batch, workspace, onGrad } = {}) {
+  return runSync(gradientSteps(params, cfg, x, y, batch, workspace, onGrad));
 }
 
 /**
@@ -389,8 +391,8 @@ export function forwardBackward(params, cfg, x, y, { batch = cfg.batch, workspac
  * omitted); resolves to the same {loss, grads}, bit for bit.
  */
 export function forwardBackwardAsync(params, cfg, x, y, opts = {}) {
-  const { batch = cfg.batch, workspace, ops } = opts;
-  return runAsync(gradientSteps(params, cfg, x, y, batch, workspace), ops);
+  const { batch = cfg.batch, workspace, ops, onGrad } = opts;
+  return runAsync(gradientSteps(params, cfg, x, y, batch, workspace, onGrad), ops);
 }
 
 /**
@@ -421,7 +423,7 @@ function checkTargets(cfg, x, y) {
   }
 }
 
-function* gradientSteps(params, cfg, x, y, batch, workspace) {
+function* gradientSteps(params, cfg, x, y, batch, workspace, onGrad = () => {}) {
   const ws = workspace ?? defaultWorkspace(cfg);
   const T = checkInputs(params, cfg, x, batch);
   checkTargets(cfg, x, y);
@@ -445,6 +447,8 @@ function* gradientSteps(params, cfg, x, y, batch, workspace) {
   const dot = ws.f32('dot', N);
   rmsnormBackward(dhf, params.get('gf'), normf.xhat, normf.inv, N, C, dh, grads.get('gf'),
     prod, dot);
+  const done = (name) => onGrad(name, grads.get(name));
+  done('gf');
   const dr = ws.f32('dr', N * F);
   const dmid = ws.f32('dmid', N * C); // dbn, then dmerged, then da
   const dqkv = ws.f32('dqkv', N * 3 * C);
@@ -454,27 +458,33 @@ function* gradientSteps(params, cfg, x, y, batch, workspace) {
     // MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
     yield request('gradMatmulRight', c.r.q, c.r.e, dh, F, N, C,
       { transA: true, out: grads.get(p + 'w2') });
+    done(p + 'w2');
     yield request('gradMatmulLeft', dh, w.w2[l].e, w.w2[l].q, N, C, F, { transB: true, out: dr });
     for (let i = 0; i < dr.length; i++) if (!c.relu[i]) dr[i] = 0; // du
     yield request('gradMatmulRight', c.bq.q, c.bq.e, dr, C, N, F,
       { transA: true, out: grads.get(p + 'w1') });
+    done(p + 'w1');
     yield request('gradMatmulLeft', dr, w.w1[l].e, w.w1[l].q, N, F, C,
       { transB: true, out: dmid });
     rmsnormBackward(dmid, params.get(p + 'g2'), c.norm2.xhat, c.norm2.inv, N, C, dx,
       grads.get(p + 'g2'), prod, dot);
+    done(p + 'g2');
     addInto(dh, dx);
     // attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
     yield request('gradMatmulRight', c.o.q, c.o.e, dh, C, N, C,
       { transA: true, out: grads.get(p + 'wo') });
+    done(p + 'wo');
     yield request('gradMatmulLeft', dh, w.wo[l].e, w.wo[l].q, N, C, C,
       { transB: true, out: dmid });
     yield* attentionBackward(ws, dmid, c.attn, cfg, B, T, dqkv);
     yield request('gradMatmulRight', c.a.q, c.a.e, dqkv, C, N, 3 * C,
       { transA: true, out: grads.get(p + 'wqkv') });
+    done(p + 'wqkv');
     yield request('gradMatmulLeft', dqkv, w.wqkv[l].e, w.wqkv[l].q, N, 3 * C, C,
       { transB: true, out: dmid });
     rmsnormBackward(dmid, params.get(p + 'g1'), c.norm1.xhat, c.norm1.inv, N, C, dx,
       grads.get(p + 'g1'), prod, dot);
+    done(p + 'g1');
     addInto(dh, dx);
   }
   // embeddings: scatter rows of dh in flat position order onto +0, then add the logits part
@@ -487,6 +497,8 @@ function* gradientSteps(params, cfg, x, y, batch, workspace) {
     for (let c = 0; c < C; c++) dwte[v * C + c] = dwte[v * C + c] + dwteT[c * V + v];
   }
   // dwpe[t] = tree_sum over the batch of dh[b * T + t]; rows t >= T stay +0
+  done('wte');
   treeSumRows(dh, B, T * C, grads.get('wpe').subarray(0, T * C));
+  done('wpe');
   return { loss, grads };
 }

@@ -571,7 +571,8 @@ export class BrowserPeer extends EventTarget {
       }
       // Every lane of ours is asked at once (fetched, or taken from the prefetch, in parallel)
       // before any gradient is computed.
-      return await this.replica.compute(c, (lane) => this.data.batch(this.replica.address(lane)));
+      return await this.replica.compute(c, (lane) => this.data.batch(this.replica.address(lane)),
+        this.earlyChunks(c));
     } catch (exc) {
       if (!(exc instanceof DataUnavailable)) throw exc;
       // Never train on other text: leave the run cleanly and say why.
@@ -584,7 +585,17 @@ export class BrowserPeer extends EventTarget {
 
   /** A builtin run's gradient: lane l of step s is the batch of (seed, s, l). */
   computeOnBuiltin(c) {
-    return this.replica.compute(c, (lane) => this.replica.builtinLane(this.tokens, lane));
+    return this.replica.compute(c, (lane) => this.replica.builtinLane(this.tokens, lane),
+      this.earlyChunks(c));
+  }
+
+  /**
+   * Each chunk of our gradient goes to the machine as soon as the backward produced it
+   * (compute-partial; docs/PROTOCOL.md "Early chunks"): its contribution leaves while the rest
+   * is computed.
+   */
+  earlyChunks(c) {
+    return (k, payload) => this.push((now) => E.computePartial(now, c.step, c.round, k, payload));
   }
 
   /**

@@ -18,8 +18,8 @@ import { TrainWorker } from '../train/client.js';
 import { fromTensors, toTensors } from '../train/messages.js';
 import { sampleBatch } from '../model/batches.js';
 import { paramShapes } from '../model/params.js';
-import { chunkSlice } from './allreduce.js';
-import { encode, flatten, nBlocks, unflatten } from './codec.js';
+import { flatten, nBlocks, unflatten } from './codec.js';
+import { ChunkWatch } from './early.js';
 import { offsets, pieces } from './shares.js';
 import { decodeCheckpoint, encodeCheckpoint, stepOf } from './checkpoint.js';
 import { ReplicaRefused } from './machine/replica.js';
@@ -174,8 +174,11 @@ export class WorkerReplica {
    * loss the same way (training.mean_gradient). Resolves to {loss, payloads, probe, backend
    * (the tier that computed it), products (how many products ran on the GPU), ms (the whole
    * compute), gradMs (the gradients alone: what seconds per sequence are measured on), count}.
+   * With `onPartial(k, payload)`, each chunk final before the last piece's backward ends is
+   * handed over as soon as it is (early.js; docs/PROTOCOL.md "Early chunks"): the same bytes
+   * `payloads[k]` then holds.
    */
-  async compute({ rank, shares }, laneOf) {
+  async compute({ rank, shares }, laneOf, onPartial = null) {
     const parts = this.piecesOf({ rank, shares });
     const lanes = await Promise.all(parts.map((p) => laneOf(p.lane)));
     const rowsOf = parts.map((p, i) => this.rowsOf(lanes[i], p));
@@ -185,11 +188,14 @@ export class WorkerReplica {
     let loss = 0;
     let backend = this.selection?.backend ?? this.backend;
     let products = 0;
+    const watch = new ChunkWatch(this.model, shares, count, onPartial ?? (() => {}));
     if (count > 0) {
       const cnt = Math.fround(count);
       let lossAcc = 0;
-      for (const { x, y, rows } of rowsOf) {
-        const r = await this.worker.grads(x, y, { batch: rows });
+      for (const [i, { x, y, rows }] of rowsOf.entries()) {
+        const last = onPartial !== null && i === rowsOf.length - 1;
+        const onGrad = last ? watch.hook(rowsOf.length === 1 ? null : flat, rows) : undefined;
+        const r = await this.worker.grads(x, y, { batch: rows, onGrad });
         backend = r.backend;
         products += r.products ?? 0;
         const g = flatten(fromTensors(r.grads));
@@ -215,13 +221,8 @@ export class WorkerReplica {
     }
     const gradMs = performance.now() - t0;
     const { probe } = await this.worker.probe();
-    const total = this.totalBlocks();
-    const payloads = [];
-    for (let k = 0; k < shares.length; k++) {
-      const [start, end] = chunkSlice(total, shares, k);
-      payloads.push(flat === null || start === end ? new Uint8Array(0)
-        : encode(flat.subarray(start, end)).payload);
-    }
+    const payloads = flat === null ? shares.map(() => new Uint8Array(0))
+      : watch.chunkPayloads(shares.length, flat);
     return { loss, payloads, probe, backend, products, ms: performance.now() - t0, gradMs, count };
   }
 

@@ -75,6 +75,10 @@ export class TrainWorker extends EventTarget {
       this.emit(msg.event);
       return;
     }
+    if (msg.type === 'grad') { // an early gradient of a pending `grads` request
+      this.pending.get(msg.id)?.onGrad?.(msg.name, msg.values);
+      return;
+    }
     const entry = this.pending.get(msg.id);
     if (!entry) {
       // An error with no request id: the worker could not tell which request it answers.
@@ -88,11 +92,11 @@ export class TrainWorker extends EventTarget {
   }
 
   /** Sends {type, ...fields}; resolves to the worker's result. */
-  request(type, fields = {}, transfer = []) {
+  request(type, fields = {}, transfer = [], onGrad = undefined) {
     if (this.broken) return Promise.reject(this.broken);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, type });
+      this.pending.set(id, { resolve, reject, type, onGrad });
       this.worker.postMessage({ id, type, ...fields }, transfer);
     });
   }
@@ -113,9 +117,14 @@ export class TrainWorker extends EventTarget {
     return this.request('step', fields, transfer ? [x.buffer, y.buffer] : []);
   }
 
-  /** Gradients without applying them: {loss, grads: {names, arrays}, ...}. */
-  grads(x, y, { batch } = {}) {
-    return this.request('grads', batch === undefined ? { x, y } : { x, y, batch });
+  /**
+   * Gradients without applying them: {loss, grads: {names, arrays}, ...}; with `onGrad(name,
+   * values)`, each parameter's gradient also as soon as the backward made it final.
+   */
+  grads(x, y, { batch, onGrad } = {}) {
+    const fields = batch === undefined ? { x, y } : { x, y, batch };
+    if (onGrad) fields.early = true;
+    return this.request('grads', fields, [], onGrad);
   }
 
   /** Applies gradients {names, arrays} (e.g. combined across peers); `transfer` gives them up. */

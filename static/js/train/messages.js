@@ -7,7 +7,9 @@
 //   init          {model, optim?, seed, backend?, measure?, audit?, state?, sources?, kernelBase?,
 //                  lutBase?}                        -> {backend, adapter, onGpu, choice, rows,
 //                                                       demotions, step, hash}
-//   grads         {x, y, batch?}                    -> {loss, grads, backend, products, ms}
+//   grads         {x, y, batch?, early?}            -> {loss, grads, backend, products, ms}
+//                 (early: each parameter's gradient also comes alone as soon as it is final,
+//                 {type: 'grad', id, name, values}, before the result; p2p/early.js)
 //   apply         {grads}                           -> {step, lr, gradNorm, clipped, hash}
 //   step          {x, y, batch?, hash?}             -> {step, loss, gradNorm, lr, clipped, hash,
 //                                                       probe, backend, products, ms}
@@ -19,7 +21,8 @@
 //   load          {state}                           -> {step, hash}
 //   inject-fault  {afterProducts, rebuildSources?}  -> {armed}  (test hook: loses the device)
 // Worker -> page: {type: 'result', id, result} | {type: 'error', id, error: {name, message,
-// hint}} | {type: 'event', event: {kind, ...}} with kind one of EVENT_KINDS.
+// hint}} | {type: 'event', event: {kind, ...}} with kind one of EVENT_KINDS | {type: 'grad',
+// id, name, values: Float32Array} (an early gradient of a `grads` request).
 //
 // Tensors travel as {names: [string], arrays: [Float32Array]} in parameter order (a Map does not
 // survive structured cloning in every browser, and the order is the hash's order); tokens as
@@ -126,7 +129,7 @@ export function parseState(v, name = 'state') {
 const FIELDS = {
   init: ['model', 'optim', 'seed', 'backend', 'measure', 'audit', 'state', 'sources',
     'kernelBase', 'lutBase'],
-  grads: ['x', 'y', 'batch'],
+  grads: ['x', 'y', 'batch', 'early'],
   apply: ['grads'],
   step: ['x', 'y', 'batch', 'hash'],
   probe: [],
@@ -185,6 +188,10 @@ export function parseRequest(msg) {
         'send targets of the inputs\' shape');
     }
     if (fields.batch !== undefined) integer(fields.batch, `${type}: batch`, 1, fields.x.length);
+    if (type === 'grads') {
+      out.early = fields.early ?? false;
+      if (typeof out.early !== 'boolean') refuse('grads: early must be a boolean', 'omit it');
+    }
     if (type === 'step') {
       out.hash = fields.hash ?? true;
       if (typeof out.hash !== 'boolean') refuse('step: hash must be a boolean', 'omit it');
@@ -229,6 +236,11 @@ export function parseReply(msg) {
     if (!isObject(e) || typeof e.message !== 'string' || typeof e.name !== 'string' ||
         typeof e.hint !== 'string') {
       refuse('error without {name, message, hint}', 'a worker bug: report it');
+    }
+  } else if (msg.type === 'grad') {
+    integer(msg.id, 'grad id', 0, Number.MAX_SAFE_INTEGER);
+    if (typeof msg.name !== 'string' || !(msg.values instanceof Float32Array)) {
+      refuse('grad without {name, values: Float32Array}', 'a worker bug: report it');
     }
   } else if (msg.type === 'event') {
     if (!isObject(msg.event) || !EVENT_KINDS.includes(msg.event.kind)) {

@@ -67,7 +67,7 @@ export class Trainer {
   }
 
   /** Serves one validated request (messages.parseRequest); resolves to {result, transfer}. */
-  async handle(req) {
+  async handle(req, progress = () => {}) {
     if (req.type === 'init') return { result: await this.init(req), transfer: [] };
     if (this.state !== 'ready') {
       throw new TrainerError(`cannot ${req.type}: the trainer is ${this.state}`,
@@ -75,7 +75,10 @@ export class Trainer {
     }
     switch (req.type) {
       case 'grads': {
-        const r = await this.grads(req.x, req.y, req.batch);
+        // early: each parameter's gradient goes out ('grad') as soon as it is final.
+        const onGrad = req.early ? (name, values) => progress({ name, values: values.slice() })
+          : undefined;
+        const r = await this.grads(req.x, req.y, req.batch, onGrad);
         const grads = toTensors(r.grads);
         return { result: { ...r, grads }, transfer: buffersOf(grads) };
       }
@@ -219,12 +222,21 @@ export class Trainer {
       probe_hash: row.probe_hash });
   }
 
-  async grads(x, y, batch = this.run.cfg.batch) {
+  async grads(x, y, batch = this.run.cfg.batch, onGrad = undefined) {
     const { cfg, params, workspace } = this.run;
     const t0 = performance.now();
     const p0 = this.gpuProducts;
+    // A tier lost mid-backward recomputes on the next one (the same bits): each parameter is
+    // still reported once.
+    const told = new Set();
+    const once = onGrad && ((name, g) => {
+      if (!told.has(name)) {
+        told.add(name);
+        onGrad(name, g);
+      }
+    });
     const { loss, grads } = await this.onTier((tier) =>
-      forwardBackwardAsync(params, cfg, x, y, { batch, workspace, ops: tier.ops }));
+      forwardBackwardAsync(params, cfg, x, y, { batch, workspace, ops: tier.ops, onGrad: once }));
     return { loss, grads, backend: this.tier.name, products: this.gpuProducts - p0,
       ms: performance.now() - t0 };
   }

@@ -32,7 +32,9 @@ async function serve(data) {
   const id = Number.isSafeInteger(data?.id) && data.id >= 0 ? data.id : null;
   try {
     const request = parseRequest(data);
-    const { result, transfer } = await trainer.handle(request);
+    const grad = ({ name, values }) => self.postMessage({ type: 'grad', id, name, values },
+      [values.buffer]);
+    const { result, transfer } = await trainer.handle(request, grad);
     self.postMessage({ type: 'result', id, result }, transfer);
   } catch (exc) {
     self.postMessage({ type: 'error', id, error: describe(exc, data?.type) });

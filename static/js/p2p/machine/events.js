@@ -8,7 +8,8 @@ const ev = (type, fields) => Object.freeze({ type, ...fields });
 
 export const EVENT_TYPES = Object.freeze([
   'channel-open', 'channel-closed', 'peer-left', 'message', 'frame', 'compute-done',
-  'compute-partial', 'compute-failed', 'timer', 'lead', 'user-stop', 'user-leave', 'user-save', 'signaling-lost',
+  'compute-partial', 'compute-failed', 'timer', 'lead', 'user-stop', 'user-leave', 'user-save',
+  'signaling-lost',
 ]);
 
 /** The data channel to `peer` is open (this peer sends `hello` on it). */
