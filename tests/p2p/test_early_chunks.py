@@ -33,13 +33,24 @@ def _rows(rows: list[int], seed: int = 5) -> list[tuple[np.ndarray, np.ndarray]]
 
 
 def _watch(shares: tuple[int, ...], count: int) -> tuple[early.ChunkWatch, list[int]]:
+    """A watch that records what it emits, checking each payload is the one it keeps."""
     sent: list[int] = []
-    watch = early.ChunkWatch(param_shapes(CFG), shares, count, lambda k, _: sent.append(k))
+
+    def emit(k: int, payload: bytes) -> None:
+        assert payload == watch.payloads[k] and payload, k
+        sent.append(k)
+
+    watch = early.ChunkWatch(param_shapes(CFG), shares, count, emit)
     return watch, sent
 
 
+# (5, 1, 5): an empty chunk between two others; (5, 5, 5, 5, 6): chunk 1 starts exactly where
+# wpe ends (block 34), so it must not wait for wpe.
+SHAPES = [(4, 4, 4), (6, 3, 3), (10, 2), (2, 2, 2, 2, 2), (5, 1, 5), (5, 5, 5, 5, 6)]
+
+
 @pytest.mark.parametrize("pieces", [[4], [4, 4, 2], [3, 1]])
-@pytest.mark.parametrize("shares", [(4, 4, 4), (6, 3, 3), (10, 2), (2, 2, 2, 2, 2)])
+@pytest.mark.parametrize("shares", SHAPES)
 def test_every_chunk_is_the_whole_means_bytes(pieces: list[int], shares: tuple[int, ...]) -> None:
     state = _state()
     count = sum(pieces)
@@ -57,7 +68,53 @@ def test_every_chunk_is_the_whole_means_bytes(pieces: list[int], shares: tuple[i
     # embeddings (wte, wpe: their gradients come last, and here they fit in chunk 0), only with
     # the last parameter, so it never leaves early: every other non-empty chunk does.
     nonempty = [k for k in range(len(shares)) if got[k]]
-    assert sent == [k for k in reversed(nonempty) if k != 0]
+    assert sent == [k for k in reversed(nonempty) if k != 0] == watch.early
+
+
+def _emitted_at(shares: tuple[int, ...]) -> dict[int, str]:
+    """chunk -> the parameter whose report made it leave."""
+    reported: list[str] = []
+    at: dict[int, str] = {}
+    watch = early.ChunkWatch(param_shapes(CFG), shares, 4,
+                             lambda k, _: at.setdefault(k, reported[-1]))  # fmt: skip
+    inner = watch(None, np.float32(4))
+
+    def hook(name: str, g: np.ndarray) -> None:
+        reported.append(name)
+        inner(name, g)
+
+    gpt.forward_backward(_state().params, CFG, *_rows([4])[0], on_grad=hook)
+    return at
+
+
+def test_a_chunk_leaves_with_the_first_parameter_it_holds() -> None:
+    """Chunks other than the embeddings' are complete when the backward reaches their lowest
+    parameter (the one holding the chunk's first value), not one parameter later."""
+    starts, pos = {}, 0
+    for name, shape in param_shapes(CFG).items():
+        starts[name] = (pos, pos + int(np.prod(shape)))
+        pos += int(np.prod(shape))
+    blocks = codec.n_blocks(pos)
+    for shares in [(4, 4, 4), (2, 2, 2, 2, 2), (3, 3, 3, 3, 3, 3, 3, 3)]:
+        at = _emitted_at(shares)
+        assert at, shares
+        for k, name in at.items():
+            first = allreduce.chunk_slice(blocks, shares, k).start
+            a, b = starts[name]
+            assert a <= first < b, (shares, k, name)
+
+
+def test_without_a_backward_report_every_chunk_comes_from_the_whole_mean() -> None:
+    """The float reference backend reports nothing early: compute-done's chunks are then
+    encoded from the whole mean."""
+    rng = np.random.default_rng(4)
+    blocks = codec.n_blocks(sum(int(np.prod(s)) for s in param_shapes(CFG).values()))
+    flat = rng.standard_normal(blocks * codec.BLOCK).astype(np.float32)
+    watch, sent = _watch((4, 4, 4), 12)
+    got = watch.chunk_payloads(3, flat)
+    for k in range(3):
+        assert got[k] == codec.encode(flat[allreduce.chunk_slice(blocks, (4, 4, 4), k)])[0]
+    assert sent == []
 
 
 def _watched(plant: bool) -> early.ChunkWatch:
