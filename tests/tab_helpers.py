@@ -47,6 +47,7 @@ async () => {
     id: p?.id ?? '', phase: p?.phase ?? 'loading', leader: p?.isLeader ?? false,
     records: p?.records ?? [], backend: app.selection?.backend ?? null,
     outcome: o === null ? null : { ...o, hashes: Object.fromEntries(o.hashes ?? new Map()) },
+    ended: p?.ended ?? false,
     errors: app.errors, status: document.getElementById('status').textContent,
   };
 }
@@ -139,4 +140,6 @@ async def wait_tabs(tabs: list[Tab], done: Any, timeout: float, what: str) -> li
 
 
 def finished(states: list[dict[str, Any]]) -> bool:
-    return all(s["outcome"] is not None for s in states)
+    """Every tab's run has ended: its outcome is set *and* its end is done. The outcome is set
+    before the drain of the last sends; the page reports it (``app.errors``) only after."""
+    return all(s["outcome"] is not None and s["ended"] for s in states)

@@ -169,6 +169,9 @@ export class BrowserPeer extends EventTarget {
     this.timer = null;
     this.lastDeadline = null;
     this.outcome = null;
+    // True once finish() is done (links closed, saves out) and `finished` was dispatched: the
+    // outcome is set first, the page's listeners run only at the end of the drain.
+    this.ended = false;
     this.records = [];
     this.errors = [];
     this.computed = new Map(); // step/round -> how our gradient was computed
@@ -703,6 +706,7 @@ export class BrowserPeer extends EventTarget {
     await Promise.allSettled([...this.saves]); // the worker ends only once its exports are out
     this.replica.close();
     this.data?.close();
+    this.ended = true; // the dispatch below is synchronous: nothing reads `ended` in between
     this.emit('finished', { outcome });
   }
 }
