@@ -30,6 +30,7 @@ from daisychain.p2p.machine.effects import SendPayload
 from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import Compute, LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
+from daisychain.peer.recheck import Recheck
 from daisychain.server.app import serve_local
 from server_fixtures import ByteTokenizer, config
 
@@ -142,6 +143,7 @@ async def start_peer(
     limits: Limits | None = None,
     fingerprint: bytes | None = None,
     early_chunks: bool = True,
+    recheck: Recheck | None = None,
 ) -> Peer:
     """An in-process peer on ``url`` (``fingerprint``: the https server's pinned certificate)."""
     tokens, sha, vocab = corpus()
@@ -151,7 +153,7 @@ async def start_peer(
     options: dict[str, Any] = {
         "lead": lead, "timers": timers, "checkpoint_path": checkpoint_path,
         "save_every": save_every, "on_step": records.append, "compute": compute,
-        "limits": limits, "early_chunks": early_chunks,
+        "limits": limits, "early_chunks": early_chunks, "recheck": recheck,
     }  # fmt: skip
     node = (
         Node(mesh, tokens, sha, vocab, **options)

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseRequest, parseReply, MessageError } from '../../static/js/train/messages.js';
-import { chooseBackend } from '../../static/js/gpu/backend.js';
+import { chooseBackend, timeRounds } from '../../static/js/gpu/backend.js';
 import { MAX_DEVICE_REBUILDS, Trainer, TrainerError } from '../../static/js/train/trainer.js';
 import { GpuFault } from '../../static/js/gpu/device.js';
 import { REPO, bitsOf } from './helpers.mjs';
@@ -121,6 +121,57 @@ test('the choice is the fastest measured backend among those that pass their gat
     'webgpu-dp4a');
   assert.equal(chooseBackend([row('webgpu-dp4a', true, 40), row('js-cpu', true, 40)]).selected,
     'webgpu-dp4a');
+});
+
+// A timer for timeRounds: each candidate's times in turn (a busy first round, say), stopped past
+// the limit as the real one is.
+function timerOf(times, asked) {
+  const next = Object.fromEntries(Object.keys(times).map((k) => [k, 0]));
+  return async (c, limit) => {
+    asked.push(c.name);
+    const ms = times[c.name][next[c.name]++];
+    return ms <= limit ? { ms, complete: true } : { ms: limit, complete: false };
+  };
+}
+
+const entries = (...names) => names.map((name) => ({
+  row: { name, gates_passed: true, failure: null, step_ms: null, step_complete: null },
+  candidate: { name },
+}));
+
+test('a moment of load at start does not pick the backend for the run', async () => {
+  // js-cpu was busy for its first timing (another tab loading): 12x its quiet time.
+  const times = { 'webgpu-lut': [500, 500, 500], 'js-cpu': [672, 56, 56] };
+  const asked = [];
+  const three = entries('webgpu-lut', 'js-cpu');
+  await timeRounds(three, timerOf(times, asked), 3);
+  assert.deepEqual(asked, ['webgpu-lut', 'js-cpu', 'webgpu-lut', 'js-cpu', 'webgpu-lut', 'js-cpu']);
+  assert.deepEqual(three.map((e) => [e.row.step_ms, e.row.step_complete]), [[500, true], [56, true]]);
+  const c = chooseBackend(three.map((e) => e.row), { rounds: 3 });
+  assert.equal(c.selected, 'js-cpu');
+  assert.match(c.reason, /^js-cpu: 56\.0 ms per step \(best of 3\), the fastest .*webgpu-lut 500 ms/);
+  // The planted bug: one timing (the old rule) takes the slow GPU for the whole run.
+  const once = entries('webgpu-lut', 'js-cpu');
+  await timeRounds(once, timerOf(times, []), 1);
+  assert.equal(chooseBackend(once.map((e) => e.row)).selected, 'webgpu-lut');
+});
+
+test('timeRounds keeps lower bounds for stopped rows, drops a row that throws, refuses 0 rounds', async () => {
+  const times = { a: [10, 10], b: [50, 50] };
+  const rows = entries('a', 'b');
+  await timeRounds(rows, timerOf(times, []), 2);
+  assert.deepEqual(rows[1].row, { name: 'b', gates_passed: true, failure: null, step_ms: 10,
+    step_complete: false });
+  const broken = entries('a', 'b');
+  let calls = 0;
+  await timeRounds(broken, async (c) => {
+    if (c.name === 'b') { calls++; throw new Error('audit: wrong product'); }
+    return { ms: 5, complete: true };
+  }, 3);
+  assert.equal(calls, 1); // never timed again
+  assert.equal(broken[1].row.gates_passed, false);
+  assert.match(broken[1].row.failure, /failed while timing a step: audit: wrong product/);
+  await assert.rejects(timeRounds(rows, timerOf(times, []), 0), /rounds must be a whole number/);
 });
 
 test('a backend failing its gates is never chosen, even when its time is the fastest', () => {

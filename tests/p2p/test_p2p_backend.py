@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from daisychain.gpu.backend import Backend, Demotion, NumpyGemm
+from daisychain.gpu.gemm import Int8Array, Int32Array
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.p2p.node import Compute
@@ -17,8 +18,11 @@ from daisychain.peer.backend import (
     StepTimer,
     choose,
     choose_fastest,
+    gpu_compute,
+    measure,
     step_timer,
 )
+from daisychain.peer.recheck import Check, Recheck, RecheckPolicy
 from mesh_helpers import (
     assert_identical,
     finish,
@@ -57,10 +61,10 @@ def test_auto_takes_the_fastest_measured_backend_that_passes_its_gates() -> None
     slow = choose("auto", gated=_gated, time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 1.5}, asked))
     assert slow.compute.name == "numpy", slow.reason
     assert slow.reason == (
-        "numpy: 50.0 ms per step, the fastest of the backends that pass their gates "
+        "numpy: 50.0 ms per step (best of 3), the fastest of the backends that pass their gates "
         "(wgpu-dp4a 1500 ms)"
     )
-    assert asked == ["wgpu-dp4a", "numpy"]  # preference order
+    assert asked == ["wgpu-dp4a", "numpy"] * 3  # preference order, one timing each per round
     fast = choose("auto", gated=_gated, time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.01}, []))
     assert fast.compute.name == "wgpu-dp4a", fast.reason
     assert "(numpy >= 10.0 ms)" in fast.reason  # stopped once slower than the best
@@ -75,8 +79,54 @@ def test_auto_never_measures_nor_takes_a_kernel_that_failed_its_gates() -> None:
         gated=lambda: ([], [failed]),
         time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.0}, asked),
     )
-    assert chosen.compute.name == "numpy" and asked == ["numpy"]
+    assert chosen.compute.name == "numpy" and asked == ["numpy"] * 3
     assert chosen.reason.endswith("; failed their gates: wgpu-dp4a"), chosen.reason
+
+
+def _busy_once(times: dict[str, float], busy: str, factor: float, asked: list[str]) -> StepTimer:
+    """Like _timer, but ``busy``'s first timing runs ``factor`` times slower: the machine was
+    loaded for a moment (two browsers starting beside the peer)."""
+    seen: set[str] = set()
+
+    def time_step(compute: Compute, limit_s: float) -> tuple[float, bool]:
+        asked.append(compute.name)
+        t = times[compute.name] * (factor if compute.name == busy and busy not in seen else 1)
+        seen.add(compute.name)
+        return (t, True) if t <= limit_s else (limit_s, False)
+
+    return time_step
+
+
+def test_a_moment_of_load_at_start_does_not_pick_the_backend_for_the_run() -> None:
+    times = {"numpy": 0.056, "wgpu-dp4a": 0.5}  # lavapipe-like: passes its gates, 10x slower
+    asked: list[str] = []
+    chosen = choose("auto", gated=_gated, time_step=_busy_once(times, "numpy", 12, asked))
+    assert chosen.compute.name == "numpy", chosen.reason
+    assert "numpy: 56.0 ms per step (best of 3)" in chosen.reason
+    assert [c.name for c in chosen.candidates] == ["wgpu-dp4a", "numpy"]
+    # The planted bug: one measurement (the old rule) takes the emulated GPU for the whole run.
+    once = choose("auto", gated=_gated, time_step=_busy_once(times, "numpy", 12, []), rounds=1)
+    assert once.compute.name == "wgpu-dp4a", once.reason
+
+
+def test_measure_keeps_each_candidates_fastest_complete_time() -> None:
+    numpy, gpu = Compute(), Compute("wgpu-dp4a", NUMPY_OPS, reference_probe_hash)
+    times = iter([0.3, 0.2, 0.1, 0.25, 0.4, 0.09])  # numpy, gpu, numpy, gpu, numpy, gpu
+
+    def time_step(compute: Compute, limit_s: float) -> tuple[float, bool]:
+        t = next(times)
+        return (t, True) if t <= limit_s else (limit_s, False)
+
+    rows = measure([numpy, gpu], time_step, rounds=3)
+    assert [(r.name, r.seconds, r.complete) for r in rows] == [
+        ("numpy", 0.1, True),
+        ("wgpu-dp4a", 0.09, True),  # stopped in round 2 (0.25 > 0.1), fastest in round 3
+    ]
+    always_slow = _timer({"numpy": 0.01, "wgpu-dp4a": 0.05}, [])
+    rows = measure([numpy, gpu], always_slow, rounds=2)
+    assert rows[1] == Candidate("wgpu-dp4a", True, None, 0.01, False)  # a lower bound
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        measure([numpy], always_slow, rounds=0)
 
 
 def test_the_rule_on_given_rows() -> None:
@@ -144,3 +194,50 @@ async def test_a_probe_mismatch_stops_the_run_naming_the_peer_and_its_backend() 
     report = outcomes[0].message
     assert "kernel probe mismatch after step 1" in report, report
     assert bad.node.id in report and "wgpu-drifted" in report
+
+
+class _CountingKernel(NumpyGemm):
+    """A stand-in for a gated GPU kernel (numpy's bits, counted): the switch must reach the
+    products, not only the backend's name."""
+
+    name = "wgpu-dp4a"
+    products = 0
+
+    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        _CountingKernel.products += 1
+        return super().matmul_int(a, b)
+
+
+@needs_namespace
+async def test_a_re_check_switches_the_backend_mid_run_and_the_replicas_stay_identical() -> None:
+    """The machine's load moves between checks (a fake timer: numpy slow at the odd checks,
+    the GPU slow at the even ones): the peer switches backend at every step, every product on
+    the backend it switched to, and stays bit-identical to a numpy leader."""
+    gpu = gpu_compute(Backend(_CountingKernel(), "test adapter"))
+    checks: list[Check] = []
+
+    def loaded(compute: Compute, limit_s: float) -> tuple[float, bool]:
+        numpy_slow = len(checks) % 2 == 0
+        t = 0.5 if (compute.name == "numpy") == numpy_slow else 0.05
+        return (t, True) if t <= limit_s else (limit_s, False)
+
+    every_step = RecheckPolicy(rounds=1, min_interval_s=0, periodic_s=0)
+    recheck = Recheck([gpu, Compute()], loaded, every_step, on_check=checks.append)
+    _CountingKernel.products = 0
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=4, min_peers=2))
+        follower = await start_peer(url, "switcher", recheck=recheck)
+        outcomes = await finish([leader, follower], timeout=120)
+    assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+    assert_identical([leader, follower], range(1, 5))
+    computed = [r for r in follower.records if r.share]
+    assert [c.switched for c in checks] == [True] * len(checks) and len(checks) >= 2
+    # Each step's hash names the backend chosen by the check before it.
+    assert {r.backend for r in computed} == {"numpy", "wgpu-dp4a"}
+    # More products than the kernel probes of its steps alone: its steps trained on it.
+    on_gpu = sum(r.backend == "wgpu-dp4a" for r in follower.records)
+    trained = _CountingKernel.products
+    _CountingKernel.products = 0
+    gpu.probe()
+    assert trained > on_gpu * _CountingKernel.products, (trained, on_gpu)
+    assert {r.probe for r in follower.records} == {reference_probe_hash()}

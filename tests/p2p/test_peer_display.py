@@ -1,5 +1,5 @@
 """The headless peer's step line (peer/main.py Display): its share of the step, and no loss
-where it computed none."""
+where it computed none; a backend re-check's event and line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import pytest
 
 from daisychain.p2p.node import StepRecord
+from daisychain.peer.backend import Candidate
 from daisychain.peer.main import Display
+from daisychain.peer.recheck import Check
 
 
 def record(share: int, loss: float) -> StepRecord:
@@ -38,3 +40,30 @@ def test_the_json_event_has_the_share_and_the_exchange_work(
     Display(as_json=True).step(record(3, 2.5))
     event = json.loads(capsys.readouterr().out)
     assert (event["share"], event["global_batch"], event["exchange_work_s"]) == (3, 16, 0.1)
+
+
+def check(chosen: str) -> Check:
+    rows = (Candidate("numpy", True, None, 0.6), Candidate("wgpu-dp4a", True, None, 0.05))
+    return Check(rows, "numpy", chosen, 1.3, "slowdown")
+
+
+def test_a_backend_switch_is_printed_and_a_kept_one_is_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    Display(as_json=False).backend_check(check("wgpu-dp4a"))
+    assert capsys.readouterr().err == (
+        "backend switched numpy -> wgpu-dp4a after a slowdown check "
+        "(numpy 600.0 ms, wgpu-dp4a 50.0 ms)\n"
+    )
+    Display(as_json=False).backend_check(check("numpy"))
+    assert capsys.readouterr().err == ""
+
+
+def test_every_backend_check_is_a_json_event(capsys: pytest.CaptureFixture[str]) -> None:
+    Display(as_json=True).backend_check(check("numpy"))
+    event = json.loads(capsys.readouterr().out)
+    assert event == {
+        "event": "backend-check", "cause": "slowdown", "current": "numpy", "backend": "numpy",
+        "switched": False, "cost_s": 1.3, "figures": {"numpy": 0.6, "wgpu-dp4a": 0.05},
+        "reason": "kept numpy after a slowdown check (numpy 600.0 ms, wgpu-dp4a 50.0 ms)",
+    }  # fmt: skip

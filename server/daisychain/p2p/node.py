@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,9 @@ from daisychain.p2p.pace import Pace
 from daisychain.p2p.replica import ModelReplica
 from daisychain.p2p.run import RunPhase
 from daisychain.p2p.runconfig import Limits
+
+if TYPE_CHECKING:  # the peer's re-check measures backends; the node only asks it when
+    from daisychain.peer.recheck import Recheck
 
 __all__ = ["Compute", "LeadConfig", "Limits", "Node", "Outcome", "StepRecord", "Timers"]
 
@@ -115,6 +119,7 @@ class Node:
         limits: Limits | None = None,
         data: FineWebFeed | None = None,
         early_chunks: bool = True,
+        recheck: Recheck | None = None,
     ) -> None:
         assert mesh.id, "connect the mesh before building its node"
         self.mesh = mesh
@@ -127,6 +132,8 @@ class Node:
         # Each chunk of our gradient leaves as soon as the backward produced it (p2p/early.py);
         # off, chunks leave with compute-done (the baseline bench mesh measures against).
         self.early_chunks = early_chunks
+        # ``--backend auto``: the backend choice measured again during the run (peer/recheck.py).
+        self.recheck = recheck
         self.name = mesh.name
         self.timers = timers or Timers()
         self.replica = ModelReplica(tokenizer_sha256, vocab_size, self.compute.ops)
@@ -354,7 +361,6 @@ class Node:
         # Our positions of the step's global batch, cut at lane boundaries (docs/PROTOCOL.md,
         # "Gradient chunks"): at most one lane's activations at a time.
         parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
-        probe = self.compute.probe
         Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
         loop = asyncio.get_running_loop()
@@ -366,7 +372,9 @@ class Node:
             if self.early_chunks:
                 loop.call_soon_threadsafe(self.inbox.put_nowait, partial)
 
-        def compute(rows: list[Rows]) -> tuple[float, tuple[bytes, ...], str, float, float]:
+        def compute(
+            rows: list[Rows], probe: Callable[[], str]
+        ) -> tuple[float, tuple[bytes, ...], str, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()
             watch = early.ChunkWatch(param_shapes(cfg), c.shares, count, emit)
             loss, flat = training.mean_gradient(state, rows, count, watch)
@@ -393,7 +401,9 @@ class Node:
                 self.inbox.put_nowait(lambda now: ev.UserLeave(now, reason))
                 return
             try:
-                loss, payloads, probe_hash, seconds, cpu = await asyncio.to_thread(compute, rows)
+                await self._recheck_backend()
+                work = asyncio.to_thread(compute, rows, self.compute.probe)
+                loss, payloads, probe_hash, seconds, cpu = await work
             except Exception as exc:  # reported to the machine, which stops the run
                 error = repr(exc)
                 self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
@@ -402,6 +412,8 @@ class Node:
                 self._compute_s[key] = seconds
                 self._computed_at[key] = time.perf_counter()
                 seq_s = self.pace.computed(key, count, seconds, cpu, time.process_time())
+                if self.recheck is not None and count:
+                    self.recheck.observe(seconds / count)
 
                 def done(now: float) -> ev.ComputeDone:
                     self._computing.discard(key)  # what it sends from here on is not early
@@ -410,6 +422,23 @@ class Node:
                 self.inbox.put_nowait(done)
 
         self._spawn(task())
+
+    async def _recheck_backend(self) -> None:
+        """Between steps, measure the backends again when the re-check says so, and switch.
+
+        Safe mid-run: every gated backend computes the same bits (its gates and the per-step
+        probe prove it), so only who multiplies changes, and the backend the next hash names.
+        """
+        if self.recheck is None or (cause := self.recheck.due()) is None:
+            return
+        check = await asyncio.to_thread(self.recheck.run, self.compute, cause)
+        if check.switched:
+            self.compute = self.recheck.compute(check.chosen)
+            self.replica.ops = self.compute.ops
+            if self.replica.state is not None:
+                self.replica.state.ops = self.compute.ops
+            settings = self.machine.settings
+            self.machine.settings = dataclasses.replace(settings, backend=self.compute.name)
 
     async def _fetch_batch(
         self, address: Address

@@ -4,13 +4,15 @@
 through ``gpu.live.training_ops`` (every product audited) and fails with a hint when none does.
 ``numpy`` is the reference. ``auto`` follows the rule the browser follows (docs/KERNELS.md,
 "Backend choice"): correct first -- every wgpu kernel is gated and probed, and one that fails is
-never a candidate -- then the fastest measured at start on a training step: each candidate
-(wgpu DP4A, wgpu LUT, numpy, in that preference order) computes one forward-backward of the
-``tiny`` model with the ops it would train with (a GPU kernel audited, as in training), stopped
-once it has run longer than the best so far; ties go to the earlier candidate. A software adapter
-(lavapipe/llvmpipe) passes every gate yet runs many times slower than BLAS, so on such a machine
-numpy wins on its measured time, not by a special case. Either way the bits are the same; the
-per-step kernel probe proves it to the other peers.
+never a candidate -- then the fastest measured at start on a training step: in each of three
+rounds every candidate (wgpu DP4A, wgpu LUT, numpy, in that preference order) computes one
+forward-backward of the ``tiny`` model with the ops it would train with (a GPU kernel audited,
+as in training), stopped once it has run longer than the best so far; a candidate's figure is
+its fastest round, so a moment of load beside the peer does not decide the run; ties go to the
+earlier candidate. During the run peer/recheck.py measures again when the step slows down. A
+software adapter (lavapipe/llvmpipe) passes every gate yet runs many times slower than BLAS, so
+on such a machine numpy wins on its measured time, not by a special case. Either way the bits
+are the same; the per-step kernel probe proves it to the other peers.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import GemmOps
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
-from daisychain.p2p.node import Compute
+from daisychain.p2p.options import Compute
 
 CHOICES = ("auto", "wgpu", "numpy")
 TIMING_PRESET = "tiny"  # a follower does not know the run's model yet when it chooses
@@ -54,6 +56,9 @@ class BackendUnavailable(Exception):
 class Choice:
     compute: Compute
     reason: str  # printed at start: why this backend
+    # ``auto`` only: every backend that passed its gates, in preference order (the run's re-check
+    # measures them again; peer/recheck.py). One entry: nothing to re-check.
+    candidates: tuple[Compute, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,12 +77,13 @@ def _ms(seconds: float) -> str:
     return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
-def choose_fastest(rows: Sequence[Candidate]) -> tuple[str, str]:
+def choose_fastest(rows: Sequence[Candidate], rounds: int = 1) -> tuple[str, str]:
     """The rule, as a pure function of rows in preference order: (name, reason).
 
     Among the rows that passed their gates, the smallest measured ``seconds`` (ties: the earlier
     row); a stopped row cannot win; without a measurement of every usable row, the first usable
-    row. A row that failed its gates is never chosen. Mirrors ``chooseBackend`` in
+    row. A row that failed its gates is never chosen. ``rounds`` only names, in the reason, how
+    many timings each figure is the best of. Mirrors ``chooseBackend`` in
     static/js/gpu/backend.js.
     """
     usable = [r for r in rows if r.passed]
@@ -103,7 +109,8 @@ def choose_fastest(rows: Sequence[Candidate]) -> tuple[str, str]:
         if r is not best
     )
     failed = ", ".join(r.name for r in rows if not r.passed)
-    reason = f"{best.name}: {_ms(best.seconds)} per step, the fastest of the backends that pass"
+    of = f" (best of {rounds})" if rounds > 1 else ""
+    reason = f"{best.name}: {_ms(best.seconds)} per step{of}, the fastest of the backends that pass"
     reason += " their gates" + (f" ({others})" if others else "")
     reason += f"; failed their gates: {failed}" if failed else ""
     return best.name, reason
@@ -189,7 +196,7 @@ def gated_gpu_backends() -> tuple[list[Backend], list[Demotion]]:
     return usable, demotions
 
 
-def _gpu(backend: Backend) -> Compute:
+def gpu_compute(backend: Backend) -> Compute:
     return Compute(backend.name, training_ops(backend), lambda: step_probe(backend))
 
 
@@ -199,6 +206,7 @@ def choose(
     *,
     gated: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_gpu_backends,
     time_step: StepTimer | None = None,
+    rounds: int = 3,
 ) -> Choice:
     """The backend for ``--backend choice``; raises BackendUnavailable for an impossible wgpu.
 
@@ -218,18 +226,47 @@ def choose(
                 "run with --backend auto or numpy; `daisychain selftest` shows each kernel",
             )
         where = f"{backend.name} on {backend.adapter}"
-        return Choice(_gpu(backend), f"{where}: requested with --backend wgpu")
+        return Choice(gpu_compute(backend), f"{where}: requested with --backend wgpu")
     usable, demotions = gated()
-    computes = [_gpu(b) for b in usable] + [Compute()]
+    computes = [gpu_compute(b) for b in usable] + [Compute()]
     timer = time_step or step_timer()
     rows = [Candidate(d.name, False, d.reason) for d in demotions]
-    best = float("inf")
-    for compute in computes:  # preference order; stop a candidate once it cannot win
-        seconds, complete = timer(compute, best)
-        rows.append(Candidate(compute.name, True, None, seconds, complete))
-        if complete:
-            best = min(best, seconds)
+    rows += measure(computes, timer, rounds)
     order = {name: i for i, name in enumerate([*(f"wgpu-{k}" for k in GPU_ORDER), "numpy"])}
     rows.sort(key=lambda r: order.get(r.name, len(order)))
-    name, reason = choose_fastest(rows)
-    return Choice(next(c for c in computes if c.name == name), reason)
+    name, reason = choose_fastest(rows, rounds)
+    chosen = next(c for c in computes if c.name == name)
+    return Choice(chosen, reason, tuple(computes))
+
+
+def measure(computes: Sequence[Compute], timer: StepTimer, rounds: int = 3) -> list[Candidate]:
+    """One row per compute: the fastest of ``rounds`` interleaved timings of each.
+
+    Why rounds, and interleaved: a machine that is busy for a moment (two browsers loading
+    beside this peer) slows whichever candidate runs during that moment; one measurement then
+    picks the wrong backend for a whole run. Each round times every candidate once, in order,
+    so a burst of load spans candidates rather than all of one; a candidate keeps its fastest
+    complete time (load only ever adds time). The cutoff stops a timing once it has run longer
+    than the best complete time of any candidate so far: it cannot win that round, and an
+    emulated GPU ten times slower costs one best time per round, not its own. A candidate with
+    no complete timing keeps its longest stopped one (a lower bound, ``complete=False``).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    done: dict[str, float] = {}
+    stopped: dict[str, float] = {}
+    best = float("inf")
+    for _ in range(rounds):
+        for compute in computes:
+            seconds, complete = timer(compute, best)
+            if complete:
+                done[compute.name] = min(done.get(compute.name, seconds), seconds)
+                best = min(best, seconds)
+            else:
+                stopped[compute.name] = max(stopped.get(compute.name, seconds), seconds)
+    return [
+        Candidate(c.name, True, None, done[c.name], True)
+        if c.name in done
+        else Candidate(c.name, True, None, stopped[c.name], False)
+        for c in computes
+    ]

@@ -7,11 +7,13 @@
 With ``--lead`` this peer configures the run (model preset, batch, steps, learning rate, seed),
 waits for ``--min-peers`` peers and leads; otherwise it follows whoever leads its group.
 ``--backend auto`` (the default) computes on a gated wgpu kernel only when it measures faster
-than numpy at start (the choice and why are printed). Progress is one line per step (step,
-loss, tokens/s, peers, hash agreement) on stderr, or one JSON object per event on stdout with
-``--json``. ``--checkpoint PATH`` is saved atomically at the end, every ``--save-every N``
-steps, on SIGUSR1, and on Ctrl-C, which then leaves cleanly (the others drop this peer from
-the next roster). SIGUSR2 on the leader ends the whole run at the next step boundary.
+than numpy at start (the choice and why are printed), and measures the gated backends again
+during the run when its step slows down, switching to one clearly faster (peer/recheck.py; a
+switch is printed). Progress is one line per step (step, loss, tokens/s, peers, hash
+agreement) on stderr, or one JSON object per event on stdout with ``--json``.
+``--checkpoint PATH`` is saved atomically at the end, every ``--save-every N`` steps, on
+SIGUSR1, and on Ctrl-C, which then leaves cleanly (the others drop this peer from the next
+roster). SIGUSR2 on the leader ends the whole run at the next step boundary.
 A server started with ``daisychain serve --https`` has a self-signed certificate: this peer
 trusts it only when ``--fingerprint`` names it (the SHA-256 the server printed at start), and
 stops with a hint when the server presents another one (``p2p.serverlink``).
@@ -42,7 +44,8 @@ from daisychain.p2p.datafeed import FineWebFeed
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
-from daisychain.peer.backend import CHOICES, BackendUnavailable, choose
+from daisychain.peer.backend import CHOICES, BackendUnavailable, Choice, choose, step_timer
+from daisychain.peer.recheck import Check, Recheck
 from daisychain.wire.ice import IceConfig, IceError, IceIssuer
 from daisychain.wire.signaling import IceServer
 
@@ -153,6 +156,15 @@ class Display:
         if self.as_json:
             print(json.dumps(obj), flush=True)
 
+    def backend_check(self, c: Check) -> None:  # called on the node's compute thread
+        self.emit({
+            "event": "backend-check", "cause": c.cause, "current": c.current,
+            "backend": c.chosen, "switched": c.switched, "cost_s": round(c.cost_s, 4),
+            "figures": {k: round(v, 5) for k, v in c.figures().items()}, "reason": c.reason(),
+        })  # fmt: skip
+        if c.switched and not self.as_json:
+            print(f"backend {c.reason()}", file=sys.stderr, flush=True)
+
     def step(self, r: StepRecord) -> None:
         now = time.perf_counter()
         tok_s = r.tokens / max(now - self.last, 1e-9)
@@ -179,6 +191,17 @@ class Display:
             )  # fmt: skip
 
 
+def backend_recheck(chosen: Choice, start_cost_s: float, display: Display) -> Recheck | None:
+    """``--backend auto`` with more than one gated backend: measure them again during the run
+    (peer/recheck.py). Each check is a JSON event; the text output names only a switch."""
+    if len(chosen.candidates) < 2:
+        return None
+    return Recheck(
+        chosen.candidates, step_timer(), on_check=display.backend_check,
+        start_cost_s=start_cost_s,
+    )  # fmt: skip
+
+
 def work(r: StepRecord) -> str:
     """This peer's part of the step, as the step line says it."""
     if r.share == 0:
@@ -199,7 +222,9 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return EXIT_JOIN
     try:
+        started = time.perf_counter()
         chosen = await asyncio.to_thread(choose, args.backend)
+        chose_s = time.perf_counter() - started
     except BackendUnavailable as exc:
         display.emit({"event": "error", "message": exc.message, "hint": exc.hint})
         print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
@@ -241,7 +266,7 @@ async def _main(args: argparse.Namespace) -> int:
         save_every=args.save_every,
         timers=Timers(step_timeout_s=args.step_timeout, repair_after_s=args.repair_after),
         on_step=display.step, compute=chosen.compute, limits=limits(args), data=feed,
-        early_chunks=args.early_chunks,
+        early_chunks=args.early_chunks, recheck=backend_recheck(chosen, chose_s, display),
     )  # fmt: skip
     display.node = node
     display.emit({"event": "joined", "id": mesh.id, "role": "lead" if lead else "follow"})

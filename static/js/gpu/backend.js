@@ -90,9 +90,10 @@ const fmtMs = (ms) => `${ms.toFixed(ms < 100 ? 1 : 0)} ms`;
  * the earlier row. A row with `step_complete === false` was stopped once it had run longer than
  * a complete one, so its `step_ms` is a lower bound and it cannot be the fastest. When any usable
  * row has no measurement, the first usable row wins ("preference"). A row that failed its gates
- * is never chosen, whatever its timing says. Returns {selected, rule, reason, measurements}.
+ * is never chosen, whatever its timing says. `rounds` only says, in the reason, how many timings
+ * each figure is the fastest of (timeRounds). Returns {selected, rule, reason, measurements}.
  */
-export function chooseBackend(rows) {
+export function chooseBackend(rows, { rounds = 1 } = {}) {
   const usable = rows.filter((r) => r.gates_passed);
   const measurements = rows
     .filter((r) => r.step_ms !== null && r.step_ms !== undefined)
@@ -129,11 +130,54 @@ export function chooseBackend(rows) {
   return {
     selected: best.name,
     rule: 'measured',
-    reason: `${best.name}: ${fmtMs(best.step_ms)} per step, the fastest of the backends that ` +
+    reason: `${best.name}: ${fmtMs(best.step_ms)} per step` +
+      `${rounds > 1 ? ` (best of ${rounds})` : ''}, the fastest of the backends that ` +
       `pass their gates${others.length ? ` (${others.join(', ')})` : ''}` +
       `${failed.length ? `; failed their gates: ${failed.join(', ')}` : ''}`,
     measurements,
   };
+}
+
+/**
+ * Times each entry ({row, candidate}, preference order) `rounds` times, interleaved, and writes
+ * row.step_ms / row.step_complete: the fastest complete time, else the longest stopped one (a
+ * lower bound). Why rounds: a device busy for a moment (another tab loading) slows whichever
+ * candidate runs then, and one timing would pick the wrong backend for the whole run; load only
+ * ever adds time, so the fastest of a few interleaved timings is the device's figure. A timing
+ * is stopped once past the best complete time so far (it cannot win), which bounds a round by
+ * about one best step per candidate. A candidate whose timing throws (e.g. the live audit caught
+ * a wrong product at a step shape no gate has) is marked failed and timed no more.
+ */
+export async function timeRounds(entries, timeStep, rounds = 3, progress = () => {}) {
+  if (!Number.isInteger(rounds) || rounds < 1) {
+    throw new Error(`rounds must be a whole number >= 1, not ${rounds}`);
+  }
+  let best = Infinity;
+  for (let round = 0; round < rounds; round++) {
+    for (const { row, candidate } of entries) {
+      if (!row.gates_passed) continue;
+      progress(`timing one step on ${row.name}` + (rounds > 1 ? ` (${round + 1}/${rounds})` : ''));
+      let t;
+      try {
+        t = await timeStep(candidate, best);
+      } catch (exc) {
+        row.gates_passed = false;
+        row.failure = `${row.name}: failed while timing a step: ${exc.message}`;
+        row.step_ms = null;
+        row.step_complete = null;
+        continue;
+      }
+      const had = typeof row.step_ms === 'number';
+      if (t.complete) {
+        best = Math.min(best, t.ms);
+        if (!had || row.step_complete === false || t.ms < row.step_ms) row.step_ms = t.ms;
+        row.step_complete = true;
+      } else if (!had || (row.step_complete === false && t.ms > row.step_ms)) {
+        row.step_ms = t.ms;
+        row.step_complete = false;
+      }
+    }
+  }
 }
 
 /**
@@ -144,12 +188,14 @@ export function chooseBackend(rows) {
  * limitMs)` (async; candidate {name, gemm, onGpu, gpu}; resolves to {ms, complete}: the time of
  * the step that backend would run, stopped once past `limitMs` (Infinity for the first) with
  * complete: false), `kernelBase`, `lutBase`, `sources` ({dp4a, lut}: replacement WGSL),
+ * `rounds` (timings of each candidate, interleaved; default 3: its figure is the fastest),
  * `onProgress(message)`, `onEvent(message)` (device loss, uncaptured errors).
  * Resolves to {selected, adapter, gemm, onGpu, gpu, demotions: [{name, reason}], rows, choice,
  * device}; `demotions` are the rows that failed their gates, `choice` says by which rule and why.
  */
 export async function selectBackend(options = {}) {
   const { measure = false, kernelBase, lutBase, sources = {}, timeStep = null } = options;
+  const rounds = options.rounds ?? 3;
   const all = options.all ?? timeStep !== null;
   const order = options.order ?? GPU_ORDER;
   const progress = options.onProgress ?? (() => {});
@@ -193,29 +239,14 @@ export async function selectBackend(options = {}) {
     candidates.push({ row: await evaluateGemm(cpu, CPU_ADAPTER, { measure }), gemm: cpu });
   }
   if (timeStep) {
-    // In preference order; a candidate is stopped once it has run longer than the best so far
-    // (it cannot win), which bounds the whole measurement by about one step per candidate.
-    let best = Infinity;
-    for (const { row, gemm } of candidates) {
-      if (!row.gates_passed) continue;
-      progress(`timing one step on ${row.name}`);
+    const timed = candidates.filter((c) => c.row.gates_passed).map(({ row, gemm }) => {
       const onGpu = gemm instanceof GpuGemm;
-      let t;
-      try {
-        t = await timeStep({ name: row.name, gemm, onGpu, gpu: onGpu ? gpu : null }, best);
-      } catch (exc) {
-        // e.g. the live audit caught a wrong product at a step shape no gate has: not usable.
-        row.gates_passed = false;
-        row.failure = `${row.name}: failed while timing a step: ${exc.message}`;
-        continue;
-      }
-      row.step_ms = t.ms;
-      row.step_complete = t.complete;
-      if (t.complete) best = Math.min(best, t.ms);
-    }
+      return { row, candidate: { name: row.name, gemm, onGpu, gpu: onGpu ? gpu : null } };
+    });
+    await timeRounds(timed, timeStep, rounds, progress);
   }
   const rows = candidates.map((c) => c.row);
-  const choice = chooseBackend(rows);
+  const choice = chooseBackend(rows, { rounds: timeStep ? rounds : 1 });
   const chosen = candidates.find((c) => c.row.name === choice.selected);
   const demotions = rows.filter((r) => !r.gates_passed)
     .map((r) => ({ name: r.name, reason: r.failure }));
