@@ -127,7 +127,7 @@ test('firstDifference compares JSON values: key order and number spelling do not
 const PLANTED = [
   ['checkpoints deflated like gradients', 'p2p/machine/machine.js',
     'const deflate = kind !== FrameKind.CHECKPOINT;', 'const deflate = true;',
-    /^follower-gone-mid-exchange: step 20 \(compute-done at 9\): effects\[2\]\.deflate: expected false, got true$/],
+    /^resume-leader: step 5 \(message at 1\): effects\[0\]\.deflate: expected false, got true$/],
   ['repair asks gone peers too', 'p2p/machine/repair.js',
     'if (!a.contributions.has(j) && !gone.has(peer)) {', 'if (!a.contributions.has(j)) {',
     /^follower-gone-mid-exchange: step 17 \(timer at 3\.5\): effects\[0\]\.peer: expected "BBBBBBBBBBBB", got "CCCCCCCCCCCC"$/],
@@ -140,6 +140,9 @@ const PLANTED = [
   ['step deadline from the repair timer', 'p2p/machine/machine.js',
     'a.deadline = this.now + t.step_timeout_s;', 'a.deadline = this.now + t.repair_after_s;',
     /^follower-gone-mid-exchange: step 7 \(compute-done at 2\): next deadline 6, expected 7$/],
+  ['a departure also drops the present peers it blocked', 'p2p/machine/machine.js',
+    'if (drop.size === 0) {', '{',
+    /^follower-gone-mid-exchange: step 18 \(timer at 8\.5\): effects\[3\]\.message\.peers: /],
   ['ownership ignored (chunks cut by the shares, as version 2 did)', 'p2p/allreduce.js',
     'return shares.map((s) => (2 * s >= top ? s : 0));', 'return shares.map((s) => s);',
     /^leader-weighted-shares: step \d+ \(/],

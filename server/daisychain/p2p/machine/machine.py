@@ -530,10 +530,16 @@ class Machine:
             # completed here. Re-commit that step (peers that applied it sync back).
             r = a.roster
         # The attempt cannot complete: re-commit the step without the peers that vanished or
-        # whose pieces never arrived (at the leader or at any peer that reported).
-        drop = gone | self.leadership.missing_reports.get((r.step, r.round), set())
-        if a is not None:
-            drop |= a.missing_from()
+        # whose pieces never arrived (at the leader or at any peer that reported). A roster peer
+        # that went gone explains every missing piece (an owner cannot reduce its chunk without
+        # the gone peer's contribution), so then only the gone peers are dropped: a present peer
+        # is not pushed out to a checkpoint resync for a departure, and one that is really stuck
+        # meets the new round's full step timer.
+        drop = gone & set(r.peers)
+        if not drop:
+            drop = set(self.leadership.missing_reports.get((r.step, r.round), set()))
+            if a is not None:
+                drop |= a.missing_from()
         drop.discard(self.id)
         peers = run.make_roster([p for p in r.peers if p not in drop] + [self.id])
         log.warning("%s: step %d round %d incomplete; dropping %s", self.id, r.step, r.round,

@@ -233,9 +233,9 @@ def lobby_early_hash() -> Script:
 def follower_gone_mid_exchange() -> Script:
     s = Script("follower-gone-mid-exchange", "Leader A: C's channel closes during step 2 before "
                "its contribution arrived. A asks B again at once and, repair_after later, "
-               "re-commits step 2 as round 1 without every peer whose pieces it lacks (B's "
-               "reduced chunk needed C's contribution): A alone. B asks for the state and is "
-               "back in roster 3 after the checkpoint.", A, state=fresh_state())  # fmt: skip
+               "re-commits step 2 as round 1 without the gone peer only: B's reduced chunk "
+               "needed C's contribution, which C's departure explains, so B stays in the roster "
+               "(no checkpoint) and A and B train to the end.", A, state=fresh_state())  # fmt: skip
     lead_run(s, (B, C), steps=3)
     s.at(2.0)
     s.hashes(1, 0, ABC, s.exchange(1, 0, ABC))
@@ -247,19 +247,19 @@ def follower_gone_mid_exchange() -> Script:
     out = s.timer()  # repair at once: every reduced chunk A lacks, from B (C is gone)
     assert repairs(out) == {
         (B, "reduced", 0), (B, "reduced", 1), (B, "reduced", 2)}, out  # fmt: skip
-    out = s.timer()  # repair_after later: the attempt is re-committed
-    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(2, 1, [A])], out
-    s.send(B, messages.SyncRequest(RUN))  # B saw a roster without itself
+    out = s.timer()  # repair_after later: the attempt is re-committed without C
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(2, 1, [A, B])], out
     s.at(s.now + 0.5)
-    out = s.compute(2, 1, (A,))
+    out = s.exchange_effects(2, 1, (A, B))
     digest = applied(out)
-    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [B], "the checkpoint"
+    kinds = {f.kind for f in out if isinstance(f, fx.SendPayload)}
+    assert FrameKind.CHECKPOINT not in kinds, "B kept its state: no checkpoint"
     assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(3, 0, [A, B])], out
+    s.hashes(2, 1, (A, B), digest)
     s.at(s.now + 0.5)
     s.hashes(3, 0, (A, B), s.exchange(3, 0, (A, B)))
     stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
     assert finished(stop_acks(s, (B,), stop)).reason == "done"
-    assert digest
     return s
 
 
@@ -277,8 +277,9 @@ def leader_gone_before_roster() -> Script:
 def leader_gone_during_exchange() -> Script:
     s = Script("leader-gone-during-exchange", "B follows A with C; A's channel closes in step 2 "
                "before its pieces arrived. B is the successor (lowest id left): it asks C again, "
-               "re-commits step 2 without the peers whose pieces it lacks (B alone), serves C "
-               "the checkpoint C asks for, and leads B and C to the end.", B)  # fmt: skip
+               "re-commits step 2 without the gone leader only (C's missing reduced chunk "
+               "needed A's contribution: A's departure explains it), and leads B and C to the "
+               "end with no checkpoint.", B)  # fmt: skip
     follow(s, A, (C,), config(3))
     train(s, A, ABC, range(1, 2))
     s.at(s.now + 1.0)
@@ -292,12 +293,14 @@ def leader_gone_during_exchange() -> Script:
     assert repairs(out) == {
         (C, "reduced", 0), (C, "reduced", 1), (C, "reduced", 2)}, out  # fmt: skip
     out = s.timer()
-    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(2, 1, [B])], out
-    s.send(C, messages.SyncRequest(RUN))  # C saw a roster without itself
+    assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(2, 1, [B, C])], out
     s.at(s.now + 0.5)
-    out = s.compute(2, 1, (B,))
-    applied(out)
+    out = s.exchange_effects(2, 1, (B, C))
+    digest = applied(out)
+    kinds = {f.kind for f in out if isinstance(f, fx.SendPayload)}
+    assert FrameKind.CHECKPOINT not in kinds, "C kept its state: no checkpoint"
     assert [(r.step, r.round, r.peers) for r in rosters(out)] == [(3, 0, [B, C])], out
+    s.hashes(2, 1, (B, C), digest)
     s.at(s.now + 0.5)
     s.hashes(3, 0, (B, C), s.exchange(3, 0, (B, C)))
     stop = messages.Stop(RUN, "done", 3, "reached step 3", {})
@@ -771,9 +774,9 @@ def weighted_join_and_loss() -> Script:
                "with its hash of step 1, which shapes roster 3 (A commits roster 2 at its own "
                "apply of step 1, before that hash: 6, 6); D joins during step 2 and enters "
                "roster 3 unmeasured (the mean of the measured weights: 6, 2, 4); B leaves in "
-               "the middle of step 3: D's reduced chunk needed B's part, so A re-commits "
-               "step 3 as round 1 alone (12), sends D the state, and step 4 shares A and D "
-               "evenly (6, 6: D is still unmeasured).", A,
+               "the middle of step 3: D's reduced chunk needed B's part, which B's departure "
+               "explains, so A re-commits step 3 as round 1 with D (6, 6: D is still "
+               "unmeasured) and no checkpoint, and step 4 shares A and D evenly too.", A,
                state=fresh_state())  # fmt: skip
     ab, abd, ad = (A, B), (A, B, D), (A, D)
     lead_run(s, (B,), steps=4, min_peers=2)
@@ -798,13 +801,14 @@ def weighted_join_and_loss() -> Script:
     out = s.timer()
     while not rosters(out):
         out = s.timer()
-    assert shares_in(out) == [(3, 1, [A], [12])], out
-    s.send(D, messages.SyncRequest(RUN))
+    assert shares_in(out) == [(3, 1, list(ad), [6, 6])], out
     s.at(s.now + 0.5)
-    out = s.compute(3, 1, (A,), (12,), seq_s=0.1)
-    applied(out)
-    assert [f.peer for f in out if isinstance(f, fx.SendPayload)] == [D], "the checkpoint"
+    out = s.exchange_effects(3, 1, ad, (6, 6), seq_s=0.1)
+    h3 = applied(out)
+    assert not [f for f in out if isinstance(f, fx.SendPayload)
+                and f.kind is FrameKind.CHECKPOINT], "D kept its state"  # fmt: skip
     assert shares_in(out) == [(4, 0, list(ad), [6, 6])], out
+    s.hashes(3, 1, ad, h3)
     s.at(s.now + 1.0)
     out = s.hashes(4, 0, ad, s.exchange(4, 0, ad, (6, 6), seq_s=0.1), speeds={D: 0.2})
     stop = messages.Stop(RUN, "done", 4, "reached step 4", {})
@@ -910,8 +914,9 @@ def follower_one_step_behind() -> Script:
 def successor_one_step_behind() -> Script:
     s = Script("successor-one-step-behind", "B follows A with C and is one step behind: roster 2 "
                "waits while C's reduced chunk of step 1 is missing. A leaves, B succeeds it, "
-               "and C never sends the chunk: when the step timer runs out B re-commits step 1 "
-               "(round 1, alone), not the roster 2 it cannot compute, and goes on from there.",
+               "and C's chunk never comes: when the timer runs out B re-commits step 1 "
+               "(round 1, with C: A's departure explains the missing chunk), not the roster 2 "
+               "it cannot compute, and goes on from there.",
                B)  # fmt: skip
     follow(s, A, (C,), config(3))
     one_step_behind(s)
@@ -919,10 +924,10 @@ def successor_one_step_behind() -> Script:
     assert s.machine.is_leader and not rosters(out), out
     while not rosters(out):
         out = s.timer()
-    assert shares_in(out) == [(1, 1, [B], [12])], out
-    out = s.compute(1, 1, (B,), (12,))
+    assert shares_in(out) == [(1, 1, [B, C], [6, 6])], out
+    out = s.exchange_effects(1, 1, (B, C), (6, 6))
     applied(out)
-    assert shares_in(out) == [(2, 0, [B], [12])], out
+    assert shares_in(out) == [(2, 0, [B, C], [6, 6])], out
     return s
 
 

@@ -664,9 +664,16 @@ export class Machine {
     // Re-commit that step (peers that applied it sync back).
     if (a !== null && a.roster.step < r.step) r = a.roster;
     // The attempt cannot complete: re-commit the step without the peers that vanished or whose
-    // pieces never arrived (at the leader or at any peer that reported).
-    const drop = new Set([...gone, ...(this.leadership.missingReports.get(keyOf(r.step, r.round)) ?? [])]);
-    if (a !== null) for (const p of a.missingFrom()) drop.add(p);
+    // pieces never arrived (at the leader or at any peer that reported). A roster peer that went
+    // gone explains every missing piece (an owner cannot reduce its chunk without the gone
+    // peer's contribution), so then only the gone peers are dropped: a present peer is not
+    // pushed out to a checkpoint resync for a departure, and one that is really stuck meets the
+    // new round's full step timer.
+    const drop = new Set(r.peers.filter((p) => gone.has(p)));
+    if (drop.size === 0) {
+      for (const p of this.leadership.missingReports.get(keyOf(r.step, r.round)) ?? []) drop.add(p);
+      if (a !== null) for (const p of a.missingFrom()) drop.add(p);
+    }
     drop.delete(this.id);
     const peers = makeRoster([...r.peers.filter((p) => !drop.has(p)), this.id]);
     this.log('warning', `${this.id}: step ${r.step} round ${r.round} incomplete; dropping ` +
