@@ -45,6 +45,10 @@ def _gated() -> tuple[list[Backend], list[Demotion]]:
     return [Backend(_FakeKernel(), "test adapter")], []
 
 
+def _no_cpu() -> tuple[list[Backend], list[Demotion]]:
+    return [], []  # the CPU int8 GEMM (cpuint8.py) has its own tests: tests/gpu/test_cpu_int8.py
+
+
 def _timer(times: dict[str, float], asked: list[str]) -> StepTimer:
     """A step timer with given times, stopping (complete=False) past the limit like the real one."""
 
@@ -58,14 +62,24 @@ def _timer(times: dict[str, float], asked: list[str]) -> StepTimer:
 
 def test_auto_takes_the_fastest_measured_backend_that_passes_its_gates() -> None:
     asked: list[str] = []
-    slow = choose("auto", gated=_gated, time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 1.5}, asked))
+    slow = choose(
+        "auto",
+        gated_cpu=_no_cpu,
+        gated=_gated,
+        time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 1.5}, asked),
+    )
     assert slow.compute.name == "numpy", slow.reason
     assert slow.reason == (
         "numpy: 50.0 ms per step (best of 3), the fastest of the backends that pass their gates "
         "(wgpu-dp4a 1500 ms)"
     )
     assert asked == ["wgpu-dp4a", "numpy"] * 3  # preference order, one timing each per round
-    fast = choose("auto", gated=_gated, time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.01}, []))
+    fast = choose(
+        "auto",
+        gated_cpu=_no_cpu,
+        gated=_gated,
+        time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.01}, []),
+    )
     assert fast.compute.name == "wgpu-dp4a", fast.reason
     assert "(numpy >= 10.0 ms)" in fast.reason  # stopped once slower than the best
     assert fast.compute.probe() == reference_probe_hash()
@@ -76,6 +90,7 @@ def test_auto_never_measures_nor_takes_a_kernel_that_failed_its_gates() -> None:
     failed = Demotion("wgpu-dp4a", "wgpu-dp4a failed gate '1x1x1'")
     chosen = choose(
         "auto",
+        gated_cpu=_no_cpu,
         gated=lambda: ([], [failed]),
         time_step=_timer({"numpy": 0.05, "wgpu-dp4a": 0.0}, asked),
     )
@@ -100,12 +115,20 @@ def _busy_once(times: dict[str, float], busy: str, factor: float, asked: list[st
 def test_a_moment_of_load_at_start_does_not_pick_the_backend_for_the_run() -> None:
     times = {"numpy": 0.056, "wgpu-dp4a": 0.5}  # lavapipe-like: passes its gates, 10x slower
     asked: list[str] = []
-    chosen = choose("auto", gated=_gated, time_step=_busy_once(times, "numpy", 12, asked))
+    chosen = choose(
+        "auto", gated_cpu=_no_cpu, gated=_gated, time_step=_busy_once(times, "numpy", 12, asked)
+    )
     assert chosen.compute.name == "numpy", chosen.reason
     assert "numpy: 56.0 ms per step (best of 3)" in chosen.reason
     assert [c.name for c in chosen.candidates] == ["wgpu-dp4a", "numpy"]
     # The planted bug: one measurement (the old rule) takes the emulated GPU for the whole run.
-    once = choose("auto", gated=_gated, time_step=_busy_once(times, "numpy", 12, []), rounds=1)
+    once = choose(
+        "auto",
+        gated_cpu=_no_cpu,
+        gated=_gated,
+        time_step=_busy_once(times, "numpy", 12, []),
+        rounds=1,
+    )
     assert once.compute.name == "wgpu-dp4a", once.reason
 
 
@@ -161,7 +184,7 @@ def test_wgpu_without_a_gated_kernel_fails_with_a_hint() -> None:
         choose("wgpu", _no_gpu)
     assert "no adapter" in info.value.message and "--backend auto or numpy" in info.value.hint
     no_gpu = Demotion("wgpu-dp4a", "no adapter")
-    assert choose("auto", gated=lambda: ([], [no_gpu])).compute.name == "numpy"
+    assert choose("auto", gated_cpu=_no_cpu, gated=lambda: ([], [no_gpu])).compute.name == "numpy"
     assert choose("numpy", _no_gpu).compute.name == "numpy"
 
 

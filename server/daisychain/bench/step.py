@@ -5,6 +5,10 @@ machine in the same run, each in its own subprocess so their peak resident memor
 measured separately; the sides alternate for ``--rounds`` rounds so machine noise hits both, and
 the medians are compared. Reported: tokens/s of each, ``tokens_per_s_ratio`` (contract / torch;
 target >= 1.0), peak RSS of each and the RSS growth over the process's state after imports.
+With onnxruntime installed two more sides run: ``cpu-int8`` (the same contract with its integer
+products on the CPU's int8 units, cpuint8.py, gated and audited as in training; or why its gates
+refused it here) and ``cpu-int8-unaudited`` (gates and per-step probe only: what the live audit
+costs), each with ``*_tokens_per_s_ratio`` (against torch) and ``*_vs_numpy_ratio``.
 Without torch (``pip install torch==2.13.0`` gives the CPU build) only the contract side runs.
 """
 
@@ -40,6 +44,18 @@ else:
     from daisychain import training
     from daisychain.optim import AdamWConfig
     state = training.init(cfg, AdamWConfig(lr=1e-3), 1)
+    if side.startswith("cpu-int8"):  # the gated CPU int8 GEMM
+        from daisychain import cpuint8
+        from daisychain.gpu.backend import Backend
+        from daisychain.gpu.live import training_ops
+        from daisychain.model.ops import IntGemmOps
+        gemm, why = cpuint8.evaluate()
+        if gemm is None:
+            print(json.dumps({"refused": why})); sys.exit(0)
+        # audited as in training; "-unaudited": gates and probe only (what the audit costs)
+        audited = side == "cpu-int8"
+        raw = IntGemmOps(side, gemm.matmul_int)
+        state.ops = training_ops(Backend(gemm, "cpu")) if audited else raw
     def step(i):
         x, y = training.next_batch(state, tokens)
         training.train_step(state, x, y, with_hash=False)
@@ -70,6 +86,12 @@ def _run_side(side: str, args: argparse.Namespace, vocab: int) -> dict[str, Any]
     return result
 
 
+def _cpu_int8_available() -> bool:
+    from daisychain import cpuint8
+
+    return cpuint8.available()
+
+
 def _torch_available() -> bool:
     try:
         import torch  # noqa: F401
@@ -88,6 +110,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         vocab = load_default().vocab_size
     cfg = preset(args.preset, vocab_size=vocab)
     sides = ["contract", "torch"] if _torch_available() else ["contract"]
+    if _cpu_int8_available():
+        sides[1:1] = ["cpu-int8", "cpu-int8-unaudited"]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for _ in range(args.rounds):
         for side in sides:
@@ -100,6 +124,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "timed_steps_per_round": args.steps,
         "rounds": args.rounds,
     }
+    refused = [r["refused"] for r in runs.get("cpu-int8", []) if "refused" in r]
+    if refused:  # the gates said no on this CPU: report why, time nothing
+        out["cpu-int8"] = f"refused by its gates here: {refused[0]}"
+        del runs["cpu-int8"], runs["cpu-int8-unaudited"]
     for side, results in runs.items():
         step_s = statistics.median(r["step_s"] for r in results)
         out[side] = {
@@ -118,6 +146,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         out["tokens_per_s_ratio"] = round(
             out["contract"]["tokens_per_s"] / out["torch"]["tokens_per_s"], 3
         )
+        for side in ("cpu-int8", "cpu-int8-unaudited"):
+            if side in runs:
+                key = side.replace("-", "_") + "_tokens_per_s_ratio"
+                out[key] = round(out[side]["tokens_per_s"] / out["torch"]["tokens_per_s"], 3)
     else:
         out["torch"] = "not installed (pip install torch==2.13.0 for the baseline)"
+    for side in ("cpu-int8", "cpu-int8-unaudited"):
+        if side in runs:
+            key = side.replace("-", "_") + "_vs_numpy_ratio"
+            out[key] = round(out[side]["tokens_per_s"] / out["contract"]["tokens_per_s"], 3)
     return out

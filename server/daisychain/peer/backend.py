@@ -1,11 +1,13 @@
-"""``--backend auto|wgpu|numpy``: which device computes this peer's integer products.
+"""``--backend auto|wgpu|cpu-int8|numpy``: which device computes this peer's integer products.
 
 ``wgpu`` uses the best GPU kernel that passes its gates and probe (``gpu.backend.select_backend``)
 through ``gpu.live.training_ops`` (every product audited) and fails with a hint when none does.
+``cpu-int8`` is the CPU's int8 dot-product units through onnxruntime (cpuint8.py: an optional
+dependency, gated and probed like a GPU kernel, since a CPU without VNNI saturates its sums).
 ``numpy`` is the reference. ``auto`` follows the rule the browser follows (docs/KERNELS.md,
 "Backend choice"): correct first -- every wgpu kernel is gated and probed, and one that fails is
 never a candidate -- then the fastest measured at start on a training step: in each of three
-rounds every candidate (wgpu DP4A, wgpu LUT, numpy, in that preference order) computes one
+rounds every candidate (wgpu DP4A, wgpu LUT, cpu-int8, numpy, in that preference order) computes one
 forward-backward of the ``tiny`` model with the ops it would train with (a GPU kernel audited,
 as in training), stopped once it has run longer than the best so far; a candidate's figure is
 its fastest round, so a moment of load beside the peer does not decide the run; ties go to the
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daisychain import cpuint8
 from daisychain.gpu.backend import (
     GPU_ORDER,
     Backend,
@@ -39,7 +42,7 @@ from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
 
-CHOICES = ("auto", "wgpu", "numpy")
+CHOICES = ("auto", "wgpu", "cpu-int8", "numpy")
 TIMING_PRESET = "tiny"  # a follower does not know the run's model yet when it chooses
 
 
@@ -200,11 +203,24 @@ def gpu_compute(backend: Backend) -> Compute:
     return Compute(backend.name, training_ops(backend), lambda: step_probe(backend))
 
 
+def gated_cpu_int8() -> tuple[list[Backend], list[Demotion]]:
+    """The CPU int8 GEMM (cpuint8.py) when onnxruntime is installed and it passes its gates and
+    probe here; a demotion when installed but wrong (an AVX2 CPU saturates its pair sums);
+    nothing when onnxruntime is absent (an optional dependency, not a failure)."""
+    if not cpuint8.available():
+        return [], []
+    gemm, why = cpuint8.evaluate()
+    if gemm is None:
+        return [], [Demotion(cpuint8.NAME, why or "failed")]
+    return [Backend(gemm, "CPU int8 dot-product units (onnxruntime MatMulInteger)")], []
+
+
 def choose(
     choice: str,
     select: Callable[[], Backend] = select_backend,
     *,
     gated: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_gpu_backends,
+    gated_cpu: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_cpu_int8,
     time_step: StepTimer | None = None,
     rounds: int = 3,
 ) -> Choice:
@@ -217,6 +233,16 @@ def choose(
         raise ValueError(f"--backend must be one of {', '.join(CHOICES)}, not {choice!r}")
     if choice == "numpy":
         return Choice(Compute(), "numpy: requested with --backend numpy")
+    if choice == cpuint8.NAME:
+        cpu, refused = gated_cpu()
+        if not cpu:
+            why = refused[0].reason if refused else "onnxruntime is not installed"
+            raise BackendUnavailable(
+                f"--backend {cpuint8.NAME}: the CPU int8 GEMM is not usable here ({why})",
+                "pip install 'daisychain[int8]' on a CPU with int8 dot-product units "
+                "(AVX-512 VNNI, AVX-VNNI), or run with --backend auto or numpy",
+            )
+        return Choice(gpu_compute(cpu[0]), f"{cpuint8.NAME}: requested with --backend {choice}")
     if choice == "wgpu":
         backend = select()
         if backend.name == "numpy":
@@ -228,11 +254,14 @@ def choose(
         where = f"{backend.name} on {backend.adapter}"
         return Choice(gpu_compute(backend), f"{where}: requested with --backend wgpu")
     usable, demotions = gated()
+    cpu, cpu_refused = gated_cpu()
+    usable, demotions = usable + cpu, demotions + cpu_refused
     computes = [gpu_compute(b) for b in usable] + [Compute()]
     timer = time_step or step_timer()
     rows = [Candidate(d.name, False, d.reason) for d in demotions]
     rows += measure(computes, timer, rounds)
-    order = {name: i for i, name in enumerate([*(f"wgpu-{k}" for k in GPU_ORDER), "numpy"])}
+    names = [*(f"wgpu-{k}" for k in GPU_ORDER), cpuint8.NAME, "numpy"]
+    order = {name: i for i, name in enumerate(names)}
     rows.sort(key=lambda r: order.get(r.name, len(order)))
     name, reason = choose_fastest(rows, rounds)
     chosen = next(c for c in computes if c.name == name)
