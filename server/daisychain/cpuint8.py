@@ -118,12 +118,21 @@ class CpuInt8Gemm:
         passed on this machine (see the module docstring)."""
         if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
             raise ValueError(f"matmul_int needs (M, K) @ (K, N), got {a.shape} @ {b.shape}")
-        if a.shape[1] > MAX_K:
-            raise ValueError(f"K = {a.shape[1]} > {MAX_K}: the offset sums would overflow int32")
+        return self.matmul_int_batched(a, b)
+
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        """``matmul_int`` of (..., M, K) and (..., K, N) with equal leading axes, in one call
+        (MLAS loops over the batch with the same kernel the gates proved)."""
+        if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+            raise ValueError(
+                f"matmul_int needs (..., M, K) @ (..., K, N), got {a.shape} @ {b.shape}"
+            )
+        if a.shape[-1] > MAX_K:
+            raise ValueError(f"K = {a.shape[-1]} > {MAX_K}: the offset sums would overflow int32")
         a_u8 = np.ascontiguousarray(a).view(np.uint8) ^ np.uint8(0x80)  # a + 128
         b_c = np.ascontiguousarray(b, dtype=np.int8)
         (acc,) = self._session.run(None, {"A": a_u8, "B": b_c})
-        acc -= 128 * b_c.sum(axis=0, dtype=np.int32)
+        acc -= 128 * b_c.sum(axis=-2, dtype=np.int32)[..., None, :]
         return np.asarray(acc, dtype=np.int32)
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:

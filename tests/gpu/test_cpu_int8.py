@@ -11,6 +11,7 @@ install it).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,10 +100,15 @@ class _OneCellOff:
     name: str = cpuint8.NAME
 
     def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
-        out = self.inner.matmul_int(a, b)
-        got = (*a.shape, b.shape[1])
+        return self.matmul_int_batched(a, b)
+
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        """Batched products too (training sends them in one call): the cell of the LAST
+        slice is planted, so an audit that checked only the first slice would miss it."""
+        out = self.inner.matmul_int_batched(a, b)
+        got = (*a.shape[-2:], b.shape[-1])
         if all(want in (None, have) for want, have in zip(self.shape, got, strict=True)):
-            out[self.cell] += 1
+            out[(*(d - 1 for d in out.shape[:-2]), *self.cell)] += 1
         return out
 
     qmatmul = cpuint8.CpuInt8Gemm.qmatmul
@@ -181,3 +187,21 @@ def test_auto_measures_cpu_int8_beside_numpy_and_keeps_the_faster(gated: Gated) 
     slow = choose("auto", gated=no_gpu, gated_cpu=lambda: (cpu, []),
                   time_step=timer({"cpu-int8": 0.09, "numpy": 0.05}))  # fmt: skip
     assert slow.compute.name == "numpy"
+
+
+def test_a_bug_in_one_head_of_a_batched_product_is_caught_by_the_audit(gated: Gated) -> None:
+    raw, gemm, why = gated
+    if gemm is None:
+        pytest.skip(f"the gates refused the CPU int8 GEMM here: {why}")
+    cfg = preset("tiny")
+    head = cfg.width // cfg.heads
+    scores = (cfg.seq_len, head, cfg.seq_len)  # q @ k^T, one slice per (sequence, head)
+    planted = _OneCellOff(raw, scores, cell=(5, 3))  # an interior cell, no danger line
+    assert cpuint8.evaluate(planted)[0] is not None, "the plant must slip past the gates"
+    state = training.init(cfg, AdamWConfig(lr=3e-3), 5)
+    state.ops = training_ops(Backend(planted, "cpu"))
+    tokens = (np.arange(50_000, dtype=np.int64) * 7919 + 13) % cfg.vocab_size
+    x, y = training.next_batch(state, tokens)
+    last = f"slice ({cfg.batch - 1}, {cfg.heads - 1})"
+    with pytest.raises(KernelAuditError, match=re.escape(last)):
+        training.train_step(state, x, y)

@@ -22,6 +22,7 @@ from daisychain.gpu.audit import (
     checksums,
     danger_cells,
     danger_lines,
+    first_failing_slice,
     sample_cells,
     scheduled_cells,
 )
@@ -145,6 +146,44 @@ def test_rectangle_cancels_in_every_sum_and_rotation_still_finds_it() -> None:
     failing = [r for r in range(rounds) if not audit(a, b, out, 16, rotation=r).ok]
     assert 1 <= len(failing) <= 4  # each corner lies in exactly one rotation of the cycle
     assert audit(a, b, out, 16, rotation=next(r for r in range(rounds) if r not in failing)).ok
+
+
+def _batched(lead: tuple[int, ...], m: int, k: int, n: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(m + 7 * n + k)
+    a = rng.integers(-128, 128, (*lead, m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (*lead, k, n), dtype=np.int8)
+    return a, b, np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+
+
+def test_a_batched_audit_names_the_slice_of_a_single_wrong_cell_anywhere() -> None:
+    a, b, out = _batched((2, 3), 19, 21, 17)
+    assert first_failing_slice(a, b, out, 16) is None
+    for slice_ in ((0, 0), (1, 2), (0, 1)):
+        for cell in ((0, 0), (9, 11), (18, 16)):  # a corner, an interior cell, the far corner
+            for delta in (1, -1):
+                out[(*slice_, *cell)] += delta
+                assert first_failing_slice(a, b, out, 0) == slice_, (slice_, cell, delta)
+                assert not audit(a[slice_], b[slice_], out[slice_], 0).ok
+                out[(*slice_, *cell)] -= delta
+
+
+def test_a_batched_audit_checks_each_slices_scheduled_cells_as_audit_does() -> None:
+    """The rectangle that cancels in every sum, in one slice: found by exactly the rotations
+    that find it in a 2-D audit of that slice (the same schedule, slice by slice)."""
+    a, b, out = _batched((3,), 30, 20, 24)
+    for (i, j), d in {(7, 5): 1, (7, 15): -1, (21, 5): -1, (21, 15): 1}.items():
+        out[2, i, j] += d
+    rounds = -(-30 * 24 // 16)
+    batched = [r for r in range(rounds) if first_failing_slice(a, b, out, 16, rotation=r)]
+    single = [r for r in range(rounds) if not audit(a[2], b[2], out[2], 16, rotation=r).ok]
+    assert 1 <= len(batched) <= 4 and batched == single
+    assert all(first_failing_slice(a, b, out, 16, rotation=r) == (2,) for r in batched)
+
+
+def test_a_batched_audit_refuses_shapes_that_do_not_match() -> None:
+    a, b, out = _batched((2,), 4, 5, 6)
+    with pytest.raises(ValueError, match="do not match"):
+        first_failing_slice(a, b, out[:1])
 
 
 class ProbeShapePlanted(NumpyGemm):

@@ -1,7 +1,8 @@
 """Continuous audit: re-check a live product against exact CPU arithmetic (docs/KERNELS.md).
 
 The gates prove a kernel at start; the audit keeps proving it at the shapes training really uses.
-Three checks, all against exact int64 arithmetic on the int8 operands:
+Three checks, all against exact integer arithmetic on the int8 operands (float64 BLAS where its
+partial sums stay below 2^53, int64 beyond):
 
 1. **Structural danger cells**, always first, in this order: the four corners, then the WHOLE
    first and last row and first and last column, then every crossing of a danger row and a
@@ -13,7 +14,7 @@ Three checks, all against exact int64 arithmetic on the int8 operands:
    m n`` takes ``offset`` and ``mult`` (made coprime to ``m n``) from the contract PRNG (stream
    ``(7,)`` under ``seed``), so every device audits the same cells for the same seed and rotation.
 3. **Checksums**: the row sums ``out @ 1`` against ``a @ (b @ 1)`` and the column sums ``1^T out``
-   against ``(1^T a) @ b``, exact in int64, O(MK + KN + MN) -- cheap next to the O(MNK) product.
+   against ``(1^T a) @ b``, exact, O(MK + KN + MN) -- cheap next to the O(MNK) product.
    A single wrong cell, by any amount, changes exactly one row sum and one column sum, so it is
    caught on every call wherever it lies; the crossing of the failing rows and columns locates it
    (its exact value is then computed and reported like a sampled cell). Only errors that cancel
@@ -155,19 +156,76 @@ def _exact_cells(
     return result
 
 
+# float64 holds every integer below 2^53, so a product of int8 operands computed in float64 BLAS
+# is exact, in any summation order, while every partial sum stays below 2^53: the row and column
+# sums reach at most 2^14 K max(M, N), hence the bound on K max(M, N).
+F64_EXACT_KN = 1 << 39
+
+
+def _f64_exact(k: int, outer: int) -> bool:
+    return k * max(outer, 1) < F64_EXACT_KN
+
+
+def _exact_danger(a: Int8Array, b: Int8Array, tile: tuple[int, int]) -> npt.NDArray[np.int64]:
+    """Exact values of ``danger_cells(m, n, tile)``, in that order, for every slice of
+    (..., M, K) @ (..., K, N): from three small exact products (the two edge rows by all of
+    ``b``, all of ``a`` by the two edge columns, the danger rows by the danger columns) rather
+    than one gathered K-long dot product per cell -- the same integers, a fraction of the work
+    on a large output (a 1024 x 768 product has 6,600 danger cells)."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    rows, cols = _danger_index(m, n, tile)
+    if not _f64_exact(k, 1):  # K beyond float64's exact range: gather cell by cell (int64)
+        if a.ndim != 2:
+            raise ValueError(f"audit: K = {k} too large for a batched audit")
+        return _exact_cells(a, b, rows, cols)
+    lines_r = np.array(danger_lines(m, tile[0]), dtype=np.int64)
+    lines_c = np.array(danger_lines(n, tile[1]), dtype=np.int64)
+    edge_r = np.array([0, m - 1], dtype=np.int64)
+    edge_c = np.array([0, n - 1], dtype=np.int64)
+    a_edges = a[..., edge_r, :].astype(np.float64)
+    b_edges = b[..., :, edge_c].astype(np.float64)
+    by_rows = np.matmul(a_edges, b.astype(np.float64))  # (..., 2, N)
+    by_cols = np.matmul(a.astype(np.float64), b_edges)  # (..., M, 2)
+    cross = np.matmul(a[..., lines_r, :].astype(np.float64), b[..., :, lines_c].astype(np.float64))
+    out = np.empty((*a.shape[:-2], len(rows)), dtype=np.float64)
+    on_row = (rows == 0) | (rows == m - 1)
+    on_col = ~on_row & ((cols == 0) | (cols == n - 1))
+    rest = ~on_row & ~on_col  # crossings of a danger row and a danger column
+    out[..., on_row] = by_rows[..., np.where(rows[on_row] == 0, 0, 1), cols[on_row]]
+    out[..., on_col] = by_cols[..., rows[on_col], np.where(cols[on_col] == 0, 0, 1)]
+    pos_r = np.full(m, -1, dtype=np.int64)
+    pos_r[lines_r] = np.arange(len(lines_r))
+    pos_c = np.full(n, -1, dtype=np.int64)
+    pos_c[lines_c] = np.arange(len(lines_c))
+    out[..., rest] = cross[..., pos_r[rows[rest]], pos_c[cols[rest]]]
+    return out.astype(np.int64)
+
+
+def _sums(
+    a: Int8Array, b: Int8Array, out: Int32Array
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Which row sums and which column sums of ``out`` differ from the exact sums of ``a @ b``
+    (any leading axes): float64 BLAS where that is exact, else int64."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    wide = np.float64 if _f64_exact(k, max(m, n)) else np.int64
+    aw, bw = a.astype(wide), b.astype(wide)
+    want_rows = np.matmul(aw, bw.sum(axis=-1)[..., None])[..., 0]  # (..., M) = a @ (b @ 1)
+    want_cols = np.matmul(aw.sum(axis=-2)[..., None, :], bw)[..., 0, :]  # (..., N) = (1^T a) b
+    bad_rows = out.sum(axis=-1, dtype=np.int64) != want_rows.astype(np.int64)
+    bad_cols = out.sum(axis=-2, dtype=np.int64) != want_cols.astype(np.int64)
+    return bad_rows, bad_cols
+
+
 def checksums(
     a: Int8Array, b: Int8Array, out: Int32Array
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """(rows, columns) whose sums in ``out`` differ from the exact sums of ``a @ b``.
 
-    Exact in int64: |row sum| <= 2^14 K N and |column sum| <= 2^14 K M, far below 2^63.
+    Exact: |row sum| <= 2^14 K N and |column sum| <= 2^14 K M, summed in float64 BLAS below
+    2^53 (``F64_EXACT_KN``) and in int64 beyond.
     """
-    a64, b64 = a.astype(np.int64), b.astype(np.int64)
-    want_rows = a64 @ b64.sum(axis=1)  # (M,) = a @ (b @ 1)
-    want_cols = a64.sum(axis=0) @ b64  # (N,) = (1^T a) @ b
-    got_rows = out.sum(axis=1, dtype=np.int64)
-    got_cols = out.sum(axis=0, dtype=np.int64)
-    return np.nonzero(got_rows != want_rows)[0], np.nonzero(got_cols != want_cols)[0]
+    bad_rows, bad_cols = _sums(a, b, out)
+    return np.nonzero(bad_rows)[0], np.nonzero(bad_cols)[0]
 
 
 def audit(
@@ -193,7 +251,9 @@ def audit(
     rows = np.concatenate([danger_rows, scheduled[:, 0]])
     cols = np.concatenate([danger_cols, scheduled[:, 1]])
     structural = len(danger_rows)
-    expected = _exact_cells(a, b, rows, cols)
+    expected = np.concatenate(
+        [_exact_danger(a, b, tile), _exact_cells(a, b, scheduled[:, 0], scheduled[:, 1])]
+    )
     got = out[rows, cols].astype(np.int64)
     bad = np.nonzero(expected != got)[0]
     mismatches = [Mismatch(int(rows[s]), int(cols[s]), int(expected[s]), int(got[s])) for s in bad]
@@ -219,3 +279,44 @@ def audit(
                 for s in np.nonzero(want != have)[0]
             ]
     return AuditReport(len(rows), structural, mismatches, bad_rows, bad_cols, checksum)
+
+
+def first_failing_slice(
+    a: Int8Array,
+    b: Int8Array,
+    out: Int32Array,
+    samples: int = 64,
+    *,
+    seed: int = 0,
+    rotation: int = 0,
+    tile: tuple[int, int] = (32, 32),
+) -> tuple[int, ...] | None:
+    """``audit`` of every 2-D slice of a batched product at once: the batch index of the first
+    slice that fails any check (danger cells, the ``rotation``-th scheduled cells, row and column
+    sums), or None. ``a`` (..., M, K), ``b`` (..., K, N) and ``out`` (..., M, N) share their
+    leading axes. Vectorized over the batch: a product of 32 attention heads costs one audit's
+    Python, not 32 (the cells and sums checked are exactly ``audit``'s for each slice, so the
+    caller re-runs ``audit`` on the failing slice for the report)."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    lead = a.shape[:-2]
+    if out.shape != (*lead, m, n) or b.shape[:-2] != lead:
+        raise ValueError(f"audit: shapes {a.shape} @ {b.shape} -> {out.shape} do not match")
+    if m == 0 or n == 0 or not lead or math.prod(lead) == 0:
+        return None
+    danger_rows, danger_cols = _danger_index(m, n, tile)
+    scheduled = np.array(scheduled_cells(m, n, samples, seed, rotation), dtype=np.int64)
+    s_rows, s_cols = scheduled.reshape(-1, 2)[:, 0], scheduled.reshape(-1, 2)[:, 1]
+    wide = np.int32 if k <= INT32_EXACT_K else np.int64
+    # the scheduled cells, (..., S, K) * (..., S, K) summed exactly, as _exact_cells does
+    sampled = np.einsum(
+        "...sk,...sk->...s",
+        a[..., s_rows, :].astype(wide),
+        np.swapaxes(b[..., :, s_cols], -1, -2).astype(wide),
+        dtype=wide,
+    ).astype(np.int64)
+    bad = (_exact_danger(a, b, tile) != out[..., danger_rows, danger_cols]).any(axis=-1)
+    bad |= (sampled != out[..., s_rows, s_cols]).any(axis=-1)
+    bad_rows, bad_cols = _sums(a, b, out)
+    bad |= bad_rows.any(axis=-1) | bad_cols.any(axis=-1)
+    failing = np.argwhere(bad)
+    return tuple(int(i) for i in failing[0]) if len(failing) else None

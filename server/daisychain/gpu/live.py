@@ -12,7 +12,11 @@ with their weight hash so a device whose kernel drifted is named, not just detec
 
 from __future__ import annotations
 
-from daisychain.gpu.audit import Int8Array, Int32Array, audit
+from typing import Protocol, cast
+
+import numpy as np
+
+from daisychain.gpu.audit import Int8Array, Int32Array, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import probe_hash
@@ -72,12 +76,58 @@ class AuditedMatmul:
         return out
 
 
+class BatchedGemm(IntGemm, Protocol):
+    """A GEMM that also takes batched operands, (..., M, K) @ (..., K, N), in one call."""
+
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array: ...
+
+
+class AuditedBatchedMatmul:
+    """``gemm.matmul_int_batched`` (a GEMM that takes (..., M, K) @ (..., K, N) in one call,
+    as the CPU int8 GEMM does) with every 2-D slice audited, vectorized over the batch
+    (``audit.first_failing_slice``): the same cells and sums as ``AuditedMatmul`` per slice,
+    one rotation counter per output shape (M, N), shared by the slices of a call."""
+
+    def __init__(self, gemm: BatchedGemm, audited: AuditedMatmul) -> None:
+        self.gemm, self.audited = gemm, audited
+
+    def __call__(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
+        b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+        if not lead:
+            return self.audited(a, b)
+        out = self.gemm.matmul_int_batched(a, b)
+        au = self.audited
+        shape = (a.shape[-2], b.shape[-1])
+        rotation = au.rotations.get(shape, 0)
+        bad = first_failing_slice(
+            a, b, out, au.samples, seed=au.seed, rotation=rotation, tile=au.tile
+        )
+        au.rotations[shape] = rotation + 1
+        au.calls += 1
+        if bad is not None:
+            report = audit(a[bad], b[bad], out[bad], au.samples, seed=au.seed,
+                           rotation=rotation, tile=au.tile)  # fmt: skip
+            raise KernelAuditError(
+                f"{self.gemm.name}: live audit failed at shape {a.shape} @ {b.shape}, slice "
+                f"{bad}: {report.describe()}; the kernel is demoted (restart to fall back to "
+                "numpy)"
+            )
+        return out
+
+
 def training_ops(backend: Backend, samples: int = AUDIT_SAMPLES) -> GemmOps:
-    """The model's product implementation for ``backend`` (audited when it is a GPU kernel)."""
+    """The model's product implementation for ``backend`` (every product audited unless it is
+    the numpy reference; batched products in one call where the GEMM takes them)."""
     if backend.name == "numpy":
         return NUMPY_OPS
     tile = getattr(backend.gemm, "tile", (32, 32))
-    return IntGemmOps(backend.name, AuditedMatmul(backend.gemm, samples, tile))
+    audited = AuditedMatmul(backend.gemm, samples, tile)
+    if hasattr(backend.gemm, "matmul_int_batched"):
+        gemm = cast(BatchedGemm, backend.gemm)
+        return IntGemmOps(backend.name, audited, AuditedBatchedMatmul(gemm, audited))
+    return IntGemmOps(backend.name, audited)
 
 
 def step_probe(backend: Backend) -> str:

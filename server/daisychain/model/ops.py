@@ -64,12 +64,19 @@ NUMPY_OPS = NumpyOps()
 class IntGemmOps:
     """The three products from an exact int8 GEMM (e.g. a gated GPU kernel), same bits."""
 
-    def __init__(self, name: str, matmul_int: MatmulInt) -> None:
+    def __init__(
+        self, name: str, matmul_int: MatmulInt, matmul_batched: MatmulInt | None = None
+    ) -> None:
         self.name = name
         self._matmul_int = matmul_int
+        # A GEMM that takes (..., M, K) @ (..., K, N) in one call (the CPU int8 GEMM): one call
+        # per product instead of one per attention head.
+        self._matmul_batched = matmul_batched
 
     def _int(self, a: FloatArray, b: FloatArray) -> npt.NDArray[np.float64]:
         """Exact integer (..., M, N) of int8-valued float32 operands, batch by batch."""
+        if self._matmul_batched is not None:
+            return self._matmul_batched(a.astype(np.int8), b.astype(np.int8)).astype(np.float64)
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a_b = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b_b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
