@@ -105,6 +105,9 @@ class CpuInt8Gemm:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads  # 0: onnxruntime's default (the cores)
         options.log_severity_level = 3
+        # No busy-waiting between products: the numpy work around every product (quantize,
+        # audit, BLAS) runs on the same cores, and spinning threads would take them from it.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session: Any = ort.InferenceSession(
                 matmul_integer_model(), options, providers=["CPUExecutionProvider"]

@@ -180,6 +180,24 @@ def test_a_batched_audit_checks_each_slices_scheduled_cells_as_audit_does() -> N
     assert all(first_failing_slice(a, b, out, 16, rotation=r) == (2,) for r in batched)
 
 
+@pytest.mark.parametrize("k", [1, 1023, 1024, 1025, 3000])
+def test_the_audit_accepts_exact_products_of_extreme_operands(k: int) -> None:
+    """Every exact value the audit computes (danger cells from small float32 products, the row
+    and column sums from base-128 digits) must be exact: an exact product of all -128 operands
+    (the largest sums), across K = 1024 where float32 products need chunks, passes; one unit
+    off at a danger cell fails."""
+    a = np.full((2, 37, k), -128, dtype=np.int8)
+    b = np.full((2, k, 45), -128, dtype=np.int8)
+    a[1, 5, :] = 127  # mixed signs in one slice
+    out = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    assert first_failing_slice(a, b, out, 16) is None
+    assert audit(a[0], b[0], out[0], 16).ok and audit(a[1], b[1], out[1], 16).ok
+    assert [list(x) for x in checksums(a[1], b[1], out[1])] == [[], []]
+    out[1, 36, 44] -= 1  # the far corner: a danger cell
+    assert first_failing_slice(a, b, out, 0) == (1,)
+    assert not audit(a[1], b[1], out[1], 0).ok
+
+
 def test_a_batched_audit_refuses_shapes_that_do_not_match() -> None:
     a, b, out = _batched((2,), 4, 5, 6)
     with pytest.raises(ValueError, match="do not match"):

@@ -1,8 +1,8 @@
 """Continuous audit: re-check a live product against exact CPU arithmetic (docs/KERNELS.md).
 
 The gates prove a kernel at start; the audit keeps proving it at the shapes training really uses.
-Three checks, all against exact integer arithmetic on the int8 operands (float64 BLAS where its
-partial sums stay below 2^53, int64 beyond):
+Three checks, all against exact integer arithmetic on the int8 operands (small float32 BLAS
+products whose every partial sum stays below 2^24, ``_exact_parts``):
 
 1. **Structural danger cells**, always first, in this order: the four corners, then the WHOLE
    first and last row and first and last column, then every crossing of a danger row and a
@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.numerics import prng
+from daisychain.numerics.gemm import int_matmul
 
 AUDIT_STREAM = 7  # the schedule comes from prng.key(seed, 7) (NUMERICS.md section 7)
 INT32_EXACT_K = (1 << 17) - 1  # |dot| <= 2^14 K < 2^31: int32 sums are exact up to this K
@@ -156,75 +157,79 @@ def _exact_cells(
     return result
 
 
-# float64 holds every integer below 2^53, so a product of int8 operands computed in float64 BLAS
-# is exact, in any summation order, while every partial sum stays below 2^53: the row and column
-# sums reach at most 2^14 K max(M, N), hence the bound on K max(M, N).
-F64_EXACT_KN = 1 << 39
+def _limbs(v: npt.NDArray[np.float32], axis: int) -> npt.NDArray[np.float32]:
+    """Integer-valued ``v`` as signed base-128 digits stacked on a new ``axis``: ``v = sum_i
+    d_i 128^i`` with |d_i| <= 64, as many digits as ``v`` needs. Each digit times an int8
+    operand summed over K <= 1024 stays below 2^24, so float32 BLAS multiplies them exactly."""
+    digits = []
+    rest = v
+    while True:
+        high = np.round(rest / np.float32(128))  # exact: a power-of-two division, ties to even
+        digits.append(rest - np.float32(128) * high)  # in [-64, 64]
+        rest = high
+        if not np.any(rest):
+            return np.stack(digits, axis=axis)
 
 
-def _f64_exact(k: int, outer: int) -> bool:
-    return k * max(outer, 1) < F64_EXACT_KN
+def _exact_parts(
+    a: Int8Array, b: Int8Array, tile: tuple[int, int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """For every slice of (..., M, K) @ (..., K, N): the exact values of ``danger_cells(m, n,
+    tile)`` in that order, the exact row sums ``a @ (b @ 1)`` and column sums ``(1^T a) @ b``.
 
-
-def _exact_danger(a: Int8Array, b: Int8Array, tile: tuple[int, int]) -> npt.NDArray[np.int64]:
-    """Exact values of ``danger_cells(m, n, tile)``, in that order, for every slice of
-    (..., M, K) @ (..., K, N): from three small exact products (the two edge rows by all of
-    ``b``, all of ``a`` by the two edge columns, the danger rows by the danger columns) rather
-    than one gathered K-long dot product per cell -- the same integers, a fraction of the work
-    on a large output (a 1024 x 768 product has 6,600 danger cells)."""
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    Three small float32 products, exact by construction (``int_matmul``: int8-valued operands,
+    K cut in chunks of 1024): ``a`` times [the two edge columns of ``b``, the base-128 digits of
+    ``b``'s row sums]; [the two edge rows of ``a``, the digits of ``a``'s column sums] times
+    ``b``; the danger rows of ``a`` times the danger columns of ``b``. No per-cell gathered dot
+    and no wide copy of either operand: on a 1024 x 768 output (6,432 danger cells) this is a
+    fraction of a gathered int32 dot per cell."""
+    m, n = a.shape[-2], b.shape[-1]
     rows, cols = _danger_index(m, n, tile)
-    if not _f64_exact(k, 1):  # K beyond float64's exact range: gather cell by cell (int64)
-        if a.ndim != 2:
-            raise ValueError(f"audit: K = {k} too large for a batched audit")
-        return _exact_cells(a, b, rows, cols)
+    af, bf = a.astype(np.float32), b.astype(np.float32)  # int8 values, exact
+    row_digits = _limbs(bf.sum(axis=-1), axis=-1)  # (..., K, D): b @ 1, exact below 2^24
+    col_digits = _limbs(af.sum(axis=-2), axis=-2)  # (..., D, K): 1^T a
+    edge_r, edge_c = np.array([0, m - 1]), np.array([0, n - 1])
+    right = np.concatenate([bf[..., :, edge_c], row_digits], axis=-1)  # (..., K, 2 + D)
+    left = np.concatenate([af[..., edge_r, :], col_digits], axis=-2)  # (..., 2 + D, K)
+    by_cols = int_matmul(af, right)  # (..., M, 2 + D)
+    by_rows = int_matmul(left, bf)  # (..., 2 + D, N)
     lines_r = np.array(danger_lines(m, tile[0]), dtype=np.int64)
     lines_c = np.array(danger_lines(n, tile[1]), dtype=np.int64)
-    edge_r = np.array([0, m - 1], dtype=np.int64)
-    edge_c = np.array([0, n - 1], dtype=np.int64)
-    a_edges = a[..., edge_r, :].astype(np.float64)
-    b_edges = b[..., :, edge_c].astype(np.float64)
-    by_rows = np.matmul(a_edges, b.astype(np.float64))  # (..., 2, N)
-    by_cols = np.matmul(a.astype(np.float64), b_edges)  # (..., M, 2)
-    cross = np.matmul(a[..., lines_r, :].astype(np.float64), b[..., :, lines_c].astype(np.float64))
-    out = np.empty((*a.shape[:-2], len(rows)), dtype=np.float64)
+    cross = int_matmul(af[..., lines_r, :], bf[..., :, lines_c])
+    weights = np.float64(128) ** np.arange(row_digits.shape[-1])
+    want_rows = by_cols[..., 2:] @ weights  # float64, exact: |sum| < 2^53
+    weights = np.float64(128) ** np.arange(col_digits.shape[-2])
+    want_cols = np.swapaxes(by_rows[..., 2:, :], -1, -2) @ weights
+    danger = np.empty((*a.shape[:-2], len(rows)), dtype=np.float64)
     on_row = (rows == 0) | (rows == m - 1)
     on_col = ~on_row & ((cols == 0) | (cols == n - 1))
     rest = ~on_row & ~on_col  # crossings of a danger row and a danger column
-    out[..., on_row] = by_rows[..., np.where(rows[on_row] == 0, 0, 1), cols[on_row]]
-    out[..., on_col] = by_cols[..., rows[on_col], np.where(cols[on_col] == 0, 0, 1)]
+    danger[..., on_row] = by_rows[..., np.where(rows[on_row] == 0, 0, 1), cols[on_row]]
+    danger[..., on_col] = by_cols[..., rows[on_col], np.where(cols[on_col] == 0, 0, 1)]
     pos_r = np.full(m, -1, dtype=np.int64)
     pos_r[lines_r] = np.arange(len(lines_r))
     pos_c = np.full(n, -1, dtype=np.int64)
     pos_c[lines_c] = np.arange(len(lines_c))
-    out[..., rest] = cross[..., pos_r[rows[rest]], pos_c[cols[rest]]]
-    return out.astype(np.int64)
+    danger[..., rest] = cross[..., pos_r[rows[rest]], pos_c[cols[rest]]]
+    return danger.astype(np.int64), want_rows.astype(np.int64), want_cols.astype(np.int64)
 
 
-def _sums(
-    a: Int8Array, b: Int8Array, out: Int32Array
+def _bad_sums(
+    out: Int32Array, want_rows: npt.NDArray[np.int64], want_cols: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """Which row sums and which column sums of ``out`` differ from the exact sums of ``a @ b``
-    (any leading axes): float64 BLAS where that is exact, else int64."""
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    wide = np.float64 if _f64_exact(k, max(m, n)) else np.int64
-    aw, bw = a.astype(wide), b.astype(wide)
-    want_rows = np.matmul(aw, bw.sum(axis=-1)[..., None])[..., 0]  # (..., M) = a @ (b @ 1)
-    want_cols = np.matmul(aw.sum(axis=-2)[..., None, :], bw)[..., 0, :]  # (..., N) = (1^T a) b
-    bad_rows = out.sum(axis=-1, dtype=np.int64) != want_rows.astype(np.int64)
-    bad_cols = out.sum(axis=-2, dtype=np.int64) != want_cols.astype(np.int64)
-    return bad_rows, bad_cols
+    return (
+        out.sum(axis=-1, dtype=np.int64) != want_rows,
+        out.sum(axis=-2, dtype=np.int64) != want_cols,
+    )
 
 
 def checksums(
     a: Int8Array, b: Int8Array, out: Int32Array
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """(rows, columns) whose sums in ``out`` differ from the exact sums of ``a @ b``.
-
-    Exact: |row sum| <= 2^14 K N and |column sum| <= 2^14 K M, summed in float64 BLAS below
-    2^53 (``F64_EXACT_KN``) and in int64 beyond.
-    """
-    bad_rows, bad_cols = _sums(a, b, out)
+    """(rows, columns) whose sums in ``out`` differ from the exact sums of ``a @ b``
+    (|row sum| <= 2^14 K N, |column sum| <= 2^14 K M: computed exactly, ``_exact_parts``)."""
+    _, want_rows, want_cols = _exact_parts(a, b, (a.shape[0], b.shape[1]))
+    bad_rows, bad_cols = _bad_sums(out, want_rows, want_cols)
     return np.nonzero(bad_rows)[0], np.nonzero(bad_cols)[0]
 
 
@@ -251,17 +256,16 @@ def audit(
     rows = np.concatenate([danger_rows, scheduled[:, 0]])
     cols = np.concatenate([danger_cols, scheduled[:, 1]])
     structural = len(danger_rows)
-    expected = np.concatenate(
-        [_exact_danger(a, b, tile), _exact_cells(a, b, scheduled[:, 0], scheduled[:, 1])]
-    )
+    danger, want_rows, want_cols = _exact_parts(a, b, tile)
+    expected = np.concatenate([danger, _exact_cells(a, b, scheduled[:, 0], scheduled[:, 1])])
     got = out[rows, cols].astype(np.int64)
     bad = np.nonzero(expected != got)[0]
     mismatches = [Mismatch(int(rows[s]), int(cols[s]), int(expected[s]), int(got[s])) for s in bad]
     bad_rows: list[int] = []
     bad_cols: list[int] = []
     if checksum:
-        r, c = checksums(a, b, out)
-        bad_rows, bad_cols = [int(i) for i in r], [int(j) for j in c]
+        r, c = _bad_sums(out, want_rows, want_cols)
+        bad_rows, bad_cols = [int(i) for i in np.nonzero(r)[0]], [int(j) for j in np.nonzero(c)[0]]
         # Locate: a wrong cell lies on a failing row and a failing column, unless its error
         # cancels along one of them (then search that whole line); compute those cells exactly,
         # up to MAX_LOCATED of them (only ever on the failure path).
@@ -314,9 +318,10 @@ def first_failing_slice(
         np.swapaxes(b[..., :, s_cols], -1, -2).astype(wide),
         dtype=wide,
     ).astype(np.int64)
-    bad = (_exact_danger(a, b, tile) != out[..., danger_rows, danger_cols]).any(axis=-1)
+    danger, want_rows, want_cols = _exact_parts(a, b, tile)
+    bad = (danger != out[..., danger_rows, danger_cols]).any(axis=-1)
     bad |= (sampled != out[..., s_rows, s_cols]).any(axis=-1)
-    bad_rows, bad_cols = _sums(a, b, out)
+    bad_rows, bad_cols = _bad_sums(out, want_rows, want_cols)
     bad |= bad_rows.any(axis=-1) | bad_cols.any(axis=-1)
     failing = np.argwhere(bad)
     return tuple(int(i) for i in failing[0]) if len(failing) else None
