@@ -8,7 +8,7 @@ kernel for the CPU it runs on); this module feeds it.
 
 The trick and its trap:
 - MLAS is fastest with an unsigned left operand, so ``a`` (int8) goes in as ``a + 128`` (uint8,
-  one XOR of the sign bit) and ``128 * colsum(b)`` is subtracted from the int32 result:
+  one XOR of the sign bit) with zero point 128, and MLAS subtracts ``128 * colsum(b)`` itself:
   ``(a + 128) @ b - 128 * 1^T b = a @ b`` exactly, in int32 while K * 255 * 128 < 2^31.
 - On CPUs without VNNI, MLAS's u8 x s8 kernel uses ``vpmaddubsw``, which saturates the int16 sum
   of two products: full-range operands then come back wrong (measured: off by up to 69555 on an
@@ -69,6 +69,7 @@ def _field(number: int, value: int | bytes | str) -> bytes:
 
 
 _UINT8, _INT8, _INT32 = 2, 3, 6  # onnx TensorProto.DataType
+_ZERO_POINT = np.array(128, dtype=np.uint8)
 
 
 def _value_info(name: str, elem_type: int) -> bytes:
@@ -77,13 +78,17 @@ def _value_info(name: str, elem_type: int) -> bytes:
 
 
 def matmul_integer_model() -> bytes:
-    """ModelProto bytes: Y (int32) = MatMulInteger(A uint8, B int8), opset 13."""
-    node = _field(1, "A") + _field(1, "B") + _field(2, "Y") + _field(4, "MatMulInteger")
+    """ModelProto bytes: Y (int32) = MatMulInteger(A uint8, B int8, A's zero point), opset 13."""
+    node = (
+        _field(1, "A") + _field(1, "B") + _field(1, "AZ") + _field(2, "Y")
+        + _field(4, "MatMulInteger")
+    )  # fmt: skip
     graph = (
         _field(1, node)
         + _field(2, "daisychain-int8")
         + _field(11, _value_info("A", _UINT8))
         + _field(11, _value_info("B", _INT8))
+        + _field(11, _value_info("AZ", _UINT8))  # A's zero point: 128, so A - 128 = a
         + _field(12, _value_info("Y", _INT32))
     )
     opset = _field(1, "") + _field(2, 13)
@@ -134,8 +139,8 @@ class CpuInt8Gemm:
             raise ValueError(f"K = {a.shape[-1]} > {MAX_K}: the offset sums would overflow int32")
         a_u8 = np.ascontiguousarray(a).view(np.uint8) ^ np.uint8(0x80)  # a + 128
         b_c = np.ascontiguousarray(b, dtype=np.int8)
-        (acc,) = self._session.run(None, {"A": a_u8, "B": b_c})
-        acc -= 128 * b_c.sum(axis=-2, dtype=np.int32)[..., None, :]
+        feeds = {"A": a_u8, "B": b_c, "AZ": _ZERO_POINT}
+        (acc,) = self._session.run(None, feeds)  # (A - 128) @ B, the correction inside MLAS
         return np.asarray(acc, dtype=np.int32)
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:

@@ -10,7 +10,7 @@ integers. Quantization, folding and every float operation stay on the CPU either
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -73,10 +73,12 @@ class IntGemmOps:
         # per product instead of one per attention head.
         self._matmul_batched = matmul_batched
 
-    def _int(self, a: FloatArray, b: FloatArray) -> npt.NDArray[np.float64]:
-        """Exact integer (..., M, N) of int8-valued float32 operands, batch by batch."""
+    def _int(self, a: FloatArray, b: FloatArray) -> npt.NDArray[Any]:
+        """Exact integer (..., M, N) of int8-valued float32 operands: float64 batch by batch, or
+        int32 from a batched GEMM in one call (every use below scales or adds it in float64, to
+        which numpy promotes int32 exactly, so no float64 copy is made)."""
         if self._matmul_batched is not None:
-            return self._matmul_batched(a.astype(np.int8), b.astype(np.int8)).astype(np.float64)
+            return self._matmul_batched(a.astype(np.int8, order="C"), b.astype(np.int8, order="C"))
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a_b = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b_b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
