@@ -207,6 +207,25 @@ async def test_a_wgpu_peer_and_a_numpy_peer_stay_identical_with_equal_probes() -
 
 
 @needs_namespace
+async def test_a_cpu_int8_peer_and_a_numpy_peer_stay_identical_with_equal_probes() -> None:
+    """The CPU int8 GEMM (cpuint8.py) in a real mesh: every product on the CPU's int8 units,
+    audited, its probe published each step and accepted by a numpy leader."""
+    pytest.importorskip("onnxruntime", reason="the CPU int8 GEMM needs onnxruntime (test extras)")
+    try:
+        chosen = await asyncio.to_thread(choose, "cpu-int8")
+    except BackendUnavailable as exc:  # tests/gpu/test_cpu_int8.py shows the refusal is true
+        pytest.skip(f"the CPU int8 GEMM is refused on this CPU: {exc.message}")
+    async with signaling_server() as url:
+        leader = await start_peer(url, "lead", lead=lead_config(steps=3, min_peers=2))
+        cpu = await start_peer(url, "cpu", compute=chosen.compute)
+        outcomes = await finish([leader, cpu], timeout=240)
+    assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+    assert_identical([leader, cpu], range(1, 4))
+    assert {r.backend for r in cpu.records} == {"cpu-int8"}
+    assert {r.probe for p in (leader, cpu) for r in p.records} == {reference_probe_hash()}
+
+
+@needs_namespace
 async def test_a_probe_mismatch_stops_the_run_naming_the_peer_and_its_backend() -> None:
     drifted = Compute("wgpu-drifted", NUMPY_OPS, lambda: "0" * 64)
     async with signaling_server() as url:
