@@ -131,6 +131,8 @@ class CpuInt8Gemm:
     def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
         """``matmul_int`` of (..., M, K) and (..., K, N) with equal leading axes, in one call
         (MLAS loops over the batch with the same kernel the gates proved)."""
+        if a.dtype != np.int8 or b.dtype != np.int8:  # a float array viewed as bytes: garbage
+            raise TypeError(f"matmul_int needs int8 operands, got {a.dtype} @ {b.dtype}")
         if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
             raise ValueError(
                 f"matmul_int needs (..., M, K) @ (..., K, N), got {a.shape} @ {b.shape}"
@@ -142,6 +144,12 @@ class CpuInt8Gemm:
         feeds = {"A": a_u8, "B": b_c, "AZ": _ZERO_POINT}
         (acc,) = self._session.run(None, feeds)  # (A - 128) @ B, the correction inside MLAS
         return np.asarray(acc, dtype=np.int32)
+
+    def matmul_float(self, a: FloatArray, b: FloatArray) -> Int32Array:
+        """``matmul_int_batched`` of int8-valued float32 operands (as the model's ops hold
+        them), unaudited: ``model.ops.IntGemmOps``' batched form without the live audit
+        (``bench step``'s ``cpu-int8-unaudited`` side)."""
+        return self.matmul_int_batched(a.astype(np.int8, order="C"), b.astype(np.int8, order="C"))
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         acc = self.matmul_int(a_q.astype(np.int8), b_q.astype(np.int8))

@@ -151,6 +151,8 @@ def test_k_beyond_the_offset_sums_is_refused(gated: Gated) -> None:
         gated[0].matmul_int(np.zeros((1, k), np.int8), np.zeros((k, 1), np.int8))
     with pytest.raises(ValueError, match=r"\(M, K\) @ \(K, N\)"):
         gated[0].matmul_int(np.zeros((2, 3), np.int8), np.zeros((4, 1), np.int8))
+    with pytest.raises(TypeError, match="int8 operands, got float32"):  # bytes of floats
+        gated[0].matmul_int_batched(np.zeros((2, 3), np.float32), np.zeros((3, 1), np.int8))
 
 
 def test_backend_cpu_int8_refused_here_says_what_to_do() -> None:

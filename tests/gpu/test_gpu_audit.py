@@ -127,6 +127,17 @@ def test_checksums_catch_every_single_cell_error_by_one_unit() -> None:
     assert not report.ok and report.mismatches[0].row == 36  # located, samples or not
 
 
+def test_checksums_compared_modulo_2_32_still_catch_the_largest_single_errors() -> None:
+    """The sums are compared modulo 2^32 (int32 wraps): a cell with its sign bit flipped (an
+    error of 2^31) or set to the int32 extremes still changes its row and column sums."""
+    a, b, out = _product(33, 40, 29)
+    for wrong in (out[7, 9] ^ np.int32(-(2**31)), np.int32(2**31 - 1), np.int32(-(2**31))):
+        saved = out[7, 9]
+        out[7, 9] = wrong
+        assert [list(x) for x in checksums(a, b, out)] == [[7], [9]], wrong
+        out[7, 9] = saved
+
+
 def test_checksums_see_errors_that_cancel_in_a_row() -> None:
     a, b, out = _product(70, 50, 40)
     out[40, 10] += 1

@@ -54,7 +54,7 @@ else:
             print(json.dumps({"refused": why})); sys.exit(0)
         # audited as in training; "-unaudited": gates and probe only (what the audit costs)
         audited = side == "cpu-int8"
-        raw = IntGemmOps(side, gemm.matmul_int)
+        raw = IntGemmOps(side, gemm.matmul_int, gemm.matmul_float)
         state.ops = training_ops(Backend(gemm, "cpu")) if audited else raw
     def step(i):
         x, y = training.next_batch(state, tokens)

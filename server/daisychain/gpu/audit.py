@@ -43,6 +43,9 @@ AUDIT_STREAM = 7  # the schedule comes from prng.key(seed, 7) (NUMERICS.md secti
 INT32_EXACT_K = (1 << 17) - 1  # |dot| <= 2^14 K < 2^31: int32 sums are exact up to this K
 MAX_LOCATED = 4096  # cells on failing rows/columns whose exact value is computed for the report
 Int8Array = npt.NDArray[np.int8]
+# Operands the audit reads: int8, or float32 holding int8 values (what the model's ops hold;
+# the values are the same integers, so no conversion back to int8 is needed to check them)
+Operand = npt.NDArray[np.int8] | npt.NDArray[np.float32]
 Int32Array = npt.NDArray[np.int32]
 
 
@@ -148,7 +151,7 @@ def _danger_index(
 
 
 def _exact_cells(
-    a: Int8Array, b: Int8Array, rows: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]
+    a: Operand, b: Operand, rows: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
     # (S, K) * (S, K) summed exactly: in int32 while |dot| <= 2^14 K < 2^31, else in int64.
     wide = np.int32 if a.shape[1] <= INT32_EXACT_K else np.int64
@@ -172,7 +175,7 @@ def _limbs(v: npt.NDArray[np.float32], axis: int) -> npt.NDArray[np.float32]:
 
 
 def _exact_parts(
-    a: Int8Array, b: Int8Array, tile: tuple[int, int]
+    a: Operand, b: Operand, tile: tuple[int, int]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """For every slice of (..., M, K) @ (..., K, N): the exact values of ``danger_cells(m, n,
     tile)`` in that order, the exact row sums ``a @ (b @ 1)`` and column sums ``(1^T a) @ b``.
@@ -185,7 +188,8 @@ def _exact_parts(
     fraction of a gathered int32 dot per cell."""
     m, n = a.shape[-2], b.shape[-1]
     rows, cols = _danger_index(m, n, tile)
-    af, bf = a.astype(np.float32), b.astype(np.float32)  # int8 values, exact
+    af = np.asarray(a, dtype=np.float32)  # int8 values, exact (no copy when already float32)
+    bf = np.asarray(b, dtype=np.float32)
     row_digits = _limbs(bf.sum(axis=-1), axis=-1)  # (..., K, D): b @ 1, exact below 2^24
     col_digits = _limbs(af.sum(axis=-2), axis=-2)  # (..., D, K): 1^T a
     edge_r, edge_c = np.array([0, m - 1]), np.array([0, n - 1])
@@ -217,10 +221,14 @@ def _exact_parts(
 def _bad_sums(
     out: Int32Array, want_rows: npt.NDArray[np.int64], want_cols: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    return (
-        out.sum(axis=-1, dtype=np.int64) != want_rows,
-        out.sum(axis=-2, dtype=np.int64) != want_cols,
-    )
+    """Which row and column sums of ``out`` differ from the exact ones, compared modulo 2^32:
+    ``out`` is summed in int32, which wraps (three times cheaper than widening every cell to
+    int64), and the exact sums are wrapped the same way. Nothing is lost for the checksums'
+    purpose: a wrong cell differs from the right one by 0 < |d| < 2^32 (both are int32), so
+    it changes its row and column sums modulo 2^32 too."""
+    got_rows = out.sum(axis=-1, dtype=np.int32)
+    got_cols = out.sum(axis=-2, dtype=np.int32)
+    return got_rows != want_rows.astype(np.int32), got_cols != want_cols.astype(np.int32)
 
 
 def checksums(
@@ -234,8 +242,8 @@ def checksums(
 
 
 def audit(
-    a: Int8Array,
-    b: Int8Array,
+    a: Operand,
+    b: Operand,
     out: Int32Array,
     samples: int = 64,
     *,
@@ -286,8 +294,8 @@ def audit(
 
 
 def first_failing_slice(
-    a: Int8Array,
-    b: Int8Array,
+    a: Operand,
+    b: Operand,
     out: Int32Array,
     samples: int = 64,
     *,

@@ -21,6 +21,7 @@ from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
+from daisychain.numerics.quant import FloatArray
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
 
@@ -86,33 +87,35 @@ class AuditedBatchedMatmul:
     """``gemm.matmul_int_batched`` (a GEMM that takes (..., M, K) @ (..., K, N) in one call,
     as the CPU int8 GEMM does) with every 2-D slice audited, vectorized over the batch
     (``audit.first_failing_slice``): the same cells and sums as ``AuditedMatmul`` per slice,
-    one rotation counter per output shape (M, N), shared by the slices of a call."""
+    one rotation counter per output shape (M, N), shared by the slices of a call. Takes the
+    int8-valued float32 operands the ops hold: the GEMM gets them as int8, the audit reads the
+    float32 values (the same integers) without converting them back."""
 
     def __init__(self, gemm: BatchedGemm, audited: AuditedMatmul) -> None:
         self.gemm, self.audited = gemm, audited
 
-    def __call__(self, a: Int8Array, b: Int8Array) -> Int32Array:
+    def __call__(self, a: FloatArray, b: FloatArray) -> Int32Array:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
-        if not lead:
-            return self.audited(a, b)
-        out = self.gemm.matmul_int_batched(a, b)
+        out = self.gemm.matmul_int_batched(
+            a.astype(np.int8, order="C"), b.astype(np.int8, order="C")
+        )
         au = self.audited
         shape = (a.shape[-2], b.shape[-1])
         rotation = au.rotations.get(shape, 0)
-        bad = first_failing_slice(
-            a, b, out, au.samples, seed=au.seed, rotation=rotation, tile=au.tile
-        )
+        whole = (a, b, out) if lead else (a[None], b[None], out[None])  # a 2-D product: one slice
+        bad = first_failing_slice(*whole, au.samples, seed=au.seed, rotation=rotation, tile=au.tile)
         au.rotations[shape] = rotation + 1
         au.calls += 1
         if bad is not None:
-            report = audit(a[bad], b[bad], out[bad], au.samples, seed=au.seed,
+            at = bad if lead else ()
+            report = audit(a[at], b[at], out[at], au.samples, seed=au.seed,
                            rotation=rotation, tile=au.tile)  # fmt: skip
+            where = f", slice {bad}" if lead else ""
             raise KernelAuditError(
-                f"{self.gemm.name}: live audit failed at shape {a.shape} @ {b.shape}, slice "
-                f"{bad}: {report.describe()}; the kernel is demoted (restart to fall back to "
-                "numpy)"
+                f"{self.gemm.name}: live audit failed at shape {a.shape} @ {b.shape}{where}: "
+                f"{report.describe()}; the kernel is demoted (restart to fall back to numpy)"
             )
         return out
 

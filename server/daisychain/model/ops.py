@@ -19,6 +19,9 @@ from daisychain.numerics import gemm as ref
 from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quantize2, quantize3
 
 MatmulInt = Callable[[npt.NDArray[np.int8], npt.NDArray[np.int8]], npt.NDArray[np.int32]]
+# (..., M, K) @ (..., K, N) of int8-valued float32 operands (as the ops hold them) in one call,
+# exact int32 out: a GEMM that takes whole batches (the CPU int8 GEMM, gpu.live's audited form)
+MatmulBatched = Callable[[FloatArray, FloatArray], npt.NDArray[np.int32]]
 
 
 class GemmOps(Protocol):
@@ -65,7 +68,7 @@ class IntGemmOps:
     """The three products from an exact int8 GEMM (e.g. a gated GPU kernel), same bits."""
 
     def __init__(
-        self, name: str, matmul_int: MatmulInt, matmul_batched: MatmulInt | None = None
+        self, name: str, matmul_int: MatmulInt, matmul_batched: MatmulBatched | None = None
     ) -> None:
         self.name = name
         self._matmul_int = matmul_int
@@ -78,7 +81,7 @@ class IntGemmOps:
         int32 from a batched GEMM in one call (every use below scales or adds it in float64, to
         which numpy promotes int32 exactly, so no float64 copy is made)."""
         if self._matmul_batched is not None:
-            return self._matmul_batched(a.astype(np.int8, order="C"), b.astype(np.int8, order="C"))
+            return self._matmul_batched(a, b)
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a_b = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b_b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
