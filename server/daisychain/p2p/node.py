@@ -319,6 +319,9 @@ class Node:
                 changes["batch"] = lead.batch
             if lead.seq_len:
                 changes["seq_len"] = lead.seq_len
+            for field in ("width", "layers", "heads"):
+                if (value := getattr(lead, field)) is not None:
+                    changes[field] = value
             mc = preset(lead.preset, **changes)
             opt = AdamWConfig(lr=lead.lr, warmup_steps=min(lead.warmup, max(lead.steps - 1, 0)))
             self.replica.start(mc, opt, lead.seed)
@@ -331,7 +334,7 @@ class Node:
         )  # fmt: skip
         return messages.Config(
             run=secrets.token_hex(8),
-            preset=None if lead.resume else lead.preset,
+            preset=None if lead.resume or lead.custom_model else lead.preset,
             model=model,
             optim=messages.OptimSpec(opt.lr, opt.warmup_steps, opt.weight_decay, opt.clip),
             steps=lead.steps,

@@ -25,6 +25,11 @@ class LeadConfig:
     seed: int = 1
     batch: int | None = None
     seq_len: int | None = None
+    # A custom model size: any of these replaces the preset's (the config then names no preset;
+    # every peer checks the architecture and its memory estimate, runconfig.parse)
+    width: int | None = None
+    layers: int | None = None
+    heads: int | None = None
     min_peers: int = 1
     # Sequences per step, shared out by capacity (config.global_batch); None: the batch per
     # device times min_peers (what min_peers equal devices computed in protocol version 1).
@@ -34,6 +39,11 @@ class LeadConfig:
     resume: str | None = None  # checkpoint file to restore the group from
     # config.data: "builtin", or "fineweb@REV" (FineWeb-Edu at the server's revision REV)
     data: str = "builtin"
+
+    @property
+    def custom_model(self) -> bool:
+        """The architecture is not the preset's (width, layers or heads given)."""
+        return any(v is not None for v in (self.width, self.layers, self.heads))
 
 
 @dataclass(frozen=True)

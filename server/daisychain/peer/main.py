@@ -38,9 +38,10 @@ import time
 from typing import Any
 
 from daisychain import fineweb
-from daisychain.model.config import PRESETS
+from daisychain.model.config import PRESETS, ConfigError, preset
 from daisychain.p2p import serverlink
 from daisychain.p2p.datafeed import FineWebFeed
+from daisychain.p2p.footprint import estimate
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
@@ -106,6 +107,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "compute more), or equally (the hashes then follow from the config alone)",
     )  # fmt: skip
     lead.add_argument("--seq-len", type=int, help="context length")
+    for field, what in (
+        ("width", "model width C"),
+        ("layers", "transformer blocks"),
+        ("heads", "attention heads (width / heads must be 16, 64 or 256)"),
+    ):
+        lead.add_argument(
+            f"--{field}",
+            type=int,
+            help=f"custom model size: {what} "
+            "(default: the preset's; the estimated memory is printed at start)",
+        )
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
     lead.add_argument(
@@ -202,6 +214,28 @@ def backend_recheck(chosen: Choice, start_cost_s: float, display: Display) -> Re
     )  # fmt: skip
 
 
+def lead_model(args: argparse.Namespace, vocab_size: int) -> dict[str, Any]:
+    """The model this leader will configure, checked by the contract's rules (ConfigError with
+    the rule's text), and its memory estimate on every device (``footprint.estimate``, what
+    each follower compares with its ``--max-memory-mb``)."""
+    changes: dict[str, Any] = {"vocab_size": vocab_size}
+    for field in ("batch", "seq_len", "width", "layers", "heads"):
+        if (value := getattr(args, field)) is not None:
+            changes[field] = value
+    cfg = preset(args.preset, **changes)
+    fp = estimate(cfg)
+    custom = any(getattr(args, f) is not None for f in ("width", "layers", "heads"))
+    name = "custom" if custom else args.preset
+    return {
+        "preset": None if custom else args.preset, "width": cfg.width, "layers": cfg.layers,
+        "heads": cfg.heads, "seq_len": cfg.seq_len, "batch": cfg.batch, "params": fp.params,
+        "memory_mb": round(fp.total_mb, 1),
+        "describe": f"{name}: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads, "
+        f"context {cfg.seq_len}, {fp.params:,} parameters, about {fp.total_mb:.0f} MiB per "
+        "device to train",
+    }  # fmt: skip
+
+
 def work(r: StepRecord) -> str:
     """This peer's part of the step, as the step line says it."""
     if r.share == 0:
@@ -232,6 +266,17 @@ async def _main(args: argparse.Namespace) -> int:
     display.emit({"event": "backend", "backend": chosen.compute.name, "reason": chosen.reason})
     if not args.json:
         print(f"backend {chosen.reason}", file=sys.stderr)
+    if args.lead and not args.resume:
+        try:
+            model = lead_model(args, tok.vocab_size)
+        except ConfigError as exc:
+            hint = "choose another --width/--layers/--heads (docs/USAGE.md, 'Model size')"
+            display.emit({"event": "error", "message": str(exc), "hint": hint})
+            print(f"daisychain peer: {exc}\nhint: {hint}", file=sys.stderr)
+            return EXIT_JOIN
+        display.emit({"event": "model", **model})
+        if not args.json:
+            print(f"model {model['describe']}", file=sys.stderr)
     pin = pinned_fingerprint(args)
     feed = await fineweb_feed(args.server, pin)
     if args.lead and args.data == "fineweb" and feed is None:
@@ -257,7 +302,8 @@ async def _main(args: argparse.Namespace) -> int:
     if args.lead:
         lead = LeadConfig(
             preset=args.preset, steps=args.steps, lr=args.lr, warmup=args.warmup, seed=args.seed,
-            batch=args.batch, seq_len=args.seq_len, min_peers=args.min_peers, resume=args.resume,
+            batch=args.batch, seq_len=args.seq_len, width=args.width, layers=args.layers,
+            heads=args.heads, min_peers=args.min_peers, resume=args.resume,
             global_batch=args.global_batch, shares_by=args.shares_by,
             data=feed.data_name if feed is not None and args.data == "fineweb" else "builtin",
         )  # fmt: skip
