@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { backendLines, measuredSpeed, deviceName, MAX_NAME } from '../../static/js/page/readiness.js';
 import { Roster } from '../../static/js/page/roster.js';
-import { defaultGlobalBatch, endedText } from '../../static/js/page/lead.js';
+import { defaultGlobalBatch, endedText, sizeLine } from '../../static/js/page/lead.js';
 import { seconds } from '../../static/js/page/dom.js';
 import { DetailEvent } from '../../static/js/p2p/signaling.js';
 import { PRESETS } from '../../static/js/model/config.js';
@@ -144,4 +144,19 @@ test("the lead form's default global batch: per device x the devices ready here 
   assert.equal(defaultGlobalBatch(peerWith(0), 'tiny', undefined), PRESETS.tiny.batch, 'alone: the preset batch');
   assert.equal(defaultGlobalBatch(peerWith(1), 'small', undefined), 2 * PRESETS.small.batch);
   assert.equal(defaultGlobalBatch({ mesh: null }, 'tiny', 2), 2, 'no mesh yet: one device');
+});
+
+// The numbers are daisychain.p2p.footprint.estimate's for the same sizes (Python: tiny 233,792
+// parameters, about 30 MiB; width 128, 3 layers, 2 heads: 861,056, about 74 MiB), so the form
+// says before Start what every follower will compare with its memory cap.
+test('lead form: the size line names the model, its parameters and its memory before Start', () => {
+  assert.deepEqual(sizeLine({ preset: 'tiny' }), { ok: true,
+    text: 'tiny: width 64, 2 layers, 4 heads, 233,792 parameters, about 30 MiB per device to train.' });
+  assert.deepEqual(sizeLine({ preset: 'tiny', width: 128, layers: 3, heads: 2 }), { ok: true,
+    text: 'Custom: width 128, 3 layers, 2 heads, 861,056 parameters, about 74 MiB per device to train.' });
+  assert.match(sizeLine({ preset: 'tiny', width: 16, layers: 1, heads: 1 }).text,
+    /^Custom: width 16, 1 layer, 1 head, /);
+  const bad = sizeLine({ preset: 'tiny', width: 48, heads: 4 }); // head dim 12
+  assert.equal(bad.ok, false);
+  assert.match(bad.text, /^This size cannot be trained: head dim width\/heads = 12 must be a power of 4/);
 });

@@ -214,6 +214,10 @@ def backend_recheck(chosen: Choice, start_cost_s: float, display: Display) -> Re
     )  # fmt: skip
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def lead_model(args: argparse.Namespace, vocab_size: int) -> dict[str, Any]:
     """The model this leader will configure, checked by the contract's rules (ConfigError with
     the rule's text), and its memory estimate on every device (``footprint.estimate``, what
@@ -230,9 +234,9 @@ def lead_model(args: argparse.Namespace, vocab_size: int) -> dict[str, Any]:
         "preset": None if custom else args.preset, "width": cfg.width, "layers": cfg.layers,
         "heads": cfg.heads, "seq_len": cfg.seq_len, "batch": cfg.batch, "params": fp.params,
         "memory_mb": round(fp.total_mb, 1),
-        "describe": f"{name}: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads, "
-        f"context {cfg.seq_len}, {fp.params:,} parameters, about {fp.total_mb:.0f} MiB per "
-        "device to train",
+        "describe": f"{name}: width {cfg.width}, {_count(cfg.layers, 'layer')}, "
+        f"{_count(cfg.heads, 'head')}, context {cfg.seq_len}, {fp.params:,} parameters, about "
+        f"{fp.total_mb:.0f} MiB per device to train",
     }  # fmt: skip
 
 

@@ -62,25 +62,30 @@ function runId() {
 
 /**
  * The `config` a leader sends, from the page's choices: a preset, its steps and optionally
- * batch (sequences per device: the lane size), sequence length, learning rate, warm-up, seed,
+ * batch (sequences per device: the lane size), sequence length, a custom size (width, layers,
+ * heads: the config then names no preset), learning rate, warm-up, seed,
  * data source ('builtin' or the page's 'fineweb@REV') and global batch (sequences per step of
  * the whole group, shared out by the leader; default: the batch x max(1, minPeers), what that
  * many equal devices computed in protocol version 1). The same record node.py's
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
  */
 export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
-  data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1, sharesBy = 'speed' }) {
+  width, layers, heads, data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1,
+  sharesBy = 'speed' }) {
   const p = PRESETS[preset];
   if (p === undefined) {
     throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
       `choose one of ${Object.keys(PRESETS).join(', ')}`);
   }
+  // A custom size (any of width, layers, heads): the config names no preset, as node.py does.
+  const custom = [width, layers, heads].some((v) => v !== undefined);
   return message('config', {
     run: runId(),
-    preset,
+    preset: custom ? null : preset,
     model: {
-      vocab_size: vocabSize, width: p.width, layers: p.layers, heads: p.heads,
-      seq_len: seqLen ?? p.seqLen, batch: batch ?? p.batch, mlp_mult: p.mlpMult,
+      vocab_size: vocabSize, width: width ?? p.width, layers: layers ?? p.layers,
+      heads: heads ?? p.heads, seq_len: seqLen ?? p.seqLen, batch: batch ?? p.batch,
+      mlp_mult: p.mlpMult,
     },
     optim: { lr, warmup_steps: Math.min(warmup, Math.max(steps - 1, 0)), weight_decay: 0.1, clip: 1.0 },
     steps,
@@ -349,7 +354,8 @@ export class BrowserPeer extends EventTarget {
   // -- the user's requests --------------------------------------------------------------------
 
   /**
-   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, globalBatch?, sharesBy?,
+   * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, width?, layers?, heads?,
+   * globalBatch?, sharesBy?,
    * minPeers}. Rejects with an
    * Incompatible (message, hint) when this peer could not train it itself.
    */

@@ -4,7 +4,8 @@
 // States (from the session's peer, p2p/peer.js): not connected yet (form disabled) -> lobby
 // (the form: preset, steps, devices needed, data source, and under "More settings" sequences
 // per device, sequences per step of the whole group (default: per device x the devices ready
-// here when Start is pressed), sequence length, learning rate, seed; Start) -> configured/training as leader
+// here when Start is pressed), sequence length, a custom size (width, layers, heads), learning
+// rate, seed; the size and its memory estimate said live above Start; Start) -> configured/training as leader
 // (what runs, and Stop: peer.endRun(), the whole group stops at the next step boundary) or as
 // follower ("Following NAME's run: joined automatically") -> stopped (why) -> a new session's
 // lobby, which says how the last run ended and that this device is ready for the next. A choice this device could not train itself is refused by the run rules
@@ -14,7 +15,9 @@
 
 import { h } from './dom.js';
 import { rosterOf } from './roster.js';
-import { PRESETS } from '../model/config.js';
+import { DEFAULT_VOCAB, PRESETS, preset as presetConfig } from '../model/config.js';
+import { estimate } from '../p2p/footprint.js';
+import { grouped, groupedFixed0 } from '../p2p/runconfig.js';
 
 // How a run ended, for people (the outcome reasons of p2p/machine/effects.js).
 const ENDED = {
@@ -39,6 +42,34 @@ export function defaultGlobalBatch(peer, preset, batch) {
   return perDevice * Math.max(1, 1 + open);
 }
 
+const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
+
+/**
+ * What the form's size fields describe, before Start: {ok, text}, e.g. "Custom: width 128,
+ * 3 layers, 2 heads, 861,056 parameters, about 74 MiB per device to train." (the estimate every
+ * follower compares with its memory cap, p2p/footprint.js), or why the contract cannot build it.
+ */
+export function sizeLine({ preset, width, layers, heads, batch, seqLen, vocabSize = DEFAULT_VOCAB }) {
+  const changes = { vocabSize };
+  for (const [k, v] of Object.entries({ width, layers, heads, batch, seqLen })) {
+    if (v !== undefined) changes[k] = v;
+  }
+  const custom = [width, layers, heads].some((v) => v !== undefined);
+  let cfg;
+  try {
+    cfg = presetConfig(preset, changes);
+  } catch (exc) {
+    return { ok: false, text: `This size cannot be trained: ${exc.message}.` };
+  }
+  const fp = estimate(cfg);
+  return {
+    ok: true,
+    text: `${custom ? 'Custom' : preset}: width ${cfg.width}, ${plural(cfg.layers, 'layer')}, ` +
+      `${plural(cfg.heads, 'head')}, ${grouped(fp.params)} parameters, about ` +
+      `${groupedFixed0(fp.totalMb)} MiB per device to train.`,
+  };
+}
+
 function field(label, input, cls = 'field') {
   return h('label', { class: cls }, h('span', { text: label }), input);
 }
@@ -59,6 +90,9 @@ export function mount(root, page) {
       h('div', { class: 'grid' },
         field('Sequences per device per step', num('batch', { min: 1, placeholder: 'the preset’s' })),
         field('Sequence length', num('seq_len', { min: 1, placeholder: 'the preset’s' })),
+        field('Width', num('width', { min: 1, placeholder: 'the preset’s' })),
+        field('Layers', num('layers', { min: 1, placeholder: 'the preset’s' })),
+        field('Heads', num('heads', { min: 1, placeholder: 'the preset’s' })),
         field('Sequences per step, whole group', num('global_batch', { min: 1,
           placeholder: 'per device × devices here' }), 'field whole'),
         field('Share the work', h('select', { name: 'shares_by' },
@@ -70,7 +104,9 @@ export function mount(root, page) {
         // full rate can jump the loss back up (seen on tiny at lr 0.003).
         field('Warm-up', num('warmup', { min: 0, value: 20 })),
         field('Seed', num('seed', { min: 0, max: 4294967295, value: 1 })))),
+    h('p', { class: 'note size', role: 'status', 'aria-label': 'Model size and memory' }),
     h('div', { class: 'actions' }, start));
+  const sizeNote = form.querySelector('.size');
   const refusal = h('p', { class: 'note bad', role: 'alert', hidden: true });
   const standing = h('p', { class: 'standing', role: 'status', 'aria-live': 'polite' });
   const stop = h('button', { type: 'button', class: 'danger', text: 'Stop the run', hidden: true });
@@ -80,6 +116,24 @@ export function mount(root, page) {
     standing, stop, form, refusal);
 
   const fields = () => form.querySelectorAll('input, select, button');
+  const numberOf = (f, name) => (f.get(name) === '' || f.get(name) === null ? undefined : Number(f.get(name)));
+
+  function sizeChoices() {
+    const f = new FormData(form);
+    const n = (name) => numberOf(f, name);
+    return { preset: f.get('preset'), width: n('width'), layers: n('layers'), heads: n('heads'),
+      batch: n('batch'), seqLen: n('seq_len') };
+  }
+
+  function showSize() {
+    refusal.hidden = true; // a refusal was about the choices before this change
+    const line = sizeLine({ ...sizeChoices(), vocabSize: page.peer?.vocabSize ?? DEFAULT_VOCAB });
+    sizeNote.textContent = line.text;
+    sizeNote.classList.toggle('bad', !line.ok);
+  }
+  form.addEventListener('input', showSize);
+  form.addEventListener('change', showSize);
+  showSize();
   let lastOutcome = null; // the outcome of this page's last run, said in the next session
 
   function offerData(data) {
@@ -126,11 +180,11 @@ export function mount(root, page) {
     e.preventDefault();
     const peer = page.peer;
     const f = new FormData(form);
-    const n = (name) => (f.get(name) === '' || f.get(name) === null ? undefined : Number(f.get(name)));
+    const n = (name) => numberOf(f, name);
     refusal.hidden = true;
     start.disabled = true;
     const choices = {
-      preset: f.get('preset'), steps: n('steps'), batch: n('batch'), seqLen: n('seq_len'),
+      ...sizeChoices(), steps: n('steps'),
       lr: n('lr'), warmup: n('warmup'), seed: n('seed'), minPeers: n('min_peers'),
       globalBatch: n('global_batch') ?? defaultGlobalBatch(peer, f.get('preset'), n('batch')),
       sharesBy: f.get('shares_by') ?? 'speed',
