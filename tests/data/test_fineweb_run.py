@@ -132,6 +132,6 @@ async def test_the_headless_peer_will_not_lead_fineweb_from_an_offline_server() 
             assert await proc.wait(120) == 1
             assert "does not serve FineWeb-Edu at a pinned revision" in proc.stderr()
             assert "hint: lead with --data builtin" in proc.stderr()
-            assert [d["event"] for d in proc.lines] == ["backend", "error"]
+            assert [d["event"] for d in proc.lines] == ["backend", "model", "error"]
         finally:
             proc.close()
