@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.gpu.gates import IntGemm, run_gemm_gates
-from daisychain.gpu.probe import probe_hash, reference_probe_hash
+from daisychain.gpu.backend import prove
+from daisychain.gpu.gates import IntGemm
 from daisychain.numerics import gemm as ref
 from daisychain.numerics.quant import FloatArray, IntArray
 
@@ -165,13 +165,5 @@ def evaluate(gemm: IntGemm | None = None) -> tuple[IntGemm | None, str | None]:
             gemm = CpuInt8Gemm()
         except Int8Unavailable as exc:
             return None, str(exc)
-    report = run_gemm_gates(gemm)
-    if report.failure is not None:
-        return None, report.failure.describe()
-    try:
-        got = probe_hash(gemm.matmul_int)
-    except Exception as exc:
-        return None, f"{NAME}: kernel probe failed: {exc}"
-    if got != reference_probe_hash():
-        return None, f"{NAME}: kernel probe hash {got[:16]}... differs from the reference's"
-    return gemm, None
+    why = prove(gemm)
+    return (gemm, None) if why is None else (None, why)

@@ -19,6 +19,7 @@ import numpy as np
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
 from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
+from daisychain.gpu.pool import BufferPool
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
 from daisychain.gpu.quantize import GpuQuantize
 from daisychain.numerics.gemm import int_matmul, qmatmul
@@ -113,17 +114,27 @@ def evaluate_gpu(
         gemm = GpuGemm(gpu, kind, source=source)
     except Exception as exc:
         return None, str(exc)
-    report = run_gemm_gates(gemm, gemm.pool, gemm.tile)
+    why = prove(gemm, gemm.pool, gemm.tile)
+    return (gemm, None) if why is None else (None, why)
+
+
+def prove(
+    gemm: IntGemm, pool: BufferPool | None = None, tile: tuple[int, int] = (32, 32)
+) -> str | None:
+    """Every GEMM gate, then the kernel probe, through ``gemm`` on this device: None when both
+    give the reference's bits, else why not (the first failing gate, or the probe's hash).
+    What makes any non-reference GEMM a candidate (a wgpu kernel, the CPU int8 GEMM)."""
+    report = run_gemm_gates(gemm, pool, tile)
     if report.failure is not None:
-        return None, report.failure.describe()
+        return report.failure.describe()
     try:
         got = probe_hash(gemm.matmul_int)
     except Exception as exc:
-        return None, f"{gemm.name}: kernel probe failed: {exc}"
+        return f"{gemm.name}: kernel probe failed: {exc}"
     expected = reference_probe_hash()
     if got != expected:
-        return None, f"{gemm.name}: kernel probe hash {got[:16]}... != reference {expected[:16]}..."
-    return gemm, None
+        return f"{gemm.name}: kernel probe hash {got[:16]}... != reference {expected[:16]}..."
+    return None
 
 
 def select_backend(
