@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from daisychain import fineweb
+from daisychain import datanames, fineweb
 from daisychain.harness.fineweb_stub import UpstreamStub
 from daisychain.p2p.datafeed import FineWebFeed
 from daisychain.p2p.mesh import Mesh
@@ -33,20 +33,32 @@ DATA = fineweb.data_name(REVISION)
 
 
 @asynccontextmanager
-async def fineweb_server(root: Path) -> AsyncIterator[tuple[str, UpstreamStub]]:
-    """The real DaisyChain server reading the generated shards from a local range server."""
-    stub = UpstreamStub(root)
+async def upstream(stub: UpstreamStub) -> AsyncIterator[UpstreamStub]:
+    """``stub`` served on a loopback port (its ``base_url`` set)."""
     runner = web.AppRunner(stub.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     stub.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    data = replace(DataConfig(), base_url=stub.base_url, revision=REVISION, shards=SHARDS,
-                   timeout_s=5.0, window_burst=10_000)  # fmt: skip
     try:
-        async with serve_local(config(data=data), tokenizer=ByteTokenizer) as url:
-            yield url, stub
+        yield stub
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def fineweb_server(
+    root: Path, data: DataConfig | None = None, stub: UpstreamStub | None = None
+) -> AsyncIterator[tuple[str, UpstreamStub]]:
+    """The real DaisyChain server reading the generated shards from a local range server
+    (``stub``, default one serving ``root``): FineWeb-Edu at ``REVISION``, or ``data`` (its
+    ``base_url`` pointed at the stub)."""
+    stub = UpstreamStub(root) if stub is None else stub
+    if data is None:
+        data = replace(DataConfig(), revision=REVISION, shards=SHARDS)
+    async with upstream(stub):
+        data = replace(data, base_url=stub.base_url, timeout_s=5.0, window_burst=10_000)
+        async with serve_local(config(data=data), tokenizer=ByteTokenizer) as url:
+            yield url, stub
 
 
 @dataclass
@@ -61,11 +73,18 @@ class Peer:
         return {r.step: r.hash for r in self.records}
 
 
-async def start(url: str, name: str, data_url: str | None, lead: LeadConfig | None) -> Peer:
+async def start(
+    url: str, name: str, data_url: str | None, lead: LeadConfig | None, data_name: str = DATA
+) -> Peer:
+    """A peer reading the windows of ``data_name`` from ``data_url`` (None: builtin only)."""
     tokens, sha, vocab = corpus()
     mesh = Mesh(url, name=name)
     await mesh.connect()
-    feed = FineWebFeed(data_url, REVISION, depth=4) if data_url else None
+    parsed = datanames.parse(data_name)
+    assert parsed is not None, "a feed reads a dataset"
+    feed = (
+        FineWebFeed(data_url, parsed.revision, data_name=data_name, depth=4) if data_url else None
+    )
     records: list[StepRecord] = []
     node = Node(mesh, tokens, sha, vocab, lead=lead, timers=FAST, on_step=records.append,
                 data=feed)  # fmt: skip

@@ -1,8 +1,10 @@
-"""Deterministic addressing of FineWeb-Edu for training runs (docs/PROTOCOL.md, "Training data").
+"""Deterministic addressing of parquet datasets for training runs (docs/PROTOCOL.md, "Training
+data"): FineWeb-Edu, and any other dataset a server reads (``datanames``).
 
 A run whose ``config.data`` is ``"fineweb@REV"`` reads FineWeb-Edu ``sample/10BT`` at the pinned
-dataset commit ``REV``. The text of rank ``r`` at step ``s`` (the 0-based index of the batch,
-``TrainState.step`` before the update, as for the built-in corpus) is a pure function of
+dataset commit ``REV``; one whose name is ``hf:...`` or ``local:...`` reads that dataset's files
+(its "shards") in the same way. The text of rank ``r`` at step ``s`` (the 0-based index of the
+batch, ``TrainState.step`` before the update, as for the built-in corpus) is a pure function of
 ``(seed, s, r)`` and the revision's **shard table** (how many shards, row groups per shard, rows
 per row group: fixed by the commit, read from the parquet footers):
 
@@ -32,7 +34,6 @@ Pure: no I/O, no clock; the server (``server/datasource.py``) supplies the shard
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -40,6 +41,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from daisychain import datanames
 from daisychain.numerics import prng
 
 FINEWEB_STREAM = 2  # prng.key(seed, FINEWEB_STREAM, purpose, ...); batches.BATCH_STREAM is 1
@@ -50,9 +52,9 @@ CHARS_PER_TOKEN = 8
 MAX_WINDOW_CHARS = 1_000_000  # /data's max_chars bound
 DOCUMENT_SEPARATOR = "<|endoftext|>"  # the tokenizer's end-of-text token (docs/TOKENIZER.md)
 
-BUILTIN = "builtin"
-FINEWEB_PREFIX = "fineweb@"
-REVISION_RE = re.compile(r"[0-9a-f]{40}")
+BUILTIN = datanames.BUILTIN
+FINEWEB_PREFIX = datanames.FINEWEB_PREFIX
+REVISION_RE = datanames.REVISION_RE
 
 Split = Literal["train", "validation"]
 SPLITS: tuple[Split, ...] = ("train", "validation")
@@ -75,19 +77,14 @@ class Window:
 
 def data_name(revision: str) -> str:
     """``config.data`` for FineWeb-Edu at ``revision`` (a 40-hex commit)."""
-    if not REVISION_RE.fullmatch(revision):
-        raise ValueError(f"revision {revision[:48]!r} is not a 40-hex commit")
-    return FINEWEB_PREFIX + revision
+    return datanames.fineweb(revision)
 
 
 def revision_of(data: str) -> str | None:
-    """The revision of a ``"fineweb@REV"`` data name, ``None`` for ``"builtin"``; ``ValueError``
-    for anything else."""
-    if data == BUILTIN:
-        return None
-    if data.startswith(FINEWEB_PREFIX) and REVISION_RE.fullmatch(data[len(FINEWEB_PREFIX) :]):
-        return data[len(FINEWEB_PREFIX) :]
-    raise ValueError(f"unknown data source {data[:64]!r}")
+    """The revision of a dataset's name (``datanames``: FineWeb-Edu, a Hub dataset or a
+    server's own text files), ``None`` for ``"builtin"``; ``ValueError`` for anything else."""
+    name = datanames.parse(data)
+    return None if name is None else name.revision
 
 
 def window_chars(batch: int, seq_len: int) -> int:

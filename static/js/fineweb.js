@@ -1,4 +1,5 @@
-// Deterministic addressing of FineWeb-Edu for training runs: mirror of
+// Deterministic addressing of parquet datasets (FineWeb-Edu, and any other a server reads:
+// datanames.js) for training runs: mirror of
 // server/daisychain/fineweb.py (docs/PROTOCOL.md, "Training data"). Pure: no I/O.
 //
 // A run whose config.data is "fineweb@REV" gives rank r at step s (completed steps) the window of
@@ -8,6 +9,7 @@
 // into a batch (batchFromIds). tests/vectors/fineweb/cases.json pins the chain; character counts
 // are Unicode code points, as in Python, not UTF-16 units.
 
+import { parse as parseDataName } from './datanames.js';
 import { key, bitsAt } from './numerics/prng.js';
 
 export const FINEWEB_STREAM = 2;
@@ -33,12 +35,11 @@ export function dataName(revision) {
   return FINEWEB_PREFIX + revision;
 }
 
-/** The revision of "fineweb@REV", null for "builtin"; RangeError for anything else. */
+/** The revision of a dataset's name (datanames.js: FineWeb-Edu, a Hub dataset or a server's own
+ * text files), null for "builtin"; RangeError for anything else. */
 export function revisionOf(data) {
-  if (data === BUILTIN) return null;
-  const rev = data.startsWith(FINEWEB_PREFIX) ? data.slice(FINEWEB_PREFIX.length) : '';
-  if (!REVISION_RE.test(rev)) throw new RangeError(`unknown data source ${JSON.stringify(data)}`);
-  return rev;
+  const name = parseDataName(data);
+  return name === null ? null : name.revision;
 }
 
 /** Characters of text a batch x seqLen window asks for. */

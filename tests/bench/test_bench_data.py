@@ -75,3 +75,26 @@ def test_bench_data_reports_delivery_against_consumption(tmp_path: Path) -> None
 
 
 # -- the addressed form under upstream faults -------------------------------------------------
+
+
+def test_bench_data_reports_both_readers_side_by_side(tmp_path: Path) -> None:
+    """The reader part: DaisyChain's own range reader and huggingface_hub's file system read
+    the same row groups, each one range GET per warm row group (no timing is checked)."""
+    import argparse
+
+    from daisychain.bench import data as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shards", "1", "--row-groups", "2", "--rows", "20", "--reads", "4",
+         "--workdir", str(tmp_path), "--flood", "0", "--windows", "0", "--burst", "0"]
+    )  # fmt: skip
+    result = bench.measure(args)
+    assert set(result["readers"]) == {"http", "hub"}
+    for reader in result["readers"].values():
+        assert reader["warm_range_gets_per_row_group"] == 1.0, result
+        assert reader["cold_range_gets_per_row_group"] >= 1.0, result
+        assert reader["warm_row_groups_per_s"] > 0 and reader["warm_cpu_ms_per_row_group"] >= 0
+    for key in ("warm_throughput", "cold_throughput", "warm_cpu"):
+        assert result[f"hub_vs_http_{key}_ratio"] > 0, result

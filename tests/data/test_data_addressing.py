@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from daisychain import fineweb
+from daisychain import datanames, fineweb
 from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
 from daisychain.p2p import messages, runconfig
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
@@ -177,6 +177,19 @@ def test_a_peer_that_cannot_read_the_revision_refuses_with_a_hint(sources: tuple
         info.value.message
     )
     assert "--offline" in info.value.hint
+
+
+def test_a_hub_dataset_run_is_accepted_by_a_peer_that_reads_it_and_refused_by_others() -> None:
+    # 181 characters: through the wire under the config message's bound of 200.
+    name = datanames.hub("o" * 50 + "/" + "n" * 50, REVISION, "sample/10BT", "content")
+    assert len(name) > 64
+    assert parse(name, ("builtin", name)).message.data == name
+    with pytest.raises(runconfig.Incompatible) as info:
+        parse(name, ("builtin", fineweb.data_name(REVISION)))
+    assert info.value.rule == "data"
+    assert f"cannot read {'o' * 50}/{'n' * 50} (sample/10BT, column content) at revision " \
+        "0123456789ab (it reads: builtin, fineweb@" in info.value.message
+    assert "--dataset" in info.value.hint
 
 
 def test_an_unknown_data_name_is_refused_by_the_rule() -> None:

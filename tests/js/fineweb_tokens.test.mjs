@@ -110,3 +110,21 @@ test('runconfig data rule: a FineWeb-Edu run is accepted only where its revision
     (e) => e.rule === 'data' && /cannot read FineWeb-Edu at revision 0123456789ab/.test(e.message)
       && /--offline/.test(e.hint));
 });
+
+test('runconfig data rule: a Hub dataset run (a name past 64 characters) as in Python', () => {
+  const repo = `${'o'.repeat(50)}/${'n'.repeat(50)}`;
+  const data = `hf:${repo}@${VECTORS.revision}:sample/10BT:content`;
+  assert.ok(data.length > 64);
+  const cfg = parseMessage(JSON.stringify({
+    type: 'config', run: '0123456789abcdef', preset: 'tiny',
+    model: { vocab_size: 64, width: 64, layers: 2, heads: 4, seq_len: 16, batch: 1, mlp_mult: 4 },
+    optim: { lr: 0.003, warmup_steps: 0, weight_decay: 0.1, clip: 1.0 }, steps: 3, seed: 7,
+    data, tokenizer_sha256: 'ab'.repeat(32), resume_step: 0, resume_hash: null, global_batch: 1, shares_by: 'speed',
+  }));
+  const args = { tokenizerSha256: 'ab'.repeat(32), vocabSize: 64 };
+  assert.equal(runconfig.parse(cfg, { ...args, dataSources: ['builtin', data] }).message.data, data);
+  const fw = `fineweb@${VECTORS.revision}`;
+  assert.throws(() => runconfig.parse(cfg, { ...args, dataSources: ['builtin', fw] }),
+    (e) => e.rule === 'data' && e.message === `this peer cannot read ${repo} (sample/10BT, column content) ` +
+      `at revision 0123456789ab (it reads: builtin, ${fw})` && /--dataset/.test(e.hint));
+});

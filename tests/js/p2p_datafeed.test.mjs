@@ -151,3 +151,26 @@ test('protocol v2: a share spanning two lanes keeps both lanes\' prefetches; a p
     (e.address.step === s + 3 && e.address.rank !== 0)), [...f.pending.keys()]);
   f.close();
 });
+
+test("a server's own dataset: its name from /api/status, answers checked for source 'dataset'", async () => {
+  const status = (data) => async () => json(200, { data });
+  const name = `hf:someone/notes@${REV}:train:content`;
+  const got = await fineWebFeed('http://127.0.0.1:1/', tk,
+    { fetch: status({ state: 'ready', revision: REV, name }) });
+  assert.equal(got.dataName, name);
+  assert.equal(got.source, 'dataset');
+  assert.equal(got.cacheName, `daisychain-data-${name}`); // one commit's columns share /data URLs
+  for (const bad of [`hf:someone/notes@${'f'.repeat(40)}:train:content`, 'hf:x', 42, 'builtin']) {
+    assert.equal(await fineWebFeed('http://x', tk, { fetch: status({ state: 'ready', revision: REV, name: bad }) }),
+      null, String(bad));
+  }
+  const dataset = (url) => json(200, { ...windowOf(url), source: 'dataset' });
+  const ok = feed(dataset, { dataName: name, caches: null });
+  assert.equal((await ok.f.batch(address())).x.length, CASE.batch * CASE.seq_len);
+  // A FineWeb-Edu answer to a dataset run is other text: refused.
+  const wrong = feed((url) => json(200, windowOf(url)), { dataName: name, caches: null, patienceS: 0 });
+  await assert.rejects(wrong.f.batch(address()), (e) => e instanceof DataUnavailable &&
+    /other than the window asked for/.test(e.message));
+  assert.throws(() => new FineWebFeed({ server: 'http://x', revision: REV, dataName: `fineweb@${'f'.repeat(40)}`,
+    tokenizer: tk }), RangeError);
+});

@@ -1,10 +1,13 @@
-"""``daisychain bench data``: ``/data``'s FineWeb-Edu reader against a local HTTP range server.
+"""``daisychain bench data``: ``/data``'s parquet readers against a local HTTP range server.
 
 Generates parquet shards with the FineWeb-Edu schema and row groups of realistic size, serves them
 under the Hugging Face resolve URL shape from an aiohttp app (``web.FileResponse`` answers Range
-with 206, like the CDN), and times row-group reads: cold (a fresh reader: footer fetch + row
-group) and warm (footers cached: one range GET per row group). Reports row groups per second,
-bytes per row group, range GETs per row group, and the warm/cold throughput ratio.
+with 206, like the CDN; it answers the Hub API questions ``huggingface_hub`` asks too), and
+times row-group reads by both readers side by side (``readers``: ``http``, DaisyChain's own
+aiohttp range reader; ``hub``, ``huggingface_hub``'s file system, ``--data-reader hub``), read
+for read in turn: cold (a fresh reader: footer fetch + row group) and warm (footers cached: one
+range GET per row group). Reports row groups per second, CPU milliseconds per row group (the
+process, every thread), range GETs per row group, the warm/cold ratio, and hub/http ratios.
 
 Then ``/healthz`` latency while ``--flood`` (20) parallel ``format=tokens&max_tokens=131072``
 requests run against the real server (``serve_local``, offline: the built-in corpus), once with
@@ -33,7 +36,7 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -74,11 +77,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-probes", type=int, default=200, help="idle /healthz probes")
 
 
+READERS: tuple[Literal["http", "hub"], ...] = ("http", "hub")
+
+
 async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Cold and warm row-group reads by each reader (``READERS``: DaisyChain's own aiohttp
+    range reader and ``huggingface_hub``'s file system), read for read in turn, so both see the
+    same machine; wall and CPU time (the process's, every thread) per row group."""
     import aiohttp
 
     from daisychain.server.config import DataConfig
-    from daisychain.server.datasource import FineWebReader
+    from daisychain.server.datasource import FineWebReader, reader_for
 
     shards = tuple(f"sample/10BT/{i:03d}_00000.parquet" for i in range(args.shards))
     for i, shard in enumerate(shards):
@@ -89,57 +98,94 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             chars_per_row=args.chars,
             seed=i,
         )
-    stub = UpstreamStub(root)
+    config = replace(
+        DataConfig(), shards=shards, sizes=tuple((root / s).stat().st_size for s in shards)
+    )
+    stub = UpstreamStub(root, commit=config.revision)  # answers the library's API questions too
     runner = web.AppRunner(stub.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    config = replace(DataConfig(), base_url=f"http://127.0.0.1:{port}", shards=shards)
+    config = replace(config, base_url=f"http://127.0.0.1:{port}")
     rng = random.Random(0)
     plan = [(rng.randrange(len(shards)), rng.randrange(args.row_groups)) for _ in range(args.reads)]
+    cold_plan = plan[: max(1, args.reads // 4)]
+    zero = {"s": 0.0, "cpu_s": 0.0, "gets": 0, "bytes": 0}
+    cold = {name: dict(zero) for name in READERS}
+    warm = {name: dict(zero) for name in READERS}
+
+    async def timed(
+        reader: FineWebReader, shard: str, row_group: int, into: dict[str, Any]
+    ) -> None:
+        before = stub.range_gets()
+        wall, cpu = time.perf_counter(), time.process_time()
+        await reader.read_texts(shard, row_group)
+        into["s"] += time.perf_counter() - wall
+        into["cpu_s"] += time.process_time() - cpu
+        into["gets"] += stub.range_gets() - before
+        into["bytes"] += (await reader.index(shard)).text_chunks[row_group][1]
+
     try:
         async with aiohttp.ClientSession() as session:
-            # Cold: a fresh reader per read, so every read pays for its shard's footer.
-            cold_bytes, cold_gets = 0, 0
-            start = time.perf_counter()
-            for shard_index, row_group in plan[: max(1, args.reads // 4)]:
-                reader = FineWebReader(config, session)
-                before = stub.range_gets()
-                await reader.read_texts(shards[shard_index], row_group)
-                cold_gets += stub.range_gets() - before
-                index = await reader.index(shards[shard_index])
-                cold_bytes += index.text_chunks[row_group][1]
-            cold_reads = max(1, args.reads // 4)
-            cold_s = time.perf_counter() - start
-            # Warm: one reader with every footer cached.
-            reader = FineWebReader(config, session)
-            for shard in shards:
-                await reader.index(shard)
-            before = stub.range_gets()
-            warm_bytes = 0
-            start = time.perf_counter()
-            for shard_index, row_group in plan:
-                await reader.read_texts(shards[shard_index], row_group)
-                index = await reader.index(shards[shard_index])
-                warm_bytes += index.text_chunks[row_group][1]
-            warm_s = time.perf_counter() - start
-            warm_gets = stub.range_gets() - before
+
+            def fresh(name: Literal["http", "hub"]) -> FineWebReader:
+                reader = reader_for(replace(config, reader=name), session, None)
+                assert reader is not None
+                return reader
+
+            # Cold: a fresh reader per read, so every read pays for its shard's footer (and the
+            # library reader for its first question about the repository).
+            for k, (shard_index, row_group) in enumerate(cold_plan):
+                for name in READERS if k % 2 == 0 else READERS[::-1]:
+                    reader = fresh(name)
+                    await timed(reader, shards[shard_index], row_group, cold[name])
+                    reader.close()
+            # Warm: one reader each with every footer cached.
+            readers = {name: fresh(name) for name in READERS}
+            for reader in readers.values():
+                for shard in shards:
+                    await reader.index(shard)
+            for k, (shard_index, row_group) in enumerate(plan):
+                for name in READERS if k % 2 == 0 else READERS[::-1]:
+                    await timed(readers[name], shards[shard_index], row_group, warm[name])
+            for reader in readers.values():
+                reader.close()
     finally:
         await runner.cleanup()
-    cold_rate = cold_reads / cold_s
-    warm_rate = len(plan) / warm_s
+
+    def report(name: Literal["http", "hub"]) -> dict[str, Any]:
+        c, w = cold[name], warm[name]
+        return {
+            "cold_row_groups_per_s": round(len(cold_plan) / c["s"], 2),
+            "warm_row_groups_per_s": round(len(plan) / w["s"], 2),
+            "warm_vs_cold_throughput_ratio": round(
+                c["s"] / len(cold_plan) / (w["s"] / len(plan)), 3
+            ),
+            "cold_cpu_ms_per_row_group": round(1000 * c["cpu_s"] / len(cold_plan), 2),
+            "warm_cpu_ms_per_row_group": round(1000 * w["cpu_s"] / len(plan), 2),
+            "cold_range_gets_per_row_group": round(c["gets"] / len(cold_plan), 3),
+            "warm_range_gets_per_row_group": round(w["gets"] / len(plan), 3),
+        }
+
+    http, hub = report("http"), report("hub")
     return {
         "shards": args.shards,
         "row_groups_per_shard": args.row_groups,
         "rows_per_row_group": args.rows,
-        "cold_row_groups_per_s": round(cold_rate, 2),
-        "warm_row_groups_per_s": round(warm_rate, 2),
-        "warm_vs_cold_throughput_ratio": round(warm_rate / cold_rate, 3),
-        "bytes_per_row_group": round(warm_bytes / len(plan)),
-        "cold_bytes_per_row_group": round(cold_bytes / cold_reads),
-        "cold_range_gets_per_row_group": round(cold_gets / cold_reads, 3),
-        "warm_range_gets_per_row_group": round(warm_gets / len(plan), 3),
+        "bytes_per_row_group": round(warm["http"]["bytes"] / len(plan)),
+        # The server's reader (DataConfig.reader, --data-reader) at the top level, as before.
+        **http,
+        "readers": {"http": http, "hub": hub},
+        "hub_vs_http_warm_throughput_ratio": round(
+            hub["warm_row_groups_per_s"] / http["warm_row_groups_per_s"], 3
+        ),
+        "hub_vs_http_cold_throughput_ratio": round(
+            hub["cold_row_groups_per_s"] / http["cold_row_groups_per_s"], 3
+        ),
+        "hub_vs_http_warm_cpu_ratio": round(
+            hub["warm_cpu_ms_per_row_group"] / max(http["warm_cpu_ms_per_row_group"], 1e-3), 3
+        ),
     }
 
 

@@ -1,10 +1,18 @@
-"""A stand-in for FineWeb-Edu's upstream: parquet shards with its schema, served like the CDN.
+"""A stand-in for the Hugging Face Hub: parquet shards served like the CDN, and the part of the
+Hub's API that ``huggingface_hub`` asks about a dataset.
 
 ``write_fineweb_shard`` writes shards with the FineWeb-Edu schema and row groups of a chosen size;
 ``UpstreamStub`` serves them under the Hugging Face resolve URL shape from an aiohttp app
 (``web.FileResponse`` answers Range with 206, like the CDN), and can misbehave on request
 (``StubMode``: redirects, whole-file answers, slowness, errors, truncated or garbled bodies).
-``bench data`` measures ``/data`` against it; the data tests use it as their upstream.
+For ``huggingface_hub`` (``server/hubdataset.py``) it also answers a dataset's info at a
+revision (``GET /api/datasets/REPO/revision/REV``: its commit and files with their sizes), in
+the Hub's shape, with the Hub's error codes (``X-Error-Code``: ``RepoNotFound``,
+``RevisionNotFound``), and, with ``token`` set, acts as a private dataset: every request
+without ``Authorization: Bearer TOKEN`` is a 401 ``RepoNotFound``, as the Hub answers.
+``bench data`` measures ``/data`` against it; the data tests use it as their upstream. The
+real Hub's answers are richer; this serves the fields the library reads (checked by the tests
+that use the library against it).
 """
 
 from __future__ import annotations
@@ -96,18 +104,64 @@ class UpstreamStub:
     delay_s: float = 5.0
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
     base_url: str = ""  # set by whoever serves the app, for the data source to point at
+    # The Hub API's view: the one dataset served (None: any id), its commit, the branches and
+    # tags naming it, and the token a private dataset asks for (None: public).
+    repo: str | None = None
+    commit: str = "0123456789abcdef0123456789abcdef01234567"
+    refs: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/datasets/{repo:[^/]+/[^/]+}/resolve/{rev}/{path:.*}", self._resolve)
         app.router.add_get("/cdn/{path:.*}", self._cdn)
+        app.router.add_get("/api/datasets/{repo:[^/]+/[^/]+}/revision/{rev}", self._info)
+        app.router.add_get("/api/datasets/{repo:[^/]+/[^/]+}", self._info)  # the default branch
         return app
+
+    def _refused(self, request: web.Request, repo: str) -> web.Response | None:
+        """The Hub's answer for a dataset this request cannot see, or None."""
+        if (self.repo is not None and repo != self.repo) or (
+            self.token is not None
+            and request.headers.get("Authorization") != f"Bearer {self.token}"
+        ):
+            status = 401 if self.token is not None else 404
+            return web.json_response(
+                {"error": "Repository not found"}, status=status,
+                headers={"X-Error-Code": "RepoNotFound"},
+            )  # fmt: skip
+        return None
+
+    async def _info(self, request: web.Request) -> web.StreamResponse:
+        self.log.append((request.method, request.path, None))
+        repo, rev = request.match_info["repo"], request.match_info.get("rev", "main")
+        refused = self._refused(request, repo)
+        if refused is not None:
+            return refused
+        refs = {"main": self.commit} | self.refs
+        commit = refs.get(rev, rev if rev in refs.values() else None)
+        if commit is None:
+            return web.json_response(
+                {"error": f"Invalid rev id: {rev}"}, status=404,
+                headers={"X-Error-Code": "RevisionNotFound"},
+            )  # fmt: skip
+        files = sorted(p for p in self.root.rglob("*") if p.is_file())
+        siblings = [
+            {"rfilename": p.relative_to(self.root).as_posix(), "size": p.stat().st_size}
+            for p in files
+        ]
+        return web.json_response(
+            {"id": repo, "sha": commit, "private": self.token is not None, "siblings": siblings}
+        )
 
     def range_gets(self) -> int:
         return sum(1 for _m, _p, byte_range in self.log if byte_range is not None)
 
     async def _resolve(self, request: web.Request) -> web.StreamResponse:
         self.log.append((request.method, request.path, request.headers.get("Range")))
+        refused = self._refused(request, request.match_info["repo"])
+        if refused is not None:
+            return refused
         if self.mode == "redirect":
             raise web.HTTPFound(f"/cdn/{request.match_info['path']}?signed=1")
         return await self._serve(request)

@@ -1,6 +1,7 @@
-"""A peer's batches for a FineWeb-Edu run, fetched from the server a few steps ahead.
+"""A peer's batches for a run on a parquet dataset, fetched from the server a few steps ahead.
 
-For ``config.data = "fineweb@REV"`` the batch of rank ``r`` at step ``s`` is the window that
+For ``config.data = "fineweb@REV"`` (or any dataset name, ``daisychain.datanames``: a Hub
+dataset, a server's own text files) the batch of rank ``r`` at step ``s`` is the window that
 ``daisychain.fineweb`` addresses, read through the server's addressed ``/data`` form
 (docs/SERVER.md, "Addressed windows") and tokenized here with the shipped tokenizer (the server
 only reads text: its tokenizer threads stay free, and the browser tokenizes the same text to the
@@ -33,7 +34,7 @@ import aiohttp
 import numpy as np
 import numpy.typing as npt
 
-from daisychain import fineweb
+from daisychain import datanames, fineweb
 from daisychain.p2p import serverlink
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,15 @@ def default_encoder() -> Encoder:
 
 
 class FineWebFeed:
-    """Fetches and tokenizes the windows of one run (``revision``) from ``server``."""
+    """Fetches and tokenizes the windows of one run's text from ``server``: FineWeb-Edu at
+    ``revision``, or the dataset ``data_name`` names (its revision is then ``revision``)."""
 
     def __init__(
         self,
         server: str,
         revision: str,
         *,
+        data_name: str | None = None,
         encoder: Encoder | None = None,
         depth: int = 4,
         timeout_s: float = 30.0,
@@ -97,7 +100,10 @@ class FineWebFeed:
         if self.server.startswith("ws"):
             self.server = "http" + self.server[2:]
         self.revision = revision
-        self.data_name = fineweb.data_name(revision)
+        self.data_name = fineweb.data_name(revision) if data_name is None else data_name
+        name = datanames.parse(self.data_name)
+        assert name is not None and name.revision == revision, f"{data_name} is not at {revision}"
+        self.source = name.source  # what the server's answers must say they are
         self.depth = depth
         self.timeout_s = timeout_s
         self.patience_s = patience_s
@@ -189,7 +195,7 @@ class FineWebFeed:
                     "check that the DaisyChain server is running and reachable from this peer",
                 ) from None
             if status == 200:
-                return _checked(body, a, self.revision, chars)
+                return _checked(body, a, self.revision, chars, self.source)
             error, hint = _error_of(body, status)
             retry = status in (429, 503) and retry_after is not None
             if retry and retry_after is not None and time.monotonic() + retry_after <= give_up:
@@ -224,10 +230,12 @@ def _error_of(body: Any, status: int) -> tuple[str, str]:
     return f"HTTP {status}", "check that the server runs the same DaisyChain version"
 
 
-def _checked(body: Any, a: Address, revision: str, chars: int) -> list[str]:
+def _checked(
+    body: Any, a: Address, revision: str, chars: int, source: str = "fineweb"
+) -> list[str]:
     """The window's texts, if the answer is the window asked for; else ``DataUnavailable``."""
     expected = {
-        "source": "fineweb", "revision": revision, "split": a.split, "seed": a.seed,
+        "source": source, "revision": revision, "split": a.split, "seed": a.seed,
         "step": a.step, "rank": a.rank, "chars": chars,
     }  # fmt: skip
     ok = isinstance(body, dict) and all(body.get(k) == v for k, v in expected.items())

@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast, get_args
 
+from daisychain import datanames
 from daisychain.p2p.shares import MAX_GLOBAL_BATCH
 from daisychain.p2p.versions import CONTRACT_VERSION, DATA_PROTOCOL_VERSION
 from daisychain.wire.fields import PEER_ID_RE, Fields
@@ -328,7 +329,7 @@ def parse(raw: str) -> Message:
             ),
             steps=f.integer("steps", 0, U32_MAX),
             seed=f.integer("seed", 0, U32_MAX),
-            data=f.text("data", 64),  # "builtin" or "fineweb@" + a 40-hex revision
+            data=f.text("data", datanames.MAX_LENGTH),  # a data name (daisychain.datanames)
             tokenizer_sha256=f.hash("tokenizer_sha256"),
             resume_step=resume_step,
             resume_hash=resume_hash,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daisychain import fineweb
+from daisychain import datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, ModelConfig
 from daisychain.optim import AdamWConfig, OptimizerError
 from daisychain.p2p import messages
@@ -161,21 +161,22 @@ def _check_data(
     cfg: messages.Config, tokenizer_sha256: str, vocab_size: int, data_sources: tuple[str, ...]
 ) -> None:
     try:
-        revision = fineweb.revision_of(cfg.data)
+        datanames.parse(cfg.data)
     except ValueError:
         raise Incompatible(
             "data",
             f"data source {cfg.data[:64]!r} is not one this version knows",
-            'lead with data "builtin" or "fineweb@" and a 40-hex dataset revision',
+            'lead with data "builtin" or the dataset a DaisyChain server reads (docs/PROTOCOL.md, '
+            '"Training data")',
         ) from None
     if cfg.data not in data_sources:
         # Training on other text than the run's would fork it, or worse, go unnoticed.
         raise Incompatible(
             "data",
-            f"this peer cannot read FineWeb-Edu at revision {str(revision)[:12]}... "
+            f"this peer cannot read {datanames.describe(cfg.data)} "
             f"(it reads: {', '.join(data_sources)})",
-            "start this peer against a DaisyChain server that reads that revision (not "
-            "--offline; --data-revision), or lead with data builtin",
+            "start this peer against a DaisyChain server that reads that text at that revision "
+            "(not --offline; --dataset/--data-revision/--text), or lead with data builtin",
         )
     if cfg.tokenizer_sha256 != tokenizer_sha256 or cfg.model.vocab_size != vocab_size:
         raise Incompatible(

@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from daisychain import fineweb
+from daisychain import datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, preset
 from daisychain.p2p import serverlink
 from daisychain.p2p.datafeed import FineWebFeed
@@ -121,9 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lead.add_argument("--min-peers", type=int, default=2, help="start when this many are ready")
     lead.add_argument("--resume", metavar="PATH", help="restore the group from this checkpoint")
     lead.add_argument(
-        "--data", choices=("builtin", "fineweb"), default="builtin",
-        help="training text: the built-in corpus, or FineWeb-Edu through the server's /data at "
-        "its pinned revision",
+        "--data", choices=("builtin", "fineweb", "dataset"), default="builtin",
+        help="training text: the built-in corpus, FineWeb-Edu, or the dataset the server was "
+        "started on (serve --dataset), read through the server's /data at its pinned revision",
     )  # fmt: skip
     caps = parser.add_argument_group(
         "what a leader may impose on this peer (a run above a cap is refused with `incompatible`)"
@@ -283,9 +283,9 @@ async def _main(args: argparse.Namespace) -> int:
             print(f"model {model['describe']}", file=sys.stderr)
     pin = pinned_fingerprint(args)
     feed = await fineweb_feed(args.server, pin)
-    if args.lead and args.data == "fineweb" and feed is None:
-        message = f"{args.server} does not serve FineWeb-Edu at a pinned revision"
-        hint = "lead with --data builtin, or use a server started without --offline"
+    refusal = lead_data_refusal(args, feed)
+    if refusal is not None:
+        message, hint = refusal
         display.emit({"event": "error", "message": message, "hint": hint})
         print(f"daisychain peer: {message}\nhint: {hint}", file=sys.stderr)
         return EXIT_JOIN
@@ -309,7 +309,7 @@ async def _main(args: argparse.Namespace) -> int:
             batch=args.batch, seq_len=args.seq_len, width=args.width, layers=args.layers,
             heads=args.heads, min_peers=args.min_peers, resume=args.resume,
             global_batch=args.global_batch, shares_by=args.shares_by,
-            data=feed.data_name if feed is not None and args.data == "fineweb" else "builtin",
+            data=feed.data_name if feed is not None and args.data != "builtin" else "builtin",
         )  # fmt: skip
     node = Node(
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,
@@ -371,8 +371,10 @@ def _report(outcome: Outcome, display: Display) -> int:
 
 
 async def fineweb_feed(server: str, fingerprint: bytes | None = None) -> FineWebFeed | None:
-    """A feed of FineWeb-Edu windows from ``server``, if it reads the dataset at a pinned
-    revision (its ``/api/status``); ``None`` otherwise, also when it cannot be reached or its
+    """A feed of windows of the dataset ``server`` reads (FineWeb-Edu or its ``--dataset``), if
+    it reads one at a pinned revision (its ``/api/status``: ``data.name``, ``data.revision``;
+    a server from before data names is FineWeb-Edu); ``None`` otherwise, also when it cannot be
+    reached or its
     certificate is not ``fingerprint`` (this peer then reads only the built-in corpus, and
     refuses a FineWeb-Edu run with ``incompatible``; joining says why the server was refused).
     A fingerprint for a plain http server raises ``ServerLinkError`` (``run`` refuses it first).
@@ -388,13 +390,42 @@ async def fineweb_feed(server: str, fingerprint: bytes | None = None) -> FineWeb
             status = await resp.json(content_type=None)
         data = status["data"]
         revision, state = data["revision"], data["state"]
-    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        name = data.get("name", None)
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if state == "offline" or not isinstance(revision, str):
         return None
     if not fineweb.REVISION_RE.fullmatch(revision):
         return None
-    return FineWebFeed(base, revision, fingerprint=fingerprint)
+    if name is None:
+        name = fineweb.data_name(revision)
+    try:
+        parsed = datanames.parse(name) if isinstance(name, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.revision != revision:
+        return None  # a name this version cannot train on: refuse such a run with a hint
+    return FineWebFeed(base, revision, data_name=name, fingerprint=fingerprint)
+
+
+def lead_data_refusal(args: argparse.Namespace, feed: FineWebFeed | None) -> tuple[str, str] | None:
+    """Why this leader cannot train on ``--data`` through its server (message, hint), or None."""
+    if not args.lead or args.data == "builtin":
+        return None
+    if feed is None:
+        return (
+            f"{args.server} does not serve "
+            f"{'FineWeb-Edu' if args.data == 'fineweb' else 'a dataset'} at a pinned revision",
+            "lead with --data builtin, or use a server started without --offline",
+        )
+    kind = "fineweb" if feed.source == "fineweb" else "dataset"
+    if args.data != kind:
+        return (
+            f"{args.server} reads {datanames.describe(feed.data_name)}, not "
+            f"{'FineWeb-Edu' if args.data == 'fineweb' else 'a dataset of its own'}",
+            f"lead with --data {kind} (or builtin), or use a server that reads what you want",
+        )
+    return None
 
 
 def pinned_fingerprint(args: argparse.Namespace) -> bytes | None:

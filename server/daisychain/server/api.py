@@ -12,11 +12,12 @@ and ``/healthz`` (``/api/qr`` is access.py's).
 
 The **addressed form** (docs/SERVER.md, "Addressed windows") is selected by ``split``:
 ``GET /data?split=train&revision=REV&seed=S&step=N&rank=R&max_chars=C`` answers the window of
-text a training run's address names (``daisychain.fineweb``) as JSON, always from FineWeb-Edu at
-revision ``REV`` (which must be this server's), never from the built-in corpus: a window this
-server cannot read is a 503 with a hint (and ``Retry-After`` when a retry may help). ``split``
-is ``train`` or ``validation`` (the held-out row group); ``seed``, ``step`` 0..2^32-1, ``rank``
-0..4095 and ``max_chars`` 1..1 000 000 are required. The peer tokenizes the text itself.
+text a training run's address names (``daisychain.fineweb``) as JSON, always from the server's
+dataset (FineWeb-Edu, or its ``--dataset``) at revision ``REV`` (which must be this server's),
+never from the built-in corpus: a window this server cannot read is a 503 with a hint (and
+``Retry-After`` when a retry may help). ``split`` is ``train`` or ``validation`` (the held-out
+row group); ``seed``, ``step`` 0..2^32-1, ``rank`` 0..4095 and ``max_chars`` 1..1 000 000 are
+required. The peer tokenizes the text itself.
 
 Integers are plain ASCII digits (``[0-9]+``, at most 19 of them): Python's ``int()`` would also
 take ``1_000``, `` 5``, ``+5`` and other scripts' digits (``٥``), forms no client means and a cache
@@ -30,7 +31,7 @@ bodies run in the data worker process (``dataworker``), never on the loop nor un
 interpreter lock; a worker that dies is a 503 with a hint for the request it held, and the next
 request starts a new one.
 
-Every ``/data`` response names its source (``fineweb`` or ``builtin``) in the
+Every ``/data`` response names its source (``fineweb``, ``dataset`` or ``builtin``) in the
 ``X-DaisyChain-Source`` header, and in the ``source`` field of JSON bodies.
 """
 
@@ -296,10 +297,10 @@ class DataEndpoint:
         if revision != service.config.revision:
             raise web.HTTPConflict(
                 text=_json({
-                    "error": f"this server reads FineWeb-Edu revision {service.config.revision}, "
-                    f"not {revision[:48]}",
+                    "error": f"this server reads {service.config.label} revision "
+                    f"{service.config.revision}, not {revision[:48]}",
                     "hint": "every peer of a run must use a server with the run's revision "
-                    "(--data-revision)",
+                    "(--data-revision, or --dataset REPO@REVISION)",
                 }),
                 content_type="application/json",
             )  # fmt: skip

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from daisychain import datanames
 from daisychain.wire.ice import IceConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -79,12 +81,27 @@ class SignalingLimits:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where ``/data`` reads FineWeb-Edu from, and how hard it tries."""
+    """Where ``/data`` reads its parquet text from (FineWeb-Edu by default, any Hub dataset
+    with ``daisychain serve --dataset``: ``hubdataset.resolve``), and how hard it tries."""
 
     base_url: str = FINEWEB_BASE_URL
     repo: str = FINEWEB_REPO
     revision: str = FINEWEB_REVISION
     shards: tuple[str, ...] = FINEWEB_SHARDS
+    # The shards' sizes in bytes when known (a resolved Hub dataset's listing), else empty: the
+    # library reader needs them for a footer's tail read (the hand-written one learns the size
+    # from its first answer's Content-Range).
+    sizes: tuple[int, ...] = ()
+    # The Hub split the shards are ("" : FineWeb-Edu's sample/10BT, named "fineweb@REV") and
+    # the column the text is read from: together with repo and revision, the run's data name.
+    split: str = ""
+    text_column: str = "text"
+    # Range reads through the hand-written aiohttp reader ("http") or huggingface_hub's file
+    # system ("hub"); docs/BENCHMARKS.md "data" compares the two.
+    reader: Literal["http", "hub"] = "http"
+    # A Hub access token for private or gated datasets (--hf-token-file, HF_TOKEN): sent to
+    # the Hub only, never in /api/status or to a page.
+    token: str | None = field(default=None, repr=False)
     # --offline: never contact the upstream, always serve the built-in corpus.
     offline: bool = False
     # Per upstream request (a row group is ~3 MB): short, so a dead link falls back quickly.
@@ -140,6 +157,23 @@ class DataConfig:
 
     def shard_url(self, shard: str) -> str:
         return f"{self.base_url.rstrip('/')}/datasets/{self.repo}/resolve/{self.revision}/{shard}"
+
+    @property
+    def name(self) -> str:
+        """The ``config.data`` name of this text (``daisychain.datanames``)."""
+        if not self.split:
+            return datanames.fineweb(self.revision)
+        return datanames.hub(self.repo, self.revision, self.split, self.text_column)
+
+    @property
+    def source(self) -> Literal["fineweb", "dataset"]:
+        """The ``source`` field of the answers this text makes."""
+        return "fineweb" if not self.split else "dataset"
+
+    @property
+    def label(self) -> str:
+        """The text's upstream, for people: "FineWeb-Edu" or the dataset's repository."""
+        return "FineWeb-Edu" if not self.split else self.repo
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""Training text for ``/data``: random row groups of FineWeb-Edu ``sample/10BT``, or the built-in
-corpus when the upstream cannot be used.
+"""Training text for ``/data``: random row groups of FineWeb-Edu ``sample/10BT`` (or of the Hub
+dataset the server was started on: ``hubdataset.py``), or the built-in corpus when the upstream
+cannot be used.
 
 Reading FineWeb-Edu (14 parquet shards of ~2.15 GB at a pinned revision, see ``config.py``) uses
-plain HTTP range requests against the Hugging Face resolve URL:
+plain HTTP range requests against the Hugging Face resolve URL (``FineWebReader``; the same reads
+through ``huggingface_hub``'s file system: ``hubdataset.HubReader``, ``--data-reader hub``):
 
 1. cold shard: ``Range: bytes=-N`` fetches the tail; its last 8 bytes are the footer length and
    ``PAR1``; if the footer is longer than the tail, one more range GET fetches the rest. The
@@ -206,7 +208,7 @@ class TextSample:
     """Where a response's text came from. ``texts``: the picked texts where the server holds
     them (the built-in corpus); empty where the worker process built the body from them."""
 
-    source: Literal["fineweb", "builtin"]
+    source: Literal["fineweb", "dataset", "builtin"]
     texts: list[str]
     shard: str | None = None
     row_group: int | None = None
@@ -225,16 +227,17 @@ def parse_footer(tail: bytes, size: int) -> int:
     return int(footer_len)
 
 
-def _index_from_footer(footer: bytes, size: int) -> ShardIndex:
-    """Parse ``footer`` (metadata + length + PAR1) into the offsets of each text column chunk."""
+def _index_from_footer(footer: bytes, size: int, column_name: str = TEXT_COLUMN) -> ShardIndex:
+    """Parse ``footer`` (metadata + length + PAR1) into the offsets of each chunk of the text
+    column ``column_name``."""
     try:
         metadata = read_footer(footer)
     except (OSError, ValueError) as exc:
         raise UpstreamError(f"unreadable parquet footer: {exc}") from None
     names = metadata.schema.names
-    if TEXT_COLUMN not in names:
-        raise UpstreamError(f"parquet file has no {TEXT_COLUMN!r} column (columns: {names})")
-    column = names.index(TEXT_COLUMN)
+    if column_name not in names:
+        raise UpstreamError(f"parquet file has no {column_name!r} column (columns: {names})")
+    column = names.index(column_name)
     chunks, rows = [], []
     for i in range(metadata.num_row_groups):
         row_group = metadata.row_group(i)
@@ -295,7 +298,8 @@ class FineWebReader:
         data, _size = await self._get(shard, f"bytes={start}-{start + length - 1}")
         if len(data) != length:
             raise UpstreamError(f"asked for {length} bytes, got {len(data)}")
-        return index, Chunk(shard, row_group, index.size, start, data)
+        column = self.config.text_column
+        return index, Chunk(shard, row_group, index.size, start, data, column=column)
 
     async def read_texts(self, shard: str, row_group: int) -> list[str]:
         """``row_group``'s texts, decoded on the reader's executor (a thread of this process)."""
@@ -303,8 +307,9 @@ class FineWebReader:
         assert chunk.data is not None
         try:
             return await self._run(
-                decode_texts, index.metadata, index.size, row_group, chunk.start, chunk.data
-            )
+                decode_texts, index.metadata, index.size, row_group, chunk.start, chunk.data,
+                chunk.column,
+            )  # fmt: skip
         except (OSError, ValueError) as exc:
             raise UpstreamError(f"cannot decode row group {row_group} of {shard}: {exc}") from None
 
@@ -316,10 +321,10 @@ class FineWebReader:
             start = size - needed
             head, _ = await self._get(shard, f"bytes={start}-{size - len(tail) - 1}")
             tail = head + tail
-        index = await self._run(_index_from_footer, tail[-needed:], size)
+        index = await self._run(_index_from_footer, tail[-needed:], size, self.config.text_column)
         self._indexes[shard] = index
         log.info(
-            "fineweb shard %s: %d row groups, %d bytes", shard, len(index.rows), size,
+            "%s shard %s: %d row groups, %d bytes", self.config.label, shard, len(index.rows), size,
             extra={"fields": {"shard": shard, "row_groups": len(index.rows), "size": size}},
         )  # fmt: skip
         return index
@@ -327,6 +332,10 @@ class FineWebReader:
     async def _run(self, job: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         call = functools.partial(job, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def close(self) -> None:
+        """Stop what the reader runs beside the session (nothing here; ``HubReader``'s
+        threads)."""
 
     async def _get(self, shard: str, byte_range: str) -> tuple[bytes, int]:
         """One range GET; returns the body and the total file size from Content-Range."""
@@ -365,6 +374,19 @@ class FineWebReader:
             raise UpstreamError(f"{reason}: {exc}".rstrip(": ")) from None
 
 
+def reader_for(
+    config: DataConfig, session: aiohttp.ClientSession | None, executor: Executor | None
+) -> FineWebReader | None:
+    """The reader ``config.reader`` names (None without a session: offline)."""
+    if session is None:
+        return None
+    if config.reader == "hub":
+        from daisychain.server.hubdataset import HubReader
+
+        return HubReader(config, session, executor)
+    return FineWebReader(config, session, executor)
+
+
 def describe(sample: TextSample) -> dict[str, Any]:
     """The fields a JSON ``/data`` body starts with: where its text came from."""
     return {
@@ -396,9 +418,7 @@ class DataService:
         # Footers (once per shard; the server needs their row group offsets): on a thread.
         self._footer_pool = ThreadPoolExecutor(1, thread_name_prefix="data-footer")
         self.admission = Admission(config.requests_at_once, config.requests_waiting, clock)
-        self.reader = (
-            FineWebReader(config, session, self._footer_pool) if session is not None else None
-        )
+        self.reader = reader_for(config, session, self._footer_pool)
         self._fallback_text = fallback_text
         self._tokenizer_loader = tokenizer
         self._tokenizer: Tokenizer | None = None
@@ -416,7 +436,7 @@ class DataService:
         self.last_error: str | None = None
         self.failures = 0
         self.retry_at = 0.0
-        self.served = {"fineweb": 0, "builtin": 0}
+        self.served = {config.source: 0, "builtin": 0}
         self.windows_served = 0
         # (shard, row group) the worker holds decoded, least recently used first (the addressed
         # form only): the keys of the worker's LRU, which sees the same reads in the same order.
@@ -426,12 +446,14 @@ class DataService:
     def _set_state(self, new: UpstreamState, reason: str) -> None:
         old, self.state = self.state, new
         if old is not new:
-            log.info("fineweb upstream: %s -> %s (%s)", old.value, new.value, reason)
+            log.info("%s upstream: %s -> %s (%s)", self.config.label, old.value, new.value, reason)
 
     def status(self) -> dict[str, Any]:
         retry_in = max(0.0, self.retry_at - self._clock())
         return {
             "state": self.state.value,
+            # The run's data name (datanames): what a peer of this server can train on.
+            "name": self.config.name,
             "revision": self.config.revision,
             "shards": len(self.config.shards),
             "shards_cached": self.reader.cached_shards if self.reader else 0,
@@ -475,7 +497,7 @@ class DataService:
             else:
                 self.failures, self.last_error = 0, None
                 self._set_state(UpstreamState.OK, "read succeeded")
-                self.served["fineweb"] += 1
+                self.served[self.config.source] += 1
                 return result
         self.served["builtin"] += 1
         sample = self._builtin_sample(await self.builtin_text(), rng, max_chars)
@@ -521,13 +543,14 @@ class DataService:
         corpus."""
         if self.reader is None or self.state is UpstreamState.OFFLINE:
             raise DataUnavailable(
-                "this server does not read FineWeb-Edu (it runs with --offline)",
+                f"this server does not read {self.config.label} (it runs with --offline)",
                 "lead with data builtin, or use a server started without --offline",
             )
         wait = self.retry_at - self._clock()
         if self.state is UpstreamState.BACKOFF and wait > 0:
             raise DataUnavailable(
-                f"the FineWeb-Edu upstream failed ({self.last_error}); next try in {wait:.0f} s",
+                f"the {self.config.label} upstream failed ({self.last_error}); next try in "
+                f"{wait:.0f} s",
                 f"retry in {max(1, round(wait))} s; the server's /api/status shows the upstream",
                 retry_after_s=wait,
             )
@@ -536,7 +559,7 @@ class DataService:
         except UpstreamError as exc:
             self._failed(str(exc))
             raise DataUnavailable(
-                f"the FineWeb-Edu upstream failed: {str(exc)[:200]}",
+                f"the {self.config.label} upstream failed: {str(exc)[:200]}",
                 "retry later; the server's /api/status shows the upstream and its last error",
                 retry_after_s=max(0.0, self.retry_at - self._clock()),
             ) from None
@@ -563,7 +586,11 @@ class DataService:
             chars=chars,
         )  # fmt: skip
         sample = TextSample(
-            source="fineweb", texts=[], shard=shard, row_group=where.row_group, window=where
+            source=self.config.source,
+            texts=[],
+            shard=shard,
+            row_group=where.row_group,
+            window=where,
         )
         fields = describe(sample) | {
             "revision": self.config.revision, "split": split, "seed": seed, "step": step,
@@ -611,6 +638,8 @@ class DataService:
         """Stop the threads and the worker processes (waits for the workers to exit)."""
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
         self._footer_pool.shutdown(wait=False, cancel_futures=True)
+        if self.reader is not None:
+            self.reader.close()
         self.worker.close()
 
     async def builtin_text(self) -> str:
@@ -661,7 +690,7 @@ class DataService:
             raise UpstreamError(f"{shard} has no row groups")
         row_group = rng.randrange(len(index.rows))
         _index, chunk = await self.reader.read_chunk(shard, row_group)
-        sample = TextSample(source="fineweb", texts=[], shard=shard, row_group=row_group)
+        sample = TextSample(source=self.config.source, texts=[], shard=shard, row_group=row_group)
         # Whole documents from a random one on (wrapping round), the last one cut to fit.
         pick = RandomPick(rng, max_chars)
         built = await self._build(index, chunk, pick, describe(sample), join)

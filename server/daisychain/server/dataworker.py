@@ -76,6 +76,7 @@ class Chunk:
     data: bytes | None
     footer: bytes | None = None
     cache: bool = False  # keep the decoded texts in the worker's LRU (the addressed form)
+    column: str = TEXT_COLUMN  # the column the chunk is of (DataConfig.text_column)
 
 
 @dataclass(frozen=True)
@@ -156,20 +157,20 @@ def read_footer(footer: bytes) -> Any:
     return pq.read_metadata(pa.BufferReader(PARQUET_MAGIC + footer))
 
 
-def decode_texts(metadata: Any, size: int, row_group: int, start: int, data: bytes) -> list[str]:
-    """The ``text`` column of ``row_group`` from its chunk's bytes (``OSError``/``ValueError``
+def decode_texts(
+    metadata: Any, size: int, row_group: int, start: int, data: bytes, column: str = TEXT_COLUMN
+) -> list[str]:
+    """The text ``column`` of ``row_group`` from its chunk's bytes (``OSError``/``ValueError``
     if they do not decode)."""
     import pyarrow.parquet as pq
 
     source = _RangeFile(size, start, data)
-    table = pq.ParquetFile(source, metadata=metadata).read_row_group(
-        row_group, columns=[TEXT_COLUMN]
-    )
-    column = table.column(0)
+    table = pq.ParquetFile(source, metadata=metadata).read_row_group(row_group, columns=[column])
+    values = table.column(0)
     texts: list[str] = []
-    for at in range(0, len(column), DECODE_ROWS):  # in slices: no one long to_pylist
+    for at in range(0, len(values), DECODE_ROWS):  # in slices: no one long to_pylist
         texts += (
-            text for text in column.slice(at, DECODE_ROWS).to_pylist() if isinstance(text, str)
+            text for text in values.slice(at, DECODE_ROWS).to_pylist() if isinstance(text, str)
         )
     return texts
 
@@ -189,7 +190,9 @@ def _texts(chunk: Chunk) -> list[str] | None:
         metadata = _footers[footer_key] = read_footer(chunk.footer)
         while len(_footers) > FOOTERS:
             _footers.popitem(last=False)
-    texts = decode_texts(metadata, chunk.size, chunk.row_group, chunk.start, chunk.data)
+    texts = decode_texts(
+        metadata, chunk.size, chunk.row_group, chunk.start, chunk.data, chunk.column
+    )
     if not any(texts):
         raise EmptyRowGroup(f"row group {chunk.row_group} of {chunk.shard} holds no text")
     if chunk.cache:

@@ -101,6 +101,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-timeout", type=float, default=DataConfig.timeout_s,
         help="seconds per upstream request before falling back to the built-in corpus",
     )  # fmt: skip
+    data.add_argument(
+        "--dataset", metavar="REPO[@REVISION]",
+        help="train on this Hugging Face parquet dataset instead of FineWeb-Edu, pinned at start "
+        "to the commit REVISION names (default: its main branch)",
+    )  # fmt: skip
+    data.add_argument(
+        "--split", default="train",
+        help="with --dataset: the split to read (default %(default)s)",
+    )  # fmt: skip
+    data.add_argument(
+        "--text-column", default=DataConfig.text_column, metavar="NAME",
+        help="with --dataset: the column holding the text (default %(default)s)",
+    )  # fmt: skip
+    data.add_argument(
+        "--data-reader", choices=("http", "hub"), default=DataConfig.reader,
+        help="range reads by DaisyChain's own HTTP reader or huggingface_hub's file system "
+        "(default %(default)s: docs/BENCHMARKS.md, data)",
+    )  # fmt: skip
+    data.add_argument(
+        "--hf-token-file", metavar="PATH",
+        help="a Hugging Face token for a private or gated --dataset (default: $HF_TOKEN); sent "
+        "to the Hub only, never to pages",
+    )  # fmt: skip
     rooms = parser.add_argument_group("rooms")
     rooms.add_argument(
         "--join-timeout", type=float, default=SignalingLimits.join_timeout_s,
@@ -168,8 +191,45 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             revision=args.data_revision,
             offline=args.offline,
             timeout_s=args.data_timeout,
+            reader=args.data_reader,
         ),
     )
+
+
+def dataset_from_args(args: argparse.Namespace, data: DataConfig) -> DataConfig:
+    """``data`` reading ``--dataset`` at its pinned commit (asks the Hub: blocking), or ``data``
+    itself without ``--dataset``; a dataset that cannot be served stops the server here with a
+    hint."""
+    from daisychain.server import hubdataset
+
+    if args.dataset is None:
+        if args.hf_token_file is not None:
+            raise SystemExit("--hf-token-file is for --dataset\nhint: add --dataset REPO")
+        return data
+    if args.offline:
+        raise SystemExit(
+            "--dataset needs the Hub at start (to pin its commit and list its files)\n"
+            "hint: drop --offline, or drop --dataset to serve the built-in corpus"
+        )
+    token = os.environ.get("HF_TOKEN") or None
+    if args.hf_token_file is not None:
+        try:
+            token = Path(args.hf_token_file).read_text(encoding="utf-8").strip() or None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(
+                f"cannot read --hf-token-file {args.hf_token_file}: {exc}\n"
+                "hint: give a file holding a token from huggingface.co/settings/tokens"
+            ) from None
+    try:
+        spec = hubdataset.parse_spec(args.dataset, args.split, args.text_column)
+        resolved = hubdataset.resolve(spec, replace(data, token=token))
+    except hubdataset.DatasetError as exc:
+        raise SystemExit(f"{exc.message}\nhint: {exc.hint}") from None
+    log.info(
+        "training text: %s (%d parquet files)", resolved.name, len(resolved.shards),
+        extra={"fields": {"data": resolved.name, "files": len(resolved.shards)}},
+    )  # fmt: skip
+    return resolved
 
 
 def certificate_from_args(args: argparse.Namespace, host: str) -> tls.Certificate | None:
@@ -313,6 +373,7 @@ async def serve(
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, args.log_format)
     config = config_from_args(args)
+    config = replace(config, data=dataset_from_args(args, config.data))
     certificate = certificate_from_args(args, config.host)
     try:
         asyncio.run(serve(config, certificate, args.http_port))

@@ -61,6 +61,12 @@ SETS: dict[str, VectorSet] = {
             "FineWeb-Edu addressing: a run's address -> window of text -> token ids",
         ),
         VectorSet(
+            "datanames",
+            "daisychain.vectors.datanames",
+            "datanames.json",
+            "data names (config.data): parsed parts, descriptions and refusals",
+        ),
+        VectorSet(
             "protocol",
             "daisychain.vectors.protocol",
             "protocol/",

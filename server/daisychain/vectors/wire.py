@@ -470,7 +470,7 @@ def _message_texts() -> list[tuple[str, str]]:
         ("config-warmup-float", _dumps(_with(cfg, optim=_with(cfg["optim"], warmup_steps=3.0)))),
         ("config-steps-negative", _dumps(_with(cfg, steps=-5))),
         ("config-seed-bool", _dumps(_with(cfg, seed=False))),
-        ("config-data-long", _dumps(_with(cfg, data="d" * 65))),
+        ("config-data-long", _dumps(_with(cfg, data="d" * 201))),  # the bound: 200
         ("config-tokenizer-short", _dumps(_with(cfg, tokenizer_sha256="abc"))),
         ("ready-peers-duplicate", _dumps(_with(v["ready"], peers=["a", "a"]))),
         ("ready-peers-bad-id", _dumps(_with(v["ready"], peers=["bad id"]))),

@@ -1,7 +1,8 @@
-// A browser peer's batches for a FineWeb-Edu run, fetched from its server a few steps ahead:
-// the mirror of server/daisychain/p2p/datafeed.py (docs/PROTOCOL.md, "Training data").
+// A browser peer's batches for a run on a parquet dataset, fetched from its server a few steps
+// ahead: the mirror of server/daisychain/p2p/datafeed.py (docs/PROTOCOL.md, "Training data").
 //
-// For config.data = "fineweb@REV" the batch of rank r at step s is the window static/js/fineweb.js
+// For config.data = "fineweb@REV" (or any dataset name, datanames.js: a Hub dataset, a server's
+// own text files) the batch of rank r at step s is the window static/js/fineweb.js
 // addresses, read through the server's addressed /data form (docs/SERVER.md, "Addressed
 // windows"), its documents joined with the end-of-text token, encoded with the shipped tokenizer
 // (static/js/tokenizer.js: the same ids as Python, tests/vectors/fineweb/) and cut into a batch.
@@ -19,12 +20,14 @@
 // that did not parse completely.
 //
 // Cache: where the Cache API exists (a secure context: https, or http on 127.0.0.1/localhost),
-// every window that parsed completely is kept in the cache "daisychain-fineweb-REV" under its
-// /data URL, which names the whole address; the same window asked again (a re-run of the same
+// every window that parsed completely is kept in the cache "daisychain-fineweb-REV" (another
+// dataset: "daisychain-data-" and its name, since one commit's splits and columns share URLs)
+// under its /data URL, which names the whole address; the same window asked again (a re-run of the same
 // seed, a reload) is read from there, not from the server. A cached answer is checked like a
 // fresh one; one that fails the check is deleted and fetched again. The cache holds windows (a
 // few KB each), not row groups: the page never sees parquet.
 
+import { parse as parseDataName } from '../datanames.js';
 import * as fineweb from '../fineweb.js';
 
 /** This peer cannot read the run's text; `message` and `hint` are for its user. */
@@ -45,7 +48,8 @@ export class FineWebFeed {
   /**
    * @param {object} o
    * @param {string} o.server  the server's origin (http(s)://host:port)
-   * @param {string} o.revision  the 40-hex FineWeb-Edu revision of the run
+   * @param {string} o.revision  the 40-hex revision of the run's text
+   * @param {string} [o.dataName]  the run's data name (default: FineWeb-Edu at `revision`)
    * @param {{encode: (text: string) => number[]}} o.tokenizer  the shipped tokenizer
    * @param {number} [o.depth]  steps fetched ahead
    * @param {number} [o.timeoutS]  one GET's limit
@@ -53,19 +57,25 @@ export class FineWebFeed {
    * @param {typeof fetch} [o.fetch]
    * @param {CacheStorage|null} [o.caches]  where fetched windows are kept (null: nowhere)
    */
-  constructor({ server, revision, tokenizer, depth = 4, timeoutS = 30, patienceS = 20,
+  constructor({ server, revision, dataName = null, tokenizer, depth = 4, timeoutS = 30, patienceS = 20,
     fetch: fetchFn = (...args) => globalThis.fetch(...args), caches = globalThis.caches ?? null }) {
     if (!(Number.isInteger(depth) && depth >= 0)) throw new RangeError(`bad prefetch depth ${depth}`);
     this.server = server.replace(/\/+$/, '').replace(/^ws/, 'http');
     this.revision = revision;
-    this.dataName = fineweb.dataName(revision);
+    this.dataName = dataName ?? fineweb.dataName(revision);
+    const name = parseDataName(this.dataName);
+    if (name === null || name.revision !== revision) {
+      throw new RangeError(`${this.dataName} is not a dataset at revision ${revision}`);
+    }
+    this.source = name.source; // what the server's answers must say they are
     this.tokenizer = tokenizer;
     this.depth = depth;
     this.timeoutS = timeoutS;
     this.patienceS = patienceS;
     this.fetch = fetchFn;
     this.caches = caches;
-    this.cacheName = `daisychain-fineweb-${revision}`;
+    this.cacheName = name.kind === 'fineweb' ? `daisychain-fineweb-${revision}`
+      : `daisychain-data-${this.dataName}`;
     this.stats = { ready: 0, waited: 0, fetched: 0, cached: 0, waitedSteps: [] };
     this.pending = new Map(); // key -> {address, promise, settled, failed, abort}
   }
@@ -154,7 +164,8 @@ export class FineWebFeed {
     const hit = cache === null ? undefined : await cache.match(url).catch(() => undefined);
     if (hit !== undefined) {
       try {
-        const texts = checked(await hit.json(), a, this.revision, fineweb.windowChars(a.batch, a.seqLen));
+        const texts = checked(await hit.json(), a, this.revision,
+          fineweb.windowChars(a.batch, a.seqLen), this.source);
         this.stats.cached += 1;
         return texts;
       } catch {
@@ -164,7 +175,7 @@ export class FineWebFeed {
     const texts = await this.window(a, signal);
     this.stats.fetched += 1;
     if (cache !== null) {
-      const body = JSON.stringify({ source: 'fineweb', revision: this.revision, split: a.split ?? 'train',
+      const body = JSON.stringify({ source: this.source, revision: this.revision, split: a.split ?? 'train',
         seed: a.seed, step: a.step, rank: a.rank, chars: fineweb.windowChars(a.batch, a.seqLen), texts });
       // A full disk only costs the next read a GET.
       await cache.put(url, new Response(body, { headers: { 'content-type': 'application/json' } }))
@@ -203,7 +214,7 @@ export class FineWebFeed {
         clearTimeout(timer);
         signal.removeEventListener('abort', drop);
       }
-      if (response.status === 200) return checked(body, a, this.revision, chars);
+      if (response.status === 200) return checked(body, a, this.revision, chars, this.source);
       const [error, hint] = errorOf(body, response.status);
       const retry = response.headers.get('Retry-After') ?? '';
       const retryAfter = /^\d+$/.test(retry) ? Number(retry) : null;
@@ -226,8 +237,8 @@ function errorOf(body, status) {
 }
 
 /** The window's texts, if the answer is the window asked for; else DataUnavailable. */
-function checked(body, a, revision, chars) {
-  const expected = { source: 'fineweb', revision, split: a.split ?? 'train', seed: a.seed,
+function checked(body, a, revision, chars, source = 'fineweb') {
+  const expected = { source, revision, split: a.split ?? 'train', seed: a.seed,
     step: a.step, rank: a.rank, chars };
   const ok = body !== null && typeof body === 'object' &&
     Object.entries(expected).every(([k, v]) => body[k] === v);
@@ -245,9 +256,10 @@ function checked(body, a, revision, chars) {
 }
 
 /**
- * The feed of `server` if it reads FineWeb-Edu at a pinned revision (its /api/status), else
- * null: this page then reads only the built-in corpus and refuses a FineWeb-Edu run with
- * `incompatible` (as the Python peer's fineweb_feed).
+ * The feed of `server` if it reads a dataset at a pinned revision (its /api/status: data.name,
+ * FineWeb-Edu or its --dataset; a server from before data names is FineWeb-Edu), else null: this
+ * page then reads only the built-in corpus and refuses a dataset run with `incompatible` (as the
+ * Python peer's fineweb_feed).
  */
 export async function fineWebFeed(server, tokenizer, { fetch: fetchFn = (...a) => globalThis.fetch(...a),
   ...options } = {}) {
@@ -261,5 +273,14 @@ export async function fineWebFeed(server, tokenizer, { fetch: fetchFn = (...a) =
   }
   if (data === null || typeof data !== 'object' || data.state === 'offline') return null;
   if (typeof data.revision !== 'string' || !/^[0-9a-f]{40}$/.test(data.revision)) return null;
-  return new FineWebFeed({ server: base, revision: data.revision, tokenizer, fetch: fetchFn, ...options });
+  const dataName = data.name ?? fineweb.dataName(data.revision);
+  let name;
+  try {
+    name = parseDataName(dataName);
+  } catch {
+    return null; // a name this version cannot train on: such a run is refused with a hint
+  }
+  if (name === null || name.revision !== data.revision) return null;
+  return new FineWebFeed({ server: base, revision: data.revision, dataName, tokenizer, fetch: fetchFn,
+    ...options });
 }

@@ -15,6 +15,7 @@
 // allow_nan=False) writes it: fields in declaration order with `type` last, ASCII only, floats
 // in Python's repr. So a message encodes to the same bytes on both sides.
 
+import { MAX_LENGTH as DATA_NAME_MAX_LENGTH } from '../datanames.js';
 import { CONTRACT_VERSION } from '../numerics/index.js';
 import { parse as parseJson, PyFloat } from './pyjson.js';
 import { floatRepr, pyLen, pySlice, strRepr, utf8Length } from './pyrepr.js';
@@ -215,7 +216,7 @@ export function parse(raw) {
     return record('config', {
       run, preset, model: Object.freeze(model), optim: Object.freeze(optim),
       steps: f.integer('steps', 0, U32_MAX), seed: f.integer('seed', 0, U32_MAX),
-      data: f.text('data', 64), tokenizer_sha256: f.hash('tokenizer_sha256'),
+      data: f.text('data', DATA_NAME_MAX_LENGTH), tokenizer_sha256: f.hash('tokenizer_sha256'),
       resume_step: resumeStep, resume_hash: resumeHash,
       global_batch: f.integer('global_batch', 0, U32_MAX),
       shares_by: f.choice('shares_by', SHARES_BY),

@@ -8,6 +8,7 @@
 // (a MessageError with code `incompatible`, plus `rule`), which the receiver answers with
 // `error incompatible` and survives. Pure: no I/O, no clock, no allocation of the model.
 
+import { describe as describeDataName, parse as parseDataName } from '../datanames.js';
 import { ConfigError, PRESETS, modelConfig } from '../model/config.js';
 import { OptimizerError, adamwConfig } from '../model/optim.js';
 import { MIB, estimate } from './footprint.js';
@@ -116,8 +117,6 @@ export function groupedFixed0(x) {
 // ---------------------------------------------------------------------------------------------
 // The rules, in the order they are checked (the first failure is reported).
 
-const FINEWEB_DATA_RE = /^fineweb@([0-9a-f]{40})$/;
-
 function checkGlobalBatch(cfg) {
   if (!(cfg.global_batch >= 1 && cfg.global_batch <= MAX_GLOBAL_BATCH)) {
     throw new Incompatible('global-batch',
@@ -128,20 +127,20 @@ function checkGlobalBatch(cfg) {
 }
 
 function checkData(cfg, tokenizerSha256, vocabSize, dataSources) {
-  const fineweb = FINEWEB_DATA_RE.exec(cfg.data);
-  if (cfg.data !== 'builtin' && fineweb === null) {
+  try {
+    parseDataName(cfg.data);
+  } catch {
     throw new Incompatible('data',
       `data source ${strRepr(pySlice(cfg.data, 64))} is not one this version knows`,
-      'lead with data "builtin" or "fineweb@" and a 40-hex dataset revision');
+      'lead with data "builtin" or the dataset a DaisyChain server reads (docs/PROTOCOL.md, ' +
+      '"Training data")');
   }
   if (!dataSources.includes(cfg.data)) {
     // Training on other text than the run's would fork it, or worse, go unnoticed.
-    const revision = fineweb === null ? 'None' : fineweb[1];
     throw new Incompatible('data',
-      `this peer cannot read FineWeb-Edu at revision ${revision.slice(0, 12)}... ` +
-      `(it reads: ${dataSources.join(', ')})`,
-      'start this peer against a DaisyChain server that reads that revision (not ' +
-      '--offline; --data-revision), or lead with data builtin');
+      `this peer cannot read ${describeDataName(cfg.data)} (it reads: ${dataSources.join(', ')})`,
+      'start this peer against a DaisyChain server that reads that text at that revision ' +
+      '(not --offline; --dataset/--data-revision/--text), or lead with data builtin');
   }
   if (cfg.tokenizer_sha256 !== tokenizerSha256 || cfg.model.vocab_size !== vocabSize) {
     throw new Incompatible('tokenizer',

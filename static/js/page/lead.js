@@ -13,6 +13,7 @@
 // reason. Defaults: tiny, 300 steps, 2 devices, learning rate 0.003, seed 1, the preset's batch
 // and sequence length, the built-in text.
 
+import { describe as describeDataName } from '../datanames.js';
 import { h } from './dom.js';
 import { rosterOf } from './roster.js';
 import { DEFAULT_VOCAB, PRESETS, preset as presetConfig } from '../model/config.js';
@@ -139,7 +140,9 @@ export function mount(root, page) {
   function offerData(data) {
     dataSelect.replaceChildren(h('option', { value: 'builtin', text: 'Built-in text' }));
     if (data !== null) {
-      dataSelect.append(h('option', { value: data.dataName, text: 'FineWeb-Edu (from the server)' }));
+      // FineWeb-Edu, or the dataset the server was started on (serve --dataset).
+      const text = data.source === 'fineweb' ? 'FineWeb-Edu' : describeDataName(data.dataName);
+      dataSelect.append(h('option', { value: data.dataName, text: `${text} (from the server)` }));
     }
   }
 
