@@ -97,8 +97,12 @@ class DataConfig:
     split: str = ""
     text_column: str = "text"
     # Range reads through the hand-written aiohttp reader ("http") or huggingface_hub's file
-    # system ("hub"); docs/BENCHMARKS.md "data" compares the two.
-    reader: Literal["http", "hub"] = "http"
+    # system ("hub"); docs/BENCHMARKS.md "data" compares the two. "file": the server's own text
+    # (--text DIR), prepared into local_dir (localtext.py) and named local:LABEL@DIGEST, where
+    # the revision is DIGEST.
+    reader: Literal["http", "hub", "file"] = "http"
+    local_dir: str = ""
+    local_label: str = ""
     # A Hub access token for private or gated datasets (--hf-token-file, HF_TOKEN): sent to
     # the Hub only, never in /api/status or to a page.
     token: str | None = field(default=None, repr=False)
@@ -161,6 +165,8 @@ class DataConfig:
     @property
     def name(self) -> str:
         """The ``config.data`` name of this text (``daisychain.datanames``)."""
+        if self.local_label:
+            return datanames.local(self.local_label, self.revision)
         if not self.split:
             return datanames.fineweb(self.revision)
         return datanames.hub(self.repo, self.revision, self.split, self.text_column)
@@ -168,11 +174,14 @@ class DataConfig:
     @property
     def source(self) -> Literal["fineweb", "dataset"]:
         """The ``source`` field of the answers this text makes."""
-        return "fineweb" if not self.split else "dataset"
+        return "fineweb" if not (self.split or self.local_label) else "dataset"
 
     @property
     def label(self) -> str:
-        """The text's upstream, for people: "FineWeb-Edu" or the dataset's repository."""
+        """The text's upstream, for people: "FineWeb-Edu", the dataset's repository, or the
+        server's own text files."""
+        if self.local_label:
+            return f"text files {self.local_label!r}"
         return "FineWeb-Edu" if not self.split else self.repo
 
 

@@ -384,6 +384,10 @@ def reader_for(
         from daisychain.server.hubdataset import HubReader
 
         return HubReader(config, session, executor)
+    if config.reader == "file":
+        from daisychain.server.localtext import FileReader
+
+        return FileReader(config, session, executor)
     return FineWebReader(config, session, executor)
 
 

@@ -107,12 +107,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "to the commit REVISION names (default: its main branch)",
     )  # fmt: skip
     data.add_argument(
+        "--text", metavar="DIR", type=Path,
+        help="train on the .txt, .md, .jsonl and .parquet files in DIR instead of FineWeb-Edu "
+        "(prepared once into --state-dir; named by their content's digest)",
+    )  # fmt: skip
+    data.add_argument(
         "--split", default="train",
         help="with --dataset: the split to read (default %(default)s)",
     )  # fmt: skip
     data.add_argument(
         "--text-column", default=DataConfig.text_column, metavar="NAME",
-        help="with --dataset: the column holding the text (default %(default)s)",
+        help="with --dataset, or --text's .jsonl and .parquet files: the column holding the text "
+        "(default %(default)s)",
     )  # fmt: skip
     data.add_argument(
         "--data-reader", choices=("http", "hub"), default=DataConfig.reader,
@@ -197,11 +203,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def dataset_from_args(args: argparse.Namespace, data: DataConfig) -> DataConfig:
-    """``data`` reading ``--dataset`` at its pinned commit (asks the Hub: blocking), or ``data``
-    itself without ``--dataset``; a dataset that cannot be served stops the server here with a
-    hint."""
+    """``data`` reading ``--dataset`` at its pinned commit (asks the Hub: blocking), or
+    ``--text``'s files, or ``data`` itself; text that cannot be served stops the server here
+    with a hint."""
     from daisychain.server import hubdataset
 
+    if args.text is not None:
+        return _local_text(args, data)
     if args.dataset is None:
         if args.hf_token_file is not None:
             raise SystemExit("--hf-token-file is for --dataset\nhint: add --dataset REPO")
@@ -230,6 +238,33 @@ def dataset_from_args(args: argparse.Namespace, data: DataConfig) -> DataConfig:
         extra={"fields": {"data": resolved.name, "files": len(resolved.shards)}},
     )  # fmt: skip
     return resolved
+
+
+def _local_text(args: argparse.Namespace, data: DataConfig) -> DataConfig:
+    from daisychain.server import localtext
+
+    if args.dataset is not None or args.offline:
+        raise SystemExit(
+            f"--text serves your files; {'--dataset' if args.dataset else '--offline'} serves "
+            f"{'a Hub dataset' if args.dataset else 'the built-in corpus'}\n"
+            "hint: give one of --text, --dataset and --offline"
+        )
+    state = args.state_dir if args.state_dir is not None else tls.default_state_dir()
+    try:
+        prepared = localtext.prepare(args.text, state, args.text_column)
+    except localtext.TextError as exc:
+        raise SystemExit(f"{exc.message}\nhint: {exc.hint}") from None
+    except OSError as exc:
+        raise SystemExit(
+            f"cannot prepare --text {args.text} under {state}: {exc}\n"
+            "hint: give a readable folder, and a writable --state-dir"
+        ) from None
+    log.info(
+        "training text: %s (%d documents from %d files; %d other files skipped)",
+        prepared.name, prepared.documents, prepared.files, prepared.skipped,
+        extra={"fields": {"data": prepared.name, "documents": prepared.documents}},
+    )  # fmt: skip
+    return localtext.config_for(prepared, data)
 
 
 def certificate_from_args(args: argparse.Namespace, host: str) -> tls.Certificate | None:
