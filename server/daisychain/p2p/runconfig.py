@@ -184,7 +184,8 @@ def _check_data(
             f"the leader's tokenizer is {cfg.tokenizer_sha256[:12]}... with "
             f"{cfg.model.vocab_size} tokens; this peer has {tokenizer_sha256[:12]}... with "
             f"{vocab_size}",
-            "every peer of a run must ship the same tokenizer: run the same DaisyChain version",
+            "every peer of a run needs the same tokenizer: the same DaisyChain version, and the "
+            "same --tokenizer file where the run names one of its own",
         )
 
 

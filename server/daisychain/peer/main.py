@@ -40,13 +40,14 @@ from typing import Any
 from daisychain import datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, preset
 from daisychain.p2p import serverlink
-from daisychain.p2p.datafeed import FineWebFeed
+from daisychain.p2p.datafeed import Encoder, FineWebFeed
 from daisychain.p2p.footprint import estimate
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
 from daisychain.peer.backend import CHOICES, BackendUnavailable, Choice, choose, step_timer
 from daisychain.peer.recheck import Check, Recheck
+from daisychain.tokenizer import Tokenizer
 from daisychain.wire.ice import IceConfig, IceError, IceIssuer
 from daisychain.wire.signaling import IceServer
 
@@ -63,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--room", help="private room code (default: the group of your network)")
     parser.add_argument("--name", default="", help="name shown to the other devices")
+    parser.add_argument(
+        "--tokenizer", metavar="PATH",
+        help="a tokenizer.json of your own (`daisychain tokenizer --out PATH`; default: the "
+        "shipped one): a run is named by its tokenizer's SHA-256, so every peer of the run "
+        "needs the same file",
+    )  # fmt: skip
     parser.add_argument(
         "--backend", default="auto", choices=CHOICES,
         help="who computes the products: a gated wgpu kernel, the numpy reference, or auto "
@@ -231,7 +238,8 @@ def lead_model(args: argparse.Namespace, vocab_size: int) -> dict[str, Any]:
     custom = any(getattr(args, f) is not None for f in ("width", "layers", "heads"))
     name = "custom" if custom else args.preset
     return {
-        "preset": None if custom else args.preset, "width": cfg.width, "layers": cfg.layers,
+        "preset": None if custom else args.preset, "vocab_size": cfg.vocab_size,
+        "width": cfg.width, "layers": cfg.layers,
         "heads": cfg.heads, "seq_len": cfg.seq_len, "batch": cfg.batch, "params": fp.params,
         "memory_mb": round(fp.total_mb, 1),
         "describe": f"{name}: width {cfg.width}, {_count(cfg.layers, 'layer')}, "
@@ -249,10 +257,15 @@ def work(r: StepRecord) -> str:
 
 async def _main(args: argparse.Namespace) -> int:
     from daisychain.corpus.load import CorpusError, load_corpus
-    from daisychain.tokenizer import load_default
 
-    tok = load_default()
     display = Display(args.json)
+    try:
+        tok, encoder = load_tokenizer(args.tokenizer)
+    except ValueError as exc:
+        hint = "give a tokenizer.json written by `daisychain tokenizer --out PATH`"
+        display.emit({"event": "error", "message": str(exc), "hint": hint})
+        print(f"daisychain peer: {exc}\nhint: {hint}", file=sys.stderr)
+        return EXIT_JOIN
     try:
         tokens = load_corpus(None, tok).train
     except CorpusError as exc:
@@ -282,7 +295,7 @@ async def _main(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"model {model['describe']}", file=sys.stderr)
     pin = pinned_fingerprint(args)
-    feed = await fineweb_feed(args.server, pin)
+    feed = await fineweb_feed(args.server, pin, encoder)
     refusal = lead_data_refusal(args, feed)
     if refusal is not None:
         message, hint = refusal
@@ -370,7 +383,25 @@ def _report(outcome: Outcome, display: Display) -> int:
     return EXIT_JOIN
 
 
-async def fineweb_feed(server: str, fingerprint: bytes | None = None) -> FineWebFeed | None:
+def load_tokenizer(path: str | None) -> tuple[Tokenizer, Encoder | None]:
+    """The run's tokenizer (the shipped one, or ``path``) and, for ``path``, the fast encoder
+    the data feed tokenizes windows with (None: the feed loads the shipped one's); a file that
+    cannot be a DaisyChain tokenizer is a ``ValueError`` saying why."""
+    from daisychain.tokenizer import load_default
+
+    if path is None:
+        return load_default(), None
+    from daisychain.tokenizer.fast import ServingTokenizer
+
+    try:
+        return Tokenizer.from_file(path), ServingTokenizer.from_file(path).encode
+    except (OSError, ValueError) as exc:  # missing, unreadable, not a tokenizer we can match
+        raise ValueError(f"--tokenizer {path}: {str(exc)[:300]}") from None
+
+
+async def fineweb_feed(
+    server: str, fingerprint: bytes | None = None, encoder: Encoder | None = None
+) -> FineWebFeed | None:
     """A feed of windows of the dataset ``server`` reads (FineWeb-Edu or its ``--dataset``), if
     it reads one at a pinned revision (its ``/api/status``: ``data.name``, ``data.revision``;
     a server from before data names is FineWeb-Edu); ``None`` otherwise, also when it cannot be
@@ -405,7 +436,7 @@ async def fineweb_feed(server: str, fingerprint: bytes | None = None) -> FineWeb
         parsed = None
     if parsed is None or parsed.revision != revision:
         return None  # a name this version cannot train on: refuse such a run with a hint
-    return FineWebFeed(base, revision, data_name=name, fingerprint=fingerprint)
+    return FineWebFeed(base, revision, data_name=name, fingerprint=fingerprint, encoder=encoder)
 
 
 def lead_data_refusal(args: argparse.Namespace, feed: FineWebFeed | None) -> tuple[str, str] | None:

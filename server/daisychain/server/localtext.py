@@ -177,12 +177,10 @@ def _row_group_rows(documents: list[str]) -> int:
     return max(1, -(-len(documents) // groups))
 
 
-def prepare(folder: Path, state_dir: Path, column: str = "text") -> Prepared:
-    """Read ``folder`` into documents and write (or find) their parquet file under
-    ``state_dir`` (blocking; ``TextError`` with a hint for what cannot work)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def read_documents(folder: Path, column: str = "text") -> tuple[list[str], int, int]:
+    """The documents of ``folder`` (the module's rules), the files read and the files skipped;
+    ``TextError`` with a hint for what cannot work. ``daisychain tokenizer --source DIR``
+    trains on the same documents."""
     if not folder.is_dir():
         raise TextError(f"--text {folder} is not a folder", "give a folder of .txt, .md, "
                         ".jsonl or .parquet files")  # fmt: skip
@@ -199,6 +197,16 @@ def prepare(folder: Path, state_dir: Path, column: str = "text") -> Prepared:
             f"{folder} holds no .txt, .md, .jsonl or .parquet file ({skipped} other files)",
             "put the text to train on in files of those kinds (hidden files are skipped)",
         )
+    return documents, files, skipped
+
+
+def prepare(folder: Path, state_dir: Path, column: str = "text") -> Prepared:
+    """Read ``folder`` into documents and write (or find) their parquet file under
+    ``state_dir`` (blocking; ``TextError`` with a hint for what cannot work)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    documents, files, skipped = read_documents(folder, column)
     if len(documents) < 2:
         raise TextError(
             f"{folder} holds {len(documents)} document(s); a run needs at least 2 (one part is "

@@ -9,13 +9,21 @@ the tests compare it with. See docs/TOKENIZER.md for the id layout and the measu
     daisychain tokenizer --measure                                      # the vocabulary table
 
 Sources: ``builtin`` (the training part of the built-in corpus, default), ``fineweb`` (a few
-FineWeb-Edu row groups over HTTP; needs a connection) or a path to a UTF-8 text file.
+FineWeb-Edu row groups over HTTP; needs a connection), a path to a UTF-8 text file, or a folder
+of ``.txt``, ``.md``, ``.jsonl`` and ``.parquet`` files (the documents ``daisychain serve --text``
+would serve: ``server/localtext.py``). A tokenizer trained on your own text is written where
+``--out`` says (never over the shipped file, which only ``--source builtin`` rewrites), and a run
+uses it when every headless peer is started with ``--tokenizer PATH``: the run names it by its
+SHA-256 (``config.tokenizer_sha256``), and a peer with another tokenizer refuses the run.
+
+    daisychain tokenizer --source notes/ --vocab-size 1024 --out notes-tokenizer.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -137,10 +145,33 @@ def load_source(source: str, fineweb_revision: str, row_groups: int) -> tuple[st
         text = fineweb_text(FINEWEB_URL.format(revision=fineweb_revision), row_groups)
     else:
         path = Path(source)
-        if not path.is_file():
-            raise SystemExit(f"--source {source!r}: no such file; use builtin, fineweb or a path")
-        text = path.read_text(encoding="utf-8")
+        if path.is_dir():
+            text = folder_text(path)
+        elif path.is_file():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise SystemExit(
+                    f"--source {source}: not UTF-8 text (byte {exc.start})\n"
+                    "hint: save it as UTF-8"
+                ) from None
+        else:
+            raise SystemExit(
+                f"--source {source!r}: no such file or folder\n"
+                "hint: use builtin, fineweb, a UTF-8 text file or a folder of text files"
+            )
     return split_train_val(text)
+
+
+def folder_text(folder: Path) -> str:
+    """The documents of ``folder`` (``serve --text``'s rules), one after another."""
+    from daisychain.server.localtext import TextError, read_documents
+
+    try:
+        documents, _files, _skipped = read_documents(folder)
+    except TextError as exc:
+        raise SystemExit(f"{exc.message}\nhint: {exc.hint}") from None
+    return "\n\n".join(documents)
 
 
 def flops_per_token(vocab_size: int, width: int = COST_WIDTH, layers: int = COST_LAYERS) -> int:
@@ -185,13 +216,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source",
         default="builtin",
-        help="builtin (default), fineweb (needs a connection) or a UTF-8 text file",
+        help="builtin (default), fineweb (needs a connection), a UTF-8 text file or a folder of "
+        ".txt/.md/.jsonl/.parquet files",
     )
     parser.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="where to write tokenizer.json (default: luts/tokenizer.json)",
+        help="where to write tokenizer.json (default with --source builtin: the shipped "
+        "luts/tokenizer.json; any other source needs --out)",
     )
     parser.add_argument(
         "--measure",
@@ -215,9 +248,32 @@ def run(args: argparse.Namespace) -> int:
         best = min(rows, key=lambda row: (row["flops_per_byte"], row["vocab_size"]))
         print(json.dumps({"source": args.source, "rows": rows, "cheapest": best["vocab_size"]}))
         return 0
+    if args.out is None and args.source != "builtin":
+        # The shipped file is every default peer's tokenizer: only the shipping recipe rewrites it.
+        print(
+            f"daisychain tokenizer: --source {args.source} needs --out\n"
+            "hint: --out my-tokenizer.json, then start every peer of the run with "
+            "--tokenizer my-tokenizer.json",
+            file=sys.stderr,
+        )
+        return 2
     out: Path = args.out if args.out is not None else asset_dir("luts") / "tokenizer.json"
-    tokenizer = train_tokenizer(pieces(train_text), args.vocab_size)
+    try:
+        tokenizer = train_tokenizer(pieces(train_text), args.vocab_size)
+    except ValueError as exc:
+        hint = "more text, or a smaller --vocab-size (a multiple of 64, at least 320)"
+        print(f"daisychain tokenizer: {exc}\nhint: {hint}", file=sys.stderr)
+        return 2
     out.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(out), pretty=True)
-    print(f"wrote {out} ({args.vocab_size} ids, trained on {args.source})", file=sys.stderr)
+    tmp = out.with_name(out.name + ".tmp")
+    tokenizer.save(str(tmp), pretty=True)
+    os.replace(tmp, out)  # a crash never leaves half a tokenizer under the name
+    from daisychain.tokenizer import Tokenizer
+
+    sha = Tokenizer.from_file(out).sha256
+    print(
+        f"wrote {out} ({args.vocab_size} ids, trained on {args.source}; sha256 {sha})\n"
+        f"use it in a run: start every headless peer with --tokenizer {out}",
+        file=sys.stderr,
+    )
     return 0

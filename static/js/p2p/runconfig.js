@@ -147,7 +147,8 @@ function checkData(cfg, tokenizerSha256, vocabSize, dataSources) {
       `the leader's tokenizer is ${cfg.tokenizer_sha256.slice(0, 12)}... with ` +
       `${cfg.model.vocab_size} tokens; this peer has ${pySlice(tokenizerSha256, 12)}... with ` +
       `${vocabSize}`,
-      'every peer of a run must ship the same tokenizer: run the same DaisyChain version');
+      'every peer of a run needs the same tokenizer: the same DaisyChain version, and the ' +
+      'same --tokenizer file where the run names one of its own');
   }
 }
 
