@@ -36,18 +36,18 @@ async def test_a_tab_and_a_python_leader_train_on_a_folder_of_text(tmp_path: Pat
         (folder / f"{i}.txt").write_text(f"file {i}. " + WORDS * 60, encoding="utf-8")
     prepared = localtext.prepare(folder, tmp_path / "state")
     cfg = localtext.config_for(prepared, DataConfig())
-    async with fineweb_server(tmp_path, replace(cfg)) as (url, _stub):
-        async with chromium(webgpu=False) as browser:
-            tab = await open_tab(browser, url, "name=cpu-tab")
-            config = lead_config(STEPS, min_peers=2, data=cfg.name, shares_by="equal")
-            lead = await start(url, "py-lead", url, config, data_name=cfg.name)
-            outcome = await lead.task
-            assert outcome.reason == "done", outcome
-            [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
-            assert state["outcome"]["reason"] == "done", state
-            assert tab.hashes(state) == lead.hashes and len(lead.hashes) == STEPS
-            feed = await tab.page.evaluate(FEED)
-            assert (feed["name"], feed["source"]) == (cfg.name, "dataset"), feed
-            assert feed["stats"]["fetched"] >= 1, feed  # its own windows, from /data
-            assert any("text files 'notes'" in o for o in feed["options"]), feed["options"]
-            tab.check_clean()
+    server = fineweb_server(tmp_path, replace(cfg))
+    async with server as (url, _stub), chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=cpu-tab")
+        config = lead_config(STEPS, min_peers=2, data=cfg.name, shares_by="equal")
+        lead = await start(url, "py-lead", url, config, data_name=cfg.name)
+        outcome = await lead.task
+        assert outcome.reason == "done", outcome
+        [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
+        assert state["outcome"]["reason"] == "done", state
+        assert tab.hashes(state) == lead.hashes and len(lead.hashes) == STEPS
+        feed = await tab.page.evaluate(FEED)
+        assert (feed["name"], feed["source"]) == (cfg.name, "dataset"), feed
+        assert feed["stats"]["fetched"] >= 1, feed  # its own windows, from /data
+        assert any("text files 'notes'" in o for o in feed["options"]), feed["options"]
+        tab.check_clean()

@@ -61,11 +61,11 @@ def test_the_vector_check_fires_on_a_non_ascii_word_class(monkeypatch: pytest.Mo
     # on which runs a peer can train. The committed cases must catch that drift.
     loose = re.compile(datanames._HUB_RE.pattern)  # the same pattern, Unicode \w
     monkeypatch.setattr(datanames, "_HUB_RE", loose)
-    with pytest.raises(Stale, match="datanames.json"):
+    with pytest.raises(Stale, match=r"datanames\.json"):
         vectors.check(SOURCE_DIR)
 
 
 def test_the_vector_check_fires_on_a_looser_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(datanames, "MAX_LENGTH", datanames.MAX_LENGTH + 1)
-    with pytest.raises(Stale, match="datanames.json"):
+    with pytest.raises(Stale, match=r"datanames\.json"):
         vectors.check(SOURCE_DIR)

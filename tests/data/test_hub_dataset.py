@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import pytest
@@ -122,8 +122,9 @@ def test_parse_spec_refuses_what_no_name_can_hold(
     assert info.value.hint
 
 
+@pytest.mark.parametrize("reader", ["http", "hub"])
 async def test_a_private_dataset_needs_the_token_and_the_token_stays_on_the_server(
-    dataset: Path,
+    dataset: Path, reader: Literal["http", "hub"]
 ) -> None:
     async with upstream(hub_stub(dataset, token=TOKEN)) as stub:
         with pytest.raises(hubdataset.DatasetError, match="private and the server has no token"):
@@ -132,16 +133,14 @@ async def test_a_private_dataset_needs_the_token_and_the_token_stays_on_the_serv
             await asyncio.to_thread(resolve, stub, REPO, token="hf_wrong")
         cfg = await asyncio.to_thread(resolve, stub, REPO, token=TOKEN)
     assert cfg.token == TOKEN and TOKEN not in repr(cfg)
-    async with fineweb_server(dataset, replace(cfg, reader="hub"), hub_stub(dataset, TOKEN)) as (
-        url, stub,
-    ):  # fmt: skip
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"{url}/data", params={"max_chars": "2000"}) as r:
-                assert r.status == 200 and r.headers["X-DaisyChain-Source"] == "dataset"
-                assert TOKEN not in await r.text()
-            async with session.get(f"{url}/api/status") as r:
-                text = await r.text()
-                status = (await r.json())["data"]
+    server = fineweb_server(dataset, replace(cfg, reader=reader), hub_stub(dataset, TOKEN))
+    async with server as (url, _stub), aiohttp.ClientSession() as session:
+        async with session.get(f"{url}/data", params={"max_chars": "2000"}) as r:
+            assert r.status == 200 and r.headers["X-DaisyChain-Source"] == "dataset"
+            assert TOKEN not in await r.text()
+        async with session.get(f"{url}/api/status") as r:
+            text = await r.text()
+            status = (await r.json())["data"]
     assert TOKEN not in text
     assert status["name"] == cfg.name and status["served"]["dataset"] == 1, status
 

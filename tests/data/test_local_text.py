@@ -45,8 +45,8 @@ def test_every_kind_of_file_becomes_documents_in_path_order(tmp_path: Path) -> N
     folder = write_folder(tmp_path / "My Notes!")
     prepared = localtext.prepare(folder, tmp_path / "state")
     assert (prepared.files, prepared.skipped, prepared.documents) == (4, 1, 1 + 30 + 20 + 1)
-    assert prepared.label == "My-Notes" and prepared.name == datanames.local("My-Notes",
-                                                                          prepared.digest)  # fmt: skip
+    assert prepared.label == "My-Notes"
+    assert prepared.name == datanames.local("My-Notes", prepared.digest)
     texts = pq.read_table(prepared.path).column("text").to_pylist()
     assert texts[0].startswith("first file.") and texts[1].startswith("line 0:")
     assert texts[31].startswith("row 0:") and texts[-1].startswith("# notes")  # sub/b.md last
@@ -81,8 +81,8 @@ def test_a_long_file_is_cut_at_blank_lines(tmp_path: Path) -> None:
     [
         (lambda d: None, "is not a folder", ".jsonl"),
         (lambda d: (d.mkdir(), (d / "x.csv").write_text("a,b")), "holds no .txt", "hidden"),
-        (lambda d: (d.mkdir(), (d / "x.txt").write_bytes(b"ok \xff\xfe")), "not UTF-8 text (byte 3)",
-         "UTF-8"),
+        (lambda d: (d.mkdir(), (d / "x.txt").write_bytes(b"ok \xff\xfe")),
+         "not UTF-8 text (byte 3)", "UTF-8"),
         (lambda d: (d.mkdir(), (d / "x.jsonl").write_text('{"text": "a"}\n{oops\n')),
          "x.jsonl line 2 is not JSON", "one JSON object"),
         (lambda d: (d.mkdir(), (d / "x.jsonl").write_text('{"text": "a"}\n{"body": "b"}\n')),

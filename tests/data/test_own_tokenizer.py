@@ -21,6 +21,7 @@ from daisychain.tokenizer import Tokenizer, train
 from mesh_helpers import PeerProcess, needs_namespace
 from server_fixtures import ByteTokenizer, config
 
+
 def write_folder(root: Path) -> Path:
     """Seeded word salad (the FineWeb stand-in's words) in a .md file and a .jsonl file."""
     root.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,7 @@ def test_your_own_text_needs_out_and_bad_sources_are_refused(
                          str(tmp_path / "t.json")) == 2  # fmt: skip
     assert "multiple of 64" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit, match="holds no .txt"):
+    with pytest.raises(SystemExit, match=r"holds no \.txt"):
         run_tokenizer("--source", str(tmp_path / "empty"), "--out", str(tmp_path / "t.json"))
     with pytest.raises(SystemExit, match="no such file or folder"):
         run_tokenizer("--source", str(tmp_path / "missing"), "--out", str(tmp_path / "t.json"))

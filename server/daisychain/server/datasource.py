@@ -347,14 +347,20 @@ class FineWebReader:
                 # The signed URL may have expired early: go back to the resolver once.
                 log.info("cached CDN URL for %s failed (%s); resolving again", shard, exc)
                 self._resolved.pop(shard, None)
-        return await self._get_url(shard, self.config.shard_url(shard), byte_range)
+        # A private dataset's token goes to the resolver only, never to the signed CDN URL it
+        # redirects to (aiohttp drops Authorization on a redirect to another host, too).
+        auth = {"Authorization": f"Bearer {self.config.token}"} if self.config.token else {}
+        return await self._get_url(shard, self.config.shard_url(shard), byte_range, auth)
 
-    async def _get_url(self, shard: str, url: str, byte_range: str) -> tuple[bytes, int]:
+    async def _get_url(
+        self, shard: str, url: str, byte_range: str, auth: dict[str, str] | None = None
+    ) -> tuple[bytes, int]:
         timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        headers = {"Range": byte_range} | (auth or {})
         try:
             async with (
                 self._slots,
-                self.session.get(url, headers={"Range": byte_range}, timeout=timeout) as resp,
+                self.session.get(url, headers=headers, timeout=timeout) as resp,
             ):
                 if resp.status != 206:
                     # Never read a 200 body: it is the whole 2 GB shard.
