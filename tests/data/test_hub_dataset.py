@@ -28,7 +28,7 @@ from daisychain import datanames
 from daisychain.harness.fineweb_stub import UpstreamStub, fineweb_table
 from daisychain.server import hubdataset, main
 from daisychain.server.config import DataConfig
-from daisychain.server.datasource import FineWebReader, UpstreamError
+from daisychain.server.parquetreader import FineWebReader, UpstreamError
 from fineweb_helpers import fineweb_server, start, upstream
 from mesh_helpers import lead_config, needs_namespace
 

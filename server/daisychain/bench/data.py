@@ -87,7 +87,8 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import aiohttp
 
     from daisychain.server.config import DataConfig
-    from daisychain.server.datasource import FineWebReader, reader_for
+    from daisychain.server.datasource import reader_for
+    from daisychain.server.parquetreader import FineWebReader
 
     shards = tuple(f"sample/10BT/{i:03d}_00000.parquet" for i in range(args.shards))
     for i, shard in enumerate(shards):

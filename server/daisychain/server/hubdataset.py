@@ -12,7 +12,7 @@ column that is missing or not text (the text columns there are, listed). The run
 then ``hf:REPO@COMMIT:SPLIT:COLUMN`` (``daisychain.datanames``), and the addressed windows,
 budgets, caches and the worker process are FineWeb-Edu's (``datasource``).
 
-``HubReader`` is ``datasource.FineWebReader`` with its range reads made by the library's file
+``HubReader`` is ``parquetreader.FineWebReader`` with its range reads made by the library's file
 system (``HfFileSystem.cat_file`` of ``datasets/REPO@COMMIT/PATH``, exactly the bytes asked for:
 no read-ahead cache), on a thread pool of its own since the library blocks. ``daisychain bench
 data`` measures both readers on the same shards (docs/BENCHMARKS.md, "data").
@@ -34,7 +34,7 @@ import aiohttp
 
 from daisychain import datanames
 from daisychain.server.config import DataConfig
-from daisychain.server.datasource import FineWebReader, UpstreamError
+from daisychain.server.parquetreader import FineWebReader, UpstreamError
 
 PARQUET_SUFFIX = ".parquet"
 _RANGE_RE = re.compile(r"bytes=(?:(\d+)-(\d+)|-(\d+))")

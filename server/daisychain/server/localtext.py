@@ -45,7 +45,7 @@ import aiohttp
 
 from daisychain import datanames
 from daisychain.server.config import DataConfig
-from daisychain.server.datasource import FineWebReader, UpstreamError
+from daisychain.server.parquetreader import FineWebReader, UpstreamError
 
 SUFFIXES = (".txt", ".md", ".jsonl", ".parquet")
 PIECE_CHARS = 100_000
