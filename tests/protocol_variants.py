@@ -4,8 +4,9 @@ A second implementation of the protocol machine (static/js/p2p/machine/) must an
 the Python machine on every sequence of events, not only on the stored traces. Two sources:
 
 - ``extra_scenarios()``: runs with the events no stored trace has (``user-stop``, ``user-save``,
-  ``signaling-lost``) and refusals they do not reach (compute returning too few chunks, a
-  checkpoint the replica refuses, a config the leader cannot train, a chunk the codec refuses);
+  ``user-private-data``, ``signaling-lost``) and refusals they do not reach (compute returning
+  too few chunks, a checkpoint the replica refuses, a config the leader cannot train, a chunk the
+  codec refuses);
 - ``perturbed(directory, seed, variants)``: each stored trace with one to three of its events
   dropped, duplicated, swapped or delayed, or a frame bit or a text character damaged (seeded),
   fed to the Python machine, which writes the effects it hands back. A Python exception is
@@ -32,7 +33,7 @@ from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.traces.jsonform import effect_to_json, event_from_json
-from daisychain.p2p.traces.scenarios import ABC, follow, lead_run, stop_acks
+from daisychain.p2p.traces.scenarios import ABC, follow, lead_run, sent, stop_acks
 from daisychain.p2p.traces.script import (
     RUN,
     A,
@@ -52,7 +53,7 @@ TRACES = Path(__file__).resolve().parent / "vectors" / "protocol"
 
 
 def extra_scenarios() -> list[Json]:
-    """Six scenarios; each asserts that it shows what its name says."""
+    """Ten scenarios; each asserts that it shows what its name says."""
     out: list[Json] = []
 
     s = Script("x-leader-stop-save", "A leads B and C; its user saves after step 1 (save_every "
@@ -115,6 +116,42 @@ def extra_scenarios() -> list[Json]:
                state=fresh_state())  # fmt: skip
     got = s.feed(ev.UserLead(s.now, config(3, width=65, heads=4), 2))
     assert _outcome(got).code == "incompatible"
+    out.append(s.trace())
+
+    s = Script("x-private-data", "B trains on private data: its user says so in the lobby, "
+               "its ready says so; the user's change during the run is ignored (the leader was "
+               "told already).", B)  # fmt: skip
+    assert s.feed(ev.UserPrivateData(s.now, True)) == []
+    s.connect(A, C)
+    ready = sent(s.send(A, config(3)), messages.Ready)
+    assert [(p, m.private_data) for p, m in ready if isinstance(m, messages.Ready)] == [(A, True)]
+    s.send(A, roster_msg(1, 0, ABC))
+    assert s.feed(ev.UserPrivateData(s.now, False)) == []
+    s.exchange(1, 0, ABC)
+    assert s.machine.private_data_peers == {B}, s.machine.private_data_peers
+    out.append(s.trace())
+
+    s = Script("x-private-data-joiner", "D joins at step 5 with private data: its sync-request "
+               "says so.", D)  # fmt: skip
+    s.feed(ev.UserPrivateData(s.now, True))
+    follow(s, A, (B, C), config(8))
+    s.at(1.0)
+    asked = sent(s.send(A, roster_msg(5, 0, ABC)), messages.SyncRequest)
+    assert asked == [(A, messages.SyncRequest(RUN, private_data=True))], asked
+    out.append(s.trace())
+
+    s = Script("x-private-data-leader", "A leads with private data of its own; B's ready says "
+               "it has some too, C's does not: the same rosters as without, and A records A "
+               "and B.", A, state=fresh_state())  # fmt: skip
+    s.feed(ev.UserPrivateData(s.now, True))
+    s.feed(ev.UserLead(s.now, config(3), 3))
+    s.connect(B, C)
+    s.at(s.now + 1.0)
+    s.send(B, messages.Ready(RUN, 0, fresh_state()[1], [A, C], 0.0, private_data=True))
+    s.send(C, messages.Ready(RUN, 0, fresh_state()[1], [A, B], 0.0))
+    s.at(s.now + 1.0)
+    s.hashes(1, 0, ABC, s.exchange(1, 0, ABC))
+    assert s.machine.private_data_peers == {A, B}, s.machine.private_data_peers
     out.append(s.trace())
 
     s = Script("x-codec-refusal", "B: C's contribution carries a block exponent of 101.", B)

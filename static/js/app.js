@@ -27,6 +27,7 @@ import { fetchAccess } from './page/access.js';
 import * as readiness from './page/readiness.js';
 import * as group from './page/group.js';
 import * as lead from './page/lead.js';
+import * as privateText from './page/privatetext.js';
 import * as live from './page/live.js';
 import * as keep from './page/keep.js';
 import * as use from './page/use.js';
@@ -76,7 +77,8 @@ async function newSession(previous = null) {
   // FineWeb-Edu runs too, when this page's server reads it at a pinned revision (/api/status).
   const data = await fineWebFeed(location.origin, page.tokenizer);
   const peer = new BrowserPeer({ mesh, replica, tokens: page.tokens, tokenizerSha256: page.tokenizer.sha256,
-    vocabSize: page.tokenizer.vocabSize, name: page.name, timers: timerParams(params), data });
+    vocabSize: page.tokenizer.vocabSize, name: page.name, timers: timerParams(params), data,
+    privateText: page.privateText });
   if (reuse) previous.peer.dispose(); // its run is over; the mesh's events are the new peer's
   const session = { mesh, peer, replica, data, ran: false };
   if (shown === null || !shown.ran) shown = session;
@@ -141,7 +143,8 @@ async function newSession(previous = null) {
 async function main() {
   page.name = deviceName(params);
   page.access = fetchAccess();
-  for (const [panel, id] of [[readiness, 'readiness'], [group, 'group'], [lead, 'lead'], [live, 'live'],
+  for (const [panel, id] of [[readiness, 'readiness'], [group, 'group'], [lead, 'lead'],
+    [privateText, 'private'], [live, 'live'],
     [keep, 'keep'], [use, 'use'], [problems, 'problems']]) {
     panel.mount(document.getElementById(id), page);
   }

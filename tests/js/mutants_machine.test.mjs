@@ -418,16 +418,17 @@ test('mutant: every event constructor makes a frozen record of one of EVENT_TYPE
     ev.computeDone(1, 2, 0, 0.5, [new Uint8Array(1)], 'x'),
     ev.computePartial(1, 2, 0, 1, new Uint8Array(1)), ev.computeFailed(1, 2, 0, 'oom'),
     ev.timer(1), ev.userLead(1, {}, 2), ev.userStop(1, 'why'), ev.userLeave(1, 'why'),
-    ev.userSave(1), ev.signalingLost(1, 'why'),
+    ev.userSave(1), ev.userPrivateData(1, true), ev.signalingLost(1, 'why'),
   ];
   assert.deepEqual(all.map((e) => e.type), [...ev.EVENT_TYPES]);
-  assert.equal(new Set(ev.EVENT_TYPES).size, 14);
+  assert.equal(new Set(ev.EVENT_TYPES).size, 15);
   for (const e of all) {
     assert.equal(e.now, 1);
     assert.ok(Object.isFrozen(e));
   }
   assert.deepEqual({ ...ev.userStop(3, 'enough') }, { type: 'user-stop', now: 3, reason: 'enough' });
   assert.deepEqual({ ...ev.userSave(3) }, { type: 'user-save', now: 3 });
+  assert.deepEqual({ ...ev.userPrivateData(3, 1) }, { type: 'user-private-data', now: 3, on: true });
   assert.deepEqual({ ...ev.signalingLost(3, 'gone') }, { type: 'signaling-lost', now: 3, reason: 'gone' });
 });
 

@@ -95,6 +95,7 @@ function facadeOf(peer) {
     id: peer.id, admitted: peer.admitted, phase: peer.phase, inRun: peer.inRun,
     canLead: peer.canLead, config: peer.config, leader: peer.leader, isLeader: peer.isLeader,
     hasState: peer.hasState, gone: [...peer.gone], speeds: [...peer.speeds],
+    privateDataPeers: [...peer.privateDataPeers],
   };
 }
 
@@ -103,6 +104,7 @@ function machineOf(peer) {
   return {
     id: m.id, phase: m.phase.phase, config: m.config, leader: m.leader, isLeader: m.isLeader,
     hasState: m.hasState, gone: [...m.peers.goneSet], speeds: [...m.leadership.speeds],
+    privateDataPeers: [...m.privateDataPeers],
   };
 }
 
@@ -131,7 +133,7 @@ test('the facade tracks the machine: lobby -> configured -> training -> stopped 
   assert.equal(peer.machine, null);
   assert.deepEqual(facadeOf(peer), {
     id: '', admitted: false, phase: 'lobby', inRun: false, canLead: false, config: null,
-    leader: null, isLeader: false, hasState: false, gone: [], speeds: [],
+    leader: null, isLeader: false, hasState: false, gone: [], speeds: [], privateDataPeers: [],
   });
   assert.deepEqual(peer.agreement(1), [0, 0]);
   assert.equal(peer.tally(1, 0, ['A']), null);
@@ -227,7 +229,8 @@ test('static/js/page/ reads only the facade, builds with h(), and mounts one way
   assert.ok(Object.keys(sources).length >= 10, 'the page modules are there');
   const panels = Object.keys(sources).filter((f) => /export function mount\(root, page\)/.test(sources[f]));
   assert.deepEqual(panels.sort(),
-    ['group.js', 'keep.js', 'lead.js', 'live.js', 'problems.js', 'readiness.js', 'use.js']);
+    ['group.js', 'keep.js', 'lead.js', 'live.js', 'privatetext.js', 'problems.js', 'readiness.js',
+      'use.js']);
   assert.deepEqual(pageViolations(sources), []);
 });
 

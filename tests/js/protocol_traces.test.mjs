@@ -174,8 +174,8 @@ for (const [what, file, from, to, expected] of PLANTED) {
 
 // ---------------------------------------------------------------------------------------------
 // Beyond the stored traces (tests/protocol_variants.py, played by the Python machine at test
-// time): seven scenarios with the events no stored trace has (user-stop, user-save,
-// signaling-lost) and refusals the stored traces do not reach (too few chunks, chunks of the
+// time): ten scenarios with the events no stored trace has (user-stop, user-save,
+// user-private-data, signaling-lost) and refusals the stored traces do not reach (too few chunks, chunks of the
 // wrong size, a checkpoint the
 // replica refuses, a config the leader cannot train, a chunk the codec refuses); and every
 // stored trace perturbed six ways (events dropped, duplicated, swapped or delayed, a frame bit or
@@ -187,7 +187,7 @@ const pythonVariants = () => (variants ??= pythonFile('tests/protocol_variants.p
 
 test('scenarios beyond the stored traces replay to the Python machine\'s effects', async (t) => {
   const { extra } = pythonVariants();
-  assert.equal(extra.length, 7);
+  assert.equal(extra.length, 10);
   let events = 0;
   for (const trace of extra) events += await replay(trace);
   const seen = new Set();

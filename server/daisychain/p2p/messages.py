@@ -114,21 +114,25 @@ class Config:
 @dataclass(frozen=True)
 class Ready:
     """Peer -> leader: my state is at ``step`` with ``hash``; I have open channels to ``peers``;
-    I compute one sequence in ``seq_s`` seconds (0: not measured yet)."""
+    I compute one sequence in ``seq_s`` seconds (0: not measured yet); ``private_data``: my
+    gradients are of text only this device holds (docs/PROTOCOL.md, "Private data")."""
 
     run: str
     step: int
     hash: str
     peers: list[str]
     seq_s: float
+    private_data: bool = False  # written only when true (see OMITTED_WHEN_FALSE)
     type: Literal["ready"] = "ready"
 
 
 @dataclass(frozen=True)
 class SyncRequest:
-    """Peer -> leader: send me your state (checkpoint frame) at the next step boundary."""
+    """Peer -> leader: send me your state (checkpoint frame) at the next step boundary;
+    ``private_data`` as in ``Ready`` (a peer that joins a running run says it here)."""
 
     run: str
+    private_data: bool = False  # written only when true (see OMITTED_WHEN_FALSE)
     type: Literal["sync-request"] = "sync-request"
 
 
@@ -252,8 +256,15 @@ TYPES = (
 )  # fmt: skip
 
 
+# Optional flags a message carries only when true: absent reads as false, so a peer without
+# private data writes exactly the bytes it wrote before the flag existed (and the conformance
+# traces, which pin those bytes, stay as they are).
+OMITTED_WHEN_FALSE = frozenset({"private_data"})
+
+
 def encode(message: Message) -> str:
-    return json.dumps(asdict(message), separators=(",", ":"), allow_nan=False)
+    obj = {k: v for k, v in asdict(message).items() if not (k in OMITTED_WHEN_FALSE and v is False)}
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
 def error_from(exc: MessageError) -> Error:
@@ -343,9 +354,10 @@ def parse(raw: str) -> Message:
             hash=f.hash("hash"),
             peers=f.ids("peers", MAX_ROSTER),
             seq_s=f.number("seq_s", 0.0, MAX_SEQ_S),
+            private_data=f.optional_flag("private_data"),
         )
     if kind == "sync-request":
-        return SyncRequest(run=f.run())
+        return SyncRequest(run=f.run(), private_data=f.optional_flag("private_data"))
     if kind == "roster":
         peers = f.ids("peers", MAX_ROSTER)
         if not peers:

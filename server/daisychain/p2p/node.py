@@ -82,6 +82,9 @@ class StepRecord:
     leader: str
     probe: str
     backend: str
+    # Roster peers known to train on private data (the leader hears every one; a follower knows
+    # only itself): docs/PROTOCOL.md, "Private data".
+    private_data: tuple[str, ...] = ()
 
 
 def from_mesh(e: MeshEvent) -> Input:
@@ -192,6 +195,11 @@ class Node:
     def agreement(self, step: int) -> tuple[int, int]:
         """(peers whose hash of ``step`` equals ours, peers that reported one)."""
         return self.machine.agreement(step)
+
+    @property
+    def private_data_peers(self) -> frozenset[str]:
+        """The peers of this run known to train on private data (machine.private_data_peers)."""
+        return self.machine.private_data_peers
 
     # -- user requests (signal handlers) --------------------------------------------------------
 
@@ -357,6 +365,9 @@ class Node:
         state = self.replica.state
         config = self.machine.config
         assert state is not None and config is not None
+        # Only a page trains on private text (docs/PROTOCOL.md, "Private data"): this shell never
+        # tells its machine it has some, so its lanes are always the run's.
+        assert not self.machine.private_data, "the headless peer has no private text"
         revision = fineweb.revision_of(config.data)  # the data rule accepted it
         cfg = state.cfg
         count = c.shares[c.rank]
@@ -461,8 +472,8 @@ class Node:
             exchange_s=time.perf_counter() - self._computed_at.pop(key, time.perf_counter()),
             exchange_work_s=self.pace.applied(key, time.process_time()),
             bytes_sent=self._bytes.pop(key, 0), bytes_early=self._early_bytes.pop(key, 0),
-            leader=a.leader, probe=a.probe,
-            backend=a.backend,
+            leader=a.leader, probe=a.probe, backend=a.backend,
+            private_data=tuple(p for p in a.roster if p in self.machine.private_data_peers),
         )  # fmt: skip
         self.records.append(record)
         if self.on_step is not None:

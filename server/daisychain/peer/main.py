@@ -170,6 +170,7 @@ class Display:
         self.as_json = as_json
         self.last = time.perf_counter()
         self.node: Node | None = None
+        self.private_seen: set[str] = set()  # peers already reported as training on private data
 
     def emit(self, obj: dict[str, Any]) -> None:
         if self.as_json:
@@ -184,7 +185,20 @@ class Display:
         if c.switched and not self.as_json:
             print(f"backend {c.reason()}", file=sys.stderr, flush=True)
 
+    def private_data(self, r: StepRecord) -> None:
+        """Say once per peer that it trains on private data (the run's record of it)."""
+        for peer in r.private_data:
+            if peer in self.private_seen:
+                continue
+            self.private_seen.add(peer)
+            self.emit({"event": "private-data", "peer": peer, "step": r.step})
+            if not self.as_json:
+                text = (f"peer {peer} trains on private data: its batches are of text only it "
+                        "holds; only its gradients reach this run")  # fmt: skip
+                print(text, file=sys.stderr, flush=True)
+
     def step(self, r: StepRecord) -> None:
+        self.private_data(r)
         now = time.perf_counter()
         tok_s = r.tokens / max(now - self.last, 1e-9)
         self.last = now
@@ -197,7 +211,7 @@ class Display:
             "exchange_work_s": round(r.exchange_work_s, 4),
             "seq_s": round(self.node.pace.seq_s if self.node else 0.0, 5),
             "bytes_sent": r.bytes_sent, "bytes_early": r.bytes_early, "leader": r.leader,
-            "probe": r.probe, "backend": r.backend,
+            "probe": r.probe, "backend": r.backend, "private_data": list(r.private_data),
         })  # fmt: skip
         if not self.as_json:
             # A share of 0 computed no loss: a 0 there would read as a perfect model.

@@ -382,6 +382,10 @@ def _message_texts() -> list[tuple[str, str]]:
         )
     )
     add(("valid-roster-share-zero", _dumps(_with(v["roster"], shares=[16, 0]))))
+    # The optional private-data flag: written only when true, absent or false read as false.
+    add(("valid-ready-private-data", _dumps(_with(v["ready"], private_data=True))))
+    add(("valid-ready-private-data-false", _dumps(_with(v["ready"], private_data=False))))
+    add(("valid-sync-request-private-data", _dumps(_with(v["sync-request"], private_data=True))))
     add(("valid-stop-empty-hashes", _dumps(_with(v["stop"], hashes={}))))
     pair_and_lone = (
         '{"type":"hello","version":'
@@ -482,6 +486,10 @@ def _message_texts() -> list[tuple[str, str]]:
         ("ready-seq-s-missing", _dumps(_with(v["ready"], seq_s=_DROP))),
         ("ready-seq-s-negative", _dumps(_with(v["ready"], seq_s=-0.5))),
         ("ready-seq-s-string", _dumps(_with(v["ready"], seq_s="1"))),
+        ("ready-private-data-string", _dumps(_with(v["ready"], private_data="true"))),
+        ("ready-private-data-number", _dumps(_with(v["ready"], private_data=1))),
+        ("ready-private-data-null", _dumps(_with(v["ready"], private_data=None))),
+        ("sync-request-private-data-list", _dumps(_with(v["sync-request"], private_data=[True]))),
         ("hash-seq-s-missing", _dumps(_with(hs, seq_s=_DROP))),
         ("hash-seq-s-huge", _dumps(_with(hs, seq_s=1e7))),
         ("config-global-batch-missing", _dumps(_with(cfg, global_batch=_DROP))),

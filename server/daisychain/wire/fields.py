@@ -62,6 +62,13 @@ class Fields:
             raise self.bad(name, "a string or absent")
         return value
 
+    def optional_flag(self, name: str) -> bool:
+        """A JSON boolean, or absent (false). Only ``true``/``false``: 1 or "yes" is refused."""
+        value = self.obj_.get(name, False)
+        if not isinstance(value, bool):
+            raise self.bad(name, "true, false or absent")
+        return value
+
     def choice(self, name: str, options: tuple[str, ...]) -> str:
         value = self.obj_.get(name)
         if value not in options:

@@ -47,15 +47,18 @@ export const MODEL_FIELDS = Object.freeze(
 const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
 
 // The declarations: each record's fields in Python's dataclass order (`type` comes last) with
-// their JSON types. `encode` writes them in this order; `parse` below builds them.
+// their JSON types. `encode` writes them in this order; `parse` below builds them. A 'flag?' is
+// an optional boolean written only when true (Python's OMITTED_WHEN_FALSE): absent reads as
+// false, so a peer without it writes the bytes it wrote before the flag existed.
 export const DECLARATIONS = Object.freeze({
   hello: [['version', 'int'], ['name', 'str'], ['contract', 'int']],
   config: [['run', 'str'], ['preset', 'str?'], ['model', MODEL_FIELDS.map((f) => [f, 'int'])],
     ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
     ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?'],
     ['global_batch', 'int'], ['shares_by', 'str']],
-  ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids'], ['seq_s', 'float']],
-  'sync-request': [['run', 'str']],
+  ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids'], ['seq_s', 'float'],
+    ['private_data', 'flag?']],
+  'sync-request': [['run', 'str'], ['private_data', 'flag?']],
   roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids'], ['shares', 'ints']],
   hash: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['hash', 'str'], ['loss', 'float'],
     ['probe', 'str'], ['backend', 'str'], ['seq_s', 'float']],
@@ -146,7 +149,15 @@ function encodeValue(value, kind, where) {
 export function encode(m) {
   const fields = DECLARATIONS[m.type];
   if (fields === undefined) throw new TypeError(`unknown control message type ${m.type}`);
-  const body = fields.map(([f, k]) => `${jsonString(f)}:${encodeValue(m[f], k, `${m.type}.${f}`)}`);
+  const body = [];
+  for (const [f, k] of fields) {
+    if (k === 'flag?') {
+      if (![undefined, false, true].includes(m[f])) throw new TypeError(`${m.type}.${f} is not a valid flag`);
+      if (m[f] === true) body.push(`${jsonString(f)}:true`);
+      continue;
+    }
+    body.push(`${jsonString(f)}:${encodeValue(m[f], k, `${m.type}.${f}`)}`);
+  }
   body.push(`"type":${jsonString(m.type)}`);
   return `{${body.join(',')}}`;
 }
@@ -226,9 +237,12 @@ export function parse(raw) {
     return record('ready', {
       run: f.run(), step: f.integer('step', 0, U32_MAX), hash: f.hash('hash'),
       peers: f.ids('peers', MAX_ROSTER), seq_s: f.number('seq_s', 0.0, MAX_SEQ_S),
+      private_data: f.optionalFlag('private_data'),
     });
   }
-  if (kind === 'sync-request') return record('sync-request', { run: f.run() });
+  if (kind === 'sync-request') {
+    return record('sync-request', { run: f.run(), private_data: f.optionalFlag('private_data') });
+  }
   if (kind === 'roster') {
     const peers = f.ids('peers', MAX_ROSTER);
     if (peers.length === 0) throw f.bad('peers', 'a non-empty list of peer ids');
@@ -326,6 +340,13 @@ class Fields {
     if (typeof value !== 'string' || pyLen(value) > maxChars) {
       throw this.bad(name, `a string of at most ${maxChars} characters`);
     }
+    return value;
+  }
+
+  // A JSON boolean, or absent (false). Only true/false: 1 or "yes" is refused.
+  optionalFlag(name) {
+    const value = this.fields.has(name) ? this.fields.get(name) : false;
+    if (typeof value !== 'boolean') throw this.bad(name, 'true, false or absent');
     return value;
   }
 

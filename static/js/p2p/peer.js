@@ -38,7 +38,15 @@
 // gpuProducts, bytesSent, bytesReceived (both cumulative), computedAtMs, appliedAtMs
 // (performance.now() when our gradient was ready and when the step was applied)},
 // `finished` {outcome}, `error` {message, hint} (also console.warn), `save` {run, step, hash,
-// why ('asked' | 'every' | 'end'), bytes, at (Date.now())}.
+// why ('asked' | 'every' | 'end'), bytes, at (Date.now())}, `private-data` {peer} (a peer of
+// this run trains on private data: this one, or, at the leader, one whose `ready` or
+// `sync-request` said so; each once). A step record also names its roster's `privateData`.
+//
+// Private data (privatedata.js; docs/PROTOCOL.md, "Private data"): `usePrivateText(text)` makes
+// this page compute its share from text only it holds, whatever the run's `data`. The machine is
+// told (`user-private-data`) and says so in its `ready`/`sync-request`; both take the choice
+// only before a run is configured, so the lanes this page computes on are always the ones it
+// declared.
 
 import { DetailEvent } from './signaling.js';
 import { Machine, settings as makeSettings, events as E } from './machine/index.js';
@@ -49,6 +57,7 @@ import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
 import { revisionOf } from '../fineweb.js';
 import { DataUnavailable } from './datafeed.js';
 import { decodeCheckpoint } from './checkpoint.js';
+import { PrivateDataError } from './privatedata.js';
 
 const CLOSE_DRAIN_MS = 1000; // a refusal's `error` leaves before its channel closes
 const MIN_RETRY_MS = 10;
@@ -152,9 +161,12 @@ export class BrowserPeer extends EventTarget {
    *   refuses a "fineweb@REV" run as incompatible
    * @param {boolean} [o.keep]  export a checkpoint on every save and emit `save` (see above)
    * @param {number} [o.saveEvery]  also save every that many steps (0: never)
+   * @param {import('./privatedata.js').PrivateText|null} [o.privateText]  train on this text of
+   *   the device's own (usePrivateText)
    */
   constructor({ mesh, replica, tokens, tokenizerSha256, vocabSize, name = '', timers = {},
-    limits = {}, clock = monotonic, log = null, data = null, keep = false, saveEvery = 0 }) {
+    limits = {}, clock = monotonic, log = null, data = null, keep = false, saveEvery = 0,
+    privateText = null }) {
     super();
     this.name = name;
     this.mesh = mesh;
@@ -195,6 +207,12 @@ export class BrowserPeer extends EventTarget {
     this.savedStep = -1;
     this.lastSave = null; // the latest `save` detail: what a finished run leaves to download
     this.listening = new AbortController(); // ends this peer's mesh listeners when it finishes
+    // The private text this peer trains on: set when the machine takes the choice (in the lobby),
+    // so it always matches what the machine declares (usePrivateText).
+    this.privateText = null;
+    this.privateSeen = new Set(); // peers `private-data` was emitted for
+    // Queued first: fed as soon as the machine exists, before any message of the mesh.
+    if (privateText !== null) this.usePrivateText(privateText);
     mesh.sessions = true; // a new identity ends the run; the next peer starts the next session
     this.listen();
     if (mesh.id) {
@@ -302,6 +320,14 @@ export class BrowserPeer extends EventTarget {
     return this.machine?.leadership.speeds ?? new Map();
   }
 
+  /**
+   * The peers of this run known to train on private data (a Set): this page when it does, and,
+   * at the leader, every peer whose `ready` or `sync-request` said so. Node.private_data_peers.
+   */
+  get privateDataPeers() {
+    return this.machine?.privateDataPeers ?? new Set();
+  }
+
   // -- inputs ---------------------------------------------------------------------------------
 
   listen() {
@@ -369,6 +395,7 @@ export class BrowserPeer extends EventTarget {
     await new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
+          this.privateText?.checkFits(accepted.model.seqLen); // fed before this: it is current
           await this.replica.start(accepted.model, accepted.optim, config.seed);
           resolve();
         } catch (exc) {
@@ -406,6 +433,7 @@ export class BrowserPeer extends EventTarget {
     await new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
+          this.privateText?.checkFits(ck.model.seqLen); // fed before this: it is current
           await this.replica.restore(bytes, source);
           resolve();
         } catch (exc) {
@@ -415,6 +443,18 @@ export class BrowserPeer extends EventTarget {
       });
     });
     return config;
+  }
+
+  /**
+   * Train on `text` (a privatedata.js PrivateText; null: on the run's text) in the next run this
+   * peer enters. Taken when it is fed, only while no run is configured (the machine's rule too):
+   * a run keeps what it declared, and the page offers the choice again for its next run.
+   */
+  usePrivateText(text) {
+    this.push((now) => {
+      if (this.machine.config === null) this.privateText = text;
+      return E.userPrivateData(now, text !== null);
+    });
   }
 
   /** Save now (userSave): a leader also asks every peer to save this step. */
@@ -528,8 +568,10 @@ export class BrowserPeer extends EventTarget {
     const phase = this.phase;
     if (phase !== this.lastPhase) {
       this.lastPhase = phase;
+      if (phase === 'configured') this.checkPrivateText();
       this.emit('phase', { phase });
     }
+    this.notePrivateData();
     for (const effect of effects) {
       if (effect.type === 'finished') this.finish(effect.outcome);
       else this.execute(effect);
@@ -592,6 +634,42 @@ export class BrowserPeer extends EventTarget {
     }
   }
 
+  /**
+   * A run this page follows with private text needs sequences its text can fill: otherwise it
+   * leaves at once (before any step) and says why, as a page that cannot read the run's data.
+   */
+  checkPrivateText() {
+    const text = this.privateText;
+    if (text === null || this.isLeader) return; // a leader checked in lead()
+    try {
+      text.checkFits(this.config.model.seq_len);
+    } catch (exc) {
+      if (!(exc instanceof PrivateDataError)) throw exc;
+      this.fail(`cannot train this run on the private text: ${exc.message}`, exc.hint);
+      this.push((now) => E.userLeave(now, `its private text is too short for this run: ${exc.message}`));
+    }
+  }
+
+  /** Emit `private-data` (and log) once for each peer newly known to train on private data. */
+  notePrivateData() {
+    for (const peer of this.privateDataPeers) {
+      if (this.privateSeen.has(peer)) continue;
+      this.privateSeen.add(peer);
+      this.log('info', `${peer} trains on private data: only its gradients reach this run`);
+      this.emit('private-data', { peer });
+    }
+  }
+
+  /**
+   * A gradient on this page's private text: lane l of step s is the batch of (seed, s, l) drawn
+   * from its own ids (privatedata.js), whatever the run's data is. Nothing is fetched.
+   */
+  computeOnPrivate(c) {
+    const text = this.privateText;
+    const { model, seed, step } = this.replica;
+    return this.replica.compute(c, (lane) => text.lane(model, seed, step, lane), this.earlyChunks(c));
+  }
+
   /** A builtin run's gradient: lane l of step s is the batch of (seed, s, l). */
   computeOnBuiltin(c) {
     return this.replica.compute(c, (lane) => this.replica.builtinLane(this.tokens, lane),
@@ -623,10 +701,19 @@ export class BrowserPeer extends EventTarget {
   }
 
   startCompute(c) {
-    // A builtin run's gradient starts at once, as before FineWeb-Edu (the worker's requests keep
-    // their order with the checkpoint exports the machine asks for next).
-    const computing = revisionOf(this.machine.config.data) === null
-      ? this.computeOnBuiltin(c) : this.computeOnFineWeb(c);
+    // The text we declared: private (our `ready` said so) or the run's. A builtin run's gradient
+    // starts at once, as before FineWeb-Edu (the worker's requests keep their order with the
+    // checkpoint exports the machine asks for next).
+    if ((this.privateText !== null) !== this.machine.privateData) { // a bug: never guess
+      const text = 'the private text and what this page declared differ';
+      this.fail(`computing step ${c.step} failed: ${text}`, 'report this; the device stays in its group');
+      this.push((now) => E.computeFailed(now, c.step, c.round, text));
+      return;
+    }
+    let computing;
+    if (this.privateText !== null) computing = this.computeOnPrivate(c);
+    else if (revisionOf(this.machine.config.data) === null) computing = this.computeOnBuiltin(c);
+    else computing = this.computeOnFineWeb(c);
     computing.then((r) => {
       if (r === null) return;
       const seqS = this.measured(r);
@@ -656,6 +743,7 @@ export class BrowserPeer extends EventTarget {
       step: a.step, round: a.round, loss: a.loss, hash: a.hash, roster: [...a.roster],
       shares: [...a.shares], share: a.roster.includes(this.id) ? a.shares[a.roster.indexOf(this.id)] : 0,
       probe: a.probe, backend: a.backend, leader: a.leader,
+      privateData: a.roster.filter((p) => this.privateDataPeers.has(p)),
       bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, appliedAtMs: performance.now(),
       ...(ours ?? {}), exchangeWorkS,
     };

@@ -9,13 +9,16 @@
 // class, no `this`. What a test reads of a panel is an exported plain object (live.js `live`,
 // use.js `panels`). A panel reads the run only through the peer's facade (p2p/peer.js
 // BrowserPeer: id, admitted, phase, inRun, canLead, config, leader, isLeader, hasState, gone,
-// agreement(), tally(), and the fields outcome, records, lastSave), never `peer.machine`;
+// agreement(), tally(), privateDataPeers, and the fields outcome, records, lastSave,
+// privateText), never `peer.machine`;
 // "is this page in a run?" is `peer.inRun`. tests/js/page_facade.test.mjs checks both.
 //
 // Fields (null until known): tokenizer {sha256, vocabSize, ...}, tokens (the built-in corpus's
 // training ids), selection (the backend choice record, replica.js chooseBackend), name (this
 // device's name), access (a promise of the server's access facts, page/access.js: https,
-// LAN addresses; resolves to null when the server does not say), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
+// LAN addresses; resolves to null when the server does not say), privateText (the private text
+// the user chose, p2p/privatedata.js PrivateText, or null: it outlives sessions, and each new
+// session's peer is given it), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
 // (p2p/replica.js WorkerReplica), data (the FineWeb-Edu feed or null). A session is one mesh +
 // peer: a page that finished a run starts a new session for the next one, so panels listen to
 // `session` and re-attach their listeners to the new peer and mesh.
@@ -25,6 +28,7 @@
 //   session  {mesh, peer, replica, data}       a new session (the first, and after each run)
 //   error    {message, hint, source}           every problem the page shows (panels add theirs)
 //   status   {text}                            the one-line status (aria-live)
+//   private-text {text}                        the user chose a private text (null: removed it)
 
 import { DetailEvent } from '../p2p/signaling.js';
 
@@ -41,6 +45,18 @@ export class Page extends EventTarget {
     this.replica = null;
     this.data = null;
     this.errors = []; // {message, hint, source}: every error shown, for tests
+    this.privateText = null;
+  }
+
+  /**
+   * Train on `text` (a PrivateText; null: on the run's text) from the next run this page enters:
+   * the session's peer is told now (it takes it only before a run is configured), every later
+   * session's peer at its start (app.js).
+   */
+  setPrivateText(text) {
+    this.privateText = text;
+    this.peer?.usePrivateText(text);
+    this.emit('private-text', { text });
   }
 
   emit(type, detail) {

@@ -6,7 +6,8 @@
 //   sent, with "Ask again"), reconnecting (a live countdown to the next attempt and its number).
 // - Members: name, backend, measured speed (the `tokens_per_s` of each device's hello, when it
 //   sent one), the data channel's state (open / connecting / closed), the role: host of a
-//   room, leader of the run, and in a run its share of the latest step ("computes 3 of 16
+//   room, leader of the run, "private data" (it trains on text only it holds: known for every
+//   peer at the leader, for itself at each device), and in a run its share of the latest step ("computes 3 of 16
 //   sequences", "follows without computing": protocol v2's capacity-weighted rosters); under
 //   them the group's speed next to the fastest device's alone (an estimate from its seconds per
 //   sequence: its gradient time only).
@@ -129,7 +130,10 @@ export function mount(root, page) {
     const badges = [];
     if (roster.inRoom && roster.host === id) badges.push('host');
     if (page.peer?.inRun && page.peer.leader === id) badges.push('leader');
-    return badges.map((b) => h('span', { class: `badge ${b}`, text: b }));
+    // Trains on text only it holds (docs/PROTOCOL.md, "Private data"): every such peer at the
+    // leader, this device itself anywhere.
+    if (page.peer?.privateDataPeers.has(id)) badges.push('private data');
+    return badges.map((b) => h('span', { class: `badge ${b.replace(' ', '-')}`, text: b }));
   }
 
   /** This member's share of the run's latest step ("computes 3 of 16 sequences"), or null. */
@@ -295,7 +299,7 @@ export function mount(root, page) {
       });
     }
     steps = [];
-    for (const kind of ['phase', 'ready']) {
+    for (const kind of ['phase', 'ready', 'private-data']) {
       peer.addEventListener(kind, () => {
         if (page.peer === peer) {
           renderMembers();

@@ -134,6 +134,16 @@ class UserSave:
 
 
 @dataclass(frozen=True)
+class UserPrivateData:
+    """This peer's user trains on text only this device holds (``on``), or stops (docs/PROTOCOL.md,
+    "Private data"). Taken only before a run is configured: the ``ready`` or ``sync-request``
+    this peer sends says it, and a run keeps what it was told."""
+
+    now: float
+    on: bool
+
+
+@dataclass(frozen=True)
 class SignalingLost:
     now: float
     reason: str
@@ -153,5 +163,6 @@ Event = (
     | UserStop
     | UserLeave
     | UserSave
+    | UserPrivateData
     | SignalingLost
 )

@@ -33,6 +33,9 @@ class Leadership:
         # Seconds per sequence each peer last reported (ready, hash; ours from compute-done):
         # what the leader's shares are made of (p2p.shares.allot). 0: not measured.
         self.speeds: dict[str, float] = {}
+        # Peers whose ready or sync-request said they train on private data: the run's record
+        # of it (kept when a peer leaves: it trained on it while it was there).
+        self.private_data: set[str] = set()
         self.end_requested = ""  # leader: end the run at the next boundary (the reason)
 
     @property

@@ -58,6 +58,9 @@ class Machine:
         self.stopping = Stopping()
         self.config: messages.Config | None = None
         self.has_state = False
+        # Our gradients are of text only this device holds (user-private-data); fixed once a
+        # run is configured, and said in our `ready` or `sync-request`.
+        self.private_data = False
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.total_blocks = 0
         self.transfer = 0
@@ -123,6 +126,13 @@ class Machine:
 
     def agreement(self, step: int) -> tuple[int, int]:
         return self.guard.agreement(step)
+
+    @property
+    def private_data_peers(self) -> frozenset[str]:
+        """Read-only: the peers of this run known to train on private data: those whose
+        ``ready`` or ``sync-request`` said so (the leader hears them), and this one."""
+        ours = {self.id} if self.private_data and self.config is not None else set()
+        return frozenset(self.leadership.private_data | ours)
 
     def tally(self, step: int, rnd: int, roster: list[str]) -> Tally | None:
         """Read-only: the guard's tally of attempt (step, rnd) over ``roster`` (guard.py)."""
@@ -209,6 +219,11 @@ class Machine:
                 self._broadcast(messages.Save(self.config.run, self.replica.step))
             if self.settings.can_save and self.has_state:
                 self._save()
+        elif isinstance(e, ev.UserPrivateData):
+            if self.config is None:
+                self.private_data = e.on
+            else:  # the leader was told already: this run keeps what it said
+                log.warning("%s: private data changes only between runs", self.id)
         else:
             assert isinstance(e, ev.SignalingLost)
             raise self._stop("error", f"lost the signaling server: {e.reason}")
@@ -287,6 +302,10 @@ class Machine:
             self._reject(peer, "wrong-run", f"{m.type} for a run this peer is not in")
             return
         lead = self.leadership
+        if isinstance(m, messages.Ready | messages.SyncRequest) and m.private_data:
+            if peer not in lead.private_data:
+                log.info("%s: %s trains on private data", self.id, peer)
+            lead.private_data.add(peer)
         if isinstance(m, messages.Ready):
             lead.ready[peer] = m
             lead.speeds[peer] = m.seq_s
@@ -416,6 +435,7 @@ class Machine:
             self.replica.hash,
             self.peers.live_open(),
             self._seq_s(),
+            self.private_data,
         )
 
     def _seq_s(self) -> float:
@@ -782,7 +802,7 @@ class Machine:
             return
         log.info("%s: asking %s for the state", self.id, lead.leader)
         self.sync.sent()
-        self._send(lead.leader, messages.SyncRequest(self.config.run))
+        self._send(lead.leader, messages.SyncRequest(self.config.run, self.private_data))
 
     def _on_checkpoint(self, peer: str, p: frames.Payload) -> None:
         if peer != self.leadership.leader or not self.sync.awaiting:

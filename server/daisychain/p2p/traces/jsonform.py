@@ -64,6 +64,8 @@ def event_to_json(e: ev.Event) -> Json:
         return {**at, "event": "user-leave", "reason": e.reason}
     if isinstance(e, ev.UserSave):
         return {**at, "event": "user-save"}
+    if isinstance(e, ev.UserPrivateData):
+        return {**at, "event": "user-private-data", "on": e.on}
     assert isinstance(e, ev.SignalingLost)
     return {**at, "event": "signaling-lost", "reason": e.reason}
 
@@ -102,6 +104,8 @@ def event_from_json(obj: Json) -> ev.Event:
         return ev.UserLeave(now, obj["reason"])
     if kind == "user-save":
         return ev.UserSave(now)
+    if kind == "user-private-data":
+        return ev.UserPrivateData(now, bool(obj["on"]))
     if kind == "signaling-lost":
         return ev.SignalingLost(now, obj["reason"])
     raise ValueError(f"unknown trace event {kind!r}")

@@ -9,7 +9,7 @@ const ev = (type, fields) => Object.freeze({ type, ...fields });
 export const EVENT_TYPES = Object.freeze([
   'channel-open', 'channel-closed', 'peer-left', 'message', 'frame', 'compute-done',
   'compute-partial', 'compute-failed', 'timer', 'lead', 'user-stop', 'user-leave', 'user-save',
-  'signaling-lost',
+  'user-private-data', 'signaling-lost',
 ]);
 
 /** The data channel to `peer` is open (this peer sends `hello` on it). */
@@ -55,4 +55,10 @@ export const userStop = (now, reason) => ev('user-stop', { now, reason });
 export const userLeave = (now, reason) => ev('user-leave', { now, reason });
 /** Save now; a leader also asks every peer to save this step. */
 export const userSave = (now) => ev('user-save', { now });
+/**
+ * This peer's user trains on text only this device holds (`on`), or stops (docs/PROTOCOL.md,
+ * "Private data"). Taken only before a run is configured: the `ready` or `sync-request` this
+ * peer sends says it, and a run keeps what it was told.
+ */
+export const userPrivateData = (now, on) => ev('user-private-data', { now, on: Boolean(on) });
 export const signalingLost = (now, reason) => ev('signaling-lost', { now, reason });

@@ -24,6 +24,9 @@ export class Leadership {
     // Seconds per sequence each peer last reported (ready, hash; ours from compute-done): what
     // the leader's shares are made of (shares.allot). 0: not measured.
     this.speeds = new Map(); // peer -> seq_s
+    // Peers whose ready or sync-request said they train on private data: the run's record of it
+    // (kept when a peer leaves: it trained on it while it was there).
+    this.privateData = new Set();
     this.endRequested = ''; // leader: end the run at the next boundary (the reason)
   }
 

@@ -84,6 +84,9 @@ export class Machine {
     this.out = [];
     this.now = 0;
     this.busy = false;
+    // Our gradients are of text only this device holds (user-private-data); fixed once a run is
+    // configured, and said in our `ready` or `sync-request`.
+    this.privateData = false;
   }
 
   // ------------------------------------------------------------------------------------------
@@ -163,6 +166,16 @@ export class Machine {
   /** Read-only: the guard's tally of attempt (step, round) over `roster` (guard.js tally). */
   tally(step, round, roster) {
     return this.guard.tally(step, round, roster);
+  }
+
+  /**
+   * Read-only: the peers of this run known to train on private data (a new Set): those whose
+   * `ready` or `sync-request` said so (the leader hears them), and this one.
+   */
+  get privateDataPeers() {
+    const out = new Set(this.leadership.privateData);
+    if (this.privateData && this.config !== null) out.add(this.id);
+    return out;
   }
 
   // ------------------------------------------------------------------------------------------
@@ -265,6 +278,13 @@ export class Machine {
         }
         if (this.settings.can_save && this.hasState) this.save();
         return;
+      case 'user-private-data':
+        if (this.config === null) {
+          this.privateData = e.on;
+        } else { // the leader was told already: this run keeps what it said
+          this.log('warning', `${this.id}: private data changes only between runs`);
+        }
+        return;
       case 'signaling-lost':
         throw this.stop('error', `lost the signaling server: ${e.reason}`);
       default:
@@ -363,6 +383,10 @@ export class Machine {
       return;
     }
     const lead = this.leadership;
+    if ((m.type === 'ready' || m.type === 'sync-request') && m.private_data) {
+      if (!lead.privateData.has(peer)) this.log('info', `${this.id}: ${peer} trains on private data`);
+      lead.privateData.add(peer);
+    }
     switch (m.type) {
       case 'ready':
         lead.ready.set(peer, m);
@@ -534,7 +558,7 @@ export class Machine {
   ready() {
     return message('ready', {
       run: this.config.run, step: this.replica.step, hash: this.replica.hash,
-      peers: this.peers.liveOpen(), seq_s: this.seqS(),
+      peers: this.peers.liveOpen(), seq_s: this.seqS(), private_data: this.privateData,
     });
   }
 
@@ -940,7 +964,8 @@ export class Machine {
     for (const p of needed) if (this.peers.state(p) !== PeerState.GREETED) return;
     this.log('info', `${this.id}: asking ${lead.leader} for the state`);
     this.sync.sent();
-    this.send(lead.leader, message('sync-request', { run: this.config.run }));
+    this.send(lead.leader, message('sync-request', { run: this.config.run,
+      private_data: this.privateData }));
   }
 
   async onCheckpoint(peer, p) {

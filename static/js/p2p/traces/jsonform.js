@@ -48,6 +48,7 @@ export function eventFromJson(obj) {
     case 'user-stop': return ev.userStop(now, obj.reason);
     case 'user-leave': return ev.userLeave(now, obj.reason);
     case 'user-save': return ev.userSave(now);
+    case 'user-private-data': return ev.userPrivateData(now, Boolean(obj.on));
     case 'signaling-lost': return ev.signalingLost(now, obj.reason);
     default: throw new TypeError(`unknown trace event ${JSON.stringify(obj.event)}`);
   }
@@ -68,6 +69,7 @@ export function eventToJson(e) {
     case 'compute-failed': return { ...at, step: e.step, round: e.round, error: e.error };
     case 'timer': case 'user-save': return at;
     case 'lead': return { ...at, config: messageJson(e.config), min_peers: e.minPeers };
+    case 'user-private-data': return { ...at, on: e.on };
     default: return { ...at, reason: e.reason }; // user-stop, user-leave, signaling-lost
   }
 }
