@@ -41,6 +41,12 @@ pytest.register_assert_rewrite(
     "tab_helpers",
 )
 
+# The Hub tests talk to a local stand-in through huggingface_hub (tests/data/test_hub_dataset.py):
+# a machine set to the library's offline mode, or holding a token in its environment, must not
+# change what they see. Set before the library is first imported (it reads these once).
+for _name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_ENDPOINT"):
+    os.environ.pop(_name, None)
+
 from daisychain.harness import netns  # noqa: E402
 from pyast import parse_without_collector  # noqa: E402
 
