@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "pool": ("daisychain.bench.pool", "unequal devices together against each one alone"),
     "signaling": ("daisychain.bench.signaling", "WebSocket relay through one server; attacks"),
     "step": ("daisychain.bench.step", "training tokens/s of the contract against PyTorch"),
+    "wasm": ("daisychain.bench.wasm", "the CPU tier's WebAssembly SIMD GEMM against its JS GEMM"),
 }
 
 

@@ -10,6 +10,7 @@
 // first usable one in preference order. The CPU mirror is gated and probed too (it must pass; the
 // node suite proves it against the golden vectors).
 
+import { activeIntKernel } from '../numerics/gemm.js';
 import { acquireGpu, DP4A_FEATURE } from './device.js';
 import { CpuGemm, GpuGemm, productOps } from './gemm.js';
 import { runGemmGates } from './gates.js';
@@ -20,6 +21,14 @@ import { bits, key } from '../numerics/prng.js';
 export const GPU_ORDER = ['dp4a', 'lut'];
 export const GOPS_SHAPE = [256, 256, 256]; // M, K, N of the selftest's throughput figure
 export const CPU_ADAPTER = 'CPU (JS mirror, exact integer accumulation in doubles)';
+// The CPU row's adapter when the WebAssembly SIMD GEMM passed its gates and computes the CPU
+// tier's integer products (numerics/wasmgate.js): what the page and the run's records show.
+export const CPU_WASM_ADAPTER = 'CPU (JS mirror, integer products in WebAssembly SIMD)';
+
+/** The CPU tier's adapter text: which kernel computes its integer products now. */
+export function cpuAdapter() {
+  return activeIntKernel() === null ? CPU_ADAPTER : CPU_WASM_ADAPTER;
+}
 
 /** Random int8 operands for timing only (never part of the contract). */
 function timingOperands(n, stream) {
@@ -236,7 +245,7 @@ export async function selectBackend(options = {}) {
   if (!passed() || all) {
     progress('gating the JS CPU mirror');
     const cpu = new CpuGemm();
-    candidates.push({ row: await evaluateGemm(cpu, CPU_ADAPTER, { measure }), gemm: cpu });
+    candidates.push({ row: await evaluateGemm(cpu, cpuAdapter(), { measure }), gemm: cpu });
   }
   if (timeStep) {
     const timed = candidates.filter((c) => c.row.gates_passed).map(({ row, gemm }) => {

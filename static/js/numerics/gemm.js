@@ -45,6 +45,26 @@ function checkLength(x, n, what) {
   if (x.length !== n) throw new RangeError(`${what}: length ${x.length}, expected ${n}`);
 }
 
+// The tier's exact integer kernel: null (the JS kernels below), or one that passed its gates and
+// was installed by them (wasmgate.js: the WebAssembly SIMD GEMM). It computes the very integers
+// the JS kernels compute, so only the speed changes; every product asks it first
+// (`kernel.accumulate`, wasmgemm.js) and keeps the JS kernels for operands it does not take.
+let intKernel = null;
+
+/** Installs the integer kernel (null: the JS kernels); returns the previous one. */
+export function setIntKernel(kernel) {
+  const previous = intKernel;
+  intKernel = kernel;
+  return previous;
+}
+
+/** The installed integer kernel, or null. */
+export function activeIntKernel() {
+  return intKernel;
+}
+
+const kernelFor = (a, b) => (intKernel !== null && intKernel.accepts(a, b) ? intKernel : null);
+
 // PT[jp * K + k] = b(k, 2 jp) + b(k, 2 jp + 1) * 2^26 for the (K x N) operand b at offset bo
 // (stored (N x K) when transB). Rows jp >= ceil(N / 2), up to a multiple of 4, are zero.
 function packPairs(b, bo, K, N, transB, PT) {
@@ -209,16 +229,22 @@ export function intMatmul(a, b, M, K, N, { transA = false, transB = false, batch
   const out = new Float64Array(batch * M * N);
   const acc = buffer('acc', Float64Array, M * N);
   const P = buffer('P', Float64Array, K * ((((N + 1) >> 1) + 3) & ~3));
+  const kernel = kernelFor(a, b);
   for (let t = 0; t < batch; t++) {
-    let A = a;
-    let a0 = t * M * K;
-    if (transA) {
-      A = transposeInto(a, a0, K, M, buffer('tA', a.constructor, M * K));
-      a0 = 0;
+    let c = acc;
+    if (kernel) {
+      c = kernel.accumulate(a, t * M * K, transA, b, t * K * N, transB, M, K, N);
+    } else {
+      let A = a;
+      let a0 = t * M * K;
+      if (transA) {
+        A = transposeInto(a, a0, K, M, buffer('tA', a.constructor, M * K));
+        a0 = 0;
+      }
+      packPairs(b, t * K * N, K, N, transB, P);
+      packedProduct(A, a0, P, M, K, N, acc);
     }
-    packPairs(b, t * K * N, K, N, transB, P);
-    packedProduct(A, a0, P, M, K, N, acc);
-    out.set(acc.subarray(0, M * N), t * M * N);
+    out.set(c.subarray(0, M * N), t * M * N);
   }
   return out;
 }
@@ -237,16 +263,22 @@ export function qmatmul(aq, ae, bq, be, M, K, N, opts = {}) {
   const out = opts.out ?? new Float32Array(batch * M * N);
   const acc = buffer('acc', Float64Array, M * N);
   const P = buffer('P', Float64Array, K * ((((N + 1) >> 1) + 3) & ~3));
+  const kernel = kernelFor(aq, bq);
   for (let t = 0; t < batch; t++) {
-    let A = aq;
-    let a0 = t * M * K;
-    if (transA) {
-      A = transposeInto(aq, a0, K, M, buffer('tA', aq.constructor, M * K));
-      a0 = 0;
+    let c = acc;
+    if (kernel) {
+      c = kernel.accumulate(aq, t * M * K, transA, bq, t * K * N, transB, M, K, N);
+    } else {
+      let A = aq;
+      let a0 = t * M * K;
+      if (transA) {
+        A = transposeInto(aq, a0, K, M, buffer('tA', aq.constructor, M * K));
+        a0 = 0;
+      }
+      packPairs(bq, t * K * N, K, N, transB, P);
+      packedProduct(A, a0, P, M, K, N, acc);
     }
-    packPairs(bq, t * K * N, K, N, transB, P);
-    packedProduct(A, a0, P, M, K, N, acc);
-    dequantizeProduct(acc, ae, be, M, N, t, out);
+    dequantizeProduct(c, ae, be, M, N, t, out);
   }
   return out;
 }
@@ -305,11 +337,17 @@ export function qmatmulGradLeft(ghi, glo, ge, bq, M, K, N, opts = {}) {
   const acc = buffer('acc', Float64Array, M * N);
   const X = buffer('X', Float64Array, M * K);
   const Y = buffer('Y', Float64Array, ((N + 3) & ~3) * K);
+  const kernel = kernelFor([ghi, glo], bq);
   for (let t = 0; t < batch; t++) {
-    rowsF64(ghi, glo, t * M * K, M, K, false, M, X); // 256 * hi + lo
-    rowsF64(bq, null, t * K * N, N, K, !transB, (N + 3) & ~3, Y); // B^T (N x K)
-    dotProduct(X, Y, M, K, N, acc);
-    dequantizeGradLeft(acc, ge, M, N, t, out);
+    let c = acc;
+    if (kernel) {
+      c = kernel.accumulate([ghi, glo], t * M * K, false, bq, t * K * N, transB, M, K, N);
+    } else {
+      rowsF64(ghi, glo, t * M * K, M, K, false, M, X); // 256 * hi + lo
+      rowsF64(bq, null, t * K * N, N, K, !transB, (N + 3) & ~3, Y); // B^T (N x K)
+      dotProduct(X, Y, M, K, N, acc);
+    }
+    dequantizeGradLeft(c, ge, M, N, t, out);
   }
   return out;
 }
@@ -328,11 +366,17 @@ export function qmatmulGradRight(aq, ghi, glo, ge, M, K, N, opts = {}) {
   const acc = buffer('acc', Float64Array, M * N);
   const X = buffer('X', Float64Array, M * K);
   const Y = buffer('Y', Float64Array, ((N + 3) & ~3) * K);
+  const kernel = kernelFor(aq, [ghi, glo]);
   for (let t = 0; t < batch; t++) {
-    rowsF64(aq, null, t * M * K, M, K, transA, M, X); // A (M x K)
-    rowsF64(ghi, glo, t * K * N, N, K, true, (N + 3) & ~3, Y); // (256 * hi + lo)^T (N x K)
-    dotProduct(X, Y, M, K, N, acc);
-    dequantizeGradRight(acc, ge, M, N, t, out);
+    let c = acc;
+    if (kernel) {
+      c = kernel.accumulate(aq, t * M * K, transA, [ghi, glo], t * K * N, false, M, K, N);
+    } else {
+      rowsF64(aq, null, t * M * K, M, K, transA, M, X); // A (M x K)
+      rowsF64(ghi, glo, t * K * N, N, K, true, (N + 3) & ~3, Y); // (256 * hi + lo)^T (N x K)
+      dotProduct(X, Y, M, K, N, acc);
+    }
+    dequantizeGradRight(c, ge, M, N, t, out);
   }
   return out;
 }
@@ -356,16 +400,22 @@ export function qmatmulGrad3Left(ghi, gmid, glo, ge, bq, M, K, N, opts = {}) {
   checkLength(glo, batch * M * K, 'qmatmulGrad3Left lo');
   checkLength(ge, batch * M, 'qmatmulGrad3Left exponents');
   checkLength(bq, batch * K * N, 'qmatmulGrad3Left b');
-  const g = combineLimbs3(ghi, gmid, glo);
+  const kernel = kernelFor([ghi, gmid, glo], bq);
+  const g = kernel ? null : combineLimbs3(ghi, gmid, glo);
   const out = opts.out ?? new Float32Array(batch * M * N);
   const acc = buffer('acc', Float64Array, M * N);
   const X = buffer('X', Float64Array, M * K);
   const Y = buffer('Y', Float64Array, ((N + 3) & ~3) * K);
   for (let t = 0; t < batch; t++) {
-    rowsF64(g, null, t * M * K, M, K, false, M, X);
-    rowsF64(bq, null, t * K * N, N, K, !transB, (N + 3) & ~3, Y);
-    dotProduct(X, Y, M, K, N, acc);
-    dequantizeGradLeft(acc, ge, M, N, t, out, 2 * LO_SHIFT);
+    let c = acc;
+    if (kernel) {
+      c = kernel.accumulate([ghi, gmid, glo], t * M * K, false, bq, t * K * N, transB, M, K, N);
+    } else {
+      rowsF64(g, null, t * M * K, M, K, false, M, X);
+      rowsF64(bq, null, t * K * N, N, K, !transB, (N + 3) & ~3, Y);
+      dotProduct(X, Y, M, K, N, acc);
+    }
+    dequantizeGradLeft(c, ge, M, N, t, out, 2 * LO_SHIFT);
   }
   return out;
 }
@@ -378,16 +428,22 @@ export function qmatmulGrad3Right(aq, ghi, gmid, glo, ge, M, K, N, opts = {}) {
   checkLength(gmid, batch * K * N, 'qmatmulGrad3Right mid');
   checkLength(glo, batch * K * N, 'qmatmulGrad3Right lo');
   checkLength(ge, batch * N, 'qmatmulGrad3Right exponents');
-  const g = combineLimbs3(ghi, gmid, glo);
+  const kernel = kernelFor(aq, [ghi, gmid, glo]);
+  const g = kernel ? null : combineLimbs3(ghi, gmid, glo);
   const out = opts.out ?? new Float32Array(batch * M * N);
   const acc = buffer('acc', Float64Array, M * N);
   const X = buffer('X', Float64Array, M * K);
   const Y = buffer('Y', Float64Array, ((N + 3) & ~3) * K);
   for (let t = 0; t < batch; t++) {
-    rowsF64(aq, null, t * M * K, M, K, transA, M, X);
-    rowsF64(g, null, t * K * N, N, K, true, (N + 3) & ~3, Y);
-    dotProduct(X, Y, M, K, N, acc);
-    dequantizeGradRight(acc, ge, M, N, t, out, 2 * LO_SHIFT);
+    let c = acc;
+    if (kernel) {
+      c = kernel.accumulate(aq, t * M * K, transA, [ghi, gmid, glo], t * K * N, false, M, K, N);
+    } else {
+      rowsF64(aq, null, t * M * K, M, K, transA, M, X);
+      rowsF64(g, null, t * K * N, N, K, true, (N + 3) & ~3, Y);
+      dotProduct(X, Y, M, K, N, acc);
+    }
+    dequantizeGradRight(c, ge, M, N, t, out, 2 * LO_SHIFT);
   }
   return out;
 }

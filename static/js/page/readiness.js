@@ -61,7 +61,9 @@ export function backendLines(selection, secureContext = true) {
   const lines = rows.filter((r) => !noGpu.includes(r)).map((r) => {
     if (r.gates_passed) {
       const chosen = r.name === selection.backend ? ' (chosen)' : '';
-      return ['✓', `${r.name}: passed its exact gates${chosen}`, ''];
+      // The CPU row names the WebAssembly SIMD GEMM when it computes its integer products.
+      const via = /WebAssembly/.test(r.adapter ?? '') ? ', integer products in WebAssembly SIMD' : '';
+      return ['✓', `${r.name}: passed its exact gates${via}${chosen}`, ''];
     }
     const why = r.failure ?? 'unknown';
     if (/language feature .* is missing/.test(why)) {
@@ -69,6 +71,10 @@ export function backendLines(selection, secureContext = true) {
     }
     return ['✗', `${r.name}: failed its gates, ${short(why)}`, why];
   });
+  const wasm = selection?.wasm;
+  if (wasm && wasm.name !== null && !wasm.enabled) { // tried, refused: the JS GEMM computes
+    lines.push(['–', `WebAssembly SIMD GEMM: not used, ${short(wasm.reason)}`, wasm.reason]);
+  }
   if (noGpu.length > 0) {
     const why = secureContext ? 'no WebGPU on this browser' : 'browsers offer WebGPU only over https';
     lines.unshift(['–', `${noGpu.map((r) => r.name).join(', ')}: not available, ${why}`,

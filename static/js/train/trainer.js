@@ -16,7 +16,8 @@
 import * as M from '../model/index.js';
 import { forwardBackwardAsync, lossAsync } from '../model/gpt.js';
 import { CPU_OPS } from '../model/ops.js';
-import { CPU_ADAPTER, evaluateGemm, selectBackend } from '../gpu/backend.js';
+import { cpuAdapter, evaluateGemm, selectBackend } from '../gpu/backend.js';
+import { enableWasmGemm, wasmGemmStatus } from '../numerics/wasmgate.js';
 import { acquireGpu } from '../gpu/device.js';
 import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
 import { Auditor } from '../gpu/audit.js';
@@ -111,12 +112,19 @@ export class Trainer {
       if (req.state) this.loadInto(run, req.state);
       this.options = { sources: req.sources, kernelBase: req.kernelBase, lutBase: req.lutBase,
         audit: req.audit };
+      // The CPU tier's integer products in WebAssembly SIMD where its gates pass on this engine
+      // (the JS GEMM otherwise; the same bits either way): before the backends are gated and
+      // timed, so the CPU row is measured as it will compute. `wasm: false` keeps the JS GEMM.
+      if (req.wasm !== false && wasmGemmStatus().name === null) {
+        this.emit({ kind: 'progress', message: 'gating the WebAssembly SIMD GEMM' });
+        await enableWasmGemm();
+      }
       const sel = await this.select(cfg, run, req);
       this.run = run;
       this.tier = this.makeTier(sel.selected, sel.gemm, sel.gpu, sel.adapter);
       const selection = {
         backend: sel.selected, adapter: sel.adapter, onGpu: sel.onGpu, choice: sel.choice,
-        rows: sel.rows, demotions: sel.demotions, device: sel.device,
+        rows: sel.rows, demotions: sel.demotions, device: sel.device, wasm: wasmGemmStatus(),
       };
       this.emit({ kind: 'selection', ...selection });
       this.setState('ready');
@@ -212,12 +220,12 @@ export class Trainer {
       }
     }
     const cpu = new CpuGemm();
-    const row = await evaluateGemm(cpu, CPU_ADAPTER);
+    const row = await evaluateGemm(cpu, cpuAdapter());
     if (!row.gates_passed) {
       throw new TrainerError(`${tier.name} was lost and the CPU tier fails its gates: ` +
         `${row.failure}`, 'this browser computes wrong bits; use another browser');
     }
-    this.tier = this.makeTier('js-cpu', cpu, null, CPU_ADAPTER);
+    this.tier = this.makeTier('js-cpu', cpu, null, cpuAdapter());
     this.emit({ kind: 'fallback', from: tier.name, to: 'js-cpu', reason: `${reason}; ${why}`,
       probe_hash: row.probe_hash });
   }

@@ -1,0 +1,75 @@
+"""``daisychain bench wasm --json`` end to end in a subprocess, at toy effort: the JSON shape.
+
+Under Node (the Chromium row runs the same measurement file in a page; it is slow, so here it is
+only asked for and must say it was not): the kernel must pass its gate (the same gate a page
+runs), every product shape of a ``tiny`` step must carry GOP/s for both GEMMs and their ratios,
+and the step its times, ratio and tokens/s. No timing thresholds: the machines are shared and
+noisy. An unknown runtime is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daisychain.nodejs import NodeError, node_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = {"qkv", "attn_scores", "attn_values", "attn_out", "mlp_up", "mlp_down", "logits"}
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    try:
+        node_argv()
+    except NodeError as exc:
+        pytest.skip(str(exc))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "server"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "daisychain", "bench", "wasm", "--json", "--presets", "tiny",
+         "--repeats", "1", "--steps", "1", "--runtimes", "node"],
+        capture_output=True, text=True, env=env, timeout=280, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_the_kernel_passed_its_gate(report: dict[str, Any]) -> None:
+    assert "chromium" not in report
+    gate = report["node"]["gate"]
+    assert gate["enabled"] is True, gate["reason"]
+    assert gate["probe_hash"].startswith("fd4bd827")
+
+
+def test_every_product_shape_has_both_figures_and_ratios(report: dict[str, Any]) -> None:
+    gemm = report["node"]["presets"]["tiny"]["gemm"]
+    assert set(gemm) == SHAPES
+    for name, row in gemm.items():
+        for key in ("forward_js_gops", "forward_wasm_gops", "forward_ratio", "backward_js_gops",
+                    "backward_wasm_gops", "backward_ratio"):  # fmt: skip
+            assert isinstance(row[key], (int, float)) and row[key] > 0, f"{name}/{key}: {row}"
+
+
+def test_the_step_is_timed_both_ways(report: dict[str, Any]) -> None:
+    step = report["node"]["presets"]["tiny"]["step"]
+    assert step["tokens_per_step"] == 4 * 64
+    assert len(step["js_ms"]) == len(step["wasm_ms"]) == 1
+    assert step["ratio"] > 0 and step["js_tokens_per_s"] > 0 and step["wasm_tokens_per_s"] > 0
+    assert report["node"]["step_ratio_min"] == step["ratio"]
+
+
+def test_an_unknown_runtime_is_refused() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "server"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "daisychain", "bench", "wasm", "--runtimes", "safari"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "unknown runtime(s) ['safari']" in proc.stderr

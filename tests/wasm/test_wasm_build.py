@@ -1,0 +1,109 @@
+"""The committed WebAssembly binary is exactly what its source assembles to (reproducible build).
+
+static/wasm/gemm_i8.wasm is committed so that neither the page nor CI needs an assembler at run
+time; this test rebuilds it from kernels/gemm_i8.wat with the project's own assembler and fails,
+naming the command to run, when the bytes differ. The build command's --check is shown refusing a
+stale binary, and the build is deterministic (same text, same bytes, in fresh processes too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daisychain.wasm import assemble, build, cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_committed_binary_matches_its_source() -> None:
+    for b in build.BUILDS:
+        committed = b.target_path()
+        assert committed.is_file(), f"{committed} is missing: run `{build.BUILD_COMMAND}`"
+        rebuilt = b.assemble()
+        assert committed.read_bytes() == rebuilt, (
+            f"static/{b.target} differs from what kernels/{b.source} assembles to "
+            f"(sha256 {hashlib.sha256(rebuilt).hexdigest()[:16]}...): run `{build.BUILD_COMMAND}` "
+            "and commit the binary with its source"
+        )
+
+
+def test_build_is_deterministic_across_processes() -> None:
+    source = (REPO / "kernels" / "gemm_i8.wat").read_text(encoding="utf-8")
+    here = assemble(source)
+    code = (
+        "import sys, hashlib; from daisychain.wasm import assemble;"
+        "print(hashlib.sha256(assemble(open(sys.argv[1]).read())).hexdigest())"
+    )
+    for seed in ("0", "12345"):  # a different hash seed must not change a byte
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(REPO / "kernels" / "gemm_i8.wat")],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+        ).stdout.strip()
+        assert out == hashlib.sha256(here).hexdigest()
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kernels/ and static/ of our own, with the real source and its built binary."""
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "static" / "wasm").mkdir(parents=True)
+    source = (REPO / "kernels" / "gemm_i8.wat").read_text(encoding="utf-8")
+    (tmp_path / "kernels" / "gemm_i8.wat").write_text(source, encoding="utf-8")
+    (tmp_path / "static" / "wasm" / "gemm_i8.wasm").write_bytes(assemble(source))
+    monkeypatch.setattr(build, "asset_dir", lambda name: tmp_path / name)
+    return tmp_path
+
+
+def test_check_passes_on_a_fresh_build(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(_args("build", "--check")) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_check_refuses_a_stale_binary_and_build_repairs_it(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tree / "static" / "wasm" / "gemm_i8.wasm"
+    good = target.read_bytes()
+    target.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # one bit of the committed file
+    assert cli.run(_args("build", "--check")) == 1
+    out = capsys.readouterr().out
+    assert "stale" in out and "run `daisychain wasm build`" in out
+    assert target.read_bytes() != good  # --check writes nothing
+    assert cli.run(_args("build")) == 0
+    assert target.read_bytes() == good
+    assert target.stat().st_mode & 0o777 == 0o644  # readable by a static file server
+
+
+def test_source_change_makes_the_binary_stale(tree: Path) -> None:
+    source = tree / "kernels" / "gemm_i8.wat"
+    source.write_text(source.read_text().replace("(i32.const 16)", "(i32.const 17)", 1))
+    assert [o.changed for o in build.check()] == [True]
+    target = tree / "static" / "wasm" / "gemm_i8.wasm"
+    target.unlink()  # a missing binary is stale too
+    assert [o.changed for o in build.check()] == [True]
+
+
+def test_a_broken_source_exits_2_with_its_position(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tree / "kernels" / "gemm_i8.wat"
+    source.write_text(source.read_text().replace("(i32x4.dot_i16x8_s", "(i32x4.dot_i8x16_s", 1))
+    assert cli.run(_args("build")) == 2
+    out = capsys.readouterr().out
+    assert "kernels/gemm_i8.wat:" in out and "unknown or unsupported instruction" in out

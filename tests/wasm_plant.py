@@ -1,0 +1,93 @@
+"""Test hook: the WebAssembly GEMM (kernels/gemm_i8.wat) with one planted bug each.
+
+Each mutant is the real kernel text with one substitution (asserted to occur exactly once, so a
+change to the kernel cannot silently turn a plant into a no-op), assembled by the project's own
+assembler. ``python tests/wasm_plant.py OUTDIR`` writes ``OUTDIR/<name>.wasm`` for every plant
+and prints their names as JSON; tests/js/wasmgemm.test.mjs loads them and shows which check of
+the gate (static/js/numerics/wasmgate.js) stops each one. Nothing in the product knows about
+plants: this module lives with the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from daisychain.wasm import assemble
+
+KERNEL = Path(__file__).resolve().parents[1] / "kernels" / "gemm_i8.wat"
+
+STORE_ROW0 = """(v128.store (local.get $cq)
+          (call $hsum4 (local.get $s00) (local.get $s01) (local.get $s02) (local.get $s03)))"""
+STORE_ROW1 = """(v128.store (i32.add (local.get $cq) (local.get $ldc))
+          (call $hsum4 (local.get $s10) (local.get $s11) (local.get $s12) (local.get $s13)))"""
+K_LOOP = "(br_if $steps (i32.lt_u (local.get $x) (local.get $aend)))"
+HORNER = "(f64.mul (local.get $v) (f64.const 256))"
+
+
+def _plus_one_at_row0(condition: str) -> str:
+    """Row 0's store with +1 in the tile's first cell when ``condition`` holds."""
+    return f"""(v128.store (local.get $cq)
+          (i32x4.add
+            (call $hsum4 (local.get $s00) (local.get $s01) (local.get $s02) (local.get $s03))
+            (select (v128.const i32x4 1 0 0 0) (v128.const i32x4 0 0 0 0) {condition})))"""
+
+
+# The probe's product, 64 x 96 @ 96 x 80 (gpu/probe.js), as the kernel sees it: 32 row pairs,
+# 20 column quads, 12 steps of K; the cell (40, 48).
+PROBE_CELL = (
+    "(i32.and (i32.and (i32.eq (local.get $m2) (i32.const 32)) (i32.eq (local.get $n4) "
+    "(i32.const 20))) (i32.and (i32.eq (local.get $k8) (i32.const 12)) (i32.eq (local.get $cq) "
+    "(i32.add (local.get $c) (i32.add (i32.mul (local.get $ldc) (i32.const 40)) "
+    "(i32.const 192))))))"
+)
+# Only a product with K above 32768 (k8 > 4096): no gate case has one (the largest K is 16385),
+# the probe neither (K = 96); the gate's K-split dispatch case does.
+DEEP_K = (
+    "(i32.and (i32.gt_u (local.get $k8) (i32.const 4096)) (i32.eq (local.get $cq) (local.get $c)))"
+)
+
+# name -> (text to replace, replacement): one bug each.
+PLANTS: dict[str, tuple[str, str]] = {
+    # the last step of 8 along K is dropped (and B's next quad starts one step early)
+    "k-loop-short": (
+        K_LOOP,
+        "(br_if $steps (i32.lt_u (i32.add (local.get $x) (i32.const 16)) (local.get $aend)))",
+    ),
+    # C accumulated into instead of written: right only on zeroed memory
+    "store-accumulates": (
+        STORE_ROW0,
+        """(v128.store (local.get $cq)
+          (i32x4.add (v128.load (local.get $cq))
+            (call $hsum4 (local.get $s00) (local.get $s01) (local.get $s02) (local.get $s03))))""",
+    ),
+    # the second row of every pair is never stored
+    "second-row-dropped": (STORE_ROW1, "(nop)"),
+    # one unit off in one cell of the probe's product only: every gate case passes
+    "probe-cell": (STORE_ROW0, _plus_one_at_row0(PROBE_CELL)),
+    # one unit off in cell (0, 0) of a product with K > 32768 only
+    "deep-k-cell": (STORE_ROW0, _plus_one_at_row0(DEEP_K)),
+    # limbs combined in base 255: single-limb products (every gate case) are unaffected
+    "limb-base-255": (HORNER, "(f64.mul (local.get $v) (f64.const 255))"),
+}
+
+
+def mutant(name: str) -> str:
+    """The kernel text with plant ``name``."""
+    old, new = PLANTS[name]
+    text = KERNEL.read_text(encoding="utf-8")
+    count = text.count(old)
+    assert count == 1, f"plant {name}: its target occurs {count} times in {KERNEL.name}"
+    return text.replace(old, new)
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in PLANTS:
+        (out / f"{name}.wasm").write_bytes(assemble(mutant(name), f"{KERNEL.name}+{name}"))
+    print(json.dumps(sorted(PLANTS)))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
