@@ -25,6 +25,12 @@ the contract's final weights:
   float64's K-batch mean (noise of per-batch cosine c averages to about
   1 / sqrt(1 + (1/c^2 - 1) / K)). Training uses a mean gradient too (over the group's batches,
   then over steps through the optimizer's moments): a noise-like error is what it forgives.
+
+``--sync outer`` (issue 21, docs/OUTER.md): an in-process group of ``--peers`` (default 4) trained
+twice on the same tokens: per-step (every step every peer's gradient of its lane, the int8
+exchange, one AdamW step) against the outer loop (every peer ``H`` inner AdamW steps on its own
+lanes, then one outer round of ``daisychain.outer``), for each ``--H`` and ``--compress``;
+validation loss and payload bytes per token of each, and loss against cumulative bytes.
 """
 
 from __future__ import annotations
@@ -48,6 +54,29 @@ def _seeds(text: str) -> list[int]:
     if not seeds or any(s < 0 or s >= 2**32 for s in seeds):
         raise argparse.ArgumentTypeError(f"--seeds: integers in [0, 2^32) expected, got {text!r}")
     return seeds
+
+
+def _inner_steps(text: str) -> list[int]:
+    try:
+        out = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--H takes comma-separated integers, e.g. 10,50,100 (got {text!r})"
+        ) from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--H: inner steps per outer step must be >= 1, got {text!r}"
+        )
+    return out
+
+
+def _compressions(text: str) -> list[str]:
+    from daisychain.outer import Compression, CompressionError
+
+    try:
+        return [Compression.parse(s).name for s in text.split(",") if s.strip()]
+    except CompressionError as exc:
+        raise argparse.ArgumentTypeError(f"--compress: {exc}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +108,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shares", default="",
         help="with --peers: sequences per peer per step, comma-separated (default: the "
         "preset's batch each)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sync", choices=("step", "outer"), default="step",
+        help="outer: per-step exchange against H inner steps then one outer step (issue 21); "
+        "--peers defaults to 4 there",
+    )  # fmt: skip
+    parser.add_argument(
+        "--H", type=_inner_steps, default=[10, 50, 100], dest="inner_steps",
+        help="with --sync outer: inner steps per outer step, comma-separated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compress", type=_compressions, default=["int8+ef", "topk:4+ef"],
+        help="with --sync outer: pseudo-gradient codecs, comma-separated: int8, int8+ef, "
+        "topk:K, topk:K+ef (K values kept per block of 256)",
+    )  # fmt: skip
+    parser.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov lr")
+    parser.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum")
+    parser.add_argument(
+        "--curve-points", type=int, default=5,
+        help="with --sync outer: validation losses along the run (at the first outer step at "
+        "or after each of this many evenly spaced points)",
     )  # fmt: skip
 
 
@@ -320,6 +370,226 @@ def measure_group(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# Issue 21's targets for --sync outer: validation loss within 1% of per-step mode's at equal
+# tokens, with at least 100x fewer bytes sent per token.
+OUTER_LOSS_RATIO_MAX = 1.01
+OUTER_BYTES_RATIO_MIN = 100.0
+
+
+@dataclass
+class _Setup:
+    """What every run of ``--sync outer`` shares: model, optimizer, tokens, schedule points."""
+
+    cfg: Any
+    opt: Any
+    train: np.ndarray
+    val: np.ndarray
+    peers: int
+    steps: int
+    val_batches: int
+    points: list[int]  # steps (per peer) at or after which the curve takes a validation loss
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one peer trains on per (inner) step: its lane, one batch."""
+        return int(self.cfg.batch * self.cfg.seq_len)
+
+
+def _outer_setup(args: argparse.Namespace) -> _Setup:
+    from daisychain.corpus import load_builtin_text, split_train_val
+    from daisychain.model.config import preset
+    from daisychain.optim import AdamWConfig
+    from daisychain.tokenizer import load_default
+    from daisychain.tokenizer.cache import encode_corpus_cached
+
+    peers = args.peers or 4
+    if peers < 1:
+        raise SystemExit(f"--peers: at least 1, got {args.peers}")
+    if args.shares:
+        raise SystemExit(
+            "--shares is for --sync step; --sync outer gives every peer one lane per inner step "
+            "(unequal inner work is weighted by tokens in daisychain.outer, not simulated here)"
+        )
+    if args.val_batches < 1:
+        raise SystemExit(f"--val-batches: at least 1, got {args.val_batches}")
+    if args.curve_points < 1:
+        raise SystemExit(f"--curve-points: at least 1, got {args.curve_points}")
+    if args.schedule == "linear" and args.steps <= args.warmup:
+        raise SystemExit(
+            f"--schedule linear needs --steps ({args.steps}) above --warmup ({args.warmup}); "
+            "use --schedule constant for shorter runs"
+        )
+    for h in args.inner_steps:  # refuse before the first run, not after it
+        _outer_config(h, args)
+    tok = load_default()
+    train_text, val_text = split_train_val(load_builtin_text())
+    train, val = encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok)
+    cfg = preset(args.preset, vocab_size=tok.vocab_size)
+    total = args.steps if args.schedule == "linear" else 0
+    opt = AdamWConfig(
+        lr=args.lr, warmup_steps=args.warmup, schedule=args.schedule, total_steps=total
+    )
+    count = min(args.curve_points, args.steps)
+    points = sorted({-(-args.steps * i // count) for i in range(1, count + 1)})
+    return _Setup(cfg, opt, train, val, peers, args.steps, args.val_batches, points)
+
+
+def _outer_config(h: int, args: argparse.Namespace) -> Any:
+    from daisychain import outer
+
+    try:
+        return outer.OuterConfig(h, args.outer_lr, args.outer_momentum)
+    except outer.OuterError as exc:
+        raise SystemExit(f"--sync outer: {exc}") from None
+
+
+def _per_step_run(setup: _Setup, seed: int) -> dict[str, Any]:
+    """Every step every peer's gradient of its lane, the int8 exchange of protocol version 2
+    (``allreduce.exchange_locally``: its bytes are the ones counted), one AdamW step."""
+    from daisychain import training
+    from daisychain.model.params import param_shapes
+    from daisychain.p2p import allreduce, codec
+
+    cfg, n = setup.cfg, setup.peers
+    shapes = param_shapes(cfg)
+    state = training.init(cfg, setup.opt, seed)
+    sent, losses, curve = 0, [], []
+    t0 = time.perf_counter()
+    for step in range(setup.steps):
+        flats, parts = [], []
+        for lane in range(n):
+            x, y = training.next_batch(state, setup.train, lane)
+            loss, grads = training.compute_grads(state, x, y)
+            flats.append(codec.flatten(grads))
+            parts.append(float(loss))
+        flat, bytes_one_peer = allreduce.exchange_locally(flats, [cfg.batch] * n)
+        training.apply_grads(state, codec.unflatten(flat, shapes))
+        sent += bytes_one_peer
+        losses.append(float(np.mean(parts)))
+        if step + 1 in setup.points:
+            curve.append(_point(setup, state, step + 1, sent))
+            _progress(f"seed {seed} per-step", curve[-1], t0)
+    return _summary(setup, losses, curve, sent, t0)
+
+
+def _outer_run(setup: _Setup, seed: int, h: int, spec: str, args: argparse.Namespace) -> Any:
+    """Every peer ``h`` inner AdamW steps on its own lanes (lane k of inner step s: the batch of
+    ``(seed, s, k)``, as per-step mode's peer k at step s), each keeping its own AdamW state;
+    then one outer round. A last, shorter round keeps the tokens equal to per-step mode's."""
+    from daisychain import outer, training
+
+    cfg = setup.cfg
+    how = outer.Compression.parse(spec)
+    ocfg = _outer_config(h, args)
+    peers = [training.init(cfg, setup.opt, seed) for _ in range(setup.peers)]
+    state = outer.init_outer(peers[0].params)
+    residuals: list[Any] = [None] * setup.peers
+    sent, losses, curve, last, digest = 0, [], [], 0, ""
+    t0 = time.perf_counter()
+    for step in range(setup.steps):
+        parts = []
+        for k, peer in enumerate(peers):
+            x, y = training.next_batch(peer, setup.train, k)
+            parts.append(float(training.train_step(peer, x, y, with_hash=False).loss))
+        losses.append(float(np.mean(parts)))
+        done = step + 1
+        if done % h and done != setup.steps:
+            continue
+        tokens = [(done - last) * setup.tokens_per_step] * setup.peers
+        result = outer.outer_round(state, ocfg, how, [p.params for p in peers], tokens, residuals)
+        residuals, digest = list(result.residuals), result.hash
+        sent += max(result.bytes_sent)
+        for peer in peers:  # every replica continues from the new outer weights
+            peer.params = {name: w.copy() for name, w in state.params.items()}
+        if any(last < p <= done for p in setup.points):
+            curve.append(_point(setup, peers[0], done, sent))
+            _progress(f"seed {seed} outer H={h} {spec}", curve[-1], t0)
+        last = done
+    return {
+        "H": h,
+        "compression": spec,
+        "outer_steps": state.step,
+        "outer_hash": digest,
+        **_summary(setup, losses, curve, sent, t0),
+    }
+
+
+def _point(setup: _Setup, state: Any, step: int, sent: int) -> dict[str, Any]:
+    return {
+        "step": step,
+        "tokens": step * setup.tokens_per_step * setup.peers,
+        "bytes_per_peer": sent,
+        "val_loss": round(_val_loss(state, setup.val, setup.val_batches), 4),
+    }
+
+
+def _progress(label: str, point: dict[str, Any], t0: float) -> None:
+    print(
+        f"{label} step {point['step']} val {point['val_loss']:.4f} "
+        f"bytes/peer {point['bytes_per_peer']} {time.perf_counter() - t0:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _summary(
+    setup: _Setup, losses: list[float], curve: list[dict[str, Any]], sent: int, t0: float
+) -> dict[str, Any]:
+    return {
+        "final_loss": round(float(np.mean(losses[-20:])), 4),
+        "val_loss": curve[-1]["val_loss"],  # the last point is the last step (equal tokens)
+        "bytes_per_peer": sent,
+        "bytes_per_token": round(sent / (setup.steps * setup.tokens_per_step), 4),
+        "curve": curve,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
+    """``--sync outer``: per-step mode against the outer loop for every H and compression, at
+    equal tokens (module docstring). Bytes per token: the payload bytes one peer sends over the
+    run (the largest over peers) over the tokens one peer trains on."""
+    setup = _outer_setup(args)
+    out: dict[str, Any] = {
+        "benchmark": "converge", "mode": "outer", "preset": args.preset, "steps": args.steps,
+        "lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "peers": setup.peers,
+        "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
+        "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,
+        "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
+        "targets": {"val_loss_ratio_max": OUTER_LOSS_RATIO_MAX,
+                    "bytes_ratio_min": OUTER_BYTES_RATIO_MIN},
+        "runs": [],
+    }  # fmt: skip
+    for seed in args.seeds:
+        base = _per_step_run(setup, seed)
+        runs = []
+        for h in args.inner_steps:
+            for spec in args.compress:
+                r = _outer_run(setup, seed, h, spec, args)
+                r["val_loss_ratio"] = round(r["val_loss"] / base["val_loss"], 4)
+                r["bytes_ratio"] = round(base["bytes_per_peer"] / max(r["bytes_per_peer"], 1), 1)
+                runs.append(r)
+        out["runs"].append({"seed": seed, "per_step": base, "outer": runs})
+    out["meets_targets"] = _meeting(out["runs"])
+    return out
+
+
+def _meeting(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The (H, compression) pairs that meet both targets on every seed, with their worst
+    figures."""
+    worst: dict[tuple[int, str], tuple[float, float]] = {}
+    for run in runs:
+        for r in run["outer"]:
+            key = (r["H"], r["compression"])
+            loss, saved = worst.get(key, (0.0, float("inf")))
+            worst[key] = (max(loss, r["val_loss_ratio"]), min(saved, r["bytes_ratio"]))
+    return [
+        {"H": h, "compression": c, "val_loss_ratio": loss, "bytes_ratio": saved}
+        for (h, c), (loss, saved) in worst.items()
+        if loss <= OUTER_LOSS_RATIO_MAX and saved >= OUTER_BYTES_RATIO_MIN
+    ]
+
+
 def _lane_rows(
     positions: list[tuple[np.ndarray, np.ndarray]], lane: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -332,6 +602,8 @@ def _lane_rows(
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "sync", "step") == "outer":
+        return measure_outer(args)
     if args.peers or args.shares:
         return measure_group(args)
     from daisychain import training

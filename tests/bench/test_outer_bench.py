@@ -1,0 +1,102 @@
+"""``daisychain bench converge --sync outer``: the report's shape and its byte accounting.
+
+The benchmark's figures come from long runs (docs/OUTER.md); here a few steps of ``tiny`` check
+what the report holds, that both modes train the same tokens, and that the bytes follow from
+the exchange's sizes. No timing and no loss threshold: those are the benchmark's to measure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from daisychain.cli import main
+from daisychain.model.config import preset
+from daisychain.p2p import codec
+
+STEPS = 4
+ARGV = [
+    "bench", "converge", "--sync", "outer", "--preset", "tiny", "--steps", str(STEPS),
+    "--warmup", "1", "--peers", "2", "--val-batches", "1", "--curve-points", "2", "--json",
+]  # fmt: skip
+
+
+def _run(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    main([*ARGV, *extra])
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def test_the_report_holds_both_modes_their_bytes_and_curves(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = _run(capsys, "--H", "2,3", "--compress", "int8,topk:4+ef")
+    assert (doc["mode"], doc["peers"], doc["H"]) == ("outer", 2, [2, 3])
+    assert doc["compress"] == ["int8", "topk:4+ef"]
+    assert doc["targets"] == {"val_loss_ratio_max": 1.01, "bytes_ratio_min": 100.0}
+    assert isinstance(doc["meets_targets"], list)
+    [run] = doc["runs"]
+    base = run["per_step"]
+    cfg = preset("tiny")
+    tokens = STEPS * cfg.batch * cfg.seq_len  # one peer's, over the run
+    assert doc["tokens_per_peer_step"] == cfg.batch * cfg.seq_len
+    assert base["bytes_per_token"] == round(base["bytes_per_peer"] / tokens, 4)
+    assert [p["step"] for p in base["curve"]] == [2, STEPS]
+    assert [(o["H"], o["compression"]) for o in run["outer"]] == [
+        (2, "int8"), (2, "topk:4+ef"), (3, "int8"), (3, "topk:4+ef"),
+    ]  # fmt: skip
+    one_exchange = base["bytes_per_peer"] // STEPS
+    for r in run["outer"]:
+        rounds = -(-STEPS // r["H"])  # a last, shorter round: equal tokens
+        assert r["outer_steps"] == rounds and len(r["outer_hash"]) == 64
+        assert r["curve"][-1]["step"] == STEPS and r["curve"][-1]["tokens"] == 2 * tokens
+        assert r["val_loss"] == r["curve"][-1]["val_loss"]
+        assert r["val_loss_ratio"] == round(r["val_loss"] / base["val_loss"], 4)
+        sizes = [p["bytes_per_peer"] for p in r["curve"]]
+        assert sizes == sorted(sizes) and sizes[-1] == r["bytes_per_peer"]
+        if r["compression"] == "int8":  # the gradient exchange's bytes, once per round
+            assert r["bytes_per_peer"] == rounds * one_exchange
+        else:  # every block's exponent, 4 indices and 4 values, to the one other peer
+            blocks = one_exchange // (codec.BLOCK + 1)
+            assert r["bytes_per_peer"] == rounds * blocks * 9
+        assert r["bytes_ratio"] == round(base["bytes_per_peer"] / r["bytes_per_peer"], 1)
+
+
+def test_the_outer_run_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
+    first = _run(capsys, "--H", "3", "--compress", "topk:2+ef")
+    again = _run(capsys, "--H", "3", "--compress", "topk:2+ef")
+    hashes = [[r["outer_hash"] for r in doc["runs"][0]["outer"]] for doc in (first, again)]
+    assert hashes[0] == hashes[1]
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--H", "0"], "must be >= 1"),
+        (["--H", "ten"], "comma-separated integers"),
+        (["--compress", "topk"], "use int8, int8\\+ef, topk:K or topk:K\\+ef"),
+        (["--compress", "topk:300"], "1..256"),
+    ],
+)
+def test_bad_outer_options_are_refused_with_a_hint(
+    extra: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*ARGV, *extra])
+    assert why.replace("\\", "") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--shares", "4,4"], "--shares is for --sync step"),
+        (["--outer-momentum", "1.0"], "outer momentum must lie in \\[0, 1\\)"),
+        (["--outer-lr", "0"], "outer lr must be finite and > 0"),
+        (["--curve-points", "0"], "--curve-points: at least 1"),
+    ],
+)
+def test_bad_outer_runs_are_refused_with_a_hint(extra: list[str], why: str) -> None:
+    with pytest.raises(SystemExit, match=why):
+        main([*ARGV, *extra])
