@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from daisychain import datanames, fineweb
@@ -24,7 +25,7 @@ from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord
 from daisychain.server.app import serve_local
 from daisychain.server.config import DataConfig
-from mesh_helpers import FAST, corpus
+from mesh_helpers import FAST, corpus, lead_config
 from server_fixtures import ByteTokenizer, config
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
@@ -98,3 +99,28 @@ async def start(
                 await feed.close()
 
     return Peer(node, feed, asyncio.create_task(main()), records)
+
+
+async def dataset_run(
+    root: Path, data: DataConfig, steps: int, stub: UpstreamStub | None = None
+) -> tuple[list[str], UpstreamStub]:
+    """Two in-process peers train ``steps`` steps on ``data`` (its name in ``config.data``),
+    each reading its own windows from the real server; checks that both finished, trained the
+    run's text with identical hashes at every step and that every window came from ``/data``
+    (never the built-in corpus). Returns the hashes of steps 1..steps and the stub."""
+    async with fineweb_server(root, data, stub) as (url, used):
+        lead = lead_config(steps=steps, min_peers=2, data=data.name)
+        peers = [
+            await start(url, "lead", url, lead, data_name=data.name),
+            await start(url, "f1", url, None, data_name=data.name),
+        ]
+        outcomes = await asyncio.wait_for(asyncio.gather(*(p.task for p in peers)), 300)
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/api/status") as r:
+            status = (await r.json())["data"]
+    assert [o.reason for o in outcomes] == ["done", "done"], outcomes
+    assert all(p.node.config is not None and p.node.config.data == data.name for p in peers)
+    for step in range(1, steps + 1):
+        assert peers[0].hashes[step] == peers[1].hashes[step], f"step {step} differs"
+    assert status["name"] == data.name and status["windows_served"] >= 2 * steps, status
+    assert status["served"]["builtin"] == 0, "never the built-in corpus"
+    return [peers[0].hashes[s] for s in range(1, steps + 1)], used

@@ -187,8 +187,10 @@ def test_a_hub_dataset_run_is_accepted_by_a_peer_that_reads_it_and_refused_by_ot
     with pytest.raises(runconfig.Incompatible) as info:
         parse(name, ("builtin", fineweb.data_name(REVISION)))
     assert info.value.rule == "data"
-    assert f"cannot read {'o' * 50}/{'n' * 50} (sample/10BT, column content) at revision " \
+    assert (
+        f"cannot read {'o' * 50}/{'n' * 50} (sample/10BT, column content) at revision "
         "0123456789ab (it reads: builtin, fineweb@" in info.value.message
+    )
     assert "--dataset" in info.value.hint
 
 

@@ -29,8 +29,8 @@ from daisychain.harness.fineweb_stub import UpstreamStub, fineweb_table
 from daisychain.server import hubdataset, main
 from daisychain.server.config import DataConfig
 from daisychain.server.parquetreader import FineWebReader, UpstreamError
-from fineweb_helpers import fineweb_server, start, upstream
-from mesh_helpers import lead_config, needs_namespace
+from fineweb_helpers import dataset_run, fineweb_server, upstream
+from mesh_helpers import needs_namespace
 
 REPO = "someone/notes"
 COMMIT = "5eedc0de" * 5
@@ -233,24 +233,6 @@ async def test_two_peers_train_on_a_hub_dataset_through_the_library_reader(datas
     stub = hub_stub(dataset)
     async with upstream(stub):
         cfg = await asyncio.to_thread(resolve, stub, REPO)
-    runs = []
-    for _ in range(2):
-        async with fineweb_server(dataset, replace(cfg, reader="hub"), hub_stub(dataset)) as (
-            url, _stub,
-        ):  # fmt: skip
-            lead = lead_config(steps=STEPS, min_peers=2, data=cfg.name)
-            peers = [
-                await start(url, "lead", url, lead, data_name=cfg.name),
-                await start(url, "f1", url, None, data_name=cfg.name),
-            ]
-            outcomes = await asyncio.wait_for(asyncio.gather(*(p.task for p in peers)), 300)
-            async with aiohttp.ClientSession() as session, session.get(f"{url}/api/status") as r:
-                status = (await r.json())["data"]
-        assert [o.reason for o in outcomes] == ["done", "done"], outcomes
-        assert all(p.node.config is not None and p.node.config.data == cfg.name for p in peers)
-        for step in range(1, STEPS + 1):
-            assert peers[0].hashes[step] == peers[1].hashes[step], f"step {step} differs"
-        assert status["name"] == cfg.name and status["windows_served"] >= 2 * STEPS, status
-        assert status["served"]["builtin"] == 0
-        runs.append([peers[0].hashes[s] for s in range(1, STEPS + 1)])
-    assert runs[0] == runs[1], "the same run on the same dataset trains the same bits"
+    first, _ = await dataset_run(dataset, replace(cfg, reader="hub"), STEPS, hub_stub(dataset))
+    again, _ = await dataset_run(dataset, replace(cfg, reader="hub"), STEPS, hub_stub(dataset))
+    assert first == again, "the same run on the same dataset trains the same bits"

@@ -7,9 +7,7 @@ training on the folder over real aiortc data channels with identical hashes.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -20,8 +18,8 @@ import pytest
 from daisychain import datanames
 from daisychain.server import localtext, main
 from daisychain.server.config import DataConfig
-from fineweb_helpers import fineweb_server, start
-from mesh_helpers import lead_config, needs_namespace
+from fineweb_helpers import dataset_run
+from mesh_helpers import needs_namespace
 
 STEPS = 5
 WORDS = "the river carries water from the hills to the sea and every town along it drinks"
@@ -159,18 +157,5 @@ async def test_the_file_reader_reads_what_pyarrow_reads(tmp_path: Path) -> None:
 async def test_two_peers_train_on_a_folder_of_text_with_identical_hashes(tmp_path: Path) -> None:
     prepared = localtext.prepare(write_folder(tmp_path / "notes"), tmp_path / "state")
     cfg = localtext.config_for(prepared, DataConfig())
-    async with fineweb_server(tmp_path, replace(cfg)) as (url, stub):
-        lead = lead_config(steps=STEPS, min_peers=2, data=cfg.name)
-        peers = [
-            await start(url, "lead", url, lead, data_name=cfg.name),
-            await start(url, "f1", url, None, data_name=cfg.name),
-        ]
-        outcomes = await asyncio.wait_for(asyncio.gather(*(p.task for p in peers)), 300)
-        async with aiohttp.ClientSession() as session, session.get(f"{url}/api/status") as r:
-            status = (await r.json())["data"]
-    assert [o.reason for o in outcomes] == ["done", "done"], outcomes
-    assert all(p.node.config is not None and p.node.config.data == cfg.name for p in peers)
-    for step in range(1, STEPS + 1):
-        assert peers[0].hashes[step] == peers[1].hashes[step], f"step {step} differs"
-    assert status["name"] == cfg.name and status["windows_served"] >= 2 * STEPS, status
-    assert status["served"]["builtin"] == 0 and not stub.log, "no upstream was asked"
+    _hashes, stub = await dataset_run(tmp_path, cfg, STEPS)
+    assert not stub.log, "no upstream was asked"

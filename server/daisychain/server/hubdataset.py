@@ -34,10 +34,9 @@ import aiohttp
 
 from daisychain import datanames
 from daisychain.server.config import DataConfig
-from daisychain.server.parquetreader import FineWebReader, UpstreamError
+from daisychain.server.parquetreader import FineWebReader, UpstreamError, byte_span
 
 PARQUET_SUFFIX = ".parquet"
-_RANGE_RE = re.compile(r"bytes=(?:(\d+)-(\d+)|-(\d+))")
 
 
 class DatasetError(Exception):
@@ -255,26 +254,21 @@ class HubReader(FineWebReader):
         self._pool = ThreadPoolExecutor(config.max_concurrent_reads, thread_name_prefix="hub-read")
 
     async def _get(self, shard: str, byte_range: str) -> tuple[bytes, int]:
-        match = _RANGE_RE.fullmatch(byte_range)
-        assert match is not None, f"unexpected range {byte_range}"
         async with self._slots:
             loop = asyncio.get_running_loop()
-            job = loop.run_in_executor(self._pool, self._read, shard, match.groups())
+            job = loop.run_in_executor(self._pool, self._read, shard, byte_range)
             try:
                 return await asyncio.wait_for(job, self.config.timeout_s)
             except TimeoutError:
                 raise UpstreamError("timed out") from None
 
-    def _read(self, shard: str, groups: tuple[str | None, ...]) -> tuple[bytes, int]:
+    def _read(self, shard: str, byte_range: str) -> tuple[bytes, int]:
         try:
             size = self._sizes.get(shard)
             if size is None:
                 size = int(self._fs.info(_path(self.config, shard))["size"])
                 self._sizes[shard] = size
-            first, last, suffix = groups
-            start, end = (size - min(size, int(suffix)), size) if suffix else (
-                int(first or 0), int(last or 0) + 1
-            )  # fmt: skip
+            start, end = byte_span(byte_range, size)
             data = self._fs.cat_file(
                 _path(self.config, shard), start=start, end=end, cache_type="none", size=size
             )

@@ -45,14 +45,13 @@ import aiohttp
 
 from daisychain import datanames
 from daisychain.server.config import DataConfig
-from daisychain.server.parquetreader import FineWebReader, UpstreamError
+from daisychain.server.parquetreader import FineWebReader, UpstreamError, byte_span
 
 SUFFIXES = (".txt", ".md", ".jsonl", ".parquet")
 PIECE_CHARS = 100_000
 ROW_GROUP_CHARS = 1_000_000
 MAX_ROWS_PER_GROUP = 1000
 SHARD = "text.parquet"  # the one shard's name inside its folder
-_RANGE_RE = re.compile(r"bytes=(?:(\d+)-(\d+)|-(\d+))")
 
 
 class TextError(Exception):
@@ -243,19 +242,13 @@ class FileReader(FineWebReader):
         self._root = Path(config.local_dir)
 
     async def _get(self, shard: str, byte_range: str) -> tuple[bytes, int]:
-        match = _RANGE_RE.fullmatch(byte_range)
-        assert match is not None, f"unexpected range {byte_range}"
-        return await asyncio.to_thread(self._read, shard, match.groups())
+        return await asyncio.to_thread(self._read, shard, byte_range)
 
-    def _read(self, shard: str, groups: tuple[str | None, ...]) -> tuple[bytes, int]:
-        first, last, suffix = groups
+    def _read(self, shard: str, byte_range: str) -> tuple[bytes, int]:
         try:
             with open(self._root / shard, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                if suffix:
-                    start, end = size - min(size, int(suffix)), size
-                else:
-                    start, end = int(first or 0), min(size, int(last or 0) + 1)
+                start, end = byte_span(byte_range, size)
                 return os.pread(f.fileno(), end - start, start), size
         except OSError as exc:
             raise UpstreamError(f"cannot read the prepared text {shard}: {exc}") from None

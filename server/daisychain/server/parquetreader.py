@@ -45,6 +45,20 @@ from daisychain.server.dataworker import (
 log = logging.getLogger(__name__)
 
 _CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+_RANGE_RE = re.compile(r"bytes=(?:(\d+)-(\d+)|-(\d+))")
+
+
+def byte_span(byte_range: str, size: int) -> tuple[int, int]:
+    """``[start, end)`` of a file of ``size`` bytes that a ``Range`` value this reader writes
+    (``bytes=A-B`` or the suffix ``bytes=-N``) names, clipped to the file: for the readers that
+    make a range read themselves (``hubdataset.HubReader``, ``localtext.FileReader``)."""
+    match = _RANGE_RE.fullmatch(byte_range)
+    assert match is not None, f"unexpected range {byte_range}"  # only this module writes them
+    first, last, suffix = match.groups()
+    if suffix is not None:
+        return size - min(size, int(suffix)), size
+    return min(size, int(first)), min(size, int(last) + 1)
+
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
