@@ -152,8 +152,7 @@ def load_source(source: str, fineweb_revision: str, row_groups: int) -> tuple[st
                 text = path.read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:
                 raise SystemExit(
-                    f"--source {source}: not UTF-8 text (byte {exc.start})\n"
-                    "hint: save it as UTF-8"
+                    f"--source {source}: not UTF-8 text (byte {exc.start})\nhint: save it as UTF-8"
                 ) from None
         else:
             raise SystemExit(
