@@ -236,3 +236,30 @@ async def test_two_peers_train_on_a_hub_dataset_through_the_library_reader(datas
     first, _ = await dataset_run(dataset, replace(cfg, reader="hub"), STEPS, hub_stub(dataset))
     again, _ = await dataset_run(dataset, replace(cfg, reader="hub"), STEPS, hub_stub(dataset))
     assert first == again, "the same run on the same dataset trains the same bits"
+
+
+async def test_a_tokenizer_trains_on_a_hub_dataset(dataset: Path, tmp_path: Path) -> None:
+    """``daisychain tokenizer --source hf:REPO`` reads the split's first row groups through the
+    library (as ``serve --dataset`` resolves it) and writes a tokenizer a peer can load."""
+    from daisychain.tokenizer import Tokenizer, train
+
+    out = tmp_path / "tok.json"
+    async with upstream(hub_stub(dataset)) as stub:
+        parser = argparse.ArgumentParser()
+        train.add_arguments(parser)
+        args = parser.parse_args(
+            ["--source", f"hf:{REPO}@v1", "--text-column", "content", "--data-url", stub.base_url,
+             "--fineweb-row-groups", "4", "--vocab-size", "320", "--out", str(out)]
+        )  # fmt: skip
+        assert await asyncio.to_thread(train.run, args) == 0
+        texts = await asyncio.to_thread(
+            hubdataset.read_texts, await asyncio.to_thread(resolve, stub, REPO), 4
+        )
+        bad = parser.parse_args(
+            ["--source", f"hf:{REPO}", "--text-column", "nope", "--data-url", stub.base_url,
+             "--out", str(tmp_path / "x.json")]
+        )  # fmt: skip
+        with pytest.raises(SystemExit, match="hint: pass the text column"):
+            await asyncio.to_thread(train.run, bad)
+    assert len(texts) == 4 * 30 and texts[0].startswith("[10:0]"), texts[:1]
+    assert Tokenizer.from_file(out).vocab_size == 320

@@ -184,6 +184,32 @@ def _call(spec: DatasetSpec, request: Any) -> Any:
         ) from None
 
 
+def read_texts(config: DataConfig, row_groups: int) -> list[str]:
+    """The texts of the first ``row_groups`` row groups of ``config``'s files, in file order
+    (blocking; ``daisychain tokenizer --source hf:...`` trains on them)."""
+    import pyarrow.parquet as pq
+
+    fs = _file_system(config)
+    spec = DatasetSpec(config.repo, config.revision, config.split, config.text_column)
+    texts: list[str] = []
+    left = row_groups
+
+    def read(shard: str, size: int) -> None:
+        nonlocal left
+        with fs.open(_path(config, shard), "rb", size=size, block_size=8 << 20) as f:
+            parquet = pq.ParquetFile(f)
+            for group in range(min(left, parquet.num_row_groups)):
+                table = parquet.read_row_group(group, columns=[config.text_column])
+                texts.extend(t for t in table.column(0).to_pylist() if isinstance(t, str))
+                left -= 1
+
+    for shard, size in zip(config.shards, config.sizes, strict=True):
+        if left <= 0:
+            break
+        _call(spec, lambda shard=shard, size=size: read(shard, size))
+    return texts
+
+
 def _library_errors() -> tuple[type[Exception], ...]:
     """What the library raises for an answer it cannot use: its own errors and its HTTP
     client's (refused, timed out), whose base it re-exports as ``errors.HTTPError``."""

@@ -9,12 +9,14 @@ the tests compare it with. See docs/TOKENIZER.md for the id layout and the measu
     daisychain tokenizer --measure                                      # the vocabulary table
 
 Sources: ``builtin`` (the training part of the built-in corpus, default), ``fineweb`` (a few
-FineWeb-Edu row groups over HTTP; needs a connection), a path to a UTF-8 text file, or a folder
+FineWeb-Edu row groups over HTTP; needs a connection), a path to a UTF-8 text file, a folder
 of ``.txt``, ``.md``, ``.jsonl`` and ``.parquet`` files (the documents ``daisychain serve --text``
-would serve: ``server/localtext.py``). A tokenizer trained on your own text is written where
-``--out`` says (never over the shipped file, which only ``--source builtin`` rewrites), and a run
-uses it when every headless peer is started with ``--tokenizer PATH``: the run names it by its
-SHA-256 (``config.tokenizer_sha256``), and a peer with another tokenizer refuses the run.
+would serve: ``server/localtext.py``), or ``hf:REPO[@REVISION]``, the first row groups of a
+Hugging Face parquet dataset's split (read as ``serve --dataset`` reads it). A tokenizer trained
+on your own text is written where ``--out`` says (never over the shipped file, which only
+``--source builtin`` rewrites), and a run uses it when every headless peer is started with
+``--tokenizer PATH``: the run names it by its SHA-256 (``config.tokenizer_sha256``), and a peer
+with another tokenizer refuses the run.
 
     daisychain tokenizer --source notes/ --vocab-size 1024 --out notes-tokenizer.json
 """
@@ -135,11 +137,34 @@ def fineweb_text(url: str, row_groups: int) -> str:
     return "\n\n".join(texts)
 
 
-def load_source(source: str, fineweb_revision: str, row_groups: int) -> tuple[str, str]:
+def hub_text(dataset: str, args: argparse.Namespace) -> str:
+    """The first ``--fineweb-row-groups`` row groups of a Hub dataset's split (``hf:REPO[@REV]``,
+    ``--split``, ``--text-column``), resolved and read as ``serve --dataset`` reads it
+    (``server/hubdataset.py``: ``huggingface_hub``, the token in ``$HF_TOKEN``)."""
+    import os
+
+    from daisychain.server import hubdataset
+    from daisychain.server.config import DataConfig
+
+    base = DataConfig(base_url=args.data_url, token=os.environ.get("HF_TOKEN") or None)
+    try:
+        spec = hubdataset.parse_spec(dataset, args.split, args.text_column)
+        config = hubdataset.resolve(spec, base)
+        texts = hubdataset.read_texts(config, args.fineweb_row_groups)
+    except hubdataset.DatasetError as exc:
+        raise SystemExit(f"{exc.message}\nhint: {exc.hint}") from None
+    print(f"read {len(texts)} documents of {config.name}", file=sys.stderr)
+    return "\n\n".join(texts)
+
+
+def load_source(source: str, fineweb_revision: str, row_groups: int,
+                args: argparse.Namespace | None = None) -> tuple[str, str]:  # fmt: skip
     """(training text, held-out text) for ``source``; held-out is the last 5 % of the text."""
     from daisychain.corpus import load_builtin_text, split_train_val
 
-    if source == "builtin":
+    if source.startswith("hf:") and args is not None:
+        text = hub_text(source[3:], args)
+    elif source == "builtin":
         text = load_builtin_text()
     elif source == "fineweb":
         text = fineweb_text(FINEWEB_URL.format(revision=fineweb_revision), row_groups)
@@ -215,8 +240,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source",
         default="builtin",
-        help="builtin (default), fineweb (needs a connection), a UTF-8 text file or a folder of "
-        ".txt/.md/.jsonl/.parquet files",
+        help="builtin (default), fineweb (needs a connection), a UTF-8 text file, a folder of "
+        ".txt/.md/.jsonl/.parquet files, or hf:REPO[@REVISION], a Hugging Face parquet dataset "
+        "(--split, --text-column; a few row groups: --fineweb-row-groups)",
     )
     parser.add_argument(
         "--out",
@@ -237,10 +263,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fineweb-revision", default=FINEWEB_REVISION)
     parser.add_argument("--fineweb-row-groups", type=int, default=4)
+    parser.add_argument("--split", default="train", help="with --source hf:...: the split")
+    parser.add_argument(
+        "--text-column", default="text", help="with --source hf:...: the column of the text"
+    )
+    parser.add_argument(
+        "--data-url", default="https://huggingface.co", help="with --source hf:...: the Hub"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    train_text, val_text = load_source(args.source, args.fineweb_revision, args.fineweb_row_groups)
+    train_text, val_text = load_source(
+        args.source, args.fineweb_revision, args.fineweb_row_groups, args
+    )
     if args.measure:
         sizes = tuple(int(s) for s in args.sizes.split(","))
         rows = measure(train_text, val_text, sizes)
