@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, chromium_missing
+from daisychain.harness.chromium import OFFLINE_FLAGS, app_page, chromium_missing
 from daisychain.harness.steps import node_missing, run_node
 
 NODE_WASM = Path(__file__).with_name("node_wasm.mjs")
@@ -63,41 +62,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _chromium(options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """The measurement in one headless Chromium tab on the real app (offline data)."""
-    from aiohttp import web
-    from playwright.async_api import Route, async_playwright
+    from playwright.async_api import Route
 
-    from daisychain.server.app import create_app, make_runner
-    from daisychain.server.config import DataConfig, ServerConfig
+    async with app_page(OFFLINE_FLAGS) as (base, page):
+        page.set_default_timeout(timeout_s * 1e3)
 
-    config = ServerConfig(data=replace(DataConfig(), offline=True))
-    runner = make_runner(create_app(config))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=OFFLINE_FLAGS)
-            try:
-                page = await browser.new_page()
-                page.set_default_timeout(timeout_s * 1e3)
+        async def serve(route: Route) -> None:
+            await route.fulfill(
+                status=200, body=MEASURE.read_bytes(), content_type="text/javascript"
+            )
 
-                async def serve(route: Route) -> None:
-                    await route.fulfill(
-                        status=200, body=MEASURE.read_bytes(), content_type="text/javascript"
-                    )
-
-                await page.route("**" + MEASURE_PATH, serve)
-                # Any page of the app's origin, with its CSP (script-src 'self',
-                # 'wasm-unsafe-eval'): train-check fails at once on the missing manifest and
-                # then stays idle.
-                await page.goto(f"{base}/train-check.html?vectors=/none")
-                result: dict[str, Any] = await page.evaluate(_PAGE, options)
-                return result
-            finally:
-                await browser.close()
-    finally:
-        await runner.cleanup()
+        await page.route("**" + MEASURE_PATH, serve)
+        # Any page of the app's origin, with its CSP (script-src 'self',
+        # 'wasm-unsafe-eval'): train-check fails at once on the missing manifest and
+        # then stays idle.
+        await page.goto(f"{base}/train-check.html?vectors=/none")
+        result: dict[str, Any] = await page.evaluate(_PAGE, options)
+        return result
 
 
 def _summary(run: dict[str, Any]) -> dict[str, Any]:

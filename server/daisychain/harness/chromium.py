@@ -6,6 +6,8 @@ WebGPU and CPU tiers, the policy of ``harness.steps``).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -137,15 +139,10 @@ def chromium_missing() -> str | None:
     return None
 
 
-async def chromium_session(
-    shapes: list[Shape], repeats: int, presets: list[str], vocab: int, policy: StepPolicy | None
-) -> dict[str, Any]:
-    """One app + one Chromium: GEMM throughput at ``shapes``, then (with a ``policy``) step
-    times of each preset in the WebGPU and CPU tiers.
-
-    Returns {adapter, user_agent, gemm: {name: {backend: GOP/s | reason}},
-    steps: {preset: {"webgpu": ..., "cpu": ...}}} (raw page results, times in ms).
-    """
+@asynccontextmanager
+async def app_page(flags: list[str]) -> AsyncIterator[tuple[str, Any]]:
+    """The real app (offline data) on a loopback port and one page of headless Chromium started
+    with ``flags``: yields (the app's base URL, the Playwright page); both stop on exit."""
     from aiohttp import web
     from playwright.async_api import async_playwright
 
@@ -160,30 +157,40 @@ async def chromium_session(
     try:
         base = f"http://127.0.0.1:{runner.addresses[0][1]}"
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+            browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=flags)
             try:
-                page = await browser.new_page()
-                # Any page of the app's origin: the scripts import the modules it serves. The
-                # train-check page fails at once on the missing manifest and then stays idle.
-                await page.goto(f"{base}/train-check.html?vectors=/none")
-                gemm: dict[str, Any] = await page.evaluate(
-                    _PAGE_GEMM, [[list(s) for s in shapes], repeats]
-                )
-                steps: dict[str, Any] = {}
-                if policy is not None:
-                    limits = [policy.max_steps, policy.budget_s, policy.slow_s]
-                    for name in presets:
-                        steps[name] = {
-                            tier: await page.evaluate(_PAGE_STEPS, [name, vocab, tier, *limits])
-                            for tier in ("webgpu", "cpu")
-                        }
-                return {
-                    "adapter": gemm["adapter"],
-                    "user_agent": await page.evaluate("navigator.userAgent"),
-                    "gemm": gemm["shapes"],
-                    "steps": steps,
-                }
+                yield base, await browser.new_page()
             finally:
                 await browser.close()
     finally:
         await runner.cleanup()
+
+
+async def chromium_session(
+    shapes: list[Shape], repeats: int, presets: list[str], vocab: int, policy: StepPolicy | None
+) -> dict[str, Any]:
+    """One app + one Chromium: GEMM throughput at ``shapes``, then (with a ``policy``) step
+    times of each preset in the WebGPU and CPU tiers.
+
+    Returns {adapter, user_agent, gemm: {name: {backend: GOP/s | reason}},
+    steps: {preset: {"webgpu": ..., "cpu": ...}}} (raw page results, times in ms).
+    """
+    async with app_page(FLAGS) as (base, page):
+        # Any page of the app's origin: the scripts import the modules it serves. The
+        # train-check page fails at once on the missing manifest and then stays idle.
+        await page.goto(f"{base}/train-check.html?vectors=/none")
+        gemm: dict[str, Any] = await page.evaluate(_PAGE_GEMM, [[list(s) for s in shapes], repeats])
+        steps: dict[str, Any] = {}
+        if policy is not None:
+            limits = [policy.max_steps, policy.budget_s, policy.slow_s]
+            for name in presets:
+                steps[name] = {
+                    tier: await page.evaluate(_PAGE_STEPS, [name, vocab, tier, *limits])
+                    for tier in ("webgpu", "cpu")
+                }
+        return {
+            "adapter": gemm["adapter"],
+            "user_agent": await page.evaluate("navigator.userAgent"),
+            "gemm": gemm["shapes"],
+            "steps": steps,
+        }
