@@ -63,7 +63,7 @@ export function backendLines(selection, secureContext = true) {
       const chosen = r.name === selection.backend ? ' (chosen)' : '';
       // The CPU row names the WebAssembly SIMD GEMM when it computes its integer products.
       const via = /WebAssembly/.test(r.adapter ?? '') ? ', integer products in WebAssembly SIMD' : '';
-      return ['✓', `${r.name}: passed its exact gates${via}${chosen}`, ''];
+      return ['✓', `${r.name}: passed its exact gates${chosen}${via}`, ''];
     }
     const why = r.failure ?? 'unknown';
     if (/language feature .* is missing/.test(why)) {
