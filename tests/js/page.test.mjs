@@ -18,6 +18,23 @@ const row = (name, fields = {}) => ({
   probe_hash: 'p', step_ms: null, step_complete: null, ...fields,
 });
 
+test('readiness: the CPU line names the WebAssembly SIMD GEMM, or says why it was refused', () => {
+  const on = { backend: 'js-cpu', wasm: { enabled: true, name: 'wasm-simd', reason: 'ok' },
+    rows: [row('js-cpu', { adapter: 'CPU (JS mirror, integer products in WebAssembly SIMD)' })] };
+  assert.deepEqual(backendLines(on).map(([mark, text]) => [mark, text]), [
+    ['✓', 'js-cpu: passed its exact gates (chosen), integer products in WebAssembly SIMD'],
+  ]);
+  const refused = { backend: 'js-cpu', rows: [row('js-cpu', { adapter: 'cpu' })],
+    wasm: { enabled: false, name: 'wasm-simd', reason: 'gate 7: cell (0, 1) is 5, expected 6; the JS GEMM stays' } };
+  const lines = backendLines(refused);
+  assert.deepEqual(lines[0].slice(0, 2), ['✓', 'js-cpu: passed its exact gates (chosen)']);
+  assert.equal(lines[1][0], '–');
+  assert.match(lines[1][1], /^WebAssembly SIMD GEMM: not used, gate 7/);
+  // Never tried (a request with wasm: false, or an engine without WebAssembly): no line.
+  const untried = { ...refused, wasm: { enabled: false, name: null, reason: 'not tried' } };
+  assert.equal(backendLines(untried).length, 1);
+});
+
 test('readiness: passed, failed, and not available are three different lines', () => {
   const selection = {
     backend: 'js-cpu',
