@@ -231,22 +231,27 @@ export function intMatmul(a, b, M, K, N, { transA = false, transB = false, batch
   const P = buffer('P', Float64Array, K * ((((N + 1) >> 1) + 3) & ~3));
   const kernel = kernelFor(a, b);
   for (let t = 0; t < batch; t++) {
-    let c = acc;
-    if (kernel) {
-      c = kernel.accumulate(a, t * M * K, transA, b, t * K * N, transB, M, K, N);
-    } else {
-      let A = a;
-      let a0 = t * M * K;
-      if (transA) {
-        A = transposeInto(a, a0, K, M, buffer('tA', a.constructor, M * K));
-        a0 = 0;
-      }
-      packPairs(b, t * K * N, K, N, transB, P);
-      packedProduct(A, a0, P, M, K, N, acc);
-    }
+    const c = int8Product(a, b, t, M, K, N, transA, transB, kernel, acc, P);
     out.set(c.subarray(0, M * N), t * M * N);
   }
   return out;
+}
+
+/**
+ * The exact int32 sums of batch `t` of two int8 operands: through the installed integer kernel
+ * (its own buffer), else the JS kernels into `acc` (`P` the packed right operand's scratch).
+ */
+function int8Product(a, b, t, M, K, N, transA, transB, kernel, acc, P) {
+  if (kernel) return kernel.accumulate(a, t * M * K, transA, b, t * K * N, transB, M, K, N);
+  let A = a;
+  let a0 = t * M * K;
+  if (transA) {
+    A = transposeInto(a, a0, K, M, buffer('tA', a.constructor, M * K));
+    a0 = 0;
+  }
+  packPairs(b, t * K * N, K, N, transB, P);
+  packedProduct(A, a0, P, M, K, N, acc);
+  return acc;
 }
 
 /**
@@ -265,19 +270,7 @@ export function qmatmul(aq, ae, bq, be, M, K, N, opts = {}) {
   const P = buffer('P', Float64Array, K * ((((N + 1) >> 1) + 3) & ~3));
   const kernel = kernelFor(aq, bq);
   for (let t = 0; t < batch; t++) {
-    let c = acc;
-    if (kernel) {
-      c = kernel.accumulate(aq, t * M * K, transA, bq, t * K * N, transB, M, K, N);
-    } else {
-      let A = aq;
-      let a0 = t * M * K;
-      if (transA) {
-        A = transposeInto(aq, a0, K, M, buffer('tA', aq.constructor, M * K));
-        a0 = 0;
-      }
-      packPairs(bq, t * K * N, K, N, transB, P);
-      packedProduct(A, a0, P, M, K, N, acc);
-    }
+    const c = int8Product(aq, bq, t, M, K, N, transA, transB, kernel, acc, P);
     dequantizeProduct(c, ae, be, M, N, t, out);
   }
   return out;
