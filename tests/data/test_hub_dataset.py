@@ -263,3 +263,27 @@ async def test_a_tokenizer_trains_on_a_hub_dataset(dataset: Path, tmp_path: Path
             await asyncio.to_thread(train.run, bad)
     assert len(texts) == 4 * 30 and texts[0].startswith("[10:0]"), texts[:1]
     assert Tokenizer.from_file(out).vocab_size == 320
+
+
+def test_a_leader_asks_for_the_text_its_server_reads() -> None:
+    """``--lead --data fineweb`` against a server that reads a Hub dataset (and ``--data
+    dataset`` against a FineWeb-Edu one) is refused before joining, with the choice to make."""
+    from daisychain.p2p.datafeed import FineWebFeed
+    from daisychain.peer.main import lead_data_refusal
+
+    hub = FineWebFeed("http://x", COMMIT, data_name=datanames.hub(REPO, COMMIT, "train", "text"))
+    fw = FineWebFeed("http://x", COMMIT)
+
+    def args(data: str) -> argparse.Namespace:
+        return argparse.Namespace(lead=True, data=data, server="http://x")
+
+    refused = lead_data_refusal(args("fineweb"), hub)
+    assert refused is not None and "reads someone/notes (train, column text)" in refused[0]
+    assert "--data dataset" in refused[1]
+    refused = lead_data_refusal(args("dataset"), fw)
+    assert refused is not None and "--data fineweb" in refused[1]
+    assert lead_data_refusal(args("dataset"), hub) is None
+    assert lead_data_refusal(args("fineweb"), fw) is None
+    assert lead_data_refusal(args("builtin"), None) is None
+    refused = lead_data_refusal(args("dataset"), None)
+    assert refused is not None and "does not serve a dataset" in refused[0]
