@@ -6,6 +6,13 @@ contract version, the model and optimizer configurations (JSON), the step, the s
 bias-correction products (float32 bit patterns, so they survive exactly), the tokenizer's SHA-256
 and vocabulary size, and the weight hash at that step (verified on load).
 
+An outer run's checkpoint (docs/PROTOCOL.md, "Outer runs") holds what every replica of the run
+shares: the outer weights under the parameter names, then ``outer_m.<name>`` (the outer Nesterov
+momentum) in parameter order, no AdamW moments (each peer's inner optimizer is its own and is
+never shared); metadata adds ``sync`` = ``outer``, the outer loop's configuration (JSON) and the
+outer steps done as ``step``; its ``weight_hash`` is ``outer.outer_hash``. A per-step checkpoint is
+byte for byte what it was before outer runs existed.
+
 Loading never trusts the file: the format and contract versions, every tensor's name, dtype and
 shape against the configuration, the vocabulary against the tokenizer in use, and the weight hash
 are all checked, and each failure says what is wrong and what to do.
@@ -27,7 +34,8 @@ from daisychain import safetensors_io
 from daisychain.model.config import ConfigError, ModelConfig
 from daisychain.model.params import param_shapes
 from daisychain.numerics import CONTRACT_VERSION
-from daisychain.optim import AdamWConfig, AdamWState
+from daisychain.optim import AdamW, AdamWConfig, AdamWState
+from daisychain.outer.nesterov import OuterConfig, OuterError, OuterState, outer_hash
 from daisychain.training import TrainState, state_hash
 
 FORMAT = "daisychain-checkpoint"
@@ -47,10 +55,60 @@ class Checkpoint:
     state: TrainState
     tokenizer_sha256: str
     weight_hash: str
+    # An outer run's shared state and loop (None: a per-step checkpoint). ``state.params`` are
+    # then the outer weights themselves and ``state.opt_state`` a fresh inner AdamW state.
+    outer: OuterState | None = None
+    outer_cfg: OuterConfig | None = None
 
     @property
     def step(self) -> int:
-        return self.state.step
+        return self.outer.step if self.outer is not None else self.state.step
+
+
+OUTER_PREFIX = "outer_m."
+
+
+def encode_outer(
+    state: TrainState, outer: OuterState, cfg: OuterConfig, tokenizer_sha256: str
+) -> bytes:
+    """An outer run's checkpoint as bytes (module docstring): ``state`` gives the model and
+    optimizer configuration and the seed; ``outer`` the weights, momentum and outer steps."""
+    return safetensors_io.encode(*_outer_parts(state, outer, cfg, tokenizer_sha256))
+
+
+def save_outer(
+    path: str | Path, state: TrainState, outer: OuterState, cfg: OuterConfig, tokenizer_sha256: str
+) -> str:
+    """``encode_outer`` written atomically; returns the recorded hash (``outer_hash``)."""
+    tensors, meta = _outer_parts(state, outer, cfg, tokenizer_sha256)
+    safetensors_io.save(path, tensors, meta)
+    return meta["weight_hash"]
+
+
+def _outer_parts(
+    state: TrainState, outer: OuterState, cfg: OuterConfig, tokenizer_sha256: str
+) -> tuple[dict[str, npt.NDArray[np.generic]], dict[str, str]]:
+    fresh = AdamW(state.opt_cfg).init_state(outer.params)  # p1, p2 of a fresh inner optimizer
+    tensors: dict[str, npt.NDArray[np.generic]] = dict(outer.params)
+    tensors.update({f"{OUTER_PREFIX}{k}": v for k, v in outer.momentum.items()})
+    outer_json = {"inner_steps": cfg.inner_steps, "lr": cfg.lr, "momentum": cfg.momentum}
+    meta = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "contract_version": str(CONTRACT_VERSION),
+        "model": _model_json(state.cfg),
+        "optim": json.dumps(dataclasses.asdict(state.opt_cfg), sort_keys=True),
+        "step": str(outer.step),
+        "seed": str(state.seed),
+        "p1": _f32_bits(fresh.p1),
+        "p2": _f32_bits(fresh.p2),
+        "tokenizer_sha256": tokenizer_sha256,
+        "vocab_size": str(state.cfg.vocab_size),
+        "sync": "outer",
+        "outer": json.dumps(outer_json, sort_keys=True),
+        "weight_hash": outer_hash(outer),
+    }
+    return tensors, meta
 
 
 def _f32_bits(x: np.float32) -> str:
@@ -189,6 +247,14 @@ def from_parts(
             "it was trained with"
         )
     shapes = param_shapes(model)
+    sync = meta.get("sync", "step")
+    if sync not in ("step", "outer"):
+        raise CheckpointError(
+            f"{source}: sync mode {sync[:16]!r} is not one this version reads; use the DaisyChain "
+            "version that wrote it"
+        )
+    if sync == "outer":
+        return _outer_from_parts(tensors, meta, source, model, optim, step, seed, ck_tok, shapes)
     expected = [*shapes, *(f"m.{k}" for k in shapes), *(f"v.{k}" for k in shapes)]
     missing = [k for k in expected if k not in tensors]
     extra = [k for k in tensors if k not in shapes and k not in expected]
@@ -224,6 +290,64 @@ def from_parts(
             f"{meta['weight_hash'][:12]}...; the file is corrupted"
         )
     return Checkpoint(state, ck_tok, digest)
+
+
+def _checked_arrays(
+    tensors: dict[str, npt.NDArray[np.generic]],
+    expected: dict[str, tuple[int, ...]],
+    source: str,
+    model: ModelConfig,
+) -> dict[str, FloatArray]:
+    missing = [k for k in expected if k not in tensors]
+    extra = [k for k in tensors if k not in expected]
+    if missing or extra:
+        raise CheckpointError(
+            f"{source}: tensors do not match the model configuration "
+            f"(missing: {missing[:4]}, unexpected: {extra[:4]})"
+        )
+    arrays: dict[str, FloatArray] = {}
+    for name, shape in expected.items():
+        arr = tensors[name]
+        if arr.dtype != np.float32 or tuple(arr.shape) != shape:
+            raise CheckpointError(
+                f"{source}: tensor {name!r} is {arr.dtype} {tuple(arr.shape)}, the configuration "
+                f"(width {model.width}, layers {model.layers}, vocab {model.vocab_size}) needs "
+                f"float32 {shape}; the dims are wrong for this model"
+            )
+        arrays[name] = np.ascontiguousarray(arr, dtype=np.float32)
+    return arrays
+
+
+def _outer_from_parts(
+    tensors: dict[str, npt.NDArray[np.generic]],
+    meta: dict[str, str],
+    source: str,
+    model: ModelConfig,
+    optim: AdamWConfig,
+    step: int,
+    seed: int,
+    ck_tok: str,
+    shapes: dict[str, tuple[int, ...]],
+) -> Checkpoint:
+    """An outer run's checkpoint (module docstring): outer weights, momentum, outer steps."""
+    try:
+        spec = json.loads(meta["outer"])
+        cfg = OuterConfig(int(spec["inner_steps"]), float(spec["lr"]), float(spec["momentum"]))
+    except (KeyError, ValueError, TypeError, OuterError) as exc:
+        raise CheckpointError(f"{source}: invalid outer configuration in metadata: {exc}") from exc
+    expected = dict(shapes) | {f"{OUTER_PREFIX}{k}": v for k, v in shapes.items()}
+    arrays = _checked_arrays(tensors, expected, source, model)
+    params = {k: arrays[k] for k in shapes}
+    outer = OuterState(params, {k: arrays[f"{OUTER_PREFIX}{k}"] for k in shapes}, step)
+    digest = outer_hash(outer)
+    if digest != meta.get("weight_hash"):
+        raise CheckpointError(
+            f"{source}: outer hash {digest[:12]}... does not match the recorded "
+            f"{str(meta.get('weight_hash'))[:12]}...; the file is corrupted"
+        )
+    # The inner optimizer starts fresh on the outer weights (each peer's own; never shared).
+    state = TrainState(model, optim, params, AdamW(optim).init_state(params), seed)
+    return Checkpoint(state, ck_tok, digest, outer, cfg)
 
 
 def describe(ck: Checkpoint) -> dict[str, Any]:

@@ -3,6 +3,7 @@ where it computed none; a backend re-check's event and line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -40,6 +41,23 @@ def test_the_json_event_has_the_share_and_the_exchange_work(
     Display(as_json=True).step(record(3, 2.5))
     event = json.loads(capsys.readouterr().out)
     assert (event["share"], event["global_batch"], event["exchange_work_s"]) == (3, 16, 0.1)
+
+
+def test_an_outer_round_says_round_inner_steps_and_bytes_per_token(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An outer run (docs/PROTOCOL.md, "Outer runs"): the line names the round, the inner steps
+    and the bytes this peer sent over the tokens it trained (3 sequences x 64 tokens x H 10)."""
+    outer = dataclasses.replace(record(3, 2.5), tokens=16 * 64 * 10, inner_steps=10,
+                                bytes_sent=3840)  # fmt: skip
+    Display(as_json=False).step(outer)
+    line = capsys.readouterr().err
+    assert line.startswith("round     7") and "10 inner steps  2.00 B/token" in line, line
+    Display(as_json=True).step(outer)
+    event = json.loads(capsys.readouterr().out)
+    assert (event["inner_steps"], event["bytes_per_token"]) == (10, 2.0)
+    Display(as_json=True).step(record(3, 2.5))
+    assert "inner_steps" not in json.loads(capsys.readouterr().out), "per-step: unchanged"
 
 
 def check(chosen: str) -> Check:

@@ -41,6 +41,12 @@ ErrorCode = Literal[
 ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
 SharesBy = Literal["speed", "equal"]  # config.shares_by (docs/PROTOCOL.md, "Gradient chunks")
 SHARES_BY: tuple[str, ...] = get_args(SharesBy)
+# config.sync: how the group combines its work (docs/PROTOCOL.md, "Outer runs"). Any short string
+# is well formed; whether this peer trains that mode is runconfig's decision (`incompatible`), so a
+# mode a later version adds is refused with a rule and a hint rather than as a malformed message.
+SYNC_STEP = "step"
+SYNC_OUTER = "outer"
+MAX_SYNC_CHARS = 16
 
 
 class MessageError(ValueError):
@@ -90,6 +96,16 @@ class OptimSpec:
 
 
 @dataclass(frozen=True)
+class OuterSpec:
+    """config.outer of a ``sync: "outer"`` run: ``steps`` inner AdamW steps per outer round (H),
+    the outer Nesterov ``lr`` and ``momentum`` (docs/OUTER.md, "The outer step")."""
+
+    steps: int
+    lr: float
+    momentum: float
+
+
+@dataclass(frozen=True)
 class Config:
     """Leader -> all: the run's configuration. ``resume_step`` > 0: start from the leader's
     checkpoint (every peer asks for it with ``sync-request``) instead of a fresh init."""
@@ -108,6 +124,11 @@ class Config:
     # How every leader of the run splits them: "speed" (by measured seconds per sequence) or
     # "equal" (the same count each, so the hashes depend on the config and the rosters alone).
     shares_by: SharesBy
+    # "step" (the default): one exchange per optimizer step. "outer": one protocol step is one
+    # outer round of ``outer.steps`` inner steps (docs/PROTOCOL.md, "Outer runs"). Both are
+    # written only for an outer run, so a per-step config is the bytes it was before they existed.
+    sync: str = SYNC_STEP
+    outer: OuterSpec | None = None
     type: Literal["config"] = "config"
 
 
@@ -264,6 +285,9 @@ OMITTED_WHEN_FALSE = frozenset({"private_data"})
 
 def encode(message: Message) -> str:
     obj = {k: v for k, v in asdict(message).items() if not (k in OMITTED_WHEN_FALSE and v is False)}
+    if isinstance(message, Config) and message.sync == SYNC_STEP:
+        # A per-step run writes neither field: every existing trace and vector keeps its bytes.
+        del obj["sync"], obj["outer"]
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
@@ -328,6 +352,7 @@ def parse(raw: str) -> Message:
             raise f.bad("preset", "a string of at most 32 characters or null")
         resume_step = f.integer("resume_step", 0, U32_MAX)
         resume_hash = f.hash("resume_hash") if resume_step > 0 else None
+        sync = f.text("sync", MAX_SYNC_CHARS) if "sync" in obj else SYNC_STEP
         return Config(
             run=f.run(),
             preset=preset,
@@ -346,6 +371,8 @@ def parse(raw: str) -> Message:
             resume_hash=resume_hash,
             global_batch=f.integer("global_batch", 0, U32_MAX),
             shares_by=cast(SharesBy, f.choice("shares_by", SHARES_BY)),
+            sync=sync,
+            outer=_outer_spec(f) if sync == SYNC_OUTER else None,
         )
     if kind == "ready":
         return Ready(
@@ -420,6 +447,16 @@ def parse(raw: str) -> Message:
     code = f.text("code", 32)
     known = cast(ErrorCode, code) if code in ERROR_CODES else "bad-message"
     return Error(code=known, message=f.text("message", 1000), hint=f.text("hint", 1000))
+
+
+def _outer_spec(f: _Fields) -> OuterSpec:
+    """config.outer's shape (present exactly when sync is "outer"); its ranges are runconfig's."""
+    o = _Fields(f.obj("outer"), "config.outer")
+    return OuterSpec(
+        steps=o.integer("steps", 0, U32_MAX),
+        lr=o.number("lr", -math.inf, math.inf),
+        momentum=o.number("momentum", -math.inf, math.inf),
+    )
 
 
 class _Fields(Fields):

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain import fineweb, training
+from daisychain import batches, fineweb, training
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.config import preset
 from daisychain.model.params import param_shapes
-from daisychain.optim import AdamWConfig
-from daisychain.p2p import early, frames, messages, shares
+from daisychain.optim import AdamWConfig, AdamWState
+from daisychain.outer.nesterov import OuterConfig, OuterError
+from daisychain.p2p import early, frames, inner, messages, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
@@ -73,7 +74,7 @@ class StepRecord:
     roster: tuple[str, ...]
     shares: tuple[int, ...]  # the roster's: sequences each peer computed
     share: int  # this peer's (0: it followed without computing)
-    tokens: int  # the whole group's this step (global batch x sequence length)
+    tokens: int  # the whole group's this step (global batch x sequence length; x H: outer run)
     compute_s: float
     exchange_s: float  # wall seconds from our gradients' end to the apply (waiting included)
     exchange_work_s: float  # of those, this process's own work (p2p/pace.py; 0: share 0)
@@ -85,6 +86,9 @@ class StepRecord:
     # Roster peers known to train on private data (the leader hears every one; a follower knows
     # only itself): docs/PROTOCOL.md, "Private data".
     private_data: tuple[str, ...] = ()
+    # An outer run's round (docs/PROTOCOL.md, "Outer runs"): inner steps each contributor took
+    # (0: a per-step run); ``step`` is then the outer step.
+    inner_steps: int = 0
 
 
 def from_mesh(e: MeshEvent) -> Input:
@@ -161,6 +165,9 @@ class Node:
         self._bytes: dict[tuple[int, int], int] = {}
         self._early_bytes: dict[tuple[int, int], int] = {}
         self._computing: set[tuple[int, int]] = set()  # attempts whose compute-done is not in
+        # An outer run: each attempt's inner AdamW state after its inner steps, adopted by the
+        # replica when that attempt is applied (an abandoned round's is dropped).
+        self._inner: dict[tuple[int, int], AdamWState] = {}
         self.bytes_sent = 0
         # Seconds per sequence of this peer's steps, exchange work included (p2p/pace.py): what
         # the leader shares the step's sequences by.
@@ -319,6 +326,14 @@ class Node:
     def _prepare_lead(self, lead: LeadConfig) -> messages.Config:
         """The leader's replica (fresh, or restored from ``--resume``) and the config that
         describes it."""
+        spec = lead.outer_spec
+        try:
+            outer = None if spec is None else OuterConfig(spec.steps, spec.lr, spec.momentum)
+        except OuterError:
+            # Out of range: the machine's validation refuses this lead with the rule and its
+            # hint (docs/PROTOCOL.md, "Outer runs") before anything is sent.
+            outer = None
+        self.replica.set_outer(outer)
         if lead.resume:
             self.replica.load(lead.resume)
         else:
@@ -349,14 +364,16 @@ class Node:
             seed=state.seed,
             data=lead.data,
             tokenizer_sha256=self.tokenizer_sha256,
-            resume_step=state.step,
-            resume_hash=self.replica.hash if state.step > 0 else None,
+            resume_step=self.replica.step,
+            resume_hash=self.replica.hash if self.replica.step > 0 else None,
             global_batch=(
                 mc.batch * max(1, lead.min_peers)
                 if lead.global_batch is None
                 else lead.global_batch
             ),
             shares_by=lead.shares_by,
+            sync=lead.sync,
+            outer=spec,
         )
 
     # -- compute, records, saves ----------------------------------------------------------------
@@ -365,6 +382,9 @@ class Node:
         state = self.replica.state
         config = self.machine.config
         assert state is not None and config is not None
+        if config.outer is not None and config.sync == messages.SYNC_OUTER:
+            self._start_outer_compute(c, config.outer.steps)
+            return
         # Only a page trains on private text (docs/PROTOCOL.md, "Private data"): this shell never
         # tells its machine it has some, so its lanes are always the run's.
         assert not self.machine.private_data, "the headless peer has no private text"
@@ -437,6 +457,73 @@ class Node:
 
         self._spawn(task())
 
+    def _start_outer_compute(self, c: fx.Compute, h: int) -> None:
+        """An outer run's round (p2p/inner.py): ``h`` inner steps on a copy of the outer state,
+        answered with the pseudo-gradient's chunks as a gradient's would be."""
+        config = self.machine.config
+        assert config is not None
+        revision = fineweb.revision_of(config.data)
+        work = self.replica.inner_start()  # copied now: the outer state changes only on apply
+        outer_params = {k: w.copy() for k, w in work.params.items()}
+        cfg = work.cfg
+        count = c.shares[c.rank]
+        key = (c.step, c.round)
+        self._computing.add(key)
+        parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
+
+        async def lane(index: int, piece: shares.Piece) -> inner.Rows:
+            if revision is None:
+                x, y = batches.sample_batch(self.tokens, cfg.batch, cfg.seq_len, work.seed, index,
+                                            piece.lane)  # fmt: skip
+            else:
+                address = Address(work.seed, index, piece.lane, cfg.batch, cfg.seq_len)
+                x, y = await self._fetch_batch(address)
+            return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
+
+        def compute(
+            rows: list[list[inner.Rows]], probe: Callable[[], str]
+        ) -> tuple[float, tuple[bytes, ...], AdamWState | None, str, float, float]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            if count:
+                loss, payloads, opt = inner.inner_round(work, outer_params, rows, count, c.shares)
+            else:  # a share of 0 takes no inner steps and sends nothing (the probe only)
+                loss, payloads, opt = 0.0, (b"",) * c.peers, None
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            return loss, payloads, opt, probe(), seconds, cpu
+
+        async def task() -> None:
+            try:
+                rows = [
+                    [await lane(inner.batch_index(c.step, h, j), piece) for piece in parts]
+                    for j in range(h if count else 0)
+                ]
+            except DataUnavailable as exc:
+                self.data_error = exc
+                reason = f"cannot read the run's training data: {exc.message}"
+                self.inbox.put_nowait(lambda now: ev.UserLeave(now, reason))
+                return
+            try:
+                result = await asyncio.to_thread(compute, rows, self.compute.probe)
+            except Exception as exc:  # reported to the machine, which stops the run
+                error = repr(exc)
+                self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
+                return
+            loss, payloads, opt, probe_hash, seconds, cpu = result
+            self._compute_s[key] = seconds
+            self._computed_at[key] = time.perf_counter()
+            if opt is not None:
+                self._inner[key] = opt
+            # Seconds per sequence of one inner step: what the leader shares sequences by.
+            seq_s = self.pace.computed(key, count * h, seconds, cpu, time.process_time())
+
+            def done(now: float) -> ev.ComputeDone:
+                self._computing.discard(key)
+                return ev.ComputeDone(now, c.step, c.round, loss, payloads, probe_hash, seq_s)
+
+            self.inbox.put_nowait(done)
+
+        self._spawn(task())
+
     async def _recheck_backend(self) -> None:
         """Between steps, measure the backends again when the re-check says so, and switch.
 
@@ -465,15 +552,27 @@ class Node:
         key = (a.step, a.round)
         state = self.replica.state
         assert state is not None
+        config = self.machine.config
+        h = config.outer.steps if config is not None and config.outer is not None else 0
+        if h:
+            # This peer's inner optimizer carries on from the round that was applied; rounds
+            # abandoned before it leave nothing behind.
+            opt = self._inner.pop(key, None)
+            if opt is not None:
+                self.replica.adopt_inner(opt)
+            for old in [k for k in self._inner if k <= key]:
+                del self._inner[old]
         record = StepRecord(
             step=a.step, round=a.round, loss=a.loss, hash=a.hash, roster=a.roster,
             shares=a.shares, share=a.shares[a.roster.index(self.id)] if self.id in a.roster else 0,
-            tokens=sum(a.shares) * state.cfg.seq_len, compute_s=self._compute_s.pop(key, 0.0),
+            tokens=sum(a.shares) * state.cfg.seq_len * max(h, 1),
+            compute_s=self._compute_s.pop(key, 0.0),
             exchange_s=time.perf_counter() - self._computed_at.pop(key, time.perf_counter()),
             exchange_work_s=self.pace.applied(key, time.process_time()),
             bytes_sent=self._bytes.pop(key, 0), bytes_early=self._early_bytes.pop(key, 0),
             leader=a.leader, probe=a.probe, backend=a.backend,
             private_data=tuple(p for p in a.roster if p in self.machine.private_data_peers),
+            inner_steps=h,
         )  # fmt: skip
         self.records.append(record)
         if self.on_step is not None:

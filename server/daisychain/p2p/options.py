@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from daisychain.gpu.probe import reference_probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.p2p.machine.settings import Timers
-from daisychain.p2p.messages import SharesBy
+from daisychain.p2p.messages import SYNC_OUTER, OuterSpec, SharesBy
 
 __all__ = ["Compute", "LeadConfig", "Timers"]
 
@@ -39,6 +39,20 @@ class LeadConfig:
     resume: str | None = None  # checkpoint file to restore the group from
     # config.data: "builtin", or "fineweb@REV" (FineWeb-Edu at the server's revision REV)
     data: str = "builtin"
+    # config.sync: "step" (per-step exchange) or "outer" (DiLoCo-style rounds of outer_steps
+    # inner steps, then the outer Nesterov step; docs/PROTOCOL.md, "Outer runs"). In an outer
+    # run ``steps`` counts outer rounds.
+    sync: str = "step"
+    outer_steps: int = 10
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+
+    @property
+    def outer_spec(self) -> OuterSpec | None:
+        """config.outer of this lead (None for a per-step run)."""
+        if self.sync != SYNC_OUTER:
+            return None
+        return OuterSpec(self.outer_steps, self.outer_lr, self.outer_momentum)
 
     @property
     def custom_model(self) -> bool:

@@ -19,6 +19,7 @@ it sends it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ import numpy as np
 from daisychain import datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, ModelConfig
 from daisychain.optim import AdamWConfig, OptimizerError
+from daisychain.outer.nesterov import OuterConfig
 from daisychain.p2p import messages
 from daisychain.p2p.footprint import MIB, Footprint, estimate
 from daisychain.p2p.shares import MAX_GLOBAL_BATCH
@@ -49,6 +51,15 @@ SIZE_RANGES = {
 }
 MAX_WEIGHT_DECAY = 1.0
 MAX_CLIP = 1e6
+# Outer runs (docs/PROTOCOL.md, "Outer runs"). The sync modes this version trains.
+SYNC_MODES = (messages.SYNC_STEP, messages.SYNC_OUTER)
+# An outer lr beyond 10 is no optimizer anyone tunes to (DiLoCo: 0.7); the cap keeps one message
+# from making every replica diverge at once.
+MAX_OUTER_LR = 10.0
+# What an outer run holds beyond a per-step run's state, in bytes a parameter: the outer
+# momentum M (4), and while a round computes, the copy it trains (weights 4, inner moments 8),
+# the round's outer weights (4) and the pseudo-gradient (4) (p2p/inner.py, p2p/replica.py).
+OUTER_STATE_BYTES_PER_PARAM = 24
 
 
 class Incompatible(messages.MessageError):
@@ -112,6 +123,14 @@ class RunConfig:
     def global_batch(self) -> int:
         return self.message.global_batch
 
+    @property
+    def outer(self) -> OuterConfig | None:
+        """The outer loop of a ``sync: "outer"`` run (None: a per-step run)."""
+        spec = self.message.outer
+        if self.message.sync != messages.SYNC_OUTER or spec is None:
+            return None
+        return OuterConfig(inner_steps=spec.steps, lr=spec.lr, momentum=spec.momentum)
+
 
 # Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
 _MODEL_HINTS = {
@@ -141,8 +160,12 @@ def parse(
     _check_global_batch(cfg)
     _check_preset(cfg.preset, model)
     _check_run(cfg)
+    _check_sync(cfg)
     optim = _optim(cfg.optim, cfg.steps)
     footprint = estimate(model)
+    if cfg.sync == messages.SYNC_OUTER:
+        extra = OUTER_STATE_BYTES_PER_PARAM * footprint.params
+        footprint = dataclasses.replace(footprint, state=footprint.state + extra)
     _check_transfer(footprint)
     _check_limits(model, cfg.steps, footprint, limits)
     return RunConfig(cfg, model, optim, footprint)
@@ -263,6 +286,43 @@ def _check_run(cfg: messages.Config) -> None:
             "resume",
             "resume_hash must be given exactly when resume_step > 0",
             "a resumed run names the hash of its checkpoint",
+        )
+
+
+def _check_sync(cfg: messages.Config) -> None:
+    """``sync`` and, for an outer run, ``outer`` (docs/PROTOCOL.md, "Outer runs")."""
+    if cfg.sync not in SYNC_MODES:
+        raise Incompatible(
+            "sync",
+            f"sync mode {cfg.sync[:16]!r} is not one this version trains",
+            f"lead with sync {' or '.join(SYNC_MODES)}, or upgrade this peer",
+        )
+    spec = cfg.outer
+    if cfg.sync != messages.SYNC_OUTER or spec is None:
+        return
+    # H inner steps per round: every inner step counter (AdamW's, and the batch index
+    # round * H + j) must stay exact in float32 like a step count.
+    most = MAX_EXACT_STEPS // max(cfg.steps, 1)
+    if not 1 <= spec.steps <= most:
+        raise Incompatible(
+            "outer-steps",
+            f"outer.steps (inner steps per round) {spec.steps} outside [1, {most}] for a run "
+            f"of {cfg.steps} rounds",
+            "lead with --outer-steps of at least 1, and rounds x inner steps below 2^24",
+        )
+    lr = spec.lr
+    if not (math.isfinite(lr) and 0.0 < lr <= MAX_OUTER_LR and np.float32(lr) > 0):
+        raise Incompatible(
+            "outer-lr",
+            f"outer learning rate {lr!r} outside (0, {MAX_OUTER_LR:g}] (or zero as a float32)",
+            "lead with --outer-lr in (0, 10], for example 0.7 (DiLoCo) or 1 (plain averaging)",
+        )
+    mu = spec.momentum
+    if not (math.isfinite(mu) and 0.0 <= mu < 1.0):
+        raise Incompatible(
+            "outer-momentum",
+            f"outer momentum {mu!r} outside [0, 1)",
+            "lead with --outer-momentum in [0, 1), for example 0.9 (DiLoCo) or 0",
         )
 
 

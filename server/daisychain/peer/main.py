@@ -113,6 +113,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how the global batch is split: by each device's measured speed (faster devices "
         "compute more), or equally (the hashes then follow from the config alone)",
     )  # fmt: skip
+    lead.add_argument(
+        "--sync", choices=("step", "outer"), default="step",
+        help="step: exchange gradients every step; outer: DiLoCo-style rounds of "
+        "--outer-steps inner steps per exchange, --steps counting rounds (headless peers only; "
+        "docs/PROTOCOL.md, Outer runs)",
+    )  # fmt: skip
+    lead.add_argument("--outer-steps", type=int, default=10, metavar="H",
+                      help="--sync outer: inner AdamW steps per round")  # fmt: skip
+    lead.add_argument("--outer-lr", type=float, default=0.7,
+                      help="--sync outer: outer Nesterov learning rate (DiLoCo: 0.7)")  # fmt: skip
+    lead.add_argument("--outer-momentum", type=float, default=0.9,
+                      help="--sync outer: outer Nesterov momentum (DiLoCo: 0.9)")  # fmt: skip
     lead.add_argument("--seq-len", type=int, help="context length")
     for field, what in (
         ("width", "model width C"),
@@ -203,6 +215,9 @@ class Display:
         tok_s = r.tokens / max(now - self.last, 1e-9)
         self.last = now
         agree = self.node.agreement(r.step - 1) if self.node is not None else (0, 0)
+        # An outer run's round: the bytes this peer sent over the tokens it trained on.
+        mine = r.share * r.inner_steps * (r.tokens // max(sum(r.shares) * r.inner_steps, 1))
+        bpt = r.bytes_sent / mine if mine else 0.0
         self.emit({
             "event": "step", "step": r.step, "round": r.round, "loss": r.loss, "hash": r.hash,
             "peers": len(r.roster), "roster": list(r.roster), "tokens_per_s": round(tok_s, 1),
@@ -212,12 +227,17 @@ class Display:
             "seq_s": round(self.node.pace.seq_s if self.node else 0.0, 5),
             "bytes_sent": r.bytes_sent, "bytes_early": r.bytes_early, "leader": r.leader,
             "probe": r.probe, "backend": r.backend, "private_data": list(r.private_data),
+            **({"inner_steps": r.inner_steps, "bytes_per_token": round(bpt, 3)}
+               if r.inner_steps else {}),
         })  # fmt: skip
         if not self.as_json:
             # A share of 0 computed no loss: a 0 there would read as a perfect model.
             loss = f"{r.loss:7.4f}" if r.share else "      -"
+            what = f"round {r.step:>5}" if r.inner_steps else f"step {r.step:>6}"
+            if r.inner_steps:
+                loss += f"  {r.inner_steps} inner steps  {bpt:.2f} B/token"
             print(
-                f"step {r.step:>6}  loss {loss}  {tok_s:8.0f} tok/s  peers {len(r.roster)}"
+                f"{what}  loss {loss}  {tok_s:8.0f} tok/s  peers {len(r.roster)}"
                 f"  {work(r)}  hash {r.hash[:12]}  agree {agree[0]}/{agree[1]}"
                 f" (step {r.step - 1})",
                 file=sys.stderr, flush=True,
@@ -337,6 +357,8 @@ async def _main(args: argparse.Namespace) -> int:
             heads=args.heads, min_peers=args.min_peers, resume=args.resume,
             global_batch=args.global_batch, shares_by=args.shares_by,
             data=feed.data_name if feed is not None and args.data != "builtin" else "builtin",
+            sync=args.sync, outer_steps=args.outer_steps, outer_lr=args.outer_lr,
+            outer_momentum=args.outer_momentum,
         )  # fmt: skip
     node = Node(
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,

@@ -42,6 +42,12 @@ export const STOP_REASONS = Object.freeze(['done', 'fork', 'error', 'leader-requ
 // config.shares_by: split the global batch by measured speed, or equally (docs/PROTOCOL.md).
 export const SHARES_BY = Object.freeze(['speed', 'equal']);
 export const PIECES = Object.freeze(['contribution', 'reduced']);
+// config.sync (docs/PROTOCOL.md, "Outer runs"): any short string is well formed; whether this
+// peer trains that mode is runconfig's decision. "step" is the default and is never written.
+export const SYNC_STEP = 'step';
+export const SYNC_OUTER = 'outer';
+export const MAX_SYNC_CHARS = 16;
+const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float']];
 export const MODEL_FIELDS = Object.freeze(
   ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
 const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
@@ -55,7 +61,7 @@ export const DECLARATIONS = Object.freeze({
   config: [['run', 'str'], ['preset', 'str?'], ['model', MODEL_FIELDS.map((f) => [f, 'int'])],
     ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
     ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?'],
-    ['global_batch', 'int'], ['shares_by', 'str']],
+    ['global_batch', 'int'], ['shares_by', 'str'], ['sync', 'sync?'], ['outer', 'outer?']],
   ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids'], ['seq_s', 'float'],
     ['private_data', 'flag?']],
   'sync-request': [['run', 'str'], ['private_data', 'flag?']],
@@ -156,6 +162,15 @@ export function encode(m) {
       if (m[f] === true) body.push(`${jsonString(f)}:true`);
       continue;
     }
+    if (k === 'sync?' || k === 'outer?') {
+      // Written only for a run that is not per-step (Python's encode): a per-step config is the
+      // bytes it was before outer runs existed.
+      const sync = m.sync ?? SYNC_STEP;
+      if (sync === SYNC_STEP) continue;
+      if (k === 'sync?') body.push(`"sync":${encodeValue(sync, 'str', `${m.type}.sync`)}`);
+      else body.push(`"outer":${m.outer == null ? 'null' : encodeValue(m.outer, OUTER, `${m.type}.outer`)}`);
+      continue;
+    }
     body.push(`${jsonString(f)}:${encodeValue(m[f], k, `${m.type}.${f}`)}`);
   }
   body.push(`"type":${jsonString(m.type)}`);
@@ -215,6 +230,7 @@ export function parse(raw) {
     }
     const resumeStep = f.integer('resume_step', 0, U32_MAX);
     const resumeHash = resumeStep > 0 ? f.hash('resume_hash') : null;
+    const sync = obj.has('sync') ? f.text('sync', MAX_SYNC_CHARS) : SYNC_STEP;
     const run = f.run();
     const model = {};
     for (const name of MODEL_FIELDS) model[name] = m.integer(name, 0, U32_MAX);
@@ -231,6 +247,7 @@ export function parse(raw) {
       resume_step: resumeStep, resume_hash: resumeHash,
       global_batch: f.integer('global_batch', 0, U32_MAX),
       shares_by: f.choice('shares_by', SHARES_BY),
+      sync, outer: sync === SYNC_OUTER ? outerSpec(f) : null,
     });
   }
   if (kind === 'ready') {
@@ -291,6 +308,16 @@ export function parse(raw) {
   return record('error', {
     code: ERROR_CODES.includes(code) ? code : 'bad-message',
     message: f.text('message', 1000), hint: f.text('hint', 1000),
+  });
+}
+
+// config.outer's shape (present exactly when sync is "outer"); its ranges are runconfig's.
+function outerSpec(f) {
+  const o = new Fields(f.obj('outer'), 'config.outer');
+  return Object.freeze({
+    steps: o.integer('steps', 0, U32_MAX),
+    lr: o.number('lr', -Infinity, Infinity),
+    momentum: o.number('momentum', -Infinity, Infinity),
   });
 }
 

@@ -12,7 +12,7 @@ import { describe as describeDataName, parse as parseDataName } from '../datanam
 import { ConfigError, PRESETS, modelConfig } from '../model/config.js';
 import { OptimizerError, adamwConfig } from '../model/optim.js';
 import { MIB, estimate } from './footprint.js';
-import { MessageError, U32_MAX, errorFrom } from './messages.js';
+import { MessageError, SYNC_OUTER, SYNC_STEP, U32_MAX, errorFrom } from './messages.js';
 import { floatRepr, pySlice, strRepr } from './pyrepr.js';
 import { MAX_GLOBAL_BATCH } from './shares.js';
 
@@ -30,6 +30,11 @@ export const SIZE_RANGES = Object.freeze({
 });
 export const MAX_WEIGHT_DECAY = 1.0;
 export const MAX_CLIP = 1e6;
+// Outer runs (docs/PROTOCOL.md, "Outer runs"): the sync modes a peer of this version may know.
+export const SYNC_MODES = Object.freeze([SYNC_STEP, SYNC_OUTER]);
+export const MAX_OUTER_LR = 10.0;
+// An outer run's extra state, bytes a parameter (Python's OUTER_STATE_BYTES_PER_PARAM).
+export const OUTER_STATE_BYTES_PER_PARAM = 24n;
 
 /** A well-formed config this peer will not train; `rule` names the check that failed. */
 export class Incompatible extends MessageError {
@@ -82,10 +87,14 @@ export function parse(cfg, {
   checkGlobalBatch(cfg);
   checkPreset(cfg.preset, model);
   checkRun(cfg);
+  checkSync(cfg);
   const optim = buildOptim(cfg.optim, cfg.steps);
-  const footprint = estimate(model);
+  const footprint = withOuterState(estimate(model), cfg);
   checkTransfer(footprint);
   checkLimits(model, cfg.steps, footprint, caps);
+  // Last: every rule above is the protocol's, answered as Python answers it; only then does the
+  // page say what it cannot do itself.
+  checkPageSync(cfg);
   return Object.freeze({
     message: cfg, model, optim, footprint, run: cfg.run, steps: cfg.steps, seed: cfg.seed,
     resumeStep: cfg.resume_step, resumeHash: cfg.resume_hash, globalBatch: cfg.global_batch,
@@ -209,6 +218,61 @@ function checkRun(cfg) {
   if ((cfg.resume_step > 0) !== (cfg.resume_hash !== null)) {
     throw new Incompatible('resume', 'resume_hash must be given exactly when resume_step > 0',
       'a resumed run names the hash of its checkpoint');
+  }
+}
+
+// `sync` and, for an outer run, `outer`: the same rules, messages and hints as Python's.
+function checkSync(cfg) {
+  const sync = cfg.sync ?? SYNC_STEP;
+  if (!SYNC_MODES.includes(sync)) {
+    throw new Incompatible('sync', `sync mode ${strRepr(pySlice(sync, 16))} is not one this version trains`,
+      `lead with sync ${SYNC_MODES.join(' or ')}, or upgrade this peer`);
+  }
+  const spec = cfg.outer;
+  if (sync !== SYNC_OUTER || spec == null) return;
+  // H inner steps per round: every inner step counter must stay exact in float32.
+  const most = Math.floor(MAX_EXACT_STEPS / Math.max(cfg.steps, 1));
+  if (!(spec.steps >= 1 && spec.steps <= most)) {
+    throw new Incompatible('outer-steps',
+      `outer.steps (inner steps per round) ${spec.steps} outside [1, ${most}] for a run of ` +
+      `${cfg.steps} rounds`,
+      'lead with --outer-steps of at least 1, and rounds x inner steps below 2^24');
+  }
+  const lr = spec.lr;
+  if (!(Number.isFinite(lr) && lr > 0 && lr <= MAX_OUTER_LR && Math.fround(lr) > 0)) {
+    throw new Incompatible('outer-lr',
+      `outer learning rate ${floatRepr(lr)} outside (0, 10] (or zero as a float32)`,
+      'lead with --outer-lr in (0, 10], for example 0.7 (DiLoCo) or 1 (plain averaging)');
+  }
+  const mu = spec.momentum;
+  if (!(Number.isFinite(mu) && mu >= 0 && mu < 1)) {
+    throw new Incompatible('outer-momentum', `outer momentum ${floatRepr(mu)} outside [0, 1)`,
+      'lead with --outer-momentum in [0, 1), for example 0.9 (DiLoCo) or 0');
+  }
+}
+
+// An outer run holds the momentum and a round's working copies beside the state (Python's
+// runconfig.parse adds the same bytes to its estimate's state term).
+function withOuterState(footprint, cfg) {
+  if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER) return footprint;
+  const extra = OUTER_STATE_BYTES_PER_PARAM * footprint.params;
+  const total = footprint.total + extra;
+  return Object.freeze({
+    ...footprint, state: footprint.state + extra, total, totalMb: Number(total) / MIB,
+  });
+}
+
+// What the page itself cannot do yet (the rules above are the protocol's, shared with Python):
+// a page computes one gradient per step, not H inner steps, so it stays out of an outer run
+// rather than fork it. The headless peer (python -m daisychain.peer) trains them.
+export const PAGE_OUTER_HINT = 'this page cannot train outer runs yet; join with the headless ' +
+  'peer (python -m daisychain.peer --server URL), or lead a per-step run';
+
+function checkPageSync(cfg) {
+  if ((cfg.sync ?? SYNC_STEP) === SYNC_OUTER) {
+    throw new Incompatible('page-outer',
+      `this run trains outer rounds of ${cfg.outer.steps} inner steps (sync outer)`,
+      PAGE_OUTER_HINT);
   }
 }
 

@@ -19,6 +19,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
+from daisychain.outer.mean import weighted_mean
 from daisychain.p2p import allreduce, codec
 from daisychain.p2p.run import CommittedRoster
 
@@ -45,8 +46,13 @@ _ALLOWED = {
 
 
 class Attempt:
-    def __init__(self, roster: CommittedRoster, rank: int, total_blocks: int, now: float) -> None:
+    def __init__(
+        self, roster: CommittedRoster, rank: int, total_blocks: int, now: float, outer: bool = False
+    ) -> None:
         self.roster = roster
+        # An outer run's round (docs/PROTOCOL.md, "Outer runs"): the contributions are
+        # pseudo-gradients and the chunk's mean is outer.mean's token-weighted mean.
+        self.outer = outer
         self.rank = rank
         self.n = len(roster.peers)
         self.total_blocks = total_blocks
@@ -146,7 +152,14 @@ class Attempt:
             return None
         parts = [self.contributions[j] for j in self.contributors]
         weights = [self.shares[j] for j in self.contributors]
-        payload, values = codec.encode(allreduce.reduce_chunk(parts, weights, self.global_batch))
+        if self.outer:
+            # Shares are sequences of every inner step, so weighting by shares is weighting by
+            # tokens; outer.mean divides them by their gcd first (docs/OUTER.md, "The mean"),
+            # which the per-step rule does not (its bits stay what they were).
+            reduced = weighted_mean(parts, weights)
+        else:
+            reduced = allreduce.reduce_chunk(parts, weights, self.global_batch)
+        payload, values = codec.encode(reduced)
         self.reduced[self.rank] = values
         self.reduced_payload[self.rank] = payload
         return payload

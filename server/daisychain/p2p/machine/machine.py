@@ -386,10 +386,12 @@ class Machine:
 
     def _lead(self, config: messages.Config, min_peers: int) -> None:
         try:  # the leader trains its run too: the followers' rules and its own caps apply
-            model = self._parse(config).model
+            accepted = self._parse(config)
         except runconfig.Incompatible as exc:
             raise self._stop("error", f"cannot lead this run: {exc.message}; {exc.hint}",
                              code=exc.code) from None  # fmt: skip
+        model = accepted.model
+        self.replica.set_outer(accepted.outer)
         self.leadership.lead(min_peers)
         self.config = config
         self.has_state = True
@@ -413,6 +415,7 @@ class Machine:
             return
         self.config = cfg
         self.leadership.leader = peer
+        self.replica.set_outer(accepted.outer)  # before start or restore: the sync mode
         self._set_shapes(accepted.model)
         self.phase.transition(Phase.CONFIGURED, f"config from {peer}")
         if cfg.resume_step == 0:
@@ -508,9 +511,12 @@ class Machine:
                 self._request_sync()
             return
         t = self.settings.timers
-        a = Attempt(r, r.rank(self.id), self.total_blocks, self._now)
+        outer = self.config is not None and self.config.sync == messages.SYNC_OUTER
+        a = Attempt(r, r.rank(self.id), self.total_blocks, self._now, outer=outer)
         a.repair_at = self._now + t.repair_after_s
-        a.deadline = self._now + t.step_timeout_s
+        # An outer round is H inner steps of compute: its timeout is H step timeouts.
+        rounds = self.config.outer.steps if outer and self.config and self.config.outer else 1
+        a.deadline = self._now + t.step_timeout_s * rounds
         self.store.add(a)
         self.store.abandon_before(a.key)
         self._out.append(fx.Compute(r.step, r.round, a.rank, r.shares))

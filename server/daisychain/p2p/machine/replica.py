@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.optim import AdamWConfig
+from daisychain.outer.nesterov import OuterConfig
 
 
 class ReplicaRefused(ValueError):
@@ -28,6 +29,11 @@ class Replica(Protocol):
 
     @property
     def hash(self) -> str: ...
+
+    def set_outer(self, cfg: OuterConfig | None) -> None:
+        """The run's outer loop (docs/PROTOCOL.md, "Outer runs"; None: a per-step run), told
+        before ``start`` or ``restore``: then ``step`` counts outer steps, ``apply`` takes the
+        mean pseudo-gradient and ``hash``/``checkpoint`` cover the outer state."""
 
     def start(self, model: ModelConfig, optim: AdamWConfig, seed: int) -> None:
         """A fresh state (step 0) from the run's config."""

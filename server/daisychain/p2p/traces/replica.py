@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.optim import AdamWConfig
+from daisychain.outer.nesterov import OuterConfig
 from daisychain.p2p.machine.replica import ReplicaRefused
 
 MAGIC = b"DCTRACE1"
@@ -46,6 +47,10 @@ class TraceReplica:
     @property
     def hash(self) -> str:
         return self._hash
+
+    def set_outer(self, cfg: OuterConfig | None) -> None:
+        """The hash chain above serves both sync modes: a trace pins the protocol (the mean it
+        applies is part of the chain), not the model."""
 
     def start(self, model: ModelConfig, optim: AdamWConfig, seed: int) -> None:
         self._step, self._hash = 0, init_hash(seed)

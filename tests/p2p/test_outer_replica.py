@@ -1,0 +1,146 @@
+"""An outer run's pieces at one peer (docs/PROTOCOL.md, "Outer runs"), without a network: the
+machine's reduction is outer.mean's token-weighted mean (not the per-step rule), the inner
+round's chunks are the exchange codec's, and the model replica's outer mode (hash, apply,
+checkpoint with the momentum, refusals)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daisychain import batches, checkpoint, safetensors_io, training
+from daisychain.model.config import preset
+from daisychain.optim import AdamWConfig
+from daisychain.outer import OuterConfig, apply_outer, init_outer, outer_hash
+from daisychain.outer.mean import weighted_mean
+from daisychain.p2p import allreduce, codec, inner
+from daisychain.p2p.machine.attempt import Attempt
+from daisychain.p2p.machine.replica import ReplicaRefused
+from daisychain.p2p.replica import ModelReplica
+from daisychain.p2p.run import CommittedRoster
+from mesh_helpers import corpus
+
+SHA = "5a" * 32
+OUTER = OuterConfig(inner_steps=2, lr=0.7, momentum=0.9)
+
+
+def crafted() -> list[np.ndarray]:
+    """Contributions where dividing the shares by their gcd (3, 3, 3 -> 1, 1, 1) changes the
+    mean's bits, and the change survives quantization: the gcd rule's mean is exactly 6.5 (a
+    tie at the block's step of 1, to even: 6), the per-step rule's sum rounds 3 * 2^-22 * 3 up
+    and lands above it (7)."""
+    a = np.zeros(codec.BLOCK, np.float32)
+    a[0], a[1] = 19.5, 300.0
+    b = np.zeros(codec.BLOCK, np.float32)
+    b[0] = np.float32(3 * 2.0**-22)
+    return [a, b, np.zeros(codec.BLOCK, np.float32)]
+
+
+@pytest.mark.parametrize("outer", [True, False])
+def test_the_machine_reduces_an_outer_round_with_outer_mean(outer: bool) -> None:
+    roster = CommittedRoster(1, 0, ("a", "b", "c"), (3, 3, 3))
+    attempt = Attempt(roster, 0, 3, 0.0, outer=outer)
+    parts = crafted()
+    attempt.contributions = dict(enumerate(parts))
+    payload = attempt.reduce()
+    assert payload is not None
+    outer_bits = codec.encode(weighted_mean(parts, [3, 3, 3]))[0]
+    step_bits = codec.encode(allreduce.reduce_chunk(parts, [3, 3, 3], 9))[0]
+    assert outer_bits != step_bits  # the case tells the two rules apart
+    assert payload == (outer_bits if outer else step_bits)
+
+
+def test_inner_chunks_are_one_encode_cut_at_chunk_boundaries() -> None:
+    rng = np.random.default_rng(5)
+    flat = rng.standard_normal(7 * codec.BLOCK).astype(np.float32)
+    for shares in [(1, 1, 1), (4, 1, 3), (0, 2, 2), (5,)]:
+        parts = inner.chunk_payloads(flat, shares, 7)
+        whole = codec.encode(flat)[0]
+        for k, part in enumerate(parts):
+            first, end = allreduce.chunk_blocks(7, shares, k)
+            assert part == whole[first:end] + whole[7 + first * 256 : 7 + end * 256] or (
+                first == end and part == b""
+            )
+    assert inner.batch_index(1, 3, 0) == 0 and inner.batch_index(4, 3, 2) == 11
+
+
+def outer_replica() -> ModelReplica:
+    _, _, vocab = corpus()
+    replica = ModelReplica(SHA, vocab)
+    replica.set_outer(OUTER)
+    cfg = preset("tiny", vocab_size=vocab, batch=1, seq_len=32)
+    replica.start(cfg, AdamWConfig(lr=3e-3), 7)
+    return replica
+
+
+def test_outer_replica_hash_apply_and_inner_state() -> None:
+    replica = outer_replica()
+    assert replica.outer is not None and replica.state is not None
+    assert replica.step == 0 and replica.hash == outer_hash(init_outer(replica.state.params))
+    tokens, _, _ = corpus()
+    work = replica.inner_start()
+    x, y = batches.sample_batch(tokens, 1, 32, 7, 0, 0)
+    rows = [[(x, y)], [batches.sample_batch(tokens, 1, 32, 7, 1, 0)]]
+    before = {k: w.copy() for k, w in replica.outer.params.items()}
+    loss, payloads, opt = inner.inner_round(work, before, rows, 1, (1,))
+    assert np.isfinite(loss) and opt.step == 2
+    # The inner steps ran on a copy: the shared state did not move.
+    assert all(np.array_equal(before[k], w) for k, w in replica.outer.params.items())
+    mean = codec.decode(payloads[0], codec.n_blocks(sum(w.size for w in before.values())))
+    expect = init_outer(before)
+    apply_outer(expect, OUTER, mean)
+    replica.apply(mean)
+    replica.adopt_inner(opt)
+    assert replica.step == 1 and replica.hash == outer_hash(expect)
+    # The working weights are the outer weights; the inner optimizer carries on.
+    assert replica.state.params is replica.outer.params
+    assert replica.state.opt_state.step == 2
+
+
+def test_outer_checkpoint_carries_the_momentum_and_is_checked(tmp_path: object) -> None:
+    replica = outer_replica()
+    assert replica.outer is not None
+    n = codec.n_blocks(sum(w.size for w in replica.outer.params.values()))
+    rng = np.random.default_rng(3)
+    replica.apply(codec.decode(codec.encode(rng.standard_normal(n * 256).astype(np.float32)
+                                            * np.float32(1e-3))[0], n))  # fmt: skip
+    blob = replica.checkpoint()
+    other = ModelReplica(SHA, replica.vocab_size)
+    other.set_outer(OUTER)
+    other.restore(blob, "peer")
+    assert other.step == 1 and other.hash == replica.hash and other.outer is not None
+    assert any(np.any(m != 0) for m in other.outer.momentum.values())
+    # A newcomer's inner optimizer is fresh; the checkpoint names the outer loop.
+    assert other.state is not None and other.state.opt_state.step == 0
+    tensors, meta = safetensors_io.decode(blob, "x")
+    assert meta["sync"] == "outer" and '"inner_steps": 2' in meta["outer"]
+    assert not any(k.startswith(("m.", "v.")) for k in tensors)
+    # Planted: one momentum value changed -> the recorded hash refuses it.
+    name = next(k for k in tensors if k.startswith(checkpoint.OUTER_PREFIX))
+    bad = dict(tensors)
+    bad[name] = tensors[name].copy()
+    bad[name].reshape(-1)[0] += np.float32(1.0)
+    with pytest.raises(checkpoint.CheckpointError, match="outer hash"):
+        checkpoint.from_parts(bad, meta, "bad", SHA, replica.vocab_size)
+    # A per-step run refuses an outer checkpoint, and an outer run a per-step one.
+    per_step = ModelReplica(SHA, replica.vocab_size)
+    with pytest.raises(ReplicaRefused, match="outer run"):
+        per_step.restore(blob, "peer")
+    assert replica.state is not None
+    step_blob = checkpoint.encode(training.init(replica.state.cfg, replica.state.opt_cfg, 7), SHA)
+    with pytest.raises(ReplicaRefused, match="per-step run"):
+        other.restore(step_blob, "peer")
+    # Saved to disk and loaded as the leader's --resume.
+    path = f"{tmp_path}/outer.safetensors"
+    assert replica.save(path).endswith("@1")
+    resumed = ModelReplica(SHA, replica.vocab_size)
+    resumed.set_outer(OUTER)
+    resumed.load(path)
+    assert resumed.hash == replica.hash and resumed.step == 1
+    assert checkpoint.load(path).step == 1
+
+
+def test_sync_mode_is_set_before_the_state() -> None:
+    replica = outer_replica()
+    with pytest.raises(ValueError, match="before the replica holds a state"):
+        replica.set_outer(None)
