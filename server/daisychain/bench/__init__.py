@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "gemm": ("daisychain.bench.gemm", "exact int8 GEMM throughput against float32 sgemm"),
     "identity": ("daisychain.bench.identity", "every compute path trains to the same bits"),
     "kernels": ("daisychain.bench.kernels", "every int8 GEMM backend and training tier, one run"),
+    "lowcomm": ("daisychain.bench.lowcomm", "outer runs against per-step runs on a slow link"),
     "mesh": ("daisychain.bench.mesh", "bytes on the wire, exchange goodput, step time split"),
     "pool": ("daisychain.bench.pool", "unequal devices together against each one alone"),
     "signaling": ("daisychain.bench.signaling", "WebSocket relay through one server; attacks"),

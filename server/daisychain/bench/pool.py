@@ -168,10 +168,11 @@ async def run_group(
     seq_len: int,
     g: int,
     peer_options: tuple[str, ...] = (),
+    lead_options: tuple[str, ...] = (),
 ) -> list[PeerLog]:
     """One group of ``len(cores)`` peers, each under its budget, with a server of its own;
-    the first (largest) budget leads; ``peer_options`` go to every peer. Returns what every
-    peer printed."""
+    the first (largest) budget leads; ``peer_options`` go to every peer, ``lead_options`` to
+    the leader only (the run's config). Returns what every peer printed."""
     port = _free_port()
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "daisychain.server", "--host", "127.0.0.1", "--port", str(port),
@@ -190,7 +191,7 @@ async def run_group(
             role = (
                 ["--lead", "--preset", args.preset, "--steps", str(steps), "--min-peers",
                  str(len(cores)), "--batch", str(batch), "--seq-len", str(seq_len), "--seed", "1",
-                 "--global-batch", str(g)]
+                 "--global-batch", str(g), *lead_options]
                 if i == 0 else []
             )  # fmt: skip
             proc = await asyncio.create_subprocess_exec(
@@ -204,7 +205,10 @@ async def run_group(
             procs.append(proc)
             logs.append(PeerLog(f"device{i}", c))
         await asyncio.wait_for(
-            asyncio.gather(*(_read(p, log) for p, log in zip(procs, logs, strict=True))),
+            asyncio.gather(
+                *(_read(p, log) for p, log in zip(procs, logs, strict=True)),
+                _stop_if_leader_fails(procs),
+            ),
             args.timeout_s,
         )
     finally:
@@ -215,6 +219,16 @@ async def run_group(
         for budget in budgets:
             budget.remove()
     return logs
+
+
+async def _stop_if_leader_fails(procs: list[asyncio.subprocess.Process]) -> None:
+    """A leader that exits with an error (a refused option, a crash) leaves its followers
+    waiting for a run that never comes: end them too, so the group fails now with the leader's
+    error instead of at ``--timeout-s``."""
+    if await procs[0].wait() != 0:
+        for proc in procs[1:]:
+            if proc.returncode is None:
+                proc.kill()
 
 
 def summarize(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> dict[str, Any]:

@@ -85,13 +85,14 @@ def why_not_here() -> str | None:
     return None
 
 
-def in_namespace(argv: list[str]) -> dict[str, Any]:
-    """Re-run ``daisychain bench mesh argv`` under ``unshare -n``; returns its JSON."""
+def in_namespace(argv: list[str], bench: str = "mesh") -> dict[str, Any]:
+    """Re-run ``daisychain bench BENCH argv`` under ``unshare -n``; returns its JSON."""
     env = dict(os.environ, **{_INNER: "1"})
-    command = ["unshare", "-n", sys.executable, "-m", "daisychain", "bench", "mesh", "--json"]
+    command = ["unshare", "-n", sys.executable, "-m", "daisychain", "bench", bench, "--json"]
     proc = subprocess.run([*command, *argv], capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"daisychain bench mesh in its namespace failed:\n{proc.stderr[-3000:]}")
+        tail = proc.stderr[-3000:]
+        raise SystemExit(f"daisychain bench {bench} in its namespace failed:\n{tail}")
     result: dict[str, Any] = json.loads(proc.stdout)
     return result
 
