@@ -32,7 +32,7 @@ import numpy.typing as npt
 from daisychain.gpu.backend import prove
 from daisychain.gpu.gates import IntGemm
 from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import FloatArray, IntArray
+from daisychain.numerics.quant import FloatArray, IntArray, to_int8_c
 
 NAME = "cpu-int8"
 MAX_K = (2**31 - 1) // (255 * 128)  # the offset trick's int32 sums stay exact below this
@@ -148,8 +148,12 @@ class CpuInt8Gemm:
     def matmul_float(self, a: FloatArray, b: FloatArray) -> Int32Array:
         """``matmul_int_batched`` of int8-valued float32 operands (as the model's ops hold
         them), unaudited: ``model.ops.IntGemmOps``' batched form without the live audit
-        (``bench step``'s ``cpu-int8-unaudited`` side)."""
-        return self.matmul_int_batched(a.astype(np.int8, order="C"), b.astype(np.int8, order="C"))
+        (``bench step``'s ``cpu-int8-unaudited`` side). Leading axes broadcast (the limbs of a
+        gradient operand against one matrix), as in ``gpu.live.AuditedBatchedMatmul``."""
+        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
+        b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+        return self.matmul_int_batched(to_int8_c(a), to_int8_c(b))
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         acc = self.matmul_int(a_q.astype(np.int8), b_q.astype(np.int8))

@@ -98,6 +98,7 @@ class _OneCellOff:
     shape: tuple[int | None, int | None, int | None]
     cell: tuple[int, int] = (0, -1)
     name: str = cpuint8.NAME
+    first_slice: bool = False  # plant the first slice of a batched call instead of the last
 
     def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
         return self.matmul_int_batched(a, b)
@@ -108,7 +109,8 @@ class _OneCellOff:
         out = self.inner.matmul_int_batched(a, b)
         got = (*a.shape[-2:], b.shape[-1])
         if all(want in (None, have) for want, have in zip(self.shape, got, strict=True)):
-            out[(*(d - 1 for d in out.shape[:-2]), *self.cell)] += 1
+            lead = (0 if self.first_slice else d - 1 for d in out.shape[:-2])
+            out[(*lead, *self.cell)] += 1
         return out
 
     qmatmul = cpuint8.CpuInt8Gemm.qmatmul
@@ -206,4 +208,26 @@ def test_a_bug_in_one_head_of_a_batched_product_is_caught_by_the_audit(gated: Ga
     x, y = training.next_batch(state, tokens)
     last = f"slice ({cfg.batch - 1}, {cfg.heads - 1})"
     with pytest.raises(KernelAuditError, match=re.escape(last)):
+        training.train_step(state, x, y)
+
+
+def test_a_bug_in_the_high_limb_of_a_gradient_product_is_caught_by_the_audit(
+    gated: Gated,
+) -> None:
+    """The limbs of a gradient operand go to the GEMM as one batched call (``IntGemmOps``):
+    a one-unit error in an interior cell of the most significant limb's slice (slice 0 of the
+    logits input gradient's three limbs, a shape only the backward uses) stops the step."""
+    raw, gemm, why = gated
+    if gemm is None:
+        pytest.skip(f"the gates refused the CPU int8 GEMM here: {why}")
+    cfg = preset("tiny")
+    n = cfg.batch * cfg.seq_len
+    dlogits_at_wte = (n, cfg.vocab_size, cfg.width)  # (N, V) @ (V, C)
+    planted = _OneCellOff(raw, dlogits_at_wte, cell=(5, 3), first_slice=True)
+    assert cpuint8.evaluate(planted)[0] is not None, "the plant must slip past the gates"
+    state = training.init(cfg, AdamWConfig(lr=3e-3), 5)
+    state.ops = training_ops(Backend(planted, "cpu"))
+    tokens = (np.arange(50_000, dtype=np.int64) * 7919 + 13) % cfg.vocab_size
+    x, y = training.next_batch(state, tokens)
+    with pytest.raises(KernelAuditError, match=re.escape("slice (0,)")):
         training.train_step(state, x, y)

@@ -23,7 +23,9 @@ from daisychain.numerics.quant import (
     pow2,
     quantize,
     quantize2,
+    quantize3,
     to_int8,
+    to_int8_c,
 )
 
 F32 = np.float32
@@ -327,3 +329,39 @@ def test_quantize3_extends_quantize2_and_keeps_the_softmax_tail() -> None:
     deq2 = (hi2.astype(np.float64) * 256 + lo2) * np.ldexp(1.0, e2 - 8)
     lost2, lost3 = (np.abs(d - x).sum() for d in (deq2, deq))
     assert lost3 < lost2 / 100  # the tail two limbs rounded away is kept
+
+
+@pytest.mark.parametrize(
+    "shape", [(1024, 256), (256, 1024), (300, 70), (1, 5), (5, 1), (3, 64, 48), (2, 2, 17, 33)]
+)
+def test_to_int8_c_is_the_plain_cast_in_c_order_for_every_layout(shape: tuple[int, ...]) -> None:
+    """The blocked transposed cast (what the int8 GEMM is fed) gives the plain cast's bytes:
+    contiguous, transposed views (2-D and batched) and a layout that is neither."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-127, 128, size=shape).astype(np.float32)
+    views = [x, np.swapaxes(x, -1, -2), x[..., ::2, :], np.swapaxes(x[..., ::2], -1, -2)]
+    # a broadcast operand (the one matrix both limbs of a gradient are multiplied by)
+    views += [np.broadcast_to(v, (2, *v.shape)) for v in views[:2]]
+    for v in views:
+        got = to_int8_c(v)
+        assert got.flags.c_contiguous and got.dtype == np.int8 and got.shape == v.shape
+        assert np.array_equal(got, v.astype(np.int8))
+
+
+@pytest.mark.parametrize("axis", [-1, -2])
+def test_limbs_written_into_a_stack_are_the_same_bits(axis: int) -> None:
+    """``quantize2``/``quantize3`` with ``out=`` (the stacked limbs the int8 GEMM takes in one
+    call) give exactly the limbs and exponents of the plain call; a wrong buffer is refused."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 40, 24)) * np.exp2(rng.integers(-20, 20, (6, 1, 1)))).astype(F32)
+    for fn, limbs in ((quantize2, 2), (quantize3, 3)):
+        plain = fn(x.copy(), axis)
+        stack = np.empty((limbs, *x.shape), dtype=np.float32)
+        stacked = fn(x.copy(), axis, overwrite=True, out=stack)
+        for want, got in zip(plain, stacked, strict=True):
+            assert np.array_equal(want.view(np.uint8), np.ascontiguousarray(got).view(np.uint8))
+        for i in range(limbs):
+            assert np.shares_memory(stacked[i], stack[i])
+        for bad in (np.empty((limbs + 1, *x.shape), F32), np.empty((limbs, *x.shape), np.float64)):
+            with pytest.raises(ValueError, match="limb buffer"):
+                fn(x.copy(), axis, out=bad)

@@ -1,14 +1,22 @@
 """``daisychain bench step``: training tokens/s of the contract against PyTorch float32 eager.
 
 Both sides train the same architecture (docs/MODEL.md) with the same batch shape on the same
-machine in the same run, each in its own subprocess so their peak resident memory (ru_maxrss) is
-measured separately; the sides alternate for ``--rounds`` rounds so machine noise hits both, and
-the medians are compared. Reported: tokens/s of each, ``tokens_per_s_ratio`` (contract / torch;
-target >= 1.0), peak RSS of each and the RSS growth over the process's state after imports.
-With onnxruntime installed two more sides run: ``cpu-int8`` (the same contract with its integer
-products on the CPU's int8 units, cpuint8.py, gated and audited as in training; or why its gates
-refused it here) and ``cpu-int8-unaudited`` (gates and per-step probe only: what the live audit
-costs), each with ``*_tokens_per_s_ratio`` (against torch) and ``*_vs_numpy_ratio``.
+machine in the same run, each round of each side in a fresh subprocess so their peak resident
+memory (ru_maxrss) is measured separately and no side inherits another's warm state. The sides
+alternate for ``--rounds`` rounds, the order rotated every round so that no side always follows
+the same one, and machine noise hits them all. Each round reports the median of its timed steps.
+
+Reported per side: ``step_ms`` (median over rounds), ``min_step_ms`` (fastest round),
+``round_ms`` (every round, so a bimodal side is visible), tokens/s, peak RSS and the RSS growth
+over the process's state after imports. PyTorch's step is bimodal on the project's 2-core machine
+(the same child takes ~150 ms in one start and ~300 ms in the next), so one ratio against one
+draw would be luck: ``tokens_per_s_ratio`` (contract / torch, both medians; target >= 1.0) is
+reported beside ``tokens_per_s_ratio_vs_torch_min`` (the contract's median against torch's
+fastest round: the honest floor). With onnxruntime installed two more sides run: ``cpu-int8``
+(the same contract with its integer products on the CPU's int8 units, cpuint8.py, gated and
+audited as in training; or why its gates refused it here) and ``cpu-int8-unaudited`` (gates and
+per-step probe only: what the live audit costs), each with ``*_tokens_per_s_ratio`` and
+``*_tokens_per_s_ratio_vs_torch_min`` (against torch) and ``*_vs_numpy_ratio``.
 Without torch (``pip install torch==2.13.0`` gives the CPU build) only the contract side runs.
 """
 
@@ -65,15 +73,17 @@ times = []
 for i in range(1, steps + 1):
     t0 = time.perf_counter(); step(i); times.append(time.perf_counter() - t0)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"step_s": sorted(times)[len(times) // 2], "peak_rss_kb": peak,
-                  "base_rss_kb": base_rss}))
+print(json.dumps({"step_s": sorted(times)[len(times) // 2], "times_s": times,
+                  "peak_rss_kb": peak, "base_rss_kb": base_rss}))
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="small", help="model preset (default small)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per side")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="alternating rounds per side (fresh processes)"
+    )
     parser.add_argument("--vocab", type=int, default=0, help="vocabulary (default: tokenizer's)")
 
 
@@ -113,10 +123,42 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if _cpu_int8_available():
         sides[1:1] = ["cpu-int8", "cpu-int8-unaudited"]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
-    for _ in range(args.rounds):
-        for side in sides:
+    for r in range(args.rounds):
+        for side in rotated(sides, r):
             runs[side].append(_run_side(side, args, vocab))
-    tokens = cfg.batch * cfg.seq_len
+    out = report(args, cfg.batch * cfg.seq_len, runs)
+    if "torch" in runs:
+        import torch
+
+        out["torch"]["version"] = torch.__version__
+        out["torch"]["threads"] = torch.get_num_threads()
+    return out
+
+
+def rotated(sides: list[str], round_index: int) -> list[str]:
+    """Round ``round_index``'s order: the sides rotated by one per round, so each side follows
+    each other side in turn (the previous child's caches and clock state hit them all)."""
+    k = round_index % len(sides) if sides else 0
+    return sides[k:] + sides[:k]
+
+
+def _side_summary(results: list[dict[str, Any]], tokens: int) -> dict[str, Any]:
+    rounds_s = [float(r["step_s"]) for r in results]
+    step_s = statistics.median(rounds_s)
+    return {
+        "step_ms": round(step_s * 1e3, 2),
+        "min_step_ms": round(min(rounds_s) * 1e3, 2),
+        "round_ms": [round(x * 1e3, 1) for x in rounds_s],
+        "tokens_per_s": round(tokens / step_s, 1),
+        "peak_rss_mb": round(max(r["peak_rss_kb"] for r in results) / 1024, 1),
+        "rss_growth_mb": round(max(r["peak_rss_kb"] - r["base_rss_kb"] for r in results) / 1024, 1),
+    }
+
+
+def report(
+    args: argparse.Namespace, tokens: int, runs: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """The JSON document from every side's per-round results (``measure``'s second half)."""
     out: dict[str, Any] = {
         "benchmark": "step",
         "preset": args.preset,
@@ -124,32 +166,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "timed_steps_per_round": args.steps,
         "rounds": args.rounds,
     }
+    runs = dict(runs)
     refused = [r["refused"] for r in runs.get("cpu-int8", []) if "refused" in r]
     if refused:  # the gates said no on this CPU: report why, time nothing
         out["cpu-int8"] = f"refused by its gates here: {refused[0]}"
         del runs["cpu-int8"], runs["cpu-int8-unaudited"]
     for side, results in runs.items():
-        step_s = statistics.median(r["step_s"] for r in results)
-        out[side] = {
-            "step_ms": round(step_s * 1e3, 2),
-            "tokens_per_s": round(tokens / step_s, 1),
-            "peak_rss_mb": round(max(r["peak_rss_kb"] for r in results) / 1024, 1),
-            "rss_growth_mb": round(
-                max(r["peak_rss_kb"] - r["base_rss_kb"] for r in results) / 1024, 1
-            ),
-        }
+        out[side] = _side_summary(results, tokens)
     if "torch" in runs:
-        import torch
-
-        out["torch"]["version"] = torch.__version__
-        out["torch"]["threads"] = torch.get_num_threads()
-        out["tokens_per_s_ratio"] = round(
-            out["contract"]["tokens_per_s"] / out["torch"]["tokens_per_s"], 3
-        )
-        for side in ("cpu-int8", "cpu-int8-unaudited"):
+        torch_med = out["torch"]["tokens_per_s"]
+        torch_fast = tokens / (out["torch"]["min_step_ms"] / 1e3)
+        for side, prefix in (
+            ("contract", ""),
+            ("cpu-int8", "cpu_int8_"),
+            ("cpu-int8-unaudited", "cpu_int8_unaudited_"),
+        ):
             if side in runs:
-                key = side.replace("-", "_") + "_tokens_per_s_ratio"
-                out[key] = round(out[side]["tokens_per_s"] / out["torch"]["tokens_per_s"], 3)
+                tps = out[side]["tokens_per_s"]
+                out[prefix + "tokens_per_s_ratio"] = round(tps / torch_med, 3)
+                out[prefix + "tokens_per_s_ratio_vs_torch_min"] = round(tps / torch_fast, 3)
     else:
         out["torch"] = "not installed (pip install torch==2.13.0 for the baseline)"
     for side in ("cpu-int8", "cpu-int8-unaudited"):

@@ -108,6 +108,7 @@ def danger_cells(m: int, n: int, tile: tuple[int, int]) -> list[tuple[int, int]]
     return list(dict.fromkeys(ordered))  # unique, first occurrence keeps its place
 
 
+@functools.lru_cache(maxsize=1024)
 def schedule(cells: int, seed: int = 0) -> tuple[int, int]:
     """(mult, offset) of the seeded permutation ``x -> (mult * x + offset) mod cells``."""
     offset, mult = (int(v) for v in prng.below(prng.key(seed, AUDIT_STREAM), 2, cells))
@@ -150,6 +151,59 @@ def _danger_index(
     return rows, cols
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where ``_exact_parts`` finds each danger cell of an (m, n) output: on an edge row (from
+    the edge rows of ``a`` times ``b``), on an edge column (``a`` times the edge columns of
+    ``b``) or at a crossing of inner danger lines (danger rows times danger columns). A pure
+    function of the shape and tile, so it is built once per live shape, not once per product."""
+
+    cells: int
+    edge_r: npt.NDArray[np.int64]
+    edge_c: npt.NDArray[np.int64]
+    lines_r: npt.NDArray[np.int64]
+    lines_c: npt.NDArray[np.int64]
+    on_row: npt.NDArray[np.bool_]
+    on_row_edge: npt.NDArray[np.int64]
+    on_row_cols: npt.NDArray[np.int64]
+    on_col: npt.NDArray[np.bool_]
+    on_col_rows: npt.NDArray[np.int64]
+    on_col_edge: npt.NDArray[np.int64]
+    rest: npt.NDArray[np.bool_]
+    rest_r: npt.NDArray[np.int64]
+    rest_c: npt.NDArray[np.int64]
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(m: int, n: int, tile: tuple[int, int]) -> _Layout:
+    rows, cols = _danger_index(m, n, tile)
+    lines_r = np.array(danger_lines(m, tile[0]), dtype=np.int64)
+    lines_c = np.array(danger_lines(n, tile[1]), dtype=np.int64)
+    on_row = (rows == 0) | (rows == m - 1)
+    on_col = ~on_row & ((cols == 0) | (cols == n - 1))
+    rest = ~on_row & ~on_col  # crossings of a danger row and a danger column
+    pos_r = np.full(m, -1, dtype=np.int64)
+    pos_r[lines_r] = np.arange(len(lines_r))
+    pos_c = np.full(n, -1, dtype=np.int64)
+    pos_c[lines_c] = np.arange(len(lines_c))
+    return _Layout(
+        cells=len(rows),
+        edge_r=np.array([0, m - 1], dtype=np.int64),
+        edge_c=np.array([0, n - 1], dtype=np.int64),
+        lines_r=lines_r,
+        lines_c=lines_c,
+        on_row=on_row,
+        on_row_edge=np.where(rows[on_row] == 0, 0, 1),
+        on_row_cols=cols[on_row],
+        on_col=on_col,
+        on_col_rows=rows[on_col],
+        on_col_edge=np.where(cols[on_col] == 0, 0, 1),
+        rest=rest,
+        rest_r=pos_r[rows[rest]],
+        rest_c=pos_c[cols[rest]],
+    )
+
+
 def _exact_cells(
     a: Operand, b: Operand, rows: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
@@ -187,34 +241,24 @@ def _exact_parts(
     and no wide copy of either operand: on a 1024 x 768 output (6,432 danger cells) this is a
     fraction of a gathered int32 dot per cell."""
     m, n = a.shape[-2], b.shape[-1]
-    rows, cols = _danger_index(m, n, tile)
+    lay = _layout(m, n, tile)
     af = np.asarray(a, dtype=np.float32)  # int8 values, exact (no copy when already float32)
     bf = np.asarray(b, dtype=np.float32)
     row_digits = _limbs(bf.sum(axis=-1), axis=-1)  # (..., K, D): b @ 1, exact below 2^24
     col_digits = _limbs(af.sum(axis=-2), axis=-2)  # (..., D, K): 1^T a
-    edge_r, edge_c = np.array([0, m - 1]), np.array([0, n - 1])
-    right = np.concatenate([bf[..., :, edge_c], row_digits], axis=-1)  # (..., K, 2 + D)
-    left = np.concatenate([af[..., edge_r, :], col_digits], axis=-2)  # (..., 2 + D, K)
+    right = np.concatenate([bf[..., :, lay.edge_c], row_digits], axis=-1)  # (..., K, 2 + D)
+    left = np.concatenate([af[..., lay.edge_r, :], col_digits], axis=-2)  # (..., 2 + D, K)
     by_cols = int_matmul(af, right)  # (..., M, 2 + D)
     by_rows = int_matmul(left, bf)  # (..., 2 + D, N)
-    lines_r = np.array(danger_lines(m, tile[0]), dtype=np.int64)
-    lines_c = np.array(danger_lines(n, tile[1]), dtype=np.int64)
-    cross = int_matmul(af[..., lines_r, :], bf[..., :, lines_c])
+    cross = int_matmul(af[..., lay.lines_r, :], bf[..., :, lay.lines_c])
     weights = np.float64(128) ** np.arange(row_digits.shape[-1])
     want_rows = by_cols[..., 2:] @ weights  # float64, exact: |sum| < 2^53
     weights = np.float64(128) ** np.arange(col_digits.shape[-2])
     want_cols = np.swapaxes(by_rows[..., 2:, :], -1, -2) @ weights
-    danger = np.empty((*a.shape[:-2], len(rows)), dtype=np.float64)
-    on_row = (rows == 0) | (rows == m - 1)
-    on_col = ~on_row & ((cols == 0) | (cols == n - 1))
-    rest = ~on_row & ~on_col  # crossings of a danger row and a danger column
-    danger[..., on_row] = by_rows[..., np.where(rows[on_row] == 0, 0, 1), cols[on_row]]
-    danger[..., on_col] = by_cols[..., rows[on_col], np.where(cols[on_col] == 0, 0, 1)]
-    pos_r = np.full(m, -1, dtype=np.int64)
-    pos_r[lines_r] = np.arange(len(lines_r))
-    pos_c = np.full(n, -1, dtype=np.int64)
-    pos_c[lines_c] = np.arange(len(lines_c))
-    danger[..., rest] = cross[..., pos_r[rows[rest]], pos_c[cols[rest]]]
+    danger = np.empty((*a.shape[:-2], lay.cells), dtype=np.float64)
+    danger[..., lay.on_row] = by_rows[..., lay.on_row_edge, lay.on_row_cols]
+    danger[..., lay.on_col] = by_cols[..., lay.on_col_rows, lay.on_col_edge]
+    danger[..., lay.rest] = cross[..., lay.rest_r, lay.rest_c]
     return danger.astype(np.int64), want_rows.astype(np.int64), want_cols.astype(np.int64)
 
 

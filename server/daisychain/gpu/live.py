@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import Protocol, cast
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from daisychain.gpu.audit import Int8Array, Int32Array, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
-from daisychain.numerics.quant import FloatArray
+from daisychain.numerics.quant import FloatArray, to_int8_c
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
 
@@ -93,14 +94,23 @@ class AuditedBatchedMatmul:
 
     def __init__(self, gemm: BatchedGemm, audited: AuditedMatmul) -> None:
         self.gemm, self.audited = gemm, audited
+        # The audit's float32 BLAS products are thin (M x K times K x 2-6, the danger lines):
+        # one thread does them at memory speed, and a second one mostly waits -- spinning, in
+        # OpenBLAS -- for a core that the int8 GEMM's threads and the numpy work want. On the
+        # 2-core machine under a load average of 4, an audited ``small`` step took 2.6 s with
+        # two BLAS threads and 0.64 s with one (docs/BENCHMARKS.md, ``step``). Speed only: the
+        # audit's products are exact whatever the thread count.
+        self._blas = ThreadpoolController().select(user_api="blas")
 
     def __call__(self, a: FloatArray, b: FloatArray) -> Int32Array:
+        with self._blas.limit(limits=1):
+            return self._audited(a, b)
+
+    def _audited(self, a: FloatArray, b: FloatArray) -> Int32Array:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
-        out = self.gemm.matmul_int_batched(
-            a.astype(np.int8, order="C"), b.astype(np.int8, order="C")
-        )
+        out = self.gemm.matmul_int_batched(to_int8_c(a), to_int8_c(b))
         au = self.audited
         shape = (a.shape[-2], b.shape[-1])
         rotation = au.rotations.get(shape, 0)

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
+from daisychain.model.heap import keep_step_memory
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import Params, param_shapes
 from daisychain.numerics import exp, log, quantize, tree_sum
@@ -358,6 +359,7 @@ def forward_backward(
     final (the last layers first, the embeddings last), so a peer can send those values while
     the backward goes on; it must not modify ``grad``.
     """
+    keep_step_memory()  # the step's temporaries stay mapped for the next step (heap.py)
     if y.shape != x.shape:
         raise ValueError(f"targets {y.shape} must have the tokens' shape {x.shape}")
     if y.size and (int(y.min()) < 0 or int(y.max()) >= cfg.vocab_size):

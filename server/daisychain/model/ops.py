@@ -93,10 +93,34 @@ class IntGemmOps:
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         return ref.round_scaled(self._int(a_q, b_q), a_e + b_e)
 
+    def _limbs(self, x: FloatArray, axis: int, limbs: int) -> tuple[FloatArray, IntArray]:
+        """``x`` quantized in ``limbs`` limbs along ``axis`` (``x`` is overwritten), stacked on a
+        new leading axis (``(limbs, *x.shape)``, most significant first) for one batched call."""
+        stack = np.empty((limbs, *x.shape), dtype=np.float32)
+        quant = quantize3 if limbs == 3 else quantize2
+        *_, e = quant(x, axis, overwrite=True, out=stack)
+        return stack, e
+
+    @staticmethod
+    def _combine(parts: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        """The exact integer sum_i 256^(n-1-i) parts[i] of the limbs' products, in float64 (every
+        partial value below 2^53, as in the per-limb form)."""
+        acc: npt.NDArray[np.float64] = parts[0] * float(1 << LO_SHIFT) + parts[1]
+        for part in parts[2:]:
+            acc *= float(1 << LO_SHIFT)
+            acc += part
+        return acc
+
     def grad_left(
         self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
     ) -> FloatArray:
         ref._check_limbs(limbs)
+        if self._matmul_batched is not None:
+            # One call for all limbs (a batch of ``limbs`` slices sharing ``b_q``): the same
+            # integer products as one call per limb, with b_q cast once and one audit call.
+            stack, e = self._limbs(np.multiply(g, pow2(fold_e)), -1, limbs)
+            acc = self._combine(self._int(stack, b_q))
+            return ref.round_scaled(acc, e - (limbs - 1) * LO_SHIFT)
         if limbs == 3:
             h3, m3, l3, e3 = quantize3(g * pow2(fold_e), axis=-1)
             acc = (self._int(h3, b_q) * float(1 << LO_SHIFT) + self._int(m3, b_q)) * float(
@@ -111,6 +135,10 @@ class IntGemmOps:
         self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
     ) -> FloatArray:
         ref._check_limbs(limbs)
+        if self._matmul_batched is not None:  # one call for all limbs, as in grad_left
+            stack, e = self._limbs(np.multiply(g, pow2(fold_e)), -2, limbs)
+            acc = self._combine(self._int(a_q, stack))
+            return ref.round_scaled(acc, e - (limbs - 1) * LO_SHIFT)
         if limbs == 3:
             h3, m3, l3, e3 = quantize3(g * pow2(fold_e), axis=-2)
             acc = (self._int(a_q, h3) * float(1 << LO_SHIFT) + self._int(a_q, m3)) * float(

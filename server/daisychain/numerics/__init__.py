@@ -25,6 +25,7 @@ from daisychain.numerics.quant import (
     quantize2,
     quantize3,
     to_int8,
+    to_int8_c,
 )
 from daisychain.numerics.reduce import tree_sum
 
@@ -52,5 +53,6 @@ __all__ = [
     "rint",
     "sha256_arrays",
     "to_int8",
+    "to_int8_c",
     "tree_sum",
 ]
