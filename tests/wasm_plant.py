@@ -1,11 +1,13 @@
-"""Test hook: the WebAssembly GEMM (kernels/gemm_i8.wat) with one planted bug each.
+"""Test hook: the WebAssembly kernels (kernels/*.wat) with one planted bug each.
 
 Each mutant is the real kernel text with one substitution (asserted to occur exactly once, so a
 change to the kernel cannot silently turn a plant into a no-op), assembled by the project's own
-assembler. ``python tests/wasm_plant.py OUTDIR`` writes ``OUTDIR/<name>.wasm`` for every plant
-and prints their names as JSON; tests/js/wasmgemm.test.mjs loads them and shows which check of
-the gate (static/js/numerics/wasmgate.js) stops each one. Nothing in the product knows about
-plants: this module lives with the tests.
+assembler. ``python tests/wasm_plant.py OUTDIR`` writes ``OUTDIR/<name>.wasm`` for every plant of
+the GEMM (kernels/gemm_i8.wat) and prints their names as JSON; tests/js/wasmgemm.test.mjs loads
+them and shows which check of the gate (static/js/numerics/wasmgate.js) stops each one.
+``python tests/wasm_plant.py OUTDIR elementwise`` does the same for the elementwise kernel
+(kernels/elementwise_f32.wat; tests/js/wasmelementwise.test.mjs, gate wasmeltgate.js). Nothing
+in the product knows about plants: this module lives with the tests.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from daisychain.wasm import assemble
 
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / "gemm_i8.wat"
+ELEMENTWISE = KERNEL.with_name("elementwise_f32.wat")
 
 STORE_ROW0 = """(v128.store (local.get $cq)
           (call $hsum4 (local.get $s00) (local.get $s01) (local.get $s02) (local.get $s03)))"""
@@ -73,21 +76,56 @@ PLANTS: dict[str, tuple[str, str]] = {
 }
 
 
-def mutant(name: str) -> str:
-    """The kernel text with plant ``name``."""
-    old, new = PLANTS[name]
-    text = KERNEL.read_text(encoding="utf-8")
+HI_ROUND = "(f32x4.nearest (f32x4.mul (local.get $xv) (v128.load (local.get $p))))"
+# the second limb's lower clamp (the third limb's sits deeper, with other indentation)
+CLAMP = """(v128.const i32x4 -127 -127 -127 -127)))
+                  (local.set $n"""
+FOLD = "(f32x4.mul (v128.load (local.get $x)) (v128.load (local.get $p)))"
+MAX_START = "(v128.store (local.get $o) (v128.const i32x4 0 0 0 0))"
+
+# The elementwise kernel's plants: name -> (text to replace, replacement).
+ELEMENTWISE_PLANTS: dict[str, tuple[str, str]] = {
+    # the first limb rounds ties up: + 2^-17 before rint moves only exact .5 values (in
+    # [-128, 128) no other float lies within 2^-17 below a .5), so only tie inputs see it
+    "hi-ties-up": (
+        HI_ROUND,
+        "(f32x4.nearest (f32x4.add (f32x4.mul (local.get $xv) (v128.load (local.get $p)))"
+        " (v128.const f32x4 0x1p-17 0x1p-17 0x1p-17 0x1p-17)))",
+    ),
+    # the second limb clamps at -128 from below: -128 survives (the int8 narrow keeps it)
+    "clamp-low-missing": (
+        CLAMP,
+        CLAMP.replace("-127 -127 -127 -127", "-128 -128 -128 -128"),
+    ),
+    # the fold one ulp off in lane 3: invisible to every plain quantizer case (they do not fold)
+    "fold-lane-ulp": (FOLD, f"(i32x4.add {FOLD} (v128.const i32x4 0 0 0 1))"),
+    # column maxima start from memory's old contents instead of +0
+    "maxima-not-zeroed": (MAX_START, "(nop)"),
+}
+
+KERNELS: dict[str, tuple[Path, dict[str, tuple[str, str]]]] = {
+    "gemm": (KERNEL, PLANTS),
+    "elementwise": (ELEMENTWISE, ELEMENTWISE_PLANTS),
+}
+
+
+def mutant(name: str, kernel: str = "gemm") -> str:
+    """The text of ``kernel`` (a KERNELS key) with plant ``name``."""
+    path, plants = KERNELS[kernel]
+    old, new = plants[name]
+    text = path.read_text(encoding="utf-8")
     count = text.count(old)
-    assert count == 1, f"plant {name}: its target occurs {count} times in {KERNEL.name}"
+    assert count == 1, f"plant {name}: its target occurs {count} times in {path.name}"
     return text.replace(old, new)
 
 
-def main(out: Path) -> None:
+def main(out: Path, kernel: str = "gemm") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for name in PLANTS:
-        (out / f"{name}.wasm").write_bytes(assemble(mutant(name), f"{KERNEL.name}+{name}"))
-    print(json.dumps(sorted(PLANTS)))
+    path, plants = KERNELS[kernel]
+    for name in plants:
+        (out / f"{name}.wasm").write_bytes(assemble(mutant(name, kernel), f"{path.name}+{name}"))
+    print(json.dumps(sorted(plants)))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:3])

@@ -6,7 +6,10 @@ under the app's own Content-Security-Policy (copied from a real page: script-src
 ``train_run.tiny`` then gives every loss bit and state hash of the Python reference with its
 products on the kernel. A binary served with a planted bug (tests/wasm_plant.py: one unit in one
 cell of the probe's product only) passes every gate case, is refused by the probe with the reason,
-and the JS GEMM stays. The server, the tab and the golden run are tests/selftest_helpers.py's.
+and the JS GEMM stays. The same for the elementwise kernel (/wasm/elementwise_f32.wasm,
+static/js/numerics/wasmeltgate.js): with it installed beside the GEMM the golden run keeps every
+bit, and a binary with a planted bug (ties rounded up) is refused with the failing case. The
+server, the tab and the golden run are tests/selftest_helpers.py's.
 """
 
 from __future__ import annotations
@@ -19,15 +22,21 @@ from wasm_plant import mutant
 
 HARNESS = "/wasm-harness.html"  # served by the test: a blank page of the app's origin
 
-# Enables the kernel, then trains the golden case with it; returns what the test checks.
+# Enables the kernel (and, with `elementwise`, the elementwise kernel too), then trains the golden
+# case with it; returns what the test checks.
 _PAGE_GOLDEN = """
-async () => {
+async (elementwise) => {
   const N = await import('/js/numerics/index.js');
   const M = await import('/js/model/index.js');
   const { enableWasmGemm } = await import('/js/numerics/wasmgate.js');
+  const { enableWasmElementwise } = await import('/js/numerics/wasmeltgate.js');
   const status = await enableWasmGemm();
   const kernel = N.activeIntKernel();
   if (!status.enabled) return { status };
+  const eltStatus = elementwise ? await enableWasmElementwise() : null;
+  if (elementwise && !eltStatus.enabled) return { status: eltStatus };
+  const elt = N.activeQuantKernel();
+  const eltBefore = elt ? elt.calls : 0;
   const manifest = await (await fetch('/vectors/manifest.json')).json();
   const c = manifest.cases.find((x) => x.name === 'train_run.tiny');
   const blob = async (f, T) => new T(await (await fetch('/vectors/' + f.blob)).arrayBuffer());
@@ -46,7 +55,17 @@ async () => {
     losses.push('0x' + (new Uint32Array(new Float32Array([r.loss]).buffer)[0] >>> 0)
       .toString(16).padStart(8, '0'));
   }
-  return { status, hashes, losses, products: kernel.products - before };
+  return { status, eltStatus, hashes, losses, products: kernel.products - before,
+    quantizations: elt ? elt.calls - eltBefore : 0 };
+}
+"""
+
+_PAGE_ENABLE_ELEMENTWISE = """
+async () => {
+  const N = await import('/js/numerics/index.js');
+  const { enableWasmElementwise } = await import('/js/numerics/wasmeltgate.js');
+  const status = await enableWasmElementwise();
+  return { status, installed: N.activeQuantKernel() !== null };
 }
 """
 
@@ -81,7 +100,7 @@ async def test_the_kernel_passes_its_gate_and_trains_the_golden_run_in_chromium(
     hashes, losses = golden_run()
     async with browser_tab(webgpu=False) as tab:
         await _open_harness(tab)
-        result = await tab.page.evaluate(_PAGE_GOLDEN)
+        result = await tab.page.evaluate(_PAGE_GOLDEN, False)
         assert not tab.errors, tab.errors
         assert not tab.foreign, tab.foreign
     status = result["status"]
@@ -90,6 +109,39 @@ async def test_the_kernel_passes_its_gate_and_trains_the_golden_run_in_chromium(
     assert result["losses"] == losses
     assert result["hashes"] == hashes
     assert result["products"] > 0
+    assert result["quantizations"] == 0
+
+
+async def test_with_the_elementwise_kernel_too_the_golden_run_keeps_every_bit_in_chromium() -> None:
+    hashes, losses = golden_run()
+    async with browser_tab(webgpu=False) as tab:
+        await _open_harness(tab)
+        result = await tab.page.evaluate(_PAGE_GOLDEN, True)
+        assert not tab.errors, tab.errors
+        assert not tab.foreign, tab.foreign
+    elt = result["eltStatus"]
+    assert elt is not None and elt["enabled"] is True, result["status"]["reason"]
+    assert elt["cases"] >= 90, elt
+    assert result["losses"] == losses
+    assert result["hashes"] == hashes
+    assert result["products"] > 0 and result["quantizations"] > 0
+
+
+async def test_a_planted_elementwise_binary_is_refused_in_chromium() -> None:
+    planted = assemble(mutant("hi-ties-up", "elementwise"), "elementwise_f32.wat+hi-ties-up")
+
+    async def serve(route: Any) -> None:
+        await route.fulfill(status=200, body=planted, content_type="application/wasm")
+
+    async with browser_tab(webgpu=False) as tab:
+        await tab.page.route("**/wasm/elementwise_f32.wasm", serve)
+        await _open_harness(tab)
+        result = await tab.page.evaluate(_PAGE_ENABLE_ELEMENTWISE)
+        assert not tab.errors, tab.errors
+    status = result["status"]
+    assert status["enabled"] is False and result["installed"] is False
+    assert "failed case 'quantize" in status["reason"], status
+    assert "the JS quantizers stay" in status["reason"]
 
 
 async def test_a_planted_binary_is_refused_in_chromium_and_the_js_gemm_stays() -> None:

@@ -1,9 +1,11 @@
-"""The committed WebAssembly binary is exactly what its source assembles to (reproducible build).
+"""The committed WebAssembly binaries are exactly what their sources assemble to (reproducible).
 
-static/wasm/gemm_i8.wasm is committed so that neither the page nor CI needs an assembler at run
-time; this test rebuilds it from kernels/gemm_i8.wat with the project's own assembler and fails,
-naming the command to run, when the bytes differ. The build command's --check is shown refusing a
-stale binary, and the build is deterministic (same text, same bytes, in fresh processes too).
+static/wasm/gemm_i8.wasm and static/wasm/elementwise_f32.wasm (every binary of
+daisychain.wasm.build.BUILDS) are committed so that neither the page nor CI needs an assembler at
+run time; this test rebuilds each from its kernels/*.wat with the project's own assembler and
+fails, naming the command to run, when the bytes differ. The build command's --check is shown
+refusing a stale binary, and the build is deterministic (same text, same bytes, in fresh
+processes too).
 """
 
 from __future__ import annotations
@@ -33,8 +35,16 @@ def test_committed_binary_matches_its_source() -> None:
         )
 
 
-def test_build_is_deterministic_across_processes() -> None:
-    source = (REPO / "kernels" / "gemm_i8.wat").read_text(encoding="utf-8")
+def test_every_kernel_source_has_a_build() -> None:
+    # a kernel added under kernels/ without a BUILDS entry would never reach the page
+    sources = sorted(p.name for p in (REPO / "kernels").glob("*.wat"))
+    assert sorted(b.source for b in build.BUILDS) == sources
+    assert "elementwise_f32.wat" in sources
+
+
+@pytest.mark.parametrize("name", [b.source for b in build.BUILDS])
+def test_build_is_deterministic_across_processes(name: str) -> None:
+    source = (REPO / "kernels" / name).read_text(encoding="utf-8")
     here = assemble(source)
     code = (
         "import sys, hashlib; from daisychain.wasm import assemble;"
@@ -42,7 +52,7 @@ def test_build_is_deterministic_across_processes() -> None:
     )
     for seed in ("0", "12345"):  # a different hash seed must not change a byte
         out = subprocess.run(
-            [sys.executable, "-c", code, str(REPO / "kernels" / "gemm_i8.wat")],
+            [sys.executable, "-c", code, str(REPO / "kernels" / name)],
             capture_output=True,
             text=True,
             check=True,
@@ -60,12 +70,13 @@ def _args(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A kernels/ and static/ of our own, with the real source and its built binary."""
+    """A kernels/ and static/ of our own, with the real sources and their built binaries."""
     (tmp_path / "kernels").mkdir()
     (tmp_path / "static" / "wasm").mkdir(parents=True)
-    source = (REPO / "kernels" / "gemm_i8.wat").read_text(encoding="utf-8")
-    (tmp_path / "kernels" / "gemm_i8.wat").write_text(source, encoding="utf-8")
-    (tmp_path / "static" / "wasm" / "gemm_i8.wasm").write_bytes(assemble(source))
+    for b in build.BUILDS:
+        source = (REPO / "kernels" / b.source).read_text(encoding="utf-8")
+        (tmp_path / "kernels" / b.source).write_text(source, encoding="utf-8")
+        (tmp_path / "static" / b.target).write_bytes(assemble(source))
     monkeypatch.setattr(build, "asset_dir", lambda name: tmp_path / name)
     return tmp_path
 
@@ -93,10 +104,27 @@ def test_check_refuses_a_stale_binary_and_build_repairs_it(
 def test_source_change_makes_the_binary_stale(tree: Path) -> None:
     source = tree / "kernels" / "gemm_i8.wat"
     source.write_text(source.read_text().replace("(i32.const 16)", "(i32.const 17)", 1))
-    assert [o.changed for o in build.check()] == [True]
+    assert [o.changed for o in build.check()] == [True, False]
     target = tree / "static" / "wasm" / "gemm_i8.wasm"
     target.unlink()  # a missing binary is stale too
-    assert [o.changed for o in build.check()] == [True]
+    assert [o.changed for o in build.check()] == [True, False]
+    # and each source only its own binary: a change to the elementwise kernel
+    elementwise = tree / "kernels" / "elementwise_f32.wat"
+    elementwise.write_text(elementwise.read_text().replace("(i32.const 16)", "(i32.const 32)", 1))
+    assert [o.changed for o in build.check()] == [True, True]
+
+
+def test_check_refuses_a_stale_elementwise_binary(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tree / "static" / "wasm" / "elementwise_f32.wasm"
+    good = target.read_bytes()
+    target.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    assert cli.run(_args("build", "--check")) == 1
+    out = capsys.readouterr().out
+    assert "elementwise_f32.wasm" in out and "stale" in out
+    assert cli.run(_args("build")) == 0
+    assert target.read_bytes() == good
 
 
 def test_a_broken_source_exits_2_with_its_position(

@@ -720,6 +720,7 @@ def special_cases() -> list[Special]:
             fp,
         )
     )
+    cases.extend(quantizer_vector_cases())
     # control and variables
     cases.append(
         Special(
@@ -778,6 +779,148 @@ def special_cases() -> list[Special]:
         Special(("drop",), "(func (result i32) (i32.const 1) (drop (i32.const 2)))", (), "i32", 1)
     )
     cases.append(Special(("unreachable",), "(func (unreachable))", (), None, "trap"))
+    return cases
+
+
+def _nearest(v: float) -> float:
+    """IEEE roundToIntegralTiesToEven, sign kept (-0.3 -> -0.0); infinities pass."""
+    if math.isinf(v):
+        return v
+    return math.copysign(float(round(v)), v)  # Python's round() on a float ties to even
+
+
+def _trunc_sat(v: float) -> int:
+    if math.isnan(v):
+        return 0
+    if v >= 2.0**31:
+        return 2**31 - 1
+    if v <= -(2.0**31):
+        return -(2**31)
+    return math.trunc(v)
+
+
+def _sat(v: int, bits: int) -> int:
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return max(lo, min(hi, v))
+
+
+def quantizer_vector_cases() -> list[Special]:
+    """The lanes the elementwise kernel uses (kernels/elementwise_f32.wat): abs, max, nearest,
+    the saturating conversions and narrows, signed integer min/max; operands at 0 and 16."""
+    cases: list[Special] = []
+
+    def fmem(a: list[float], b: list[float]) -> list[int]:
+        return f32x4_bytes(a) + f32x4_bytes(b) + PATTERN[32:]
+
+    def two(op: str) -> str:
+        return f"({op} (v128.load (i32.const 0)) (v128.load (i32.const 16)))"
+
+    def one(op: str, addr: int = 0) -> str:
+        return f"({op} (v128.load (i32.const {addr})))"
+
+    def f32s(values: list[float]) -> list[float]:
+        return [f32(v) for v in values]
+
+    # abs clears the sign bit (NaN included: a bitwise operation, deterministic)
+    a = f32s([-1.5, -0.0, -math.inf, 3.0e-5])
+    nan_neg = list(struct.pack("<I", 0xFFC00001))
+    mem = f32x4_bytes(a) + list(struct.pack("<3f", 0.0, 0.0, 0.0)) + nan_neg + PATTERN[32:]
+    cases.append(v128_case(("f32x4.abs",), one("f32x4.abs"), f32x4_bytes([abs(v) for v in a]), mem))
+    nan_abs = list(struct.pack("<I", 0x7FC00001))
+    cases.append(
+        v128_case(
+            ("f32x4.abs",),
+            one("f32x4.abs", 16),
+            list(struct.pack("<3f", 0.0, 0.0, 0.0)) + nan_abs,
+            mem,
+        )
+    )
+    # max: -0 < +0 (both orders), infinities, subnormals
+    sub = struct.unpack("<f", struct.pack("<I", 1))[0]
+    for x, y in [
+        ([-0.0, 0.0, 1.0, -math.inf], [0.0, -0.0, -2.0, -1e30]),
+        ([sub, -sub, 127.5, 6.3e18], [0.0, 0.0, 127.49999237060547, math.inf]),
+    ]:
+        x, y = f32s(x), f32s(y)
+        want = [
+            b if (a < b or (a == b == 0 and math.copysign(1, a) < 0)) else a
+            for a, b in zip(x, y, strict=True)
+        ]
+        cases.append(v128_case(("f32x4.max",), two("f32x4.max"), f32x4_bytes(want), fmem(x, y)))
+    # nearest: ties to even on both signs, -0 kept, large values and infinities pass
+    for vals in (
+        [0.5, 1.5, 2.5, -0.5],
+        [-2.5, -0.3, 126.5, 3.4999997615814209],
+        [127.5, -127.5, 8388609.0, -math.inf],
+        [1e30, 0.49999997, -1.5, -0.0],
+    ):
+        x = f32s(vals)
+        cases.append(
+            v128_case(
+                ("f32x4.nearest",),
+                one("f32x4.nearest"),
+                f32x4_bytes([_nearest(v) for v in x]),
+                fmem(x, [0.0] * 4),
+            )
+        )
+    # float -> int32, saturating, NaN -> 0, toward zero
+    for vals in (
+        [1.9, -1.9, 3e9, -3e9],
+        [math.nan, math.inf, -0.0, 2147483520.0],
+        [-math.inf, -2147483648.0, 127.0, -127.0],
+    ):
+        x = f32s(vals)
+        cases.append(
+            v128_case(
+                ("i32x4.trunc_sat_f32x4_s",),
+                one("i32x4.trunc_sat_f32x4_s"),
+                pack_lanes([_trunc_sat(v) for v in x], 4),
+                fmem(x, [0.0] * 4),
+            )
+        )
+    # int32 -> float32, round to nearest even above 2^24
+    ints = [16777217, -16777219, 2**31 - 1, -(2**31)]
+    cases.append(
+        v128_case(
+            ("f32x4.convert_i32x4_s",),
+            one("f32x4.convert_i32x4_s"),
+            f32x4_bytes([f32(float(v)) for v in ints]),
+            pack_lanes(ints, 4) + pack_lanes([0] * 4, 4) + PATTERN[32:],
+        )
+    )
+    # signed integer lanes: min, max, and the saturating narrows (a's lanes, then b's)
+    xi = [5, -200, 2**31 - 1, -(2**31)]
+    yi = [-7, 127, -128, 40000]
+    imem = pack_lanes(xi, 4) + pack_lanes(yi, 4) + PATTERN[32:]
+    for op, fn, signed in [
+        ("i32x4.min_s", min, True),
+        ("i32x4.max_s", max, True),
+        ("i32x4.max_u", max, False),
+    ]:
+        mask = -1 if signed else M32  # unsigned lanes: the same bits read as 0 .. 2^32 - 1
+        want = [fn(a & mask, b & mask) for a, b in zip(xi, yi, strict=True)]
+        cases.append(v128_case((op,), two(op), pack_lanes(want, 4), imem))
+        xs, ys = lanes(PATTERN[0:16], 4, signed), lanes(PATTERN[16:32], 4, signed)
+        want = [fn(a, b) for a, b in zip(xs, ys, strict=True)]
+        cases.append(v128_case((op,), two(op), pack_lanes(want, 4)))
+    cases.append(
+        v128_case(
+            ("i16x8.narrow_i32x4_s",),
+            two("i16x8.narrow_i32x4_s"),
+            pack_lanes([_sat(v, 16) for v in xi + yi], 2),
+            imem,
+        )
+    )
+    x16 = [1, -1, 127, -128, 128, -129, 32767, -32768]
+    y16 = [300, -300, 0, 5, -5, 126, -127, 200]
+    cases.append(
+        v128_case(
+            ("i8x16.narrow_i16x8_s",),
+            two("i8x16.narrow_i16x8_s"),
+            pack_lanes([_sat(v, 8) for v in x16 + y16], 1),
+            pack_lanes(x16, 2) + pack_lanes(y16, 2) + PATTERN[32:],
+        )
+    )
     return cases
 
 

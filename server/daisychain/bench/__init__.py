@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "audit": ("daisychain.bench.audit", "what the live GPU audit costs next to its product"),
     "browser": ("daisychain.bench.browser", "int8 GEMM throughput in headless Chromium"),
     "converge": ("daisychain.bench.converge", "the contract's loss against a float32 reference"),
+    "cpu-tier": ("daisychain.bench.cputier", "the browser CPU tier against TF.js 4.22's WASM"),
     "data": ("daisychain.bench.data", "/data's FineWeb-Edu reader, tokenizing and delivery"),
     "gemm": ("daisychain.bench.gemm", "exact int8 GEMM throughput against float32 sgemm"),
     "identity": ("daisychain.bench.identity", "every compute path trains to the same bits"),

@@ -19,6 +19,7 @@ const modules = {
   N: await load('js/numerics/index.js'),
   M: await load('js/model/index.js'),
   enableWasmGemm: (await load('js/numerics/wasmgate.js')).enableWasmGemm,
+  enableWasmElementwise: (await load('js/numerics/wasmeltgate.js')).enableWasmElementwise,
 };
 const result = await measure(modules, {
   presets: presetsArg.split(','),

@@ -8,8 +8,12 @@ one headless Chromium tab on the real app (the file served to a page of the app'
 - ``gemm``: every product shape of one training step (forward, and its two gradient products),
   through gemm.js's public functions, with the JS GEMM and with the kernel; GOP/s (2 M K N per
   product) and ``*_ratio`` = JS time / wasm time (> 1: the kernel is faster);
-- ``step``: the CPU tier's training step (gradients + AdamW, no hash) with and without the
-  kernel, its median and ``ratio``, and the tokens/s each gives.
+- ``quant``: the quantizers of one step's largest operands with the JS loops and with the
+  WebAssembly elementwise kernel (static/js/numerics/wasmeltgate.js), ``ratio`` = JS / wasm;
+- ``step``: the CPU tier's training step (gradients + AdamW, no hash) with the JS GEMM
+  (``js``), the wasm GEMM (``wasm``) and the wasm GEMM with the elementwise kernel
+  (``wasm_elt``): medians, tokens/s, ``ratio`` = js / wasm, ``elementwise_ratio`` = wasm /
+  wasm_elt, ``total_ratio`` = js / wasm_elt.
 
 The machines are shared and noisy: the ratios, measured side by side in one process, are the
 result; absolute times are leads. A kernel refused by its gate is reported with the reason and
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,7 @@ async (options) => {
     N: await import('/js/numerics/index.js'),
     M: await import('/js/model/index.js'),
     enableWasmGemm: (await import('/js/numerics/wasmgate.js')).enableWasmGemm,
+    enableWasmElementwise: (await import('/js/numerics/wasmeltgate.js')).enableWasmElementwise,
   };
   const result = await measure(modules, options);
   return { user_agent: navigator.userAgent, ...result };
@@ -60,25 +66,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def _chromium(options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """The measurement in one headless Chromium tab on the real app (offline data)."""
+async def evaluate_in_app_page(
+    modules: dict[str, Path], script: str, arg: Any, timeout_s: float
+) -> Any:
+    """``script`` evaluated with ``arg`` in one headless Chromium tab on the real app (offline
+    data), with each bench module of ``modules`` served at its URL path (so the page's
+    ``import()`` finds it); ``bench wasm`` and ``bench cpu-tier`` measure this way."""
     from playwright.async_api import Route
 
     async with app_page(OFFLINE_FLAGS) as (base, page):
         page.set_default_timeout(timeout_s * 1e3)
 
-        async def serve(route: Route) -> None:
-            await route.fulfill(
-                status=200, body=MEASURE.read_bytes(), content_type="text/javascript"
-            )
+        def server(file: Path) -> Callable[[Route], Awaitable[None]]:
+            # One-argument handlers: Playwright passes the request too to a handler that
+            # takes two parameters.
+            async def serve(route: Route) -> None:
+                await route.fulfill(
+                    status=200, body=file.read_bytes(), content_type="text/javascript"
+                )
 
-        await page.route("**" + MEASURE_PATH, serve)
+            return serve
+
+        for url_path, file in modules.items():
+            await page.route("**" + url_path, server(file))
         # Any page of the app's origin, with its CSP (script-src 'self',
         # 'wasm-unsafe-eval'): train-check fails at once on the missing manifest and
         # then stays idle.
         await page.goto(f"{base}/train-check.html?vectors=/none")
-        result: dict[str, Any] = await page.evaluate(_PAGE, options)
-        return result
+        return await page.evaluate(script, arg)
+
+
+async def _chromium(options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """The measurement in one headless Chromium tab on the real app (offline data)."""
+    result: dict[str, Any] = await evaluate_in_app_page(
+        {MEASURE_PATH: MEASURE}, _PAGE, options, timeout_s
+    )
+    return result
 
 
 def _summary(run: dict[str, Any]) -> dict[str, Any]:

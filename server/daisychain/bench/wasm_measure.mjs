@@ -1,24 +1,39 @@
 // The measurement behind `daisychain bench wasm`, environment-agnostic: node_wasm.mjs runs it
 // under Node, bench/wasm.py serves it to a Chromium page of the app's origin (the same file, so
 // both rows measure the same thing). The caller passes the modules it loaded:
-//   measure({N, M, enableWasmGemm}, {presets, vocab, repeats, steps})
+//   measure({N, M, enableWasmGemm, enableWasmElementwise}, {presets, vocab, repeats, steps})
 // N = static/js/numerics/index.js, M = static/js/model/index.js, enableWasmGemm from
-// static/js/numerics/wasmgate.js. It gates and enables the kernel exactly as a page does, then,
-// per preset, interleaved so that load on the machine hits both sides:
+// static/js/numerics/wasmgate.js, enableWasmElementwise (optional) from wasmeltgate.js. It gates
+// and enables the kernels exactly as a page does, then, per preset, interleaved so that load on
+// the machine hits every side:
 // - every product shape of one training step (the model's forward products and their two
 //   gradient products), timed through gemm.js's public functions with the JS GEMM and with the
 //   kernel installed: best of `repeats` after a warm-up, GOP/s = 2 M K N (batch included) per
 //   product, the backward counted as two products (its two- or three-limb work is the kernel's
 //   business, not the figure's);
-// - the CPU tier's training step (computeGrads + applyGrads, no hash: node_step.mjs's loop),
-//   one warm-up each, then `steps` rounds of one step each way; the median is kept.
-// Resolves to {gate, presets: {name: {gemm, step}}}; with a refused kernel, no presets.
+// - the quantizers of one step's largest operands (`quant`), timed like the products with the JS
+//   loops and with the elementwise kernel (both with the wasm GEMM installed, which they do not
+//   use): activations per row, a weight per column, the logits gradient in three limbs (fold
+//   included), a weight gradient in two;
+// - the CPU tier's training step (computeGrads + applyGrads, no hash: node_step.mjs's loop) with
+//   the JS GEMM, with the wasm GEMM, and with the wasm GEMM and the elementwise kernel (`js`,
+//   `wasm`, `wasm_elt`), one warm-up each, then `steps` rounds of one step each way; the median
+//   is kept. `ratio` = js / wasm (the GEMM's gain), `elementwise_ratio` = wasm / wasm_elt (the
+//   elementwise kernel's), `total_ratio` = js / wasm_elt.
+// Resolves to {gate, elementwise_gate, presets: {name: {gemm, quant, step}}}; with a refused GEMM,
+// no presets; with a refused (or absent) elementwise kernel, no `quant` and no `wasm_elt`.
 
-export async function measure({ N, M, enableWasmGemm }, { presets: names, vocab, repeats, steps }) {
+export async function measure(modules, { presets: names, vocab, repeats, steps }) {
+  const { N, M, enableWasmGemm, enableWasmElementwise } = modules;
   const gate = await enableWasmGemm();
   if (!gate.enabled) return { gate, presets: {} };
   const kernel = N.activeIntKernel();
-  const use = (on) => N.setIntKernel(on ? kernel : null);
+  const eltGate = enableWasmElementwise ? await enableWasmElementwise() : null;
+  const elt = eltGate?.enabled ? N.activeQuantKernel() : null;
+  const use = (on) => {
+    N.setIntKernel(on ? kernel : null);
+    N.setQuantKernel(on === 'elt' ? elt : null);
+  };
 
   // Timing operands from the contract PRNG (never part of the contract).
   let stream = 0;
@@ -112,7 +127,8 @@ export async function measure({ N, M, enableWasmGemm }, { presets: names, vocab,
         backward_ratio: round(times.js.backward / times.wasm.backward, 3),
       };
     }
-    // Training steps, both ways on the same stream of batches (the state advances each step;
+    const quant = elt ? quantizers(cfg) : undefined;
+    // Training steps, every way on the same stream of batches (the state advances each step;
     // the time of a step does not depend on its values).
     const state = M.init(cfg, {}, 1);
     const tokens = new Int32Array(200_000);
@@ -125,28 +141,60 @@ export async function measure({ N, M, enableWasmGemm }, { presets: names, vocab,
       M.applyGrads(state, grads);
       return performance.now() - t0;
     };
-    const warmup = { js: step(false), wasm: step(true) };
-    const ms = { js: [], wasm: [] };
+    const sides = { js: false, wasm: true, ...(elt ? { wasm_elt: 'elt' } : {}) };
+    const warmup = {};
+    const ms = {};
+    for (const [side, on] of Object.entries(sides)) {
+      warmup[side] = round(step(on), 1);
+      ms[side] = [];
+    }
     for (let r = 0; r < steps; r++) {
-      ms.js.push(step(false));
-      ms.wasm.push(step(true));
+      for (const [side, on] of Object.entries(sides)) ms[side].push(step(on));
     }
     const tokensPerStep = cfg.batch * cfg.seqLen;
-    presets[name] = {
-      gemm,
-      step: {
-        warmup_ms: { js: round(warmup.js, 1), wasm: round(warmup.wasm, 1) },
-        js_ms: ms.js.map((v) => round(v, 1)),
-        wasm_ms: ms.wasm.map((v) => round(v, 1)),
-        js_median_ms: round(median(ms.js), 1),
-        wasm_median_ms: round(median(ms.wasm), 1),
-        ratio: round(median(ms.js) / median(ms.wasm), 3),
-        tokens_per_step: tokensPerStep,
-        js_tokens_per_s: round(tokensPerStep / (median(ms.js) / 1e3), 0),
-        wasm_tokens_per_s: round(tokensPerStep / (median(ms.wasm) / 1e3), 0),
-      },
-    };
+    const stepResult = { warmup_ms: warmup, tokens_per_step: tokensPerStep };
+    for (const side of Object.keys(sides)) {
+      stepResult[`${side}_ms`] = ms[side].map((v) => round(v, 1));
+      stepResult[`${side}_median_ms`] = round(median(ms[side]), 1);
+      stepResult[`${side}_tokens_per_s`] = round(tokensPerStep / (median(ms[side]) / 1e3), 0);
+    }
+    stepResult.ratio = round(median(ms.js) / median(ms.wasm), 3);
+    if (elt) {
+      stepResult.elementwise_ratio = round(median(ms.wasm) / median(ms.wasm_elt), 3);
+      stepResult.total_ratio = round(median(ms.js) / median(ms.wasm_elt), 3);
+    }
+    presets[name] = { gemm, ...(quant ? { quant } : {}), step: stepResult };
   }
-  use(true);
-  return { gate, presets };
+  use(elt ? 'elt' : true);
+  return { gate, elementwise_gate: eltGate, presets };
+
+  // The quantizers of one step's largest operands, JS loops against the kernel (best of
+  // `repeats`, interleaved): ms each and ratio = JS / wasm.
+  function quantizers(cfg) {
+    const { batch: B, seqLen: T, width: C, vocabSize: V } = cfg;
+    const Nt = B * T;
+    const x = rand(Nt * C, 4);
+    const w = rand(C * 3 * C, 0.1);
+    const dl = rand(Nt * V, 1e-4);
+    const fold = new Int32Array(V).fill(-6);
+    const dw = rand(Nt * C, 1e-3);
+    const foldRows = new Int32Array(Nt).fill(-5);
+    const ops = {
+      [`quantizeRows ${Nt}x${C}`]: () => N.quantizeRows(x, Nt, C),
+      [`quantizeCols ${C}x${3 * C}`]: () => N.quantizeCols(w, C, 3 * C),
+      [`gradLeftLimbs 3 limbs ${Nt}x${V}`]: () => N.gradLeftLimbs(dl, fold, Nt, V, 1, 3),
+      [`gradRightLimbs 2 limbs ${Nt}x${C}`]: () => N.gradRightLimbs(dw, foldRows, Nt, C, 1, 2),
+    };
+    const out = {};
+    for (const [opName, fn] of Object.entries(ops)) {
+      const t = { js: Infinity, wasm: Infinity };
+      for (let pass = 0; pass < 2; pass++) {
+        t.js = Math.min(t.js, best(fn, true));
+        t.wasm = Math.min(t.wasm, best(fn, 'elt'));
+      }
+      out[opName] = { js_ms: round(t.js, 3), wasm_ms: round(t.wasm, 3),
+        ratio: round(t.js / t.wasm, 3) };
+    }
+    return out;
+  }
 }

@@ -143,14 +143,22 @@ def chromium_missing() -> str | None:
 async def app_page(flags: list[str]) -> AsyncIterator[tuple[str, Any]]:
     """The real app (offline data) on a loopback port and one page of headless Chromium started
     with ``flags``: yields (the app's base URL, the Playwright page); both stop on exit."""
-    from aiohttp import web
-    from playwright.async_api import async_playwright
-
     from daisychain.server.app import create_app, make_runner
     from daisychain.server.config import DataConfig, ServerConfig
 
     config = ServerConfig(data=replace(DataConfig(), offline=True))
-    runner = make_runner(create_app(config))
+    async with served_page(make_runner(create_app(config)), flags) as (base, page):
+        yield base, page
+
+
+@asynccontextmanager
+async def served_page(runner: Any, flags: list[str]) -> AsyncIterator[tuple[str, Any]]:
+    """An aiohttp ``AppRunner`` (not yet set up) on a loopback port and one page of headless
+    Chromium started with ``flags``: yields (its base URL, the Playwright page); both stop on
+    exit. ``app_page`` serves the real app this way, ``bench cpu-tier`` its TF.js page."""
+    from aiohttp import web
+    from playwright.async_api import async_playwright
+
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -37,7 +37,10 @@ class Build:
         return assemble(path.read_text(encoding="utf-8"), f"kernels/{self.source}")
 
 
-BUILDS: tuple[Build, ...] = (Build("gemm_i8.wat", "wasm/gemm_i8.wasm"),)
+BUILDS: tuple[Build, ...] = (
+    Build("gemm_i8.wat", "wasm/gemm_i8.wasm"),
+    Build("elementwise_f32.wat", "wasm/elementwise_f32.wasm"),
+)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Numbers from the WebAssembly core specification, section 5.4 (binary instruction
 SIMD instructions the 0xFD-prefixed table of the fixed-width SIMD proposal, merged into the core
 spec 2.0 (section 5.4.8): a SIMD opcode is the byte 0xFD followed by the opcode as an unsigned
 LEB128 number. The set is the subset DaisyChain's kernels need (scalar i32/i64/f32/f64 work, memory,
-structured control flow, the integer dot products and float32 lanes); a name outside it is an
+structured control flow, the integer dot products, float32 lanes and the quantizer's conversions,
+integer min/max and saturating narrows); a name outside it is an
 error that says so, rather than a guess. tests/wasm/test_wasm_opcodes.py runs every entry under
 Node and checks its result against Python, so a wrong number cannot hide behind a module that
 still validates.
@@ -165,6 +166,9 @@ OPS: dict[str, Op] = {
     "i32x4.extract_lane": Op(_simd(0x1B), Imm.LANE, lanes=4),
     "i32x4.replace_lane": Op(_simd(0x1C), Imm.LANE, lanes=4),
     "f32x4.extract_lane": Op(_simd(0x1F), Imm.LANE, lanes=4),
+    "i8x16.narrow_i16x8_s": Op(_simd(0x65)),
+    "f32x4.nearest": Op(_simd(0x6A)),
+    "i16x8.narrow_i32x4_s": Op(_simd(0x85)),
     "i16x8.extend_low_i8x16_s": Op(_simd(0x87)),
     "i16x8.extend_high_i8x16_s": Op(_simd(0x88)),
     "i16x8.add": Op(_simd(0x8E)),
@@ -172,12 +176,19 @@ OPS: dict[str, Op] = {
     "i32x4.add": Op(_simd(0xAE)),
     "i32x4.sub": Op(_simd(0xB1)),
     "i32x4.mul": Op(_simd(0xB5)),
+    "i32x4.min_s": Op(_simd(0xB6)),
+    "i32x4.max_s": Op(_simd(0xB8)),
+    "i32x4.max_u": Op(_simd(0xB9)),
     "i32x4.dot_i16x8_s": Op(_simd(0xBA)),
+    "f32x4.abs": Op(_simd(0xE0)),
     "f32x4.sqrt": Op(_simd(0xE3)),
     "f32x4.add": Op(_simd(0xE4)),
     "f32x4.sub": Op(_simd(0xE5)),
     "f32x4.mul": Op(_simd(0xE6)),
     "f32x4.div": Op(_simd(0xE7)),
+    "f32x4.max": Op(_simd(0xE9)),
+    "i32x4.trunc_sat_f32x4_s": Op(_simd(0xF8)),
+    "f32x4.convert_i32x4_s": Op(_simd(0xFA)),
 }
 
 # Value types (5.3.1).

@@ -21,7 +21,9 @@
 // so every partial sum is an exact integer; after each chunk the lanes are separated exactly.
 // Four rows of A share each packed row of B (register tile). About twice the plain loop.
 
-import { LO_SHIFT, quantize2Cols, quantize2Rows, quantize3Cols, quantize3Rows } from './quant.js';
+import {
+  LO_SHIFT, quantize2Cols, quantize2Rows, quantize3Cols, quantize3Rows, quantKernelFor,
+} from './quant.js';
 import { POW2_SPAN, POW2_TABLE } from './fmath.js';
 
 const LANE = 67108864; // 2^26: lane offset of the packed forward operand
@@ -512,6 +514,13 @@ export function gradMatmulLeft(g, foldE, bq, M, K, N, opts = {}) {
 export function gradLeftLimbs(g, foldE, M, K, batch = 1, limbCount = 2) {
   checkLength(g, batch * M * K, 'gradMatmulLeft g');
   checkFold(foldE);
+  const kernel = quantKernelFor(K);
+  if (kernel) { // the fold and the limbs in one pass over kernel memory (quant.js's kernel)
+    if (foldE.length !== K) checkLength(foldE, batch * K, 'fold exponents');
+    const r = kernel.quantize(g, batch, M, K, true, limbCount, {},
+      { e: foldE, byRows: false });
+    return limbCount === 3 ? r : { hi: r.hi, lo: r.mid, e: r.e };
+  }
   const f = foldColumns(g, foldE, batch, M, K);
   return limbCount === 3 ? quantize3Rows(f, batch * M, K) : quantize2Rows(f, batch * M, K);
 }
@@ -543,6 +552,12 @@ export function gradMatmulRight(aq, foldE, g, M, K, N, opts = {}) {
 export function gradRightLimbs(g, foldE, K, N, batch = 1, limbCount = 2) {
   checkLength(g, batch * K * N, 'gradMatmulRight g');
   checkFold(foldE);
+  const kernel = quantKernelFor(N);
+  if (kernel) {
+    if (foldE.length !== K) checkLength(foldE, batch * K, 'fold exponents');
+    const r = kernel.quantize(g, batch, K, N, false, limbCount, {}, { e: foldE, byRows: true });
+    return limbCount === 3 ? r : { hi: r.hi, lo: r.mid, e: r.e };
+  }
   const f = foldRows(g, foldE, batch, K, N);
   return limbCount === 3 ? quantize3Cols(f, K, N, batch) : quantize2Cols(f, K, N, {}, batch);
 }

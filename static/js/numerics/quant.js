@@ -43,9 +43,35 @@ export function scaleExponent(amax) {
   return bigE - 6 + ((bits & 0x7fffff) >= MANT_BUMP ? 1 : 0);
 }
 
-// Checks every block maximum (as quant.py does: first finiteness over all blocks, then the
-// ceiling) and turns the maxima in `amax` into exponents in `e`.
-function exponentsFromMaxima(amax, e) {
+// The tier's quantization kernel: null (the JS loops below), or one that passed its gate and was
+// installed by it (wasmeltgate.js: the WebAssembly SIMD elementwise kernel). It computes the very
+// limbs the JS loops compute, so only the speed changes; every quantizer (and gemm.js's gradient
+// operands) asks it first and keeps the JS loops for shapes it does not take (`accepts`).
+let quantKernel = null;
+
+/** Installs the quantization kernel (null: the JS loops); returns the previous one. */
+export function setQuantKernel(kernel) {
+  const previous = quantKernel;
+  quantKernel = kernel;
+  return previous;
+}
+
+/** The installed quantization kernel, or null. */
+export function activeQuantKernel() {
+  return quantKernel;
+}
+
+/** The installed kernel if it takes blocks of this shape, else null. */
+export function quantKernelFor(cols) {
+  return quantKernel !== null && quantKernel.accepts(cols) ? quantKernel : null;
+}
+
+/**
+ * Checks every block maximum (as quant.py does: first finiteness over all blocks, then the
+ * ceiling) and turns the maxima in `amax` into exponents in `e`. Exported for the kernels that
+ * find the maxima themselves, so a block's exponent and every refusal are this code's.
+ */
+export function blockExponents(amax, e) {
   let worst = 0;
   for (let b = 0; b < amax.length; b++) {
     const a = amax[b];
@@ -108,11 +134,16 @@ function checkShape(x, count, what) {
  */
 export function quantizeRows(x, rows, cols, out = {}) {
   checkShape(x, rows * cols, 'quantizeRows');
+  const kernel = quantKernelFor(cols);
+  if (kernel) {
+    const { hi: q, e } = kernel.quantize(x, 1, rows, cols, true, 1, { hi: out.q, e: out.e });
+    return { q, e };
+  }
   const q = out.q ?? new Int8Array(rows * cols);
   const e = out.e ?? new Int32Array(rows);
   const amax = maxScratch(rows);
   rowMaxima(x, rows, cols, amax);
-  exponentsFromMaxima(amax, e);
+  blockExponents(amax, e);
   for (let r = 0; r < rows; r++) {
     const o = r * cols;
     const s = pow2d(-e[r]);
@@ -127,11 +158,16 @@ export function quantizeRows(x, rows, cols, out = {}) {
  */
 export function quantizeCols(x, rows, cols, out = {}, batch = 1) {
   checkShape(x, batch * rows * cols, 'quantizeCols');
+  const kernel = quantKernelFor(cols);
+  if (kernel) {
+    const { hi: q, e } = kernel.quantize(x, batch, rows, cols, false, 1, { hi: out.q, e: out.e });
+    return { q, e };
+  }
   const q = out.q ?? new Int8Array(batch * rows * cols);
   const e = out.e ?? new Int32Array(batch * cols);
   const amax = maxScratch(batch * cols);
   colMaxima(x, batch, rows, cols, amax);
-  exponentsFromMaxima(amax, e);
+  blockExponents(amax, e);
   const scale = amax; // reuse the scratch: 2^-e per column
   for (let i = 0; i < scale.length; i++) scale[i] = pow2d(-e[i]);
   for (let b = 0; b < batch; b++) {
@@ -158,6 +194,12 @@ function lowLimb(x, hi, up, down) {
  * x ~= (256 * hi + lo) * 2^(e - 8).
  */
 export function quantize2Rows(x, rows, cols, out = {}) {
+  const kernel = quantKernelFor(cols);
+  if (kernel) {
+    checkShape(x, rows * cols, 'quantize2Rows');
+    const r = kernel.quantize(x, 1, rows, cols, true, 2, { hi: out.hi, mid: out.lo, e: out.e });
+    return { hi: r.hi, lo: r.mid, e: r.e };
+  }
   const lo = out.lo ?? new Int8Array(rows * cols);
   const { q: hi, e } = quantizeRows(x, rows, cols, { q: out.hi, e: out.e });
   for (let r = 0; r < rows; r++) {
@@ -171,6 +213,13 @@ export function quantize2Rows(x, rows, cols, out = {}) {
 
 /** Two-limb quantization of each column of `batch` stacked (rows x cols) matrices. */
 export function quantize2Cols(x, rows, cols, out = {}, batch = 1) {
+  const kernel = quantKernelFor(cols);
+  if (kernel) {
+    checkShape(x, batch * rows * cols, 'quantize2Cols');
+    const r = kernel.quantize(x, batch, rows, cols, false, 2,
+      { hi: out.hi, mid: out.lo, e: out.e });
+    return { hi: r.hi, lo: r.mid, e: r.e };
+  }
   const lo = out.lo ?? new Int8Array(batch * rows * cols);
   const { q: hi, e } = quantizeCols(x, rows, cols, { q: out.hi, e: out.e }, batch);
   const up = new Float64Array(batch * cols);
@@ -209,6 +258,11 @@ function limbs3(x, hi, up, down, j, mid, lo) {
  * with x ~= (65536 * hi + 256 * mid + lo) * 2^(e - 16); hi and mid are quantize2Rows' hi and lo.
  */
 export function quantize3Rows(x, rows, cols) {
+  const kernel = quantKernelFor(cols);
+  if (kernel) {
+    checkShape(x, rows * cols, 'quantize3Rows');
+    return kernel.quantize(x, 1, rows, cols, true, 3, {});
+  }
   const mid = new Int8Array(rows * cols);
   const lo = new Int8Array(rows * cols);
   const { q: hi, e } = quantizeRows(x, rows, cols);
@@ -223,6 +277,11 @@ export function quantize3Rows(x, rows, cols) {
 
 /** Three-limb quantization of each column of `batch` stacked (rows x cols) matrices. */
 export function quantize3Cols(x, rows, cols, batch = 1) {
+  const kernel = quantKernelFor(cols);
+  if (kernel) {
+    checkShape(x, batch * rows * cols, 'quantize3Cols');
+    return kernel.quantize(x, batch, rows, cols, false, 3, {});
+  }
   const mid = new Int8Array(batch * rows * cols);
   const lo = new Int8Array(batch * rows * cols);
   const { q: hi, e } = quantizeCols(x, rows, cols, {}, batch);

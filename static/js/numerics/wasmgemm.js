@@ -34,8 +34,9 @@ export async function wasmBytes(url = WASM_URL) {
   }
   const response = await fetch(url, { cache: 'no-cache' });
   if (!response.ok) {
+    // (the elementwise kernel's driver reads its binary through here too: name the file asked for)
     throw new Error(`GET ${url} answered ${response.status}; reinstall daisychain ` +
-      '(the page ships static/wasm/gemm_i8.wasm)');
+      `(the page ships static/wasm/${url.pathname.split('/').at(-1)})`);
   }
   return new Uint8Array(await response.arrayBuffer());
 }

@@ -63,7 +63,10 @@ export function backendLines(selection, secureContext = true) {
       const chosen = r.name === selection.backend ? ' (chosen)' : '';
       // The CPU row names the WebAssembly SIMD GEMM when it computes its integer products.
       const via = /WebAssembly/.test(r.adapter ?? '') ? ', integer products in WebAssembly SIMD' : '';
-      return ['✓', `${r.name}: passed its exact gates${chosen}${via}`, ''];
+      // The chosen backend's quantization runs in the WebAssembly SIMD elementwise kernel.
+      const quant = chosen && selection.elementwise?.enabled
+        ? ', quantization in WebAssembly SIMD' : '';
+      return ['✓', `${r.name}: passed its exact gates${chosen}${via}${quant}`, ''];
     }
     const why = r.failure ?? 'unknown';
     if (/language feature .* is missing/.test(why)) {
@@ -74,6 +77,11 @@ export function backendLines(selection, secureContext = true) {
   const wasm = selection?.wasm;
   if (wasm && wasm.name !== null && !wasm.enabled) { // tried, refused: the JS GEMM computes
     lines.push(['–', `WebAssembly SIMD GEMM: not used, ${short(wasm.reason)}`, wasm.reason]);
+  }
+  const elt = selection?.elementwise;
+  if (elt && elt.name !== null && !elt.enabled) { // tried, refused: the JS quantizers compute
+    lines.push(['–', `WebAssembly SIMD elementwise kernel: not used, ${short(elt.reason)}`,
+      elt.reason]);
   }
   if (noGpu.length > 0) {
     const why = secureContext ? 'no WebGPU on this browser' : 'browsers offer WebGPU only over https';

@@ -18,6 +18,7 @@ import { forwardBackwardAsync, lossAsync } from '../model/gpt.js';
 import { CPU_OPS } from '../model/ops.js';
 import { cpuAdapter, evaluateGemm, selectBackend } from '../gpu/backend.js';
 import { enableWasmGemm, wasmGemmStatus } from '../numerics/wasmgate.js';
+import { enableWasmElementwise, wasmElementwiseStatus } from '../numerics/wasmeltgate.js';
 import { acquireGpu } from '../gpu/device.js';
 import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
 import { Auditor } from '../gpu/audit.js';
@@ -119,12 +120,19 @@ export class Trainer {
         this.emit({ kind: 'progress', message: 'gating the WebAssembly SIMD GEMM' });
         await enableWasmGemm();
       }
+      // Its quantization and gradient limbs likewise (the JS quantizers otherwise; the same
+      // bits either way): they serve every tier, the GPU tiers' limb work included.
+      if (req.wasm !== false && wasmElementwiseStatus().name === null) {
+        this.emit({ kind: 'progress', message: 'gating the WebAssembly SIMD elementwise kernel' });
+        await enableWasmElementwise();
+      }
       const sel = await this.select(cfg, run, req);
       this.run = run;
       this.tier = this.makeTier(sel.selected, sel.gemm, sel.gpu, sel.adapter);
       const selection = {
         backend: sel.selected, adapter: sel.adapter, onGpu: sel.onGpu, choice: sel.choice,
         rows: sel.rows, demotions: sel.demotions, device: sel.device, wasm: wasmGemmStatus(),
+        elementwise: wasmElementwiseStatus(),
       };
       this.emit({ kind: 'selection', ...selection });
       this.setState('ready');
