@@ -10,9 +10,9 @@ Python peer follow. While the run trains:
   the peer's step records, steps 1..S);
 - the hash line says "3 replicas identical at step N, hash XXXXXXXX…" with the Python peer's own
   hash of step N, and the units line counts the backends the group's hashes named;
-- validation points appear at the panel's schedule (every 10 steps of a 40-step run), and each
-  equals ``daisychain.training.eval_loss`` (Python) on the Python peer's state of that step, whose
-  hash is the tab's;
+- validation points appear at the panel's schedule (every 10 steps of a 200-step run, which
+  Stop ends early), and each equals ``daisychain.training.eval_loss`` (Python) on the Python
+  peer's state of that step, whose hash is the tab's;
 - the group panel names each device's share of the step (protocol v2: "computes N of G
   sequences", or "follows without computing"), G being the form's default global batch (the batch
   per device x the three devices ready when Start was pressed), and the group's speed next to
@@ -76,7 +76,10 @@ pytestmark = [needs_namespace, pytest.mark.timeout(900)]
 TIMERS = f"repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
-STEPS = 40  # validation every 10 steps (livefigures.js evalEvery)
+# Long enough that Stop, pressed after the validation points and the screenshots, always comes
+# before the last step (the CPU tier got faster: a 40-step run could end first); validation is
+# still every 10 steps (livefigures.js evalEvery: max(10, steps / 20)).
+STEPS = 200
 SEED = 7
 
 # What the live panel and the page's peer show, as JSON.
