@@ -3,8 +3,9 @@
 Under Node (the Chromium row runs the same measurement file in a page; it is slow, so here it is
 only asked for and must say it was not): the kernel must pass its gate (the same gate a page
 runs), every product shape of a ``tiny`` step must carry GOP/s for both GEMMs and their ratios,
-and the step its times, ratio and tokens/s. No timing thresholds: the machines are shared and
-noisy. An unknown runtime is refused.
+and the step its times, ratio and tokens/s; the elementwise kernel likewise (its gate, the
+quantizers timed both ways, the step timed a third way). No timing thresholds: the machines
+are shared and noisy. An unknown runtime is refused.
 """
 
 from __future__ import annotations
@@ -63,6 +64,36 @@ def test_the_step_is_timed_both_ways(report: dict[str, Any]) -> None:
     assert len(step["js_ms"]) == len(step["wasm_ms"]) == 1
     assert step["ratio"] > 0 and step["js_tokens_per_s"] > 0 and step["wasm_tokens_per_s"] > 0
     assert report["node"]["step_ratio_min"] == step["ratio"]
+
+
+def test_the_elementwise_kernel_passed_its_gate(report: dict[str, Any]) -> None:
+    gate = report["node"]["elementwise_gate"]
+    assert gate["enabled"] is True, gate["reason"]
+    assert gate["name"] == "wasm-simd-elementwise" and gate["cases"] >= 90
+
+
+def test_the_quantizers_are_timed_both_ways(report: dict[str, Any]) -> None:
+    quant = report["node"]["presets"]["tiny"]["quant"]
+    assert set(quant) == {
+        "quantizeRows 256x64",
+        "quantizeCols 64x192",
+        "gradLeftLimbs 3 limbs 256x2048",
+        "gradRightLimbs 2 limbs 256x64",
+    }
+    for name, row in quant.items():
+        for key in ("js_ms", "wasm_ms", "ratio"):
+            assert isinstance(row[key], (int, float)) and row[key] > 0, f"{name}/{key}: {row}"
+
+
+def test_the_step_is_also_timed_with_the_elementwise_kernel(report: dict[str, Any]) -> None:
+    # Three ways: JS GEMM, wasm GEMM, wasm GEMM + the elementwise kernel; the two new ratios
+    # follow from the medians.
+    step = report["node"]["presets"]["tiny"]["step"]
+    assert set(step["warmup_ms"]) == {"js", "wasm", "wasm_elt"}
+    assert len(step["wasm_elt_ms"]) == 1 and step["wasm_elt_tokens_per_s"] > 0
+    median = {side: step[f"{side}_median_ms"] for side in ("js", "wasm", "wasm_elt")}
+    assert step["elementwise_ratio"] == pytest.approx(median["wasm"] / median["wasm_elt"], rel=1e-2)
+    assert step["total_ratio"] == pytest.approx(median["js"] / median["wasm_elt"], rel=1e-2)
 
 
 def test_an_unknown_runtime_is_refused() -> None:
