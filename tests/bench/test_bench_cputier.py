@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from daisychain.bench import _cputier_rounds, cputier
-from daisychain.bench._cputier_chromium import ISOLATION_HEADERS, tfjs_routes
-from daisychain.bench._tfjs_cache import (
+from daisychain.bench import cputier
+from daisychain.bench.cputier import ISOLATION_HEADERS, tfjs_routes
+from daisychain.harness import paired_rounds
+from daisychain.harness.tfjs_cache import (
     BROWSER_FILES,
     PACKAGES,
     TFJS_VERSION,
@@ -196,11 +197,11 @@ def test_rounds_give_medians_and_paired_ratios_and_drop_a_hash_that_moved() -> N
 
     ours = [run(100, "a"), run(300, "a"), run(120, "a")]
     theirs = [run(50, "-"), run(600, "-"), run(60, "-")]
-    summary = _cputier_rounds.summarize(ours, tokens_per_step=1000)
+    summary = paired_rounds.summarize(ours, tokens_per_step=1000)
     assert summary["median_ms"] == 120 and summary["tokens_per_s"] == round(1000 / 0.12)
     assert summary["hash"] == "a" and len(summary["rounds"]) == 3
     # Paired round by round: the slow round hit both sides, so it is no outlier of the ratio.
-    assert _cputier_rounds.paired_ratios(ours, theirs) == [0.5, 2.0, 0.5]
-    moved = _cputier_rounds.summarize([run(100, "a"), run(100, "b")], tokens_per_step=1000)
+    assert paired_rounds.paired_ratios(ours, theirs) == [0.5, 2.0, 0.5]
+    moved = paired_rounds.summarize([run(100, "a"), run(100, "b")], tokens_per_step=1000)
     assert moved["hash"] is None and moved["hash_by_round"] == ["a", "b"]
     assert not cputier.hashes_identical({"numpy": "a", "node": moved["hash"]})

@@ -8,14 +8,16 @@ same run, in Node and in headless Chromium (``_cputier_chromium``), for each pre
 ``--presets``. TF.js runs two ways: ``out-of-the-box`` (3-D products, as a natural port writes
 them) and ``fastest`` (every product a plain 2-D one, the only ones its wasm backend sends to
 XNNPACK; SIMD on, threads where the environment allows them). The sides take turns:
-``--rounds`` rounds of ours and TF.js fastest, the order alternating (``_cputier_rounds``), then
+``--rounds`` rounds of ours and TF.js fastest, the order alternating
+(``harness.paired_rounds``), then
 TF.js out of the box once.
 
 The batches: the built-in corpus tokenized with the shipped tokenizer, ``warmup + steps`` batches
 of the pinned sampler (seed 1), handed to every side. Our side's state hash after them is
 compared with the Python reference's (numpy, the same batches, seed 1, default AdamW), the hash
 every other compute path matches (``hashes_identical``). TF.js is a bench-only dependency
-installed on demand into a cache folder (``_tfjs_cache``); without it the bench refuses with a
+installed on demand into a cache folder
+(``harness.tfjs_cache``); without it the bench refuses with a
 hint. Ratios (``ratio_vs_tfjs_*`` = our tokens/s / TF.js tokens/s, > 1: ours is faster) are the
 result; absolute times on the shared machines are leads. docs/BENCHMARKS.md, "cpu-tier", has a
 run.
@@ -34,10 +36,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.bench import _cputier_chromium, _cputier_rounds
-from daisychain.bench._tfjs_cache import TfjsMissing, default_dir, ensure_tfjs
+from daisychain.bench import _cputier_chromium
+
+# The TF.js page's file server, part of this benchmark's interface (its test checks it).
+from daisychain.bench._cputier_chromium import ISOLATION_HEADERS, tfjs_routes
+from daisychain.harness import paired_rounds
 from daisychain.harness.chromium import chromium_missing
 from daisychain.harness.steps import node_missing, run_node
+from daisychain.harness.tfjs_cache import TfjsMissing, default_dir, ensure_tfjs
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.params import count_params
 
@@ -186,10 +192,10 @@ def _measure_preset(
         ours.append(_ours_once(env, job, args))
         if "fastest" in modes and r % 2 == 0:
             fastest.append(_tfjs_once(env, job, "fastest", args))
-    row: dict[str, Any] = {"ours": _cputier_rounds.summarize(ours, tokens_per_step)}
+    row: dict[str, Any] = {"ours": paired_rounds.summarize(ours, tokens_per_step)}
     if fastest:
-        row["tfjs_fastest"] = _cputier_rounds.summarize(fastest, tokens_per_step)
-        ratios = _cputier_rounds.paired_ratios(ours, fastest)
+        row["tfjs_fastest"] = paired_rounds.summarize(fastest, tokens_per_step)
+        ratios = paired_rounds.paired_ratios(ours, fastest)
         row["ratios_by_round"] = ratios
         if ratios:
             row["ratio_vs_tfjs_fastest"] = round(statistics.median(ratios), 3)
@@ -274,3 +280,6 @@ def _hashes(
             hashes[env] = row.get("ours", {}).get("hash")
         out[name] = {**hashes, "hashes_identical": hashes_identical(hashes)}
     return out
+
+
+__all__ = ["ISOLATION_HEADERS", "add_arguments", "measure", "tfjs_routes"]

@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 TFJS_VERSION = "4.22.0"
-MANIFEST_DIR = Path(__file__).with_name("tfjs")
+# The pinned manifest lives beside the benchmark that uses it (package data of daisychain.bench).
+MANIFEST_DIR = Path(__file__).resolve().parents[1] / "bench" / "tfjs"
 MANIFEST_FILES = ("package.json", "package-lock.json")
 NPM_TIMEOUT_S = 900.0
 
