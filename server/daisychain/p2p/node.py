@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from daisychain import batches, fineweb, training
 from daisychain.gpu.probe import reference_probe_hash
-from daisychain.model.config import preset
+from daisychain.model.config import ModelConfig, preset
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig, AdamWState
 from daisychain.outer.nesterov import OuterConfig, OuterError
@@ -418,12 +418,7 @@ class Node:
             return loss, payloads, probe_hash, seconds, cpu
 
         async def lane(piece: shares.Piece) -> Rows:
-            if revision is None:
-                x, y = training.next_batch(state, self.tokens, piece.lane)
-            else:  # a FineWeb-Edu window, prefetched while earlier steps computed (datafeed)
-                address = Address(state.seed, state.step, piece.lane, cfg.batch, cfg.seq_len)
-                x, y = await self._fetch_batch(address)
-            return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
+            return await self._piece_rows(revision, cfg, state.seed, state.step, piece)
 
         async def task() -> None:
             try:
@@ -457,6 +452,20 @@ class Node:
 
         self._spawn(task())
 
+    async def _piece_rows(
+        self, revision: str | None, cfg: ModelConfig, seed: int, index: int, piece: shares.Piece
+    ) -> inner.Rows:
+        """The rows of ``piece`` of batch ``index`` (a step's, or an outer round's inner step's):
+        the built-in corpus sampled by (seed, index, lane), or a FineWeb-Edu window, prefetched
+        while earlier steps computed (datafeed)."""
+        if revision is None:
+            x, y = batches.sample_batch(
+                self.tokens, cfg.batch, cfg.seq_len, seed, index, piece.lane
+            )
+        else:
+            x, y = await self._fetch_batch(Address(seed, index, piece.lane, cfg.batch, cfg.seq_len))
+        return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
+
     def _start_outer_compute(self, c: fx.Compute, h: int) -> None:
         """An outer run's round (p2p/inner.py): ``h`` inner steps on a copy of the outer state,
         answered with the pseudo-gradient's chunks as a gradient's would be."""
@@ -472,13 +481,7 @@ class Node:
         parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
 
         async def lane(index: int, piece: shares.Piece) -> inner.Rows:
-            if revision is None:
-                x, y = batches.sample_batch(self.tokens, cfg.batch, cfg.seq_len, work.seed, index,
-                                            piece.lane)  # fmt: skip
-            else:
-                address = Address(work.seed, index, piece.lane, cfg.batch, cfg.seq_len)
-                x, y = await self._fetch_batch(address)
-            return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
+            return await self._piece_rows(revision, cfg, work.seed, index, piece)
 
         def compute(
             rows: list[list[inner.Rows]], probe: Callable[[], str]
