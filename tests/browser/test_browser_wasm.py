@@ -127,17 +127,23 @@ async def test_with_the_elementwise_kernel_too_the_golden_run_keeps_every_bit_in
     assert result["products"] > 0 and result["quantizations"] > 0
 
 
-async def test_a_planted_elementwise_binary_is_refused_in_chromium() -> None:
-    planted = assemble(mutant("hi-ties-up", "elementwise"), "elementwise_f32.wat+hi-ties-up")
+async def _enable_planted(name: str, planted: bytes, script: str) -> Any:
+    """The harness page with ``static/wasm/NAME`` answered by ``planted``; ``script``'s result."""
 
     async def serve(route: Any) -> None:
         await route.fulfill(status=200, body=planted, content_type="application/wasm")
 
     async with browser_tab(webgpu=False) as tab:
-        await tab.page.route("**/wasm/elementwise_f32.wasm", serve)
+        await tab.page.route(f"**/wasm/{name}", serve)
         await _open_harness(tab)
-        result = await tab.page.evaluate(_PAGE_ENABLE_ELEMENTWISE)
+        result = await tab.page.evaluate(script)
         assert not tab.errors, tab.errors
+    return result
+
+
+async def test_a_planted_elementwise_binary_is_refused_in_chromium() -> None:
+    planted = assemble(mutant("hi-ties-up", "elementwise"), "elementwise_f32.wat+hi-ties-up")
+    result = await _enable_planted("elementwise_f32.wasm", planted, _PAGE_ENABLE_ELEMENTWISE)
     status = result["status"]
     assert status["enabled"] is False and result["installed"] is False
     assert "failed case 'quantize" in status["reason"], status
@@ -146,15 +152,7 @@ async def test_a_planted_elementwise_binary_is_refused_in_chromium() -> None:
 
 async def test_a_planted_binary_is_refused_in_chromium_and_the_js_gemm_stays() -> None:
     planted = assemble(mutant("probe-cell"), "gemm_i8.wat+probe-cell")
-
-    async def serve(route: Any) -> None:
-        await route.fulfill(status=200, body=planted, content_type="application/wasm")
-
-    async with browser_tab(webgpu=False) as tab:
-        await tab.page.route("**/wasm/gemm_i8.wasm", serve)
-        await _open_harness(tab)
-        result = await tab.page.evaluate(_PAGE_ENABLE)
-        assert not tab.errors, tab.errors
+    result = await _enable_planted("gemm_i8.wasm", planted, _PAGE_ENABLE)
     status = result["status"]
     assert status["enabled"] is False and result["installed"] is False
     assert status["cases"] >= 50, status
