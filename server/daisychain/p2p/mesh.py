@@ -97,7 +97,7 @@ class LinkState(Enum):
     CLOSED = "closed"
 
 
-class _Link:
+class Link:
     """One peer connection and its channel; ``set_state`` is the one place the state changes."""
 
     def __init__(self, mesh: Mesh, peer: str, pc: RTCPeerConnection) -> None:
@@ -113,6 +113,8 @@ class _Link:
         self.queued = asyncio.Event()
         self.low = asyncio.Event()
         self.writer: asyncio.Task[None] | None = None
+        # Messages that arrived before the channel said "open" (see ``attach``), in order.
+        self.early: list[str | bytes] = []
 
     def set_state(self, new: LinkState) -> None:
         old = self.state
@@ -131,6 +133,10 @@ class _Link:
             ChannelOpen(self.peer) if new is LinkState.OPEN else ChannelClosed(self.peer)
         )
         self.mesh.events.put_nowait(event)
+        early, self.early = self.early, []
+        if new is LinkState.OPEN:
+            for data in early:
+                self.mesh.events.put_nowait(ChannelMessage(self.peer, data))
 
     def enqueue(self, item: Outgoing) -> None:
         self.outbox.append(item)
@@ -174,6 +180,13 @@ class _Link:
         def on_message(data: str | bytes) -> None:
             if self.state is LinkState.OPEN:
                 self.mesh.events.put_nowait(ChannelMessage(self.peer, data))
+            elif self.state is LinkState.CONNECTING:
+                # The answering side may send as soon as it has our DATA_CHANNEL_OPEN (RFC
+                # 8832), and aiortc hands its first message on before that side's ACK makes
+                # the channel "open" when the ACK comes late. Dropping it lost a browser's
+                # `hello`, and its `config` was then refused as "config before hello". Kept
+                # here, it follows ChannelOpen; we cannot send before "open", so it waits.
+                self.early.append(data)
 
         @channel.on("close")
         def on_close() -> None:
@@ -226,7 +239,7 @@ class Mesh:
         self.id = ""
         self.role = "member"
         self.auto_approve = False
-        self._links: dict[str, _Link] = {}
+        self._links: dict[str, Link] = {}
         self._session: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -431,9 +444,9 @@ class Mesh:
         ]
         return RTCConfiguration(iceServers=servers, iceTransportPolicy=self.ice_policy)
 
-    def _new_link(self, peer: str) -> _Link:
+    def _new_link(self, peer: str) -> Link:
         pc = RTCPeerConnection(configuration=self._configuration())
-        link = _Link(self, peer, pc)
+        link = Link(self, peer, pc)
         self._links[peer] = link
 
         @pc.on("connectionstatechange")
@@ -451,7 +464,7 @@ class Mesh:
         link.attach(link.pc.createDataChannel(CHANNEL_LABEL, ordered=True))
         self._spawn(self._offer(link))
 
-    async def _offer(self, link: _Link) -> None:
+    async def _offer(self, link: Link) -> None:
         await link.pc.setLocalDescription(await link.pc.createOffer())
         desc = link.pc.localDescription
         await self._send_signaling(sm.Signal(link.peer, {"kind": "offer", "sdp": desc.sdp}))
