@@ -91,6 +91,21 @@ def test_a_leader_that_exits_with_an_error_ends_its_group_at_once() -> None:
     assert "device0: exit" in summary["error"]
 
 
+@pytest.mark.skipif(cpubudget.unavailable() is not None, reason="no CPU budgets here")
+def test_a_group_past_its_timeout_says_where_each_peer_was() -> None:
+    # 400 steps cannot finish in 3 s: the group is ended at --timeout-s and every peer's log
+    # names the limit and the last step it reached, instead of the bench dying on a bare
+    # TimeoutError with no peer's output (as a group once did in a loaded full suite).
+    args = argparse.Namespace(preset="tiny", steps=400, warmup=1, address="127.0.0.2",
+                              timeout_s=3.0)  # fmt: skip
+    logs = asyncio.run(pool.run_group((0.5, 0.5), args, 2, 64, 4))
+    for log in logs:
+        assert log.code not in (0, None), log
+        assert any("still running after --timeout-s 3 (last step" in e for e in log.errors)
+    error = pool.summarize(logs, args, 64)["error"]
+    assert error.count("still running after --timeout-s 3") == 2, error
+
+
 def test_bench_lowcomm_end_to_end_at_tiny() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "server"))
     proc = subprocess.run(

@@ -34,6 +34,7 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,13 +205,11 @@ async def run_group(
             )  # fmt: skip
             procs.append(proc)
             logs.append(PeerLog(f"device{i}", c))
-        await asyncio.wait_for(
-            asyncio.gather(
-                *(_read(p, log) for p, log in zip(procs, logs, strict=True)),
-                _stop_if_leader_fails(procs),
-            ),
-            args.timeout_s,
-        )
+        readers = [asyncio.ensure_future(_read(p, log)) for p, log in zip(procs, logs, strict=True)]
+        watch = asyncio.ensure_future(_stop_if_leader_fails(procs))
+        _, late = await asyncio.wait([*readers, watch], timeout=args.timeout_s)
+        if late:
+            await _end_late_group(procs, logs, readers, watch, args.timeout_s)
     finally:
         for proc in [*procs, server]:
             if proc.returncode is None:
@@ -219,6 +218,28 @@ async def run_group(
         for budget in budgets:
             budget.remove()
     return logs
+
+
+async def _end_late_group(
+    procs: list[asyncio.subprocess.Process],
+    logs: list[PeerLog],
+    readers: Sequence[asyncio.Future[None]],
+    watch: asyncio.Future[None],
+    timeout_s: float,
+) -> None:
+    """A group still running at ``--timeout-s``: each peer still running is killed and its log
+    says so, with the last step it reached, and the readers drain what the peers had printed,
+    so the bench reports *where* each peer was stuck (with its stderr tail) instead of a bare
+    timeout."""
+    for proc, log in zip(procs, logs, strict=True):
+        if proc.returncode is None:
+            last = max(log.steps, default=0)
+            log.errors.append(f"still running after --timeout-s {timeout_s:g} (last step {last})")
+            proc.kill()
+    watch.cancel()
+    await asyncio.wait(readers, timeout=10)
+    for reader in readers:
+        reader.cancel()
 
 
 async def _stop_if_leader_fails(procs: list[asyncio.subprocess.Process]) -> None:
@@ -236,7 +257,7 @@ def summarize(logs: list[PeerLog], args: argparse.Namespace, seq_len: int) -> di
     first, last = args.warmup, args.warmup + args.steps
     lead = logs[0]
     problems = [
-        f"{log.name}: exit {log.code}; {'; '.join(log.errors) or ' / '.join(log.stderr_tail)}"
+        f"{log.name}: exit {log.code}; " + "; ".join([*log.errors, " / ".join(log.stderr_tail)])
         for log in logs
         if log.code != 0 or log.stopped is None or log.stopped.get("reason") != "done"
     ]
