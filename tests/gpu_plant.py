@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from daisychain.gpu.audit import danger_lines, sample_cells
 from daisychain.gpu.kernels import kernel_source
-from daisychain.gpu.probe import hash_accumulator, probe_operands
+from daisychain.gpu.probe import hash_accumulator, probe_operands, step_probe_hash
 from daisychain.model import gpt
 from daisychain.model.config import preset
 from daisychain.model.ops import IntGemmOps
@@ -100,9 +100,14 @@ def quiet_cell(
 
 
 def planted_probe_hash(plant: OneCellPlant) -> str:
-    """The probe hash a kernel with ``plant`` computes (what it must publish, not the reference)."""
+    """The probe hash a kernel with ``plant`` computes (what its gates see, not the reference)."""
     a, b = probe_operands()
     return hash_accumulator(plant.apply(a, b))
+
+
+def planted_step_probe(plant: OneCellPlant) -> str:
+    """The step probe a peer on a kernel with ``plant`` must publish (not the reference's)."""
+    return step_probe_hash(plant.apply)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,15 @@ from daisychain.gpu.backend import Backend, NumpyGemm
 from daisychain.gpu.device import GpuUnavailable
 from daisychain.gpu.gates import run_gemm_gates
 from daisychain.gpu.live import step_probe
-from daisychain.gpu.probe import PROBE_SHAPE, probe_hash, probe_operands, reference_probe_hash
+from daisychain.gpu.probe import (
+    PROBE_SHAPE,
+    probe_hash,
+    probe_operands,
+    reference_probe_hash,
+    reference_step_probe,
+)
 from daisychain.peer.backend import choose
-from gpu_plant import OneCellPlant, planted_probe_hash, quiet_cell
+from gpu_plant import OneCellPlant, planted_probe_hash, planted_step_probe, quiet_cell
 
 # Pinned: changing the probe's definition must be a deliberate, visible edit (docs/KERNELS.md).
 PROBE_HASH = "fd4bd82715373741b0a6c82113567db8e5b86980ea9a296ea228cc901f4677cb"
@@ -230,9 +236,10 @@ def test_peer_probe_is_computed_by_its_own_kernel() -> None:
     planted = planted_probe_hash(ProbeShapePlanted.plant)
     assert planted != PROBE_HASH
     backend = Backend(ProbeShapePlanted(), "test adapter")
-    assert step_probe(backend) == planted
+    published = planted_step_probe(ProbeShapePlanted.plant)
+    assert step_probe(backend) == published != reference_step_probe()
     compute = choose("wgpu", select=lambda: backend).compute
-    assert compute.probe() == planted
+    assert compute.probe() == published
 
 
 def test_probe_is_pinned_and_reference_agrees() -> None:

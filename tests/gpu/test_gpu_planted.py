@@ -20,10 +20,10 @@ from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
 from daisychain.gpu.kernels import kernel_source
 from daisychain.gpu.live import step_probe
 from daisychain.gpu.pool import BufferPool
-from daisychain.gpu.probe import PROBE_SHAPE, probe_hash, reference_probe_hash
+from daisychain.gpu.probe import PROBE_SHAPE, probe_hash, reference_probe_hash, reference_step_probe
 from daisychain.gpu.quantize import GpuQuantize
 from daisychain.peer.backend import choose
-from gpu_plant import OneCellPlant, planted_probe_hash
+from gpu_plant import OneCellPlant, planted_probe_hash, planted_step_probe
 
 KINDS: list[GemmKind] = ["dp4a", "lut"]
 
@@ -205,6 +205,7 @@ def test_probe_failure_demotes_and_the_peer_publishes_its_own_probe(gpu: GpuDevi
     # A peer on such a kernel (had it been selected) publishes what the kernel computes, so the
     # other peers name it; publishing the reference's hash instead would fail here.
     forced = Backend(GpuGemm(gpu, "dp4a", source=PROBE_PLANT.wgsl("dp4a")), gpu.adapter_name)
-    assert step_probe(forced) == planted
-    assert choose("wgpu", select=lambda: forced).compute.probe() == planted
-    assert step_probe(backend) == reference_probe_hash()  # the honest LUT kernel
+    published = planted_step_probe(PROBE_PLANT)
+    assert step_probe(forced) == published != reference_step_probe()
+    assert choose("wgpu", select=lambda: forced).compute.probe() == published
+    assert step_probe(backend) == reference_step_probe()  # the honest LUT kernel

@@ -18,7 +18,7 @@ import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
 import { paramShapes } from '../../static/js/model/params.js';
 import { chunkSlice } from '../../static/js/p2p/allreduce.js';
 import { BLOCK, encode, nBlocks } from '../../static/js/p2p/codec.js';
-import { REFERENCE_PROBE_HASH } from '../../static/js/gpu/probe.js';
+import { REFERENCE_STEP_PROBE } from '../../static/js/gpu/probe.js';
 import { REPO } from './helpers.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -77,7 +77,7 @@ class Replica extends TraceReplica {
       payloads.push(start === end || shares[rank] === 0 ? new Uint8Array(0)
         : encode(flat.subarray(start, end)).payload);
     }
-    return { loss: 7.5, payloads, probe: REFERENCE_PROBE_HASH, backend: this.backend, products: 0,
+    return { loss: 7.5, payloads, probe: REFERENCE_STEP_PROBE, backend: this.backend, products: 0,
       ms: 1, gradMs: 1, count: shares[rank] };
   }
 

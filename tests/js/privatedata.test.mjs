@@ -20,7 +20,7 @@ import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
 import { paramShapes } from '../../static/js/model/params.js';
 import { chunkSlice } from '../../static/js/p2p/allreduce.js';
 import { BLOCK, encode, nBlocks } from '../../static/js/p2p/codec.js';
-import { REFERENCE_PROBE_HASH } from '../../static/js/gpu/probe.js';
+import { REFERENCE_STEP_PROBE } from '../../static/js/gpu/probe.js';
 import { REPO } from './helpers.mjs';
 
 const tokenizer = await Tokenizer.fromBytes(fs.readFileSync(path.join(REPO, 'luts', 'tokenizer.json')));
@@ -188,7 +188,7 @@ class Replica extends TraceReplica {
       const [start, end] = chunkSlice(nBlocks(n), shares, k);
       return start === end ? new Uint8Array(0) : encode(flat.subarray(start, end)).payload;
     });
-    return { loss: 7.5, payloads, probe: REFERENCE_PROBE_HASH, backend: this.backend, products: 0,
+    return { loss: 7.5, payloads, probe: REFERENCE_STEP_PROBE, backend: this.backend, products: 0,
       ms: 1, gradMs: 1, count: shares[rank] };
   }
 

@@ -20,7 +20,7 @@ from threadpoolctl import ThreadpoolController
 from daisychain.gpu.audit import Int8Array, Int32Array, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
-from daisychain.gpu.probe import probe_hash
+from daisychain.gpu.probe import step_probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
 from daisychain.numerics.quant import FloatArray, to_int8_c
 
@@ -144,5 +144,5 @@ def training_ops(backend: Backend, samples: int = AUDIT_SAMPLES) -> GemmOps:
 
 
 def step_probe(backend: Backend) -> str:
-    """The kernel probe's hash through the live kernel (equal on every honest device)."""
-    return probe_hash(backend.gemm.matmul_int)
+    """The step probe through the live kernel (equal on every honest device; ``probe.py``)."""
+    return step_probe_hash(backend.gemm.matmul_int)

@@ -5,6 +5,13 @@ contract PRNG (stream ``(2, 0)`` for A and ``(2, 1)`` for B under ``PROBE_SEED``
 each 32-bit word as int8), and publishes SHA-256 over the int32 little-endian bytes of acc in C
 order. The numpy reference gives ``REFERENCE_PROBE_HASH``; a device whose live kernel disagrees is
 computing different bits and must stop (docs/KERNELS.md, "Kernel probe").
+
+The **step probe** is what peers publish after every step and compare with one reference: the
+same product's accumulator, then the block quantizations of a fixed float32 matrix (one-, two-
+and three-limb, by rows and by columns) through the live elementwise code, hashed together. A
+device whose GEMM or whose elementwise kernel (the browser's WebAssembly SIMD quantizer) drifted
+publishes another step probe and is named. The headless peer quantizes with numpy, the reference,
+so its elementwise part is the reference's on every backend.
 """
 
 from __future__ import annotations
@@ -15,10 +22,14 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.numerics import prng
+from daisychain.numerics import prng, sha256_arrays
+from daisychain.numerics.quant import FloatArray, quantize, quantize2, quantize3
 
 PROBE_SEED = 0x9B0BE
 PROBE_SHAPE = (64, 96, 80)  # M, K, N
+# The elementwise part's matrix: no gate case has this shape, and 64 columns (a multiple of 4)
+# send every row and column block through the browser's SIMD kernel, not its JS fallback.
+ELEMENTWISE_SHAPE = (24, 64)
 
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
@@ -50,3 +61,48 @@ def reference_probe_hash() -> str:
     """The probe through plain int64 numpy arithmetic (what every device must match)."""
     a, b = probe_operands()
     return hash_accumulator((a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32))
+
+
+def elementwise_operand() -> FloatArray:
+    """The step probe's float32 matrix, built from PRNG words in integer arithmetic (so every
+    implementation has the same bits): row 0 all zeros, row 1 subnormals, the other rows
+    normals of either sign whose exponents move with the row (2^-27 .. 2^10), so the blocks
+    scale differently along rows and along columns."""
+    rows, cols = ELEMENTWISE_SHAPE
+    words = prng.bits(prng.key(PROBE_SEED, 2, 2), rows * cols).reshape(rows, cols)
+    sign = words & np.uint32(0x80000000)
+    mantissa = words & np.uint32(0x007FFFFF)
+    row = (np.arange(rows, dtype=np.uint32) % np.uint32(8))[:, None]
+    biased = np.uint32(100) + ((words >> np.uint32(23)) & np.uint32(15)) + row * np.uint32(3)
+    bits = sign | (biased << np.uint32(23)) | mantissa
+    bits[0] = 0
+    bits[1] = sign[1] | (mantissa[1] >> np.uint32(3))
+    return bits.view(np.float32)
+
+
+def elementwise_parts(x: FloatArray) -> list[npt.NDArray[np.generic]]:
+    """The quantizations the step probe hashes, in order: for 1, 2 and 3 limbs, blocks along
+    rows then along columns, each limb as int8 and then its exponents as int32 (the browser's
+    ``probe.js`` produces the same arrays in the same order)."""
+    parts: list[npt.NDArray[np.generic]] = []
+    for limbs in (1, 2, 3):
+        for axis in (1, 0):
+            quantized = (quantize, quantize2, quantize3)[limbs - 1](x.copy(), axis)
+            *values, e = quantized
+            parts += [v.astype(np.int8) for v in values]
+            parts.append(np.ascontiguousarray(e, dtype=np.int32).ravel())
+    return parts
+
+
+def step_probe_hash(matmul_int: Callable[[Int8Array, Int8Array], Int32Array]) -> str:
+    """What a peer publishes after every step: the probe product through ``matmul_int`` (the
+    live kernel) and the elementwise part, hashed together (SHA-256 of the int32 accumulator's
+    bytes, then every part's bytes)."""
+    a, b = probe_operands()
+    acc = np.ascontiguousarray(matmul_int(a, b), dtype=np.int32)
+    return sha256_arrays([acc, *elementwise_parts(elementwise_operand())])
+
+
+def reference_step_probe() -> str:
+    """The step probe every honest device publishes (numpy arithmetic throughout)."""
+    return step_probe_hash(lambda a, b: (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32))

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain import batches, fineweb, training
-from daisychain.gpu.probe import reference_probe_hash
+from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig, AdamWState
@@ -151,7 +151,7 @@ class Node:
         settings = Settings(
             id=mesh.id, name=mesh.name, tokenizer_sha256=tokenizer_sha256,
             vocab_size=vocab_size, backend=self.compute.name,
-            reference_probe=reference_probe_hash(), timers=self.timers,
+            reference_probe=reference_step_probe(), timers=self.timers,
             can_save=bool(checkpoint_path), save_every=save_every, limits=limits or Limits(),
             data_sources=sources,
         )  # fmt: skip
@@ -535,6 +535,8 @@ class Node:
         """
         if self.recheck is None or (cause := self.recheck.due()) is None:
             return
+        if self.replica.state is not None:
+            self.recheck.use_model(self.replica.state.cfg)  # time the run's model, not tiny
         check = await asyncio.to_thread(self.recheck.run, self.compute, cause)
         if check.switched:
             self.compute = self.recheck.compute(check.chosen)

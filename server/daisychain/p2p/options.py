@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from daisychain.gpu.probe import reference_probe_hash
+from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.p2p.machine.settings import Timers
 from daisychain.p2p.messages import SYNC_OUTER, OuterSpec, SharesBy
@@ -66,4 +66,4 @@ class Compute:
 
     name: str = "numpy"
     ops: GemmOps = NUMPY_OPS
-    probe: Callable[[], str] = reference_probe_hash  # numpy peers publish the reference's
+    probe: Callable[[], str] = reference_step_probe  # numpy peers publish the reference's

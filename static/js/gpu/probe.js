@@ -5,14 +5,28 @@
 // PROBE_SEED, the top byte of each 32-bit word as int8), and publishes SHA-256 over the int32
 // little-endian bytes of acc in row-major order. A device whose live kernel disagrees with
 // REFERENCE_PROBE_HASH computes different bits and must not train.
+//
+// The step probe (stepProbeHash) is what a peer publishes after every step and the guard
+// compares with REFERENCE_STEP_PROBE: that accumulator, then the block quantizations of a fixed
+// float32 matrix (one-, two- and three-limb, by rows and by columns) through quant.js, that is
+// through the WebAssembly SIMD quantizer where it is installed, hashed together. A device whose
+// elementwise kernel drifted after its gate is named by it, as one whose GEMM drifted is.
 
 import { bits, key } from '../numerics/prng.js';
 import { sha256Arrays } from '../numerics/hash.js';
+import {
+  quantize2Cols, quantize2Rows, quantize3Cols, quantize3Rows, quantizeCols, quantizeRows,
+} from '../numerics/quant.js';
 
 export const PROBE_SEED = 0x9b0be;
 export const PROBE_SHAPE = [64, 96, 80]; // M, K, N
 export const REFERENCE_PROBE_HASH =
   'fd4bd82715373741b0a6c82113567db8e5b86980ea9a296ea228cc901f4677cb';
+// The elementwise part's matrix: no gate case has this shape, and 64 columns (a multiple of 4)
+// send every block through the SIMD kernel, not the JS fallback (quant.js quantKernelFor).
+export const ELEMENTWISE_SHAPE = [24, 64];
+export const REFERENCE_STEP_PROBE =
+  '77e03ce2cf746e266bbc4713b4fbd4daed8db07bf6bf7fd34f9fbff830f435f8';
 
 function draw(stream, n) {
   const words = bits(key(PROBE_SEED, 2, stream), n);
@@ -32,4 +46,63 @@ export async function probeHash(gemm) {
   const [m, k, n] = PROBE_SHAPE;
   const { a, b } = probeOperands();
   return sha256Arrays([await gemm.matmulInt(a, b, m, k, n)]);
+}
+
+/**
+ * The step probe's float32 matrix (row-major), built from PRNG words in integer arithmetic as
+ * probe.py's elementwise_operand: row 0 zeros, row 1 subnormals, then normals of either sign
+ * whose exponents move with the row.
+ */
+export function elementwiseOperand() {
+  const [rows, cols] = ELEMENTWISE_SHAPE;
+  const words = bits(key(PROBE_SEED, 2, 2), rows * cols);
+  const out = new Uint32Array(rows * cols);
+  for (let r = 0; r < rows; r++) {
+    for (let c = 0; c < cols; c++) {
+      const i = r * cols + c;
+      const w = words[i];
+      const sign = (w & 0x80000000) >>> 0;
+      const mantissa = w & 0x007fffff;
+      const biased = 100 + ((w >>> 23) & 15) + (r % 8) * 3;
+      if (r === 0) out[i] = 0;
+      else if (r === 1) out[i] = (sign | (mantissa >>> 3)) >>> 0;
+      else out[i] = (sign | (biased << 23) | mantissa) >>> 0;
+    }
+  }
+  return new Float32Array(out.buffer);
+}
+
+/**
+ * The quantizations the step probe hashes, in probe.py's order: for 1, 2 and 3 limbs, rows then
+ * columns, each limb (Int8Array) then its exponents (Int32Array). Copies: a kernel may hand back
+ * views of its own memory, which its next call overwrites.
+ */
+export function elementwiseParts(x) {
+  const [rows, cols] = ELEMENTWISE_SHAPE;
+  const parts = [];
+  const r1 = quantizeRows(x, rows, cols);
+  parts.push(r1.q.slice(), r1.e.slice());
+  const c1 = quantizeCols(x, rows, cols);
+  parts.push(c1.q.slice(), c1.e.slice());
+  const r2 = quantize2Rows(x, rows, cols);
+  parts.push(r2.hi.slice(), r2.lo.slice(), r2.e.slice());
+  const c2 = quantize2Cols(x, rows, cols);
+  parts.push(c2.hi.slice(), c2.lo.slice(), c2.e.slice());
+  const r3 = quantize3Rows(x, rows, cols);
+  parts.push(r3.hi.slice(), r3.mid.slice(), r3.lo.slice(), r3.e.slice());
+  const c3 = quantize3Cols(x, rows, cols);
+  parts.push(c3.hi.slice(), c3.mid.slice(), c3.lo.slice(), c3.e.slice());
+  return parts;
+}
+
+/**
+ * What a peer publishes after every step: the probe product through `gemm.matmulInt` (the live
+ * kernel) and the elementwise part through quant.js's installed kernel, hashed together.
+ */
+export async function stepProbeHash(gemm) {
+  const [m, k, n] = PROBE_SHAPE;
+  const { a, b } = probeOperands();
+  const out = await gemm.matmulInt(a, b, m, k, n);
+  const acc = out instanceof Int32Array ? out : Int32Array.from(out); // int32 bytes, as probe.py
+  return sha256Arrays([acc, ...elementwiseParts(elementwiseOperand())]);
 }

@@ -53,7 +53,7 @@ import { Machine, settings as makeSettings, events as E } from './machine/index.
 import { message } from './messages.js';
 import { Incompatible, parse as parseRunConfig } from './runconfig.js';
 import { PRESETS } from '../model/config.js';
-import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
+import { REFERENCE_STEP_PROBE } from '../gpu/probe.js';
 import { revisionOf } from '../fineweb.js';
 import { DataUnavailable } from './datafeed.js';
 import { decodeCheckpoint } from './checkpoint.js';
@@ -356,7 +356,7 @@ export class BrowserPeer extends EventTarget {
       this.machine = new Machine(makeSettings({
         id, name: this.name, tokenizer_sha256: this.tokenizerSha256,
         vocab_size: this.vocabSize, backend: this.replica.backend,
-        reference_probe: REFERENCE_PROBE_HASH, timers: this.timers, can_save: true,
+        reference_probe: REFERENCE_STEP_PROBE, timers: this.timers, can_save: true,
         limits: this.limits,
         data_sources: ['builtin', ...(this.data === null ? [] : [this.data.dataName])],
       }), this.replica, { log: this.log });

@@ -22,7 +22,7 @@ import { enableWasmElementwise, wasmElementwiseStatus } from '../numerics/wasmel
 import { acquireGpu } from '../gpu/device.js';
 import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
 import { Auditor } from '../gpu/audit.js';
-import { probeHash } from '../gpu/probe.js';
+import { stepProbeHash } from '../gpu/probe.js';
 import { stepTimer } from './timing.js';
 import { buffersOf, fromTensors, toTensors } from './messages.js';
 import { meanLoss } from './validation.js';
@@ -292,9 +292,12 @@ export class Trainer {
     };
   }
 
-  /** The kernel probe through the live kernel (the CPU mirror's product on the CPU tier). */
+  /**
+   * The step probe through the live kernels: the GEMM's (the CPU mirror's product on the CPU
+   * tier) and the quantizer installed in this worker (gpu/probe.js stepProbeHash).
+   */
   probe() {
-    return this.onTier((tier) => probeHash(tier.gemm));
+    return this.onTier((tier) => stepProbeHash(tier.gemm));
   }
 
   exportState() {
