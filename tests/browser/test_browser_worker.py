@@ -22,7 +22,7 @@ from typing import Any
 
 from daisychain.gpu.gates import gemm_cases
 from daisychain.gpu.kernels import kernel_source
-from daisychain.gpu.probe import PROBE_SHAPE, reference_probe_hash
+from daisychain.gpu.probe import PROBE_SHAPE, reference_probe_hash, reference_step_probe
 from gpu_plant import OneCellPlant, planted_probe_hash
 from selftest_helpers import browser_tab, golden_run
 
@@ -145,7 +145,7 @@ def check_golden(steps: list[dict[str, Any]]) -> None:
     assert [s["step"] for s in done] == list(range(1, STEPS + 1))
     assert [s["hash"] for s in done] == hashes
     assert [s["loss_bits"] for s in done] == losses
-    assert {s["probe"] for s in done} == {reference_probe_hash()}
+    assert {s["probe"] for s in done} == {reference_step_probe()}
 
 
 def check_responsive(result: dict[str, Any]) -> None:

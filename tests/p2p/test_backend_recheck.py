@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from daisychain.gpu.probe import reference_probe_hash
+from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.p2p.node import Compute
 from daisychain.peer.backend import StepTimer
 from daisychain.peer.recheck import Check, Recheck, RecheckPolicy
 
 NUMPY = Compute()
-GPU = Compute("wgpu-dp4a", NUMPY_OPS, reference_probe_hash)
+GPU = Compute("wgpu-dp4a", NUMPY_OPS, reference_step_probe)
 
 
 class Clock:

@@ -9,7 +9,7 @@ import pytest
 
 from daisychain.gpu.backend import Backend, Demotion, NumpyGemm
 from daisychain.gpu.gemm import Int8Array, Int32Array
-from daisychain.gpu.probe import reference_probe_hash
+from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.p2p.node import Compute
 from daisychain.peer.backend import (
@@ -82,7 +82,7 @@ def test_auto_takes_the_fastest_measured_backend_that_passes_its_gates() -> None
     )
     assert fast.compute.name == "wgpu-dp4a", fast.reason
     assert "(numpy >= 10.0 ms)" in fast.reason  # stopped once slower than the best
-    assert fast.compute.probe() == reference_probe_hash()
+    assert fast.compute.probe() == reference_step_probe()
 
 
 def test_auto_never_measures_nor_takes_a_kernel_that_failed_its_gates() -> None:
@@ -133,7 +133,7 @@ def test_a_moment_of_load_at_start_does_not_pick_the_backend_for_the_run() -> No
 
 
 def test_measure_keeps_each_candidates_fastest_complete_time() -> None:
-    numpy, gpu = Compute(), Compute("wgpu-dp4a", NUMPY_OPS, reference_probe_hash)
+    numpy, gpu = Compute(), Compute("wgpu-dp4a", NUMPY_OPS, reference_step_probe)
     times = iter([0.3, 0.2, 0.1, 0.25, 0.4, 0.09])  # numpy, gpu, numpy, gpu, numpy, gpu
 
     def time_step(compute: Compute, limit_s: float) -> tuple[float, bool]:
@@ -203,7 +203,7 @@ async def test_a_wgpu_peer_and_a_numpy_peer_stay_identical_with_equal_probes() -
     assert {r.backend for r in gpu.records} == {chosen.compute.name} != {"numpy"}
     assert {r.backend for r in leader.records} == {"numpy"}
     probes = {r.probe for p in (leader, gpu) for r in p.records}
-    assert probes == {reference_probe_hash()}
+    assert probes == {reference_step_probe()}
 
 
 @needs_namespace
@@ -222,7 +222,7 @@ async def test_a_cpu_int8_peer_and_a_numpy_peer_stay_identical_with_equal_probes
     assert [o.reason for o in outcomes] == ["done", "done"], outcomes
     assert_identical([leader, cpu], range(1, 4))
     assert {r.backend for r in cpu.records} == {"cpu-int8"}
-    assert {r.probe for p in (leader, cpu) for r in p.records} == {reference_probe_hash()}
+    assert {r.probe for p in (leader, cpu) for r in p.records} == {reference_step_probe()}
 
 
 @needs_namespace
@@ -282,4 +282,4 @@ async def test_a_re_check_switches_the_backend_mid_run_and_the_replicas_stay_ide
     _CountingKernel.products = 0
     gpu.probe()
     assert trained > on_gpu * _CountingKernel.products, (trained, on_gpu)
-    assert {r.probe for r in follower.records} == {reference_probe_hash()}
+    assert {r.probe for r in follower.records} == {reference_step_probe()}

@@ -77,7 +77,8 @@ def elementwise_operand() -> FloatArray:
     bits = sign | (biased << np.uint32(23)) | mantissa
     bits[0] = 0
     bits[1] = sign[1] | (mantissa[1] >> np.uint32(3))
-    return bits.view(np.float32)
+    out: FloatArray = bits.view(np.float32)
+    return out
 
 
 def elementwise_parts(x: FloatArray) -> list[npt.NDArray[np.generic]]:
