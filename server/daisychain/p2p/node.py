@@ -535,8 +535,6 @@ class Node:
         """
         if self.recheck is None or (cause := self.recheck.due()) is None:
             return
-        if self.replica.state is not None:
-            self.recheck.use_model(self.replica.state.cfg)  # time the run's model, not tiny
         check = await asyncio.to_thread(self.recheck.run, self.compute, cause)
         if check.switched:
             self.compute = self.recheck.compute(check.chosen)
