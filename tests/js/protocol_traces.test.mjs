@@ -138,7 +138,7 @@ const PLANTED = [
     'if (probe === this.referenceProbe) return;', 'return;',
     /^probe-mismatch: step 12 \(message at 1\): effects: expected 2 items, got 0/],
   ['step deadline from the repair timer', 'p2p/machine/machine.js',
-    'a.deadline = this.now + t.step_timeout_s;', 'a.deadline = this.now + t.repair_after_s;',
+    'a.deadline = this.now + t.step_timeout_s * rounds;', 'a.deadline = this.now + t.repair_after_s;',
     /^follower-gone-mid-exchange: step 7 \(compute-done at 2\): next deadline 6, expected 7$/],
   ['a departure also drops the present peers it blocked', 'p2p/machine/machine.js',
     'if (drop.size === 0) {', '{',

@@ -84,6 +84,12 @@ SETS: dict[str, VectorSet] = {
             "generate/",
             "sampling: prompt and settings -> ids, from a checkpoint rebuilt by its recipe",
         ),
+        VectorSet(
+            "outer",
+            "daisychain.vectors.outer",
+            "outer/",
+            "the outer loop: token-weighted mean, Nesterov outer step, outer_hash",
+        ),
     )
 }
 

@@ -76,11 +76,14 @@ const MODEL_HINTS = {
  * `cfg` (a parsed `config` record) as this peer's run, or Incompatible. `tokenizerSha256` and
  * `vocabSize` describe this peer's tokenizer; `caps` are its Limits (defaults: limits());
  * `dataSources` the config.data names it can read ('builtin', and 'fineweb@REV' when its server
- * reads FineWeb-Edu at that revision).
- * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...}.
+ * reads FineWeb-Edu at that revision); `outerRuns` says this peer trains outer runs (a machine
+ * whose replica can: the conformance traces' replica does, the page's does not, so the page
+ * keeps the default and refuses them with rule `page-outer`).
+ * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...,
+ * outer: {innerSteps, lr, momentum} for an outer run, else null}.
  */
 export function parse(cfg, {
-  tokenizerSha256, vocabSize, caps = limits(), dataSources = ['builtin'],
+  tokenizerSha256, vocabSize, caps = limits(), dataSources = ['builtin'], outerRuns = false,
 }) {
   checkData(cfg, tokenizerSha256, vocabSize, dataSources);
   const model = buildModel(cfg.model);
@@ -94,11 +97,19 @@ export function parse(cfg, {
   checkLimits(model, cfg.steps, footprint, caps);
   // Last: every rule above is the protocol's, answered as Python answers it; only then does the
   // page say what it cannot do itself.
-  checkPageSync(cfg);
+  if (!outerRuns) checkPageSync(cfg);
   return Object.freeze({
     message: cfg, model, optim, footprint, run: cfg.run, steps: cfg.steps, seed: cfg.seed,
     resumeStep: cfg.resume_step, resumeHash: cfg.resume_hash, globalBatch: cfg.global_batch,
+    outer: outerOf(cfg),
   });
+}
+
+/** The outer loop of a `sync: "outer"` run (Python's RunConfig.outer), or null. */
+function outerOf(cfg) {
+  const spec = cfg.outer;
+  if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER || spec == null) return null;
+  return Object.freeze({ innerSteps: spec.steps, lr: spec.lr, momentum: spec.momentum });
 }
 
 /** The `error incompatible` reply to the leader. */

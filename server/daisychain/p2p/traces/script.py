@@ -10,6 +10,7 @@ trace written is exactly what was fed. Chunk payloads follow a documented rule
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from daisychain.model.params import param_shapes
 from daisychain.p2p import (
@@ -48,6 +49,11 @@ MODEL = messages.ModelSpec(
 GLOBAL_BATCH = 12
 
 Shares = tuple[int, ...]
+# What the scripted peers send and reduce: ``contributions(rank, step, rnd, roster)`` and
+# ``reduced(step, rnd, roster, chunk)`` below (the per-step rule), or an outer run's
+# (daisychain.p2p.traces.outer: pseudo-gradients, the outer mean).
+Contribute = Callable[[int, int, int, "int | Shares"], tuple[bytes, ...]]
+Reduce = Callable[[int, int, "int | Shares", int], bytes]
 
 
 def split(roster: int | Shares) -> Shares:
@@ -138,8 +144,12 @@ class Script:
         state: tuple[int, str] | None = None,
         can_save: bool = False,
         save_every: int = 0,
+        contribute: Contribute | None = None,
+        reduce: Reduce | None = None,
     ) -> None:
         self.name = name
+        self.contributions: Contribute = contribute or contributions
+        self.reduced: Reduce = reduce or reduced
         self.me = me
         self.setup: Json = {
             "id": me, "name": f"trace-{me[0].lower()}", "tokenizer_sha256": TOKENIZER,
@@ -229,7 +239,7 @@ class Script:
     ) -> list[fx.Effect]:  # fmt: skip
         """This peer's shell answers its compute effect (``seq_s``: the speed it measured)."""
         rank, of = roster.index(self.me), of or split(len(roster))
-        payloads = contributions(rank, step, rnd, of)
+        payloads = self.contributions(rank, step, rnd, of)
         loss = loss_of(step) if of[rank] else 0.0
         return self.feed(ev.ComputeDone(self.now, step, rnd, loss, payloads, probe, seq_s))
 
@@ -241,7 +251,7 @@ class Script:
         bytes unless ``payload``)."""
         rank, of = roster.index(self.me), of or split(len(roster))
         if payload is None:
-            payload = contributions(rank, step, rnd, of)[chunk]
+            payload = self.contributions(rank, step, rnd, of)[chunk]
         return self.feed(ev.ComputePartial(self.now, step, rnd, chunk, payload))
 
     def exchange(
@@ -281,12 +291,13 @@ class Script:
         if me in nonempty:
             for j, p in enumerate(roster):
                 if p != self.me and p not in skip and of[j] > 0:
-                    part = contributions(j, step, rnd, of)[me]
+                    part = self.contributions(j, step, rnd, of)[me]
                     out += self.frames(p, FrameKind.CONTRIBUTION, part, step, rnd, me)
         for k in nonempty:
             p = roster[k]
             if p != self.me and p not in skip:
-                out += self.frames(p, FrameKind.REDUCED, reduced(step, rnd, of, k), step, rnd, k)
+                payload = self.reduced(step, rnd, of, k)
+                out += self.frames(p, FrameKind.REDUCED, payload, step, rnd, k)
         return out
 
     def hashes(

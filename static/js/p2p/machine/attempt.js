@@ -10,6 +10,7 @@
 // and codec.js, called here: exact integer and pinned float32 rules, part of the machine's
 // contract (a trace pins the bytes they produce).
 
+import { weightedMean } from '../../outer/mean.js';
 import { chunkBlocks, chunkSlice, reduceChunk } from '../allreduce.js';
 import { BLOCK, decode, encode } from '../codec.js';
 
@@ -32,8 +33,11 @@ const ALLOWED = {
 export const keyOf = (step, round) => `${step}/${round}`;
 
 export class Attempt {
-  constructor(roster, rank, totalBlocks, now, log = () => {}) {
+  constructor(roster, rank, totalBlocks, now, log = () => {}, outer = false) {
     this.roster = roster; // CommittedRoster
+    // An outer run's round (docs/PROTOCOL.md, "Outer runs"): the contributions are
+    // pseudo-gradients and the chunk's mean is outer/mean.js's token-weighted mean.
+    this.outer = outer;
     this.rank = rank;
     this.n = roster.peers.length;
     this.totalBlocks = totalBlocks;
@@ -155,7 +159,12 @@ export class Attempt {
     if (this.contributors.some((j) => !this.contributions.has(j))) return null;
     const parts = this.contributors.map((j) => this.contributions.get(j));
     const weights = this.contributors.map((j) => this.shares[j]);
-    const { payload, values } = encode(reduceChunk(parts, weights, this.globalBatch));
+    // Shares are sequences of every inner step, so weighting by shares is weighting by tokens;
+    // the outer mean divides them by their gcd first (docs/OUTER.md, "The mean"), which the
+    // per-step rule does not (its bits stay what they were).
+    const reduced = this.outer ? weightedMean(parts, weights)
+      : reduceChunk(parts, weights, this.globalBatch);
+    const { payload, values } = encode(reduced);
     this.reduced.set(this.rank, values);
     this.reducedPayload.set(this.rank, payload);
     return payload;

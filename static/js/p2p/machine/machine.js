@@ -20,7 +20,9 @@
 import { paramShapes } from '../../model/params.js';
 import { BLOCK, CodecError, decode, nBlocks } from '../codec.js';
 import { ChecksumError, FrameError, FrameKind } from '../frames.js';
-import { MessageError, errorFrom, message, parse as parseMessage } from '../messages.js';
+import {
+  MessageError, SYNC_OUTER, SYNC_STEP, errorFrom, message, parse as parseMessage,
+} from '../messages.js';
 import { CommittedRoster, Phase, RunPhase, makeRoster } from '../run.js';
 import { Incompatible, parse as parseRunConfig } from '../runconfig.js';
 import { allot, check as checkShares } from '../shares.js';
@@ -31,7 +33,7 @@ import { Fork, SyncGuard } from './guard.js';
 import { Leadership } from './leadership.js';
 import { PeerState, PeerTable } from './peers.js';
 import { RepairStore, requests } from './repair.js';
-import { ReplicaRefused, checkReplica } from './replica.js';
+import { ReplicaRefused, checkReplica, trainsOuterRuns } from './replica.js';
 import { StateSync, SyncState } from './statesync.js';
 import { Stopped, Stopping } from './stopping.js';
 
@@ -42,9 +44,14 @@ const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
 export function sameConfig(a, b) {
   const keys = ['run', 'preset', 'steps', 'seed', 'data', 'tokenizer_sha256', 'resume_step',
     'resume_hash', 'global_batch', 'shares_by'];
+  const outerA = a.outer ?? null;
+  const outerB = b.outer ?? null;
   return keys.every((k) => a[k] === b[k]) &&
     Object.keys(a.model).every((k) => a.model[k] === b.model[k]) &&
-    Object.keys(a.optim).every((k) => a.optim[k] === b.optim[k]);
+    Object.keys(a.optim).every((k) => a.optim[k] === b.optim[k]) &&
+    (a.sync ?? SYNC_STEP) === (b.sync ?? SYNC_STEP) &&
+    (outerA === null || outerB === null ? outerA === outerB
+      : ['steps', 'lr', 'momentum'].every((k) => outerA[k] === outerB[k]));
 }
 
 const size = (shape) => shape.reduce((n, d) => n * d, 1);
@@ -493,19 +500,21 @@ export class Machine {
     const s = this.settings;
     return parseRunConfig(cfg, {
       tokenizerSha256: s.tokenizer_sha256, vocabSize: s.vocab_size, caps: s.limits,
-      dataSources: s.data_sources,
+      dataSources: s.data_sources, outerRuns: trainsOuterRuns(this.replica),
     });
   }
 
   lead(config, minPeers) {
-    let model;
+    let accepted;
     try { // the leader trains its run too: the followers' rules and its own caps apply
-      model = this.parseConfig(config).model;
+      accepted = this.parseConfig(config);
     } catch (exc) {
       if (!(exc instanceof Incompatible)) throw exc;
       throw this.stop('error', `cannot lead this run: ${exc.message}; ${exc.hint}`, new Map(),
         exc.code);
     }
+    const model = accepted.model;
+    this.tellOuter(accepted);
     this.leadership.lead(minPeers);
     this.config = config;
     this.hasState = true;
@@ -536,6 +545,7 @@ export class Machine {
     }
     this.config = cfg;
     this.leadership.leader = peer;
+    this.tellOuter(accepted); // before start or restore: the sync mode
     this.setShapes(accepted.model);
     this.phase.transition(Phase.CONFIGURED, `config from ${peer}`);
     if (cfg.resume_step === 0) {
@@ -545,6 +555,16 @@ export class Machine {
     } else {
       this.requestSync();
     }
+  }
+
+  /** The run's outer loop (null: per-step) to a replica that trains outer runs (replica.js). */
+  tellOuter(accepted) {
+    if (trainsOuterRuns(this.replica)) this.replica.setOuter(accepted.outer);
+  }
+
+  /** Whether the configured run is an outer run (one roster step is one outer round). */
+  get outerRun() {
+    return this.config !== null && (this.config.sync ?? SYNC_STEP) === SYNC_OUTER;
   }
 
   /** Parameter shapes fix every frame size limit (known from the config alone). */
@@ -647,9 +667,12 @@ export class Machine {
       return;
     }
     const t = this.settings.timers;
-    const a = new Attempt(r, r.rank(this.id), this.totalBlocks, this.now, this.log);
+    const outer = this.outerRun;
+    const a = new Attempt(r, r.rank(this.id), this.totalBlocks, this.now, this.log, outer);
     a.repairAt = this.now + t.repair_after_s;
-    a.deadline = this.now + t.step_timeout_s;
+    // An outer round is H inner steps of compute: its timeout is H step timeouts.
+    const rounds = outer && this.config.outer ? this.config.outer.steps : 1;
+    a.deadline = this.now + t.step_timeout_s * rounds;
     this.store.add(a);
     this.store.abandonBefore(r.step, r.round);
     this.out.push(fx.compute(r.step, r.round, a.rank, r.shares));

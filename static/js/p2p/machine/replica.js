@@ -13,6 +13,15 @@
 //   restore(blob, source)           replace the state by checkpoint bytes; throws ReplicaRefused
 //   checkpoint(): Uint8Array        the state as checkpoint bytes
 //   apply(flat: Float32Array)       apply the flat mean gradient (parameter order, block padded)
+//   setOuter(outer)                 optional: the run's outer loop ({innerSteps, lr, momentum},
+//                                   or null for a per-step run), told before start or restore
+//                                   (Python's set_outer): then `step` counts outer rounds,
+//                                   `apply` takes the mean pseudo-gradient and makes the outer
+//                                   step, `hash` is outer_hash (docs/PROTOCOL.md, "Outer runs")
+//
+// Only a replica with setOuter trains outer runs: the machine accepts a `sync: "outer"` config
+// only then (runconfig's `outerRuns`). The page's replica computes one gradient per step, not H
+// inner steps, so it has none and the page refuses outer runs with rule `page-outer`.
 //
 // The traces' replica is ../traces/replica.js (defined by hashing alone); the browser peer's is
 // the model.
@@ -26,6 +35,11 @@ export class ReplicaRefused extends Error {
 }
 
 const METHODS = ['start', 'restore', 'checkpoint', 'apply'];
+
+/** Whether `replica` trains outer runs (it has the optional setOuter above). */
+export function trainsOuterRuns(replica) {
+  return typeof replica?.setOuter === 'function';
+}
 
 /** Throws TypeError unless `replica` has the interface above (checked once, at machine birth). */
 export function checkReplica(replica) {

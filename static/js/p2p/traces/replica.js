@@ -39,6 +39,13 @@ export class TraceReplica {
     return this._hash;
   }
 
+  /**
+   * The hash chain above serves both sync modes (Python's set_outer does nothing either): a
+   * trace pins the protocol, the mean it applies included, not the model. Having it says this
+   * replica trains outer runs (machine/replica.js), so the machine replays their traces.
+   */
+  setOuter(_outer) {}
+
   async start(model, optim, seed) {
     this._step = 0;
     this._hash = await initHash(seed);
