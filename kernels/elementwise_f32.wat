@@ -1,11 +1,12 @@
-;; elementwise_f32.wat -- the contract's block quantization in WebAssembly SIMD.
+;; elementwise_f32.wat -- the contract's block quantization and cross-entropy in WebAssembly SIMD.
 ;;
 ;; The browser CPU tier's float32 elementwise work around its integer products (docs/NUMERICS.md
 ;; section 2; docs/KERNELS.md, "WebAssembly SIMD elementwise kernel"): the absolute maxima of the
-;; blocks, the power-of-two fold of a gradient, and the one-, two- and three-limb int8 split.
+;; blocks, the power-of-two fold of a gradient, and the one-, two- and three-limb int8 split;
+;; and the per-token cross-entropy's O(N V) work (its section at the end of this file).
 ;; Assembled by `daisychain wasm build` into static/wasm/elementwise_f32.wasm; driven by
 ;; static/js/numerics/wasmelementwise.js and gated by static/js/numerics/wasmeltgate.js against
-;; the JS mirror (quant.js, gemm.js), which it must match bit for bit.
+;; the JS mirror (quant.js, gemm.js, xent.js), which it must match bit for bit.
 ;;
 ;; Why f32 lanes give the JS mirror's bits. Every f32 instruction used here (mul, sub, nearest,
 ;; abs, max) is IEEE-754 correctly rounded (round to nearest, ties to even; subnormals kept), and
@@ -253,4 +254,220 @@
         (local.set $tab (i32.add (local.get $tab) (local.get $bs)))
         (local.set $batch (i32.sub (local.get $batch) (i32.const 1)))
         (br $mats))))
+
+  ;; ---------------------------------------------------------------------------------------
+  ;; The per-token cross-entropy (gpt.js via numerics/xent.js crossEntropy; docs/MODEL.md
+  ;; section 5): for each row of logits, m = max; z = x - m; p = exp(z); s = tree_sum(p); then
+  ;; dlogits = ((p / s) - [v == y]) / N. The log of s and the loss stay in JS (N values).
+  ;;
+  ;; Layout: `rows` rows of `cols` floats (cols a multiple of 4) whose first `n` are the row; the
+  ;; driver pads the rest with -inf, which no maximum picks and whose exp is never read. `y`
+  ;; holds each row's target (int32, < n). Every result is a float32 operation of the JS on the
+  ;; same operands, so the bits agree (see the header): f32x4.add / sub / mul / div / nearest
+  ;; are IEEE-correct with subnormals kept, and nothing is fused.
+
+  ;; exp of four float32 lanes, fmath.js `exp` operation for operation (NUMERICS.md section 5):
+  ;;   k = rint(x * LOG2E);  r = ((x - k A) - k B) - k C  (ln 2 = A + B + C)
+  ;;   p = Horner C6 .. C0 in r, one rounding per multiply and per add;  exp = p * 2^k
+  ;; 2^k comes from its exponent bits, (k + 127) * 2^23; k lies in [-124, 127] for
+  ;; x in [-86, 88], so 2^k is normal and the one multiply rounds p * 2^k once, to a subnormal
+  ;; where it must. Lanes below -86 (-inf included) give +0 and lanes above 88 give +inf, as
+  ;; the JS's two early returns; a NaN lane stays NaN through the arithmetic (its payload may
+  ;; differ from the JS's: a NaN is never contract arithmetic, quant.js refuses it).
+  (func $exp4 (param $x v128) (result v128)
+    (local $k v128) (local $r v128) (local $p v128)
+    (local.set $k (f32x4.nearest
+      (f32x4.mul (local.get $x) (v128.const i32x4 0x3fb8aa3b 0x3fb8aa3b 0x3fb8aa3b 0x3fb8aa3b))))
+    (local.set $r
+      (f32x4.sub
+        (f32x4.sub
+          (f32x4.sub (local.get $x)
+            (f32x4.mul (local.get $k)
+              (v128.const i32x4 0x3f317200 0x3f317200 0x3f317200 0x3f317200)))
+          (f32x4.mul (local.get $k)
+            (v128.const i32x4 0x35bfbf00 0x35bfbf00 0x35bfbf00 0x35bfbf00)))
+        (f32x4.mul (local.get $k)
+          (v128.const i32x4 0xad630880 0xad630880 0xad630880 0xad630880))))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $r)
+        (v128.const i32x4 0x3ab60b61 0x3ab60b61 0x3ab60b61 0x3ab60b61))
+      (v128.const i32x4 0x3c088889 0x3c088889 0x3c088889 0x3c088889)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r))
+      (v128.const i32x4 0x3d2aaaab 0x3d2aaaab 0x3d2aaaab 0x3d2aaaab)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r))
+      (v128.const i32x4 0x3e2aaaab 0x3e2aaaab 0x3e2aaaab 0x3e2aaaab)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r))
+      (v128.const i32x4 0x3f000000 0x3f000000 0x3f000000 0x3f000000)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r))
+      (v128.const i32x4 0x3f800000 0x3f800000 0x3f800000 0x3f800000)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r))
+      (v128.const i32x4 0x3f800000 0x3f800000 0x3f800000 0x3f800000)))
+    (local.set $p (f32x4.mul (local.get $p)
+      (i32x4.mul
+        (i32x4.add (i32x4.trunc_sat_f32x4_s (local.get $k)) (v128.const i32x4 127 127 127 127))
+        (v128.const i32x4 0x800000 0x800000 0x800000 0x800000))))
+    ;; x < -86: +0;  x > 88: +inf
+    (local.set $p (v128.bitselect (v128.const i32x4 0 0 0 0) (local.get $p)
+      (f32x4.gt (v128.const i32x4 0xc2ac0000 0xc2ac0000 0xc2ac0000 0xc2ac0000) (local.get $x))))
+    (v128.bitselect (v128.const i32x4 0x7f800000 0x7f800000 0x7f800000 0x7f800000) (local.get $p)
+      (f32x4.gt (local.get $x) (v128.const i32x4 0x42b00000 0x42b00000 0x42b00000 0x42b00000))))
+
+  ;; The pinned tree sum of the n floats at x (reduce.js treeSumStrided, NUMERICS.md section
+  ;; 4): pad to the next power of two with +0, then add the second half onto the first until
+  ;; one is left. Every level adds element i + w onto element i, so four neighbouring i at a
+  ;; time is the same additions; the lanes of the first level that straddle n, and levels
+  ;; narrower than four, go one at a time. Work space: nextPow2(n) / 2 floats at `work`.
+  (func $tree_sum (param $x i32) (param $n i32) (param $work i32) (result f32)
+    (local $w i32) (local $i i32) (local $j i32) (local $bytes i32)
+    (local.set $w (i32.const 1))
+    (block $wide
+      (loop $grow
+        (br_if $wide (i32.ge_u (local.get $w) (local.get $n)))
+        (local.set $w (i32.shl (local.get $w) (i32.const 1)))
+        (br $grow)))
+    ;; one element: no add at all (-0 stays -0)
+    (if (i32.eq (local.get $w) (i32.const 1)) (then (return (f32.load (local.get $x)))))
+    (local.set $w (i32.shr_u (local.get $w) (i32.const 1)))
+    (local.set $bytes (i32.shl (local.get $w) (i32.const 2)))
+    ;; first level, from x: work[i] = x[i] + (i + w < n ? x[i + w] : +0)
+    (local.set $i (i32.const 0))
+    (block $first_done
+      (loop $first
+        (br_if $first_done (i32.ge_u (local.get $i) (local.get $w)))
+        (local.set $j (i32.add (local.get $i) (local.get $w)))
+        (if (i32.and (i32.le_u (i32.add (local.get $i) (i32.const 4)) (local.get $w))
+                     (i32.le_u (i32.add (local.get $j) (i32.const 4)) (local.get $n)))
+          (then
+            (v128.store (i32.add (local.get $work) (i32.shl (local.get $i) (i32.const 2)))
+              (f32x4.add
+                (v128.load (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2))))
+                (v128.load (i32.add (local.get $x) (i32.shl (local.get $j) (i32.const 2))))))
+            (local.set $i (i32.add (local.get $i) (i32.const 4))))
+          (else
+            (if (i32.and (i32.le_u (i32.add (local.get $i) (i32.const 4)) (local.get $w))
+                         (i32.ge_u (local.get $j) (local.get $n)))
+              (then
+                (v128.store (i32.add (local.get $work) (i32.shl (local.get $i) (i32.const 2)))
+                  (f32x4.add
+                    (v128.load (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2))))
+                    (v128.const i32x4 0 0 0 0)))
+                (local.set $i (i32.add (local.get $i) (i32.const 4))))
+              (else
+                (f32.store (i32.add (local.get $work) (i32.shl (local.get $i) (i32.const 2)))
+                  (f32.add
+                    (f32.load (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2))))
+                    (select
+                      (f32.load (i32.add (local.get $x) (i32.shl (local.get $j) (i32.const 2))))
+                      (f32.const 0)
+                      (i32.lt_u (local.get $j) (local.get $n)))))
+                (local.set $i (i32.add (local.get $i) (i32.const 1)))))))
+        (br $first)))
+    ;; the other levels, in work
+    (block $levels_done
+      (loop $levels
+        (br_if $levels_done (i32.le_u (local.get $w) (i32.const 1)))
+        (local.set $w (i32.shr_u (local.get $w) (i32.const 1)))
+        (local.set $bytes (i32.shl (local.get $w) (i32.const 2)))
+        (local.set $i (local.get $work))
+        (local.set $j (i32.add (local.get $work) (local.get $bytes)))
+        (if (i32.ge_u (local.get $w) (i32.const 4))
+          (then
+            (loop $chunks
+              (v128.store (local.get $i)
+                (f32x4.add (v128.load (local.get $i))
+                  (v128.load (i32.add (local.get $i) (local.get $bytes)))))
+              (br_if $chunks
+                (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 16))) (local.get $j)))))
+          (else
+            (loop $singles
+              (f32.store (local.get $i)
+                (f32.add (f32.load (local.get $i))
+                  (f32.load (i32.add (local.get $i) (local.get $bytes)))))
+              (br_if $singles
+                (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 4))) (local.get $j))))))
+        (br $levels)))
+    (f32.load (local.get $work)))
+
+  ;; For each of `rows` rows at x (layout above): the row maximum m (the first strictly greater
+  ;; value, as the JS's `if (x > m) m = x` from -inf, so a NaN is never picked); z = x - m at
+  ;; the target, to zy + 4 r; p = exp(x - m) in place; s = tree_sum of the n values of p, to
+  ;; sums + 4 r. Ties for the maximum can differ only in the sign of a zero, which changes no
+  ;; result: x - (+0) and x - (-0) are equal for x != 0, exp(+0) = exp(-0) = 1, and the loss
+  ;; log(s) - z[y] has log(s) != -0.
+  (func $xent_rows (export "xent_rows")
+    (param $x i32) (param $rows i32) (param $cols i32) (param $n i32) (param $y i32)
+    (param $work i32) (param $sums i32) (param $zy i32)
+    (local $p i32) (local $end i32) (local $m v128) (local $v v128) (local $t v128)
+    (block $done
+      (loop $each
+        (br_if $done (i32.eqz (local.get $rows)))
+        (local.set $end (i32.add (local.get $x) (i32.shl (local.get $cols) (i32.const 2))))
+        ;; the maximum per lane (the first strictly greater), then across the four lanes
+        (local.set $m (v128.const i32x4 0xff800000 0xff800000 0xff800000 0xff800000))
+        (local.set $p (local.get $x))
+        (loop $max
+          (local.set $v (v128.load (local.get $p)))
+          (local.set $m (v128.bitselect (local.get $v) (local.get $m)
+            (f32x4.gt (local.get $v) (local.get $m))))
+          (br_if $max
+            (i32.lt_u (local.tee $p (i32.add (local.get $p) (i32.const 16))) (local.get $end))))
+        (local.set $t
+          (i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7 (local.get $m) (local.get $m)))
+        (local.set $m (v128.bitselect (local.get $t) (local.get $m)
+          (f32x4.gt (local.get $t) (local.get $m))))
+        (local.set $t
+          (i8x16.shuffle 4 5 6 7 0 1 2 3 12 13 14 15 8 9 10 11 (local.get $m) (local.get $m)))
+        (local.set $m (v128.bitselect (local.get $t) (local.get $m)
+          (f32x4.gt (local.get $t) (local.get $m))))
+        ;; z at the target, before p overwrites it
+        (f32.store (local.get $zy)
+          (f32.sub
+            (f32.load (i32.add (local.get $x) (i32.shl (i32.load (local.get $y)) (i32.const 2))))
+            (f32x4.extract_lane 0 (local.get $m))))
+        ;; p = exp(x - m)
+        (local.set $p (local.get $x))
+        (loop $exp
+          (v128.store (local.get $p)
+            (call $exp4 (f32x4.sub (v128.load (local.get $p)) (local.get $m))))
+          (br_if $exp
+            (i32.lt_u (local.tee $p (i32.add (local.get $p) (i32.const 16))) (local.get $end))))
+        (f32.store (local.get $sums)
+          (call $tree_sum (local.get $x) (local.get $n) (local.get $work)))
+        (local.set $x (local.get $end))
+        (local.set $y (i32.add (local.get $y) (i32.const 4)))
+        (local.set $sums (i32.add (local.get $sums) (i32.const 4)))
+        (local.set $zy (i32.add (local.get $zy) (i32.const 4)))
+        (local.set $rows (i32.sub (local.get $rows) (i32.const 1)))
+        (br $each))))
+
+  ;; dlogits in place from xent_rows' p and sums: (p / s) / N off the target and
+  ;; ((p / s) - 1) / N at it (the JS divides every p by s, subtracts the one-hot, then divides
+  ;; every value by N: the same three roundings per element).
+  (func $xent_grad (export "xent_grad")
+    (param $x i32) (param $rows i32) (param $cols i32) (param $y i32) (param $sums i32)
+    (param $nf f32)
+    (local $p i32) (local $end i32) (local $at i32) (local $s f32) (local $py f32)
+    (local $sv v128) (local $nv v128)
+    (local.set $nv (f32x4.splat (local.get $nf)))
+    (block $done
+      (loop $each
+        (br_if $done (i32.eqz (local.get $rows)))
+        (local.set $end (i32.add (local.get $x) (i32.shl (local.get $cols) (i32.const 2))))
+        (local.set $s (f32.load (local.get $sums)))
+        (local.set $sv (f32x4.splat (local.get $s)))
+        (local.set $at (i32.add (local.get $x) (i32.shl (i32.load (local.get $y)) (i32.const 2))))
+        (local.set $py (f32.load (local.get $at)))
+        (local.set $p (local.get $x))
+        (loop $chunks
+          (v128.store (local.get $p)
+            (f32x4.div (f32x4.div (v128.load (local.get $p)) (local.get $sv)) (local.get $nv)))
+          (br_if $chunks
+            (i32.lt_u (local.tee $p (i32.add (local.get $p) (i32.const 16))) (local.get $end))))
+        (f32.store (local.get $at)
+          (f32.div (f32.sub (f32.div (local.get $py) (local.get $s)) (f32.const 1))
+            (local.get $nf)))
+        (local.set $x (local.get $end))
+        (local.set $y (i32.add (local.get $y) (i32.const 4)))
+        (local.set $sums (i32.add (local.get $sums) (i32.const 4)))
+        (local.set $rows (i32.sub (local.get $rows) (i32.const 1)))
+        (br $each))))
 )

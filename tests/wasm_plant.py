@@ -82,6 +82,13 @@ CLAMP = """(v128.const i32x4 -127 -127 -127 -127)))
                   (local.set $n"""
 FOLD = "(f32x4.mul (v128.load (local.get $x)) (v128.load (local.get $p)))"
 MAX_START = "(v128.store (local.get $o) (v128.const i32x4 0 0 0 0))"
+EXP_SCALE = """(f32x4.mul (local.get $p)
+      (i32x4.mul
+        (i32x4.add (i32x4.trunc_sat_f32x4_s (local.get $k)) (v128.const i32x4 127 127 127 127))
+        (v128.const i32x4 0x800000 0x800000 0x800000 0x800000)))"""
+ROW_MAX = "(f32x4.gt (local.get $v) (local.get $m))"
+DIVIDE = "(f32x4.div (f32x4.div (v128.load (local.get $p)) (local.get $sv)) (local.get $nv))"
+TREE_PAD = "(i32.lt_u (local.get $j) (local.get $n))"
 
 # The elementwise kernel's plants: name -> (text to replace, replacement).
 ELEMENTWISE_PLANTS: dict[str, tuple[str, str]] = {
@@ -101,6 +108,23 @@ ELEMENTWISE_PLANTS: dict[str, tuple[str, str]] = {
     "fold-lane-ulp": (FOLD, f"(i32x4.add {FOLD} (v128.const i32x4 0 0 0 1))"),
     # column maxima start from memory's old contents instead of +0
     "maxima-not-zeroed": (MAX_START, "(nop)"),
+    # the cross-entropy's exp one ulp off in lane 3 (one bit added to p * 2^k)
+    "exp-lane-ulp": (EXP_SCALE, f"(i32x4.add {EXP_SCALE} (v128.const i32x4 0 0 0 1))"),
+    # the row maximum never looks at lane 3 of a chunk: z > 0 where the maximum sits there
+    "max-skips-lane-3": (
+        ROW_MAX,
+        f"(v128.bitselect {ROW_MAX} (v128.const i32x4 0 0 0 0) (v128.const i32x4 -1 -1 -1 0))",
+    ),
+    # dlogits as (p / N) / s instead of (p / s) / N: equal in value, not always in rounding
+    "divide-order": (
+        DIVIDE,
+        "(f32x4.div (f32x4.div (v128.load (local.get $p)) (local.get $nv)) (local.get $sv))",
+    ),
+    # the tree sum's first level drops the row's last value when it falls in a lane done alone
+    "tree-sum-drops-last": (
+        TREE_PAD,
+        "(i32.lt_u (local.get $j) (i32.sub (local.get $n) (i32.const 1)))",
+    ),
 }
 
 KERNELS: dict[str, tuple[Path, dict[str, tuple[str, str]]]] = {

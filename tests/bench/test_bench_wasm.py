@@ -4,7 +4,8 @@ Under Node (the Chromium row runs the same measurement file in a page; it is slo
 only asked for and must say it was not): the kernel must pass its gate (the same gate a page
 runs), every product shape of a ``tiny`` step must carry GOP/s for both GEMMs and their ratios,
 and the step its times, ratio and tokens/s; the elementwise kernel likewise (its gate, the
-quantizers timed both ways, the step timed a third way). No timing thresholds: the machines
+quantizers and the cross-entropy timed both ways, the step timed with its quantization alone and
+with all of it). No timing thresholds: the machines
 are shared and noisy. An unknown runtime is refused.
 """
 
@@ -85,14 +86,23 @@ def test_the_quantizers_are_timed_both_ways(report: dict[str, Any]) -> None:
             assert isinstance(row[key], (int, float)) and row[key] > 0, f"{name}/{key}: {row}"
 
 
+def test_the_cross_entropy_is_timed_both_ways(report: dict[str, Any]) -> None:
+    xent = report["node"]["presets"]["tiny"]["xent"]
+    assert xent["shape"] == [256, 2048]
+    for key in ("js_ms", "wasm_ms", "ratio"):
+        assert isinstance(xent[key], (int, float)) and xent[key] > 0, f"{key}: {xent}"
+
+
 def test_the_step_is_also_timed_with_the_elementwise_kernel(report: dict[str, Any]) -> None:
-    # Three ways: JS GEMM, wasm GEMM, wasm GEMM + the elementwise kernel; the two new ratios
-    # follow from the medians.
+    # Four ways: JS GEMM, wasm GEMM, + the elementwise kernel's quantization (JS cross-entropy),
+    # + its cross-entropy too; the new ratios follow from the medians.
     step = report["node"]["presets"]["tiny"]["step"]
-    assert set(step["warmup_ms"]) == {"js", "wasm", "wasm_elt"}
+    sides = ("js", "wasm", "wasm_quant", "wasm_elt")
+    assert set(step["warmup_ms"]) == set(sides)
     assert len(step["wasm_elt_ms"]) == 1 and step["wasm_elt_tokens_per_s"] > 0
-    median = {side: step[f"{side}_median_ms"] for side in ("js", "wasm", "wasm_elt")}
+    median = {side: step[f"{side}_median_ms"] for side in sides}
     assert step["elementwise_ratio"] == pytest.approx(median["wasm"] / median["wasm_elt"], rel=1e-2)
+    assert step["xent_ratio"] == pytest.approx(median["wasm_quant"] / median["wasm_elt"], rel=1e-2)
     assert step["total_ratio"] == pytest.approx(median["js"] / median["wasm_elt"], rel=1e-2)
 
 

@@ -3,12 +3,13 @@
 // wasmeltgate.js; docs/KERNELS.md "WebAssembly SIMD elementwise kernel"): the committed binary
 // validates and compiles here; every quantizer and both gradient operands give the JS mirror's
 // bits through it on random shapes (batches, magnitudes from 1e-38 to 1e28, shared and per-batch
-// folds); shapes it does not take stay on the JS path; with it installed (and the GEMM) the
+// folds); shapes it does not take stay on the JS path; the cross-entropy (xent.js) gives the JS
+// bits through it on random rows, V a multiple of 4 or not; with it installed (and the GEMM) the
 // golden vectors, the quantizer and GEMM tests, the golden training run and the trainer give the
 // same bits (a child process with tests/js/wasm_elementwise_enabled.mjs preloaded); a training
-// step computes through it; each planted bug (tests/wasm_plant.py elementwise) is refused by the
-// gate; a kernel that throws mid-gate is refused with the reason; the trainer reports the
-// kernel's state and the Readiness panel says it.
+// step computes its quantization and its cross-entropy through it; each planted bug
+// (tests/wasm_plant.py elementwise) is refused by the gate; a kernel that throws mid-gate is
+// refused with the reason; the trainer reports the kernel's state and the Readiness panel says it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -26,6 +27,9 @@ import {
   wasmElementwiseStatus,
 } from '../../static/js/numerics/wasmeltgate.js';
 import { Trainer } from '../../static/js/train/trainer.js';
+import {
+  activeCrossEntropyKernel, crossEntropy, setCrossEntropyKernel,
+} from '../../static/js/numerics/xent.js';
 import { backendLines } from '../../static/js/page/readiness.js';
 import { REPO, assertBitsEqual, randomFloat32, testRng } from './helpers.mjs';
 
@@ -57,7 +61,8 @@ test('the committed binary validates and compiles, and exports what the driver c
   const exports = Object.fromEntries(
     WebAssembly.Module.exports(module).map((e) => [e.name, e.kind]));
   assert.deepEqual(exports, { absmax_rows: 'function', absmax_cols: 'function',
-    pow2_table: 'function', scale: 'function', quantize: 'function', memory: 'memory' });
+    pow2_table: 'function', scale: 'function', quantize: 'function', xent_rows: 'function',
+    xent_grad: 'function', memory: 'memory' });
   assert.deepEqual(WebAssembly.Module.imports(module), []);
   const damaged = bytes.slice();
   damaged[damaged.length - 1] = 0xff;
@@ -73,6 +78,54 @@ test('a trainer asked for wasm: false leaves both kernels untried', async () => 
   assert.equal(r.result.elementwise.name, null);
   assert.equal(r.result.elementwise.enabled, false);
   assert.equal(N.activeQuantKernel(), null);
+  assert.equal(activeCrossEntropyKernel(), null);
+});
+
+// crossEntropy on a copy of `logits`, on the JS loop and through the kernel on poisoned memory:
+// dlogits, per-row losses and the mean, bit for bit (NaN matching NaN).
+function xentSameAsJs(logits, y, N, V, what) {
+  const previous = setCrossEntropyKernel(null);
+  try {
+    const run = () => {
+      const d = logits.slice();
+      const lossT = new Float32Array(N);
+      return { d, lossT, loss: Float32Array.of(crossEntropy(d, y, N, V, lossT)) };
+    };
+    const want = run();
+    setCrossEntropyKernel(kernel);
+    kernel.poison();
+    const before = kernel.xentCalls;
+    const got = run();
+    assert.equal(kernel.xentCalls, before + 1, `${what}: the kernel ran`);
+    for (const k of Object.keys(want)) assertBitsEqual(got[k], want[k], `${what} ${k}`);
+  } finally {
+    setCrossEntropyKernel(previous);
+  }
+}
+
+test('the cross-entropy gives the JS bits through the kernel: random rows, any V', () => {
+  const rng = testRng(2027);
+  const shapes = [[1, 1, 1], [3, 2, 5], [2, 3, 40], [4, 4, 1], [5, 6, 0.01], [7, 13, 90],
+    [8, 64, 3], [3, 255, 30], [16, 256, 8], [2, 2049, 60], [256, 2048, 4]];
+  for (const [N, V, spread] of shapes) {
+    const logits = randomFloat32(rng, N * V, spread);
+    const y = Int32Array.from({ length: N }, () => rng.int(0, V - 1));
+    xentSameAsJs(logits, y, N, V, `crossEntropy ${N}x${V} spread ${spread}`);
+  }
+});
+
+test('the cross-entropy refuses a target outside [0, V) on both paths', () => {
+  for (const k of [null, kernel]) {
+    const previous = setCrossEntropyKernel(k);
+    try {
+      for (const bad of [-1, 5, 2.5]) {
+        assert.throws(() => crossEntropy(new Float32Array(10), [0, bad], 2, 5),
+          /target .* of row 1 is not an id in \[0, 5\)/);
+      }
+    } finally {
+      setCrossEntropyKernel(previous);
+    }
+  }
 });
 
 test('every quantizer gives the JS bits through the kernel: shapes, batches, magnitudes', () => {
@@ -163,18 +216,22 @@ test('enableWasmElementwise gates and installs it; a training step computes thro
       assert.ok(status.cases >= 90, `only ${status.cases} gate cases`);
       const installed = N.activeQuantKernel();
       assert.equal(installed.name, 'wasm-simd-elementwise');
+      assert.equal(activeCrossEntropyKernel(), installed);
       const cfg = M.preset('tiny', { vocabSize: 256, layers: 1 });
       const state = M.init(cfg, {}, 1);
       const tokens = Int32Array.from({ length: 4096 }, (_, i) => (i * 31 + 7) % 256);
       const before = installed.calls;
+      const xentBefore = installed.xentCalls;
       const { x, y } = M.nextBatch(state, tokens);
       M.computeGrads(state, x, y);
       // every activation and weight quantizer and every gradient operand of the step
       assert.ok(installed.calls - before >= 20, `${installed.calls - before} kernel calls`);
+      assert.equal(installed.xentCalls - xentBefore, 1, 'the step\'s cross-entropy');
     } finally {
       disableWasmElementwise();
     }
     assert.equal(N.activeQuantKernel(), null);
+    assert.equal(activeCrossEntropyKernel(), null);
     assert.equal(wasmElementwiseStatus().enabled, false);
   });
 
@@ -210,44 +267,54 @@ function plants() {
     new Uint8Array(fs.readFileSync(path.join(dir, `${n}.wasm`)))]));
 }
 
-test('each planted bug is refused by the gate, and the JS quantizers stay', async () => {
-  const built = plants();
-  // name -> the case that must stop it
-  const expected = {
-    // a tie rounded up: the first input holding an exact .5 after scaling
-    'hi-ties-up': /failed case 'quantizeRows /,
-    // -128 where the clamp gives -127: the first case whose second limb clamps from below
-    'clamp-low-missing': /failed case 'quantize2Rows .*expected -127, got -128/,
-    // one ulp in lane 3 of the fold: only the gradient operands fold
-    'fold-lane-ulp': /failed case 'grad(Left|Right)Limbs /,
-    // column maxima from poisoned memory: the first column case
-    'maxima-not-zeroed': /failed case 'quantizeCols random 1x1x4'/,
-  };
-  assert.deepEqual(Object.keys(built).sort(), Object.keys(expected).sort());
-  for (const [name, pattern] of Object.entries(expected)) {
-    const planted = await loadWasmElementwise({ bytes: built[name] });
-    const gate = await gateWasmElementwise(planted);
-    assert.equal(gate.passed, false, `${name} passed the gate`);
-    assert.match(gate.failure, pattern, name);
-    const status = await enableWasmElementwise({ bytes: built[name] });
-    assert.equal(status.enabled, false, name);
-    assert.match(status.reason, /the JS quantizers stay$/);
-    assert.equal(N.activeQuantKernel(), null);
-  }
-  // the hand-made tie blocks catch it on their own (without the random inputs' chance ties)
-  const ties = await loadWasmElementwise({ bytes: built['hi-ties-up'] });
-  const onlyEdges = elementwiseCases().filter((c) => /edge blocks/.test(c.name));
-  const previous = N.setQuantKernel(null);
-  try {
-    const want = onlyEdges.map((c) => c.run());
-    N.setQuantKernel(ties);
-    const got = onlyEdges.map((c) => c.run());
-    assert.ok(got.some((g, i) => g.some((a, j) => a.some((v, k) => v !== want[i][j][k]))),
-      'the edge blocks do not catch a tie rounded up');
-  } finally {
-    N.setQuantKernel(previous);
-  }
-});
+test('each planted bug is refused by the gate, and the JS quantizers and cross-entropy stay',
+  async () => {
+    const built = plants();
+    // name -> the case that must stop it
+    const expected = {
+      // a tie rounded up: the first input holding an exact .5 after scaling
+      'hi-ties-up': /failed case 'quantizeRows /,
+      // -128 where the clamp gives -127: the first case whose second limb clamps from below
+      'clamp-low-missing': /failed case 'quantize2Rows .*expected -127, got -128/,
+      // one ulp in lane 3 of the fold: only the gradient operands fold
+      'fold-lane-ulp': /failed case 'grad(Left|Right)Limbs /,
+      // column maxima from poisoned memory: the first column case
+      'maxima-not-zeroed': /failed case 'quantizeCols random 1x1x4'/,
+      // exp one ulp off in lane 3: the first rows with a value in lane 3 (V = 3 pads it)
+      'exp-lane-ulp': /failed case 'crossEntropy random 4x4 /,
+      // the maximum misses lane 3: the first rows whose maximum may sit there
+      'max-skips-lane-3': /failed case 'crossEntropy random 4x4 /,
+      // (p / N) / s: the first case with N not a power of two and a rounding that differs
+      'divide-order': /failed case 'crossEntropy random 3x3 /,
+      // the tree sum's straddling last value dropped: V = 2 already has it
+      'tree-sum-drops-last': /failed case 'crossEntropy random 2x2 /,
+    };
+    assert.deepEqual(Object.keys(built).sort(), Object.keys(expected).sort());
+    for (const [name, pattern] of Object.entries(expected)) {
+      const planted = await loadWasmElementwise({ bytes: built[name] });
+      const gate = await gateWasmElementwise(planted);
+      assert.equal(gate.passed, false, `${name} passed the gate`);
+      assert.match(gate.failure, pattern, name);
+      const status = await enableWasmElementwise({ bytes: built[name] });
+      assert.equal(status.enabled, false, name);
+      assert.match(status.reason, /the JS quantizers stay, and the JS cross-entropy$/);
+      assert.equal(N.activeQuantKernel(), null);
+      assert.equal(activeCrossEntropyKernel(), null);
+    }
+    // the hand-made tie blocks catch it on their own (without the random inputs' chance ties)
+    const ties = await loadWasmElementwise({ bytes: built['hi-ties-up'] });
+    const onlyEdges = elementwiseCases().filter((c) => /edge blocks/.test(c.name));
+    const previous = N.setQuantKernel(null);
+    try {
+      const want = onlyEdges.map((c) => c.run());
+      N.setQuantKernel(ties);
+      const got = onlyEdges.map((c) => c.run());
+      assert.ok(got.some((g, i) => g.some((a, j) => a.some((v, k) => v !== want[i][j][k]))),
+        'the edge blocks do not catch a tie rounded up');
+    } finally {
+      N.setQuantKernel(previous);
+    }
+  });
 
 test('a kernel that throws mid-gate is refused with the reason, not thrown at the caller',
   async () => {
@@ -263,7 +330,23 @@ test('a kernel that throws mid-gate is refused with the reason, not thrown at th
     assert.match(gate.failure,
       /the gate stopped on RuntimeError: memory access out of bounds \(planted\)/);
     assert.equal(N.activeQuantKernel(), null, 'the slot is restored after a throwing gate');
+    assert.equal(activeCrossEntropyKernel(), null, 'and the cross-entropy slot');
   });
+
+test('the gate compares floats by bits: a -0 loss where the JS gives +0 is refused', async () => {
+  const signed = await loadWasmElementwise();
+  const rows = signed.crossEntropy.bind(signed);
+  signed.crossEntropy = (logits, y, N, V, lossT) => {
+    rows(logits, y, N, V, lossT);
+    for (let n = 0; n < N; n++) if (lossT[n] === 0) lossT[n] = -0; // equal by value, not by bits
+  };
+  const gate = await gateWasmElementwise(signed);
+  assert.equal(gate.passed, false);
+  // V = 1: the row's loss is log(1) - 0 = +0 (a comparison by value would see 0 and 0)
+  assert.match(gate.failure, new RegExp("failed case 'crossEntropy random 1x1 spread 3': " +
+    'output 1, first mismatch at 0: expected 0, got 0'));
+  assert.equal(activeCrossEntropyKernel(), null);
+});
 
 test('the trainer gates and reports the kernel; the Readiness panel says it', async () => {
   disableWasmElementwise(); // untried again: a refused plant above stays 'tried' until then
@@ -276,7 +359,8 @@ test('the trainer gates and reports the kernel; the Readiness panel says it', as
     assert.equal(N.activeQuantKernel().name, 'wasm-simd-elementwise');
     const [line] = backendLines(sel);
     assert.match(line[1],
-      /^js-cpu: passed its exact gates \(chosen\).*, quantization in WebAssembly SIMD$/);
+      new RegExp('^js-cpu: passed its exact gates \\(chosen\\).*, ' +
+        'quantization and cross-entropy in WebAssembly SIMD$'));
   } finally {
     disableWasmElementwise();
   }

@@ -721,6 +721,7 @@ def special_cases() -> list[Special]:
         )
     )
     cases.extend(quantizer_vector_cases())
+    cases.extend(cross_entropy_vector_cases())
     # control and variables
     cases.append(
         Special(
@@ -919,6 +920,44 @@ def quantizer_vector_cases() -> list[Special]:
             two("i8x16.narrow_i16x8_s"),
             pack_lanes([_sat(v, 8) for v in x16 + y16], 1),
             pack_lanes(x16, 2) + pack_lanes(y16, 2) + PATTERN[32:],
+        )
+    )
+    return cases
+
+
+def cross_entropy_vector_cases() -> list[Special]:
+    """The lanes the cross-entropy adds (kernels/elementwise_f32.wat xent_rows): the ordered
+    comparison that picks a row's maximum and the bitwise select it feeds."""
+    cases: list[Special] = []
+    nan = struct.unpack("<f", struct.pack("<I", 0x7FC00000))[0]
+    sub = struct.unpack("<f", struct.pack("<I", 1))[0]
+    # gt: all ones where a > b; false for NaN on either side and for -0 against +0
+    for x, y in [
+        ([1.0, -0.0, 0.0, nan], [0.5, 0.0, -0.0, 1.0]),
+        ([-math.inf, 2.0, sub, 3.0], [-math.inf, nan, 0.0, math.inf]),
+    ]:
+        want = [M32 if a > b else 0 for a, b in zip(x, y, strict=True)]
+        mem = f32x4_bytes(x) + f32x4_bytes(y) + PATTERN[32:]
+        cases.append(
+            v128_case(
+                ("f32x4.gt",),
+                "(f32x4.gt (v128.load (i32.const 0)) (v128.load (i32.const 16)))",
+                pack_lanes(want, 4),
+                mem,
+            )
+        )
+    # bitselect: the first operand's bits where the mask is 1, the second's where it is 0
+    mask = 0x0F0F00FF_FFFFFFFF_00000000_80000001
+    a = int.from_bytes(bytes(PATTERN[0:16]), "little")
+    b = int.from_bytes(bytes(PATTERN[16:32]), "little")
+    want_bits = (a & mask) | (b & ~mask & ((1 << 128) - 1))
+    mask_lanes = " ".join(str((mask >> (32 * i)) & M32) for i in range(4))
+    cases.append(
+        v128_case(
+            ("v128.bitselect",),
+            "(v128.bitselect (v128.load (i32.const 0)) (v128.load (i32.const 16)) "
+            f"(v128.const i32x4 {mask_lanes}))",
+            list(want_bits.to_bytes(16, "little")),
         )
     )
     return cases

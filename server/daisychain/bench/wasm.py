@@ -10,10 +10,13 @@ one headless Chromium tab on the real app (the file served to a page of the app'
   product) and ``*_ratio`` = JS time / wasm time (> 1: the kernel is faster);
 - ``quant``: the quantizers of one step's largest operands with the JS loops and with the
   WebAssembly elementwise kernel (static/js/numerics/wasmeltgate.js), ``ratio`` = JS / wasm;
+- ``xent``: one step's cross-entropy (static/js/numerics/xent.js), JS loop against the same
+  kernel, ``ratio`` = JS / wasm;
 - ``step``: the CPU tier's training step (gradients + AdamW, no hash) with the JS GEMM
-  (``js``), the wasm GEMM (``wasm``) and the wasm GEMM with the elementwise kernel
+  (``js``), the wasm GEMM (``wasm``), the wasm GEMM with the elementwise kernel's quantization
+  but the JS cross-entropy (``wasm_quant``) and with all of the elementwise kernel
   (``wasm_elt``): medians, tokens/s, ``ratio`` = js / wasm, ``elementwise_ratio`` = wasm /
-  wasm_elt, ``total_ratio`` = js / wasm_elt.
+  wasm_elt, ``xent_ratio`` = wasm_quant / wasm_elt, ``total_ratio`` = js / wasm_elt.
 
 The machines are shared and noisy: the ratios, measured side by side in one process, are the
 result; absolute times are leads. A kernel refused by its gate is reported with the reason and

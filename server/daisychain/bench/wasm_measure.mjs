@@ -14,14 +14,18 @@
 // - the quantizers of one step's largest operands (`quant`), timed like the products with the JS
 //   loops and with the elementwise kernel (both with the wasm GEMM installed, which they do not
 //   use): activations per row, a weight per column, the logits gradient in three limbs (fold
-//   included), a weight gradient in two;
+//   included), a weight gradient in two; and one step's cross-entropy (`xent`, numerics/xent.js:
+//   the (B T) x V logits to dlogits and the loss), JS loop against the kernel;
 // - the CPU tier's training step (computeGrads + applyGrads, no hash: node_step.mjs's loop) with
-//   the JS GEMM, with the wasm GEMM, and with the wasm GEMM and the elementwise kernel (`js`,
-//   `wasm`, `wasm_elt`), one warm-up each, then `steps` rounds of one step each way; the median
-//   is kept. `ratio` = js / wasm (the GEMM's gain), `elementwise_ratio` = wasm / wasm_elt (the
-//   elementwise kernel's), `total_ratio` = js / wasm_elt.
-// Resolves to {gate, elementwise_gate, presets: {name: {gemm, quant, step}}}; with a refused GEMM,
-// no presets; with a refused (or absent) elementwise kernel, no `quant` and no `wasm_elt`.
+//   the JS GEMM, with the wasm GEMM, with the wasm GEMM and the elementwise kernel's
+//   quantization but the JS cross-entropy, and with all of the elementwise kernel (`js`, `wasm`,
+//   `wasm_quant`, `wasm_elt`), one warm-up each, then `steps` rounds of one step each way; the
+//   median is kept. `ratio` = js / wasm (the GEMM's gain), `elementwise_ratio` = wasm /
+//   wasm_elt (the elementwise kernel's), `xent_ratio` = wasm_quant / wasm_elt (its
+//   cross-entropy's), `total_ratio` = js / wasm_elt.
+// Resolves to {gate, elementwise_gate, presets: {name: {gemm, quant, xent, step}}}; with a
+// refused GEMM, no presets; with a refused (or absent) elementwise kernel, no `quant`, no `xent`,
+// no `wasm_quant` and no `wasm_elt`.
 
 export async function measure(modules, { presets: names, vocab, repeats, steps }) {
   const { N, M, enableWasmGemm, enableWasmElementwise } = modules;
@@ -30,9 +34,12 @@ export async function measure(modules, { presets: names, vocab, repeats, steps }
   const kernel = N.activeIntKernel();
   const eltGate = enableWasmElementwise ? await enableWasmElementwise() : null;
   const elt = eltGate?.enabled ? N.activeQuantKernel() : null;
+  // on: false (all JS), true (wasm GEMM), 'quant' (+ wasm quantization), 'elt' (+ wasm
+  // cross-entropy). The cross-entropy slot is absent from a numerics/index.js that predates it.
   const use = (on) => {
     N.setIntKernel(on ? kernel : null);
-    N.setQuantKernel(on === 'elt' ? elt : null);
+    N.setQuantKernel(on === 'elt' || on === 'quant' ? elt : null);
+    N.setCrossEntropyKernel?.(on === 'elt' ? elt : null);
   };
 
   // Timing operands from the contract PRNG (never part of the contract).
@@ -128,6 +135,7 @@ export async function measure(modules, { presets: names, vocab, repeats, steps }
       };
     }
     const quant = elt ? quantizers(cfg) : undefined;
+    const xent = elt && N.setCrossEntropyKernel ? crossEntropy(cfg) : undefined;
     // Training steps, every way on the same stream of batches (the state advances each step;
     // the time of a step does not depend on its values).
     const state = M.init(cfg, {}, 1);
@@ -141,7 +149,8 @@ export async function measure(modules, { presets: names, vocab, repeats, steps }
       M.applyGrads(state, grads);
       return performance.now() - t0;
     };
-    const sides = { js: false, wasm: true, ...(elt ? { wasm_elt: 'elt' } : {}) };
+    const sides = { js: false, wasm: true,
+      ...(elt ? { wasm_quant: 'quant', wasm_elt: 'elt' } : {}) };
     const warmup = {};
     const ms = {};
     for (const [side, on] of Object.entries(sides)) {
@@ -161,9 +170,11 @@ export async function measure(modules, { presets: names, vocab, repeats, steps }
     stepResult.ratio = round(median(ms.js) / median(ms.wasm), 3);
     if (elt) {
       stepResult.elementwise_ratio = round(median(ms.wasm) / median(ms.wasm_elt), 3);
+      stepResult.xent_ratio = round(median(ms.wasm_quant) / median(ms.wasm_elt), 3);
       stepResult.total_ratio = round(median(ms.js) / median(ms.wasm_elt), 3);
     }
-    presets[name] = { gemm, ...(quant ? { quant } : {}), step: stepResult };
+    presets[name] = { gemm, ...(quant ? { quant } : {}), ...(xent ? { xent } : {}),
+      step: stepResult };
   }
   use(elt ? 'elt' : true);
   return { gate, elementwise_gate: eltGate, presets };
@@ -196,5 +207,27 @@ export async function measure(modules, { presets: names, vocab, repeats, steps }
         ratio: round(t.js / t.wasm, 3) };
     }
     return out;
+  }
+
+  // One step's cross-entropy, (B T) x V logits of the spread a fresh model gives, JS loop
+  // against the kernel (best of `repeats`, interleaved; a fresh copy of the logits each call).
+  function crossEntropy(cfg) {
+    const Nt = cfg.batch * cfg.seqLen;
+    const V = cfg.vocabSize;
+    const logits = rand(Nt * V, 8);
+    const y = Int32Array.from(N.bits(N.key(0x7157, 10, 0), Nt), (v) => v % V);
+    const work = new Float32Array(Nt * V);
+    const lossT = new Float32Array(Nt);
+    const fn = () => {
+      work.set(logits);
+      N.crossEntropy(work, y, Nt, V, lossT);
+    };
+    const t = { js: Infinity, wasm: Infinity };
+    for (let pass = 0; pass < 2; pass++) {
+      t.js = Math.min(t.js, best(fn, 'quant'));
+      t.wasm = Math.min(t.wasm, best(fn, 'elt'));
+    }
+    return { shape: [Nt, V], js_ms: round(t.js, 3), wasm_ms: round(t.wasm, 3),
+      ratio: round(t.js / t.wasm, 3) };
   }
 }

@@ -166,6 +166,8 @@ OPS: dict[str, Op] = {
     "i32x4.extract_lane": Op(_simd(0x1B), Imm.LANE, lanes=4),
     "i32x4.replace_lane": Op(_simd(0x1C), Imm.LANE, lanes=4),
     "f32x4.extract_lane": Op(_simd(0x1F), Imm.LANE, lanes=4),
+    "f32x4.gt": Op(_simd(0x44)),
+    "v128.bitselect": Op(_simd(0x52)),
     "i8x16.narrow_i16x8_s": Op(_simd(0x65)),
     "f32x4.nearest": Op(_simd(0x6A)),
     "i16x8.narrow_i32x4_s": Op(_simd(0x85)),

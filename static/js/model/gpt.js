@@ -14,7 +14,8 @@
 // arrays of B * T ids in (b, t) order. Activation buffers live in a Workspace and are reused
 // from call to call; returned gradients and logits are fresh arrays owned by the caller.
 
-import { exp, log } from '../numerics/fmath.js';
+import { exp } from '../numerics/fmath.js';
+import { crossEntropy as meanCrossEntropy } from '../numerics/xent.js';
 import { quantizeRows, quantizeCols } from '../numerics/quant.js';
 import { request, runAsync, runSync } from './ops.js';
 import { treeSumStrided, treeSumLast, treeSumRows } from '../numerics/reduce.js';
@@ -351,28 +352,13 @@ function* logitsSteps(params, cfg, x, batch, workspace) {
 }
 
 /**
- * Mean cross-entropy and dlogits in place. Per token: z = logits - max; p = exp(z);
+ * Mean cross-entropy and dlogits in place (numerics/xent.js: the JS loop, or the WebAssembly
+ * SIMD kernel its gate installed; the same bits). Per token: z = logits - max; p = exp(z);
  * s = tree_sum(p); loss_n = log(s) - z[y]; dlogits = ((p / s) - [v == y]) / N.
  * Loss = tree_sum(loss_n) / N.
  */
 function crossEntropy(ws, logits, y, N, V) {
-  const nf = f32(N);
-  const lossT = ws.f32('lossT', N);
-  for (let n = 0; n < N; n++) {
-    const o = n * V;
-    let m = -Infinity;
-    for (let v = 0; v < V; v++) if (logits[o + v] > m) m = logits[o + v];
-    for (let v = 0; v < V; v++) logits[o + v] = logits[o + v] - m; // z
-    const yo = o + y[n];
-    const zy = logits[yo];
-    for (let v = 0; v < V; v++) logits[o + v] = exp(logits[o + v]); // p
-    const s = treeSumStrided(logits, o, V, 1);
-    lossT[n] = log(s) - zy;
-    for (let v = 0; v < V; v++) logits[o + v] = logits[o + v] / s;
-    logits[yo] = logits[yo] - 1;
-    for (let v = 0; v < V; v++) logits[o + v] = logits[o + v] / nf;
-  }
-  return f32(treeSumStrided(lossT, 0, N, 1) / nf);
+  return meanCrossEntropy(logits, y, N, V, ws.f32('lossT', N));
 }
 
 /**

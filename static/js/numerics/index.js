@@ -8,5 +8,6 @@ export * from './fmath.js';
 export * from './quant.js';
 export * from './gemm.js';
 export * from './reduce.js';
+export * from './xent.js';
 export * from './prng.js';
 export * from './hash.js';

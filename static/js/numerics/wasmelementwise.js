@@ -1,6 +1,6 @@
-// The contract's block quantization in WebAssembly SIMD: the driver of
-// kernels/elementwise_f32.wat (docs/KERNELS.md, "WebAssembly SIMD elementwise kernel"; built
-// into static/wasm/elementwise_f32.wasm by `daisychain wasm build`).
+// The contract's block quantization and the per-token cross-entropy in WebAssembly SIMD: the
+// driver of kernels/elementwise_f32.wat (docs/KERNELS.md, "WebAssembly SIMD elementwise
+// kernel"; built into static/wasm/elementwise_f32.wasm by `daisychain wasm build`).
 //
 // quant.js's quantizers and gemm.js's gradient operands (fold + two- or three-limb split) hand
 // their float32 blocks to `quantize` while this kernel is installed (quant.js setQuantKernel).
@@ -10,9 +10,15 @@
 // blocks run along rows of a multiple of 4 floats are taken (`accepts`): anything else stays on
 // the JS path, which computes the same bits.
 //
+// xent.js's crossEntropy hands its rows to `crossEntropy` while this kernel is installed
+// (setCrossEntropyKernel): the module computes each row's maximum, exp, pinned sum and the
+// dlogits; the N logs (fmath.js) and the mean stay in JS.
+//
 // It is used only through wasmeltgate.js, which gates it against the JS mirror before installing.
 
 import { blockExponents } from './quant.js';
+import { log } from './fmath.js';
+import { nextPow2 } from './reduce.js';
 import { wasmBytes } from './wasmgemm.js';
 
 export const WASM_URL = new URL('../../wasm/elementwise_f32.wasm', import.meta.url);
@@ -20,7 +26,8 @@ const PAGE = 65536;
 // The gate's poison: read as float32 a large POSITIVE value (6.3e18), so a maximum that starts
 // from memory's old contents instead of +0 shows (0xDEADBEEF is negative and would hide it).
 const POISON = 0x5eadbeef;
-const EXPORTS = ['memory', 'absmax_rows', 'absmax_cols', 'pow2_table', 'scale', 'quantize'];
+const EXPORTS = ['memory', 'absmax_rows', 'absmax_cols', 'pow2_table', 'scale', 'quantize',
+  'xent_rows', 'xent_grad'];
 const TABLES = 5; // 2^-e | 2^e | 2^(8-e) | 2^(e-8) | 2^(16-e) per block (elementwise_f32.wat)
 
 /** Compiles and instantiates the kernel from `bytes` (default: WASM_URL's). */
@@ -49,6 +56,7 @@ export class WasmElementwise {
     this.exports = instance.exports;
     this.memory = instance.exports.memory;
     this.calls = 0; // quantizations done, for tests and benchmarks
+    this.xentCalls = 0; // cross-entropies done, likewise
     this.buffer = null;
   }
 
@@ -134,5 +142,45 @@ export class WasmElementwise {
     result.e = e;
     this.calls += 1;
     return result;
+  }
+
+  /**
+   * The rows of xent.js's crossEntropy: N rows of V float32 logits (`logits`, row-major) become
+   * their dlogits in place and lossT[n] = log(s_n) - z_n[y[n]], the JS loop's bits. `y` holds
+   * N ids in [0, V) (xent.js checks them). Any V: rows are laid out 4-aligned, padded with
+   * -inf (never a maximum; its exp is never read).
+   */
+  crossEntropy(logits, y, N, V, lossT) {
+    const cols = (V + 3) & ~3;
+    // Memory: [rows (N x cols) | targets | sums | z at the targets | tree-sum work]
+    const X = 0;
+    const Y = align16(X + 4 * N * cols);
+    const S = align16(Y + 4 * N);
+    const Z = align16(S + 4 * N);
+    const W = align16(Z + 4 * N);
+    this.reserve(W + 4 * Math.max(4, nextPow2(V) / 2));
+    const buf = this.buffer;
+    const ex = this.exports;
+    const x = new Float32Array(buf, X, N * cols);
+    if (cols === V) {
+      x.set(logits);
+    } else {
+      for (let n = 0; n < N; n++) {
+        x.set(logits.subarray(n * V, (n + 1) * V), n * cols);
+        x.fill(-Infinity, n * cols + V, (n + 1) * cols);
+      }
+    }
+    new Int32Array(buf, Y, N).set(y);
+    ex.xent_rows(X, N, cols, V, Y, W, S, Z);
+    const sums = new Float32Array(buf, S, N);
+    const zy = new Float32Array(buf, Z, N);
+    for (let n = 0; n < N; n++) lossT[n] = log(sums[n]) - zy[n];
+    ex.xent_grad(X, N, cols, Y, S, Math.fround(N));
+    if (cols === V) {
+      logits.set(x);
+    } else {
+      for (let n = 0; n < N; n++) logits.set(x.subarray(n * cols, n * cols + V), n * V);
+    }
+    this.xentCalls += 1;
   }
 }

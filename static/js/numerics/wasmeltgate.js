@@ -1,11 +1,12 @@
 // The WebAssembly elementwise kernel is trusted only after it proves itself on this engine
 // (docs/KERNELS.md, "WebAssembly SIMD elementwise kernel"): gated at start like the GEMM and
-// installed as quant.js's quantization kernel (setQuantKernel) only when every case gives the
-// JS mirror's bits.
+// installed as quant.js's quantization kernel (setQuantKernel) and xent.js's cross-entropy
+// kernel (setCrossEntropyKernel) only when every case gives the JS mirror's bits.
 //
 // The gate runs each case twice, once on the JS loops (no kernel installed) and once through the
-// kernel on POISONED memory (0xDEADBEEF everywhere), and compares every output array by bit
-// pattern, or the error and its message where the JS refuses; it stops at the first difference:
+// kernel on POISONED memory (0x5EADBEEF everywhere), and compares every output array by bit
+// pattern (any NaN matching any NaN: a NaN's payload is no contract value, and quant.js refuses
+// it), or the error and its message where the JS refuses; it stops at the first difference:
 // - every quantizer (one, two and three limbs; row and column blocks; batches) on contract-PRNG
 //   inputs at magnitudes from 1e-30 to 1e30, shapes crossing the kernel's 4-lane chunks;
 // - hand-made blocks: ties at .5 after scaling (both signs), the exponent bump at mantissa
@@ -14,7 +15,12 @@
 //   extreme exponents (subnormal and infinite results);
 // - diverged inputs: NaN, infinity and 2^100 must be refused with quant.js's message;
 // - the gradient operands of gemm.js (fold + two or three limbs, per row and per column, shared
-//   and per-batch fold exponents).
+//   and per-batch fold exponents);
+// - the cross-entropy (xent.js crossEntropy: dlogits, per-row losses, mean) on contract-PRNG rows
+//   of V = 1 to 2048 (V not a multiple of 4 included) at several spreads, and hand-made rows:
+//   ties for the maximum (+0 against -0 included), -inf entries, huge and subnormal logits,
+//   exps at the -86 cut and dlogits that come out subnormal, the target at the maximum and
+//   away from it, and NaN / +inf / all -inf rows (NaN results on both paths).
 // A failure leaves the JS loops in place and says why (`wasmElementwiseStatus()`).
 
 import { loadWasmElementwise } from './wasmelementwise.js';
@@ -25,6 +31,7 @@ import {
 import { gradLeftLimbs, gradRightLimbs } from './gemm.js';
 import { bits, key, uniform } from './prng.js';
 import { fromBits } from './fmath.js';
+import { activeCrossEntropyKernel, crossEntropy, setCrossEntropyKernel } from './xent.js';
 
 // Stream ids of the gate's inputs (NUMERICS.md section 7: purposes 0-9 belong to gpu/gates.js,
 // 20 to the GEMM's dispatch cases).
@@ -121,7 +128,69 @@ export function elementwiseCases() {
       }
     }
   }
+  crossEntropyCases(cases, stream);
   return cases;
+}
+
+// Hand-made cross-entropy rows of 9 (V not a multiple of 4): [row, target].
+function edgeLogitRows() {
+  const sub = (k) => fromBits(k);
+  const inf = Infinity;
+  return [
+    // ties for the maximum, the target at one of them; +0 and -0 tied (either order)
+    [[3, 1, 3, -2, 3, 0.5, 3, -7, 2], 2],
+    [[-0, 0, -5, -1, -0, -3, -2, 0, -9], 0],
+    [[0, -0, -5, -1, -0, -3, -2, 0, -9], 1],
+    // -inf entries (their exp is +0), the target at the maximum and at an -inf
+    [[-inf, 4, -inf, 1, -inf, 2, -inf, 3, -inf], 1],
+    [[-inf, 4, -inf, 1, -inf, 2, -inf, 3, -inf], 8],
+    // huge and subnormal logits
+    [[3e38, -3e38, 1e38, 2.5e38, sub(1), -sub(5), 0, 3e38, 1], 3],
+    [[sub(1), sub(0x7fffff), -sub(3), 0, -0, sub(7), sub(2), -sub(1), sub(9)], 4],
+    // z around the -86 cut (exp +0 just below), and p / s / N subnormal just above it
+    [[0, -85.9, -86, -86.00001, -87, -80, -85.99999, -86.5, -84], 5],
+    [[10, 10, 10, 10, -75.99, -75.5, -76.001, 10, 10], 4],
+    // a single spike: s = 1 + tiny, loss near 0
+    [[100, 0, 1, 2, 3, 4, 5, 6, 7], 0],
+    // diverged rows: NaN, +inf, all -inf (NaN on both paths)
+    [[1, NaN, 2, 3, 4, 5, 6, 7, 8], 0],
+    [[1, inf, 2, 3, 4, 5, 6, 7, 8], 1],
+    [[-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], 3],
+  ];
+}
+
+function crossEntropyCases(cases, firstStream) {
+  let stream = firstStream;
+  // (N, V, spread): V from 1 to 2048, multiples of 4 and not; spreads from near-ties to exps
+  // below the cut
+  const shapes = [[1, 1, 3], [2, 2, 3], [3, 3, 30], [4, 4, 1], [3, 5, 100], [2, 7, 1e-3],
+    [5, 8, 10], [2, 9, 300], [6, 33, 60], [3, 64, 5], [2, 1000, 40], [4, 2048, 8],
+    [2, 2047, 1e30]];
+  for (const [N, V, spread] of shapes) {
+    const logits = floats(stream++, N * V, spread);
+    const y = ints(stream++, N, 0, V - 1);
+    // one row with its target at its maximum
+    let at = 0;
+    for (let v = 1; v < V; v++) if (logits[v] > logits[at]) at = v;
+    y[0] = at;
+    cases.push(crossEntropyCase(`crossEntropy random ${N}x${V} spread ${spread}`, logits, y,
+      N, V));
+  }
+  const rows = edgeLogitRows();
+  const V = rows[0][0].length;
+  cases.push(crossEntropyCase('crossEntropy edge rows',
+    Float32Array.from(rows.flatMap(([row]) => row)), Int32Array.from(rows, ([, t]) => t),
+    rows.length, V));
+}
+
+// One case: a fresh copy of the logits each run (crossEntropy writes dlogits over them).
+function crossEntropyCase(name, logits, y, N, V) {
+  return { name, run: () => {
+    const d = logits.slice();
+    const lossT = new Float32Array(N);
+    const loss = crossEntropy(d, y, N, V, lossT);
+    return [d, lossT, Float32Array.of(loss)];
+  } };
 }
 
 function quantizerCases(cases, tag, x, rows, cols, batch) {
@@ -162,13 +231,32 @@ function difference(got, want) {
       return `output ${a}: ${x.constructor.name}(${x.length}), ` +
         `expected ${y.constructor.name}(${y.length})`;
     }
-    for (let i = 0; i < y.length; i++) {
-      if (x[i] !== y[i]) {
-        return `output ${a}, first mismatch at ${i}: expected ${y[i]}, got ${x[i]}`;
-      }
-    }
+    const i = firstMismatch(x, y);
+    if (i >= 0) return `output ${a}, first mismatch at ${i}: expected ${y[i]}, got ${x[i]}`;
   }
   return null;
+}
+
+// The first index where x and y differ, or -1: integers by value, floats by bit pattern (-0 is
+// not +0), any NaN matching any NaN.
+function firstMismatch(x, y) {
+  if (x instanceof Float32Array) {
+    const [xb, yb] = [bitsOf(x), bitsOf(y)];
+    for (let i = 0; i < y.length; i++) {
+      if (xb[i] !== yb[i] && !(x[i] !== x[i] && y[i] !== y[i])) return i;
+    }
+    return -1;
+  }
+  for (let i = 0; i < y.length; i++) if (x[i] !== y[i]) return i;
+  return -1;
+}
+
+const bitsOf = (f) => new Uint32Array(f.buffer, f.byteOffset, f.length);
+
+// Installs `kernel` (or null: the JS loops) for both the quantizers and the cross-entropy.
+function install(kernel) {
+  setQuantKernel(kernel);
+  setCrossEntropyKernel(kernel);
 }
 
 /**
@@ -176,13 +264,14 @@ function difference(got, want) {
  * cases, failure}: `failure` names the first failing case with its index and values.
  */
 export async function gateWasmElementwise(kernel) {
-  const previous = setQuantKernel(null);
+  const previous = activeQuantKernel();
+  const previousXent = activeCrossEntropyKernel();
   let cases = 0;
   try {
     for (const c of elementwiseCases()) {
-      setQuantKernel(null);
+      install(null);
       const want = outcome(c);
-      setQuantKernel(kernel);
+      install(kernel);
       kernel.poison();
       const at = difference(outcome(c), want);
       if (at !== null) {
@@ -197,6 +286,7 @@ export async function gateWasmElementwise(kernel) {
       failure: `${kernel.name}: the gate stopped on ${exc.name}: ${exc.message}` };
   } finally {
     setQuantKernel(previous);
+    setCrossEntropyKernel(previousXent);
   }
 }
 
@@ -220,21 +310,22 @@ export async function enableWasmElementwise(options = {}) {
   const gate = await gateWasmElementwise(kernel);
   const ms = Math.trunc(performance.now() - t0); // timing only, never contract arithmetic
   if (!gate.passed) {
-    const kept = activeQuantKernel() ? 'the kernel installed before' : 'the JS quantizers';
+    const kept = activeQuantKernel() ? 'the kernel installed before stays'
+      : 'the JS quantizers stay, and the JS cross-entropy';
     status = { enabled: activeQuantKernel() !== null, name: kernel.name, cases: gate.cases, ms,
-      reason: `${gate.failure}; ${kept} stay` };
+      reason: `${gate.failure}; ${kept}` };
     return wasmElementwiseStatus();
   }
-  setQuantKernel(kernel);
+  install(kernel);
   status = { enabled: true, name: kernel.name, cases: gate.cases, ms,
     reason: `${kernel.name}: ${gate.cases} gate cases pass; it computes the CPU tier's ` +
-      'quantization and gradient limbs' };
+      'quantization, gradient limbs and cross-entropy' };
   return wasmElementwiseStatus();
 }
 
-/** Puts the JS quantizers back. */
+/** Puts the JS quantizers and cross-entropy back. */
 export function disableWasmElementwise() {
-  setQuantKernel(null);
+  install(null);
   status = { enabled: false, name: null, reason: 'disabled' };
   return wasmElementwiseStatus();
 }

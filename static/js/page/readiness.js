@@ -63,9 +63,10 @@ export function backendLines(selection, secureContext = true) {
       const chosen = r.name === selection.backend ? ' (chosen)' : '';
       // The CPU row names the WebAssembly SIMD GEMM when it computes its integer products.
       const via = /WebAssembly/.test(r.adapter ?? '') ? ', integer products in WebAssembly SIMD' : '';
-      // The chosen backend's quantization runs in the WebAssembly SIMD elementwise kernel.
+      // The chosen backend's quantization and cross-entropy run in the WebAssembly SIMD
+      // elementwise kernel.
       const quant = chosen && selection.elementwise?.enabled
-        ? ', quantization in WebAssembly SIMD' : '';
+        ? ', quantization and cross-entropy in WebAssembly SIMD' : '';
       return ['✓', `${r.name}: passed its exact gates${chosen}${via}${quant}`, ''];
     }
     const why = r.failure ?? 'unknown';
