@@ -5,7 +5,9 @@
 // specification (|acc| <= 128 * 128 * K stays far below 2^31 for every K the model uses).
 //
 // Bindings (group 0):
-//   0  params  uniform  { m: u32, n: u32, k4: u32, pad: u32 }   k4 = ceil(K / 4)
+//   0  params  uniform  { m: u32, n: u32, k4: u32, slice_index: u32 }   k4 = ceil(K / 4);
+//                       slice_index: the slice's number in a batched product (0 for a 2-D one);
+//                       nothing is computed from it (a test plant may name one slice with it)
 //   1  a       storage, read  array<vec4<u32>>: A packed K-MAJOR, k4 x (M4 * 4) u32 words with
 //                              M4 = ceil(M / 4): word [k][i] holds a[i, 4k .. 4k+3] as bytes,
 //                              little-endian (byte 0 = lowest); read as vec4 [k * M4 + i / 4]
@@ -21,7 +23,9 @@
 // and ONE of B per packed K word (16 dot4I8Packed per 2 loads; the K-major layout makes those
 // loads contiguous). A workgroup covers (4 * WG_Y) x (4 * WG_X) outputs; dispatch
 // (ceil(N / (4 * WG_X)), ceil(M / (4 * WG_Y)), 1). Register tiling beat shared-memory tiling
-// (barriers) by 2x on llvmpipe (ENVIRONMENT.md).
+// (barriers) by 2x on llvmpipe (ENVIRONMENT.md). A batched product is one such dispatch per
+// slice, recorded into one command encoder, each slice's A, B and out bound at its own offset of
+// shared buffers (docs/KERNELS.md, "Batched products").
 
 override WG_X: u32 = 8u;
 override WG_Y: u32 = 8u;
@@ -30,7 +34,7 @@ struct Params {
     m: u32,
     n: u32,
     k4: u32,
-    pad: u32,
+    slice_index: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

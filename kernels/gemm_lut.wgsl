@@ -7,7 +7,9 @@
 // computed here. Integer arithmetic only, defined to the bit by the WGSL specification.
 //
 // Bindings (group 0):
-//   0  params  uniform  { m: u32, n: u32, k4: u32, pad: u32 }   k4 = ceil(K / 4)
+//   0  params  uniform  { m: u32, n: u32, k4: u32, slice_index: u32 }   k4 = ceil(K / 4);
+//                       slice_index: the slice's number in a batched product (0 for a 2-D one);
+//                       nothing is computed from it (a test plant may name one slice with it)
 //   1  a       storage, read  array<vec4<u32>>: A packed K-MAJOR, k4 x (M4 * 4) u32 words with
 //                              M4 = ceil(M / 4): word [k][i] holds a[i, 4k .. 4k+3] as bytes,
 //                              little-endian (byte 0 = lowest); read as vec4 [k * M4 + i / 4]
@@ -34,7 +36,7 @@ struct Params {
     m: u32,
     n: u32,
     k4: u32,
-    pad: u32,
+    slice_index: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

@@ -1,19 +1,22 @@
 """``daisychain bench step``'s report at a tiny size (never a timing): every side that can run
-here reports, and the CPU int8 sides are there exactly when onnxruntime is installed."""
+here reports, the CPU int8 sides are there exactly when onnxruntime is installed, and with
+``--wgpu`` the wgpu sides (batched and per slice) with their round trips, or why not."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+from typing import Any
 
 from daisychain.bench import step
 
 
 def test_the_report_has_every_side_that_runs_here() -> None:
-    args = argparse.Namespace(preset="tiny", steps=1, rounds=1, vocab=0)
+    args = argparse.Namespace(preset="tiny", steps=1, rounds=1, vocab=0, wgpu=True)
     doc = step.measure(args)
     assert doc["benchmark"] == "step" and doc["tokens_per_step"] > 0
     assert doc["contract"]["tokens_per_s"] > 0
+    _check_wgpu_sides(doc)
     if importlib.util.find_spec("onnxruntime") is None:
         assert "cpu-int8" not in doc
         return
@@ -24,6 +27,29 @@ def test_the_report_has_every_side_that_runs_here() -> None:
     for side in ("cpu-int8", "cpu-int8-unaudited"):
         assert doc[side]["tokens_per_s"] > 0
         assert doc[side.replace("-", "_") + "_vs_numpy_ratio"] > 0
+
+
+def _check_wgpu_sides(doc: dict[str, Any]) -> None:
+    if isinstance(doc["wgpu"], str):  # no adapter, or no kernel passed its gates: say why
+        assert doc["wgpu"].startswith("refused by its gates here:")
+        assert "wgpu-per-slice" not in doc
+        return
+    batched, per_slice = doc["wgpu"], doc["wgpu-per-slice"]
+    assert batched["tokens_per_s"] > 0 and per_slice["tokens_per_s"] > 0
+    # Counts, not times: one readback per product against one per slice.
+    assert 0 < batched["readbacks_per_step"] < per_slice["readbacks_per_step"]
+    assert batched["submits_per_step"] == batched["readbacks_per_step"]
+    assert doc["wgpu_batched_vs_per_slice_ratio"] > 0
+    assert doc["wgpu_vs_numpy_ratio"] > 0 and doc["wgpu_per_slice_vs_numpy_ratio"] > 0
+
+
+def test_a_refused_wgpu_is_reported_with_its_reason_and_not_timed() -> None:
+    args = argparse.Namespace(preset="tiny", steps=1, rounds=1)
+    why = {"refused": "wgpu-dp4a: no wgpu adapter found"}
+    runs = {"contract": [_round(0.1)], "wgpu": [why], "wgpu-per-slice": [why]}
+    doc = step.report(args, 256, runs)
+    assert doc["wgpu"] == "refused by its gates here: wgpu-dp4a: no wgpu adapter found"
+    assert "wgpu-per-slice" not in doc and "wgpu_batched_vs_per_slice_ratio" not in doc
 
 
 def _round(step_s: float) -> dict[str, float]:

@@ -12,7 +12,13 @@ import pytest
 from daisychain.gpu.audit import audit
 from daisychain.gpu.backend import NumpyGemm, select_backend
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
-from daisychain.gpu.gates import gemm_cases, qmatmul_cases, run_gemm_gates, run_quantize_gates
+from daisychain.gpu.gates import (
+    batched_cases,
+    gemm_cases,
+    qmatmul_cases,
+    run_gemm_gates,
+    run_quantize_gates,
+)
 from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.pool import POISON_WORD, BufferPool
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
@@ -47,7 +53,9 @@ def _ints(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 def test_gemm_gates_pass(gemm: GpuGemm) -> None:
     report = run_gemm_gates(gemm, gemm.pool, gemm.tile)
     assert report.passed, report.failure.describe() if report.failure else ""
-    assert report.cases_passed == len(gemm_cases(gemm.tile)) + len(qmatmul_cases())
+    # The batched cases too: the GEMM has ``matmul_int_batched``, which training uses.
+    cases = len(gemm_cases(gemm.tile)) + len(qmatmul_cases()) + len(batched_cases(gemm.tile))
+    assert report.cases_passed == cases
 
 
 def test_quantize_gates_pass(quantizer: GpuQuantize) -> None:

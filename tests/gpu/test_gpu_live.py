@@ -220,6 +220,8 @@ def test_wgpu_training_step_stops_before_the_weights(gpu: GpuDevice) -> None:
     before = training.state_hash(state)
     rng = np.random.default_rng(2)  # test tokens only
     x, y = (rng.integers(0, cfg.vocab_size, (cfg.batch, cfg.seq_len)) for _ in range(2))
-    with pytest.raises(KernelAuditError, match=r"shape \(256, 2048\) @ \(2048, 64\)"):
+    # The wgpu GEMM takes batched products: the limbs of the gradient arrive as one (L, M, K).
+    lim = r"(\d+, )?"
+    with pytest.raises(KernelAuditError, match=rf"shape \({lim}256, 2048\) @ \({lim}2048, 64\)"):
         training.train_step(state, x, y)
     assert training.state_hash(state) == before and state.step == 0

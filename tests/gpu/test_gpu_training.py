@@ -1,5 +1,8 @@
 """The golden tiny run with every integer product summed by the gated wgpu kernels (lavapipe on
-CI): the same loss bits and weight hashes as the numpy reference (tests/vectors, train_run.tiny).
+CI): the same loss bits and weight hashes as the numpy reference (tests/vectors, train_run.tiny),
+one slice per call and batched as training sends them (``training_ops``: one submit and one
+readback per product, every product audited); and how many round trips a step makes each way
+(counted, never timed: the counts are deterministic).
 
 Skips only when no wgpu adapter exists at all (no Vulkan driver); CI installs
 mesa-vulkan-drivers, so there it runs on llvmpipe.
@@ -14,8 +17,13 @@ import numpy as np
 import pytest
 
 from daisychain import training
-from daisychain.model.config import ModelConfig
-from daisychain.model.ops import IntGemmOps
+from daisychain.gpu.backend import Backend
+from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.gemm import GpuGemm, Int8Array, Int32Array, PerSliceGemm
+from daisychain.gpu.live import training_ops
+from daisychain.harness.steps import token_stream
+from daisychain.model.config import ModelConfig, preset
+from daisychain.model.ops import GemmOps, IntGemmOps
 from daisychain.optim import AdamWConfig
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
@@ -35,7 +43,7 @@ def _golden() -> tuple[dict[str, object], np.ndarray, np.ndarray, list[float], l
 
 
 @pytest.fixture(scope="module")
-def gpu_ops() -> IntGemmOps:
+def gpu_backend() -> Backend:
     from daisychain.gpu.backend import select_backend
     from daisychain.gpu.device import GpuUnavailable, acquire
 
@@ -46,10 +54,24 @@ def gpu_ops() -> IntGemmOps:
     backend = select_backend()
     # With an adapter, a numpy fallback means every kernel failed its gates: a bug, not a skip.
     assert backend.name != "numpy", backend.demotions
-    return IntGemmOps(backend.name, backend.gemm.matmul_int)
+    return backend
+
+
+@pytest.fixture(scope="module")
+def gpu_ops(gpu_backend: Backend) -> IntGemmOps:
+    return IntGemmOps(gpu_backend.name, gpu_backend.gemm.matmul_int)
 
 
 def test_golden_tiny_run_on_the_gpu_kernel(gpu_ops: IntGemmOps) -> None:
+    _golden_run(gpu_ops)
+
+
+def test_golden_tiny_run_with_batched_products(gpu_backend: Backend) -> None:
+    assert hasattr(gpu_backend.gemm, "matmul_int_batched")
+    _golden_run(training_ops(gpu_backend))
+
+
+def _golden_run(gpu_ops: GemmOps) -> None:
     params, x, y, want_loss, want_hashes = _golden()
     model = dict(params["model"])  # type: ignore[call-overload]
     eps = np.array([model.pop("norm_eps_bits")], dtype=np.uint32).view(np.float32)[0]
@@ -60,3 +82,48 @@ def test_golden_tiny_run_on_the_gpu_kernel(gpu_ops: IntGemmOps) -> None:
         res = training.train_step(state, x[i].astype(np.int64), y[i].astype(np.int64))
         assert np.float32(res.loss).view(np.uint32) == np.float32(want_loss[i]).view(np.uint32), i
         assert res.hash == want_hashes[i], f"step {i + 1}: {gpu_ops.name} forked from numpy"
+
+
+class _Counting:
+    """The real kernel, with the number of products and of slices it was handed."""
+
+    def __init__(self, gemm: GpuGemm | PerSliceGemm) -> None:
+        self.gemm, self.products, self.slices = gemm, 0, 0
+        self.name, self.tile, self.qmatmul = gemm.name, gemm.tile, gemm.qmatmul
+
+    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        self.products += 1
+        self.slices += 1
+        return self.gemm.matmul_int(a, b)
+
+
+class _CountingBatched(_Counting):
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        assert isinstance(self.gemm, GpuGemm)
+        self.products += 1
+        self.slices += int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
+        return self.gemm.matmul_int_batched(a, b)
+
+
+def test_a_batched_step_makes_one_round_trip_per_product(gpu_backend: Backend) -> None:
+    gemm = gpu_backend.gemm
+    assert isinstance(gemm, GpuGemm)
+    cfg = preset("tiny")
+    tokens = token_stream(cfg.vocab_size)
+    counted, hashes = {}, {}
+    paths = {"per slice": _Counting(PerSliceGemm(gemm)), "batched": _CountingBatched(gemm)}
+    for label, path in paths.items():
+        state = training.init(cfg, AdamWConfig(), 1)
+        state.ops = training_ops(Backend(path, gpu_backend.adapter))
+        x, y = training.next_batch(state, tokens)
+        ROUND_TRIPS.reset()
+        hashes[label] = training.train_step(state, x, y).hash
+        counted[label] = ROUND_TRIPS.snapshot()
+    per_slice, batched = counted["per slice"], counted["batched"]
+    slices = paths["per slice"].slices
+    assert slices == paths["batched"].slices  # the same products, the same slices
+    assert per_slice.readbacks == per_slice.submits == per_slice.dispatches == slices
+    assert batched.readbacks == batched.submits == paths["batched"].products
+    assert batched.dispatches == slices
+    assert batched.readbacks * 4 < per_slice.readbacks  # tiny: 39 against 367 (docs)
+    assert hashes["batched"] == hashes["per slice"]

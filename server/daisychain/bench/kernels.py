@@ -18,9 +18,13 @@ Each GPU kernel must pass its exact gates first; a demoted or unavailable backen
 step pays.
 
 Steps: training step time (``bench/steps.py``) of each preset in ``--presets`` for ``numpy`` (the
-Python reference), ``wgpu_dp4a`` (Python, products through ``training_ops``, audited),
-``node_js``, ``chromium_webgpu`` (the best gated WebGPU kernel, audited) and ``chromium_cpu``
-(the CPU tier).
+Python reference), ``wgpu_dp4a`` (Python, products through ``training_ops``, audited; a batched
+product is one submit and one readback, ``GpuGemm.matmul_int_batched``), ``wgpu_dp4a_per_slice``
+(the same kernel behind ``PerSliceGemm``: one round trip per slice, the baseline), ``node_js``,
+``chromium_webgpu`` (the best gated WebGPU kernel, audited) and ``chromium_cpu`` (the CPU tier).
+``wgpu_dp4a_round_trips`` counts what one step of each wgpu path asks of the device
+(``gpu/counters.py``: submits, dispatches, uploads, readbacks, bytes), and
+``wgpu_dp4a_batched_vs_per_slice_ratio`` is the per-slice step time over the batched one.
 
 Every figure comes with ``<backend>_ratio``: its speed relative to numpy measured in the same run
 (> 1 is faster than numpy; null when skipped). The machines are shared and noisy: the ratios are
@@ -39,10 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from daisychain import training
 from daisychain.gpu.backend import Backend, NumpyGemm, evaluate_gpu
+from daisychain.gpu.counters import ROUND_TRIPS
 from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.gates import IntGemm
-from daisychain.gpu.gemm import GemmKind
+from daisychain.gpu.gemm import GemmKind, GpuGemm, PerSliceGemm
 from daisychain.gpu.live import training_ops
 from daisychain.harness import chromium
 from daisychain.harness.shapes import QUICK_SHAPES, SMALL_SHAPES, Shape
@@ -52,9 +58,11 @@ from daisychain.harness.steps import (
     run_node,
     time_node_steps,
     time_python_steps,
+    token_stream,
 )
-from daisychain.model.config import preset
+from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import NUMPY_OPS
+from daisychain.optim import AdamWConfig
 
 GEMM_BACKENDS = (
     "numpy",
@@ -65,7 +73,14 @@ GEMM_BACKENDS = (
     "chromium_js",
     "node_js",
 )
-STEP_BACKENDS = ("numpy", "wgpu_dp4a", "node_js", "chromium_webgpu", "chromium_cpu")
+STEP_BACKENDS = (
+    "numpy",
+    "wgpu_dp4a",
+    "wgpu_dp4a_per_slice",
+    "node_js",
+    "chromium_webgpu",
+    "chromium_cpu",
+)
 _PAGE_GEMM_NAMES = {
     "webgpu-dp4a": "chromium_webgpu_dp4a",
     "webgpu-lut": "chromium_webgpu_lut",
@@ -117,18 +132,37 @@ def _time_python_gemm(gemm: IntGemm, shapes: list[Shape], repeats: int) -> Figur
     return out
 
 
-def _wgpu_kernels() -> tuple[dict[str, IntGemm | str], str]:
+def _wgpu_kernels() -> tuple[dict[str, GpuGemm | str], str]:
     """The gated wgpu kernels by backend name (or why not), and the adapter's name."""
     kinds: tuple[GemmKind, ...] = ("dp4a", "lut")
     try:
         gpu = acquire()
     except GpuUnavailable as exc:
         return {f"wgpu_{kind}": f"no adapter: {exc}" for kind in kinds}, "none"
-    kernels: dict[str, IntGemm | str] = {}
+    kernels: dict[str, GpuGemm | str] = {}
     for kind in kinds:
         gemm, reason = evaluate_gpu(gpu, kind)
         kernels[f"wgpu_{kind}"] = gemm if gemm is not None else f"demoted: {reason}"
     return kernels, gpu.adapter_name
+
+
+def step_round_trips(cfg: ModelConfig, gemm: GpuGemm, adapter: str) -> dict[str, Any]:
+    """What one training step of ``cfg`` asks of the device, batched (``gemm`` as training uses
+    it) and per slice (``PerSliceGemm``): the counts of each (``gpu/counters.py``) and the
+    per-slice / batched ratios. Counts, not times: the same on every run of the same code."""
+    paths: dict[str, IntGemm] = {"per_slice": PerSliceGemm(gemm), "batched": gemm}
+    out: dict[str, Any] = {}
+    for label, path in paths.items():
+        state = training.init(cfg, AdamWConfig(), 1)
+        state.ops = training_ops(Backend(path, adapter))
+        x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+        ROUND_TRIPS.reset()
+        training.train_step(state, x, y, with_hash=False)
+        out[label] = ROUND_TRIPS.snapshot().as_json()
+    for key in ("readbacks", "submits"):
+        out[f"{key}_ratio"] = round(out["per_slice"][key] / max(1, out["batched"][key]), 2)
+    out["counted"] = "one training step (gradients + AdamW update), this process, wgpu-dp4a"
+    return out
 
 
 def _chromium(
@@ -280,11 +314,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "numpy": time_python_steps(cfg, NUMPY_OPS, policy),
         }
         dp4a = kernels["wgpu_dp4a"]
+        round_trips: Figure
         if isinstance(dp4a, str):
-            figures["wgpu_dp4a"] = {"skipped": dp4a}
+            figures["wgpu_dp4a"] = figures["wgpu_dp4a_per_slice"] = {"skipped": dp4a}
+            round_trips = {"skipped": dp4a}
         else:
             ops = training_ops(Backend(dp4a, adapter))
             figures["wgpu_dp4a"] = _guarded("wgpu_dp4a", time_python_steps, cfg, ops, policy)
+            ops = training_ops(Backend(PerSliceGemm(dp4a), adapter))
+            figures["wgpu_dp4a_per_slice"] = _guarded(
+                "wgpu_dp4a_per_slice", time_python_steps, cfg, ops, policy
+            )
+            round_trips = _guarded("round trips", step_round_trips, cfg, dp4a, adapter)
         if no_node is not None:
             figures["node_js"] = {"skipped": no_node}
         else:
@@ -296,6 +337,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 _page_steps(page["steps"][name][tier], policy) if "steps" in page else page
             )
         steps[name] = _step_row(name, args.vocab, figures)
+        steps[name]["wgpu_dp4a_round_trips"] = round_trips
+        batched_ms = figures["wgpu_dp4a"].get("step_ms")
+        per_slice_ms = figures["wgpu_dp4a_per_slice"].get("step_ms")
+        steps[name]["wgpu_dp4a_batched_vs_per_slice_ratio"] = (
+            round(per_slice_ms / batched_ms, 4) if batched_ms and per_slice_ms else None
+        )
 
     return {
         "benchmark": "kernels",

@@ -17,6 +17,12 @@ fastest round: the honest floor). With onnxruntime installed two more sides run:
 audited as in training; or why its gates refused it here) and ``cpu-int8-unaudited`` (gates and
 per-step probe only: what the live audit costs), each with ``*_tokens_per_s_ratio`` and
 ``*_tokens_per_s_ratio_vs_torch_min`` (against torch) and ``*_vs_numpy_ratio``.
+With ``--wgpu`` two more: ``wgpu`` (the contract with its products on the best gated wgpu kernel,
+audited as in training: a batched product is one submit and one readback) and
+``wgpu-per-slice`` (the same kernel, one round trip per slice: ``gpu.gemm.PerSliceGemm``), each
+with ``*_vs_numpy_ratio`` and its device traffic per step (``readbacks_per_step``,
+``submits_per_step``: ``gpu/counters.py``), and ``wgpu_batched_vs_per_slice_ratio`` (tokens/s of
+the one over the other). On a machine where no wgpu kernel passes its gates they say why.
 Without torch (``pip install torch==2.13.0`` gives the CPU build) only the contract side runs.
 """
 
@@ -64,17 +70,31 @@ else:
         audited = side == "cpu-int8"
         raw = IntGemmOps(side, gemm.matmul_int, gemm.matmul_float)
         state.ops = training_ops(Backend(gemm, "cpu")) if audited else raw
+    if side.startswith("wgpu"):  # the best gated wgpu kernel, batched or one slice at a time
+        from daisychain.gpu.backend import Backend, select_backend
+        from daisychain.gpu.gemm import PerSliceGemm
+        from daisychain.gpu.live import training_ops
+        backend = select_backend()
+        if backend.name == "numpy":
+            why = "; ".join(f"{d.name}: {d.reason}" for d in backend.demotions)
+            print(json.dumps({"refused": why})); sys.exit(0)
+        gemm = backend.gemm if side == "wgpu" else PerSliceGemm(backend.gemm)
+        state.ops = training_ops(Backend(gemm, backend.adapter))
     def step(i):
         x, y = training.next_batch(state, tokens)
         training.train_step(state, x, y, with_hash=False)
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 step(0)  # warm-up: first-touch allocations, BLAS init
+from daisychain.gpu.counters import ROUND_TRIPS
+ROUND_TRIPS.reset()
 times = []
 for i in range(1, steps + 1):
     t0 = time.perf_counter(); step(i); times.append(time.perf_counter() - t0)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+traffic = ROUND_TRIPS.snapshot()
 print(json.dumps({"step_s": sorted(times)[len(times) // 2], "times_s": times,
-                  "peak_rss_kb": peak, "base_rss_kb": base_rss}))
+                  "peak_rss_kb": peak, "base_rss_kb": base_rss,
+                  "readbacks": traffic.readbacks / steps, "submits": traffic.submits / steps}))
 """
 
 
@@ -85,6 +105,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds", type=int, default=5, help="alternating rounds per side (fresh processes)"
     )
     parser.add_argument("--vocab", type=int, default=0, help="vocabulary (default: tokenizer's)")
+    parser.add_argument(
+        "--wgpu",
+        action="store_true",
+        help="also time the contract on the gated wgpu kernel, batched and per slice",
+    )
 
 
 def _run_side(side: str, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
@@ -122,6 +147,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     sides = ["contract", "torch"] if _torch_available() else ["contract"]
     if _cpu_int8_available():
         sides[1:1] = ["cpu-int8", "cpu-int8-unaudited"]
+    if getattr(args, "wgpu", False):
+        sides[1:1] = list(WGPU_SIDES)
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for r in range(args.rounds):
         for side in rotated(sides, r):
@@ -133,6 +160,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         out["torch"]["version"] = torch.__version__
         out["torch"]["threads"] = torch.get_num_threads()
     return out
+
+
+WGPU_SIDES = ("wgpu", "wgpu-per-slice")
 
 
 def rotated(sides: list[str], round_index: int) -> list[str]:
@@ -171,8 +201,15 @@ def report(
     if refused:  # the gates said no on this CPU: report why, time nothing
         out["cpu-int8"] = f"refused by its gates here: {refused[0]}"
         del runs["cpu-int8"], runs["cpu-int8-unaudited"]
+    refused = [r["refused"] for r in runs.get("wgpu", []) if "refused" in r]
+    if refused:  # no wgpu kernel passed its gates (or no adapter): say why
+        out["wgpu"] = f"refused by its gates here: {refused[0]}"
+        del runs["wgpu"], runs["wgpu-per-slice"]
     for side, results in runs.items():
         out[side] = _side_summary(results, tokens)
+        if side in WGPU_SIDES:  # the same code gives the same counts every round
+            out[side]["readbacks_per_step"] = results[0]["readbacks"]
+            out[side]["submits_per_step"] = results[0]["submits"]
     if "torch" in runs:
         torch_med = out["torch"]["tokens_per_s"]
         torch_fast = tokens / (out["torch"]["min_step_ms"] / 1e3)
@@ -187,8 +224,11 @@ def report(
                 out[prefix + "tokens_per_s_ratio_vs_torch_min"] = round(tps / torch_fast, 3)
     else:
         out["torch"] = "not installed (pip install torch==2.13.0 for the baseline)"
-    for side in ("cpu-int8", "cpu-int8-unaudited"):
+    for side in ("cpu-int8", "cpu-int8-unaudited", *WGPU_SIDES):
         if side in runs:
             key = side.replace("-", "_") + "_vs_numpy_ratio"
             out[key] = round(out[side]["tokens_per_s"] / out["contract"]["tokens_per_s"], 3)
+    if "wgpu" in runs:
+        batched, per_slice = out["wgpu"]["tokens_per_s"], out["wgpu-per-slice"]["tokens_per_s"]
+        out["wgpu_batched_vs_per_slice_ratio"] = round(batched / per_slice, 3)
     return out

@@ -2,7 +2,8 @@
 
 Each GEMM kernel runs, at backend start, boundary shapes (1 x 1 x 1, M/N at every tile edge +-1,
 K = 1, 4, 5, 1023, 1024, 1025 and larger), boundary values (all -128, all 127, alternating signs,
-zeros) and seeded random shapes, on a POISONED buffer pool (so a kernel that assumes zeroed output
+zeros) and seeded random shapes (and, for a GEMM that takes batched products, batched ones with odd
+shapes and a broadcast operand), on a POISONED buffer pool (so a kernel that assumes zeroed output
 memory fails), and compares bit patterns: int32 results exactly, float32 results of the
 ``qmatmul`` path through ``.view(uint32)`` so -0 and +0 differ. The quantize kernel gets ties,
 signed zeros, the scale bump and floor boundaries, subnormals and random scales. The first
@@ -152,6 +153,35 @@ def gemm_cases(tile: tuple[int, int] = (32, 32)) -> list[tuple[str, Int8Array, I
     return cases
 
 
+def batched_cases(tile: tuple[int, int] = (32, 32)) -> list[tuple[str, Int8Array, Int8Array]]:
+    """Batched GEMM gate cases (a GEMM with ``matmul_int_batched``): (name, a (..., M, K),
+    b (..., K, N)) with equal leading axes. A broadcast operand is a stride-0 view
+    (``np.broadcast_to``), as the live batched products hand one matrix to every limb or head."""
+    tm, tn = tile
+    r = random_int8
+    k_big, m_edge, n_edge = 1025, tm + 1, tn + 3
+    return [
+        ("batched 3 x 5x7x9", r(7, 0, (3, 5, 7)), r(8, 0, (3, 7, 9))),
+        (
+            f"batched 2x3 x {m_edge}x17x{n_edge}, B broadcast",
+            r(7, 1, (2, 3, m_edge, 17)),
+            np.broadcast_to(r(8, 1, (17, n_edge)), (2, 3, 17, n_edge)),
+        ),
+        (
+            "batched 4 x 6x5x3, A broadcast",
+            np.broadcast_to(r(7, 2, (6, 5)), (4, 6, 5)),
+            r(8, 2, (4, 5, 3)),
+        ),
+        (f"batched 2 x 3x{k_big}x5", r(7, 3, (2, 3, k_big)), r(8, 3, (2, k_big, 5))),
+        (
+            f"batched 2 x -128 @ 127, 3x{k_big}x5",
+            np.full((2, 3, k_big), -128, np.int8),
+            np.full((2, k_big, 5), 127, np.int8),
+        ),
+        ("batched 1 x 4x4x4", r(7, 4, (1, 4, 4, 4)), r(8, 4, (1, 4, 4, 4))),
+    ]
+
+
 def qmatmul_cases() -> list[tuple[str, FloatArray, IntArray, FloatArray, IntArray]]:
     """Float gate cases of the full quantized product: (name, a_q, a_e, b_q, b_e)."""
     specs = [
@@ -237,45 +267,44 @@ def _maybe_poisoned(pool: BufferPool | None) -> Iterator[None]:
             yield
 
 
+def _int_case(
+    gemm: IntGemm,
+    product: Callable[[Int8Array, Int8Array], Int32Array],
+    case: str,
+    a: Int8Array,
+    b: Int8Array,
+    pool: BufferPool | None,
+) -> GateFailure | None:
+    """One integer case through ``product`` (``matmul_int`` or ``matmul_int_batched``) against
+    exact int64 numpy: None when every cell has the reference's bits."""
+    shape = (*a.shape[:-2], a.shape[-2], a.shape[-1], b.shape[-1])
+    expected = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    try:
+        with _maybe_poisoned(pool):
+            got = product(a, b)
+    except Exception as exc:
+        return GateFailure(gemm.name, case, shape, None, "a result", f"{type(exc).__name__}: {exc}")
+    if got.shape != expected.shape or got.dtype != np.int32:
+        return GateFailure(
+            gemm.name, case, shape, None, f"int32 {expected.shape}", f"{got.dtype} {got.shape}"
+        )
+    index = _first_mismatch(_bits(expected), _bits(got))
+    if index is not None:
+        return GateFailure(gemm.name, case, shape, index, str(expected[index]), str(got[index]))
+    return None
+
+
 def run_gemm_gates(
     gemm: IntGemm, pool: BufferPool | None = None, tile: tuple[int, int] = (32, 32)
 ) -> GateReport:
-    """Run every GEMM gate case through ``gemm``; stop at the first failure."""
+    """Run every GEMM gate case through ``gemm``; stop at the first failure. A GEMM that also
+    takes batched products (``matmul_int_batched``) must pass ``batched_cases`` through that
+    path too: training sends every product there (``gpu.live.training_ops``)."""
     passed = 0
     for name, a, b in gemm_cases(tile):
-        shape = (a.shape[0], a.shape[1], b.shape[1])
-        expected = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
-        try:
-            with _maybe_poisoned(pool):
-                got = gemm.matmul_int(a, b)
-        except Exception as exc:
-            return GateReport(
-                gemm.name,
-                passed,
-                GateFailure(
-                    gemm.name, name, shape, None, "a result", f"{type(exc).__name__}: {exc}"
-                ),
-            )
-        if got.shape != expected.shape or got.dtype != np.int32:
-            return GateReport(
-                gemm.name,
-                passed,
-                GateFailure(
-                    gemm.name,
-                    name,
-                    shape,
-                    None,
-                    f"int32 {expected.shape}",
-                    f"{got.dtype} {got.shape}",
-                ),
-            )
-        index = _first_mismatch(_bits(expected), _bits(got))
-        if index is not None:
-            return GateReport(
-                gemm.name,
-                passed,
-                GateFailure(gemm.name, name, shape, index, str(expected[index]), str(got[index])),
-            )
+        failure = _int_case(gemm, gemm.matmul_int, name, a, b, pool)
+        if failure is not None:
+            return GateReport(gemm.name, passed, failure)
         passed += 1
     for name, a_q, a_e, b_q, b_e in qmatmul_cases():
         shape = (a_q.shape[0], a_q.shape[1], b_q.shape[1])
@@ -303,6 +332,13 @@ def run_gemm_gates(
                 gemm.name, passed, GateFailure(gemm.name, name, shape, index, exp_s, got_s)
             )
         passed += 1
+    batched = getattr(gemm, "matmul_int_batched", None)
+    if batched is not None:
+        for name, a, b in batched_cases(tile):
+            failure = _int_case(gemm, batched, name, a, b, pool)
+            if failure is not None:
+                return GateReport(gemm.name, passed, failure)
+            passed += 1
     return GateReport(gemm.name, passed, None)
 
 

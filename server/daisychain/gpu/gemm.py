@@ -1,6 +1,8 @@
 """Exact int8 GEMM on the GPU: the DP4A path (gemm_dp4a.wgsl) and the LUT path (gemm_lut.wgsl).
 
 ``GpuGemm.matmul_int(a, b)`` returns the exact int32 ``acc = a @ b`` of int8 operands;
+``GpuGemm.matmul_int_batched(a, b)`` the same for (..., M, K) @ (..., K, N) with broadcast leading
+axes, every slice in one submit and one readback (docs/KERNELS.md, "Batched products");
 ``GpuGemm.qmatmul`` has the signature of ``daisychain.numerics.qmatmul`` and returns its float32
 bits. The dequantization ``y = RNE_f32(acc * 2^(ea + eb))`` stays on the CPU: it is the reference's
 own ``round_scaled`` applied to the exact accumulator (float64 holds |acc| < 2^31 exactly and the
@@ -9,6 +11,8 @@ device's float arithmetic at all (docs/KERNELS.md, "Dequantization").
 
 Host-side packing (docs/KERNELS.md, "Layouts"): A and B^T packed K-major, four int8 along K per
 little-endian u32 word, all of K, M and N zero-padded to multiples of 4 (``pack_k_major``).
+A batched product lays its slices side by side in one buffer per operand, one ``SPAN_ALIGN``-
+aligned region each, and binds each slice's region (``kernels.Span``) to its own dispatch.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
 
-from daisychain.gpu.device import GpuDevice
-from daisychain.gpu.kernels import BindingKind, ComputeKernel, compile_kernel
+from daisychain.gpu.device import MIN_STORAGE_BINDING, GpuDevice
+from daisychain.gpu.kernels import SPAN_ALIGN, BindingKind, ComputeKernel, Job, Span, compile_kernel
 from daisychain.gpu.pool import BufferPool
 from daisychain.luts import load_table
+from daisychain.model.ops import IntGemmOps
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import FloatArray, IntArray
 
@@ -32,35 +38,84 @@ WORKGROUP = (8, 8)  # (WG_X, WG_Y) override constants
 # |acc| <= 128 * 128 * K must stay below 2^31: K < 2^17 (docs/NUMERICS.md section 3).
 MAX_K = (1 << 17) - 1
 
+# Bytes of one operand's (or the output's) buffer per submit: every binding of the batch stays
+# within the storage-binding size every device granted (device.py), and a batch larger than that
+# goes in several submits.
+ROUND_BYTES = MIN_STORAGE_BINDING
+_ALIGN_WORDS = SPAN_ALIGN // 4
+
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
+U32Array = npt.NDArray[np.uint32]
 
 
-def pack_k_major(x: Int8Array) -> npt.NDArray[np.uint32]:
+def pack_k_major(x: Int8Array) -> U32Array:
     """(R, K) int8 -> (ceil(K / 4), 4 * ceil(R / 4)) u32, K-major.
 
     Word [k][r] holds x[r, 4k .. 4k + 3] as little-endian bytes; R and K are zero-padded (zero
     bytes add nothing to a dot product). The kernels read four consecutive words (four rows) as
     one vec4.
     """
-    rows, k = x.shape
+    packed: U32Array = pack_k_major_batched(x[None])[0]
+    return packed
+
+
+def pack_k_major_batched(x: Int8Array) -> U32Array:
+    """(S, R, K) int8 -> (S, ceil(K / 4), 4 * ceil(R / 4)) u32: ``pack_k_major`` of every slice."""
+    count, rows, k = x.shape
     k4 = max(1, -(-k // 4))
     r4 = max(1, -(-rows // 4))
-    padded = np.zeros((4 * r4, 4 * k4), dtype=np.int8)
-    padded[:rows, :k] = x
-    return np.ascontiguousarray(padded.view("<u4").T)
+    padded = np.zeros((count, 4 * r4, 4 * k4), dtype=np.int8)
+    padded[:, :rows, :k] = x
+    return np.ascontiguousarray(padded.view("<u4").transpose(0, 2, 1))
 
 
-def _check_operands(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> None:
+def _aligned_words(words: int) -> int:
+    """``words`` rounded up to a whole number of ``SPAN_ALIGN`` regions."""
+    return max(1, -(-words // _ALIGN_WORDS)) * _ALIGN_WORDS
+
+
+def _side_by_side(slices: U32Array) -> tuple[U32Array, int]:
+    """(S, ...) u32 -> one (S * stride) u32 array with slice s at word s * stride, stride a
+    multiple of ``SPAN_ALIGN`` bytes (the binding offset every device accepts); and stride."""
+    count = slices.shape[0]
+    flat = slices.reshape(count, -1)
+    stride = _aligned_words(flat.shape[1])
+    out = np.zeros((count, stride), dtype=np.uint32)
+    out[:, : flat.shape[1]] = flat
+    return out.reshape(-1), stride
+
+
+def _check_operands(a: npt.NDArray[Any], b: npt.NDArray[Any], *, batched: bool = False) -> None:
+    what = "matmul_int_batched" if batched else "matmul_int"
     if a.dtype != np.int8 or b.dtype != np.int8:
-        raise TypeError(f"matmul_int expects int8 operands, got {a.dtype} @ {b.dtype}")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul_int: shapes {a.shape} @ {b.shape} do not form a 2-D product")
-    if a.shape[1] > MAX_K:
+        raise TypeError(f"{what} expects int8 operands, got {a.dtype} @ {b.dtype}")
+    form = "(..., M, K) @ (..., K, N)" if batched else "a 2-D product"
+    dims_ok = a.ndim >= 2 and b.ndim >= 2 if batched else a.ndim == 2 and b.ndim == 2
+    if not dims_ok or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"{what}: shapes {a.shape} @ {b.shape} do not form {form}")
+    if a.shape[-1] > MAX_K:
         raise ValueError(
-            f"matmul_int: K = {a.shape[1]} exceeds {MAX_K}, where int32 accumulation could "
+            f"{what}: K = {a.shape[-1]} exceeds {MAX_K}, where int32 accumulation could "
             "overflow; split K into chunks and add the int32 results in int64"
         )
+
+
+def _distinct(x: Int8Array) -> Int8Array:
+    """``x`` with every repeated leading axis (stride 0: ``np.broadcast_to``) cut to length 1,
+    so a matrix handed to every slice is packed and uploaded once (the batch broadcasts it)."""
+    cut = tuple(
+        slice(0, 1) if x.strides[i] == 0 and x.shape[i] > 1 else slice(None)
+        for i in range(x.ndim - 2)
+    )
+    return x[cut]
+
+
+def _slice_index(x: npt.NDArray[Any], lead: tuple[int, ...]) -> npt.NDArray[np.intp]:
+    """For each slice of the broadcast batch ``lead`` (C order), the index of the slice of
+    ``x`` (its own leading axes, flattened) that it reads."""
+    own = np.arange(int(np.prod(x.shape[:-2], dtype=np.int64))).reshape(x.shape[:-2])
+    return np.broadcast_to(own, lead).reshape(-1)
 
 
 class GpuGemm:
@@ -81,6 +136,7 @@ class GpuGemm:
         self.kind: GemmKind = kind
         self.pool = pool if pool is not None else BufferPool(gpu)
         self.workgroup = workgroup
+        self.round_bytes = ROUND_BYTES  # per buffer and submit (a test makes it small)
         bindings: list[BindingKind] = ["uniform", "read", "read", "write"]
         if kind == "lut":
             bindings.append("read")
@@ -113,46 +169,139 @@ class GpuGemm:
     def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
         """Exact int32 (M, N) = a (M, K) @ b (K, N) for int8 operands."""
         _check_operands(a, b)
-        m, k = a.shape
-        n = b.shape[1]
-        if m == 0 or n == 0:
-            return np.zeros((m, n), dtype=np.int32)
-        if k == 0:
-            return np.zeros((m, n), dtype=np.int32)
-        a_words = pack_k_major(a)  # (k4, M4 * 4)
-        b_words = pack_k_major(b.T)  # (k4, N4 * 4)
-        k4 = a_words.shape[0]
-        params = np.array([m, n, k4, 0], dtype="<u4")
+        return self._batched(a, b, ())
+
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        """Exact int32 (*lead, M, N) = a (..., M, K) @ b (..., K, N), leading axes broadcast
+        (numpy's matmul rule), every slice in one submit and one readback: one dispatch per
+        slice, recorded into one command encoder, each reading its own regions of one A and one
+        B buffer and writing its own region of one output buffer. A broadcast operand's slice
+        is packed and uploaded once, however many slices read it."""
+        _check_operands(a, b, batched=True)
+        try:
+            lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"matmul_int_batched: the leading axes of {a.shape} @ {b.shape} do not broadcast "
+                "(each pair must be equal or one of them 1)"
+            ) from None
+        return self._batched(a, b, lead)
+
+    def _batched(self, a: Int8Array, b: Int8Array, lead: tuple[int, ...]) -> Int32Array:
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        count = int(np.prod(lead, dtype=np.int64))
+        if count * m * n == 0 or k == 0:
+            return np.zeros((*lead, m, n), dtype=np.int32)
+        a, b = _distinct(a), _distinct(b)
+        a_slices = np.ascontiguousarray(a).reshape(-1, m, k)
+        b_slices = np.ascontiguousarray(b).reshape(-1, k, n)
+        a_of, b_of = _slice_index(a, lead), _slice_index(b, lead)
+        # The widest region a slice needs in any of the three buffers bounds a round's slices.
+        k4, m4, n4 = max(1, -(-k // 4)), max(1, -(-m // 4)), max(1, -(-n // 4))
+        widest = 4 * max(_aligned_words(4 * k4 * m4), _aligned_words(4 * k4 * n4),
+                         _aligned_words(m * n))  # fmt: skip
+        per_round = max(1, self.round_bytes // widest)
+        rounds = [
+            self._round(a_slices, b_slices, a_of[s : s + per_round], b_of[s : s + per_round], s)
+            for s in range(0, count, per_round)
+        ]
+        out = rounds[0] if len(rounds) == 1 else np.concatenate(rounds)
+        return out.reshape(*lead, m, n)
+
+    def _round(
+        self,
+        a_slices: Int8Array,
+        b_slices: Int8Array,
+        a_of: npt.NDArray[np.intp],
+        b_of: npt.NDArray[np.intp],
+        first: int,
+    ) -> Int32Array:
+        """Output slices ``first ..`` (a_slices[a_of[s]] @ b_slices[b_of[s]]) in one submit and
+        one readback."""
+        m, k = a_slices.shape[1:]
+        n = b_slices.shape[2]
+        count = len(a_of)
+        a_used, a_at = np.unique(a_of, return_inverse=True)
+        b_used, b_at = np.unique(b_of, return_inverse=True)
+        a_words, a_stride = _side_by_side(pack_k_major_batched(a_slices[a_used]))
+        # B is packed from B^T: word [k][j] holds b[4k .. 4k+3, j].
+        b_words, b_stride = _side_by_side(pack_k_major_batched(b_slices[b_used].transpose(0, 2, 1)))
+        k4 = max(1, -(-k // 4))
+        # params word 3 is the slice's index in the whole product (0 for a 2-D one). The kernel
+        # computes nothing from it; a slice named in the WGSL can be told apart (the plants).
+        params = np.zeros((count, _ALIGN_WORDS), dtype="<u4")
+        params[:, :3] = (m, n, k4)
+        params[:, 3] = np.arange(first, first + count)
+        out_stride = _aligned_words(m * n)
+        out_bytes = count * out_stride * 4
+        read_bytes = ((count - 1) * out_stride + m * n) * 4  # not the last slice's padding
         pool = self.pool
-        out_bytes = m * n * 4
         bufs = [
             pool.upload(params, uniform=True),
             pool.upload(a_words),
             pool.upload(b_words),
             pool.acquire(out_bytes),
         ]
-        if self._lut is not None:
-            bufs.append(self._lut)
         tm, tn = self.tile
+        groups = (-(-n // tn), -(-m // tm), 1)
+        jobs: list[Job] = []
+        for s in range(count):
+            spans: list[Any] = [
+                Span(bufs[0], s * SPAN_ALIGN, 16),
+                Span(bufs[1], int(a_at[s]) * a_stride * 4, a_stride * 4),
+                Span(bufs[2], int(b_at[s]) * b_stride * 4, b_stride * 4),
+                Span(bufs[3], s * out_stride * 4, out_stride * 4),
+            ]
+            if self._lut is not None:
+                spans.append(self._lut)
+            jobs.append((spans, groups))
         try:
-            self.kernel.dispatch(bufs, (-(-n // tn), -(-m // tm), 1))
-            raw = pool.read(bufs[3], out_bytes)
+            self.kernel.dispatch_batch(jobs)
+            raw = pool.read(bufs[3], read_bytes)
         finally:
-            pool.release(*bufs[:4])
-        return np.frombuffer(raw, dtype="<i4").astype(np.int32).reshape(m, n)
+            pool.release(*bufs)
+        words = np.frombuffer(raw, dtype="<i4")
+        cells = as_strided(words, (count, m * n), (out_stride * 4, 4), writeable=False)
+        return cells.astype(np.int32).reshape(count, m, n)
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         """Same arguments and float32 bits as ``daisychain.numerics.qmatmul`` (2-D or batched)."""
-        if a_q.ndim > 2:
-            lead = np.broadcast_shapes(a_q.shape[:-2], b_q.shape[:-2])
-            a_b = np.broadcast_to(a_q, (*lead, *a_q.shape[-2:]))
-            b_b = np.broadcast_to(b_q, (*lead, *b_q.shape[-2:]))
-            acc = np.empty((*lead, a_q.shape[-2], b_q.shape[-1]), dtype=np.float64)
-            for idx in np.ndindex(*lead):
-                acc[idx] = self.matmul_int(_as_int8(a_b[idx]), _as_int8(b_b[idx]))
+        if a_q.ndim > 2 or b_q.ndim > 2:
+            acc = self.matmul_int_batched(_as_int8(a_q), _as_int8(b_q))
         else:
-            acc = self.matmul_int(_as_int8(a_q), _as_int8(b_q)).astype(np.float64)
-        return round_scaled(acc, a_e + b_e)
+            acc = self.matmul_int(_as_int8(a_q), _as_int8(b_q))
+        return round_scaled(acc.astype(np.float64), a_e + b_e)
+
+
+class PerSliceGemm:
+    """A ``GpuGemm`` without its batched path: the one-round-trip-per-slice baseline.
+
+    ``gpu.live.training_ops`` sends every product to ``matmul_int_batched`` when the GEMM has
+    one; behind this wrapper it cannot, so a batched product is one ``matmul_int`` (one upload,
+    submit and readback) per slice, as before batching. ``daisychain bench kernels`` times and
+    counts it beside the batched path in the same run; the same kernel computes both.
+    """
+
+    def __init__(self, gemm: GpuGemm) -> None:
+        self.gemm = gemm
+
+    @property
+    def name(self) -> str:
+        return self.gemm.name
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return self.gemm.tile
+
+    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        return self.gemm.matmul_int(a, b)
+
+    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+        """The kernel's ``qmatmul``, slice by slice for batched operands."""
+        if a_q.ndim == 2 and b_q.ndim == 2:
+            return self.gemm.qmatmul(a_q, a_e, b_q, b_e)
+        return IntGemmOps(self.name, self.matmul_int).qmatmul(a_q, a_e, b_q, b_e)
 
 
 def _as_int8(q: npt.NDArray[Any]) -> Int8Array:

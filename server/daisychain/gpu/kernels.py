@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from daisychain.assets import asset_dir
+from daisychain.gpu.counters import ROUND_TRIPS
 from daisychain.gpu.device import GpuDevice
 
 # How a kernel declares binding i of group 0 (must match the WGSL header):
@@ -33,6 +34,33 @@ def kernel_source(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
+@dataclass(frozen=True)
+class Span:
+    """``size`` bytes of ``buffer`` from ``offset`` (a multiple of ``SPAN_ALIGN``), bound as one
+    binding: how the slices of a batched product share one buffer."""
+
+    buffer: Any
+    offset: int
+    size: int
+
+
+# WebGPU lets a device require binding offsets aligned to at most 256 bytes
+# (minStorageBufferOffsetAlignment, minUniformBufferOffsetAlignment): 256 is valid everywhere.
+SPAN_ALIGN = 256
+
+# One dispatch: its bindings in order (a whole buffer, or a Span of one), and its workgroup grid.
+Binding = Any
+Job = tuple[Sequence[Binding], tuple[int, int, int]]
+
+
+def _entry(i: int, binding: Binding) -> dict[str, Any]:
+    if isinstance(binding, Span):
+        resource = {"buffer": binding.buffer, "offset": binding.offset, "size": binding.size}
+    else:
+        resource = {"buffer": binding, "offset": 0, "size": binding.size}
+    return {"binding": i, "resource": resource}
+
+
 @dataclass
 class ComputeKernel:
     """One compiled compute pipeline (entry point ``main``, bind group 0)."""
@@ -43,26 +71,35 @@ class ComputeKernel:
     layout: Any
     constants: dict[str, int] = field(default_factory=dict)
 
-    def dispatch(self, buffers: Sequence[Any], groups: tuple[int, int, int]) -> None:
+    def dispatch(self, buffers: Sequence[Binding], groups: tuple[int, int, int]) -> None:
         """Bind ``buffers`` to bindings 0, 1, ... in order and submit one dispatch."""
+        self.dispatch_batch([(buffers, groups)])
+
+    def dispatch_batch(self, jobs: Sequence[Job]) -> None:
+        """Record every job's dispatch, in order, into ONE command encoder and submit it once.
+
+        The device runs them in submission order; jobs that write disjoint spans of one output
+        buffer need no barrier between them. One submit (and the caller's one readback) instead
+        of one per job is the point (``counters.py``).
+        """
         device = self.gpu.device
         try:
-            bind_group = device.create_bind_group(
-                layout=self.layout,
-                entries=[
-                    {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                    for i, b in enumerate(buffers)
-                ],
-            )
             encoder = device.create_command_encoder()
             compute_pass = encoder.begin_compute_pass()
             compute_pass.set_pipeline(self.pipeline)
-            compute_pass.set_bind_group(0, bind_group)
-            compute_pass.dispatch_workgroups(*groups)
+            for bindings, groups in jobs:
+                bind_group = device.create_bind_group(
+                    layout=self.layout,
+                    entries=[_entry(i, b) for i, b in enumerate(bindings)],
+                )
+                compute_pass.set_bind_group(0, bind_group)
+                compute_pass.dispatch_workgroups(*groups)
             compute_pass.end()
             device.queue.submit([encoder.finish()])
         except Exception as exc:
-            raise KernelError(f"kernel {self.name}: dispatch {groups} failed: {exc}") from exc
+            grids = jobs[0][1] if len(jobs) == 1 else sorted({groups for _, groups in jobs})
+            raise KernelError(f"kernel {self.name}: dispatch {grids} failed: {exc}") from exc
+        ROUND_TRIPS.add(submits=1, dispatches=len(jobs))
 
 
 def compile_kernel(

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from daisychain.gpu.counters import ROUND_TRIPS
 from daisychain.gpu.device import GpuDevice
 
 POISON_WORD = 0xDEADBEEF
@@ -71,15 +72,18 @@ class BufferPool:
         data = np.ascontiguousarray(array)
         buf = self.acquire(data.nbytes, uniform=uniform)
         self.gpu.queue.write_buffer(buf, 0, data.tobytes())
+        ROUND_TRIPS.add(uploads=1, bytes_up=data.nbytes)
         return buf
 
     def read(self, buf: Any, nbytes: int) -> bytes:
         """The first ``nbytes`` of ``buf`` (blocks until the queued work is done)."""
+        ROUND_TRIPS.add(readbacks=1, bytes_down=nbytes)
         return bytes(self.gpu.queue.read_buffer(buf, 0, nbytes))
 
     def _fill(self, buf: Any) -> None:
         pattern = np.full(int(buf.size) // 4, POISON_WORD, dtype="<u4")
         self.gpu.queue.write_buffer(buf, 0, pattern.tobytes())
+        ROUND_TRIPS.add(uploads=1, bytes_up=pattern.nbytes)
 
     def poison(self) -> int:
         """Fill every free buffer with 0xDEADBEEF; returns how many were poisoned."""
