@@ -95,8 +95,41 @@ def test_bad_outer_options_are_refused_with_a_hint(
         (["--outer-momentum", "1.0"], "outer momentum must lie in \\[0, 1\\)"),
         (["--outer-lr", "0"], "outer lr must be finite and > 0"),
         (["--curve-points", "0"], "--curve-points: at least 1"),
+        (
+            ["--warm-start", "-1"],
+            "--warm-start: at least 0 steps, got -1 \\(e.g. --warm-start 100\\)",
+        ),
     ],
 )
 def test_bad_outer_runs_are_refused_with_a_hint(extra: list[str], why: str) -> None:
     with pytest.raises(SystemExit, match=why):
         main([*ARGV, *extra])
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2 :]
+
+
+def test_a_warm_start_is_the_per_step_runs_start_and_is_not_counted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--warm-start W``: both modes start from W per-step steps. The per-step run then ends
+    where a run of W + steps from scratch ends (one schedule, the same batches), bit for bit in
+    its validation loss; steps, tokens and bytes count only after W; the outer run starts from
+    those weights too (its first round's outer hash differs from a cold start's)."""
+    base = _without(ARGV, "--steps")
+    main([*base, "--steps", str(STEPS), "--warm-start", "2", "--H", "4", "--compress", "int8"])
+    warm = json.loads(capsys.readouterr().out)
+    main([*base, "--steps", str(STEPS + 2), "--H", "4", "--compress", "int8"])
+    cold_longer = json.loads(capsys.readouterr().out)
+    main([*base, "--steps", str(STEPS), "--H", "4", "--compress", "int8"])
+    cold = json.loads(capsys.readouterr().out)
+    assert warm["warm_start"] == 2 and cold["warm_start"] == 0
+    [w], [c6], [c4] = warm["runs"], cold_longer["runs"], cold["runs"]
+    assert w["per_step"]["val_loss"] == c6["per_step"]["val_loss"]
+    assert w["per_step"]["val_loss"] != c4["per_step"]["val_loss"]
+    assert [p["step"] for p in w["per_step"]["curve"]] == [2, STEPS]
+    assert w["per_step"]["bytes_per_peer"] == c4["per_step"]["bytes_per_peer"]
+    assert w["outer"][0]["curve"][-1]["tokens"] == c4["outer"][0]["curve"][-1]["tokens"]
+    assert w["outer"][0]["outer_hash"] != c4["outer"][0]["outer_hash"]

@@ -36,6 +36,7 @@ validation loss and payload bytes per token of each, and loss against cumulative
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from dataclasses import dataclass
@@ -122,6 +123,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--compress", type=_compressions, default=["int8+ef", "topk:4+ef"],
         help="with --sync outer: pseudo-gradient codecs, comma-separated: int8, int8+ef, "
         "topk:K, topk:K+ef (K values kept per block of 256)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warm-start", type=int, default=0, metavar="W",
+        help="with --sync outer: both modes start from W per-step steps trained together (as "
+        "DiLoCo starts from a trained model); --steps, the bytes and the curve count after them",
     )  # fmt: skip
     parser.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov lr")
     parser.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum")
@@ -388,6 +394,7 @@ class _Setup:
     steps: int
     val_batches: int
     points: list[int]  # steps (per peer) at or after which the curve takes a validation loss
+    warm_start: int = 0  # per-step steps both modes start from (not counted in steps or bytes)
 
     @property
     def tokens_per_step(self) -> int:
@@ -414,7 +421,10 @@ def _outer_setup(args: argparse.Namespace) -> _Setup:
         raise SystemExit(f"--val-batches: at least 1, got {args.val_batches}")
     if args.curve_points < 1:
         raise SystemExit(f"--curve-points: at least 1, got {args.curve_points}")
-    if args.schedule == "linear" and args.steps <= args.warmup:
+    warm = getattr(args, "warm_start", 0)
+    if warm < 0:
+        raise SystemExit(f"--warm-start: at least 0 steps, got {warm} (e.g. --warm-start 100)")
+    if args.schedule == "linear" and args.steps + warm <= args.warmup:
         raise SystemExit(
             f"--schedule linear needs --steps ({args.steps}) above --warmup ({args.warmup}); "
             "use --schedule constant for shorter runs"
@@ -425,13 +435,14 @@ def _outer_setup(args: argparse.Namespace) -> _Setup:
     train_text, val_text = split_train_val(load_builtin_text())
     train, val = encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok)
     cfg = preset(args.preset, vocab_size=tok.vocab_size)
-    total = args.steps if args.schedule == "linear" else 0
+    # One schedule over the warm start and the measured steps: the warm start is the run's start.
+    total = args.steps + warm if args.schedule == "linear" else 0
     opt = AdamWConfig(
         lr=args.lr, warmup_steps=args.warmup, schedule=args.schedule, total_steps=total
     )
     count = min(args.curve_points, args.steps)
     points = sorted({-(-args.steps * i // count) for i in range(1, count + 1)})
-    return _Setup(cfg, opt, train, val, peers, args.steps, args.val_batches, points)
+    return _Setup(cfg, opt, train, val, peers, args.steps, args.val_batches, points, warm)
 
 
 def _outer_config(h: int, args: argparse.Namespace) -> Any:
@@ -443,46 +454,68 @@ def _outer_config(h: int, args: argparse.Namespace) -> Any:
         raise SystemExit(f"--sync outer: {exc}") from None
 
 
-def _per_step_run(setup: _Setup, seed: int) -> dict[str, Any]:
-    """Every step every peer's gradient of its lane, the int8 exchange of protocol version 2
-    (``allreduce.exchange_locally``: its bytes are the ones counted), one AdamW step."""
+def _per_step(setup: _Setup, state: Any) -> tuple[float, int]:
+    """One per-step step of the group on ``state``, in place: every peer's gradient of its
+    lane, the int8 exchange of protocol version 2 (``allreduce.exchange_locally``: its bytes
+    are the ones counted), one AdamW step. Returns the mean loss and one peer's bytes."""
     from daisychain import training
     from daisychain.model.params import param_shapes
     from daisychain.p2p import allreduce, codec
 
-    cfg, n = setup.cfg, setup.peers
-    shapes = param_shapes(cfg)
-    state = training.init(cfg, setup.opt, seed)
+    flats, parts = [], []
+    for lane in range(setup.peers):
+        x, y = training.next_batch(state, setup.train, lane)
+        loss, grads = training.compute_grads(state, x, y)
+        flats.append(codec.flatten(grads))
+        parts.append(float(loss))
+    flat, bytes_one_peer = allreduce.exchange_locally(flats, [setup.cfg.batch] * setup.peers)
+    training.apply_grads(state, codec.unflatten(flat, param_shapes(setup.cfg)))
+    return float(np.mean(parts)), bytes_one_peer
+
+
+def _start(setup: _Setup, seed: int) -> Any:
+    """The state both modes start from: the seed's initialisation, then ``warm_start``
+    per-step steps (the same for both, so they part only where the measurement begins)."""
+    from daisychain import training
+
+    state = training.init(setup.cfg, setup.opt, seed)
+    t0 = time.perf_counter()
+    for step in range(setup.warm_start):
+        _per_step(setup, state)
+        if (step + 1) % 50 == 0 or step + 1 == setup.warm_start:
+            print(f"seed {seed} warm start step {step + 1}/{setup.warm_start} "
+                  f"{time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+    return state
+
+
+def _per_step_run(setup: _Setup, seed: int, start: Any) -> dict[str, Any]:
+    """``setup.steps`` per-step steps from a copy of ``start`` (``_per_step``)."""
+    state = copy.deepcopy(start)
     sent, losses, curve = 0, [], []
     t0 = time.perf_counter()
     for step in range(setup.steps):
-        flats, parts = [], []
-        for lane in range(n):
-            x, y = training.next_batch(state, setup.train, lane)
-            loss, grads = training.compute_grads(state, x, y)
-            flats.append(codec.flatten(grads))
-            parts.append(float(loss))
-        flat, bytes_one_peer = allreduce.exchange_locally(flats, [cfg.batch] * n)
-        training.apply_grads(state, codec.unflatten(flat, shapes))
+        loss, bytes_one_peer = _per_step(setup, state)
         sent += bytes_one_peer
-        losses.append(float(np.mean(parts)))
+        losses.append(loss)
         if step + 1 in setup.points:
             curve.append(_point(setup, state, step + 1, sent))
             _progress(f"seed {seed} per-step", curve[-1], t0)
     return _summary(setup, losses, curve, sent, t0)
 
 
-def _outer_run(setup: _Setup, seed: int, h: int, spec: str, args: argparse.Namespace) -> Any:
+def _outer_run(
+    setup: _Setup, seed: int, h: int, spec: str, args: argparse.Namespace, start: Any
+) -> Any:
     """Every peer ``h`` inner AdamW steps on its own lanes (lane k of inner step s: the batch of
     ``(seed, s, k)``, as per-step mode's peer k at step s), each keeping its own AdamW state;
     then one outer round. A last, shorter round keeps the tokens equal to per-step mode's."""
     from daisychain import outer, training
 
-    cfg = setup.cfg
     how = outer.Compression.parse(spec)
     ocfg = _outer_config(h, args)
-    peers = [training.init(cfg, setup.opt, seed) for _ in range(setup.peers)]
-    state = outer.init_outer(peers[0].params)
+    # Every peer starts from a copy of ``start``, its AdamW state (a warm start's) included.
+    peers = [copy.deepcopy(start) for _ in range(setup.peers)]
+    state = outer.init_outer({name: w.copy() for name, w in start.params.items()})
     residuals: list[Any] = [None] * setup.peers
     sent, losses, curve, last, digest = 0, [], [], 0, ""
     t0 = time.perf_counter()
@@ -556,16 +589,18 @@ def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
         "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,
         "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
+        "warm_start": setup.warm_start,
         "targets": {"val_loss_ratio_max": OUTER_LOSS_RATIO_MAX,
                     "bytes_ratio_min": OUTER_BYTES_RATIO_MIN},
         "runs": [],
     }  # fmt: skip
     for seed in args.seeds:
-        base = _per_step_run(setup, seed)
+        start = _start(setup, seed)
+        base = _per_step_run(setup, seed, start)
         runs = []
         for h in args.inner_steps:
             for spec in args.compress:
-                r = _outer_run(setup, seed, h, spec, args)
+                r = _outer_run(setup, seed, h, spec, args, start)
                 r["val_loss_ratio"] = round(r["val_loss"] / base["val_loss"], 4)
                 r["bytes_ratio"] = round(base["bytes_per_peer"] / max(r["bytes_per_peer"], 1), 1)
                 runs.append(r)
