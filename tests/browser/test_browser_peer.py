@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
-from gpu_plant import OneCellPlant, planted_probe_hash
+from gpu_plant import OneCellPlant, planted_step_probe
 from mesh_helpers import (
     TEST_BATCH,
     TEST_SEQ,
@@ -299,7 +299,7 @@ async def test_planted_kernel_bug_in_a_tab_is_named_by_the_probe_guard() -> None
         assert state["backend"] == "webgpu-dp4a", "the planted kernel passed its start-up checks"
         assert outcome.reason == "fork", outcome
         assert f"{tab_id} (backend webgpu-dp4a)" in outcome.message, outcome.message
-        assert outcome.hashes == {tab_id: planted_probe_hash(plant)}
+        assert outcome.hashes == {tab_id: planted_step_probe(plant)}  # its product, our quantizer
         assert state["outcome"]["reason"] == "fork", state["outcome"]
         assert f"{tab_id} (backend webgpu-dp4a)" in state["outcome"]["message"]
         assert any("stopped" in e["message"] for e in state["errors"]), "the page says why"
