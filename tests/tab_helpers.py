@@ -93,9 +93,9 @@ async def chromium(webgpu: bool) -> AsyncIterator[Any]:
             await browser.close()
 
 
-def serve_text(body: str) -> Any:
+def serve_text(body: str, content_type: str = "text/plain") -> Any:
     async def serve(route: Any) -> None:
-        await route.fulfill(status=200, content_type="text/plain; charset=utf-8", body=body)
+        await route.fulfill(status=200, content_type=f"{content_type}; charset=utf-8", body=body)
 
     return serve
 
@@ -112,7 +112,9 @@ async def open_tab(
     page = await browser.new_page(viewport=viewport)
     tab = Tab(page)
     for path, body in (routes or {}).items():
-        await page.context.route(f"{base}{path}", serve_text(body))
+        # A module script must come as JavaScript: the browser refuses text/plain for it.
+        kind = "text/javascript" if path.endswith(".js") else "text/plain"
+        await page.context.route(f"{base}{path}", serve_text(body, kind))
     page_helpers.listen(page, tab.errors, tab.foreign)
     response = await page.goto(f"{base}/?{TIMERS_QUERY}&{query}")
     assert response is not None and response.ok, f"GET /: {response}"

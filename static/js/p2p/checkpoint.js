@@ -12,6 +12,12 @@
 // A state here is the training worker's export: {step, p1, p2, params, m, v} with tensor lists
 // {names, arrays} (static/js/train/messages.js), plus the model config (camelCase,
 // model/config.js), the AdamW config (model/optim.js) and the seed.
+//
+// An outer run's checkpoint (Python's `checkpoint.encode_outer`, docs/PROTOCOL.md "Outer runs"):
+// the outer weights, then `outer_m.<name>` (the outer momentum), no AdamW moments; metadata adds
+// `sync` "outer" and the outer loop (JSON), `step` counts outer steps, p1/p2 are a fresh inner
+// optimizer's and `weight_hash` is the outer hash. `encodeOuterCheckpoint` writes those bytes;
+// `decodeCheckpoint` reads both kinds (`outer` in its result: null for a per-step checkpoint).
 
 import { CONTRACT_VERSION } from '../numerics/index.js';
 import { sha256Arrays } from '../numerics/hash.js';
@@ -20,6 +26,9 @@ import { adamwConfig, OptimizerError } from '../model/optim.js';
 import { paramShapes, numel } from '../model/params.js';
 import { floatRepr } from './pyrepr.js';
 import { ReplicaRefused } from './machine/replica.js';
+import { OuterError, outerConfig } from '../outer/nesterov.js';
+
+export const OUTER_PREFIX = 'outer_m.';
 
 export const FORMAT = 'daisychain-checkpoint';
 export const FORMAT_VERSION = 1;
@@ -92,11 +101,50 @@ export async function encodeCheckpoint(state, { model, optim, seed, tokenizerSha
     vocab_size: String(model.vocabSize),
     weight_hash: weightHash,
   };
+  return container(tensors, meta, (name) => shapes.get(name.startsWith('m.') ||
+    name.startsWith('v.') ? name.slice(2) : name));
+}
+
+/**
+ * An outer run's checkpoint bytes (Python's `checkpoint.encode_outer`): `shared` {step, params,
+ * momentum} (tensor lists: the outer weights and momentum), the run's `outer` loop
+ * {innerSteps, lr, momentum}.
+ */
+export async function encodeOuterCheckpoint(shared, { model, optim, seed, outer,
+  tokenizerSha256 }) {
+  const tensors = [];
+  for (const [prefix, list] of [['', shared.params], [OUTER_PREFIX, shared.momentum]]) {
+    list.names.forEach((name, i) => tensors.push([prefix + name, list.arrays[i]]));
+  }
+  const shapes = paramShapes(model);
+  const outerJson = pyJsonSorted({ inner_steps: outer.innerSteps, lr: outer.lr,
+    momentum: outer.momentum }, new Set(['lr', 'momentum']));
+  const meta = {
+    format: FORMAT,
+    format_version: String(FORMAT_VERSION),
+    contract_version: String(CONTRACT_VERSION),
+    model: modelJson(model),
+    optim: optimJson(optim),
+    step: String(shared.step),
+    seed: String(seed),
+    p1: f32Bits(1), // a fresh inner optimizer's bias products (each peer's own is never shared)
+    p2: f32Bits(1),
+    tokenizer_sha256: tokenizerSha256,
+    vocab_size: String(model.vocabSize),
+    sync: 'outer',
+    outer: outerJson,
+    weight_hash: await sha256Arrays(tensors.map(([, a]) => a)),
+  };
+  return container(tensors, meta, (name) => shapes.get(name.startsWith(OUTER_PREFIX)
+    ? name.slice(OUTER_PREFIX.length) : name));
+}
+
+/** safetensors_io.encode: [name, Float32Array] in order, string metadata, each tensor's shape. */
+function container(tensors, meta, shapeOf) {
   let header = `{"__metadata__":${JSON.stringify(meta)}`;
   let offset = 0;
   for (const [name, array] of tensors) {
-    const base = name.startsWith('m.') || name.startsWith('v.') ? name.slice(2) : name;
-    const shape = shapes.get(base);
+    const shape = shapeOf(name);
     if (shape === undefined || numel(shape) !== array.length) {
       throw new TypeError(`tensor ${name} does not fit the model config`);
     }
@@ -288,7 +336,23 @@ export async function decodeCheckpoint(blob, source, { tokenizerSha256, vocabSiz
   }
   const shapes = paramShapes(model);
   const names = [...shapes.keys()];
-  const expected = [...names, ...names.map((k) => `m.${k}`), ...names.map((k) => `v.${k}`)];
+  const sync = meta.sync ?? 'step';
+  if (sync !== 'step' && sync !== 'outer') {
+    refuse(`${source}: sync mode '${sync.slice(0, 16)}' is not one this version reads; use the ` +
+      'DaisyChain version that wrote it');
+  }
+  let outer = null;
+  if (sync === 'outer') {
+    try {
+      const spec = JSON.parse(meta.outer ?? '');
+      outer = outerConfig({ innerSteps: spec.inner_steps, lr: spec.lr, momentum: spec.momentum });
+    } catch (exc) {
+      if (!(exc instanceof SyntaxError || exc instanceof OuterError || exc instanceof TypeError)) throw exc;
+      refuse(`${source}: invalid outer configuration in metadata: ${exc.message}`);
+    }
+  }
+  const prefixes = outer === null ? ['m.', 'v.'] : [OUTER_PREFIX];
+  const expected = [...names, ...prefixes.flatMap((pre) => names.map((k) => pre + k))];
   const missing = expected.filter((k) => !tensors.has(k));
   const extra = [...tensors.keys()].filter((k) => !expected.includes(k));
   if (missing.length > 0 || extra.length > 0) {
@@ -296,7 +360,8 @@ export async function decodeCheckpoint(blob, source, { tokenizerSha256, vocabSiz
       `[${missing.slice(0, 4)}], unexpected: [${extra.slice(0, 4)}])`);
   }
   for (const name of expected) {
-    const base = name.startsWith('m.') || name.startsWith('v.') ? name.slice(2) : name;
+    const pre = prefixes.find((x) => name.startsWith(x));
+    const base = pre === undefined ? name : name.slice(pre.length);
     const want = shapes.get(base);
     const { dtype, shape: got } = tensors.get(name);
     if (dtype !== 'F32' || got.length !== want.length || got.some((d, i) => d !== want[i])) {
@@ -306,11 +371,19 @@ export async function decodeCheckpoint(blob, source, { tokenizerSha256, vocabSiz
     }
   }
   const list = (prefix) => ({ names: [...names], arrays: names.map((k) => tensors.get(prefix + k).data) });
-  const state = { step, p1, p2, params: list(''), m: list('m.'), v: list('v.') };
   const digest = await sha256Arrays(expected.map((k) => tensors.get(k).data));
   if (digest !== need('weight_hash')) {
-    refuse(`${source}: weight hash ${digest.slice(0, 12)}... does not match the recorded ` +
-      `${meta.weight_hash.slice(0, 12)}...; the file is corrupted`);
+    refuse(`${source}: ${outer === null ? 'weight' : 'outer'} hash ${digest.slice(0, 12)}... ` +
+      `does not match the recorded ${meta.weight_hash.slice(0, 12)}...; the file is corrupted`);
   }
-  return { state, model, optim, seed, weightHash: digest };
+  if (outer !== null) {
+    // The inner optimizer starts fresh on the outer weights (each peer's own; never shared).
+    const zeros = () => ({ names: [...names],
+      arrays: names.map((k) => new Float32Array(numel(shapes.get(k)))) });
+    const state = { step: 0, p1, p2, params: list(''), m: zeros(), v: zeros() };
+    return { state, model, optim, seed, weightHash: digest,
+      outer: { config: outer, step, momentum: list(OUTER_PREFIX) } };
+  }
+  const state = { step, p1, p2, params: list(''), m: list('m.'), v: list('v.') };
+  return { state, model, optim, seed, weightHash: digest, outer: null };
 }

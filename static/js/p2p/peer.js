@@ -58,6 +58,7 @@ import { revisionOf } from '../fineweb.js';
 import { DataUnavailable } from './datafeed.js';
 import { decodeCheckpoint } from './checkpoint.js';
 import { PrivateDataError } from './privatedata.js';
+import { trainsOuterRuns } from './machine/replica.js';
 
 const CLOSE_DRAIN_MS = 1000; // a refusal's `error` leaves before its channel closes
 const MIN_RETRY_MS = 10;
@@ -75,12 +76,13 @@ function runId() {
  * heads: the config then names no preset), learning rate, warm-up, seed,
  * data source ('builtin' or the page's 'fineweb@REV') and global batch (sequences per step of
  * the whole group, shared out by the leader; default: the batch x max(1, minPeers), what that
- * many equal devices computed in protocol version 1). The same record node.py's
+ * many equal devices computed in protocol version 1), and `outer` {innerSteps, lr, momentum} for
+ * an outer run (docs/PROTOCOL.md, "Outer runs"; null: per-step). The same record node.py's
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
  */
 export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
   width, layers, heads, data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1,
-  sharesBy = 'speed' }) {
+  sharesBy = 'speed', outer = null }) {
   const p = PRESETS[preset];
   if (p === undefined) {
     throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
@@ -105,7 +107,19 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
     resume_hash: null,
     global_batch: globalBatch ?? (batch ?? p.batch) * Math.max(1, minPeers),
     shares_by: sharesBy,
+    ...outerFields(outer),
   });
+}
+
+/**
+ * An outer run's `sync` and `outer` fields (docs/PROTOCOL.md, "Outer runs"; written after
+ * `shares_by`, as node.py does) from {innerSteps, lr, momentum}; none for a per-step run (null),
+ * whose config keeps its bytes.
+ */
+function outerFields(outer) {
+  if (outer === null) return {};
+  return { sync: 'outer',
+    outer: { steps: outer.innerSteps, lr: outer.lr, momentum: outer.momentum } };
 }
 
 /**
@@ -116,7 +130,7 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
 export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', globalBatch,
   minPeers = 1, sharesBy = 'speed' }) {
   const m = ck.model;
-  const step = ck.state.step;
+  const step = checkpointStep(ck);
   return message('config', {
     run: runId(),
     preset: null,
@@ -134,13 +148,20 @@ export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', glo
     resume_hash: step > 0 ? ck.weightHash : null,
     global_batch: globalBatch ?? m.batch * Math.max(1, minPeers),
     shares_by: sharesBy,
+    ...outerFields(ck.outer?.config ?? null), // an outer run continues as one
   });
+}
+
+/** The steps a decoded checkpoint holds: an outer run's rounds, or a per-step run's steps. */
+function checkpointStep(ck) {
+  return ck.outer?.step ?? ck.state.step;
 }
 
 /** The steps a resumed run trains to unless the user says: the checkpoint's schedule, or +100. */
 export function defaultResumeSteps(ck) {
   const total = ck.optim.totalSteps;
-  return total > ck.state.step ? total : ck.state.step + 100;
+  const step = checkpointStep(ck);
+  return total > step ? total : step + 100;
 }
 
 export class BrowserPeer extends EventTarget {
@@ -381,7 +402,7 @@ export class BrowserPeer extends EventTarget {
 
   /**
    * Lead a run: {preset, steps, lr?, warmup?, seed?, batch?, seqLen?, width?, layers?, heads?,
-   * globalBatch?, sharesBy?,
+   * globalBatch?, sharesBy?, outer? ({innerSteps, lr, momentum}: an outer run),
    * minPeers}. Rejects with an
    * Incompatible (message, hint) when this peer could not train it itself.
    */
@@ -391,11 +412,14 @@ export class BrowserPeer extends EventTarget {
       tokenizerSha256: this.tokenizerSha256 });
     const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
       vocabSize: this.vocabSize, caps: this.machine.settings.limits,
-      dataSources: this.machine.settings.data_sources });
+      dataSources: this.machine.settings.data_sources, outerRuns: trainsOuterRuns(this.replica) });
     await new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
           this.privateText?.checkFits(accepted.model.seqLen); // fed before this: it is current
+          // The sync mode before the state, as node.py's _prepare_lead (the machine tells it
+          // again when it takes the lead, after this).
+          if (trainsOuterRuns(this.replica)) this.replica.setOuter(accepted.outer);
           await this.replica.start(accepted.model, accepted.optim, config.seed);
           resolve();
         } catch (exc) {
@@ -428,12 +452,14 @@ export class BrowserPeer extends EventTarget {
       vocabSize: this.vocabSize });
     const config = resumeConfig(ck, { steps: steps ?? defaultResumeSteps(ck),
       tokenizerSha256: this.tokenizerSha256, globalBatch, minPeers });
-    parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256, vocabSize: this.vocabSize,
-      caps: this.machine.settings.limits, dataSources: this.machine.settings.data_sources });
+    const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
+      vocabSize: this.vocabSize, caps: this.machine.settings.limits,
+      dataSources: this.machine.settings.data_sources, outerRuns: trainsOuterRuns(this.replica) });
     await new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
           this.privateText?.checkFits(ck.model.seqLen); // fed before this: it is current
+          if (trainsOuterRuns(this.replica)) this.replica.setOuter(accepted.outer);
           await this.replica.restore(bytes, source);
           resolve();
         } catch (exc) {
@@ -622,8 +648,9 @@ export class BrowserPeer extends EventTarget {
       }
       // Every lane of ours is asked at once (fetched, or taken from the prefetch, in parallel)
       // before any gradient is computed.
-      return await this.replica.compute(c, (lane) => this.data.batch(this.replica.address(lane)),
-        this.earlyChunks(c));
+      // An outer round's inner steps name their batch index (replica.js computeRound).
+      return await this.replica.compute(c,
+        (lane, index) => this.data.batch(this.replica.address(lane, index)), this.earlyChunks(c));
     } catch (exc) {
       if (!(exc instanceof DataUnavailable)) throw exc;
       // Never train on other text: leave the run cleanly and say why.
@@ -667,13 +694,14 @@ export class BrowserPeer extends EventTarget {
   computeOnPrivate(c) {
     const text = this.privateText;
     const { model, seed, step } = this.replica;
-    return this.replica.compute(c, (lane) => text.lane(model, seed, step, lane), this.earlyChunks(c));
+    return this.replica.compute(c, (lane, index = step) => text.lane(model, seed, index, lane),
+      this.earlyChunks(c));
   }
 
   /** A builtin run's gradient: lane l of step s is the batch of (seed, s, l). */
   computeOnBuiltin(c) {
-    return this.replica.compute(c, (lane) => this.replica.builtinLane(this.tokens, lane),
-      this.earlyChunks(c));
+    return this.replica.compute(c,
+      (lane, index) => this.replica.builtinLane(this.tokens, lane, index), this.earlyChunks(c));
   }
 
   /**

@@ -13,15 +13,25 @@
 // started on that backend (gated and probed again on its own device, not timed again). The
 // protocol machine publishes the backend's name with every hash, so it must be known before the
 // machine is born.
+//
+// Outer runs (docs/PROTOCOL.md, "Outer runs"): `setOuter` (Python's set_outer) makes every run
+// this replica starts or restores an outer run: the worker then holds the outer weights W, the
+// momentum M and this peer's own inner AdamW state (train/outer.js); `compute` is a round (H
+// inner steps on a copy, the pseudo-gradient's chunks: Python's p2p/inner.py), `apply` the outer
+// step, `hash` the outer hash, checkpoints carry W and M (checkpoint.js encodeOuterCheckpoint).
+// The inner state a round produced is kept when that round is applied: the round the last
+// `compute` of the step computed (a re-committed roster computes the step again from the same
+// copy; a share of 0 computes nothing and keeps the inner state as it was).
 
 import { TrainWorker } from '../train/client.js';
 import { fromTensors, toTensors } from '../train/messages.js';
 import { sampleBatch } from '../model/batches.js';
 import { paramShapes } from '../model/params.js';
-import { flatten, nBlocks, unflatten } from './codec.js';
+import { BLOCK, encode, flatten, nBlocks, unflatten } from './codec.js';
+import { chunkSlice } from './allreduce.js';
 import { ChunkWatch } from './early.js';
 import { offsets, pieces } from './shares.js';
-import { decodeCheckpoint, encodeCheckpoint, stepOf } from './checkpoint.js';
+import { decodeCheckpoint, encodeCheckpoint, encodeOuterCheckpoint, stepOf } from './checkpoint.js';
 import { ReplicaRefused } from './machine/replica.js';
 
 const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
@@ -68,6 +78,19 @@ export class WorkerReplica {
     this.selection = null;
     this._step = 0;
     this._hash = '';
+    this.outer = null; // the run's outer loop {innerSteps, lr, momentum} (null: per-step)
+    this.round = null; // an outer run: {step, token} of the last round computed (token null: none)
+    this.tokens = 0; // the last round token handed to the worker
+  }
+
+  /**
+   * The run's outer loop ({innerSteps, lr, momentum}; null: a per-step run), told by the machine
+   * before start or restore (machine/replica.js). Its presence is what lets the page's machine
+   * accept outer runs (runconfig `outerRuns`).
+   */
+  setOuter(outer) {
+    this.outer = outer === null ? null : { innerSteps: outer.innerSteps, lr: outer.lr,
+      momentum: outer.momentum };
   }
 
   get step() {
@@ -79,7 +102,7 @@ export class WorkerReplica {
   }
 
   /** A new worker for `model` (the old one, if any, is ended only once this one is ready). */
-  async newWorker(model, optim, seed, state = undefined) {
+  async newWorker(model, optim, seed, state = undefined, shared = undefined) {
     const worker = this.makeWorker();
     const forward = (e) => this.onEvent(e.detail);
     for (const kind of ['fallback', 'device-lost', 'device-rebuilt', 'error']) {
@@ -95,14 +118,24 @@ export class WorkerReplica {
       worker.terminate();
       throw exc;
     }
+    let identity = selection;
+    if (this.outer !== null) {
+      try {
+        identity = await worker.outer(this.outer, shared);
+      } catch (exc) {
+        worker.terminate();
+        throw exc;
+      }
+    }
     this.worker?.terminate();
     this.worker = worker;
     this.selection = selection;
     this.model = model;
     this.optim = optim;
     this.seed = seed;
-    this._step = selection.step;
-    this._hash = selection.hash;
+    this._step = identity.step;
+    this._hash = identity.hash;
+    this.round = null;
   }
 
   async start(model, optim, seed) {
@@ -113,6 +146,21 @@ export class WorkerReplica {
     const ck = await decodeCheckpoint(blob, source, {
       tokenizerSha256: this.tokenizerSha256, vocabSize: this.vocabSize,
     });
+    if ((ck.outer === null) !== (this.outer === null)) {
+      const kind = (o) => (o === null ? 'a per-step run' : 'an outer run');
+      throw new ReplicaRefused(`${source}: a checkpoint of ${kind(ck.outer)}, but this is ` +
+        `${kind(this.outer)}`);
+    }
+    if (ck.outer !== null) {
+      // A new worker: its inner optimizer starts fresh on the outer weights, as Python's does.
+      await this.newWorker(ck.model, ck.optim, ck.seed, ck.state,
+        { step: ck.outer.step, momentum: ck.outer.momentum });
+      if (this._hash !== ck.weightHash) {
+        throw new ReplicaRefused(`${source}: the worker holds ${this._hash.slice(0, 12)}... after ` +
+          `loading a checkpoint of ${ck.weightHash.slice(0, 12)}...`);
+      }
+      return;
+    }
     const same = this.worker !== null && JSON.stringify(plain(ck.model)) === JSON.stringify(plain(this.model)) &&
       JSON.stringify(plain(ck.optim)) === JSON.stringify(plain(this.optim)) && ck.seed === this.seed;
     if (same) {
@@ -130,6 +178,12 @@ export class WorkerReplica {
   }
 
   async checkpoint() {
+    if (this.outer !== null) {
+      const { state, outer } = await this.worker.exportOuter();
+      return encodeOuterCheckpoint({ step: outer.step, params: state.params,
+        momentum: outer.momentum }, { model: this.model, optim: this.optim, seed: this.seed,
+        outer: this.outer, tokenizerSha256: this.tokenizerSha256 });
+    }
     const state = await this.worker.exportState();
     return encodeCheckpoint(state, { model: this.model, optim: this.optim, seed: this.seed,
       tokenizerSha256: this.tokenizerSha256 });
@@ -141,6 +195,15 @@ export class WorkerReplica {
   }
 
   async apply(flat) {
+    if (this.outer !== null) {
+      // The round this step computed last gives this peer its inner state (none: share 0).
+      const token = this.round?.step === this._step + 1 ? this.round.token : null;
+      const r = await this.worker.applyOuter(flat, token);
+      this._step = r.step;
+      this._hash = r.hash;
+      this.round = null;
+      return;
+    }
     const grads = toTensors(unflatten(flat, paramShapes(this.model)));
     const r = await this.worker.apply(grads, { transfer: true });
     this._step = r.step;
@@ -155,10 +218,13 @@ export class WorkerReplica {
     return pieces(offsets(shares)[rank], shares[rank], this.model.batch);
   }
 
-  /** Lane `lane` of the next step in the built-in corpus: the batch version 1 gave that rank. */
-  builtinLane(tokens, lane) {
+  /**
+   * Lane `lane` of batch index `index` in the built-in corpus (the batch version 1 gave that
+   * rank): by default the next step's; an outer round's inner step names its own (compute).
+   */
+  builtinLane(tokens, lane, index = this._step) {
     const { batch, seqLen } = this.model;
-    return sampleBatch(tokens, batch, seqLen, this.seed, this._step, lane);
+    return sampleBatch(tokens, batch, seqLen, this.seed, index, lane);
   }
 
   /**
@@ -178,7 +244,8 @@ export class WorkerReplica {
    * handed over as soon as it is (early.js; docs/PROTOCOL.md "Early chunks"): the same bytes
    * `payloads[k]` then holds.
    */
-  async compute({ rank, shares }, laneOf, onPartial = null) {
+  async compute({ step, rank, shares }, laneOf, onPartial = null) {
+    if (this.outer !== null) return this.computeRound({ step, rank, shares }, laneOf);
     const parts = this.piecesOf({ rank, shares });
     const lanes = await Promise.all(parts.map((p) => laneOf(p.lane)));
     const rowsOf = parts.map((p, i) => this.rowsOf(lanes[i], p));
@@ -226,6 +293,56 @@ export class WorkerReplica {
     return { loss, payloads, probe, backend, products, ms: performance.now() - t0, gradMs, count };
   }
 
+  /**
+   * An outer run's `compute` (docs/PROTOCOL.md, "Outer runs"; Python's node.py
+   * _start_outer_compute and p2p/inner.py): for protocol step `step`, inner step j = 0 .. H-1
+   * trains batch index (step - 1) * H + j at this replica's positions (the lanes `laneOf(lane,
+   * index)` gives, cut into the same pieces as a per-step step's), one AdamW step each, on a copy
+   * of the outer weights with this peer's inner state; the pseudo-gradient W - w is cut into the
+   * roster's chunks, each quantized with the exchange codec. Resolves to compute's record;
+   * `count` is the sequences of all inner steps (what seconds per sequence are measured on). A
+   * share of 0 takes no inner steps and sends nothing (the probe only). Chunks leave only when
+   * the round is done: the pseudo-gradient exists only after the last inner step.
+   */
+  async computeRound({ step, rank, shares }, laneOf) {
+    const H = this.outer.innerSteps;
+    const count = shares[rank];
+    const token = count > 0 ? ++this.tokens : null;
+    this.round = { step, token };
+    const t0 = performance.now();
+    let loss = 0;
+    let payloads = shares.map(() => new Uint8Array(0));
+    let backend = this.selection?.backend ?? this.backend;
+    let products = 0;
+    if (count > 0) {
+      const parts = this.piecesOf({ rank, shares });
+      const steps = [];
+      for (let j = 0; j < H; j++) {
+        const index = (step - 1) * H + j;
+        const lanes = await Promise.all(parts.map((p) => laneOf(p.lane, index)));
+        steps.push(parts.map((p, i) => this.rowsOf(lanes[i], p)));
+      }
+      const r = await this.worker.round(steps, count, token);
+      ({ loss, backend } = r);
+      products = r.products ?? 0;
+      payloads = this.chunkPayloads(r.delta, shares);
+    }
+    const gradMs = performance.now() - t0;
+    const { probe } = await this.worker.probe();
+    return { loss, payloads, probe, backend, products, ms: performance.now() - t0, gradMs,
+      count: count * H };
+  }
+
+  /** Every roster chunk of `flat` quantized (codec encode); empty bytes for an empty chunk
+   * (Python's inner.chunk_payloads). */
+  chunkPayloads(flat, shares) {
+    const total = flat.length / BLOCK;
+    return shares.map((_, k) => {
+      const [start, end] = chunkSlice(total, shares, k);
+      return start === end ? new Uint8Array(0) : encode(flat.subarray(start, end)).payload;
+    });
+  }
+
   /** Blocks of the flat gradient of this replica's model. */
   totalBlocks() {
     let n = 0;
@@ -241,10 +358,11 @@ export class WorkerReplica {
     return { x: x.slice(from, to), y: y.slice(from, to), rows: piece.rows };
   }
 
-  /** Where lane `lane` of this replica's next step is in a FineWeb-Edu run (datafeed.js; the
-   * address's `rank` is the lane): the step is the completed steps, as in sampleBatch. */
-  address(lane) {
-    return { seed: this.seed, step: this._step, rank: lane, batch: this.model.batch,
+  /** Where lane `lane` of batch index `index` (by default this replica's next step: the
+   * completed steps, as in sampleBatch) is in a FineWeb-Edu run (datafeed.js; the address's
+   * `rank` is the lane). */
+  address(lane, index = this._step) {
+    return { seed: this.seed, step: index, rank: lane, batch: this.model.batch,
       seqLen: this.model.seqLen };
   }
 

@@ -77,8 +77,9 @@ const MODEL_HINTS = {
  * `vocabSize` describe this peer's tokenizer; `caps` are its Limits (defaults: limits());
  * `dataSources` the config.data names it can read ('builtin', and 'fineweb@REV' when its server
  * reads FineWeb-Edu at that revision); `outerRuns` says this peer trains outer runs (a machine
- * whose replica can: the conformance traces' replica does, the page's does not, so the page
- * keeps the default and refuses them with rule `page-outer`).
+ * whose replica can: the conformance traces' replica and the page's WorkerReplica have
+ * setOuter; a machine whose replica has none keeps the default and refuses them with rule
+ * `page-outer`).
  * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...,
  * outer: {innerSteps, lr, momentum} for an outer run, else null}.
  */
@@ -273,9 +274,10 @@ function withOuterState(footprint, cfg) {
   });
 }
 
-// What the page itself cannot do yet (the rules above are the protocol's, shared with Python):
-// a page computes one gradient per step, not H inner steps, so it stays out of an outer run
-// rather than fork it. The headless peer (python -m daisychain.peer) trains them.
+// What a page whose replica has no setOuter cannot do (the rules above are the protocol's,
+// shared with Python): it computes one gradient per step, not H inner steps, so it stays out of
+// an outer run rather than fork it. The page's WorkerReplica has setOuter (its machine passes
+// outerRuns); the rule stays for any replica without it.
 export const PAGE_OUTER_HINT = 'this page cannot train outer runs yet; join with the headless ' +
   'peer (python -m daisychain.peer --server URL), or lead a per-step run';
 

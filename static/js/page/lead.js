@@ -5,7 +5,10 @@
 // (the form: preset, steps, devices needed, data source, and under "More settings" sequences
 // per device, sequences per step of the whole group (default: per device x the devices ready
 // here when Start is pressed), sequence length, a custom size (width, layers, heads), learning
-// rate, seed; the size and its memory estimate said live above Start; Start) -> configured/training as leader
+// rate, seed, how the group exchanges (per step, or outer rounds of H inner steps with an outer
+// learning rate and momentum: docs/PROTOCOL.md "Outer runs"; the three outer fields show only
+// for outer rounds); the size and its memory estimate said live above Start; Start) ->
+// configured/training as leader
 // (what runs, and Stop: peer.endRun(), the whole group stops at the next step boundary) or as
 // follower ("Following NAME's run: joined automatically") -> stopped (why) -> a new session's
 // lobby, which says how the last run ended and that this device is ready for the next. A choice this device could not train itself is refused by the run rules
@@ -104,10 +107,31 @@ export function mount(root, page) {
         // 20 as `daisychain train`: without a warm-up the first steps of a fresh model at the
         // full rate can jump the loss back up (seen on tiny at lr 0.003).
         field('Warm-up', num('warmup', { min: 0, value: 20 })),
-        field('Seed', num('seed', { min: 0, max: 4294967295, value: 1 })))),
+        field('Seed', num('seed', { min: 0, max: 4294967295, value: 1 })),
+        field('Exchange', h('select', { name: 'sync' },
+          h('option', { value: 'step', text: 'every step' }),
+          h('option', { value: 'outer', text: 'outer rounds (fewer bytes)' })), 'field whole'),
+        // DiLoCo's outer optimizer (docs/OUTER.md): the defaults are the headless peer's. No
+        // HTML bounds: the run rules refuse a wrong value with their own message and hint.
+        field('Inner updates per round (H)', num('outer_steps', { value: 10 }),
+          'field whole outer'),
+        field('Outer learning rate', h('input', { name: 'outer_lr', type: 'number',
+          inputmode: 'decimal', step: 'any', value: 0.7 }), 'field outer'),
+        field('Outer momentum', h('input', { name: 'outer_momentum', type: 'number',
+          inputmode: 'decimal', step: 'any', value: 0.9 }), 'field outer'),
+        h('p', { class: 'note outer whole', text: 'Outer rounds: each device makes its inner ' +
+          'updates (AdamW steps) on its own, then the group exchanges once per round; Steps ' +
+          'counts rounds.' }))),
     h('p', { class: 'note size', role: 'status', 'aria-label': 'Model size and memory' }),
     h('div', { class: 'actions' }, start));
   const sizeNote = form.querySelector('.size');
+  const outerOnly = form.querySelectorAll('.outer');
+  const showSync = () => {
+    const outer = new FormData(form).get('sync') === 'outer';
+    for (const el of outerOnly) el.hidden = !outer;
+  };
+  form.addEventListener('change', showSync);
+  showSync();
   const refusal = h('p', { class: 'note bad', role: 'alert', hidden: true });
   const standing = h('p', { class: 'standing', role: 'status', 'aria-live': 'polite' });
   const stop = h('button', { type: 'button', class: 'danger', text: 'Stop the run', hidden: true });
@@ -166,7 +190,9 @@ export function mount(root, page) {
       standing.textContent = 'No run yet: start one, or wait for someone in the group to lead.';
     } else if (inRun && peer.isLeader) {
       const c = peer.config;
-      standing.textContent = `You lead this run: ${c.preset ?? 'custom'}, ${c.steps} steps, ` +
+      const steps = c.sync === 'outer' ? `${c.steps} rounds of ${c.outer.steps} inner steps`
+        : `${c.steps} steps`;
+      standing.textContent = `You lead this run: ${c.preset ?? 'custom'}, ${steps}, ` +
         `${c.global_batch} sequences per step shared ${c.shares_by === 'speed' ? 'by speed' : 'equally'}` +
         `${phase === 'configured' ? ' (waiting for the devices to get ready)' : ''}.`;
     } else if (inRun) {
@@ -193,6 +219,10 @@ export function mount(root, page) {
       sharesBy: f.get('shares_by') ?? 'speed',
     };
     if (f.get('data') !== 'builtin') choices.data = f.get('data');
+    // Checked by the run rules on Start (outer-steps, outer-lr, outer-momentum), as for Python.
+    if (f.get('sync') === 'outer') {
+      choices.outer = { innerSteps: n('outer_steps'), lr: n('outer_lr'), momentum: n('outer_momentum') };
+    }
     try {
       await peer.lead(choices);
       page.status('Leading: waiting for the devices to get ready.');

@@ -105,6 +105,8 @@ export function mount(root, page) {
   const rateOut = row('Group speed', 'live-rate');
   const splitOut = row('Step time', 'live-split');
   const valOut = row('Validation', 'live-val');
+  const syncOut = row('Exchange', 'live-sync');
+  const bytesOut = row('Bytes sent', 'live-bytes');
   const splitBar = h('div', { class: 'live-splitbar', 'aria-hidden': 'true' },
     h('span', { class: 'compute' }), h('span', { class: 'exchange' }));
   splitOut.after(splitBar);
@@ -234,8 +236,14 @@ export function mount(root, page) {
       const msPerStep = n > 0 ? (last.appliedAtMs - recs.at(-1 - n).appliedAtMs) / n : null;
       progress.max = cfg.steps;
       progress.value = last.step;
-      view.progress = finished ? `stopped at step ${last.step} of ${cfg.steps}`
-        : F.progressLine(last.step, cfg.steps, msPerStep);
+      const inner = F.innerStepsOf(cfg);
+      const unit = cfg.sync === 'outer' ? 'round' : 'step';
+      view.progress = finished ? `stopped at ${unit} ${last.step} of ${cfg.steps}`
+        : F.progressLine(last.step, cfg.steps, msPerStep, unit);
+      view.sync = F.syncLine(cfg, last.step);
+      syncOut.textContent = view.sync;
+      view.bytes = F.bytesPerTokenLine(F.bytesPerToken(recs, seqLen, inner));
+      bytesOut.textContent = view.bytes;
       if (!finished && recs.length === 1) {
         setState(`Training with ${last.roster.length} devices` +
           `${runPeer?.isLeader ? ', led by this device' : ''}.`);
@@ -262,9 +270,9 @@ export function mount(root, page) {
       view.units = F.unitsLine(shown?.backends ?? new Map());
       unitsOut.textContent = view.units;
 
-      view.rate = F.formatRate(F.groupRate(recs, batch, seqLen));
+      view.rate = F.formatRate(F.groupRate(recs, batch, seqLen, 5, inner));
       view.fastest = F.fastestAlone(runPeer?.speeds, last.roster, seqLen);
-      view.speedLine = F.groupSpeedLine(F.groupRate(recs, batch, seqLen), view.fastest);
+      view.speedLine = F.groupSpeedLine(F.groupRate(recs, batch, seqLen, 5, inner), view.fastest);
       rateOut.textContent = `${view.speedLine} (${last.roster.length} device` +
         `${last.roster.length === 1 ? '' : 's'})`;
 

@@ -1,7 +1,7 @@
 // The live panel's read-outs as plain functions of what the run reports (live.js draws them):
 // the hash agreement line, the unit counts per backend, tokens per second, the step time split,
-// the validation schedule and the ETA. No DOM here: node tests feed them wrong inputs
-// (tests/js/live.test.mjs).
+// the validation schedule and the ETA, an outer run's rounds and the bytes sent per token. No
+// DOM here: node tests feed them wrong inputs (tests/js/live.test.mjs, page_outer_live.test.mjs).
 
 const DASH = '–';
 
@@ -93,13 +93,56 @@ export function sequencesOf(record, batch) {
  * its shares: the global batch) x seq_len tokens per step over the wall time between applies.
  * null before two steps are in.
  */
-export function groupRate(records, batch, seqLen, window = 5) {
+export function groupRate(records, batch, seqLen, window = 5, inner = 1) {
   if (records.length < 2) return null;
   const last = records[records.length - 1];
   const first = records[Math.max(0, records.length - 1 - window)];
   let tokens = 0;
-  for (const r of records.slice(records.indexOf(first) + 1)) tokens += sequencesOf(r, batch) * seqLen;
+  for (const r of records.slice(records.indexOf(first) + 1)) {
+    tokens += sequencesOf(r, batch) * seqLen * inner; // an outer round: H inner steps of them
+  }
   return tokensPerSecond(tokens, last.appliedAtMs - first.appliedAtMs);
+}
+
+/**
+ * The inner steps per round of a run config (docs/PROTOCOL.md, "Outer runs"): `outer.steps` of
+ * a `sync: "outer"` run; 1 for a per-step run (one step is one exchange).
+ */
+export function innerStepsOf(config) {
+  return config?.sync === 'outer' && Number.isInteger(config.outer?.steps) ? config.outer.steps : 1;
+}
+
+/**
+ * How the run exchanges, for the live panel: "every step" for a per-step run; for an outer run
+ * "round 3 of 10: 2 inner steps per device per round (6 of 20 inner steps done)".
+ */
+export function syncLine(config, round) {
+  const h = innerStepsOf(config);
+  if (config?.sync !== 'outer') return 'every step (per-step exchange)';
+  const steps = config.steps;
+  return `round ${round} of ${steps}: ${h} inner step${h === 1 ? '' : 's'} per device per round ` +
+    `(${round * h} of ${steps * h} inner steps done)`;
+}
+
+/**
+ * Payload bytes this device sent per token it trained: its cumulative bytes sent (the last
+ * record's `bytesSent`) over the tokens of its shares in every record (share x seq_len x inner
+ * steps), null before it trained any. The figure per-step and outer runs are compared by
+ * (docs/OUTER.md, "Measured": bytes per token).
+ */
+export function bytesPerToken(records, seqLen, inner = 1) {
+  let tokens = 0;
+  for (const r of records) if (Number.isInteger(r.share)) tokens += r.share * seqLen * inner;
+  const sent = records.at(-1)?.bytesSent;
+  return tokens > 0 && Number.isFinite(sent) ? sent / tokens : null;
+}
+
+/** 1377.4 -> "1,377 bytes per token sent by this device"; 13.77 -> "13.8 ..."; null -> "–". */
+export function bytesPerTokenLine(perToken) {
+  if (perToken === null || !Number.isFinite(perToken)) return DASH;
+  const n = perToken >= 100 ? Math.round(perToken).toLocaleString('en-US')
+    : perToken >= 10 ? perToken.toFixed(1) : perToken.toFixed(2);
+  return `${n} bytes per token sent by this device`;
 }
 
 /**
@@ -156,10 +199,11 @@ export function evalDue(step, steps) {
   return step > 0 && (step % evalEvery(steps) === 0 || step === steps);
 }
 
-/** "step 41 of 300" and the ETA from the recent step rate ("about 3 min left"). */
-export function progressLine(step, steps, msPerStep) {
+/** "step 41 of 300" (an outer run: "round 41 of 300") and the ETA from the recent step rate
+ * ("about 3 min left"). */
+export function progressLine(step, steps, msPerStep, unit = 'step') {
   const left = steps - step;
   const eta = left > 0 && msPerStep !== null && Number.isFinite(msPerStep)
     ? `, about ${formatDuration(left * msPerStep)} left` : '';
-  return `step ${step} of ${steps}${eta}`;
+  return `${unit} ${step} of ${steps}${eta}`;
 }

@@ -158,6 +158,30 @@ export class TrainWorker extends EventTarget {
     return this.request('load', { state });
   }
 
+  /** An outer run from now on (docs/PROTOCOL.md, "Outer runs"): resolves to {step, hash}. */
+  outer(outer, shared = undefined) {
+    return this.request('outer', shared === undefined ? { outer } : { outer, shared });
+  }
+
+  /**
+   * An outer round's H inner steps (`steps[j]`: inner step j's pieces [{x, y, rows}], `count`
+   * sequences each): {loss, delta (the flat pseudo-gradient), backend, products, ms}; the round's
+   * inner state is kept under `token`.
+   */
+  round(steps, count, token) {
+    return this.request('round', { steps, count, token });
+  }
+
+  /** The outer step with the flat mean pseudo-gradient; round `token`'s inner state is kept. */
+  applyOuter(mean, token, { transfer = false } = {}) {
+    return this.request('outer-apply', { mean, token }, transfer ? [mean.buffer] : []);
+  }
+
+  /** An outer run's export: {state (W and the inner state), outer: {step, momentum}}. */
+  exportOuter() {
+    return this.request('export');
+  }
+
   /** Test hook: destroy the worker's GPU device after `afterProducts` more products. */
   injectFault(afterProducts, rebuildSources) {
     const fields = { afterProducts };

@@ -20,6 +20,15 @@
 //   export        {}                                -> {state}
 //   load          {state}                           -> {step, hash}
 //   inject-fault  {afterProducts, rebuildSources?}  -> {armed}  (test hook: loses the device)
+//   outer         {outer: {innerSteps, lr, momentum}, shared?: {step, momentum}}
+//                                                   -> {step, hash}  (an outer run from now on,
+//                 docs/PROTOCOL.md "Outer runs"; `shared`: a checkpoint's rounds and momentum)
+//   round         {steps: [[{x, y, rows}]], count, token}
+//                                                   -> {loss, delta, backend, products, ms}
+//                 (H inner steps on a copy of the outer weights; delta: the flat W - w)
+//   outer-apply   {mean, token}                     -> {step, hash}  (the outer step; the inner
+//                 state of round `token` (null: none) becomes this peer's)
+//   export        in an outer run also `outer` {step, momentum} beside `state`
 // Worker -> page: {type: 'result', id, result} | {type: 'error', id, error: {name, message,
 // hint}} | {type: 'event', event: {kind, ...}} with kind one of EVENT_KINDS | {type: 'grad',
 // id, name, values: Float32Array} (an early gradient of a `grads` request).
@@ -30,7 +39,11 @@
 
 export const REQUEST_TYPES = Object.freeze([
   'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'inject-fault', 'eval',
+  'outer', 'round', 'outer-apply',
 ]);
+// A round's inner steps (H): runconfig's rule `outer-steps` bounds rounds x H below 2^24; one
+// request carries every inner step's tokens, so a page refuses more than this many.
+export const MAX_INNER_STEPS = 4096;
 export const BACKEND_CHOICES = Object.freeze(['auto', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu']);
 export const EVENT_KINDS = Object.freeze([
   'state', 'progress', 'selection', 'device-lost', 'device-rebuilt', 'fallback',
@@ -138,7 +151,60 @@ const FIELDS = {
   load: ['state'],
   'inject-fault': ['afterProducts', 'rebuildSources'],
   eval: ['batches', 'batch'],
+  outer: ['outer', 'shared'],
+  round: ['steps', 'count', 'token'],
+  'outer-apply': ['mean', 'token'],
 };
+
+function outerFields(msg) {
+  const o = msg.outer;
+  if (!isObject(o)) refuse('outer: outer must be {innerSteps, lr, momentum}', 'send the run\'s outer loop');
+  onlyFields(o, ['innerSteps', 'lr', 'momentum'], 'outer.outer');
+  integer(o.innerSteps, 'outer: outer.innerSteps', 1, MAX_INNER_STEPS);
+  for (const k of ['lr', 'momentum']) {
+    if (typeof o[k] !== 'number' || !Number.isFinite(o[k])) {
+      refuse(`outer: outer.${k} must be a finite number`, 'send the run config\'s value');
+    }
+  }
+  if (msg.shared !== undefined) {
+    if (!isObject(msg.shared)) refuse('outer: shared must be {step, momentum}', 'omit it for a new run');
+    onlyFields(msg.shared, ['step', 'momentum'], 'outer.shared');
+    integer(msg.shared.step, 'outer: shared.step', 0, Number.MAX_SAFE_INTEGER);
+    parseTensors(msg.shared.momentum, 'outer: shared.momentum');
+  }
+}
+
+function roundFields(msg) {
+  integer(msg.count, 'round: count', 1, 4096);
+  integer(msg.token, 'round: token', 0, Number.MAX_SAFE_INTEGER);
+  if (!Array.isArray(msg.steps) || msg.steps.length === 0 || msg.steps.length > MAX_INNER_STEPS) {
+    refuse(`round: steps must be a list of 1 to ${MAX_INNER_STEPS} inner steps`,
+      'send each inner step\'s lane pieces [{x, y, rows}]');
+  }
+  msg.steps.forEach((pieces, j) => {
+    if (!Array.isArray(pieces) || pieces.length === 0) {
+      refuse(`round: steps[${j}] must be a non-empty list of pieces`, 'send {x, y, rows} per piece');
+    }
+    let rows = 0;
+    pieces.forEach((p, i) => {
+      const what = `round: steps[${j}][${i}]`;
+      if (!isObject(p)) refuse(`${what} must be {x, y, rows}`, 'send {x, y, rows} per piece');
+      onlyFields(p, ['x', 'y', 'rows'], what);
+      tokens(p.x, `${what}.x`);
+      tokens(p.y, `${what}.y`);
+      integer(p.rows, `${what}.rows`, 1, p.x.length);
+      if (p.x.length !== p.y.length || p.x.length % p.rows !== 0) {
+        refuse(`${what}: ${p.x.length} inputs, ${p.y.length} targets for ${p.rows} rows`,
+          'send rows whole sequences of inputs and their targets');
+      }
+      rows += p.rows;
+    });
+    if (rows !== msg.count) {
+      refuse(`round: steps[${j}] holds ${rows} sequences, count is ${msg.count}`,
+        'send every inner step with the same pieces: the share\'s sequences');
+    }
+  });
+}
 
 function base(v, name) {
   if (v === undefined) return undefined;
@@ -217,6 +283,16 @@ export function parseRequest(msg) {
     parseTensors(fields.grads, 'apply: grads');
   } else if (type === 'load') {
     parseState(fields.state, 'load: state');
+  } else if (type === 'outer') {
+    outerFields(fields);
+  } else if (type === 'round') {
+    roundFields(fields);
+  } else if (type === 'outer-apply') {
+    if (!(fields.mean instanceof Float32Array)) {
+      refuse('outer-apply: mean must be a Float32Array (the flat mean pseudo-gradient)',
+        'send the dequantized reduced mean');
+    }
+    if (fields.token !== null) integer(fields.token, 'outer-apply: token', 0, Number.MAX_SAFE_INTEGER);
   } else if (type === 'inject-fault') {
     integer(fields.afterProducts, 'inject-fault: afterProducts', 1, 1e9);
     out.rebuildSources = sources(fields.rebuildSources, 'inject-fault: rebuildSources');

@@ -12,6 +12,11 @@
 // the CPU mirror and says so (a `fallback` event). Either way the bits are the contract's: the
 // same loss and hash as if nothing had happened. An audit failure is not a device failure: it
 // stops the step with an error and is never retried.
+//
+// An outer run (docs/PROTOCOL.md, "Outer runs"): after `outer` the state is the outer weights
+// and momentum (outer.js): `round` takes a round's H inner steps on a copy, `outer-apply` makes
+// the outer step, `hash` and `export` are of W and M. A per-step `step`, `apply` or `load` would
+// change the outer weights outside the outer step, so they are refused then.
 
 import * as M from '../model/index.js';
 import { forwardBackwardAsync, lossAsync } from '../model/gpt.js';
@@ -26,6 +31,7 @@ import { stepProbeHash } from '../gpu/probe.js';
 import { stepTimer } from './timing.js';
 import { buffersOf, fromTensors, toTensors } from './messages.js';
 import { meanLoss } from './validation.js';
+import { OuterLoop } from './outer.js';
 
 // A device that keeps getting lost is not worth rebuilding forever: after this many losses the
 // trainer stays on the CPU tier.
@@ -41,6 +47,8 @@ export class TrainerError extends Error {
 }
 
 const KINDS = { 'webgpu-dp4a': 'dp4a', 'webgpu-lut': 'lut' };
+// Requests of a per-step run that would move an outer run's weights outside its outer step.
+const PER_STEP_ONLY = ['apply', 'step', 'load'];
 
 function configOf(model) {
   const { preset, ...fields } = model;
@@ -59,6 +67,7 @@ export class Trainer {
     this.rebuildSources = null; // replacement WGSL for the next rebuild (test hook)
     this.rebuilds = 0;
     this.gpuProducts = 0;
+    this.outer = null; // an outer run's loop (outer.js), once `outer` was served
   }
 
   setState(next) {
@@ -75,7 +84,22 @@ export class Trainer {
       throw new TrainerError(`cannot ${req.type}: the trainer is ${this.state}`,
         this.state === 'new' ? 'send init first' : 'wait for init to finish');
     }
+    if (this.outer !== null && PER_STEP_ONLY.includes(req.type)) {
+      throw new TrainerError(`cannot ${req.type} in an outer run: it would change the outer ` +
+        'weights outside the outer step', "use 'round' and 'outer-apply'");
+    }
     switch (req.type) {
+      case 'outer': return { result: await this.enterOuter(req), transfer: [] };
+      case 'round': {
+        const r = await this.round(req);
+        return { result: r, transfer: [r.delta.buffer] };
+      }
+      case 'outer-apply': {
+        if (this.outer === null) {
+          throw new TrainerError('outer-apply: this is a per-step run', "send 'outer' first");
+        }
+        return { result: await this.outer.apply(req.mean, req.token), transfer: [] };
+      }
       case 'grads': {
         // early: each parameter's gradient goes out ('grad') as soon as it is final.
         const onGrad = req.early ? (name, values) => progress({ name, values: values.slice() })
@@ -88,11 +112,14 @@ export class Trainer {
       case 'step': return { result: await this.step(req), transfer: [] };
       case 'probe': return { result: { probe: await this.probe(), backend: this.tier.name },
         transfer: [] };
-      case 'hash': return { result: { step: M.stepOf(this.run), hash: await M.stateHash(this.run) },
-        transfer: [] };
+      case 'hash': return { result: await this.identity(), transfer: [] };
       case 'export': {
         const state = this.exportState();
-        return { result: { state }, transfer: buffersOf(state.params, state.m, state.v) };
+        const transfer = buffersOf(state.params, state.m, state.v);
+        if (this.outer === null) return { result: { state }, transfer };
+        const outer = { step: this.outer.step,
+          momentum: toTensors(this.outer.state.momentum, { copy: true }) };
+        return { result: { state, outer }, transfer: [...transfer, ...buffersOf(outer.momentum)] };
       }
       case 'load': return { result: await this.load(req.state), transfer: [] };
       case 'inject-fault': return { result: this.injectFault(req), transfer: [] };
@@ -270,8 +297,54 @@ export class Trainer {
       losses.push(await this.onTier((tier) =>
         lossAsync(params, cfg, x, y, { batch, workspace, ops: tier.ops })));
     }
-    return { step: M.stepOf(this.run), hash: await M.stateHash(this.run), losses,
-      loss: meanLoss(losses), backend: this.tier.name, ms: performance.now() - t0 };
+    return { ...(await this.identity()), losses, loss: meanLoss(losses), backend: this.tier.name,
+      ms: performance.now() - t0 };
+  }
+
+  /** {step, hash} of the state: a per-step run's, or an outer run's rounds and outer hash. */
+  async identity() {
+    if (this.outer !== null) return { step: this.outer.step, hash: await this.outer.hash() };
+    return { step: M.stepOf(this.run), hash: await M.stateHash(this.run) };
+  }
+
+  /**
+   * This run is an outer run from now on: `outer` {innerSteps, lr, momentum}; `shared` {step,
+   * momentum} when it continues one (a checkpoint's outer state: the weights are the run's,
+   * loaded at init), else M = +0 and no rounds done. The inner AdamW state starts as the run's.
+   */
+  async enterOuter({ outer, shared }) {
+    if (this.outer !== null) {
+      throw new TrainerError('outer: this worker already trains an outer run',
+        'start a new worker for a new run');
+    }
+    const names = [...this.run.params.keys()];
+    let state = null;
+    if (shared !== undefined) {
+      const t = shared.momentum;
+      if (t.names.length !== names.length || t.names.some((n, i) => n !== names[i]) ||
+          t.arrays.some((a, i) => a.length !== this.run.params.get(names[i]).length)) {
+        throw new TrainerError('outer: the momentum does not list this model\'s tensors',
+          'send the momentum of a checkpoint of this model');
+      }
+      state = { step: shared.step, momentum: fromTensors(t) };
+    }
+    this.outer = new OuterLoop(this.run, outer, state);
+    return this.identity();
+  }
+
+  /**
+   * An outer round (outer.js OuterLoop.round) on this worker's tier: resolves to {loss, delta,
+   * backend, products, ms}; its inner state is kept under `token` until `outer-apply`.
+   */
+  async round({ steps, count, token }) {
+    if (this.outer === null) throw new TrainerError('round: this is a per-step run', "send 'outer' first");
+    const t0 = performance.now();
+    const p0 = this.gpuProducts;
+    const gradsOf = (work, x, y, batch) => this.onTier((tier) => forwardBackwardAsync(work.params,
+      work.cfg, x, y, { batch, workspace: work.workspace, ops: tier.ops }));
+    const { loss, delta } = await this.outer.round(steps, count, token, gradsOf);
+    return { loss, delta, backend: this.tier.name, products: this.gpuProducts - p0,
+      ms: performance.now() - t0 };
   }
 
   async apply(grads) {

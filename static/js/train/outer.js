@@ -1,0 +1,118 @@
+// An outer run inside the training worker (docs/PROTOCOL.md, "Outer runs"; docs/OUTER.md): the
+// browser twin of what daisychain/p2p/replica.py (the outer state, inner_start, adopt_inner) and
+// p2p/inner.py (inner_round) do for the headless peer.
+//
+// The worker's training state (trainer.js `run`) then holds the OUTER weights W as its params
+// (the same Maps as the outer state's, as in Python) and this peer's own inner AdamW state as
+// its optState; beside it the outer momentum M (+0 at the start) and the rounds done. A round
+// never touches either: it trains a copy of W with a copy of the inner state, and what it
+// produces (the inner state after its H steps) is kept under the round's token until the round
+// is applied. So a checkpoint export or a hash between the requests of a round sees W and M,
+// and a round computed again after a roster change starts from the same bits.
+
+import * as M from '../model/index.js';
+import { applyOuter, outerConfig, outerHash, outerState, pseudoGradient } from '../outer/nesterov.js';
+
+function copyMap(map) {
+  const out = new Map();
+  for (const [name, a] of map) out.set(name, Float32Array.from(a));
+  return out;
+}
+
+function copyOptState(s) {
+  return { m: copyMap(s.m), v: copyMap(s.v), step: s.step, p1: s.p1, p2: s.p2 };
+}
+
+/**
+ * The mean gradient of one contributor over its lane pieces (Python's training.mean_gradient,
+ * replica.js compute's operations): one piece's own gradient, or
+ * g = g0 * f32(r0); g = g + g1 * f32(r1); ...; g = g / f32(count), in float32, element by
+ * element, the loss the same way. `parts` are [{loss, grads: Map}] with their `rows`.
+ */
+export function combinePieces(parts, count) {
+  if (parts.length === 1) return { loss: parts[0].loss, grads: parts[0].grads };
+  const cnt = Math.fround(count);
+  const grads = new Map();
+  let lossAcc = 0;
+  parts.forEach(({ loss, grads: g, rows }, k) => {
+    const w = Math.fround(rows);
+    for (const [name, a] of g) {
+      if (k === 0) {
+        const out = new Float32Array(a.length);
+        for (let i = 0; i < a.length; i++) out[i] = a[i] * w;
+        grads.set(name, out);
+      } else {
+        const out = grads.get(name);
+        for (let i = 0; i < a.length; i++) out[i] = out[i] + Math.fround(a[i] * w);
+      }
+    }
+    lossAcc = k === 0 ? Math.fround(loss * w) : Math.fround(lossAcc + Math.fround(loss * w));
+  });
+  for (const out of grads.values()) for (let i = 0; i < out.length; i++) out[i] = out[i] / cnt;
+  return { loss: Math.fround(lossAcc / cnt), grads };
+}
+
+export class OuterLoop {
+  /**
+   * Turns `run` (a training.js state) into an outer run's: its params become W (kept, the same
+   * Maps), M is `momentum` (a Map in parameter order) or +0, `step` the rounds done. `run`'s
+   * optState is the inner AdamW state the first round starts from.
+   */
+  constructor(run, { lr, momentum, innerSteps }, shared = null) {
+    this.cfg = outerConfig({ innerSteps, lr, momentum });
+    this.run = run;
+    const zeros = () => new Map([...run.params].map(([k, w]) => [k, new Float32Array(w.length)]));
+    this.state = shared === null ? outerState(run.params, zeros(), 0)
+      : outerState(run.params, shared.momentum, shared.step);
+    this.rounds = new Map(); // token -> the inner AdamW state that round produced
+  }
+
+  get step() {
+    return this.state.step;
+  }
+
+  hash() {
+    return outerHash(this.state);
+  }
+
+  /**
+   * One round: `steps[j]` are inner step j's lane pieces [{x, y, rows}] (`count` sequences in
+   * all); `gradsOf(work, x, y, rows)` resolves to {loss, grads} of the work copy's weights. Each
+   * inner step is the pieces' mean gradient and one AdamW step on the copy; resolves to {loss
+   * (the mean of the inner losses), delta (the flat pseudo-gradient W - w, padded)} and keeps the
+   * copy's inner state under `token` for apply.
+   */
+  async round(steps, count, token, gradsOf) {
+    if (steps.length !== this.cfg.innerSteps) {
+      // The machine asks exactly H inner steps of every contributor: fewer would fork the run.
+      throw new RangeError(`a round of ${steps.length} inner steps; this run takes ` +
+        `${this.cfg.innerSteps}`);
+    }
+    const work = { ...this.run, params: copyMap(this.state.params),
+      optState: copyOptState(this.run.optState) };
+    let total = 0;
+    for (const pieces of steps) {
+      const parts = [];
+      for (const { x, y, rows } of pieces) parts.push({ ...(await gradsOf(work, x, y, rows)), rows });
+      const { loss, grads } = combinePieces(parts, count);
+      M.applyGrads(work, grads);
+      total = Math.fround(total + Math.fround(loss));
+    }
+    const delta = pseudoGradient(this.state.params, work.params);
+    this.rounds.set(token, work.optState);
+    return { loss: Math.fround(total / Math.fround(steps.length)), delta };
+  }
+
+  /**
+   * The outer step with the reduced mean `mean` (flat, padded) on W and M; the inner state of
+   * round `token` (null: this peer computed nothing for it) becomes this peer's. Rounds kept
+   * for anything else are abandoned (the machine applies one round per step).
+   */
+  async apply(mean, token) {
+    applyOuter(this.state, this.cfg, mean);
+    const inner = token === null ? undefined : this.rounds.get(token);
+    if (inner !== undefined) this.run.optState = inner;
+    this.rounds.clear();
+    return { step: this.state.step, hash: await this.hash() };
+  }
+}

@@ -1,0 +1,254 @@
+// The page's outer rounds (static/js/p2p/replica.js computeRound, apply and checkpoint on the
+// training worker's train/outer.js) against the headless peer's (daisychain.p2p.replica
+// ModelReplica with set_outer, inner_start / adopt_inner, and p2p/inner.py inner_round),
+// computed by the Python reference at test time on the same tokens and seed: every round's
+// chunk payloads and loss, the outer hash after every outer step, and the checkpoint bytes.
+// Rounds: a share of two lane pieces, then a share of 0 (no inner steps: the inner AdamW state
+// must stay as it was), then the first share again (it must continue from round 1's inner
+// state). The applied mean is the peer's own dequantized pseudo-gradient (a group of one); the
+// reduction across peers is the machine's and has its own traces (protocol_outer.test.mjs).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createHash } from 'node:crypto';
+import { python } from './protocol_helpers.mjs';
+import { WorkerReplica } from '../../static/js/p2p/replica.js';
+import { Trainer } from '../../static/js/train/trainer.js';
+import { parseRequest } from '../../static/js/train/messages.js';
+import { modelConfig } from '../../static/js/model/config.js';
+import { adamwConfig } from '../../static/js/model/optim.js';
+import { decode } from '../../static/js/p2p/codec.js';
+import { ReplicaRefused } from '../../static/js/p2p/machine/replica.js';
+import { decodeCheckpoint } from '../../static/js/p2p/checkpoint.js';
+import { resumeConfig } from '../../static/js/p2p/peer.js';
+import { parse as parseRunConfig } from '../../static/js/p2p/runconfig.js';
+
+const V = 300;
+const SEED = 11;
+const H = 3;
+const OUTER = { innerSteps: H, lr: 0.7, momentum: 0.9 };
+const MODEL = { vocab_size: V, width: 16, layers: 1, heads: 1, seq_len: 8, batch: 4, mlp_mult: 2 };
+// [shares, rank] of protocol steps 1, 2, 3: two pieces (lane 0, a row of lane 1); a share of 0;
+// the two pieces again.
+const ROUNDS = [[[5, 3], 0], [[0, 8], 0], [[5, 3], 0]];
+
+const PY = String.raw`
+import hashlib, json, sys
+import numpy as np
+from daisychain.batches import sample_batch
+from daisychain.model.config import ModelConfig
+from daisychain.optim import AdamWConfig
+from daisychain.outer.nesterov import OuterConfig
+from daisychain.p2p import codec, inner, shares
+from daisychain.p2p.replica import ModelReplica
+inp = json.load(sys.stdin)
+cfg = ModelConfig(**inp["model"])
+h = inp["H"]
+rep = ModelReplica("ab" * 32, cfg.vocab_size)
+rep.set_outer(OuterConfig(h, inp["lr"], inp["momentum"]))
+rep.start(cfg, AdamWConfig(), inp["seed"])
+tokens = np.array(inp["tokens"], dtype=np.uint16)
+digest = lambda b: f"{len(b)}:{hashlib.sha256(b).hexdigest()}"
+out = {"start": rep.hash, "rounds": []}
+mean = None
+for s, (sh, rank) in enumerate(inp["rounds"], start=1):
+    count = sh[rank]
+    work = rep.inner_start()
+    outer_params = {k: w.copy() for k, w in work.params.items()}
+    parts = shares.pieces(shares.offsets(sh)[rank], count, cfg.batch)
+    rows = []
+    for j in range(h if count else 0):
+        step_rows = []
+        for p in parts:
+            x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, work.seed, inner.batch_index(s, h, j), p.lane)
+            step_rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
+        rows.append(step_rows)
+    if count:
+        loss, payloads, opt = inner.inner_round(work, outer_params, rows, count, sh)
+        total = codec.n_blocks(sum(w.size for w in outer_params.values()))
+        mean = np.concatenate([codec.decode(p, len(p) // (codec.BLOCK + 1)) for p in payloads if p])
+        assert mean.size == total * codec.BLOCK
+    else:
+        loss, payloads, opt = 0.0, (b"",) * len(sh), None
+    rep.apply(mean.copy())
+    if opt is not None:
+        rep.adopt_inner(opt)
+    out["rounds"].append({"loss": float(loss), "payloads": [digest(p) for p in payloads],
+                          "hash": rep.hash, "step": rep.step})
+out["checkpoint"] = digest(rep.checkpoint())
+print(json.dumps(out))
+`;
+
+/** The training worker's Trainer in this process, behind TrainWorker's API. */
+class LocalWorker extends EventTarget {
+  constructor() {
+    super();
+    this.trainer = new Trainer(() => {});
+    this.id = 0;
+  }
+
+  async request(type, fields = {}) {
+    const req = parseRequest({ id: ++this.id, type, ...fields });
+    return (await this.trainer.handle(req)).result;
+  }
+
+  init(options) {
+    return this.request('init', options);
+  }
+
+  probe() {
+    return this.request('probe');
+  }
+
+  outer(outer, shared) {
+    return this.request('outer', shared === undefined ? { outer } : { outer, shared });
+  }
+
+  round(steps, count, token) {
+    return this.request('round', { steps, count, token });
+  }
+
+  applyOuter(mean, token) {
+    return this.request('outer-apply', { mean, token });
+  }
+
+  exportOuter() {
+    return this.request('export');
+  }
+
+  exportState() {
+    return this.request('export').then((r) => r.state);
+  }
+
+  terminate() {}
+}
+
+function tokens() {
+  const t = new Uint16Array(4000);
+  for (let i = 0; i < t.length; i++) t[i] = ((i * 2654435761) >>> 7) % V;
+  return t;
+}
+
+const digest = (p) => `${p.length}:${createHash('sha256').update(p).digest('hex')}`;
+
+function newReplica() {
+  return new WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: V, backend: 'js-cpu',
+    makeWorker: () => new LocalWorker() });
+}
+
+/** The page's rounds as its machine drives them: compute, then apply the mean. */
+async function pageRounds(replica, toks, { onRound = () => {} } = {}) {
+  const got = [];
+  const indices = [];
+  let mean = null;
+  for (const [i, [shares, rank]] of ROUNDS.entries()) {
+    const step = i + 1;
+    const r = await replica.compute({ step, rank, shares }, (lane, index) => {
+      indices.push([step, lane, index]);
+      return replica.builtinLane(toks, lane, index);
+    });
+    if (shares[rank] > 0) {
+      const parts = r.payloads.filter((p) => p.length > 0);
+      const flats = parts.map((p) => decode(p, p.length / 257));
+      mean = new Float32Array(flats.reduce((n, f) => n + f.length, 0));
+      let pos = 0;
+      for (const f of flats) {
+        mean.set(f, pos);
+        pos += f.length;
+      }
+    }
+    await replica.apply(Float32Array.from(mean));
+    got.push({ loss: r.loss, payloads: r.payloads.map(digest), hash: replica.hash,
+      step: replica.step, count: r.count });
+    onRound(step);
+  }
+  return { got, indices };
+}
+
+test('outer rounds on the page: payloads, losses, outer hashes and the checkpoint are the Python peer\'s bytes', async () => {
+  const toks = tokens();
+  const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], rounds: ROUNDS, H,
+    lr: OUTER.lr, momentum: OUTER.momentum });
+  const replica = newReplica();
+  replica.setOuter(OUTER);
+  await replica.start(modelConfig(MODEL), adamwConfig({}), SEED);
+  assert.equal(replica.hash, expected.start, 'the outer hash at the start (W, M = +0)');
+  const { got, indices } = await pageRounds(replica, toks);
+  for (const [i, want] of expected.rounds.entries()) {
+    const what = `round ${i + 1} (shares ${ROUNDS[i][0]})`;
+    assert.deepEqual(got[i].payloads, want.payloads, `${what}: chunk payloads`);
+    assert.equal(got[i].loss, want.loss, `${what}: loss`);
+    assert.equal(got[i].hash, want.hash, `${what}: outer hash`);
+    assert.equal(got[i].step, want.step, `${what}: rounds done`);
+    assert.equal(got[i].count, ROUNDS[i][0][ROUNDS[i][1]] * H, `${what}: sequences of the round`);
+  }
+  // Inner step j of step s reads batch index (s - 1) * H + j, both lanes of the share.
+  const want = [];
+  for (const s of [1, 3]) for (let j = 0; j < H; j++) for (const lane of [0, 1]) want.push([s, lane, (s - 1) * H + j]);
+  assert.deepEqual(indices, want);
+  assert.equal(digest(await replica.checkpoint()), expected.checkpoint, 'checkpoint bytes');
+  replica.close();
+});
+
+test('an outer checkpoint restores on another page replica with the same outer hash, and continues', async () => {
+  const toks = tokens();
+  const a = newReplica();
+  a.setOuter(OUTER);
+  await a.start(modelConfig(MODEL), adamwConfig({}), SEED);
+  await pageRounds(a, toks);
+  const bytes = await a.checkpoint();
+  const b = newReplica();
+  b.setOuter(OUTER);
+  await b.restore(bytes, 'a checkpoint');
+  assert.equal(b.step, a.step);
+  assert.equal(b.hash, a.hash);
+  // A per-step replica refuses it, and an outer replica refuses a per-step checkpoint.
+  const perStep = newReplica();
+  await assert.rejects(perStep.restore(bytes, 'ck'), (exc) => exc instanceof ReplicaRefused &&
+    /a checkpoint of an outer run, but this is a per-step run/.test(exc.message));
+  await perStep.start(modelConfig(MODEL), adamwConfig({}), SEED);
+  const plain = await perStep.checkpoint();
+  await assert.rejects(b.restore(plain, 'ck'), (exc) => exc instanceof ReplicaRefused &&
+    /a checkpoint of a per-step run, but this is an outer run/.test(exc.message));
+  // A damaged momentum is refused by the recorded outer hash.
+  const bad = Uint8Array.from(bytes);
+  bad[bad.length - 1] ^= 0x01;
+  await assert.rejects(newOuter().restore(bad, 'ck'), (exc) => exc instanceof ReplicaRefused &&
+    /outer hash .* does not match/.test(exc.message));
+  for (const r of [a, b, perStep]) r.close();
+});
+
+function newOuter() {
+  const r = newReplica();
+  r.setOuter(OUTER);
+  return r;
+}
+
+test('the worker refuses a round of another H, and per-step requests in an outer run', async () => {
+  const w = new LocalWorker();
+  await w.init({ model: MODEL, seed: SEED, backend: 'js-cpu', measure: false });
+  await w.outer(OUTER);
+  const x = new Int32Array(8).fill(1);
+  const piece = [{ x, y: x, rows: 1 }];
+  await assert.rejects(w.round([piece, piece], 1, 1), /a round of 2 inner steps; this run takes 3/);
+  await assert.rejects(w.request('step', { x, y: x, batch: 1 }), /cannot step in an outer run/);
+  await assert.rejects(w.request('round', { steps: [piece], count: 2, token: 1 }),
+    /holds 1 sequences, count is 2/);
+});
+
+test('a page continues an outer checkpoint as an outer run (resumeConfig), the run rules accept it', async () => {
+  const toks = tokens();
+  const a = newOuter();
+  await a.start(modelConfig(MODEL), adamwConfig({}), SEED);
+  await pageRounds(a, toks);
+  const bytes = await a.checkpoint();
+  const ck = await decodeCheckpoint(bytes, 'ck', { tokenizerSha256: 'ab'.repeat(32), vocabSize: V });
+  assert.equal(ck.outer.step, ROUNDS.length);
+  const cfg = resumeConfig(ck, { steps: 10, tokenizerSha256: 'ab'.repeat(32) });
+  assert.equal(cfg.resume_step, ROUNDS.length);
+  assert.equal(cfg.resume_hash, a.hash);
+  assert.deepEqual([cfg.sync, cfg.outer], ['outer', { steps: H, lr: 0.7, momentum: 0.9 }]);
+  const args = { tokenizerSha256: 'ab'.repeat(32), vocabSize: V };
+  assert.deepEqual(parseRunConfig(cfg, { ...args, outerRuns: true }).outer, OUTER);
+  assert.throws(() => parseRunConfig(cfg, args), (exc) => exc.rule === 'page-outer');
+  a.close();
+});
