@@ -23,6 +23,7 @@ from daisychain.gpu.backend import Backend, Demotion
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
 from daisychain.gpu.probe import PROBE_SHAPE
+from daisychain.model import gpt
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
 from daisychain.p2p.options import Compute
@@ -77,7 +78,9 @@ def test_a_training_run_keeps_numpys_bits(gated: Gated) -> None:
         pytest.skip(f"the gates refused the CPU int8 GEMM here (asserted above): {why}")
     cfg = preset("tiny")
     runs = []
-    for ops in (None, training_ops(Backend(gemm, "cpu"))):
+    cpu = Backend(gemm, "cpu")
+    # numpy; each product audited before it returns; audited behind the step (as trained)
+    for ops in (None, training_ops(cpu, background=False), training_ops(cpu, background=True)):
         state = training.init(cfg, AdamWConfig(lr=3e-3), 5)
         if ops is not None:
             state.ops = ops
@@ -88,6 +91,7 @@ def test_a_training_run_keeps_numpys_bits(gated: Gated) -> None:
             hashes.append(training.train_step(state, x, y).hash)
         runs.append(hashes)
     assert runs[1] == runs[0], "cpu-int8 forked from numpy"
+    assert runs[2] == runs[0], "cpu-int8 with its audits behind the step forked from numpy"
 
 
 @dataclass
@@ -114,6 +118,59 @@ class _OneCellOff:
         return out
 
     qmatmul = cpuint8.CpuInt8Gemm.qmatmul
+
+
+@dataclass
+class _OffAtCall:
+    """The real CPU GEMM, wrong by one unit in one interior cell of the last slice of its
+    ``call``-th batched product (0-based), noting which gradients had left the step by then."""
+
+    inner: cpuint8.CpuInt8Gemm
+    call: int
+    sent: list[str]
+    sent_by_then: list[str] | None = None
+    calls: int = 0
+    name: str = cpuint8.NAME
+
+    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        return self.inner.matmul_int(a, b)
+
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        out = self.inner.matmul_int_batched(a, b)
+        if self.calls == self.call:
+            out[(*(d - 1 for d in out.shape[:-2]), 5, 3)] += 1
+            self.sent_by_then = list(self.sent)
+        self.calls += 1
+        return out
+
+
+# The 28th batched product of a ``tiny`` step: layer 0's w2 weight gradient, in the middle of
+# the backward (layer 1's gradients have left by then, layer 0's are still to come).
+MID_BACKWARD_CALL = 27
+
+
+def test_a_wrong_product_mid_step_stops_it_before_a_gradient_from_it_leaves(
+    gated: Gated,
+) -> None:
+    """Audits behind the step: the product comes back unproven and the step goes on, but the
+    step settles before each early gradient, so the gradient computed from the wrong product
+    (and every one after it) never reaches ``on_grad``, and the step raises."""
+    raw, gemm, why = gated
+    if gemm is None:
+        pytest.skip(f"the gates refused the CPU int8 GEMM here: {why}")
+    cfg = preset("tiny")
+    sent: list[str] = []
+    planted = _OffAtCall(raw, MID_BACKWARD_CALL, sent)
+    ops = training_ops(Backend(planted, "cpu"), background=True)
+    state = training.init(cfg, AdamWConfig(lr=3e-3), 5)
+    tokens = (np.arange(50_000, dtype=np.int64) * 7919 + 13) % cfg.vocab_size
+    x, y = training.next_batch(state, tokens)
+    with pytest.raises(KernelAuditError, match="live audit failed"):
+        gpt.forward_backward(state.params, cfg, x, y, ops, on_grad=lambda n, _: sent.append(n))
+    assert planted.sent_by_then is not None, "the planted product was never computed"
+    assert 0 < len(planted.sent_by_then) < len(state.params), "the plant must be mid-backward"
+    left = sent[len(planted.sent_by_then) :]
+    assert sent == planted.sent_by_then, f"left after the wrong product: {left}"
 
 
 def test_a_one_unit_bug_is_refused_by_the_gates(gated: Gated) -> None:

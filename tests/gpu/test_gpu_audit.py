@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import numpy as np
 import pytest
@@ -29,7 +30,13 @@ from daisychain.gpu.audit import (
 from daisychain.gpu.backend import Backend, NumpyGemm
 from daisychain.gpu.device import GpuUnavailable
 from daisychain.gpu.gates import run_gemm_gates
-from daisychain.gpu.live import step_probe
+from daisychain.gpu.live import (
+    MAX_BEHIND,
+    AuditedBatchedMatmul,
+    AuditedMatmul,
+    KernelAuditError,
+    step_probe,
+)
 from daisychain.gpu.probe import (
     PROBE_SHAPE,
     probe_hash,
@@ -37,6 +44,11 @@ from daisychain.gpu.probe import (
     reference_probe_hash,
     reference_step_probe,
 )
+from daisychain.model import gpt
+from daisychain.model.config import preset
+from daisychain.model.ops import IntGemmOps
+from daisychain.model.params import init_params
+from daisychain.numerics.gemm import int_matmul
 from daisychain.peer.backend import choose
 from gpu_plant import OneCellPlant, planted_probe_hash, planted_step_probe, quiet_cell
 
@@ -219,6 +231,102 @@ def test_a_batched_audit_refuses_shapes_that_do_not_match() -> None:
     a, b, out = _batched((2,), 4, 5, 6)
     with pytest.raises(ValueError, match="do not match"):
         first_failing_slice(a, b, out[:1])
+
+
+class ExactBatched(NumpyGemm):
+    """An exact batched GEMM (numpy float32 BLAS, as the reference), standing in for the CPU
+    int8 GEMM where onnxruntime is absent. Optional plants by call number (1-based): a cell one
+    unit off in every slice of call ``wrong_at``, and a failure of the step's body at call
+    ``fail_at`` (as an out-of-memory would fail a real step)."""
+
+    name = "exact-batched"
+
+    def __init__(self, wrong_at: int = 0, fail_at: int = 0) -> None:
+        self.wrong_at, self.fail_at, self.calls = wrong_at, fail_at, 0
+
+    def matmul_int_batched(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("planted failure in the step's body")
+        out = int_matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.int32)
+        if self.calls == self.wrong_at:
+            out[..., 5, 3] += 1
+        return out
+
+
+class SlowAudit(AuditedBatchedMatmul):
+    """The real background audit with each check held back 20 ms (as on a loaded core), so
+    audits are still queued when the step fails; counts the checks that ended."""
+
+    def __init__(self, gemm: ExactBatched) -> None:
+        super().__init__(gemm, AuditedMatmul(gemm), background=True)
+        self.ended = 0
+
+    def check(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, rotation: int) -> None:
+        time.sleep(0.02)
+        try:
+            super().check(a, b, out, rotation)
+        finally:
+            self.ended += 1
+
+
+def test_a_background_audit_returns_the_product_and_settle_raises_its_failure() -> None:
+    """Foreground: the wrong product raises at once. Background: it comes back (unproven), the
+    next products too, and ``settle`` raises the failure, naming the slice; after that the
+    queue is empty and a product of the same shape checks the next rotation's cells."""
+    a, b, _ = _batched((2, 3), 19, 21, 17)
+    af, bf = a.astype(np.float32), b.astype(np.float32)
+    gemm = ExactBatched(wrong_at=1)
+    with pytest.raises(KernelAuditError, match=r"slice \(0, 0\)"):
+        AuditedBatchedMatmul(gemm, AuditedMatmul(gemm))(af, bf)
+    gemm = ExactBatched(wrong_at=1)
+    behind = AuditedBatchedMatmul(gemm, AuditedMatmul(gemm), background=True)
+    wrong = behind(af, bf)  # no raise: the audit runs behind
+    assert wrong[0, 0, 5, 3] == a[0, 0, 5].astype(np.int64) @ b[0, 0, :, 3] + 1
+    behind(af, bf)
+    with pytest.raises(KernelAuditError, match=r"slice \(0, 0\).*expected"):
+        behind.settle()
+    behind.settle()  # nothing outstanding, nothing failed since
+    assert behind.audited.calls == 2 and behind.audited.rotations == {(19, 17): 2}
+
+
+def test_at_most_max_behind_audits_queue_behind_the_products() -> None:
+    """Slow audits (20 ms each) against fast products: the product past ``MAX_BEHIND`` queued
+    audits waits for the oldest, so no more products than that are held unproven at once."""
+    a, b, _ = _batched((2,), 8, 9, 7)
+    audits = SlowAudit(ExactBatched())
+    behind = []
+    for _ in range(3 * MAX_BEHIND):
+        audits(a.astype(np.float32), b.astype(np.float32))
+        behind.append(audits.audited.calls - audits.ended)
+    audits.settle()
+    assert max(behind) == MAX_BEHIND and audits.ended == 3 * MAX_BEHIND, behind
+
+
+def test_a_failure_in_the_step_waits_for_the_audits_still_running() -> None:
+    """The step's body fails with audits queued behind it: ``forward_backward`` raises only
+    once every audit has ended (none is left running with the step's arrays)."""
+    cfg = preset("tiny")
+    params = init_params(cfg, 1)
+    x = (np.arange(cfg.batch * cfg.seq_len) * 7919 % cfg.vocab_size).reshape(cfg.batch, -1)
+    audits = SlowAudit(ExactBatched(fail_at=6))
+    ops = IntGemmOps("slow", audits.audited, audits, audits.settle)
+    with pytest.raises(RuntimeError, match="planted failure"):
+        gpt.forward_backward(params, cfg, x, x, ops)
+    assert audits.audited.calls == 5 and audits.ended == 5
+
+
+def test_a_failed_audit_wins_over_the_step_failure_it_may_have_caused() -> None:
+    """An audit fails and then the body fails: the caller sees ``KernelAuditError`` (it demotes
+    the kernel), with the body's failure as its context."""
+    cfg = preset("tiny")
+    params = init_params(cfg, 1)
+    x = (np.arange(cfg.batch * cfg.seq_len) * 7919 % cfg.vocab_size).reshape(cfg.batch, -1)
+    audits = SlowAudit(ExactBatched(wrong_at=2, fail_at=6))
+    ops = IntGemmOps("slow", audits.audited, audits, audits.settle)
+    with pytest.raises(KernelAuditError, match="live audit failed") as err:
+        gpt.forward_backward(params, cfg, x, x, ops)
+    assert isinstance(err.value.__context__, RuntimeError) and audits.ended == 5
 
 
 class ProbeShapePlanted(NumpyGemm):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from daisychain.gpu.probe import reference_step_probe
+from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.p2p.node import Compute
 from daisychain.peer.backend import StepTimer
@@ -151,3 +152,30 @@ def test_bad_policies_are_refused() -> None:
     for bad in ({"rounds": 0}, {"max_overhead": 0}, {"slowdown": 1.0}, {"margin": 0.9}):
         with pytest.raises(ValueError):
             RecheckPolicy(**bad)  # type: ignore[arg-type]
+
+
+def test_once_the_run_model_is_known_a_check_times_it() -> None:
+    """The start timed ``tiny``, where numpy wins; on the run's model the GPU is 2x faster.
+    After ``use_model`` the check times the run's model (one timer per model, made once) and
+    switches; a recheck without a way to time other models keeps its fixed timer."""
+    clock = Clock()
+    small = preset("small")
+    made: list[ModelConfig] = []
+
+    def timer_for(cfg: ModelConfig) -> StepTimer:
+        made.append(cfg)
+        return timer({"numpy": 0.60, "wgpu-dp4a": 0.30}, clock)
+
+    tiny_times = {"numpy": 0.05, "wgpu-dp4a": 0.08}
+    r = Recheck([GPU, NUMPY], timer(tiny_times, clock), clock=clock, timer_for=timer_for)
+    assert not r.run(NUMPY).switched  # tiny: numpy is faster
+    r.use_model(small)
+    r.use_model(small)
+    assert made == [small] and r.model == small
+    check = r.run(NUMPY)
+    assert check.switched and check.figures() == {"numpy": 0.60, "wgpu-dp4a": 0.30}
+    r.use_model(preset("tiny"))  # a new model: a new timer
+    assert made == [small, preset("tiny")]
+    fixed = Recheck([GPU, NUMPY], timer(tiny_times, clock), clock=clock)
+    fixed.use_model(small)
+    assert fixed.model is None and not fixed.run(NUMPY).switched

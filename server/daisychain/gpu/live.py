@@ -4,14 +4,17 @@ The gates prove a kernel once, at start, on fixed shapes. In training every prod
 computes is also audited (``audit.audit``: the structural danger cells, then cells from a seeded
 schedule that rotates per product shape so every cell is eventually checked, then the exact row
 and column sums, which catch a single wrong cell anywhere on every call), and a failing audit
-stops the step with
-``KernelAuditError`` instead of letting a wrong bit into the weights; the caller demotes the
-kernel. ``step_probe`` hashes the fixed probe product through the live kernel: peers publish it
-with their weight hash so a device whose kernel drifted is named, not just detected.
+stops the step with ``KernelAuditError`` instead of letting a wrong bit into the weights; the
+caller demotes the kernel. Batched products may be audited behind the step, on a worker thread
+(``AuditedBatchedMatmul(..., background=True)``): then the step raises at its next ``settle``,
+which it reaches before any value leaves it (``GemmOps.settle``). ``step_probe`` hashes the fixed
+probe product through the live kernel: peers publish it with their weight hash so a device whose
+kernel drifted is named, not just detected.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Protocol, cast
 
 import numpy as np
@@ -25,6 +28,14 @@ from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
 from daisychain.numerics.quant import FloatArray, to_int8_c
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
+# Background audits queued behind the step at most: a product past this waits for the oldest.
+# Each queued audit keeps its product and limb stack alive (up to 24 MB each for ``small``'s
+# logits gradient), so on a busy machine an unbounded queue would hold most of a step's
+# products at once (a larger model's too); a longer queue gains nothing, since every audit must
+# end before the step does. Measured on ``small`` under load: peak RSS 337-424 MB unbounded,
+# 330-346 MB with 4 (294 MB with the audits in the foreground; the worker's own allocations
+# add the rest).
+MAX_BEHIND = 4
 
 
 class KernelAuditError(RuntimeError):
@@ -90,9 +101,20 @@ class AuditedBatchedMatmul:
     (``audit.first_failing_slice``): the same cells and sums as ``AuditedMatmul`` per slice,
     one rotation counter per output shape (M, N), shared by the slices of a call. Takes the
     int8-valued float32 operands the ops hold: the GEMM gets them as int8, the audit reads the
-    float32 values (the same integers) without converting them back."""
+    float32 values (the same integers) without converting them back.
 
-    def __init__(self, gemm: BatchedGemm, audited: AuditedMatmul) -> None:
+    ``background=True`` returns each product at once and audits it on one worker thread while
+    the model goes on (numpy releases the GIL in the audit's BLAS products and array passes).
+    Then a product is not proven when it returns: ``settle()`` waits for every audit submitted
+    so far and raises the first failure, and the caller must settle before anything computed
+    from the products leaves it (``gpt.forward_backward`` does). Which cells each audit checks
+    is fixed when its product is computed (the rotation is taken on the caller's thread, in
+    product order), so both modes check exactly the same cells.
+    """
+
+    def __init__(
+        self, gemm: BatchedGemm, audited: AuditedMatmul, *, background: bool = False
+    ) -> None:
         self.gemm, self.audited = gemm, audited
         # The audit's float32 BLAS products are thin (M x K times K x 2-6, the danger lines):
         # one thread does them at memory speed, and a second one mostly waits -- spinning, in
@@ -101,12 +123,13 @@ class AuditedBatchedMatmul:
         # two BLAS threads and 0.64 s with one (docs/BENCHMARKS.md, ``step``). Speed only: the
         # audit's products are exact whatever the thread count.
         self._blas = ThreadpoolController().select(user_api="blas")
+        # One worker, so the audits queue in product order and take one core at most.
+        self._worker = (
+            ThreadPoolExecutor(1, thread_name_prefix="daisychain-audit") if background else None
+        )
+        self._outstanding: list[Future[None]] = []
 
     def __call__(self, a: FloatArray, b: FloatArray) -> Int32Array:
-        with self._blas.limit(limits=1):
-            return self._audited(a, b)
-
-    def _audited(self, a: FloatArray, b: FloatArray) -> Int32Array:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
@@ -114,10 +137,28 @@ class AuditedBatchedMatmul:
         au = self.audited
         shape = (a.shape[-2], b.shape[-1])
         rotation = au.rotations.get(shape, 0)
-        whole = (a, b, out) if lead else (a[None], b[None], out[None])  # a 2-D product: one slice
-        bad = first_failing_slice(*whole, au.samples, seed=au.seed, rotation=rotation, tile=au.tile)
         au.rotations[shape] = rotation + 1
         au.calls += 1
+        if self._worker is None:
+            self.check(a, b, out, rotation)
+            return out
+        if len(self._outstanding) >= MAX_BEHIND:
+            # One worker runs them in order: once this one ended, all before it did, and at
+            # most MAX_BEHIND are left queued with this product. A failure waits for settle.
+            wait([self._outstanding[-MAX_BEHIND]])
+        self._outstanding.append(self._worker.submit(self.check, a, b, out, rotation))
+        return out
+
+    def check(self, a: FloatArray, b: FloatArray, out: Int32Array, rotation: int) -> None:
+        """Audit one product, (..., M, K) @ (..., K, N) -> ``out``, at ``rotation`` of its
+        shape's schedule; raise ``KernelAuditError`` naming the first failing slice."""
+        au = self.audited
+        lead = a.shape[:-2]
+        whole = (a, b, out) if lead else (a[None], b[None], out[None])  # a 2-D product: one slice
+        with self._blas.limit(limits=1):
+            bad = first_failing_slice(
+                *whole, au.samples, seed=au.seed, rotation=rotation, tile=au.tile
+            )
         if bad is not None:
             at = bad if lead else ()
             report = audit(a[at], b[at], out[at], au.samples, seed=au.seed,
@@ -127,19 +168,32 @@ class AuditedBatchedMatmul:
                 f"{self.gemm.name}: live audit failed at shape {a.shape} @ {b.shape}{where}: "
                 f"{report.describe()}; the kernel is demoted (restart to fall back to numpy)"
             )
-        return out
+
+    def settle(self) -> None:
+        """Wait for every audit submitted so far (all of them, even past a failure, so none is
+        left running) and raise the first failure in product order. A no-op in the foreground
+        mode, where each product was audited before it returned."""
+        outstanding, self._outstanding = self._outstanding, []
+        failures = [f.exception() for f in outstanding]  # waits for each
+        first = next((e for e in failures if e is not None), None)
+        if first is not None:
+            raise first
 
 
-def training_ops(backend: Backend, samples: int = AUDIT_SAMPLES) -> GemmOps:
+def training_ops(
+    backend: Backend, samples: int = AUDIT_SAMPLES, *, background: bool = True
+) -> GemmOps:
     """The model's product implementation for ``backend`` (every product audited unless it is
-    the numpy reference; batched products in one call where the GEMM takes them)."""
+    the numpy reference; batched products in one call where the GEMM takes them, audited on a
+    worker thread behind the step unless ``background=False``)."""
     if backend.name == "numpy":
         return NUMPY_OPS
     tile = getattr(backend.gemm, "tile", (32, 32))
     audited = AuditedMatmul(backend.gemm, samples, tile)
     if hasattr(backend.gemm, "matmul_int_batched"):
         gemm = cast(BatchedGemm, backend.gemm)
-        return IntGemmOps(backend.name, audited, AuditedBatchedMatmul(gemm, audited))
+        batched = AuditedBatchedMatmul(gemm, audited, background=background)
+        return IntGemmOps(backend.name, audited, batched, batched.settle)
     return IntGemmOps(backend.name, audited)
 
 

@@ -14,7 +14,8 @@ are (B, H, T, hd). References: nanoGPT (architecture), llm.c (forward/backward p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -262,7 +263,8 @@ def forward_logits(
     params: Params, cfg: ModelConfig, x: TokenArray, ops: GemmOps = NUMPY_OPS
 ) -> FloatArray:
     """Logits (B, T, V) for tokens (B, T): the same forward path as training."""
-    logits, *_ = _forward(params, cfg, x, keep=False, ops=ops)
+    with settled(ops):
+        logits, *_ = _forward(params, cfg, x, keep=False, ops=ops)
     return logits.reshape(x.shape[0], x.shape[1], cfg.vocab_size)
 
 
@@ -325,15 +327,33 @@ GradHook = Callable[[str, FloatArray], None]
 
 class _Grads(dict[str, FloatArray]):
     """The gradients dict, telling ``on_grad`` about each parameter as it is set (every
-    parameter's gradient is set exactly once, when it is final)."""
+    parameter's gradient is set exactly once, when it is final). ``ops`` settles first: a
+    gradient handed out early is on its way to the network, so every product it was computed
+    from must be proven before (``GemmOps.settle``)."""
 
-    def __init__(self, on_grad: GradHook) -> None:
+    def __init__(self, on_grad: GradHook, ops: GemmOps) -> None:
         super().__init__()
         self._on_grad = on_grad
+        self._ops = ops
 
     def __setitem__(self, name: str, grad: FloatArray) -> None:
         super().__setitem__(name, grad)
+        self._ops.settle()
         self._on_grad(name, grad)
+
+
+@contextmanager
+def settled(ops: GemmOps) -> Iterator[None]:
+    """Settle ``ops`` when the block ends, however it ends: nothing computed from an unproven
+    product leaves the block, and no check is left running behind it. A failed check raised
+    while the block itself is failing chains that failure as its context: the wrong product
+    may be why the block failed, and the caller must see the check (it demotes the kernel)."""
+    try:
+        yield
+    except BaseException:
+        ops.settle()
+        raise
+    ops.settle()
 
 
 # Limb count of the logits gradient's two products (contract v2; v1 used 2, which rounds the
@@ -357,7 +377,9 @@ def forward_backward(
     benchmarks can run contract v1's two-limb logits gradient beside v2's; training uses the
     default. ``on_grad(name, grad)`` is called once per parameter as soon as its gradient is
     final (the last layers first, the embeddings last), so a peer can send those values while
-    the backward goes on; it must not modify ``grad``.
+    the backward goes on; it must not modify ``grad``. ``ops`` may check its products behind the
+    step (``GemmOps.settle``): the step settles before each ``on_grad`` and before it returns
+    or raises, so a failed check (``KernelAuditError``) stops it before any value leaves.
     """
     keep_step_memory()  # the step's temporaries stay mapped for the next step (heap.py)
     if y.shape != x.shape:
@@ -366,35 +388,37 @@ def forward_backward(
         raise ValueError(f"target ids must lie in [0, {cfg.vocab_size})")
     b, t = x.shape
     n, c = b * t, cfg.width
-    logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True, ops=ops)
-    loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
+    with settled(ops):  # every audit done, even when the step fails
+        logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True, ops=ops)
+        loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
 
-    grads: dict[str, FloatArray] = _Grads(on_grad) if on_grad is not None else {}
-    dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops, logits_limbs)  # (N, C), (C, V)
-    del dlogits, logits  # (N, V) buffer no longer needed
-    dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)
-    for i in reversed(range(cfg.layers)):
-        p, cache = f"h.{i}.", caches[i]
-        # MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
-        dr, grads[p + "w2"] = linear_backward(dh, cache.r, w.w2[i], ops)  # (N, 4C), (4C, C)
-        np.multiply(dr, cache.relu, out=dr)  # (N, 4C) dr * 1 or +-0 where u <= 0
-        dr += F32(0.0)  # du: +0 where u <= 0 (dr itself is never -0: exact zeros are +0)
-        dbn, grads[p + "w1"] = linear_backward(dr, cache.bq, w.w1[i], ops)  # (N, C), (C, 4C)
-        dx, grads[p + "g2"] = rmsnorm_backward(dbn, params[p + "g2"], cache.norm2)
-        dh += dx  # (N, C) residual
-        # attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
-        dmerged, grads[p + "wo"] = linear_backward(dh, cache.o, w.wo[i], ops)  # (N, C), (C, C)
-        dqkv = attention_backward(dmerged, cache.attn, cfg, b, t, ops)  # (N, 3C)
-        dan, grads[p + "wqkv"] = linear_backward(dqkv, cache.a, w.wqkv[i], ops)  # (N, C), (C, 3C)
-        dx, grads[p + "g1"] = rmsnorm_backward(dan, params[p + "g1"], cache.norm1)
-        dh += dx  # (N, C) residual
-    # embeddings: scatter rows of dh in flat position order onto +0, then add the logits part
-    dwte = np.zeros((cfg.vocab_size, c), dtype=np.float32)  # (V, C)
-    np.add.at(dwte, x.reshape(n), dh)
-    dwte += dwte_t.T
-    grads["wte"] = dwte
-    grads["wpe"] = embed_position_grad(dh.reshape(b, t, c), cfg.seq_len)  # (T_max, C)
-    ordered = {name: grads[name] for name in param_shapes(cfg)}
+        grads: dict[str, FloatArray] = _Grads(on_grad, ops) if on_grad is not None else {}
+        dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops, logits_limbs)  # (N, C), (C, V)
+        del dlogits, logits  # (N, V) buffer no longer needed
+        dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)
+        for i in reversed(range(cfg.layers)):
+            p, cache = f"h.{i}.", caches[i]
+            # MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
+            dr, grads[p + "w2"] = linear_backward(dh, cache.r, w.w2[i], ops)  # (N, 4C), (4C, C)
+            np.multiply(dr, cache.relu, out=dr)  # (N, 4C) dr * 1 or +-0 where u <= 0
+            dr += F32(0.0)  # du: +0 where u <= 0 (dr itself is never -0: exact zeros are +0)
+            dbn, grads[p + "w1"] = linear_backward(dr, cache.bq, w.w1[i], ops)  # (N, C), (C, 4C)
+            dx, grads[p + "g2"] = rmsnorm_backward(dbn, params[p + "g2"], cache.norm2)
+            dh += dx  # (N, C) residual
+            # attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
+            dmerged, grads[p + "wo"] = linear_backward(dh, cache.o, w.wo[i], ops)  # (N, C), (C, C)
+            dqkv = attention_backward(dmerged, cache.attn, cfg, b, t, ops)  # (N, 3C)
+            # (N, C), (C, 3C)
+            dan, grads[p + "wqkv"] = linear_backward(dqkv, cache.a, w.wqkv[i], ops)
+            dx, grads[p + "g1"] = rmsnorm_backward(dan, params[p + "g1"], cache.norm1)
+            dh += dx  # (N, C) residual
+        # embeddings: scatter rows of dh in flat position order onto +0, then add the logits part
+        dwte = np.zeros((cfg.vocab_size, c), dtype=np.float32)  # (V, C)
+        np.add.at(dwte, x.reshape(n), dh)
+        dwte += dwte_t.T
+        grads["wte"] = dwte
+        grads["wpe"] = embed_position_grad(dh.reshape(b, t, c), cfg.seq_len)  # (T_max, C)
+        ordered = {name: grads[name] for name in param_shapes(cfg)}
     return loss, ordered
 
 

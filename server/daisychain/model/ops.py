@@ -41,6 +41,16 @@ class GemmOps(Protocol):
         self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
     ) -> FloatArray: ...
 
+    def settle(self) -> None:
+        """Wait until every product returned so far is proven; raise if one was wrong.
+
+        An implementation may hand a product back before its check is done (``gpu.live``'s
+        background audit), so a caller settles before any value derived from the products leaves
+        its hands (``gpt.forward_backward`` does, before each early gradient and at the end).
+        The operands and the products must stay unmodified until then: the check reads them.
+        """
+        ...
+
 
 class NumpyOps:
     """The reference implementation (float32 BLAS on integer-valued operands)."""
@@ -60,6 +70,9 @@ class NumpyOps:
     ) -> FloatArray:
         return ref.grad_matmul_right(a_q, fold_e, g, limbs)
 
+    def settle(self) -> None:
+        """Nothing to wait for: the reference is its own proof."""
+
 
 NUMPY_OPS = NumpyOps()
 
@@ -68,18 +81,31 @@ class IntGemmOps:
     """The three products from an exact int8 GEMM (e.g. a gated GPU kernel), same bits."""
 
     def __init__(
-        self, name: str, matmul_int: MatmulInt, matmul_batched: MatmulBatched | None = None
+        self,
+        name: str,
+        matmul_int: MatmulInt,
+        matmul_batched: MatmulBatched | None = None,
+        settle: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self._matmul_int = matmul_int
         # A GEMM that takes (..., M, K) @ (..., K, N) in one call (the CPU int8 GEMM): one call
         # per product instead of one per attention head.
         self._matmul_batched = matmul_batched
+        # What ``settle`` waits for: the checks still running on products already returned
+        # (gpu.live's background audit); None when every product is checked before it returns.
+        self._settle = settle
+
+    def settle(self) -> None:
+        if self._settle is not None:
+            self._settle()
 
     def _int(self, a: FloatArray, b: FloatArray) -> npt.NDArray[Any]:
         """Exact integer (..., M, N) of int8-valued float32 operands: float64 batch by batch, or
         int32 from a batched GEMM in one call (every use below scales or adds it in float64, to
-        which numpy promotes int32 exactly, so no float64 copy is made)."""
+        which numpy promotes int32 exactly, so no float64 copy is made). Every use makes a new
+        array and never writes into this one or the operands: a background audit may still be
+        reading them (``settle``)."""
         if self._matmul_batched is not None:
             return self._matmul_batched(a, b)
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])

@@ -535,6 +535,9 @@ class Node:
         """
         if self.recheck is None or (cause := self.recheck.due()) is None:
             return
+        if self.replica.state is not None:  # time the run's own model, not tiny (off the loop:
+            # a new model's timer builds its parameters)
+            await asyncio.to_thread(self.recheck.use_model, self.replica.state.cfg)
         check = await asyncio.to_thread(self.recheck.run, self.compute, cause)
         if check.switched:
             self.compute = self.recheck.compute(check.chosen)

@@ -156,6 +156,9 @@ class _Deadline:
         self._check()
         return out
 
+    def settle(self) -> None:
+        self.ops.settle()  # the step's time includes its audits' (gpu.live's background mode)
+
 
 StepTimer = Callable[[Compute, float], tuple[float, bool]]
 

@@ -251,7 +251,7 @@ def backend_recheck(chosen: Choice, start_cost_s: float, display: Display) -> Re
         return None
     return Recheck(
         chosen.candidates, step_timer(), on_check=display.backend_check,
-        start_cost_s=start_cost_s,
+        start_cost_s=start_cost_s, timer_for=step_timer,
     )  # fmt: skip
 
 

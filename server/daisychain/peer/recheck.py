@@ -5,10 +5,13 @@ were loading, a peer once measured numpy ten times slower than on a quiet machin
 whole run on an emulated GPU. So the run measures again: when its own step has slowed down
 (seconds per sequence well above the best it has seen on this backend) and, less often, on a
 timer even when nothing slowed (a backend that was busy at start may be free now). A check times
-every gated candidate on the same ``tiny`` step the start used, best of two rounds, the current
-backend first and unlimited; it switches only to a backend at least ``margin`` faster, so two
-backends of equal speed do not flap. Checks cost time, so they are spaced by their own cost:
-never more than ``max_overhead`` of the run's time goes to them.
+every gated candidate on one training step, best of two rounds, the current backend first and
+unlimited; it switches only to a backend at least ``margin`` faster, so two backends of equal
+speed do not flap. The start chose on a ``tiny`` step, before the run's model was known; once it
+is (``use_model``), the checks time the run's own model, whose products may favour another
+backend (an int8 GEMM's lead over float32 BLAS grows with the product). Checks cost time, so
+they are spaced by their own cost: never more than ``max_overhead`` of the run's time goes to
+them.
 
 Switching is safe for the replicas: every gated backend computes the same bits (the gates and
 the per-step probe prove it), so the switch changes only who multiplies and the backend named
@@ -21,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from daisychain.model.config import ModelConfig
 from daisychain.p2p.options import Compute
 from daisychain.peer.backend import Candidate, StepTimer, measure
 
@@ -56,7 +60,8 @@ class Check:
         return self.chosen != self.current
 
     def figures(self) -> dict[str, float]:
-        """Each candidate's seconds per tiny step (a lower bound where it was stopped)."""
+        """Each candidate's seconds per timed step (``tiny``, or the run's model once known; a
+        lower bound where it was stopped)."""
         return {r.name: r.seconds or 0.0 for r in self.rows}
 
     def reason(self) -> str:
@@ -82,9 +87,14 @@ class Recheck:
         clock: Callable[[], float] = time.monotonic,
         on_check: Callable[[Check], None] | None = None,
         start_cost_s: float = 0.0,
+        timer_for: Callable[[ModelConfig], StepTimer] | None = None,
     ) -> None:
         self.computes = list(computes)
         self.timer = timer
+        # How to time a given model (``peer.backend.step_timer``); None keeps ``timer`` for the
+        # whole run (a fixed timer, as tests give).
+        self.timer_for = timer_for
+        self.model: ModelConfig | None = None  # the model ``timer`` times, once it is the run's
         self.policy = policy or RecheckPolicy()
         self.clock = clock
         self.on_check = on_check
@@ -93,6 +103,12 @@ class Recheck:
         self._cost = start_cost_s
         self._best_seq_s = float("inf")  # the best seconds per sequence seen on this backend
         self._slowed = False
+
+    def use_model(self, cfg: ModelConfig) -> None:
+        """Time ``cfg``, the run's model, from the next check on (a new timer only when the
+        model changed: the timer holds that model's parameters and batch)."""
+        if self.timer_for is not None and cfg != self.model:
+            self.timer, self.model = self.timer_for(cfg), cfg
 
     def observe(self, seq_s: float) -> None:
         """A training step's compute seconds per sequence on the current backend."""
