@@ -38,6 +38,10 @@ CONTROL_ROLES = frozenset(
 )  # fmt: skip
 
 ID = "async () => (await import('/js/app.js')).app.peer?.id ?? ''"
+# The page peer's applied steps as [step, hash] pairs (its outcome's history).
+RECORDS = (
+    "async () => (await import('/js/app.js')).app.peer?.records.map((r) => [r.step, r.hash]) ?? []"
+)
 
 
 @dataclass
@@ -50,6 +54,10 @@ class Tab:
     async def peer_id(self) -> str:
         result: str = await self.page.evaluate(ID)
         return result
+
+    async def hashes(self) -> dict[int, str]:
+        """The page peer's hash after each step it applied."""
+        return {int(step): str(digest) for step, digest in await self.page.evaluate(RECORDS)}
 
     def check_clean(self) -> None:
         assert not self.errors, f"console errors: {self.errors}"
@@ -228,3 +236,25 @@ def watch(tab: Tab, hosts: tuple[str, ...] = ("127.0.0.1",)) -> Tab:
     listen(tab.page, tab.errors, tab.foreign, hosts)
     tab.page.on("response", on_response)
     return tab
+
+
+async def hashes_after(tab: Tab, steps: int, timeout: float = 120) -> dict[int, str]:
+    """The page peer's hashes once it has applied ``steps`` steps."""
+
+    async def applied() -> bool:
+        return len(await tab.hashes()) >= steps
+
+    await until(applied, timeout, f"the tab's {steps} steps")
+    return await tab.hashes()
+
+
+async def lead_form(tab: Tab, steps: int, devices: int, batch: int, seq_len: int) -> Any:
+    """The "Lead a run" form with its steps, devices, and (under More settings) sequences per
+    device and sequence length filled in; returns the form's locator for the rest."""
+    form = tab.page.get_by_role("form", name="Lead a run")
+    await form.get_by_label("Steps").fill(str(steps))
+    await form.get_by_label("Devices needed to start").fill(str(devices))
+    await form.get_by_text("More settings").click()
+    await form.get_by_label("Sequences per device per step").fill(str(batch))
+    await form.get_by_label("Sequence length").fill(str(seq_len))
+    return form

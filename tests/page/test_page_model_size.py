@@ -36,9 +36,6 @@ pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 
 TIMERS = f"repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
 STEPS = 3
-RECORDS = (
-    "async () => (await import('/js/app.js')).app.peer?.records.map((r) => [r.step, r.hash]) ?? []"
-)
 
 
 async def test_a_custom_size_from_the_form_trains_with_a_python_peer(tmp_path: Path) -> None:
@@ -47,12 +44,7 @@ async def test_a_custom_size_from_the_form_trains_with_a_python_peer(tmp_path: P
                                            page_helpers.DESKTOP)  # fmt: skip
         await page_helpers.joined(tab)
         py = await start_peer(url, "py-1")
-        form = tab.page.get_by_role("form", name="Lead a run")
-        await form.get_by_label("Steps").fill(str(STEPS))
-        await form.get_by_label("Devices needed to start").fill("2")
-        await form.get_by_text("More settings").click()
-        await form.get_by_label("Sequences per device per step").fill(str(TEST_BATCH))
-        await form.get_by_label("Sequence length").fill(str(TEST_SEQ))
+        form = await page_helpers.lead_form(tab, STEPS, 2, TEST_BATCH, TEST_SEQ)
         size = "#lead .size"
 
         # Oversized: the estimate is said before Start, and Start is refused with that figure.
@@ -96,11 +88,7 @@ async def test_a_custom_size_from_the_form_trains_with_a_python_peer(tmp_path: P
         assert config is not None and config.preset is None
         assert (config.model.width, config.model.layers, config.model.heads) == (32, 1, 2)
 
-        async def all_steps() -> bool:
-            return len(await tab.page.evaluate(RECORDS)) >= STEPS
-
-        await page_helpers.until(all_steps, 120, "the tab's steps")
-        tab_hashes = {step: digest for step, digest in await tab.page.evaluate(RECORDS)}
+        tab_hashes = await page_helpers.hashes_after(tab, STEPS)
         assert {s: py.hashes[s] for s in range(1, STEPS + 1)} == {
             s: tab_hashes[s] for s in range(1, STEPS + 1)
         }

@@ -39,9 +39,6 @@ pytestmark = [needs_namespace, pytest.mark.timeout(600)]
 TIMERS = f"repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}"
 ROUNDS = 3
 H = 2
-RECORDS = (
-    "async () => (await import('/js/app.js')).app.peer?.records.map((r) => [r.step, r.hash]) ?? []"
-)
 
 
 async def test_outer_rounds_from_the_form_train_with_a_python_peer(tmp_path: Path) -> None:
@@ -50,12 +47,7 @@ async def test_outer_rounds_from_the_form_train_with_a_python_peer(tmp_path: Pat
                                            page_helpers.DESKTOP)  # fmt: skip
         await page_helpers.joined(tab)
         py = await start_peer(url, "py-1")
-        form = tab.page.get_by_role("form", name="Lead a run")
-        await form.get_by_label("Steps").fill(str(ROUNDS))
-        await form.get_by_label("Devices needed to start").fill("2")
-        await form.get_by_text("More settings").click()
-        await form.get_by_label("Sequences per device per step").fill(str(TEST_BATCH))
-        await form.get_by_label("Sequence length").fill(str(TEST_SEQ))
+        form = await page_helpers.lead_form(tab, ROUNDS, 2, TEST_BATCH, TEST_SEQ)
         await form.get_by_label("Share the work").select_option("equal")
         inner = form.get_by_label("Inner updates per round")
         # Per-step exchange: no outer fields.
@@ -96,11 +88,7 @@ async def test_outer_rounds_from_the_form_train_with_a_python_peer(tmp_path: Pat
         assert config is not None and config.sync == "outer" and config.outer is not None
         assert (config.outer.steps, config.outer.lr, config.outer.momentum) == (H, 0.7, 0.9)
 
-        async def all_rounds() -> bool:
-            return len(await tab.page.evaluate(RECORDS)) >= ROUNDS
-
-        await page_helpers.until(all_rounds, 120, "the tab's rounds")
-        tab_hashes = {step: digest for step, digest in await tab.page.evaluate(RECORDS)}
+        tab_hashes = await page_helpers.hashes_after(tab, ROUNDS)
         assert {s: tab_hashes[s] for s in range(1, ROUNDS + 1)} == {
             s: py.hashes[s] for s in range(1, ROUNDS + 1)
         }
