@@ -21,7 +21,7 @@ import pytest
 from daisychain import training
 from daisychain.gpu.backend import Backend, evaluate_gpu, select_backend
 from daisychain.gpu.counters import ROUND_TRIPS, Counts
-from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gates import batched_cases, gemm_cases, qmatmul_cases, run_gemm_gates
 from daisychain.gpu.gemm import MAX_K, GemmKind, GpuGemm, PerSliceGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
@@ -33,19 +33,6 @@ from gpu_plant import OneCellPlant
 
 KINDS: list[GemmKind] = ["dp4a", "lut"]
 Int8Array = npt.NDArray[np.int8]
-
-
-@pytest.fixture(scope="session")
-def gpu() -> GpuDevice:
-    try:
-        return acquire()
-    except GpuUnavailable as exc:
-        pytest.skip(f"no wgpu adapter on this machine: {exc}")
-
-
-@pytest.fixture(scope="session", params=KINDS)
-def gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
-    return GpuGemm(gpu, request.param)
 
 
 def _ints(seed: int, shape: tuple[int, ...]) -> Int8Array:

@@ -11,7 +11,7 @@ import pytest
 
 from daisychain.gpu.audit import audit
 from daisychain.gpu.backend import NumpyGemm, select_backend
-from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gates import (
     batched_cases,
     gemm_cases,
@@ -24,21 +24,6 @@ from daisychain.gpu.pool import POISON_WORD, BufferPool
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
 from daisychain.gpu.quantize import GpuQuantize
 from daisychain.numerics import QuantizationError, qmatmul, quantize
-
-KINDS = ["dp4a", "lut"]
-
-
-@pytest.fixture(scope="session")
-def gpu() -> GpuDevice:
-    try:
-        return acquire()
-    except GpuUnavailable as exc:
-        pytest.skip(f"no wgpu adapter on this machine: {exc}")
-
-
-@pytest.fixture(scope="session", params=KINDS)
-def gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
-    return GpuGemm(gpu, request.param)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ import pytest
 from daisychain import training
 from daisychain.gpu.audit import Int8Array, Int32Array
 from daisychain.gpu.backend import Backend, NumpyGemm
-from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.gemm import GemmKind, GpuGemm
 from daisychain.gpu.live import AuditedMatmul, KernelAuditError, training_ops
@@ -174,14 +174,6 @@ def test_training_step_audit_catches_one_unit_in_one_cell(
 
 
 # --- on a real wgpu device ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gpu() -> GpuDevice:
-    try:
-        return acquire()
-    except GpuUnavailable as exc:
-        pytest.skip(f"no wgpu adapter on this machine: {exc}")
 
 
 @pytest.mark.parametrize("kind", ["dp4a", "lut"])

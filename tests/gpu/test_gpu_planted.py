@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from daisychain.gpu.backend import Backend, evaluate_gpu, select_backend
-from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gates import GateReport, gemm_cases, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
 from daisychain.gpu.kernels import kernel_source
@@ -26,14 +26,6 @@ from daisychain.peer.backend import choose
 from gpu_plant import OneCellPlant, planted_probe_hash, planted_step_probe
 
 KINDS: list[GemmKind] = ["dp4a", "lut"]
-
-
-@pytest.fixture(scope="session")
-def gpu() -> GpuDevice:
-    try:
-        return acquire()
-    except GpuUnavailable as exc:
-        pytest.skip(f"no wgpu adapter on this machine: {exc}")
 
 
 def plant(kernel: str, old: str, new: str) -> str:
