@@ -35,6 +35,28 @@ export function plantedCopy(file, from, to) {
   };
 }
 
+/**
+ * The failure messages, in trace order, of replaying every trace of `traces` ({trace} records)
+ * on a plantedCopy(file, from, to) of the JavaScript machine (empty: no trace noticed).
+ */
+export async function plantedFailures(file, from, to, traces) {
+  const copy = plantedCopy(file, from, to);
+  try {
+    const { replay } = await import(copy.url('p2p/traces/replay.js'));
+    const failures = [];
+    for (const { trace } of traces) {
+      try {
+        await replay(trace);
+      } catch (exc) {
+        failures.push(exc.message);
+      }
+    }
+    return failures;
+  } finally {
+    copy.dispose();
+  }
+}
+
 /** Runs Python code with the reference (PYTHON or python; PYTHONPATH=server), JSON in and out. */
 export function python(script, input) {
   return runPython(['-c', script], input);
