@@ -8,11 +8,9 @@
 // shows as another SHA-256.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createHash } from 'node:crypto';
 import { python } from './protocol_helpers.mjs';
+import { LocalWorker, digest, tokens } from './local_worker.mjs';
 import { WorkerReplica } from '../../static/js/p2p/replica.js';
-import { Trainer } from '../../static/js/train/trainer.js';
-import { parseRequest } from '../../static/js/train/messages.js';
 import { modelConfig } from '../../static/js/model/config.js';
 import { adamwConfig } from '../../static/js/model/optim.js';
 
@@ -52,47 +50,8 @@ for sh, rank in inp["cases"]:
 print(json.dumps(out))
 `;
 
-/** The training worker's Trainer in this process, behind TrainWorker's API. */
-class LocalWorker extends EventTarget {
-  constructor() {
-    super();
-    this.trainer = new Trainer(() => {});
-    this.id = 0;
-  }
-
-  async request(type, fields = {}, onGrad = undefined) {
-    const progress = ({ name, values }) => onGrad(name, values);
-    const req = parseRequest({ id: ++this.id, type, ...fields });
-    return (await this.trainer.handle(req, progress)).result;
-  }
-
-  init(options) {
-    return this.request('init', options);
-  }
-
-  grads(x, y, { batch, onGrad } = {}) {
-    const fields = batch === undefined ? { x, y } : { x, y, batch };
-    if (onGrad) fields.early = true;
-    return this.request('grads', fields, onGrad);
-  }
-
-  probe() {
-    return this.request('probe');
-  }
-
-  terminate() {}
-}
-
-function tokens() {
-  const t = new Uint16Array(4000);
-  for (let i = 0; i < t.length; i++) t[i] = ((i * 2654435761) >>> 7) % V;
-  return t;
-}
-
-const digest = (p) => `${p.length}:${createHash('sha256').update(p).digest('hex')}`;
-
 test('compute with early chunks: the same bytes, each final chunk handed over before the backward ends', async () => {
-  const toks = tokens();
+  const toks = tokens(V);
   const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], cases: CASES });
   const replica = new WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: V,
     backend: 'js-cpu', makeWorker: () => new LocalWorker() });
@@ -121,7 +80,7 @@ test('compute with early chunks: the same bytes, each final chunk handed over be
 });
 
 test('compute: lane pieces, their combined mean and the chunks are the Python peer\'s bytes', async () => {
-  const toks = tokens();
+  const toks = tokens(V);
   const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], cases: CASES });
   const replica = new WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: V,
     backend: 'js-cpu', makeWorker: () => new LocalWorker() });

@@ -9,11 +9,9 @@
 // reduction across peers is the machine's and has its own traces (protocol_outer.test.mjs).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createHash } from 'node:crypto';
 import { python } from './protocol_helpers.mjs';
+import { LocalWorker, digest, tokens } from './local_worker.mjs';
 import { WorkerReplica } from '../../static/js/p2p/replica.js';
-import { Trainer } from '../../static/js/train/trainer.js';
-import { parseRequest } from '../../static/js/train/messages.js';
 import { modelConfig } from '../../static/js/model/config.js';
 import { adamwConfig } from '../../static/js/model/optim.js';
 import { decode } from '../../static/js/p2p/codec.js';
@@ -78,58 +76,6 @@ out["checkpoint"] = digest(rep.checkpoint())
 print(json.dumps(out))
 `;
 
-/** The training worker's Trainer in this process, behind TrainWorker's API. */
-class LocalWorker extends EventTarget {
-  constructor() {
-    super();
-    this.trainer = new Trainer(() => {});
-    this.id = 0;
-  }
-
-  async request(type, fields = {}) {
-    const req = parseRequest({ id: ++this.id, type, ...fields });
-    return (await this.trainer.handle(req)).result;
-  }
-
-  init(options) {
-    return this.request('init', options);
-  }
-
-  probe() {
-    return this.request('probe');
-  }
-
-  outer(outer, shared) {
-    return this.request('outer', shared === undefined ? { outer } : { outer, shared });
-  }
-
-  round(steps, count, token) {
-    return this.request('round', { steps, count, token });
-  }
-
-  applyOuter(mean, token) {
-    return this.request('outer-apply', { mean, token });
-  }
-
-  exportOuter() {
-    return this.request('export');
-  }
-
-  exportState() {
-    return this.request('export').then((r) => r.state);
-  }
-
-  terminate() {}
-}
-
-function tokens() {
-  const t = new Uint16Array(4000);
-  for (let i = 0; i < t.length; i++) t[i] = ((i * 2654435761) >>> 7) % V;
-  return t;
-}
-
-const digest = (p) => `${p.length}:${createHash('sha256').update(p).digest('hex')}`;
-
 function newReplica() {
   return new WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: V, backend: 'js-cpu',
     makeWorker: () => new LocalWorker() });
@@ -165,7 +111,7 @@ async function pageRounds(replica, toks, { onRound = () => {} } = {}) {
 }
 
 test('outer rounds on the page: payloads, losses, outer hashes and the checkpoint are the Python peer\'s bytes', async () => {
-  const toks = tokens();
+  const toks = tokens(V);
   const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], rounds: ROUNDS, H,
     lr: OUTER.lr, momentum: OUTER.momentum });
   const replica = newReplica();
@@ -190,7 +136,7 @@ test('outer rounds on the page: payloads, losses, outer hashes and the checkpoin
 });
 
 test('an outer checkpoint restores on another page replica with the same outer hash, and continues', async () => {
-  const toks = tokens();
+  const toks = tokens(V);
   const a = newReplica();
   a.setOuter(OUTER);
   await a.start(modelConfig(MODEL), adamwConfig({}), SEED);
@@ -236,7 +182,7 @@ test('the worker refuses a round of another H, and per-step requests in an outer
 });
 
 test('a page continues an outer checkpoint as an outer run (resumeConfig), the run rules accept it', async () => {
-  const toks = tokens();
+  const toks = tokens(V);
   const a = newOuter();
   await a.start(modelConfig(MODEL), adamwConfig({}), SEED);
   await pageRounds(a, toks);
