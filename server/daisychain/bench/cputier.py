@@ -61,7 +61,10 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "--presets": {"default": "tiny,small", "help": "comma-separated model presets"},
     "--vocab": {"type": int, "default": 2048, "help": "vocabulary of the presets"},
     "--steps": {"type": int, "default": 3, "help": "timed training steps per side and round"},
-    "--warmup": {"type": int, "default": 2, "help": "untimed steps before them"},
+    # Five untimed steps: V8 takes the first few steps of a fresh page or process to tier up
+    # our JS (150-270 ms against 55-60 ms steady on `tiny`), while TF.js's wasm binary is
+    # compiled ahead; with 2 the `tiny` rounds measured start-up, not training, on our side.
+    "--warmup": {"type": int, "default": 5, "help": "untimed steps before them (both sides)"},
     "--rounds": {
         "type": int,
         "default": 3,
