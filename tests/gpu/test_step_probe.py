@@ -14,17 +14,20 @@ import numpy as np
 from daisychain.gpu.probe import (
     ELEMENTWISE_SHAPE,
     PROBE_SHAPE,
+    XENT_SHAPE,
     elementwise_operand,
     elementwise_parts,
     reference_probe_hash,
     reference_step_probe,
     step_probe_hash,
+    xent_operands,
 )
+from daisychain.model.gpt import cross_entropy
 from gpu_plant import OneCellPlant
 
 ROOT = Path(__file__).resolve().parents[2]
 # Pinned: changing the step probe's definition must be a deliberate, visible edit.
-STEP_PROBE = "77e03ce2cf746e266bbc4713b4fbd4daed8db07bf6bf7fd34f9fbff830f435f8"
+STEP_PROBE = "7c794d54a8411f24a2ff9a10ced9f370a979754f2ccffd0a98dec17118a30ec2"
 
 
 def _js_constant(name: str) -> str:
@@ -56,9 +59,46 @@ def test_the_parts_cover_one_two_and_three_limbs_by_rows_and_by_columns() -> Non
     rows, cols = ELEMENTWISE_SHAPE
     kinds = [(p.dtype.name, p.shape) for p in parts]
     q, r_e, c_e = ("int8", (rows, cols)), ("int32", (rows,)), ("int32", (cols,))
-    assert kinds == [q, r_e, q, c_e, q, q, r_e, q, q, c_e, q, q, q, r_e, q, q, q, c_e]
+    n, v = XENT_SHAPE
+    loss, dlogits = ("float32", (1,)), ("float32", (n * v,))
+    assert kinds == [
+        q,
+        r_e,
+        q,
+        c_e,
+        q,
+        q,
+        r_e,
+        q,
+        q,
+        c_e,
+        q,
+        q,
+        q,
+        r_e,
+        q,
+        q,
+        q,
+        c_e,
+        loss,
+        dlogits,
+    ]
     # Every limb is used: a part that were all zeros would hide its kernel's errors.
     assert all(p.any() for p in parts)
+
+
+def test_the_cross_entropy_part_is_the_models_on_logits_of_both_signs() -> None:
+    logits, targets = xent_operands()
+    n, v = XENT_SHAPE
+    assert logits.shape == (n, v) and logits.dtype == np.float32 and v % 4 != 0
+    assert float(np.abs(logits).min()) >= 0.5 and float(np.abs(logits).max()) < 8.0
+    assert (logits < 0).any() and (logits > 0).any()
+    assert targets.shape == (n,) and ((targets >= 0) & (targets < v)).all()
+    loss, dlogits = elementwise_parts(elementwise_operand())[-2:]
+    want_loss, want = cross_entropy(logits.copy(), targets)
+    assert loss.tobytes() == np.float32(want_loss).tobytes()
+    assert dlogits.tobytes() == want.tobytes()
+    assert 0 < float(loss[0]) < 20
 
 
 def test_a_kernel_one_unit_off_in_the_probe_product_publishes_another_step_probe() -> None:

@@ -1,17 +1,19 @@
 // The step probe (static/js/gpu/probe.js; docs/KERNELS.md "Kernel probe"): what a peer publishes
-// after every step. Its elementwise part goes through quant.js, so the WebAssembly SIMD
-// quantizer takes part where it is installed: the JS loops and the gated kernel give
-// REFERENCE_STEP_PROBE (probe.py's reference_step_probe, checked against this file's constant
-// by tests/gpu/test_step_probe.py); a kernel one unit off only on the probe's matrix passes its
-// gate and changes the step probe; so does a GEMM one unit off only on the probe's product.
+// after every step. Its elementwise part goes through quant.js and xent.js, so the WebAssembly
+// SIMD quantizer and cross-entropy take part where they are installed: the JS loops and the
+// gated kernel give REFERENCE_STEP_PROBE (probe.py's reference_step_probe, checked against this
+// file's constant by tests/gpu/test_step_probe.py); a quantizer or a cross-entropy one unit off
+// only on the probe's inputs passes its gate and changes the step probe; so does a GEMM one unit
+// off only on the probe's product.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as N from '../../static/js/numerics/index.js';
 import {
-  ELEMENTWISE_SHAPE, PROBE_SHAPE, REFERENCE_PROBE_HASH, REFERENCE_STEP_PROBE, elementwiseOperand,
-  probeHash, stepProbeHash,
+  ELEMENTWISE_SHAPE, PROBE_SHAPE, REFERENCE_PROBE_HASH, REFERENCE_STEP_PROBE, XENT_SHAPE,
+  elementwiseOperand, probeHash, stepProbeHash,
 } from '../../static/js/gpu/probe.js';
 import { loadWasmElementwise } from '../../static/js/numerics/wasmelementwise.js';
+import { setCrossEntropyKernel } from '../../static/js/numerics/xent.js';
 import { gateWasmElementwise } from '../../static/js/numerics/wasmeltgate.js';
 
 // The exact product as Int32Array (what every tier's gemm.matmulInt resolves to).
@@ -21,12 +23,16 @@ const exactGemm = {
   },
 };
 
+// Runs fn with `kernel` installed as both elementwise kernels (quant.js's and xent.js's), as
+// wasmeltgate.js installs one module for both.
 async function withQuantKernel(kernel, fn) {
   const previous = N.setQuantKernel(kernel);
+  const previousXent = setCrossEntropyKernel(kernel);
   try {
     return await fn();
   } finally {
     N.setQuantKernel(previous);
+    setCrossEntropyKernel(previousXent);
   }
 }
 
@@ -75,6 +81,28 @@ test('a quantizer one unit off on the probe matrix only passes its gate, not the
   // The same plant without the marker's value (any other matrix) changes nothing it gates.
   const again = await withQuantKernel(real, () => stepProbeHash(exactGemm));
   assert.equal(again, REFERENCE_STEP_PROBE);
+});
+
+test('a cross-entropy one ulp off on the probe logits only passes its gate, not the step probe', async () => {
+  const real = await loadWasmElementwise();
+  const [n, v] = XENT_SHAPE;
+  const planted = Object.create(real);
+  let hit = 0;
+  planted.crossEntropy = function crossEntropy(logits, y, rows, cols, lossT) {
+    const probe = rows === n && cols === v;
+    real.crossEntropy.call(this, logits, y, rows, cols, lossT);
+    if (probe) {
+      hit += 1;
+      const u = new Uint32Array(logits.buffer, logits.byteOffset, logits.length);
+      u[3 * v + 17] += 1; // one dlogit, one ulp
+    }
+  };
+  const gate = await gateWasmElementwise(planted);
+  assert.equal(gate.passed, true, `the gate has no case of the probe's shape: ${gate.failure}`);
+  assert.equal(hit, 0, 'the gate never ran the probe shape');
+  const got = await withQuantKernel(planted, () => stepProbeHash(exactGemm));
+  assert.equal(hit, 1);
+  assert.notEqual(got, REFERENCE_STEP_PROBE);
 });
 
 test('a GEMM one unit off at one cell of the probe product changes the step probe', async () => {

@@ -8,10 +8,11 @@ computing different bits and must stop (docs/KERNELS.md, "Kernel probe").
 
 The **step probe** is what peers publish after every step and compare with one reference: the
 same product's accumulator, then the block quantizations of a fixed float32 matrix (one-, two-
-and three-limb, by rows and by columns) through the live elementwise code, hashed together. A
-device whose GEMM or whose elementwise kernel (the browser's WebAssembly SIMD quantizer) drifted
-publishes another step probe and is named. The headless peer quantizes with numpy, the reference,
-so its elementwise part is the reference's on every backend.
+and three-limb, by rows and by columns) and the cross-entropy of fixed logits, all through the
+live elementwise code, hashed together. A device whose GEMM or whose elementwise kernels (the
+browser's WebAssembly SIMD quantizer and cross-entropy) drifted publishes another step probe and
+is named. The headless peer computes both with numpy, the reference, so its elementwise part is
+the reference's on every backend.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from daisychain.model.gpt import cross_entropy
 from daisychain.numerics import prng, sha256_arrays
 from daisychain.numerics.quant import FloatArray, quantize, quantize2, quantize3
 
@@ -30,6 +32,8 @@ PROBE_SHAPE = (64, 96, 80)  # M, K, N
 # The elementwise part's matrix: no gate case has this shape, and 64 columns (a multiple of 4)
 # send every row and column block through the browser's SIMD kernel, not its JS fallback.
 ELEMENTWISE_SHAPE = (24, 64)
+# The cross-entropy part's logits: N rows of V, V odd so a SIMD kernel's padded last lanes count.
+XENT_SHAPE = (8, 131)
 
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
@@ -81,10 +85,25 @@ def elementwise_operand() -> FloatArray:
     return out
 
 
+def xent_operands() -> tuple[FloatArray, npt.NDArray[np.intp]]:
+    """The cross-entropy part's logits (float32, from PRNG words in integer arithmetic: either
+    sign, magnitudes in [0.5, 8)) and targets (one per row, a word modulo V)."""
+    rows, v = XENT_SHAPE
+    words = prng.bits(prng.key(PROBE_SEED, 2, 3), rows * v).reshape(rows, v)
+    biased = np.uint32(126) + ((words >> np.uint32(23)) & np.uint32(3))
+    bits = (
+        (words & np.uint32(0x80000000)) | (biased << np.uint32(23)) | (words & np.uint32(0x7FFFFF))
+    )
+    logits: FloatArray = bits.view(np.float32)
+    targets = prng.bits(prng.key(PROBE_SEED, 2, 4), rows) % np.uint32(v)
+    return logits, targets.astype(np.intp)
+
+
 def elementwise_parts(x: FloatArray) -> list[npt.NDArray[np.generic]]:
-    """The quantizations the step probe hashes, in order: for 1, 2 and 3 limbs, blocks along
-    rows then along columns, each limb as int8 and then its exponents as int32 (the browser's
-    ``probe.js`` produces the same arrays in the same order)."""
+    """What the step probe hashes after the product, in order: for 1, 2 and 3 limbs, the blocks
+    of ``x`` along rows then along columns, each limb as int8 and then its exponents as int32;
+    then the cross-entropy of ``xent_operands``: its mean loss (one float32) and its dlogits
+    (the browser's ``probe.js`` produces the same arrays in the same order)."""
     parts: list[npt.NDArray[np.generic]] = []
     for limbs in (1, 2, 3):
         for axis in (1, 0):
@@ -92,6 +111,9 @@ def elementwise_parts(x: FloatArray) -> list[npt.NDArray[np.generic]]:
             *values, e = quantized
             parts += [v.astype(np.int8) for v in values]
             parts.append(np.ascontiguousarray(e, dtype=np.int32).ravel())
+    logits, targets = xent_operands()
+    loss, dlogits = cross_entropy(logits.copy(), targets)
+    parts += [np.array([loss], dtype=np.float32), dlogits.ravel()]
     return parts
 
 

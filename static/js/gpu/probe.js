@@ -8,15 +8,17 @@
 //
 // The step probe (stepProbeHash) is what a peer publishes after every step and the guard
 // compares with REFERENCE_STEP_PROBE: that accumulator, then the block quantizations of a fixed
-// float32 matrix (one-, two- and three-limb, by rows and by columns) through quant.js, that is
-// through the WebAssembly SIMD quantizer where it is installed, hashed together. A device whose
-// elementwise kernel drifted after its gate is named by it, as one whose GEMM drifted is.
+// float32 matrix (one-, two- and three-limb, by rows and by columns) through quant.js, and the
+// cross-entropy of fixed logits through xent.js, that is through the WebAssembly SIMD kernels
+// where they are installed, hashed together. A device whose elementwise kernel drifted after
+// its gate is named by it, as one whose GEMM drifted is.
 
 import { bits, key } from '../numerics/prng.js';
 import { sha256Arrays } from '../numerics/hash.js';
 import {
   quantize2Cols, quantize2Rows, quantize3Cols, quantize3Rows, quantizeCols, quantizeRows,
 } from '../numerics/quant.js';
+import { crossEntropy } from '../numerics/xent.js';
 
 export const PROBE_SEED = 0x9b0be;
 export const PROBE_SHAPE = [64, 96, 80]; // M, K, N
@@ -25,8 +27,10 @@ export const REFERENCE_PROBE_HASH =
 // The elementwise part's matrix: no gate case has this shape, and 64 columns (a multiple of 4)
 // send every block through the SIMD kernel, not the JS fallback (quant.js quantKernelFor).
 export const ELEMENTWISE_SHAPE = [24, 64];
+// The cross-entropy part's logits: N rows of V, V odd so a SIMD kernel's padded lanes count.
+export const XENT_SHAPE = [8, 131];
 export const REFERENCE_STEP_PROBE =
-  '77e03ce2cf746e266bbc4713b4fbd4daed8db07bf6bf7fd34f9fbff830f435f8';
+  '7c794d54a8411f24a2ff9a10ced9f370a979754f2ccffd0a98dec17118a30ec2';
 
 function draw(stream, n) {
   const words = bits(key(PROBE_SEED, 2, stream), n);
@@ -73,8 +77,26 @@ export function elementwiseOperand() {
 }
 
 /**
- * The quantizations the step probe hashes, in probe.py's order: for 1, 2 and 3 limbs, rows then
- * columns, each limb (Int8Array) then its exponents (Int32Array). Copies: a kernel may hand back
+ * The cross-entropy part's logits (Float32Array, row-major: either sign, magnitudes in [0.5, 8),
+ * built from PRNG words in integer arithmetic) and targets (one per row, a word modulo V), as
+ * probe.py's xent_operands.
+ */
+export function xentOperands() {
+  const [rows, v] = XENT_SHAPE;
+  const words = bits(key(PROBE_SEED, 2, 3), rows * v);
+  const out = new Uint32Array(rows * v);
+  for (let i = 0; i < out.length; i++) {
+    const w = words[i];
+    out[i] = ((w & 0x80000000) | ((126 + ((w >>> 23) & 3)) << 23) | (w & 0x7fffff)) >>> 0;
+  }
+  const targets = Array.from(bits(key(PROBE_SEED, 2, 4), rows), (w) => (w >>> 0) % v);
+  return { logits: new Float32Array(out.buffer), targets };
+}
+
+/**
+ * What the step probe hashes after the product, in probe.py's order: for 1, 2 and 3 limbs, rows
+ * then columns, each limb (Int8Array) then its exponents (Int32Array); then the cross-entropy of
+ * xentOperands(): its mean loss (one float32) and its dlogits. Copies: a kernel may hand back
  * views of its own memory, which its next call overwrites.
  */
 export function elementwiseParts(x) {
@@ -92,6 +114,10 @@ export function elementwiseParts(x) {
   parts.push(r3.hi.slice(), r3.mid.slice(), r3.lo.slice(), r3.e.slice());
   const c3 = quantize3Cols(x, rows, cols);
   parts.push(c3.hi.slice(), c3.mid.slice(), c3.lo.slice(), c3.e.slice());
+  const [n, v] = XENT_SHAPE;
+  const { logits, targets } = xentOperands();
+  const loss = crossEntropy(logits, targets, n, v); // logits become the dlogits
+  parts.push(Float32Array.of(loss), logits.slice());
   return parts;
 }
 
