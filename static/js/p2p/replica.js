@@ -33,6 +33,7 @@ import { ChunkWatch } from './early.js';
 import { offsets, pieces } from './shares.js';
 import { decodeCheckpoint, encodeCheckpoint, encodeOuterCheckpoint, stepOf } from './checkpoint.js';
 import { ReplicaRefused } from './machine/replica.js';
+import { PieceMean } from '../train/piecemean.js';
 
 const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
 
@@ -257,34 +258,17 @@ export class WorkerReplica {
     let products = 0;
     const watch = new ChunkWatch(this.model, shares, count, onPartial ?? (() => {}));
     if (count > 0) {
-      const cnt = Math.fround(count);
-      let lossAcc = 0;
+      const mean = new PieceMean(count, rowsOf.length);
       for (const [i, { x, y, rows }] of rowsOf.entries()) {
         const last = onPartial !== null && i === rowsOf.length - 1;
-        const onGrad = last ? watch.hook(rowsOf.length === 1 ? null : flat, rows) : undefined;
+        // The early chunks of the last piece add its values to the weighted sum of the others.
+        const onGrad = last ? watch.hook(rowsOf.length === 1 ? null : mean.sum, rows) : undefined;
         const r = await this.worker.grads(x, y, { batch: rows, onGrad });
         backend = r.backend;
         products += r.products ?? 0;
-        const g = flatten(fromTensors(r.grads));
-        if (rowsOf.length === 1) {
-          flat = g;
-          loss = r.loss;
-          break;
-        }
-        const w = Math.fround(rows);
-        if (flat === null) {
-          flat = new Float32Array(g.length);
-          for (let i = 0; i < g.length; i++) flat[i] = g[i] * w;
-          lossAcc = Math.fround(r.loss * w);
-        } else {
-          for (let i = 0; i < g.length; i++) flat[i] = flat[i] + Math.fround(g[i] * w);
-          lossAcc = Math.fround(lossAcc + Math.fround(r.loss * w));
-        }
+        mean.add(r.loss, flatten(fromTensors(r.grads)), rows);
       }
-      if (rowsOf.length > 1) {
-        for (let i = 0; i < flat.length; i++) flat[i] = flat[i] / cnt;
-        loss = Math.fround(lossAcc / cnt);
-      }
+      ({ loss, values: flat } = mean.result());
     }
     const gradMs = performance.now() - t0;
     const { probe } = await this.worker.probe();

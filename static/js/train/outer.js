@@ -12,6 +12,7 @@
 
 import * as M from '../model/index.js';
 import { applyOuter, outerConfig, outerHash, outerState, pseudoGradient } from '../outer/nesterov.js';
+import { PieceMean } from './piecemean.js';
 
 function copyMap(map) {
   const out = new Map();
@@ -24,32 +25,20 @@ function copyOptState(s) {
 }
 
 /**
- * The mean gradient of one contributor over its lane pieces (Python's training.mean_gradient,
- * replica.js compute's operations): one piece's own gradient, or
- * g = g0 * f32(r0); g = g + g1 * f32(r1); ...; g = g / f32(count), in float32, element by
- * element, the loss the same way. `parts` are [{loss, grads: Map}] with their `rows`.
+ * The mean gradient of one contributor over its lane pieces (`parts`: [{loss, grads: Map,
+ * rows}]), parameter by parameter through piecemean.js (the per-step compute's arithmetic).
  */
 export function combinePieces(parts, count) {
-  if (parts.length === 1) return { loss: parts[0].loss, grads: parts[0].grads };
-  const cnt = Math.fround(count);
   const grads = new Map();
-  let lossAcc = 0;
-  parts.forEach(({ loss, grads: g, rows }, k) => {
-    const w = Math.fround(rows);
-    for (const [name, a] of g) {
-      if (k === 0) {
-        const out = new Float32Array(a.length);
-        for (let i = 0; i < a.length; i++) out[i] = a[i] * w;
-        grads.set(name, out);
-      } else {
-        const out = grads.get(name);
-        for (let i = 0; i < a.length; i++) out[i] = out[i] + Math.fround(a[i] * w);
-      }
-    }
-    lossAcc = k === 0 ? Math.fround(loss * w) : Math.fround(lossAcc + Math.fround(loss * w));
-  });
-  for (const out of grads.values()) for (let i = 0; i < out.length; i++) out[i] = out[i] / cnt;
-  return { loss: Math.fround(lossAcc / cnt), grads };
+  let loss = 0;
+  for (const name of parts[0].grads.keys()) {
+    const mean = new PieceMean(count, parts.length);
+    for (const { loss: l, grads: g, rows } of parts) mean.add(l, g.get(name), rows);
+    const result = mean.result();
+    grads.set(name, result.values);
+    loss = result.loss; // the same for every parameter
+  }
+  return { loss, grads };
 }
 
 export class OuterLoop {
