@@ -80,26 +80,12 @@ function optimJson(o) {
  * The checkpoint bytes of `state` (a worker export) for `model`, `optim`, `seed`: Python's
  * `checkpoint.encode`. Resolves to a Uint8Array (the weight hash is hash.js's, asynchronous).
  */
-export async function encodeCheckpoint(state, { model, optim, seed, tokenizerSha256 }) {
-  const tensors = [];
-  for (const [prefix, list] of [['', state.params], ['m.', state.m], ['v.', state.v]]) {
-    list.names.forEach((name, i) => tensors.push([prefix + name, list.arrays[i]]));
-  }
-  const shapes = paramShapes(model);
-  const weightHash = await sha256Arrays(tensors.map(([, a]) => a));
+export async function encodeCheckpoint(state, run) {
+  const tensors = prefixed([['', state.params], ['m.', state.m], ['v.', state.v]]);
+  const shapes = paramShapes(run.model);
   const meta = {
-    format: FORMAT,
-    format_version: String(FORMAT_VERSION),
-    contract_version: String(CONTRACT_VERSION),
-    model: modelJson(model),
-    optim: optimJson(optim),
-    step: String(state.step),
-    seed: String(seed),
-    p1: f32Bits(state.p1),
-    p2: f32Bits(state.p2),
-    tokenizer_sha256: tokenizerSha256,
-    vocab_size: String(model.vocabSize),
-    weight_hash: weightHash,
+    ...commonMeta(run, state.step, state.p1, state.p2),
+    weight_hash: await sha256Arrays(tensors.map(([, a]) => a)),
   };
   return container(tensors, meta, (name) => shapes.get(name.startsWith('m.') ||
     name.startsWith('v.') ? name.slice(2) : name));
@@ -110,33 +96,47 @@ export async function encodeCheckpoint(state, { model, optim, seed, tokenizerSha
  * momentum} (tensor lists: the outer weights and momentum), the run's `outer` loop
  * {innerSteps, lr, momentum}.
  */
-export async function encodeOuterCheckpoint(shared, { model, optim, seed, outer,
-  tokenizerSha256 }) {
-  const tensors = [];
-  for (const [prefix, list] of [['', shared.params], [OUTER_PREFIX, shared.momentum]]) {
-    list.names.forEach((name, i) => tensors.push([prefix + name, list.arrays[i]]));
-  }
+export async function encodeOuterCheckpoint(shared, run) {
+  const { model, outer } = run;
+  const tensors = prefixed([['', shared.params], [OUTER_PREFIX, shared.momentum]]);
   const shapes = paramShapes(model);
   const outerJson = pyJsonSorted({ inner_steps: outer.innerSteps, lr: outer.lr,
     momentum: outer.momentum }, new Set(['lr', 'momentum']));
   const meta = {
-    format: FORMAT,
-    format_version: String(FORMAT_VERSION),
-    contract_version: String(CONTRACT_VERSION),
-    model: modelJson(model),
-    optim: optimJson(optim),
-    step: String(shared.step),
-    seed: String(seed),
-    p1: f32Bits(1), // a fresh inner optimizer's bias products (each peer's own is never shared)
-    p2: f32Bits(1),
-    tokenizer_sha256: tokenizerSha256,
-    vocab_size: String(model.vocabSize),
+    // p1 = p2 = 1: a fresh inner optimizer's bias products (each peer's own is never shared).
+    ...commonMeta(run, shared.step, 1, 1),
     sync: 'outer',
     outer: outerJson,
     weight_hash: await sha256Arrays(tensors.map(([, a]) => a)),
   };
   return container(tensors, meta, (name) => shapes.get(name.startsWith(OUTER_PREFIX)
     ? name.slice(OUTER_PREFIX.length) : name));
+}
+
+/** [prefix + name, array] of every tensor of each [prefix, {names, arrays}], in order. */
+function prefixed(lists) {
+  const tensors = [];
+  for (const [prefix, list] of lists) {
+    list.names.forEach((name, i) => tensors.push([prefix + name, list.arrays[i]]));
+  }
+  return tensors;
+}
+
+/** The metadata every checkpoint begins with, in Python's key order (up to `vocab_size`). */
+function commonMeta({ model, optim, seed, tokenizerSha256 }, step, p1, p2) {
+  return {
+    format: FORMAT,
+    format_version: String(FORMAT_VERSION),
+    contract_version: String(CONTRACT_VERSION),
+    model: modelJson(model),
+    optim: optimJson(optim),
+    step: String(step),
+    seed: String(seed),
+    p1: f32Bits(p1),
+    p2: f32Bits(p2),
+    tokenizer_sha256: tokenizerSha256,
+    vocab_size: String(model.vocabSize),
+  };
 }
 
 /** safetensors_io.encode: [name, Float32Array] in order, string metadata, each tensor's shape. */
