@@ -95,6 +95,7 @@ def test_bad_outer_options_are_refused_with_a_hint(
         (["--outer-momentum", "1.0"], "outer momentum must lie in \\[0, 1\\)"),
         (["--outer-lr", "0"], "outer lr must be finite and > 0"),
         (["--curve-points", "0"], "--curve-points: at least 1"),
+        (["--batch", "-2"], "--batch: sequences per peer, at least 1"),
         (
             ["--warm-start", "-1"],
             "--warm-start: at least 0 steps, got -1 \\(e.g. --warm-start 100\\)",
@@ -133,3 +134,14 @@ def test_a_warm_start_is_the_per_step_runs_start_and_is_not_counted(
     assert w["per_step"]["bytes_per_peer"] == c4["per_step"]["bytes_per_peer"]
     assert w["outer"][0]["curve"][-1]["tokens"] == c4["outer"][0]["curve"][-1]["tokens"]
     assert w["outer"][0]["outer_hash"] != c4["outer"][0]["outer_hash"]
+
+
+def test_a_batch_sets_each_peers_sequences_in_both_modes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = _run(capsys, "--H", "2", "--compress", "int8", "--batch", "3")
+    cfg = preset("tiny")
+    assert doc["batch"] == 3 and doc["tokens_per_peer_step"] == 3 * cfg.seq_len
+    [run] = doc["runs"]
+    assert run["per_step"]["curve"][-1]["tokens"] == 2 * STEPS * 3 * cfg.seq_len
+    assert run["outer"][0]["curve"][-1]["tokens"] == 2 * STEPS * 3 * cfg.seq_len

@@ -125,6 +125,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "topk:K, topk:K+ef (K values kept per block of 256)",
     )  # fmt: skip
     parser.add_argument(
+        "--batch", type=int, default=0, metavar="B",
+        help="with --sync outer: sequences per peer per (inner) step instead of the preset's "
+        "(both modes: per-step mode's global batch is peers x B)",
+    )  # fmt: skip
+    parser.add_argument(
         "--warm-start", type=int, default=0, metavar="W",
         help="with --sync outer: both modes start from W per-step steps trained together (as "
         "DiLoCo starts from a trained model); --steps, the bytes and the curve count after them",
@@ -434,7 +439,12 @@ def _outer_setup(args: argparse.Namespace) -> _Setup:
     tok = load_default()
     train_text, val_text = split_train_val(load_builtin_text())
     train, val = encode_corpus_cached(train_text, tok), encode_corpus_cached(val_text, tok)
+    batch = getattr(args, "batch", 0)
+    if batch < 0:
+        raise SystemExit(f"--batch: sequences per peer, at least 1 (0: the preset's), got {batch}")
     cfg = preset(args.preset, vocab_size=tok.vocab_size)
+    if batch:
+        cfg = cfg.replace(batch=batch)
     # One schedule over the warm start and the measured steps: the warm start is the run's start.
     total = args.steps + warm if args.schedule == "linear" else 0
     opt = AdamWConfig(
@@ -589,7 +599,7 @@ def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
         "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,
         "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
-        "warm_start": setup.warm_start,
+        "warm_start": setup.warm_start, "batch": setup.cfg.batch,
         "targets": {"val_loss_ratio_max": OUTER_LOSS_RATIO_MAX,
                     "bytes_ratio_min": OUTER_BYTES_RATIO_MIN},
         "runs": [],
