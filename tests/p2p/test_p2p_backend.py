@@ -10,6 +10,7 @@ import pytest
 from daisychain.gpu.backend import Backend, Demotion, NumpyGemm
 from daisychain.gpu.gemm import Int8Array, Int32Array
 from daisychain.gpu.probe import reference_step_probe
+from daisychain.model.config import ModelConfig
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.p2p.node import Compute
 from daisychain.peer.backend import (
@@ -263,8 +264,16 @@ async def test_a_re_check_switches_the_backend_mid_run_and_the_replicas_stay_ide
         t = 0.5 if (compute.name == "numpy") == numpy_slow else 0.05
         return (t, True) if t <= limit_s else (limit_s, False)
 
+    models: list[ModelConfig] = []  # the models a check was asked to time
+
+    def timer_for(cfg: ModelConfig) -> StepTimer:
+        models.append(cfg)
+        return loaded
+
     every_step = RecheckPolicy(rounds=1, min_interval_s=0, periodic_s=0)
-    recheck = Recheck([gpu, Compute()], loaded, every_step, on_check=checks.append)
+    recheck = Recheck(
+        [gpu, Compute()], loaded, every_step, on_check=checks.append, timer_for=timer_for
+    )
     _CountingKernel.products = 0
     async with signaling_server() as url:
         leader = await start_peer(url, "lead", lead=lead_config(steps=4, min_peers=2))
@@ -272,6 +281,10 @@ async def test_a_re_check_switches_the_backend_mid_run_and_the_replicas_stay_ide
         outcomes = await finish([leader, follower], timeout=120)
     assert [o.reason for o in outcomes] == ["done", "done"], outcomes
     assert_identical([leader, follower], range(1, 5))
+    # The node told the re-check the run's model once it held the run's state (Recheck.use_model).
+    state = follower.node.replica.state
+    assert state is not None and models == [state.cfg], models
+    assert (state.cfg.width, state.cfg.seq_len) == (64, 32)  # the run's tiny, not the default
     computed = [r for r in follower.records if r.share]
     assert [c.switched for c in checks] == [True] * len(checks) and len(checks) >= 2
     # Each step's hash names the backend chosen by the check before it.
