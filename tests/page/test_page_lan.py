@@ -112,12 +112,15 @@ async def state(tab: Tab) -> dict[str, Any]:
     return result
 
 
-async def train_with_a_python_peer(tab: Tab, url: str, certificate: tls.Certificate) -> Any:
-    """The tab joins; a Python peer pinning ``certificate`` leads a short run; returns the
-    peer once both are done (the tab's records are read by the caller)."""
+async def train_with_a_python_peer(
+    tab: Tab, url: str, certificate: tls.Certificate, **run: Any
+) -> Any:
+    """The tab joins; a Python peer pinning ``certificate`` leads a short run (4 steps, or
+    rounds, with ``run``'s config fields); returns the peer once both are done (the tab's
+    records are read by the caller)."""
     await page_helpers.joined(tab)
-    lead = await start_peer(url, "py-lead", lead=lead_config(4, min_peers=2), fingerprint=pin(
-        certificate))  # fmt: skip
+    lead = await start_peer(url, "py-lead", lead=lead_config(4, min_peers=2, **run),
+                            fingerprint=pin(certificate))  # fmt: skip
     [outcome] = await finish([lead], 400)
     assert outcome.reason == "done", outcome
 
@@ -201,6 +204,26 @@ async def test_plain_http_at_the_network_address_trains_on_the_cpu_and_points_to
         await tab.page.set_viewport_size(DESKTOP)
         await page_helpers.check_page(tab, "plain http at the network address, desktop")
         await screenshot(tab, "lan-http-desktop", tmp_path)
+
+
+async def test_plain_http_at_the_network_address_follows_an_outer_run(tmp_path: Path) -> None:
+    """An outer run (issue 21) as a second device meets it: no Web Crypto, so the outer hash is
+    computed in JavaScript, and the tab's hash after every round is the Python leader's."""
+    async with (
+        lan_server(tmp_path, plain_too=True) as (certificate, [https_url, http_url]),
+        chromium(certificate) as browser,
+    ):
+        tab = await open_tab(browser, f"{http_url}/?{TIMERS}&name=lan-outer")
+        assert not (await state(tab))["subtle"]
+        outer = {"sync": "outer", "outer_steps": 2, "outer_lr": 0.7, "outer_momentum": 0.9}
+        lead = await train_with_a_python_peer(tab, https_url, certificate, **outer)
+        s = await state(tab)
+        assert s["outcome"]["reason"] == "done", s
+        got = {r["step"]: r["hash"] for r in s["records"]}
+        assert sorted(got) == [1, 2, 3, 4] and got == lead.hashes
+        await shows(tab, "#live .live-sync", r"round 4 of 4: 2 inner steps per device per round")
+        await page_helpers.check_page(tab, "an outer run over plain http")
+        await screenshot(tab, "lan-outer-phone", tmp_path)
 
 
 async def test_a_page_on_the_server_machine_hands_out_the_lan_address(tmp_path: Path) -> None:
