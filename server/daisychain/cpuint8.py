@@ -32,7 +32,7 @@ import numpy.typing as npt
 from daisychain.gpu.backend import prove
 from daisychain.gpu.gates import IntGemm
 from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import FloatArray, IntArray, to_int8_c
+from daisychain.numerics.quant import FloatArray, IntArray, int8_operand
 
 NAME = "cpu-int8"
 MAX_K = (2**31 - 1) // (255 * 128)  # the offset trick's int32 sums stay exact below this
@@ -145,15 +145,23 @@ class CpuInt8Gemm:
         (acc,) = self._session.run(None, feeds)  # (A - 128) @ B, the correction inside MLAS
         return np.asarray(acc, dtype=np.int32)
 
-    def matmul_float(self, a: FloatArray, b: FloatArray) -> Int32Array:
+    def matmul_float(
+        self,
+        a: FloatArray,
+        b: FloatArray,
+        *,
+        a8: Int8Array | None = None,
+        b8: Int8Array | None = None,
+    ) -> Int32Array:
         """``matmul_int_batched`` of int8-valued float32 operands (as the model's ops hold
         them), unaudited: ``model.ops.IntGemmOps``' batched form without the live audit
         (``bench step``'s ``cpu-int8-unaudited`` side). Leading axes broadcast (the limbs of a
-        gradient operand against one matrix), as in ``gpu.live.AuditedBatchedMatmul``."""
+        gradient operand against one matrix), as in ``gpu.live.AuditedBatchedMatmul``, which
+        also takes ``a8``/``b8`` (the operands already cast)."""
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
-        return self.matmul_int_batched(to_int8_c(a), to_int8_c(b))
+        return self.matmul_int_batched(int8_operand(a, a8), int8_operand(b, b8))
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         acc = self.matmul_int(a_q.astype(np.int8), b_q.astype(np.int8))

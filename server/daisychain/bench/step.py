@@ -68,7 +68,8 @@ else:
             print(json.dumps({"refused": why})); sys.exit(0)
         # audited as in training; "-unaudited": gates and probe only (what the audit costs)
         audited = side == "cpu-int8"
-        raw = IntGemmOps(side, gemm.matmul_int, gemm.matmul_float)
+        from daisychain import cpufused
+        raw = IntGemmOps(side, gemm.matmul_int, gemm.matmul_float, None, cpufused.proven()[0])
         state.ops = training_ops(Backend(gemm, "cpu")) if audited else raw
     if side.startswith("wgpu"):  # the best gated wgpu kernel, batched or one slice at a time
         from daisychain.gpu.backend import Backend, select_backend

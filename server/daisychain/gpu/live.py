@@ -15,17 +15,18 @@ kernel drifted is named, not just detected.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Protocol, cast
+from typing import Literal, Protocol, cast
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from daisychain.gpu.audit import Int8Array, Int32Array, audit, first_failing_slice
+from daisychain import cpufused
+from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
-from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps
-from daisychain.numerics.quant import FloatArray, to_int8_c
+from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps, Passes
+from daisychain.numerics.quant import FloatArray, int8_operand
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
 # Background audits queued behind the step at most: a product past this waits for the oldest.
@@ -95,6 +96,23 @@ class BatchedGemm(IntGemm, Protocol):
     def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array: ...
 
 
+class SliceAudit(Protocol):
+    """``audit.first_failing_slice`` over int8 operands in another implementation
+    (``cpufused.FusedPasses``: gated against it before use)."""
+
+    def first_failing_slice(
+        self,
+        a8: Int8Array,
+        b8: Int8Array,
+        out: Int32Array,
+        samples: int,
+        *,
+        seed: int,
+        rotation: int,
+        tile: tuple[int, int],
+    ) -> tuple[int, ...] | None: ...
+
+
 class AuditedBatchedMatmul:
     """``gemm.matmul_int_batched`` (a GEMM that takes (..., M, K) @ (..., K, N) in one call,
     as the CPU int8 GEMM does) with every 2-D slice audited, vectorized over the batch
@@ -113,9 +131,18 @@ class AuditedBatchedMatmul:
     """
 
     def __init__(
-        self, gemm: BatchedGemm, audited: AuditedMatmul, *, background: bool = False
+        self,
+        gemm: BatchedGemm,
+        audited: AuditedMatmul,
+        *,
+        background: bool = False,
+        fused: SliceAudit | None = None,
     ) -> None:
         self.gemm, self.audited = gemm, audited
+        # The same checks in a few compiled passes over the int8 operands the GEMM was given
+        # (cpufused.py, gated against this module's numpy audit): several times cheaper than
+        # numpy's thin BLAS products, sums and gathers. The report is still numpy's.
+        self._fused = fused
         # The audit's float32 BLAS products are thin (M x K times K x 2-6, the danger lines):
         # one thread does them at memory speed, and a second one mostly waits -- spinning, in
         # OpenBLAS -- for a core that the int8 GEMM's threads and the numpy work want. On the
@@ -129,36 +156,55 @@ class AuditedBatchedMatmul:
         )
         self._outstanding: list[Future[None]] = []
 
-    def __call__(self, a: FloatArray, b: FloatArray) -> Int32Array:
+    def __call__(
+        self,
+        a: FloatArray,
+        b: FloatArray,
+        *,
+        a8: Int8Array | None = None,
+        b8: Int8Array | None = None,
+    ) -> Int32Array:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
-        out = self.gemm.matmul_int_batched(to_int8_c(a), to_int8_c(b))
+        # a8/b8: the operands already as int8 (the fused quantizer's limbs); the audit reads
+        # the float32 ones either way
+        a8, b8 = int8_operand(a, a8), int8_operand(b, b8)
+        out = self.gemm.matmul_int_batched(a8, b8)
         au = self.audited
         shape = (a.shape[-2], b.shape[-1])
         rotation = au.rotations.get(shape, 0)
         au.rotations[shape] = rotation + 1
         au.calls += 1
+        # the fused audit reads the int8 operands the GEMM was given, numpy's the float32 ones
+        a_au: Operand = a8 if self._fused is not None else a
+        b_au: Operand = b8 if self._fused is not None else b
         if self._worker is None:
-            self.check(a, b, out, rotation)
+            self.check(a_au, b_au, out, rotation)
             return out
         if len(self._outstanding) >= MAX_BEHIND:
             # One worker runs them in order: once this one ended, all before it did, and at
             # most MAX_BEHIND are left queued with this product. A failure waits for settle.
             wait([self._outstanding[-MAX_BEHIND]])
-        self._outstanding.append(self._worker.submit(self.check, a, b, out, rotation))
+        self._outstanding.append(self._worker.submit(self.check, a_au, b_au, out, rotation))
         return out
 
-    def check(self, a: FloatArray, b: FloatArray, out: Int32Array, rotation: int) -> None:
+    def check(self, a: Operand, b: Operand, out: Int32Array, rotation: int) -> None:
         """Audit one product, (..., M, K) @ (..., K, N) -> ``out``, at ``rotation`` of its
         shape's schedule; raise ``KernelAuditError`` naming the first failing slice."""
         au = self.audited
         lead = a.shape[:-2]
-        whole = (a, b, out) if lead else (a[None], b[None], out[None])  # a 2-D product: one slice
-        with self._blas.limit(limits=1):
-            bad = first_failing_slice(
-                *whole, au.samples, seed=au.seed, rotation=rotation, tile=au.tile
-            )
+        a3, b3, out3 = (a, b, out) if lead else (a[None], b[None], out[None])  # 2-D: one slice
+        if self._fused is not None:
+            bad = self._fused.first_failing_slice(
+                a3.astype(np.int8, copy=False), b3.astype(np.int8, copy=False), out3,
+                au.samples, seed=au.seed, rotation=rotation, tile=au.tile,
+            )  # fmt: skip
+        else:
+            with self._blas.limit(limits=1):
+                bad = first_failing_slice(
+                    a3, b3, out3, au.samples, seed=au.seed, rotation=rotation, tile=au.tile
+                )
         if bad is not None:
             at = bad if lead else ()
             report = audit(a[at], b[at], out[at], au.samples, seed=au.seed,
@@ -181,22 +227,40 @@ class AuditedBatchedMatmul:
 
 
 def training_ops(
-    backend: Backend, samples: int = AUDIT_SAMPLES, *, background: bool = True
+    backend: Backend,
+    samples: int = AUDIT_SAMPLES,
+    *,
+    background: bool = True,
+    passes: Passes | Literal["proven"] | None = "proven",
 ) -> GemmOps:
     """The model's product implementation for ``backend`` (every product audited unless it is
     the numpy reference; batched products in one call where the GEMM takes them, audited on a
-    worker thread behind the step unless ``background=False``)."""
+    worker thread behind the step unless ``background=False``, with the quantize and dequantize
+    around them in ``passes``: by default the fused passes where numba is installed and they
+    pass their gates here, ``cpufused.proven``)."""
     if backend.name == "numpy":
         return NUMPY_OPS
     tile = getattr(backend.gemm, "tile", (32, 32))
     audited = AuditedMatmul(backend.gemm, samples, tile)
     if hasattr(backend.gemm, "matmul_int_batched"):
         gemm = cast(BatchedGemm, backend.gemm)
-        batched = AuditedBatchedMatmul(gemm, audited, background=background)
-        return IntGemmOps(backend.name, audited, batched, batched.settle)
+        passes = _passes(backend, passes)
+        fused = passes if isinstance(passes, cpufused.FusedPasses) else None
+        batched = AuditedBatchedMatmul(gemm, audited, background=background, fused=fused)
+        return IntGemmOps(backend.name, audited, batched, batched.settle, passes)
     return IntGemmOps(backend.name, audited)
 
 
-def step_probe(backend: Backend) -> str:
-    """The step probe through the live kernel (equal on every honest device; ``probe.py``)."""
-    return step_probe_hash(backend.gemm.matmul_int)
+def _passes(backend: Backend, passes: Passes | Literal["proven"] | None) -> Passes | None:
+    """The quantize/dequantize passes training uses with ``backend``: fused ones only around a
+    batched GEMM (``IntGemmOps`` uses them there and nowhere else)."""
+    if passes != "proven":
+        return passes
+    batched = backend.name != "numpy" and hasattr(backend.gemm, "matmul_int_batched")
+    return cpufused.proven()[0] if batched else None
+
+
+def step_probe(backend: Backend, passes: Passes | Literal["proven"] | None = "proven") -> str:
+    """The step probe through the live kernel and the live quantizer, as ``training_ops`` picks
+    them (equal on every honest device; ``probe.py``)."""
+    return step_probe_hash(backend.gemm.matmul_int, _passes(backend, passes))

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from daisychain.model.gpt import cross_entropy
 from daisychain.numerics import prng, sha256_arrays
-from daisychain.numerics.quant import FloatArray, quantize, quantize2, quantize3
+from daisychain.numerics.quant import FloatArray, IntArray, quantize, quantize2, quantize3
 
 PROBE_SEED = 0x9B0BE
 PROBE_SHAPE = (64, 96, 80)  # M, K, N
@@ -99,17 +100,31 @@ def xent_operands() -> tuple[FloatArray, npt.NDArray[np.intp]]:
     return logits, targets.astype(np.intp)
 
 
-def elementwise_parts(x: FloatArray) -> list[npt.NDArray[np.generic]]:
+class LimbQuantizer(Protocol):
+    """A quantizer that writes the limbs as int8 too (``cpufused.FusedPasses``)."""
+
+    def quantize_limbs(
+        self, g: FloatArray, fold_e: IntArray | None, axis: int, limbs: int
+    ) -> tuple[FloatArray, Int8Array, IntArray]: ...
+
+
+def elementwise_parts(
+    x: FloatArray, quantizer: LimbQuantizer | None = None
+) -> list[npt.NDArray[np.generic]]:
     """What the step probe hashes after the product, in order: for 1, 2 and 3 limbs, the blocks
     of ``x`` along rows then along columns, each limb as int8 and then its exponents as int32;
     then the cross-entropy of ``xent_operands``: its mean loss (one float32) and its dlogits
-    (the browser's ``probe.js`` produces the same arrays in the same order)."""
+    (the browser's ``probe.js`` produces the same arrays in the same order). ``quantizer``: the
+    live quantizer when training uses one other than numpy's (its int8 limbs are hashed)."""
     parts: list[npt.NDArray[np.generic]] = []
     for limbs in (1, 2, 3):
         for axis in (1, 0):
-            quantized = (quantize, quantize2, quantize3)[limbs - 1](x.copy(), axis)
-            *values, e = quantized
-            parts += [v.astype(np.int8) for v in values]
+            if quantizer is not None:
+                _, values8, e = quantizer.quantize_limbs(x.copy(), None, axis - 2, limbs)
+                parts += list(values8)
+            else:
+                *values, e = (quantize, quantize2, quantize3)[limbs - 1](x.copy(), axis)
+                parts += [v.astype(np.int8) for v in values]
             parts.append(np.ascontiguousarray(e, dtype=np.int32).ravel())
     logits, targets = xent_operands()
     loss, dlogits = cross_entropy(logits.copy(), targets)
@@ -117,13 +132,16 @@ def elementwise_parts(x: FloatArray) -> list[npt.NDArray[np.generic]]:
     return parts
 
 
-def step_probe_hash(matmul_int: Callable[[Int8Array, Int8Array], Int32Array]) -> str:
+def step_probe_hash(
+    matmul_int: Callable[[Int8Array, Int8Array], Int32Array],
+    quantizer: LimbQuantizer | None = None,
+) -> str:
     """What a peer publishes after every step: the probe product through ``matmul_int`` (the
-    live kernel) and the elementwise part, hashed together (SHA-256 of the int32 accumulator's
-    bytes, then every part's bytes)."""
+    live kernel) and the elementwise part through ``quantizer`` (the live quantizer, or
+    numpy's), hashed together (SHA-256 of the int32 accumulator's bytes, then every part's)."""
     a, b = probe_operands()
     acc = np.ascontiguousarray(matmul_int(a, b), dtype=np.int32)
-    return sha256_arrays([acc, *elementwise_parts(elementwise_operand())])
+    return sha256_arrays([acc, *elementwise_parts(elementwise_operand(), quantizer)])
 
 
 def reference_step_probe() -> str:

@@ -20,8 +20,23 @@ from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quan
 
 MatmulInt = Callable[[npt.NDArray[np.int8], npt.NDArray[np.int8]], npt.NDArray[np.int32]]
 # (..., M, K) @ (..., K, N) of int8-valued float32 operands (as the ops hold them) in one call,
-# exact int32 out: a GEMM that takes whole batches (the CPU int8 GEMM, gpu.live's audited form)
-MatmulBatched = Callable[[FloatArray, FloatArray], npt.NDArray[np.int32]]
+# exact int32 out: a GEMM that takes whole batches (the CPU int8 GEMM, gpu.live's audited form).
+# Keywords ``a8``/``b8``: the same operands already as C-contiguous int8, when the caller has
+# them (the fused quantizer writes both), so the GEMM does not cast them again.
+MatmulBatched = Callable[..., npt.NDArray[np.int32]]
+
+
+class Passes(Protocol):
+    """The quantize and dequantize around a batched product done in fused passes, the same bits
+    as ``numerics.quant`` and ``numerics.gemm.round_scaled`` (``cpufused.FusedPasses``, gated)."""
+
+    def quantize_limbs(
+        self, g: FloatArray, fold_e: IntArray | None, axis: int, limbs: int
+    ) -> tuple[FloatArray, npt.NDArray[np.int8], IntArray]: ...
+
+    def dequantize(
+        self, parts: npt.NDArray[np.int32], row_e: IntArray | None, col_e: IntArray | None
+    ) -> FloatArray: ...
 
 
 class GemmOps(Protocol):
@@ -86,8 +101,12 @@ class IntGemmOps:
         matmul_int: MatmulInt,
         matmul_batched: MatmulBatched | None = None,
         settle: Callable[[], None] | None = None,
+        passes: Passes | None = None,
     ) -> None:
         self.name = name
+        # With a batched GEMM: the quantize and dequantize around its products in fused passes
+        # (cpufused.py) instead of numpy's one pass per operation. Same bits (gated).
+        self._passes = passes if matmul_batched is not None else None
         self._matmul_int = matmul_int
         # A GEMM that takes (..., M, K) @ (..., K, N) in one call (the CPU int8 GEMM): one call
         # per product instead of one per attention head.
@@ -117,7 +136,25 @@ class IntGemmOps:
         return acc
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+        if self._passes is not None:
+            return self._passes.dequantize(self._int(a_q, b_q)[None], a_e, b_e)
         return ref.round_scaled(self._int(a_q, b_q), a_e + b_e)
+
+    def _fused_grad(
+        self, g: FloatArray, fold_e: IntArray, other: FloatArray, limbs: int, left: bool
+    ) -> FloatArray:
+        """grad_left (``left``: limbs of ``g`` by rows, times ``other``) or grad_right (``other``
+        times limbs of ``g`` by columns) through the fused passes: the limbs as float32 (what
+        an audit reads) and int8 (what the GEMM takes) in one pass, and the limbs' products
+        combined and scaled in one more. Same operations as the numpy path below."""
+        assert self._passes is not None and self._matmul_batched is not None
+        stack, stack8, e = self._passes.quantize_limbs(g, fold_e, -1 if left else -2, limbs)
+        if left:
+            parts = self._matmul_batched(stack, other, a8=stack8)
+        else:
+            parts = self._matmul_batched(other, stack, b8=stack8)
+        s = e - (limbs - 1) * LO_SHIFT
+        return self._passes.dequantize(parts, s if left else None, None if left else s)
 
     def _limbs(self, x: FloatArray, axis: int, limbs: int) -> tuple[FloatArray, IntArray]:
         """``x`` quantized in ``limbs`` limbs along ``axis`` (``x`` is overwritten), stacked on a
@@ -141,6 +178,8 @@ class IntGemmOps:
         self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
     ) -> FloatArray:
         ref._check_limbs(limbs)
+        if self._passes is not None:
+            return self._fused_grad(g, fold_e, b_q, limbs, left=True)
         if self._matmul_batched is not None:
             # One call for all limbs (a batch of ``limbs`` slices sharing ``b_q``): the same
             # integer products as one call per limb, with b_q cast once and one audit call.
@@ -161,6 +200,8 @@ class IntGemmOps:
         self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
     ) -> FloatArray:
         ref._check_limbs(limbs)
+        if self._passes is not None:
+            return self._fused_grad(g, fold_e, a_q, limbs, left=False)
         if self._matmul_batched is not None:  # one call for all limbs, as in grad_left
             stack, e = self._limbs(np.multiply(g, pow2(fold_e)), -2, limbs)
             acc = self._combine(self._int(a_q, stack))

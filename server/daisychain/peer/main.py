@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from daisychain import datanames, fineweb
+from daisychain import cpufused, datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, preset
 from daisychain.p2p import serverlink
 from daisychain.p2p.datafeed import Encoder, FineWebFeed
@@ -314,9 +314,15 @@ async def _main(args: argparse.Namespace) -> int:
         display.emit({"event": "error", "message": exc.message, "hint": exc.hint})
         print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return EXIT_JOIN
-    display.emit({"event": "backend", "backend": chosen.compute.name, "reason": chosen.reason})
+    passes = cpufused.describe() if chosen.compute.name != "numpy" else None
+    display.emit({
+        "event": "backend", "backend": chosen.compute.name, "reason": chosen.reason,
+        **({"passes": passes} if passes else {}),
+    })  # fmt: skip
     if not args.json:
         print(f"backend {chosen.reason}", file=sys.stderr)
+        if passes:
+            print(f"passes {passes}", file=sys.stderr)
     if args.lead and not args.resume:
         try:
             model = lead_model(args, tok.vocab_size)
