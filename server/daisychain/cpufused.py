@@ -29,6 +29,7 @@ and the step probe (``gpu.probe``) quantizes through it every step.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -70,12 +71,10 @@ def _compile() -> dict[str, Callable[..., Any]]:
         raise FusedUnavailable("numba is not installed (pip install 'daisychain[int8]')")
     from daisychain import cpufused_kernels as k
 
-    return {
-        "rows1": k.rows1, "rows2": k.rows2, "rows3": k.rows3,
-        "cols1": k.cols1, "cols2": k.cols2, "cols3": k.cols3,
-        "dequantize1": k.dequantize1, "dequantize2": k.dequantize2, "dequantize3": k.dequantize3,
-        "first_failing": k.first_failing,
-    }  # fmt: skip
+    names = [f"{kind}{limbs}{suffix}" for kind in ("rows", "cols") for limbs in (1, 2, 3)
+             for suffix in ("", "_i8")] + ["dequantize1", "dequantize2", "dequantize3",
+                                           "first_failing"]  # fmt: skip
+    return {name: getattr(k, name) for name in names}
 
 
 _KERNELS: dict[str, Callable[..., Any]] = {}
@@ -94,6 +93,30 @@ def _as3(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return np.ascontiguousarray(x.reshape(-1, *x.shape[-2:]) if x.ndim != 2 else x[None])
 
 
+@functools.lru_cache(maxsize=256)
+def _ones(batch: int, size: int, dtype: type) -> npt.NDArray[Any]:
+    """Factors of one, read-only and kept: live shapes repeat every step."""
+    ones: npt.NDArray[Any] = np.ones((batch, size), dtype=dtype)
+    ones.setflags(write=False)
+    return ones
+
+
+@functools.lru_cache(maxsize=256)
+def _audit_lines(
+    m: int, n: int, tile: tuple[int, int]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """(which rows are danger rows, the danger columns) of an (m, n) output, read-only and kept
+    (the audit's per-shape work, built once per live shape)."""
+    from daisychain.gpu.audit import danger_lines
+
+    danger_r = np.zeros(m, dtype=np.bool_)
+    danger_r[danger_lines(m, tile[0])] = True
+    lines_c = np.array(danger_lines(n, tile[1]), dtype=np.int64)
+    danger_r.setflags(write=False)
+    lines_c.setflags(write=False)
+    return danger_r, lines_c
+
+
 def _factors(
     e: IntArray | None, shape: tuple[int, ...], axis: int, dtype: type
 ) -> npt.NDArray[Any]:
@@ -102,7 +125,7 @@ def _factors(
     ``axis=-1``); ones where ``e`` is None."""
     lead, size = shape[:-2], shape[axis]
     if e is None:
-        return np.ones((int(np.prod(lead, dtype=np.int64)), size), dtype=dtype)
+        return _ones(int(np.prod(lead, dtype=np.int64)), size, dtype)
     target = (*lead, size, 1) if axis == -2 else (*lead, 1, size)
     full = np.broadcast_to(e, target).reshape(-1, size)  # raises if e varies elsewhere
     if dtype is np.float32:
@@ -119,11 +142,18 @@ class FusedPasses:
         self._k = kernels if kernels is not None else _kernels()
 
     def quantize_limbs(
-        self, g: FloatArray, fold_e: IntArray | None, axis: int, limbs: int
-    ) -> tuple[FloatArray, Int8Array, IntArray]:
+        self,
+        g: FloatArray,
+        fold_e: IntArray | None,
+        axis: int,
+        limbs: int,
+        *,
+        floats: bool = True,
+    ) -> tuple[FloatArray | None, Int8Array, IntArray]:
         """``quantize{limbs}(g * pow2(fold_e), axis)`` with the limbs stacked on a new leading
-        axis, (limbs, *g.shape), as float32 and as int8 (C-contiguous), and the exponents e
-        (keepdims along ``axis``). ``fold_e`` is a row or a column factor's exponents (or None)."""
+        axis, (limbs, *g.shape), as float32 (None unless ``floats``) and as int8 (C-contiguous),
+        and the exponents e (keepdims along ``axis``). ``fold_e`` is a row or a column factor's
+        exponents (or None)."""
         if g.dtype != np.float32:
             raise TypeError(f"quantize expects float32, got {g.dtype}")
         if axis not in (-1, -2) or g.ndim < 2 or limbs not in (1, 2, 3):
@@ -133,21 +163,24 @@ class FusedPasses:
         row_fold = fold_e is not None and fold_e.shape[-1] == 1
         fr = _factors(fold_e if row_fold else None, g.shape, -2, np.float32)
         fc = _factors(None if row_fold else fold_e, g.shape, -1, np.float32)
-        q = np.empty((limbs, *g3.shape), dtype=np.float32)
+        # without floats the kernel never touches q (its branches are compiled out)
+        q = np.empty((limbs, *g3.shape) if floats else (1, 1, 1, 1), dtype=np.float32)
         q8 = np.empty((limbs, *g3.shape), dtype=np.int8)
+        suffix = "" if floats else "_i8"
         if axis == -1:
             e = np.empty(g3.shape[:2], dtype=np.int32)
-            code = self._k[f"rows{limbs}"](g3, fr, fc, q, q8, e)
+            code = self._k[f"rows{limbs}{suffix}"](g3, fr, fc, q, q8, e)
             e_shape = (*g.shape[:-1], 1)
         else:
             e = np.empty((g3.shape[0], g3.shape[2]), dtype=np.int32)
-            code = self._k[f"cols{limbs}"](g3, fr, fc, q, q8, e)
+            code = self._k[f"cols{limbs}{suffix}"](g3, fr, fc, q, q8, e)
             e_shape = (*g.shape[:-2], 1, g.shape[-1])
         if code != 0:  # non-finite or diverged: numpy's rule raises with its message
             x = g if fold_e is None else np.multiply(g, pow2(fold_e))
             scale_exponent(x, axis)
             raise AssertionError(f"fused quantize refused a block numpy accepts (code {code})")
-        return q.reshape(limbs, *g.shape), q8.reshape(limbs, *g.shape), e.reshape(e_shape)
+        floats_out = q.reshape(limbs, *g.shape) if floats else None
+        return floats_out, q8.reshape(limbs, *g.shape), e.reshape(e_shape)
 
     def dequantize(
         self, parts: Int32Array, row_e: IntArray | None, col_e: IntArray | None
@@ -175,7 +208,7 @@ class FusedPasses:
     ) -> tuple[int, ...] | None:
         """``gpu.audit.first_failing_slice`` of the int8 operands the GEMM was given (the same
         cells, the same row and column sums, in exact int64) in four passes per slice."""
-        from daisychain.gpu.audit import danger_lines, scheduled_cells
+        from daisychain.gpu.audit import scheduled_cells
 
         m, k, n = a8.shape[-2], a8.shape[-1], b8.shape[-1]
         lead = a8.shape[:-2]
@@ -183,9 +216,7 @@ class FusedPasses:
             raise ValueError(f"audit: shapes {a8.shape} @ {b8.shape} -> {out.shape} do not match")
         if m == 0 or n == 0 or not lead or int(np.prod(lead)) == 0:
             return None
-        danger_r = np.zeros(m, dtype=np.bool_)
-        danger_r[danger_lines(m, tile[0])] = True
-        lines_c = np.array(danger_lines(n, tile[1]), dtype=np.int64)
+        danger_r, lines_c = _audit_lines(m, n, tile)
         cells = np.array(scheduled_cells(m, n, samples, seed, rotation), dtype=np.int64)
         cells = cells.reshape(-1, 2)
         bad = self._k["first_failing"](
@@ -248,8 +279,12 @@ def gate_failures(fused: FusedPasses) -> list[str]:
         for limbs in (1, 2, 3):
             *want, want_e = _reference_quantize(x, axis, limbs)
             got, got8, got_e = fused.quantize_limbs(x, None, axis, limbs)
-            ok = same(got_e, want_e) and all(
-                same(got[i], want[i]) and same(got8[i], want[i].astype(np.int8))
+            _, only8, only_e = fused.quantize_limbs(x, None, axis, limbs, floats=False)
+            ok = got is not None and same(got_e, want_e) and same(only_e, want_e)
+            ok = ok and all(
+                same(got[i], want[i])  # type: ignore[index]
+                and same(got8[i], want[i].astype(np.int8))
+                and same(only8[i], want[i].astype(np.int8))
                 for i in range(limbs)
             )
             # with a fold, as the model folds one operand's scales into the gradient: row
@@ -263,13 +298,13 @@ def gate_failures(fused: FusedPasses) -> list[str]:
                 folded = np.multiply(x, pow2(fold))
                 *want_f, want_fe = _reference_quantize(folded, axis, limbs)
                 got_f, got8_f, got_fe = fused.quantize_limbs(x, fold, axis, limbs)
-                ok = (
-                    ok
-                    and same(got_fe, want_fe)
-                    and all(
-                        same(got_f[i], want_f[i]) and same(got8_f[i], want_f[i].astype(np.int8))
-                        for i in range(limbs)
-                    )
+                _, only8_f, only_fe = fused.quantize_limbs(x, fold, axis, limbs, floats=False)
+                ok = ok and got_f is not None and same(got_fe, want_fe) and same(only_fe, want_fe)
+                ok = ok and all(
+                    same(got_f[i], want_f[i])  # type: ignore[index]
+                    and same(got8_f[i], want_f[i].astype(np.int8))
+                    and same(only8_f[i], want_f[i].astype(np.int8))
+                    for i in range(limbs)
                 )
             if not ok:
                 failures.append(f"quantize, {limbs} limb(s), axis {axis}: {name}")

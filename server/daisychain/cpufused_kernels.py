@@ -2,7 +2,8 @@
 
 Each loop repeats the numpy reference's operations in the reference's order (``cpufused``'s
 docstring says why the bits are the same). The limb count is a constant in every compiled copy
-(``rows2`` calls the inlined ``_rows`` with 2), so its branches vanish and the line loops
+(``rows2`` calls the inlined ``_rows`` with 2), and so is whether the float32 limbs are
+written at all (``rows2_i8``: the int8 limbs only), so their branches vanish and the line loops
 vectorize. Every function is cached by numba (``cache=True``) and releases the interpreter lock
 (``nogil``), so a background audit thread runs beside it.
 """
@@ -52,33 +53,43 @@ def _clamp(t):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _write(x, scale, q, q8, b, r, limbs):  # type: ignore[no-untyped-def]
+def _write(x, scale, q, q8, b, r, limbs, floats):  # type: ignore[no-untyped-def]
     """The limbs of one line ``x`` (folded values) with ``scale`` (2^-e per element): quantize /
-    quantize2 / quantize3's operations in their order, into q[:, b, r] and q8[:, b, r]."""
-    q0, q80 = q[0, b, r], q8[0, b, r]
-    q1, q81 = q[limbs - 1, b, r], q8[limbs - 1, b, r]  # only used when limbs >= 2
-    q2, q82 = q[limbs - 1, b, r], q8[limbs - 1, b, r]  # only used when limbs == 3
+    quantize2 / quantize3's operations in their order, into q8[:, b, r] and, when ``floats``,
+    q[:, b, r] (else ``q`` is never touched)."""
+    q80 = q8[0, b, r]
+    q81 = q8[limbs - 1, b, r]  # only used when limbs >= 2
+    q82 = q8[limbs - 1, b, r]  # only used when limbs == 3
     if limbs == 3:
-        q1, q81 = q[1, b, r], q8[1, b, r]
+        q81 = q8[1, b, r]
+    if floats:
+        q0 = q[0, b, r]
+        q1 = q[limbs - 1, b, r]
+        q2 = q[limbs - 1, b, r]
+        if limbs == 3:
+            q1 = q[1, b, r]
     for c in range(x.shape[0]):
         y = x[c] * scale[c]
         hi = np.rint(y) + ZERO  # + 0 turns -0 into +0
-        q0[c] = hi
         q80[c] = np.int8(hi)
+        if floats:
+            q0[c] = hi
         if limbs >= 2:
             y = (y - hi) * LO_SCALE  # exact (numerics.quant.quantize2)
             mid = _clamp(np.rint(y)) + ZERO
-            q1[c] = mid
             q81[c] = np.int8(mid)
+            if floats:
+                q1[c] = mid
             if limbs == 3:
                 y = (y - mid) * LO_SCALE
                 lo = _clamp(np.rint(y)) + ZERO
-                q2[c] = lo
                 q82[c] = np.int8(lo)
+                if floats:
+                    q2[c] = lo
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows(g, fr, fc, q, q8, e, limbs):  # type: ignore[no-untyped-def]
+def _rows(g, fr, fc, q, q8, e, limbs, floats):  # type: ignore[no-untyped-def]
     """Blocks along the last axis of g (B, R, C), x = g * fr[b, r] * fc[b, c]: q (L, B, R, C)
     float32 and q8 int8 get the limbs, e (B, R) the exponents. 0, or a refused block's code."""
     line = np.empty(g.shape[2], dtype=np.float32)
@@ -99,12 +110,12 @@ def _rows(g, fr, fc, q, q8, e, limbs):  # type: ignore[no-untyped-def]
                 return ex
             e[b, r] = ex
             scale[:] = pow2_neg(ex)
-            _write(line, scale, q, q8, b, r, limbs)
+            _write(line, scale, q, q8, b, r, limbs, floats)
     return 0
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cols(g, fr, fc, q, q8, e, limbs):  # type: ignore[no-untyped-def]
+def _cols(g, fr, fc, q, q8, e, limbs, floats):  # type: ignore[no-untyped-def]
     """As ``_rows`` with blocks along axis 1 (one per column); e (B, C). Two passes over each
     matrix: the column maxima row by row, then the limbs row by row."""
     line = np.empty(g.shape[2], dtype=np.float32)
@@ -131,7 +142,7 @@ def _cols(g, fr, fc, q, q8, e, limbs):  # type: ignore[no-untyped-def]
             f, gr = fr[b, r], g[b, r]
             for c in range(line.shape[0]):
                 line[c] = gr[c] * f * fcb[c]
-            _write(line, scale, q, q8, b, r, limbs)
+            _write(line, scale, q, q8, b, r, limbs, floats)
     return 0
 
 
@@ -160,32 +171,62 @@ def _dequantize(parts, fr, fc, out, limbs):  # type: ignore[no-untyped-def]
 
 @njit(cache=True, nogil=True)
 def rows1(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
-    return _rows(g, fr, fc, q, q8, e, 1)
+    return _rows(g, fr, fc, q, q8, e, 1, True)
+
+
+@njit(cache=True, nogil=True)
+def rows1_i8(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
+    return _rows(g, fr, fc, q, q8, e, 1, False)
 
 
 @njit(cache=True, nogil=True)
 def rows2(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
-    return _rows(g, fr, fc, q, q8, e, 2)
+    return _rows(g, fr, fc, q, q8, e, 2, True)
+
+
+@njit(cache=True, nogil=True)
+def rows2_i8(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
+    return _rows(g, fr, fc, q, q8, e, 2, False)
 
 
 @njit(cache=True, nogil=True)
 def rows3(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
-    return _rows(g, fr, fc, q, q8, e, 3)
+    return _rows(g, fr, fc, q, q8, e, 3, True)
+
+
+@njit(cache=True, nogil=True)
+def rows3_i8(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
+    return _rows(g, fr, fc, q, q8, e, 3, False)
 
 
 @njit(cache=True, nogil=True)
 def cols1(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
-    return _cols(g, fr, fc, q, q8, e, 1)
+    return _cols(g, fr, fc, q, q8, e, 1, True)
+
+
+@njit(cache=True, nogil=True)
+def cols1_i8(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
+    return _cols(g, fr, fc, q, q8, e, 1, False)
 
 
 @njit(cache=True, nogil=True)
 def cols2(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
-    return _cols(g, fr, fc, q, q8, e, 2)
+    return _cols(g, fr, fc, q, q8, e, 2, True)
+
+
+@njit(cache=True, nogil=True)
+def cols2_i8(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
+    return _cols(g, fr, fc, q, q8, e, 2, False)
 
 
 @njit(cache=True, nogil=True)
 def cols3(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
-    return _cols(g, fr, fc, q, q8, e, 3)
+    return _cols(g, fr, fc, q, q8, e, 3, True)
+
+
+@njit(cache=True, nogil=True)
+def cols3_i8(g, fr, fc, q, q8, e):  # type: ignore[no-untyped-def]
+    return _cols(g, fr, fc, q, q8, e, 3, False)
 
 
 @njit(cache=True, nogil=True)

@@ -71,11 +71,14 @@ def test_quantize_gives_numpys_bits_on_training_shapes(
     x = g if fold_e is None else np.multiply(g, pow2(fold_e))
     *want, want_e = (quantize, quantize2, quantize3)[limbs - 1](x.copy(), axis)
     got, got8, got_e = fused.quantize_limbs(g, fold_e, axis, limbs)
-    assert np.array_equal(got_e, want_e)
+    none, only8, only_e = fused.quantize_limbs(g, fold_e, axis, limbs, floats=False)
+    assert got is not None and none is None
+    assert np.array_equal(got_e, want_e) and np.array_equal(only_e, want_e)
     for i in range(limbs):
         assert np.array_equal(_bits(got[i]), _bits(want[i])), f"limb {i}"
         assert np.array_equal(got8[i], want[i].astype(np.int8)), f"int8 limb {i}"
-    assert got8.flags.c_contiguous and got8.dtype == np.int8
+        assert np.array_equal(only8[i], want[i].astype(np.int8)), f"int8-only limb {i}"
+    assert got8.flags.c_contiguous and only8.flags.c_contiguous and only8.dtype == np.int8
 
 
 @pytest.mark.parametrize("limbs", [1, 2, 3])
@@ -146,12 +149,15 @@ def _dequantize_ulp(parts, fr, fc, out) -> None:  # type: ignore[no-untyped-def]
     flat[flat.size // 2] += 1  # one ulp in one cell
 
 
+# "_i8": the int8-only loops training and the step probe use; the others also write float32
 PLANTS: dict[str, Kernels | Callable[[], Kernels]] = {
     "a limb one unit off in one cell": lambda: _wrap("rows2", _limb_off),
-    "a column-block limb one unit off": lambda: _wrap("cols3", _limb_off),
+    "a column-block limb one unit off, int8-only loop": lambda: _wrap("cols3_i8", _limb_off),
+    "a limb one unit off, int8-only loop": lambda: _wrap("rows2_i8", _limb_off),
     "the int8 limb differs from the float32 one": lambda: _wrap("rows1", _int8_only_off),
     "-0 left in the limbs": lambda: _wrap("cols2", _negative_zero),
     "a block's exponent one too high": lambda: _wrap("rows3", _exponent_off),
+    "a block's exponent one too high, int8-only loop": lambda: _wrap("cols1_i8", _exponent_off),
     "the dequantize one ulp off in one cell": lambda: _wrap("dequantize2", _dequantize_ulp),
 }
 
@@ -347,6 +353,6 @@ def test_the_step_probe_quantizes_through_the_live_passes(
         if g.shape[1:] == probe_shape:
             q8[0, 0, 3, 4] += 1
 
-    planted = cpufused.FusedPasses(_wrap("rows2", off_on_probe))
+    planted = cpufused.FusedPasses(_wrap("rows2_i8", off_on_probe))
     assert cpufused.evaluate(planted)[0] is not None, "the plant must slip past the gates"
     assert step_probe(cpu, planted) != reference_step_probe()

@@ -104,8 +104,14 @@ class LimbQuantizer(Protocol):
     """A quantizer that writes the limbs as int8 too (``cpufused.FusedPasses``)."""
 
     def quantize_limbs(
-        self, g: FloatArray, fold_e: IntArray | None, axis: int, limbs: int
-    ) -> tuple[FloatArray, Int8Array, IntArray]: ...
+        self,
+        g: FloatArray,
+        fold_e: IntArray | None,
+        axis: int,
+        limbs: int,
+        *,
+        floats: bool = True,
+    ) -> tuple[FloatArray | None, Int8Array, IntArray]: ...
 
 
 def elementwise_parts(
@@ -120,7 +126,7 @@ def elementwise_parts(
     for limbs in (1, 2, 3):
         for axis in (1, 0):
             if quantizer is not None:
-                _, values8, e = quantizer.quantize_limbs(x.copy(), None, axis - 2, limbs)
+                _, values8, e = quantizer.quantize_limbs(x, None, axis - 2, limbs, floats=False)
                 parts += list(values8)
             else:
                 *values, e = (quantize, quantize2, quantize3)[limbs - 1](x.copy(), axis)

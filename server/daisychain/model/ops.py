@@ -31,8 +31,14 @@ class Passes(Protocol):
     as ``numerics.quant`` and ``numerics.gemm.round_scaled`` (``cpufused.FusedPasses``, gated)."""
 
     def quantize_limbs(
-        self, g: FloatArray, fold_e: IntArray | None, axis: int, limbs: int
-    ) -> tuple[FloatArray, npt.NDArray[np.int8], IntArray]: ...
+        self,
+        g: FloatArray,
+        fold_e: IntArray | None,
+        axis: int,
+        limbs: int,
+        *,
+        floats: bool = True,
+    ) -> tuple[FloatArray | None, npt.NDArray[np.int8], IntArray]: ...
 
     def dequantize(
         self, parts: npt.NDArray[np.int32], row_e: IntArray | None, col_e: IntArray | None
@@ -144,15 +150,14 @@ class IntGemmOps:
         self, g: FloatArray, fold_e: IntArray, other: FloatArray, limbs: int, left: bool
     ) -> FloatArray:
         """grad_left (``left``: limbs of ``g`` by rows, times ``other``) or grad_right (``other``
-        times limbs of ``g`` by columns) through the fused passes: the limbs as float32 (what
-        an audit reads) and int8 (what the GEMM takes) in one pass, and the limbs' products
-        combined and scaled in one more. Same operations as the numpy path below."""
+        times limbs of ``g`` by columns) through the fused passes: the limbs straight into int8
+        (what the GEMM takes, and what the fused audit reads) in one pass, and the limbs'
+        products combined and scaled in one more. Same operations as the numpy path below."""
         assert self._passes is not None and self._matmul_batched is not None
-        stack, stack8, e = self._passes.quantize_limbs(g, fold_e, -1 if left else -2, limbs)
-        if left:
-            parts = self._matmul_batched(stack, other, a8=stack8)
-        else:
-            parts = self._matmul_batched(other, stack, b8=stack8)
+        _, stack8, e = self._passes.quantize_limbs(
+            g, fold_e, -1 if left else -2, limbs, floats=False
+        )
+        parts = self._matmul_batched(stack8, other) if left else self._matmul_batched(other, stack8)
         s = e - (limbs - 1) * LO_SHIFT
         return self._passes.dequantize(parts, s if left else None, None if left else s)
 
