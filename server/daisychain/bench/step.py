@@ -14,8 +14,9 @@ draw would be luck: ``tokens_per_s_ratio`` (contract / torch, both medians; targ
 reported beside ``tokens_per_s_ratio_vs_torch_min`` (the contract's median against torch's
 fastest round: the honest floor). With onnxruntime installed two more sides run: ``cpu-int8``
 (the same contract with its integer products on the CPU's int8 units, cpuint8.py, gated and
-audited as in training; or why its gates refused it here) and ``cpu-int8-unaudited`` (gates and
-per-step probe only: what the live audit costs), each with ``*_tokens_per_s_ratio`` and
+audited as in training, with the fused passes of cpufused.py where numba is installed and they
+pass their gates, as in training; or why its gates refused it here) and ``cpu-int8-unaudited``
+(gates, fused passes and per-step probe only: what the live audit costs), each with ``*_tokens_per_s_ratio`` and
 ``*_tokens_per_s_ratio_vs_torch_min`` (against torch) and ``*_vs_numpy_ratio``.
 With ``--wgpu`` two more: ``wgpu`` (the contract with its products on the best gated wgpu kernel,
 audited as in training: a batched product is one submit and one readback) and
