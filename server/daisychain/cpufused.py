@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -124,13 +125,18 @@ def _factors(
     only (keepdims along the other: a row factor for ``axis=-2``, a column factor for
     ``axis=-1``); ones where ``e`` is None."""
     lead, size = shape[:-2], shape[axis]
+    batch = math.prod(lead)
     if e is None:
-        return _ones(int(np.prod(lead, dtype=np.int64)), size, dtype)
+        return _ones(batch, size, dtype)
     target = (*lead, size, 1) if axis == -2 else (*lead, 1, size)
-    full = np.broadcast_to(e, target).reshape(-1, size)  # raises if e varies elsewhere
+    full = np.broadcast_to(e, target).reshape(batch, size)  # raises if e varies elsewhere
     if dtype is np.float32:
         return pow2(full.astype(np.int32))
-    return np.ldexp(np.float64(1), full).astype(np.float64)
+    # 2^e from the float64 exponent bits (exact; every e here is far inside [-1022, 1023])
+    bits = full.astype(np.int64)
+    bits += 1023
+    bits <<= 52
+    return bits.view(np.float64)
 
 
 class FusedPasses:

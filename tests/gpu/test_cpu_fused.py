@@ -356,3 +356,35 @@ def test_the_step_probe_quantizes_through_the_live_passes(
     planted = cpufused.FusedPasses(_wrap("rows2_i8", off_on_probe))
     assert cpufused.evaluate(planted)[0] is not None, "the plant must slip past the gates"
     assert step_probe(cpu, planted) != reference_step_probe()
+
+
+def test_the_int8_values_made_by_the_quantizing_pass_reach_the_gemm_uncast(
+    fused: cpufused.FusedPasses,
+) -> None:
+    """With fused passes every operand's int8 values come from the pass that quantized it:
+    the forward's activations and weights (``QTensor.q8``) and the gradient limbs. Each is
+    ``q``'s integers, and every product of a step hands its int8 operands to the GEMM, so
+    nothing is cast from float32 again. The numpy reference makes no int8 mirror."""
+    cfg = preset("tiny")
+    seen: list[tuple[bool, bool]] = []
+
+    def batched(a: Any, b: Any, *, a8: Any = None, b8: Any = None) -> Any:
+        for q, q8 in ((a, a8), (b, b8)):
+            if q8 is not None:
+                assert q8.dtype == np.int8 and np.array_equal(
+                    np.broadcast_to(q8, q.shape), q.astype(np.int8)
+                )
+        seen.append((a8 is not None or a.dtype == np.int8, b8 is not None or b.dtype == np.int8))
+        return np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+
+    ops = IntGemmOps("recorder", lambda a, b: batched(a, b), batched, None, fused)
+    state = training.init(cfg, AdamWConfig(lr=3e-3), 5)
+    tokens = (np.arange(50_000, dtype=np.int64) * 7919 + 13) % cfg.vocab_size
+    x, y = training.next_batch(state, tokens)
+    gpt.forward_backward(state.params, cfg, x, y, ops)
+    assert seen and all(a and b for a, b in seen), (
+        f"cast again: {seen.count((True, True))}/{len(seen)}"
+    )
+    q, _, q8 = ops.quantize(np.linspace(-3, 3, 40, dtype=np.float32).reshape(5, 8), -1)
+    assert q8 is not None and np.array_equal(q8, q.astype(np.int8))
+    assert gpt.NUMPY_OPS.quantize(q, -1)[2] is None

@@ -16,8 +16,9 @@ fastest round: the honest floor). With onnxruntime installed two more sides run:
 (the same contract with its integer products on the CPU's int8 units, cpuint8.py, gated and
 audited as in training, with the fused passes of cpufused.py where numba is installed and they
 pass their gates, as in training; or why its gates refused it here) and ``cpu-int8-unaudited``
-(gates, fused passes and per-step probe only: what the live audit costs), each with ``*_tokens_per_s_ratio`` and
-``*_tokens_per_s_ratio_vs_torch_min`` (against torch) and ``*_vs_numpy_ratio``.
+(gates, fused passes and per-step probe only: what the live audit costs), each with
+``*_tokens_per_s_ratio`` and ``*_tokens_per_s_ratio_vs_torch_min`` (against torch) and
+``*_vs_numpy_ratio``.
 With ``--wgpu`` two more: ``wgpu`` (the contract with its products on the best gated wgpu kernel,
 audited as in training: a batched product is one submit and one readback) and
 ``wgpu-per-slice`` (the same kernel, one round trip per slice: ``gpu.gemm.PerSliceGemm``), each

@@ -25,7 +25,7 @@ from daisychain.model.config import ModelConfig
 from daisychain.model.heap import keep_step_memory
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import Params, param_shapes
-from daisychain.numerics import exp, log, quantize, tree_sum
+from daisychain.numerics import exp, log, tree_sum
 
 F32 = np.float32
 FloatArray = npt.NDArray[np.float32]
@@ -41,16 +41,20 @@ class QTensor:
 
     q: FloatArray  # integers in [-127, 127] stored as float32
     e: IntArray  # scale exponents, length 1 on the summed axis
+    # the same integers as int8, where the ops made them in the quantizing pass (an int8 GEMM
+    # takes them as they are); None with the numpy reference
+    q8: npt.NDArray[np.int8] | None = None
 
     @classmethod
-    def of(cls, x: FloatArray, axis: int) -> QTensor:
-        q, e = quantize(x, axis)
-        return cls(q, e)
+    def of(cls, x: FloatArray, axis: int, ops: GemmOps = NUMPY_OPS) -> QTensor:
+        q, e, q8 = ops.quantize(x, axis)
+        return cls(q, e, q8)
 
     @property
     def t(self) -> QTensor:
         """Transpose of the last two axes (views, no copy)."""
-        return QTensor(self.q.swapaxes(-1, -2), self.e.swapaxes(-1, -2))
+        q8 = None if self.q8 is None else self.q8.swapaxes(-1, -2)
+        return QTensor(self.q.swapaxes(-1, -2), self.e.swapaxes(-1, -2), q8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -102,8 +106,9 @@ def linear_backward(
     dW = x^T @ dy folds x's per-token scales into dy's rows. ``limbs`` is the gradient
     operand's limb count (3 for the logits gradient, 2 elsewhere: docs/NUMERICS.md section 6).
     """
-    dw = ops.grad_right(x.q.T, x.e, dy, limbs)  # (in, out)
-    dx = ops.grad_left(dy, w.e, w.q.T, limbs)  # (N, in)
+    xt, wt = x.t, w.t  # views (2-D: the transposes)
+    dw = ops.grad_right(xt.q, x.e, dy, limbs, a8=xt.q8)  # (in, out)
+    dx = ops.grad_left(dy, w.e, wt.q, limbs, b8=wt.q8)  # (N, in)
     return dx, dw
 
 
@@ -136,13 +141,14 @@ def attention_forward(
     scale = F32(1.0) / np.sqrt(F32(hd))  # exact power of two (hd is a power of 4)
     # one contiguous copy so every per-head operand below is a dense (T, hd) matrix for BLAS
     heads = np.ascontiguousarray(qkv.reshape(b, t, 3, h, hd).transpose(2, 0, 3, 1, 4))
-    q = QTensor.of(heads[0], -1)  # per (b, h, query) over hd
-    k = QTensor.of(heads[1], -1)  # per (b, h, key) over hd
-    v = QTensor.of(heads[2], -2)  # per (b, h, channel) over time
-    s = ops.qmatmul(q.q, q.e, k.t.q, k.t.e)  # (B, H, T, T)
+    q = QTensor.of(heads[0], -1, ops)  # per (b, h, query) over hd
+    k = QTensor.of(heads[1], -1, ops)  # per (b, h, key) over hd
+    v = QTensor.of(heads[2], -2, ops)  # per (b, h, channel) over time
+    kt = k.t
+    s = ops.qmatmul(q.q, q.e, kt.q, kt.e, a8=q.q8, b8=kt.q8)  # (B, H, T, T)
     p = softmax_causal(s, scale)  # (B, H, T, T)
-    pq = QTensor.of(p, -1)  # per (b, h, query) over keys
-    o = ops.qmatmul(pq.q, pq.e, v.q, v.e)  # (B, H, T, hd)
+    pq = QTensor.of(p, -1, ops)  # per (b, h, query) over keys
+    o = ops.qmatmul(pq.q, pq.e, v.q, v.e, a8=pq.q8, b8=v.q8)  # (B, H, T, hd)
     merged = np.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(b * t, c)  # (N, C)
     return merged, AttentionCache(q, k, v, p, pq)
 
@@ -159,15 +165,17 @@ def attention_backward(
     h, hd, c = cfg.heads, cfg.head_dim, cfg.width
     scale = F32(1.0) / np.sqrt(F32(hd))
     do = dmerged.reshape(b, t, h, hd).transpose(0, 2, 1, 3)  # (B, H, T, hd) view
-    dv = ops.grad_right(cache.pq.t.q, cache.pq.e, do)  # P^T @ dO: (B, H, T, hd)
-    dp = ops.grad_left(do, cache.v.e, cache.v.t.q)  # dO @ v^T: (B, H, T, T)
+    pqt, vt = cache.pq.t, cache.v.t
+    dv = ops.grad_right(pqt.q, cache.pq.e, do, a8=pqt.q8)  # P^T @ dO: (B, H, T, hd)
+    dp = ops.grad_left(do, cache.v.e, vt.q, b8=vt.q8)  # dO @ v^T: (B, H, T, T)
     p = cache.p
     tmp = dp * p  # (B, H, T, T)
     dp -= tree_sum(tmp, -1, keepdims=True)  # dP - sum(dP * P)
     np.multiply(p, dp, out=dp)  # dS = P * (...)
     dp *= scale  # (B, H, T, T) gradient of the unscaled scores
-    dq = ops.grad_left(dp, cache.k.t.e, cache.k.q)  # dS @ k: (B, H, T, hd)
-    dkt = ops.grad_right(cache.q.t.q, cache.q.e, dp)  # q^T @ dS = dk^T: (B, H, hd, T)
+    qt = cache.q.t
+    dq = ops.grad_left(dp, cache.k.t.e, cache.k.q, b8=cache.k.q8)  # dS @ k: (B, H, T, hd)
+    dkt = ops.grad_right(qt.q, cache.q.e, dp, a8=qt.q8)  # q^T @ dS = dk^T: (B, H, hd, T)
     dqkv = np.empty((b, t, 3, h, hd), dtype=np.float32)  # (B, T, 3, H, hd)
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dkt.transpose(0, 3, 1, 2)
@@ -202,11 +210,12 @@ class Weights:
     w2: list[QTensor]
 
     @classmethod
-    def of(cls, params: Params, cfg: ModelConfig) -> Weights:
+    def of(cls, params: Params, cfg: ModelConfig, ops: GemmOps = NUMPY_OPS) -> Weights:
         def cols(name: str) -> list[QTensor]:
-            return [QTensor.of(params[f"h.{i}.{name}"], -2) for i in range(cfg.layers)]
+            return [QTensor.of(params[f"h.{i}.{name}"], -2, ops) for i in range(cfg.layers)]
 
-        return cls(QTensor.of(params["wte"], -1), cols("wqkv"), cols("wo"), cols("w1"), cols("w2"))
+        wte = QTensor.of(params["wte"], -1, ops)
+        return cls(wte, cols("wqkv"), cols("wo"), cols("w1"), cols("w2"))
 
 
 def _check_inputs(params: Params, cfg: ModelConfig, x: TokenArray) -> tuple[int, int]:
@@ -232,30 +241,34 @@ def _forward(
     """Shared forward: logits (N, V) plus what the backward needs (when ``keep``)."""
     b, t = _check_inputs(params, cfg, x)
     n, c = b * t, cfg.width
-    w = Weights.of(params, cfg)
+    w = Weights.of(params, cfg, ops)
     h = (params["wte"][x] + params["wpe"][:t]).reshape(n, c)  # (N, C) embedding
     caches: list[BlockCache] = []
+
+    def product(a: QTensor, b: QTensor) -> FloatArray:
+        return ops.qmatmul(a.q, a.e, b.q, b.e, a8=a.q8, b8=b.q8)
+
     for i in range(cfg.layers):
         p = f"h.{i}."
         an, norm1 = rmsnorm_forward(h, params[p + "g1"], cfg.norm_eps)  # (N, C)
-        a = QTensor.of(an, -1)
-        qkv = ops.qmatmul(a.q, a.e, w.wqkv[i].q, w.wqkv[i].e)  # (N, 3C)
+        a = QTensor.of(an, -1, ops)
+        qkv = product(a, w.wqkv[i])  # (N, 3C)
         merged, attn = attention_forward(qkv, cfg, b, t, ops)  # (N, C)
-        o = QTensor.of(merged, -1)
-        h += ops.qmatmul(o.q, o.e, w.wo[i].q, w.wo[i].e)  # (N, C) residual
+        o = QTensor.of(merged, -1, ops)
+        h += product(o, w.wo[i])  # (N, C) residual
         bn, norm2 = rmsnorm_forward(h, params[p + "g2"], cfg.norm_eps)  # (N, C)
-        bq = QTensor.of(bn, -1)
-        u = ops.qmatmul(bq.q, bq.e, w.w1[i].q, w.w1[i].e)  # (N, 4C)
+        bq = QTensor.of(bn, -1, ops)
+        u = product(bq, w.w1[i])  # (N, 4C)
         relu = u > 0
         np.multiply(u, relu, out=u)  # (N, 4C) u * 1 = u; u * 0 = -0 for negative u
         u += F32(0.0)  # r: -0 + 0 = +0; any other value unchanged
-        rq = QTensor.of(u, -1)
-        h += ops.qmatmul(rq.q, rq.e, w.w2[i].q, w.w2[i].e)  # (N, C) residual
+        rq = QTensor.of(u, -1, ops)
+        h += product(rq, w.w2[i])  # (N, C) residual
         if keep:
             caches.append(BlockCache(norm1, a, attn, o, norm2, bq, relu, rq))
     hf, normf = rmsnorm_forward(h, params["gf"], cfg.norm_eps)  # (N, C)
-    hq = QTensor.of(hf, -1)
-    logits = ops.qmatmul(hq.q, hq.e, w.wte.t.q, w.wte.t.e)  # (N, V)
+    hq = QTensor.of(hf, -1, ops)
+    logits = product(hq, w.wte.t)  # (N, V)
     return logits, w, caches, normf, hq
 
 

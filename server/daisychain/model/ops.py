@@ -16,7 +16,15 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import LO_SHIFT, FloatArray, IntArray, pow2, quantize2, quantize3
+from daisychain.numerics.quant import (
+    LO_SHIFT,
+    FloatArray,
+    IntArray,
+    pow2,
+    quantize,
+    quantize2,
+    quantize3,
+)
 
 MatmulInt = Callable[[npt.NDArray[np.int8], npt.NDArray[np.int8]], npt.NDArray[np.int32]]
 # (..., M, K) @ (..., K, N) of int8-valued float32 operands (as the ops hold them) in one call,
@@ -45,21 +53,54 @@ class Passes(Protocol):
     ) -> FloatArray: ...
 
 
+Int8Array = npt.NDArray[np.int8]
+
+
 class GemmOps(Protocol):
-    """qmatmul and the two backward products of docs/NUMERICS.md sections 3 and 6."""
+    """qmatmul and the two backward products of docs/NUMERICS.md sections 3 and 6, and the
+    one-limb quantization of their operands.
+
+    ``quantize`` returns the operand's int8 values too where this implementation makes them in
+    the same pass (``IntGemmOps`` with fused passes), else None; the model hands them back with
+    the float32 values (``a8``/``b8``: the same integers, possibly as a transposed view) so an
+    int8 GEMM does not cast them again. An implementation may ignore them.
+    """
 
     name: str
 
+    def quantize(
+        self, x: FloatArray, axis: int
+    ) -> tuple[FloatArray, IntArray, Int8Array | None]: ...
+
     def qmatmul(
-        self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray
+        self,
+        a_q: FloatArray,
+        a_e: IntArray,
+        b_q: FloatArray,
+        b_e: IntArray,
+        *,
+        a8: Int8Array | None = None,
+        b8: Int8Array | None = None,
     ) -> FloatArray: ...
 
     def grad_left(
-        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        b_q: FloatArray,
+        limbs: int = 2,
+        *,
+        b8: Int8Array | None = None,
     ) -> FloatArray: ...
 
     def grad_right(
-        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+        self,
+        a_q: FloatArray,
+        fold_e: IntArray,
+        g: FloatArray,
+        limbs: int = 2,
+        *,
+        a8: Int8Array | None = None,
     ) -> FloatArray: ...
 
     def settle(self) -> None:
@@ -78,16 +119,41 @@ class NumpyOps:
 
     name = "numpy"
 
-    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+    def quantize(self, x: FloatArray, axis: int) -> tuple[FloatArray, IntArray, Int8Array | None]:
+        q, e = quantize(x, axis)
+        return q, e, None
+
+    def qmatmul(
+        self,
+        a_q: FloatArray,
+        a_e: IntArray,
+        b_q: FloatArray,
+        b_e: IntArray,
+        *,
+        a8: Int8Array | None = None,
+        b8: Int8Array | None = None,
+    ) -> FloatArray:
         return ref.qmatmul(a_q, a_e, b_q, b_e)
 
     def grad_left(
-        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        b_q: FloatArray,
+        limbs: int = 2,
+        *,
+        b8: Int8Array | None = None,
     ) -> FloatArray:
         return ref.grad_matmul_left(g, fold_e, b_q, limbs)
 
     def grad_right(
-        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+        self,
+        a_q: FloatArray,
+        fold_e: IntArray,
+        g: FloatArray,
+        limbs: int = 2,
+        *,
+        a8: Int8Array | None = None,
     ) -> FloatArray:
         return ref.grad_matmul_right(a_q, fold_e, g, limbs)
 
@@ -125,14 +191,17 @@ class IntGemmOps:
         if self._settle is not None:
             self._settle()
 
-    def _int(self, a: FloatArray, b: FloatArray) -> npt.NDArray[Any]:
+    def _int(
+        self, a: FloatArray, b: FloatArray, a8: Int8Array | None = None, b8: Int8Array | None = None
+    ) -> npt.NDArray[Any]:
         """Exact integer (..., M, N) of int8-valued float32 operands: float64 batch by batch, or
         int32 from a batched GEMM in one call (every use below scales or adds it in float64, to
         which numpy promotes int32 exactly, so no float64 copy is made). Every use makes a new
         array and never writes into this one or the operands: a background audit may still be
         reading them (``settle``)."""
         if self._matmul_batched is not None:
-            return self._matmul_batched(a, b)
+            given = {k: v for k, v in (("a8", a8), ("b8", b8)) if v is not None}
+            return self._matmul_batched(a, b, **given)
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a_b = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b_b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
@@ -141,13 +210,38 @@ class IntGemmOps:
             acc[idx] = self._matmul_int(a_b[idx].astype(np.int8), b_b[idx].astype(np.int8))
         return acc
 
-    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+    def quantize(self, x: FloatArray, axis: int) -> tuple[FloatArray, IntArray, Int8Array | None]:
+        """``numerics.quantize`` (one limb); with the fused passes, in one pass that writes the
+        int8 values too (the bits are the same: gated)."""
+        if self._passes is None:
+            q, e = quantize(x, axis)
+            return q, e, None
+        q4, q8, e = self._passes.quantize_limbs(x, None, axis, 1)
+        assert q4 is not None
+        return q4[0], e, q8[0]
+
+    def qmatmul(
+        self,
+        a_q: FloatArray,
+        a_e: IntArray,
+        b_q: FloatArray,
+        b_e: IntArray,
+        *,
+        a8: Int8Array | None = None,
+        b8: Int8Array | None = None,
+    ) -> FloatArray:
         if self._passes is not None:
-            return self._passes.dequantize(self._int(a_q, b_q)[None], a_e, b_e)
-        return ref.round_scaled(self._int(a_q, b_q), a_e + b_e)
+            return self._passes.dequantize(self._int(a_q, b_q, a8, b8)[None], a_e, b_e)
+        return ref.round_scaled(self._int(a_q, b_q, a8, b8), a_e + b_e)
 
     def _fused_grad(
-        self, g: FloatArray, fold_e: IntArray, other: FloatArray, limbs: int, left: bool
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        other: FloatArray,
+        limbs: int,
+        left: bool,
+        other8: Int8Array | None = None,
     ) -> FloatArray:
         """grad_left (``left``: limbs of ``g`` by rows, times ``other``) or grad_right (``other``
         times limbs of ``g`` by columns) through the fused passes: the limbs straight into int8
@@ -157,7 +251,11 @@ class IntGemmOps:
         _, stack8, e = self._passes.quantize_limbs(
             g, fold_e, -1 if left else -2, limbs, floats=False
         )
-        parts = self._matmul_batched(stack8, other) if left else self._matmul_batched(other, stack8)
+        given = {} if other8 is None else {"b8" if left else "a8": other8}
+        if left:
+            parts = self._matmul_batched(stack8, other, **given)
+        else:
+            parts = self._matmul_batched(other, stack8, **given)
         s = e - (limbs - 1) * LO_SHIFT
         return self._passes.dequantize(parts, s if left else None, None if left else s)
 
@@ -180,11 +278,17 @@ class IntGemmOps:
         return acc
 
     def grad_left(
-        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        b_q: FloatArray,
+        limbs: int = 2,
+        *,
+        b8: Int8Array | None = None,
     ) -> FloatArray:
         ref._check_limbs(limbs)
         if self._passes is not None:
-            return self._fused_grad(g, fold_e, b_q, limbs, left=True)
+            return self._fused_grad(g, fold_e, b_q, limbs, True, b8)
         if self._matmul_batched is not None:
             # One call for all limbs (a batch of ``limbs`` slices sharing ``b_q``): the same
             # integer products as one call per limb, with b_q cast once and one audit call.
@@ -202,11 +306,17 @@ class IntGemmOps:
         return ref.round_scaled(acc, e - LO_SHIFT)
 
     def grad_right(
-        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+        self,
+        a_q: FloatArray,
+        fold_e: IntArray,
+        g: FloatArray,
+        limbs: int = 2,
+        *,
+        a8: Int8Array | None = None,
     ) -> FloatArray:
         ref._check_limbs(limbs)
         if self._passes is not None:
-            return self._fused_grad(g, fold_e, a_q, limbs, left=False)
+            return self._fused_grad(g, fold_e, a_q, limbs, False, a8)
         if self._matmul_batched is not None:  # one call for all limbs, as in grad_left
             stack, e = self._limbs(np.multiply(g, pow2(fold_e)), -2, limbs)
             acc = self._combine(self._int(a_q, stack))

@@ -46,13 +46,25 @@ class ExactBackwardOps(NumpyOps):
     name = "exact-backward"
 
     def grad_left(
-        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        b_q: FloatArray,
+        limbs: int = 2,
+        *,
+        b8: npt.NDArray[np.int8] | None = None,
     ) -> FloatArray:
         out: FloatArray = np.matmul(_fold(g, fold_e), b_q.astype(np.float64)).astype(np.float32)
         return out
 
     def grad_right(
-        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+        self,
+        a_q: FloatArray,
+        fold_e: IntArray,
+        g: FloatArray,
+        limbs: int = 2,
+        *,
+        a8: npt.NDArray[np.int8] | None = None,
     ) -> FloatArray:
         out: FloatArray = np.matmul(a_q.astype(np.float64), _fold(g, fold_e)).astype(np.float32)
         return out
@@ -92,14 +104,26 @@ class _LogitsCapture(NumpyOps):
         self.product_errors.append(err / max(float(np.linalg.norm(want)), 1e-300))
 
     def grad_left(
-        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        b_q: FloatArray,
+        limbs: int = 2,
+        *,
+        b8: npt.NDArray[np.int8] | None = None,
     ) -> FloatArray:
         if g.shape[-1] == self.vocab:
             self._record(g, fold_e, b_q, limbs, left=True)
         return super().grad_left(g, fold_e, b_q, limbs)
 
     def grad_right(
-        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+        self,
+        a_q: FloatArray,
+        fold_e: IntArray,
+        g: FloatArray,
+        limbs: int = 2,
+        *,
+        a8: npt.NDArray[np.int8] | None = None,
     ) -> FloatArray:
         if g.shape[-1] == self.vocab:
             self._record(g, fold_e, a_q, limbs, left=False)

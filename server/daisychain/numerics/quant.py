@@ -218,12 +218,12 @@ def int8_operand(
     q: FloatArray | npt.NDArray[np.int8], q8: npt.NDArray[np.int8] | None
 ) -> npt.NDArray[np.int8]:
     """``to_int8_c(q)``, or ``q8`` when the caller already has it (the fused quantizer writes the
-    int8 limbs with the float32 ones); ``q8`` must be ``q``'s values, C-contiguous, same shape
-    or broadcastable to it (leading axes)."""
-    if q8 is None:
-        if q.dtype == np.int8 and q.flags.c_contiguous:  # already what the GEMM takes
-            return q  # type: ignore[return-value]
-        return to_int8_c(q)  # type: ignore[arg-type]
-    if q8.dtype != np.int8 or q8.shape[-2:] != q.shape[-2:]:
+    int8 values with the float32 ones): ``q8`` must hold ``q``'s values, in any layout (a
+    transposed view is made C-ordered as ``to_int8_c`` does), broadcast along leading axes."""
+    if q8 is not None and (q8.dtype != np.int8 or q8.shape[-2:] != q.shape[-2:]):
         raise ValueError(f"int8 operand {q8.dtype} {q8.shape} does not match {q.shape}")
-    return np.ascontiguousarray(np.broadcast_to(q8, q.shape))
+    src = q if q8 is None else q8
+    if src.dtype == np.int8 and src.shape == q.shape and src.flags.c_contiguous:
+        return src  # type: ignore[return-value]  # already what the GEMM takes
+    # a transposed or broadcast view (of int8 values, or of float32 ones): C-ordered bytes
+    return to_int8_c(np.broadcast_to(src, q.shape))

@@ -37,7 +37,7 @@ from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
 from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.ops import GemmOps
+from daisychain.model.ops import GemmOps, Int8Array
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
@@ -134,25 +134,49 @@ class _Deadline:
         if time.perf_counter() > self.deadline:
             raise _Cutoff
 
-    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
+    def quantize(self, x: FloatArray, axis: int) -> tuple[FloatArray, IntArray, Int8Array | None]:
+        return self.ops.quantize(x, axis)
+
+    def qmatmul(
+        self,
+        a_q: FloatArray,
+        a_e: IntArray,
+        b_q: FloatArray,
+        b_e: IntArray,
+        *,
+        a8: Int8Array | None = None,
+        b8: Int8Array | None = None,
+    ) -> FloatArray:
         self._check()
-        out = self.ops.qmatmul(a_q, a_e, b_q, b_e)
+        out = self.ops.qmatmul(a_q, a_e, b_q, b_e, a8=a8, b8=b8)
         self._check()
         return out
 
     def grad_left(
-        self, g: FloatArray, fold_e: IntArray, b_q: FloatArray, limbs: int = 2
+        self,
+        g: FloatArray,
+        fold_e: IntArray,
+        b_q: FloatArray,
+        limbs: int = 2,
+        *,
+        b8: Int8Array | None = None,
     ) -> FloatArray:
         self._check()
-        out = self.ops.grad_left(g, fold_e, b_q, limbs)
+        out = self.ops.grad_left(g, fold_e, b_q, limbs, b8=b8)
         self._check()
         return out
 
     def grad_right(
-        self, a_q: FloatArray, fold_e: IntArray, g: FloatArray, limbs: int = 2
+        self,
+        a_q: FloatArray,
+        fold_e: IntArray,
+        g: FloatArray,
+        limbs: int = 2,
+        *,
+        a8: Int8Array | None = None,
     ) -> FloatArray:
         self._check()
-        out = self.ops.grad_right(a_q, fold_e, g, limbs)
+        out = self.ops.grad_right(a_q, fold_e, g, limbs, a8=a8)
         self._check()
         return out
 
