@@ -96,23 +96,6 @@ class BatchedGemm(IntGemm, Protocol):
     def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array: ...
 
 
-class SliceAudit(Protocol):
-    """``audit.first_failing_slice`` over int8 operands in another implementation
-    (``cpufused.FusedPasses``: gated against it before use)."""
-
-    def first_failing_slice(
-        self,
-        a8: Int8Array,
-        b8: Int8Array,
-        out: Int32Array,
-        samples: int,
-        *,
-        seed: int,
-        rotation: int,
-        tile: tuple[int, int],
-    ) -> tuple[int, ...] | None: ...
-
-
 class AuditedBatchedMatmul:
     """``gemm.matmul_int_batched`` (a GEMM that takes (..., M, K) @ (..., K, N) in one call,
     as the CPU int8 GEMM does) with every 2-D slice audited, vectorized over the batch
@@ -136,7 +119,7 @@ class AuditedBatchedMatmul:
         audited: AuditedMatmul,
         *,
         background: bool = False,
-        fused: SliceAudit | None = None,
+        fused: cpufused.FusedPasses | None = None,
     ) -> None:
         self.gemm, self.audited = gemm, audited
         # The same checks in a few compiled passes over the int8 operands the GEMM was given

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from daisychain.model.gpt import cross_entropy
+from daisychain.model.ops import Passes
 from daisychain.numerics import prng, sha256_arrays
-from daisychain.numerics.quant import FloatArray, IntArray, quantize, quantize2, quantize3
+from daisychain.numerics.quant import FloatArray, quantize, quantize2, quantize3
 
 PROBE_SEED = 0x9B0BE
 PROBE_SHAPE = (64, 96, 80)  # M, K, N
@@ -100,22 +100,8 @@ def xent_operands() -> tuple[FloatArray, npt.NDArray[np.intp]]:
     return logits, targets.astype(np.intp)
 
 
-class LimbQuantizer(Protocol):
-    """A quantizer that writes the limbs as int8 too (``cpufused.FusedPasses``)."""
-
-    def quantize_limbs(
-        self,
-        g: FloatArray,
-        fold_e: IntArray | None,
-        axis: int,
-        limbs: int,
-        *,
-        floats: bool = True,
-    ) -> tuple[FloatArray | None, Int8Array, IntArray]: ...
-
-
 def elementwise_parts(
-    x: FloatArray, quantizer: LimbQuantizer | None = None
+    x: FloatArray, quantizer: Passes | None = None
 ) -> list[npt.NDArray[np.generic]]:
     """What the step probe hashes after the product, in order: for 1, 2 and 3 limbs, the blocks
     of ``x`` along rows then along columns, each limb as int8 and then its exponents as int32;
@@ -140,7 +126,7 @@ def elementwise_parts(
 
 def step_probe_hash(
     matmul_int: Callable[[Int8Array, Int8Array], Int32Array],
-    quantizer: LimbQuantizer | None = None,
+    quantizer: Passes | None = None,
 ) -> str:
     """What a peer publishes after every step: the probe product through ``matmul_int`` (the
     live kernel) and the elementwise part through ``quantizer`` (the live quantizer, or
