@@ -86,3 +86,14 @@ if sys.version_info < (3, 11, 8):
     import ast
 
     ast.parse = parse_without_collector  # type: ignore[assignment]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fused_passes_compiled() -> None:
+    """Compile (or load from numba's cache) and gate the fused passes once, before any test
+    starts peer subprocesses: on a fresh clone their first compile takes seconds of CPU, and
+    several peers starting together would each pay it at once (cpufused.py)."""
+    from daisychain import cpufused
+
+    if cpufused.available():
+        cpufused.proven()
