@@ -1,4 +1,4 @@
-"""Fused CPU passes around the integer products (``cpu-int8``'s quantize and dequantize).
+"""Fused CPU passes around the integer products: ``cpu-int8``'s quantize, dequantize and audit.
 
 numpy does one pass over memory per operation: a two-limb quantization of a gradient is a fold
 multiply, an integer max, a scale multiply, two ``rint``, a subtract, a multiply, a clip, two
@@ -8,9 +8,11 @@ On ``small`` those passes are about a third of the ``cpu-int8`` step (docs/BENCH
 
 This module does the same arithmetic, operation for operation, in two loops compiled by numba
 (an optional dependency, ``pip install 'daisychain[int8]'``): one that reads a block to find its
-scale exponent and one that writes every limb, as float32 and as int8, while the block is still
-in cache. Only where the work happens changes, never the operations, so the bits are the
-contract's (docs/NUMERICS.md "Quantization", "Backward"):
+scale exponent and one that writes every limb as int8 (and as float32 where asked) while the
+block is still in cache; one loop for the dequantize; four passes per product for the audit
+(``first_failing_slice``: ``gpu.audit``'s checks over the int8 operands, in exact int64).
+Only where the work happens changes, never the operations, so the bits are the contract's
+(docs/NUMERICS.md "Quantization", "Backward"):
 
 - every float32 operation is one IEEE operation in the same order (no fast-math, no reordering:
   numba compiles exactly these loops), ``rint`` ties to even, ``+ 0`` clears every ``-0``;
@@ -23,8 +25,9 @@ contract's (docs/NUMERICS.md "Quantization", "Backward"):
 
 It is never trusted by construction: ``evaluate()`` compares it with the numpy reference, bit
 for bit, on the gate cases (ties, the clamp at 127, ``-0``, blocks below ``E_FLOOR``, subnormal
-and overflowing dequantized results, both block axes, batches) before ``cpu-int8`` may use it,
-and the step probe (``gpu.probe``) quantizes through it every step.
+and overflowing dequantized results, both block axes, batches; the audit on a right product and
+an error in each place it looks) before ``cpu-int8`` may use it, and the step probe
+(``gpu.probe``) quantizes through it every step. docs/KERNELS.md, "The fused CPU passes".
 """
 
 from __future__ import annotations
