@@ -150,8 +150,8 @@ class AuditedBatchedMatmul:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
         b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
-        # a8/b8: the operands already as int8 (the fused quantizer's limbs); the audit reads
-        # the float32 ones either way
+        # a8/b8: the operands already as int8 (made in the pass that quantized them), else cast
+        # here; ``a``/``b`` may themselves be int8 (the fused passes' gradient limbs)
         a8, b8 = int8_operand(a, a8), int8_operand(b, b8)
         out = self.gemm.matmul_int_batched(a8, b8)
         au = self.audited
