@@ -101,8 +101,9 @@ class AuditedBatchedMatmul:
     as the CPU int8 GEMM does) with every 2-D slice audited, vectorized over the batch
     (``audit.first_failing_slice``): the same cells and sums as ``AuditedMatmul`` per slice,
     one rotation counter per output shape (M, N), shared by the slices of a call. Takes the
-    int8-valued float32 operands the ops hold: the GEMM gets them as int8, the audit reads the
-    float32 values (the same integers) without converting them back.
+    int8-valued float32 operands the ops hold (or their int8 values, ``a8``/``b8``, or int8
+    operands): the GEMM gets them as int8; the numpy audit reads the float32 values (the same
+    integers) without converting them back, the fused one (``fused``) the int8 the GEMM got.
 
     ``background=True`` returns each product at once and audits it on one worker thread while
     the model goes on (numpy releases the GIL in the audit's BLAS products and array passes).
