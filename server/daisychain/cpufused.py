@@ -410,8 +410,13 @@ def evaluate(fused: FusedPasses | None = None) -> tuple[FusedPasses | None, str 
             fused = FusedPasses()
         except FusedUnavailable as exc:
             return None, str(exc)
-    with np.errstate(over="ignore"):  # the overflow case's reference casts to inf, as meant
-        failures = gate_failures(fused)
+        except Exception as exc:  # a numba that cannot import or compile here: use numpy's
+            return None, f"numba could not build the fused passes: {type(exc).__name__}: {exc}"
+    try:
+        with np.errstate(over="ignore"):  # the overflow case's reference casts to inf, as meant
+            failures = gate_failures(fused)
+    except Exception as exc:  # a kernel that fails to run is refused like a wrong one
+        return None, f"fused passes failed on a gate case: {type(exc).__name__}: {exc}"
     if failures:
         return None, f"fused passes differ from numpy: {failures[0]} (+{len(failures) - 1} more)"
     return fused, None

@@ -388,3 +388,27 @@ def test_the_int8_values_made_by_the_quantizing_pass_reach_the_gemm_uncast(
     q, _, q8 = ops.quantize(np.linspace(-3, 3, 40, dtype=np.float32).reshape(5, 8), -1)
     assert q8 is not None and np.array_equal(q8, q.astype(np.int8))
     assert gpt.NUMPY_OPS.quantize(q, -1)[2] is None
+
+
+def test_a_numba_that_cannot_build_or_run_the_passes_is_refused_with_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """numba installed but broken here (an incompatible numpy, a compiler error) must not stop
+    training: the passes are refused with the reason and numpy's run (same bits)."""
+
+    def broken() -> Kernels:
+        raise ImportError("numba needs a numpy older than this one")
+
+    monkeypatch.setattr(cpufused, "_kernels", broken)
+    passes, why = cpufused.evaluate()
+    assert passes is None and why is not None
+    assert "could not build" in why and "older than this one" in why
+    monkeypatch.undo()
+
+    def crash(*args: Any) -> None:
+        raise RuntimeError("typing error in the loop")
+
+    kernels = dict(cpufused._kernels())
+    kernels["dequantize3"] = crash
+    passes, why = cpufused.evaluate(cpufused.FusedPasses(kernels))
+    assert passes is None and why is not None and "typing error in the loop" in why
