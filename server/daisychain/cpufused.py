@@ -53,7 +53,6 @@ from daisychain.numerics.quant import (
     scale_exponent,
 )
 
-NAME = "numba"
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
 # A gradient or its limbs are handled as (B, R, C): a batch of matrices. Blocks run along the
@@ -69,10 +68,9 @@ def available() -> bool:
 
 
 def _compile() -> dict[str, Callable[..., Any]]:
-    """The kernels (``cpufused_kernels``), compiled on first use; numba caches the machine code
-    next to that module, so a later process loads it in a fraction of a second."""
-    if not available():
-        raise FusedUnavailable("numba is not installed (pip install 'daisychain[int8]')")
+    """The kernels (``cpufused_kernels``, which imports numba: ``_kernels`` checks it is there),
+    compiled on first use; numba caches the machine code next to that module, so a later process
+    loads it in a fraction of a second."""
     from daisychain import cpufused_kernels as k
 
     names = [f"{kind}{limbs}{suffix}" for kind in ("rows", "cols") for limbs in (1, 2, 3)
@@ -144,8 +142,6 @@ def _factors(
 
 class FusedPasses:
     """The fused quantize and dequantize, the same bits as ``numerics.quant`` / ``gemm``."""
-
-    name = NAME
 
     def __init__(self, kernels: dict[str, Callable[..., Any]] | None = None) -> None:
         self._k = kernels if kernels is not None else _kernels()

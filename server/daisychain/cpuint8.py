@@ -32,7 +32,7 @@ import numpy.typing as npt
 from daisychain.gpu.backend import prove
 from daisychain.gpu.gates import IntGemm
 from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import FloatArray, IntArray, int8_operand
+from daisychain.numerics.quant import FloatArray, IntArray, int8_operands
 
 NAME = "cpu-int8"
 MAX_K = (2**31 - 1) // (255 * 128)  # the offset trick's int32 sums stay exact below this
@@ -158,10 +158,8 @@ class CpuInt8Gemm:
         (``bench step``'s ``cpu-int8-unaudited`` side). Leading axes broadcast (the limbs of a
         gradient operand against one matrix), as in ``gpu.live.AuditedBatchedMatmul``, which
         also takes ``a8``/``b8`` (the operands already cast)."""
-        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
-        b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
-        return self.matmul_int_batched(int8_operand(a, a8), int8_operand(b, b8))
+        *_, a_int8, b_int8 = int8_operands(a, b, a8, b8)
+        return self.matmul_int_batched(a_int8, b_int8)
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         acc = self.matmul_int(a_q.astype(np.int8), b_q.astype(np.int8))

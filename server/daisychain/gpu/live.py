@@ -26,7 +26,7 @@ from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps, Passes
-from daisychain.numerics.quant import FloatArray, int8_operand
+from daisychain.numerics.quant import FloatArray, int8_operands
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
 # Background audits queued behind the step at most: a product past this waits for the oldest.
@@ -148,12 +148,9 @@ class AuditedBatchedMatmul:
         a8: Int8Array | None = None,
         b8: Int8Array | None = None,
     ) -> Int32Array:
-        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
-        b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
         # a8/b8: the operands already as int8 (made in the pass that quantized them), else cast
         # here; ``a``/``b`` may themselves be int8 (the fused passes' gradient limbs)
-        a8, b8 = int8_operand(a, a8), int8_operand(b, b8)
+        a, b, a8, b8 = int8_operands(a, b, a8, b8)
         out = self.gemm.matmul_int_batched(a8, b8)
         au = self.audited
         shape = (a.shape[-2], b.shape[-1])

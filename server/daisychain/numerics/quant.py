@@ -27,6 +27,8 @@ softmax tail far below the target's ``p - 1`` survives instead of rounding to ze
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -212,6 +214,21 @@ def to_int8_c(q: FloatArray) -> npt.NDArray[np.int8]:
     for i in range(0, rows, step):
         out[:, i : i + step] = under[i : i + step].astype(np.int8).T
     return out
+
+
+def int8_operands(
+    a: FloatArray | npt.NDArray[np.int8],
+    b: FloatArray | npt.NDArray[np.int8],
+    a8: npt.NDArray[np.int8] | None = None,
+    b8: npt.NDArray[np.int8] | None = None,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int8], npt.NDArray[np.int8]]:
+    """The operands of a batched product (..., M, K) @ (..., K, N): ``a`` and ``b`` broadcast on
+    their leading axes (views), and each as the C-ordered int8 a GEMM takes (``int8_operand``,
+    from ``a8``/``b8`` where the caller has them)."""
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_b: npt.NDArray[Any] = np.broadcast_to(a, (*lead, *a.shape[-2:]))
+    b_b: npt.NDArray[Any] = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+    return a_b, b_b, int8_operand(a_b, a8), int8_operand(b_b, b8)
 
 
 def int8_operand(
