@@ -412,3 +412,28 @@ def test_a_numba_that_cannot_build_or_run_the_passes_is_refused_with_why(
     kernels["dequantize3"] = crash
     passes, why = cpufused.evaluate(cpufused.FusedPasses(kernels))
     assert passes is None and why is not None and "typing error in the loop" in why
+
+
+def test_operands_that_do_not_fit_are_refused_with_what_was_given(
+    fused: cpufused.FusedPasses,
+) -> None:
+    """Every shape and type rule of the fused passes and of the int8 operands they hand on,
+    fed a wrong input: a clear error, never a silent wrong product."""
+    from daisychain.numerics.quant import int8_operand
+
+    g = np.ones((4, 6), dtype=np.float32)
+    with pytest.raises(ValueError, match="axis 0"):
+        fused.quantize_limbs(g, None, 0, 2)
+    with pytest.raises(ValueError, match="4 limbs"):
+        fused.quantize_limbs(g, None, -1, 4)
+    with pytest.raises(ValueError):  # a fold that varies along both axes is no row or column
+        fused.quantize_limbs(g, np.zeros((4, 6), dtype=np.int32), -1, 2)
+    a8 = np.zeros((2, 4, 5), dtype=np.int8)
+    b8 = np.zeros((2, 5, 3), dtype=np.int8)
+    with pytest.raises(ValueError, match="do not match"):
+        fused.first_failing_slice(a8, b8, np.zeros((2, 4, 4), np.int32), 8,
+                                  seed=0, rotation=0, tile=(8, 8))  # fmt: skip
+    with pytest.raises(ValueError, match="does not match"):
+        int8_operand(g, np.zeros((4, 5), dtype=np.int8))  # another shape
+    with pytest.raises(ValueError, match="does not match"):
+        int8_operand(g, g.astype(np.int16))  # not int8  # type: ignore[arg-type]
