@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import pytest
 from aiohttp import web
@@ -266,3 +266,23 @@ async def test_connect_names_a_server_that_is_not_daisychain() -> None:
             await mesh.connect()
         await mesh.close()
     assert "must be a DaisyChain server" in info.value.hint
+
+
+async def test_close_closes_the_socket_and_session_when_closing_a_link_is_cancelled() -> None:
+    """A peer torn down by cancellation (a failed test's event loop ends every task at once)
+    sees its links' close cancelled under it; the socket and the HTTP session must close anyway,
+    or the session outlives the peer (an unclosed-session warning in whatever runs next)."""
+    async with serve(config()) as client:
+        mesh = Mesh(str(client.make_url("/")), name="p")
+        await mesh.connect()
+
+        async def cancelled(peer: str, drain_s: float = 0.0) -> None:
+            raise asyncio.CancelledError
+
+        mesh._links["gone"] = cast(Any, None)  # one link, whose close is cancelled
+        mesh.close_link = cancelled  # type: ignore[method-assign]
+        session, ws = mesh._session, mesh._ws
+        assert session is not None and ws is not None and not session.closed
+        with pytest.raises(asyncio.CancelledError):
+            await mesh.close()
+        assert ws.closed and session.closed

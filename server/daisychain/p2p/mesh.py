@@ -548,16 +548,24 @@ class Mesh:
                 await link.pc.close()
 
     async def close(self) -> None:
+        """Close every link, then the signaling socket and its HTTP session. The socket and the
+        session close even when closing a link raises: a peer torn down by cancellation (its
+        event loop ending every task at once) sees aiortc's own tasks cancelled under it, and an
+        unclosed session would then outlive the peer."""
         self._closing = True
-        for peer in list(self._links):
-            await self.close_link(peer)
-        for task in list(self._tasks):
-            task.cancel()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._ws is not None:
-            await self._ws.close()
-        if self._session is not None:
-            await self._session.close()
+        try:
+            for peer in list(self._links):
+                await self.close_link(peer)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if self._reader is not None:
+                self._reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._reader
+            try:
+                if self._ws is not None:
+                    await self._ws.close()
+            finally:
+                if self._session is not None:
+                    await self._session.close()
