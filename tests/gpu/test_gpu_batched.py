@@ -11,7 +11,7 @@ Skipped, with the reason, only when no wgpu adapter exists at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -214,3 +214,90 @@ def test_the_honest_kernel_passes_the_same_step(gpu: GpuDevice) -> None:
     state.ops = training_ops(Backend(GpuGemm(gpu, "dp4a"), gpu.adapter_name))
     x, y = training.next_batch(state, token_stream(cfg.vocab_size))
     training.train_step(state, x, y)
+
+
+# --- several products in one submit: matmul_int_many (a backward pass's pairs) ----------------
+
+
+def test_products_of_different_shapes_share_one_submit_and_one_readback(gemm: GpuGemm) -> None:
+    pairs = [(_ints(20 + i, a), _ints(40 + i, b)) for i, (a, b) in enumerate(SHAPES)]
+    pairs.append((np.zeros((2, 0, 4), np.int8), np.zeros((2, 4, 5), np.int8)))  # empty: zeros
+    with gemm.pool.poisoned():  # a region no dispatch wrote would read 0xDEADBEEF, not 0
+        outs = gemm.matmul_int_many(pairs)
+    for (a, b), out in zip(pairs, outs, strict=True):
+        assert out.dtype == np.int32
+        np.testing.assert_array_equal(out, _exact(a, b))
+    traffic = _traffic(lambda: gemm.matmul_int_many(pairs))
+    slices = sum(int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))) for a, b in pairs)
+    assert (traffic.submits, traffic.readbacks, traffic.dispatches) == (1, 1, slices - 2)
+    assert traffic.uploads == 3  # params, A, B: every product's in one buffer each
+
+
+def test_products_larger_than_a_round_share_rounds_and_stay_exact(gpu: GpuDevice) -> None:
+    gemm = GpuGemm(gpu, "dp4a")
+    gemm.round_bytes = 1024  # four 256-byte regions per buffer and submit
+    pairs = [
+        (_ints(11, (3, 8, 8)), _ints(12, (3, 8, 8))),
+        (_ints(13, (8, 8)), _ints(14, (5, 8, 8))),  # A broadcast over 5 slices
+        (_ints(15, (2, 8, 8)), _ints(16, (8, 8))),
+    ]
+    outs: list[npt.NDArray[np.int32]] = []
+    traffic = _traffic(lambda: outs.extend(gemm.matmul_int_many(pairs)))
+    for (a, b), out in zip(pairs, outs, strict=True):
+        np.testing.assert_array_equal(out, _exact(a, b))
+    # 3 + 1 slices, then 4, then 2: a submit takes slices of several products
+    assert (traffic.submits, traffic.readbacks, traffic.dispatches) == (3, 3, 10)
+
+
+def test_each_product_numbers_its_own_slices_in_a_shared_submit(gpu: GpuDevice) -> None:
+    planted = GpuGemm(gpu, "dp4a", source=PLANT.wgsl("dp4a"))  # slice 1, cell (2, 3)
+    pairs = [
+        (_ints(17, (3, 5, 7)), _ints(18, (3, 7, 9))),
+        (_ints(19, (2, 6, 4)), _ints(20, (2, 4, 6))),
+    ]
+    outs = planted.matmul_int_many(pairs)
+    wrong = [np.argwhere(o != _exact(a, b)).tolist() for (a, b), o in zip(pairs, outs, strict=True)]
+    assert wrong == [[[1, 2, 3]], [[1, 2, 3]]]
+
+
+class _LastProductOff(GpuGemm):
+    """A host-side bug only a shared submit has: the last of several products one unit off."""
+
+    def matmul_int_many(
+        self, products: Sequence[tuple[Int8Array, Int8Array]]
+    ) -> list[npt.NDArray[np.int32]]:
+        outs = super().matmul_int_many(products)
+        if len(outs) > 1:
+            outs[-1] = outs[-1].copy()
+            outs[-1][(0,) * outs[-1].ndim] += 1
+        return outs
+
+
+def test_the_gate_refuses_products_that_go_wrong_only_when_they_share_a_submit(
+    gpu: GpuDevice,
+) -> None:
+    planted = _LastProductOff(gpu, "dp4a")
+    report = run_gemm_gates(planted, planted.pool, planted.tile)
+    failure = report.failure
+    assert failure is not None, "a wrong shared submit went unseen by the gates"
+    tile = planted.tile
+    assert report.cases_passed == len(gemm_cases(tile)) + len(qmatmul_cases()) + len(
+        batched_cases(tile)
+    )  # every product alone is right
+    assert failure.case == f"together: {batched_cases(tile)[-1][0]}"
+    assert int(failure.got) - int(failure.expected) == 1
+
+
+def test_the_live_audit_catches_one_cell_of_the_second_product_of_a_pair(gpu: GpuDevice) -> None:
+    # The logits' input gradient, dy (N, V) @ W^T (V, C), is the second product of the last
+    # layer's pair (its weight gradient goes first) and the only product of that shape.
+    cfg = preset("tiny")
+    n = cfg.batch * cfg.seq_len
+    plant = OneCellPlant(1, 2, 1, m=n, k=cfg.vocab_size, n=cfg.width)
+    planted = GpuGemm(gpu, "dp4a", source=plant.wgsl("dp4a"))
+    state = training.init(cfg, AdamWConfig(), 1)
+    state.ops = training_ops(Backend(planted, gpu.adapter_name))
+    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+    shape = rf"shape \(3, {n}, {cfg.vocab_size}\) @ \(3, {cfg.vocab_size}, {cfg.width}\)"
+    with pytest.raises(KernelAuditError, match=rf"live audit failed at {shape}"):
+        training.train_step(state, x, y)

@@ -38,8 +38,9 @@ def _ints(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 def test_gemm_gates_pass(gemm: GpuGemm) -> None:
     report = run_gemm_gates(gemm, gemm.pool, gemm.tile)
     assert report.passed, report.failure.describe() if report.failure else ""
-    # The batched cases too: the GEMM has ``matmul_int_batched``, which training uses.
-    cases = len(gemm_cases(gemm.tile)) + len(qmatmul_cases()) + len(batched_cases(gemm.tile))
+    # The batched cases too: the GEMM has ``matmul_int_batched``, which training uses; and all
+    # of them once more in one ``matmul_int_many`` call (training's backward pairs).
+    cases = len(gemm_cases(gemm.tile)) + len(qmatmul_cases()) + len(batched_cases(gemm.tile)) + 1
     assert report.cases_passed == cases
 
 

@@ -105,6 +105,54 @@ class _CountingBatched(_Counting):
         return self.gemm.matmul_int_batched(a, b)
 
 
+class _CountingMany(_CountingBatched):
+    """``_CountingBatched`` that also takes several products in one call, as ``GpuGemm``
+    does (training then hands it each backward pair at once); ``calls`` counts the calls."""
+
+    def __init__(self, gemm: GpuGemm) -> None:
+        super().__init__(gemm)
+        self.calls = 0
+
+    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        self.calls += 1
+        return super().matmul_int_batched(a, b)
+
+    def matmul_int_many(self, products: list[tuple[Int8Array, Int8Array]]) -> list[Int32Array]:
+        assert isinstance(self.gemm, GpuGemm)
+        self.calls += 1
+        self.products += len(products)
+        for a, b in products:
+            self.slices += int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
+        return self.gemm.matmul_int_many(products)
+
+
+def test_a_step_makes_one_round_trip_per_forward_product_and_per_backward_pair(
+    gpu_backend: Backend,
+) -> None:
+    gemm = gpu_backend.gemm
+    assert isinstance(gemm, GpuGemm)
+    cfg = preset("tiny")
+    tokens = token_stream(cfg.vocab_size)
+    counted, hashes = {}, {}
+    paths = {"one by one": _CountingBatched(gemm), "paired": _CountingMany(gemm)}
+    for label, path in paths.items():
+        state = training.init(cfg, AdamWConfig(), 1)
+        state.ops = training_ops(Backend(path, gpu_backend.adapter))
+        x, y = training.next_batch(state, tokens)
+        ROUND_TRIPS.reset()
+        hashes[label] = training.train_step(state, x, y).hash
+        counted[label] = ROUND_TRIPS.snapshot()
+    alone, paired = counted["one by one"], counted["paired"]
+    many = paths["paired"]
+    assert isinstance(many, _CountingMany)
+    assert hashes["paired"] == hashes["one by one"]
+    assert many.products == paths["one by one"].products  # the same products ...
+    assert paired.dispatches == alone.dispatches  # ... and slices
+    pairs = 6 * cfg.layers + 1  # four linear layers and attention's two per layer, the logits
+    assert paired.readbacks == paired.submits == many.calls == alone.readbacks - pairs
+    assert (alone.readbacks, paired.readbacks) == (39, 26)  # tiny (docs/BENCHMARKS.md)
+
+
 def test_a_batched_step_makes_one_round_trip_per_product(gpu_backend: Backend) -> None:
     gemm = gpu_backend.gemm
     assert isinstance(gemm, GpuGemm)

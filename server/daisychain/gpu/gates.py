@@ -339,7 +339,42 @@ def run_gemm_gates(
             if failure is not None:
                 return GateReport(gemm.name, passed, failure)
             passed += 1
+    many = getattr(gemm, "matmul_int_many", None)
+    if many is not None:
+        failure = _many_case(gemm, many, batched_cases(tile), pool)
+        if failure is not None:
+            return GateReport(gemm.name, passed, failure)
+        passed += 1
     return GateReport(gemm.name, passed, None)
+
+
+def _many_case(
+    gemm: IntGemm,
+    many: Callable[[list[tuple[Int8Array, Int8Array]]], list[Int32Array]],
+    cases: list[tuple[str, Int8Array, Int8Array]],
+    pool: BufferPool | None,
+) -> GateFailure | None:
+    """Every batched case in one ``matmul_int_many`` call (products of different shapes sharing
+    one submit: training's backward pairs), each against exact int64 numpy."""
+    try:
+        with _maybe_poisoned(pool):
+            got = many([(a, b) for _, a, b in cases])
+    except Exception as exc:
+        return GateFailure(
+            gemm.name, "together", (), None, "a result", f"{type(exc).__name__}: {exc}"
+        )
+    for (name, a, b), out in zip(cases, got, strict=True):
+        shape = (*a.shape[:-2], a.shape[-2], a.shape[-1], b.shape[-1])
+        expected = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+        case = f"together: {name}"
+        if out.shape != expected.shape or out.dtype != np.int32:
+            return GateFailure(
+                gemm.name, case, shape, None, f"int32 {expected.shape}", f"{out.dtype} {out.shape}"
+            )
+        index = _first_mismatch(_bits(expected), _bits(out))
+        if index is not None:
+            return GateFailure(gemm.name, case, shape, index, str(expected[index]), str(out[index]))
+    return None
 
 
 class RowQuantizer(Protocol):

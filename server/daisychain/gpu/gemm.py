@@ -17,6 +17,8 @@ aligned region each, and binds each slice's region (``kernels.Span``) to its own
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -118,6 +120,45 @@ def _slice_index(x: npt.NDArray[Any], lead: tuple[int, ...]) -> npt.NDArray[np.i
     return np.broadcast_to(own, lead).reshape(-1)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """One product to compute: its slice ``s`` (C order over ``lead``) is
+    ``a_slices[a_of[s]] @ b_slices[b_of[s]]``; ``widest`` is the largest region, in bytes, that
+    one slice takes in any of the three buffers (what bounds a submit's slices)."""
+
+    a_slices: Int8Array  # (distinct A slices, M, K)
+    b_slices: Int8Array  # (distinct B slices, K, N)
+    a_of: npt.NDArray[np.intp]
+    b_of: npt.NDArray[np.intp]
+    lead: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    count: int  # slices to compute (0: the product is empty, or K is)
+    widest: int
+
+    @staticmethod
+    def of(a: Int8Array, b: Int8Array, lead: tuple[int, ...]) -> _Plan:
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        count = int(np.prod(lead, dtype=np.int64))
+        k4, m4, n4 = max(1, -(-k // 4)), max(1, -(-m // 4)), max(1, -(-n // 4))
+        widest = 4 * max(_aligned_words(4 * k4 * m4), _aligned_words(4 * k4 * n4),
+                         _aligned_words(m * n))  # fmt: skip
+        if count * m * n == 0 or k == 0:  # nothing to compute: zeros, no round trip
+            none = np.zeros(0, dtype=np.intp)
+            empty = np.zeros((0, m, k), np.int8), np.zeros((0, k, n), np.int8)
+            return _Plan(*empty, none, none, lead, m, k, n, 0, widest)
+        a, b = _distinct(a), _distinct(b)
+        return _Plan(
+            np.ascontiguousarray(a).reshape(-1, m, k),
+            np.ascontiguousarray(b).reshape(-1, k, n),
+            _slice_index(a, lead),
+            _slice_index(b, lead),
+            lead, m, k, n, count, widest,
+        )  # fmt: skip
+
+
 class GpuGemm:
     """One GEMM kernel (DP4A or LUT) compiled on one device, with its buffer pool."""
 
@@ -169,7 +210,7 @@ class GpuGemm:
     def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
         """Exact int32 (M, N) = a (M, K) @ b (K, N) for int8 operands."""
         _check_operands(a, b)
-        return self._batched(a, b, ())
+        return self._products([_Plan.of(a, b, ())])[0]
 
     def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
         """Exact int32 (*lead, M, N) = a (..., M, K) @ b (..., K, N), leading axes broadcast
@@ -177,93 +218,140 @@ class GpuGemm:
         slice, recorded into one command encoder, each reading its own regions of one A and one
         B buffer and writing its own region of one output buffer. A broadcast operand's slice
         is packed and uploaded once, however many slices read it."""
-        _check_operands(a, b, batched=True)
-        try:
-            lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        except ValueError:
-            raise ValueError(
-                f"matmul_int_batched: the leading axes of {a.shape} @ {b.shape} do not broadcast "
-                "(each pair must be equal or one of them 1)"
-            ) from None
-        return self._batched(a, b, lead)
+        return self.matmul_int_many([(a, b)])[0]
 
-    def _batched(self, a: Int8Array, b: Int8Array, lead: tuple[int, ...]) -> Int32Array:
-        m, k = a.shape[-2:]
-        n = b.shape[-1]
-        count = int(np.prod(lead, dtype=np.int64))
-        if count * m * n == 0 or k == 0:
-            return np.zeros((*lead, m, n), dtype=np.int32)
-        a, b = _distinct(a), _distinct(b)
-        a_slices = np.ascontiguousarray(a).reshape(-1, m, k)
-        b_slices = np.ascontiguousarray(b).reshape(-1, k, n)
-        a_of, b_of = _slice_index(a, lead), _slice_index(b, lead)
-        # The widest region a slice needs in any of the three buffers bounds a round's slices.
-        k4, m4, n4 = max(1, -(-k // 4)), max(1, -(-m // 4)), max(1, -(-n // 4))
-        widest = 4 * max(_aligned_words(4 * k4 * m4), _aligned_words(4 * k4 * n4),
-                         _aligned_words(m * n))  # fmt: skip
-        per_round = max(1, self.round_bytes // widest)
-        rounds = [
-            self._round(a_slices, b_slices, a_of[s : s + per_round], b_of[s : s + per_round], s)
-            for s in range(0, count, per_round)
-        ]
-        out = rounds[0] if len(rounds) == 1 else np.concatenate(rounds)
-        return out.reshape(*lead, m, n)
+    def matmul_int_many(self, products: Sequence[tuple[Int8Array, Int8Array]]) -> list[Int32Array]:
+        """Several independent products, each as ``matmul_int_batched`` takes it (their shapes
+        may differ), in one submit and one readback: every slice of every product is one
+        dispatch of the same command encoder, with its own regions of the shared buffers. A
+        backward pass's two gradient products of one layer need nothing from each other, so
+        they make one round trip instead of two (docs/KERNELS.md, "Batched products")."""
+        plans = []
+        for a, b in products:
+            _check_operands(a, b, batched=True)
+            try:
+                lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            except ValueError:
+                raise ValueError(
+                    f"matmul_int_batched: the leading axes of {a.shape} @ {b.shape} do not "
+                    "broadcast (each pair must be equal or one of them 1)"
+                ) from None
+            plans.append(_Plan.of(a, b, lead))
+        return self._products(plans)
 
-    def _round(
+    def _products(self, plans: list[_Plan]) -> list[Int32Array]:
+        """Every plan's slices, in as few submits as the buffers allow: slices join the current
+        submit while the sum of their widest regions stays within ``round_bytes`` (so every
+        buffer does), and at least one slice goes into each submit."""
+        done: list[list[Int32Array]] = [[] for _ in plans]
+        batch: list[tuple[int, int, int]] = []  # (plan, first slice, end) of the next submit
+        used = 0
+        for p, plan in enumerate(plans):
+            start = 0
+            while start < plan.count:
+                room = (self.round_bytes - used) // plan.widest
+                if room < 1 and batch:
+                    self._submit(plans, batch, done)
+                    batch, used = [], 0
+                    continue
+                end = min(plan.count, start + max(1, room))
+                batch.append((p, start, end))
+                used += (end - start) * plan.widest
+                start = end
+        if batch:
+            self._submit(plans, batch, done)
+        out = []
+        for plan, parts in zip(plans, done, strict=True):
+            if plan.count == 0:
+                out.append(np.zeros((*plan.lead, plan.m, plan.n), dtype=np.int32))
+                continue
+            cells = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            out.append(cells.reshape(*plan.lead, plan.m, plan.n))
+        return out
+
+    def _submit(
         self,
-        a_slices: Int8Array,
-        b_slices: Int8Array,
-        a_of: npt.NDArray[np.intp],
-        b_of: npt.NDArray[np.intp],
-        first: int,
-    ) -> Int32Array:
-        """Output slices ``first ..`` (a_slices[a_of[s]] @ b_slices[b_of[s]]) in one submit and
-        one readback."""
-        m, k = a_slices.shape[1:]
-        n = b_slices.shape[2]
-        count = len(a_of)
-        a_used, a_at = np.unique(a_of, return_inverse=True)
-        b_used, b_at = np.unique(b_of, return_inverse=True)
-        a_words, a_stride = _side_by_side(pack_k_major_batched(a_slices[a_used]))
-        # B is packed from B^T: word [k][j] holds b[4k .. 4k+3, j].
-        b_words, b_stride = _side_by_side(pack_k_major_batched(b_slices[b_used].transpose(0, 2, 1)))
-        k4 = max(1, -(-k // 4))
-        # params word 3 is the slice's index in the whole product (0 for a 2-D one). The kernel
-        # computes nothing from it; a slice named in the WGSL can be told apart (the plants).
-        params = np.zeros((count, _ALIGN_WORDS), dtype="<u4")
-        params[:, :3] = (m, n, k4)
-        params[:, 3] = np.arange(first, first + count)
-        out_stride = _aligned_words(m * n)
-        out_bytes = count * out_stride * 4
-        read_bytes = ((count - 1) * out_stride + m * n) * 4  # not the last slice's padding
+        plans: list[_Plan],
+        batch: list[tuple[int, int, int]],
+        done: list[list[Int32Array]],
+    ) -> None:
+        """Slices ``first .. end`` of each named plan (a_slices[a_of[s]] @ b_slices[b_of[s]])
+        in one submit and one readback; each plan's cells are appended to ``done``."""
+        a_blocks, b_blocks, params_rows = [], [], []
+        slices: list[tuple[int, int, int, int]] = []  # per dispatch: a word, b word, strides
+        parts: list[tuple[int, int, int, int]] = []  # per part: plan, count, out word, stride
+        a_base = b_base = out_base = 0
+        for p, first, end in batch:
+            plan = plans[p]
+            a_of, b_of = plan.a_of[first:end], plan.b_of[first:end]
+            count = end - first
+            a_used, a_at = np.unique(a_of, return_inverse=True)
+            b_used, b_at = np.unique(b_of, return_inverse=True)
+            a_words, a_stride = _side_by_side(pack_k_major_batched(plan.a_slices[a_used]))
+            # B is packed from B^T: word [k][j] holds b[4k .. 4k+3, j].
+            b_words, b_stride = _side_by_side(
+                pack_k_major_batched(plan.b_slices[b_used].transpose(0, 2, 1))
+            )
+            # params word 3 is the slice's index in its whole product (0 for a 2-D one). The
+            # kernel computes nothing from it; a slice named in the WGSL can be told apart (the
+            # plants).
+            params = np.zeros((count, _ALIGN_WORDS), dtype="<u4")
+            params[:, :3] = (plan.m, plan.n, max(1, -(-plan.k // 4)))
+            params[:, 3] = np.arange(first, end)
+            out_stride = _aligned_words(plan.m * plan.n)
+            for s in range(count):
+                slices.append((
+                    a_base + int(a_at[s]) * a_stride, a_stride,
+                    b_base + int(b_at[s]) * b_stride, b_stride,
+                ))  # fmt: skip
+            parts.append((p, count, out_base, out_stride))
+            a_blocks.append(a_words)
+            b_blocks.append(b_words)
+            params_rows.append(params)
+            a_base += a_words.size
+            b_base += b_words.size
+            out_base += count * out_stride
+        last_p, last_count, last_out, last_stride = parts[-1]
+        last = plans[last_p]
+        # not the last slice's padding
+        read_bytes = (last_out + (last_count - 1) * last_stride + last.m * last.n) * 4
         pool = self.pool
         bufs = [
-            pool.upload(params, uniform=True),
-            pool.upload(a_words),
-            pool.upload(b_words),
-            pool.acquire(out_bytes),
+            pool.upload(np.concatenate(params_rows), uniform=True),
+            pool.upload(np.concatenate(a_blocks)),
+            pool.upload(np.concatenate(b_blocks)),
+            pool.acquire(out_base * 4),
         ]
         tm, tn = self.tile
-        groups = (-(-n // tn), -(-m // tm), 1)
         jobs: list[Job] = []
-        for s in range(count):
-            spans: list[Any] = [
-                Span(bufs[0], s * SPAN_ALIGN, 16),
-                Span(bufs[1], int(a_at[s]) * a_stride * 4, a_stride * 4),
-                Span(bufs[2], int(b_at[s]) * b_stride * 4, b_stride * 4),
-                Span(bufs[3], s * out_stride * 4, out_stride * 4),
-            ]
-            if self._lut is not None:
-                spans.append(self._lut)
-            jobs.append((spans, groups))
+        d = 0
+        for p, count, out_word, out_stride in parts:
+            plan = plans[p]
+            groups = (-(-plan.n // tn), -(-plan.m // tm), 1)
+            for s in range(count):
+                a_word, a_stride, b_word, b_stride = slices[d]
+                spans: list[Any] = [
+                    Span(bufs[0], d * SPAN_ALIGN, 16),
+                    Span(bufs[1], a_word * 4, a_stride * 4),
+                    Span(bufs[2], b_word * 4, b_stride * 4),
+                    Span(bufs[3], (out_word + s * out_stride) * 4, out_stride * 4),
+                ]
+                if self._lut is not None:
+                    spans.append(self._lut)
+                jobs.append((spans, groups))
+                d += 1
         try:
             self.kernel.dispatch_batch(jobs)
             raw = pool.read(bufs[3], read_bytes)
         finally:
             pool.release(*bufs)
         words = np.frombuffer(raw, dtype="<i4")
-        cells = as_strided(words, (count, m * n), (out_stride * 4, 4), writeable=False)
-        return cells.astype(np.int32).reshape(count, m, n)
+        for p, count, out_word, out_stride in parts:
+            plan = plans[p]
+            cells = as_strided(
+                words[out_word:], (count, plan.m * plan.n), (out_stride * 4, 4), writeable=False
+            )
+            done[p].append(cells.astype(np.int32).reshape(count, plan.m, plan.n))
 
     def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
         """Same arguments and float32 bits as ``daisychain.numerics.qmatmul`` (2-D or batched)."""

@@ -14,6 +14,7 @@ kernel drifted is named, not just detected.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Literal, Protocol, cast
 
@@ -25,7 +26,7 @@ from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_fa
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
-from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps, Passes
+from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps, Passes, Product
 from daisychain.numerics.quant import FloatArray, int8_operands
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
@@ -148,27 +149,43 @@ class AuditedBatchedMatmul:
         a8: Int8Array | None = None,
         b8: Int8Array | None = None,
     ) -> Int32Array:
+        return self.many([(a, b, a8, b8)])[0]
+
+    def many(self, products: Sequence[Product]) -> list[Int32Array]:
+        """Several independent products, each ``(a, b, a8, b8)`` as ``__call__`` takes them, in
+        one call of the GEMM where it takes several at once (``matmul_int_many``: one submit
+        and one readback on wgpu), else one call each; every product audited as ``__call__``
+        audits it, in the order given."""
         # a8/b8: the operands already as int8 (made in the pass that quantized them), else cast
         # here; ``a``/``b`` may themselves be int8 (the fused passes' gradient limbs)
-        a, b, a8, b8 = int8_operands(a, b, a8, b8)
-        out = self.gemm.matmul_int_batched(a8, b8)
+        operands = [int8_operands(a, b, a8, b8) for a, b, a8, b8 in products]
+        together = getattr(self.gemm, "matmul_int_many", None)
+        outs: list[Int32Array]
+        if together is not None:
+            outs = together([(a8, b8) for _, _, a8, b8 in operands])
+        else:
+            outs = [self.gemm.matmul_int_batched(a8, b8) for _, _, a8, b8 in operands]
+        for (a, b, a8, b8), out in zip(operands, outs, strict=True):
+            # the fused audit reads the int8 operands the GEMM was given, numpy's the float32
+            self._audit(a8 if self._fused is not None else a,
+                        b8 if self._fused is not None else b, out)  # fmt: skip
+        return outs
+
+    def _audit(self, a: Operand, b: Operand, out: Int32Array) -> None:
+        """Audit ``out`` now, or queue it on the worker (``background``)."""
         au = self.audited
         shape = (a.shape[-2], b.shape[-1])
         rotation = au.rotations.get(shape, 0)
         au.rotations[shape] = rotation + 1
         au.calls += 1
-        # the fused audit reads the int8 operands the GEMM was given, numpy's the float32 ones
-        a_au: Operand = a8 if self._fused is not None else a
-        b_au: Operand = b8 if self._fused is not None else b
         if self._worker is None:
-            self.check(a_au, b_au, out, rotation)
-            return out
+            self.check(a, b, out, rotation)
+            return
         if len(self._outstanding) >= MAX_BEHIND:
             # One worker runs them in order: once this one ended, all before it did, and at
             # most MAX_BEHIND are left queued with this product. A failure waits for settle.
             wait([self._outstanding[-MAX_BEHIND]])
-        self._outstanding.append(self._worker.submit(self.check, a_au, b_au, out, rotation))
-        return out
+        self._outstanding.append(self._worker.submit(self.check, a, b, out, rotation))
 
     def check(self, a: Operand, b: Operand, out: Int32Array, rotation: int) -> None:
         """Audit one product, (..., M, K) @ (..., K, N) -> ``out``, at ``rotation`` of its
@@ -228,7 +245,10 @@ def training_ops(
         passes = _passes(backend, passes)
         fused = passes if isinstance(passes, cpufused.FusedPasses) else None
         batched = AuditedBatchedMatmul(gemm, audited, background=background, fused=fused)
-        return IntGemmOps(backend.name, audited, batched, batched.settle, passes)
+        # Several products in one call only where the GEMM takes them so (wgpu: one submit and
+        # one readback); elsewhere it would be the same calls one after the other.
+        many = batched.many if hasattr(gemm, "matmul_int_many") else None
+        return IntGemmOps(backend.name, audited, batched, batched.settle, passes, many)
     return IntGemmOps(backend.name, audited)
 
 

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.heap import keep_step_memory
-from daisychain.model.ops import NUMPY_OPS, GemmOps
+from daisychain.model.ops import NUMPY_OPS, GemmOps, Grad
 from daisychain.model.params import Params, param_shapes
 from daisychain.numerics import exp, log, tree_sum
 
@@ -107,8 +107,10 @@ def linear_backward(
     operand's limb count (3 for the logits gradient, 2 elsewhere: docs/NUMERICS.md section 6).
     """
     xt, wt = x.t, w.t  # views (2-D: the transposes)
-    dw = ops.grad_right(xt.q, x.e, dy, limbs, a8=xt.q8)  # (in, out)
-    dx = ops.grad_left(dy, w.e, wt.q, limbs, b8=wt.q8)  # (N, in)
+    dw, dx = ops.grads([
+        Grad(False, dy, x.e, xt.q, limbs, xt.q8),  # (in, out)
+        Grad(True, dy, w.e, wt.q, limbs, wt.q8),  # (N, in)
+    ])  # fmt: skip
     return dx, dw
 
 
@@ -166,16 +168,20 @@ def attention_backward(
     scale = F32(1.0) / np.sqrt(F32(hd))
     do = dmerged.reshape(b, t, h, hd).transpose(0, 2, 1, 3)  # (B, H, T, hd) view
     pqt, vt = cache.pq.t, cache.v.t
-    dv = ops.grad_right(pqt.q, cache.pq.e, do, a8=pqt.q8)  # P^T @ dO: (B, H, T, hd)
-    dp = ops.grad_left(do, cache.v.e, vt.q, b8=vt.q8)  # dO @ v^T: (B, H, T, T)
+    dv, dp = ops.grads([
+        Grad(False, do, cache.pq.e, pqt.q, 2, pqt.q8),  # P^T @ dO: (B, H, T, hd)
+        Grad(True, do, cache.v.e, vt.q, 2, vt.q8),  # dO @ v^T: (B, H, T, T)
+    ])  # fmt: skip
     p = cache.p
     tmp = dp * p  # (B, H, T, T)
     dp -= tree_sum(tmp, -1, keepdims=True)  # dP - sum(dP * P)
     np.multiply(p, dp, out=dp)  # dS = P * (...)
     dp *= scale  # (B, H, T, T) gradient of the unscaled scores
     qt = cache.q.t
-    dq = ops.grad_left(dp, cache.k.t.e, cache.k.q, b8=cache.k.q8)  # dS @ k: (B, H, T, hd)
-    dkt = ops.grad_right(qt.q, cache.q.e, dp, a8=qt.q8)  # q^T @ dS = dk^T: (B, H, hd, T)
+    dq, dkt = ops.grads([
+        Grad(True, dp, cache.k.t.e, cache.k.q, 2, cache.k.q8),  # dS @ k: (B, H, T, hd)
+        Grad(False, dp, cache.q.e, qt.q, 2, qt.q8),  # q^T @ dS = dk^T: (B, H, hd, T)
+    ])  # fmt: skip
     dqkv = np.empty((b, t, 3, h, hd), dtype=np.float32)  # (B, T, 3, H, hd)
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dkt.transpose(0, 3, 1, 2)

@@ -9,7 +9,8 @@ integers. Quantization, folding and every float operation stay on the CPU either
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,6 +33,10 @@ MatmulInt = Callable[[npt.NDArray[np.int8], npt.NDArray[np.int8]], npt.NDArray[n
 # Keywords ``a8``/``b8``: the same operands already as C-contiguous int8, when the caller has
 # them (the fused quantizer writes both), so the GEMM does not cast them again.
 MatmulBatched = Callable[..., npt.NDArray[np.int32]]
+# One product for a ``MatmulMany``: (a, b, a8, b8) as a ``MatmulBatched`` takes them (a8/b8 None
+# where the caller has no int8 values), and the GEMM taking several of them in one call.
+Product = tuple[Any, Any, npt.NDArray[np.int8] | None, npt.NDArray[np.int8] | None]
+MatmulMany = Callable[[Sequence[Product]], list[npt.NDArray[np.int32]]]
 
 
 class Passes(Protocol):
@@ -54,6 +59,29 @@ class Passes(Protocol):
 
 
 Int8Array = npt.NDArray[np.int8]
+
+
+@dataclass(frozen=True)
+class Grad:
+    """One backward product for ``GemmOps.grads``: ``grad_left(g, fold_e, other, limbs,
+    b8=other8)`` when ``left``, else ``grad_right(other, fold_e, g, limbs, a8=other8)``."""
+
+    left: bool
+    g: FloatArray
+    fold_e: IntArray
+    other: FloatArray
+    limbs: int = 2
+    other8: Int8Array | None = None
+
+
+def one_by_one(ops: GemmOps, jobs: Sequence[Grad]) -> list[FloatArray]:
+    """``ops.grads`` as one ``grad_left``/``grad_right`` call per product, in order."""
+    return [
+        ops.grad_left(j.g, j.fold_e, j.other, j.limbs, b8=j.other8)
+        if j.left
+        else ops.grad_right(j.other, j.fold_e, j.g, j.limbs, a8=j.other8)
+        for j in jobs
+    ]
 
 
 class GemmOps(Protocol):
@@ -102,6 +130,13 @@ class GemmOps(Protocol):
         *,
         a8: Int8Array | None = None,
     ) -> FloatArray: ...
+
+    def grads(self, jobs: Sequence[Grad]) -> list[FloatArray]:
+        """Independent backward products (a layer's weight and input gradients: neither reads
+        the other), with the bits of one ``grad_left``/``grad_right`` call each (``one_by_one``).
+        An implementation whose GEMM takes several products at once computes them together:
+        on wgpu, one submit and one readback for the pair instead of two."""
+        ...
 
     def settle(self) -> None:
         """Wait until every product returned so far is proven; raise if one was wrong.
@@ -157,6 +192,9 @@ class NumpyOps:
     ) -> FloatArray:
         return ref.grad_matmul_right(a_q, fold_e, g, limbs)
 
+    def grads(self, jobs: Sequence[Grad]) -> list[FloatArray]:
+        return one_by_one(self, jobs)  # subclasses' grad_left/grad_right included
+
     def settle(self) -> None:
         """Nothing to wait for: the reference is its own proof."""
 
@@ -174,8 +212,12 @@ class IntGemmOps:
         matmul_batched: MatmulBatched | None = None,
         settle: Callable[[], None] | None = None,
         passes: Passes | None = None,
+        matmul_many: MatmulMany | None = None,
     ) -> None:
         self.name = name
+        # A GEMM that takes several batched products in one call (gpu.live's audited wgpu GEMM:
+        # one submit and one readback): ``grads`` hands it a backward pair at once.
+        self._matmul_many = matmul_many if matmul_batched is not None else None
         # With a batched GEMM: the quantize and dequantize around its products in fused passes
         # (cpufused.py) instead of numpy's one pass per operation. Same bits (gated).
         self._passes = passes if matmul_batched is not None else None
@@ -234,30 +276,46 @@ class IntGemmOps:
             return self._passes.dequantize(self._int(a_q, b_q, a8, b8)[None], a_e, b_e)
         return ref.round_scaled(self._int(a_q, b_q, a8, b8), a_e + b_e)
 
-    def _fused_grad(
-        self,
-        g: FloatArray,
-        fold_e: IntArray,
-        other: FloatArray,
-        limbs: int,
-        left: bool,
-        other8: Int8Array | None = None,
-    ) -> FloatArray:
-        """grad_left (``left``: limbs of ``g`` by rows, times ``other``) or grad_right (``other``
-        times limbs of ``g`` by columns) through the fused passes: the limbs straight into int8
-        (what the GEMM takes, and what the fused audit reads) in one pass, and the limbs'
-        products combined and scaled in one more. Same operations as the numpy path below."""
-        assert self._passes is not None and self._matmul_batched is not None
-        _, stack8, e = self._passes.quantize_limbs(
-            g, fold_e, -1 if left else -2, limbs, floats=False
-        )
-        given = {} if other8 is None else {"b8" if left else "a8": other8}
-        if left:
-            parts = self._matmul_batched(stack8, other, **given)
-        else:
-            parts = self._matmul_batched(other, stack8, **given)
-        s = e - (limbs - 1) * LO_SHIFT
-        return self._passes.dequantize(parts, s if left else None, None if left else s)
+    def _grad_operands(self, j: Grad) -> tuple[Product, Callable[[npt.NDArray[Any]], FloatArray]]:
+        """A backward product through the batched GEMM, cut in two: the operands it takes
+        (``g`` quantized into limbs, stacked on a new leading axis, times ``other``), and what
+        turns the limbs' integer products into the gradient. With the fused passes: the limbs
+        straight into int8 (what the GEMM takes, and what the fused audit reads) in one pass,
+        and the limbs' products combined and scaled in one more. Same operations either way."""
+        axis = -1 if j.left else -2
+        if self._passes is not None:
+            passes = self._passes
+            _, stack8, e = passes.quantize_limbs(j.g, j.fold_e, axis, j.limbs, floats=False)
+            s = e - (j.limbs - 1) * LO_SHIFT
+            if j.left:
+                return (stack8, j.other, None, j.other8), lambda p: passes.dequantize(p, s, None)
+            return (j.other, stack8, j.other8, None), lambda p: passes.dequantize(p, None, s)
+        # numpy's passes: the other operand is cast once for the whole stack, as before
+        stack, e = self._limbs(np.multiply(j.g, pow2(j.fold_e)), axis, j.limbs)
+        scale = e - (j.limbs - 1) * LO_SHIFT
+
+        def finish(parts: npt.NDArray[Any]) -> FloatArray:
+            return ref.round_scaled(self._combine(parts), scale)
+
+        operands: Product = (stack, j.other, None, None) if j.left else (j.other, stack, None, None)
+        return operands, finish
+
+    def _batched_grad(self, j: Grad) -> FloatArray:
+        """One backward product through the batched GEMM (one call for all limbs: a batch of
+        ``limbs`` slices sharing ``other``, cast once and audited in one call)."""
+        assert self._matmul_batched is not None
+        (a, b, a8, b8), finish = self._grad_operands(j)
+        given = {k: v for k, v in (("a8", a8), ("b8", b8)) if v is not None}
+        return finish(self._matmul_batched(a, b, **given))
+
+    def grads(self, jobs: Sequence[Grad]) -> list[FloatArray]:
+        if self._matmul_many is None or len(jobs) < 2:
+            return one_by_one(self, jobs)
+        for j in jobs:
+            ref._check_limbs(j.limbs)
+        prepared = [self._grad_operands(j) for j in jobs]
+        parts = self._matmul_many([operands for operands, _ in prepared])
+        return [finish(p) for (_, finish), p in zip(prepared, parts, strict=True)]
 
     def _limbs(self, x: FloatArray, axis: int, limbs: int) -> tuple[FloatArray, IntArray]:
         """``x`` quantized in ``limbs`` limbs along ``axis`` (``x`` is overwritten), stacked on a
@@ -287,14 +345,8 @@ class IntGemmOps:
         b8: Int8Array | None = None,
     ) -> FloatArray:
         ref._check_limbs(limbs)
-        if self._passes is not None:
-            return self._fused_grad(g, fold_e, b_q, limbs, True, b8)
         if self._matmul_batched is not None:
-            # One call for all limbs (a batch of ``limbs`` slices sharing ``b_q``): the same
-            # integer products as one call per limb, with b_q cast once and one audit call.
-            stack, e = self._limbs(np.multiply(g, pow2(fold_e)), -1, limbs)
-            acc = self._combine(self._int(stack, b_q))
-            return ref.round_scaled(acc, e - (limbs - 1) * LO_SHIFT)
+            return self._batched_grad(Grad(True, g, fold_e, b_q, limbs, b8))
         if limbs == 3:
             h3, m3, l3, e3 = quantize3(g * pow2(fold_e), axis=-1)
             acc = (self._int(h3, b_q) * float(1 << LO_SHIFT) + self._int(m3, b_q)) * float(
@@ -315,12 +367,8 @@ class IntGemmOps:
         a8: Int8Array | None = None,
     ) -> FloatArray:
         ref._check_limbs(limbs)
-        if self._passes is not None:
-            return self._fused_grad(g, fold_e, a_q, limbs, False, a8)
-        if self._matmul_batched is not None:  # one call for all limbs, as in grad_left
-            stack, e = self._limbs(np.multiply(g, pow2(fold_e)), -2, limbs)
-            acc = self._combine(self._int(a_q, stack))
-            return ref.round_scaled(acc, e - (limbs - 1) * LO_SHIFT)
+        if self._matmul_batched is not None:
+            return self._batched_grad(Grad(False, g, fold_e, a_q, limbs, a8))
         if limbs == 3:
             h3, m3, l3, e3 = quantize3(g * pow2(fold_e), axis=-2)
             acc = (self._int(a_q, h3) * float(1 << LO_SHIFT) + self._int(a_q, m3)) * float(

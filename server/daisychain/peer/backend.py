@@ -37,7 +37,7 @@ from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
 from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.ops import GemmOps, Int8Array
+from daisychain.model.ops import GemmOps, Grad, Int8Array
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
@@ -177,6 +177,12 @@ class _Deadline:
     ) -> FloatArray:
         self._check()
         out = self.ops.grad_right(a_q, fold_e, g, limbs, a8=a8)
+        self._check()
+        return out
+
+    def grads(self, jobs: Sequence[Grad]) -> list[FloatArray]:
+        self._check()
+        out = self.ops.grads(jobs)
         self._check()
         return out
 
