@@ -14,7 +14,15 @@ from typing import Any, cast
 
 from pyee.asyncio import AsyncIOEventEmitter
 
-from daisychain.p2p.mesh import ChannelClosed, ChannelMessage, ChannelOpen, Link, LinkState
+from daisychain.p2p.mesh import (
+    HISTORY_MESSAGES,
+    ChannelClosed,
+    ChannelMessage,
+    ChannelOpen,
+    Link,
+    LinkState,
+    Mesh,
+)
 
 
 class _Channel(AsyncIOEventEmitter):
@@ -71,3 +79,27 @@ async def test_early_messages_of_a_channel_that_closes_are_not_delivered() -> No
     assert link.early == []
     channel.emit("message", "late")
     assert _drain(events) == []
+
+
+async def test_a_link_keeps_how_it_came_up_for_the_log_of_a_refusal() -> None:
+    """A refusal logs the link's history (node.py, on ``Close``): whether the refused peer's
+    hello ever reached this side, and in which state, is what tells a lost message from a
+    message sent out of order."""
+    link, channel, _ = _link()
+    channel.emit("message", '{"type":"hello","version":3,"name":"a browser tab"}')
+    channel.readyState = "open"
+    channel.emit("open")
+    for i in range(6):
+        channel.emit("message", f'{{"type":"m{i}"}}')
+    entries = link.history
+    assert entries[0].endswith("channel attached (connecting)")
+    assert entries[1].endswith(
+        """connecting: received '{"type":"hello","version":3,"name":"a br'"""
+    )
+    assert entries[2].endswith("connecting -> open")
+    assert sum("received" in e for e in entries) == HISTORY_MESSAGES
+    assert link.received == 7
+    mesh = Mesh("http://127.0.0.1:9", name="me")
+    mesh._links["other"] = link
+    assert mesh.history("other").endswith("(7 messages in all)")
+    assert mesh.history("nobody") == "no link"

@@ -91,6 +91,10 @@ class SignalingLost:
 MeshEvent = ChannelOpen | ChannelMessage | ChannelClosed | PeerLeft | SignalingLost
 
 
+HISTORY = 12  # entries a link keeps of how it came up
+HISTORY_MESSAGES = 4  # of them, the first messages received
+
+
 class LinkState(Enum):
     CONNECTING = "connecting"
     OPEN = "open"
@@ -115,12 +119,22 @@ class Link:
         self.writer: asyncio.Task[None] | None = None
         # Messages that arrived before the channel said "open" (see ``attach``), in order.
         self.early: list[str | bytes] = []
+        # How the link came up, for the log when a peer is refused on it (``Mesh.history``):
+        # its state changes and the first messages, with the seconds since it was made.
+        self.born = time.monotonic()
+        self.history: list[str] = []
+        self.received = 0
+
+    def note(self, what: str) -> None:
+        if len(self.history) < HISTORY:
+            self.history.append(f"{time.monotonic() - self.born:.3f}s {what}")
 
     def set_state(self, new: LinkState) -> None:
         old = self.state
         if old is new or old is LinkState.CLOSED:
             return
         self.state = new
+        self.note(f"{old.value} -> {new.value}")
         log.debug("%s: link %s %s -> %s", self.mesh.name, self.peer, old.value, new.value)
         if new is LinkState.CLOSED:
             self.closed.set()
@@ -170,6 +184,7 @@ class Link:
 
     def attach(self, channel: RTCDataChannel) -> None:
         self.channel = channel
+        self.note(f"channel attached ({channel.readyState})")
         channel.bufferedAmountLowThreshold = LOW_WATER
 
         @channel.on("bufferedamountlow")
@@ -178,6 +193,10 @@ class Link:
 
         @channel.on("message")
         def on_message(data: str | bytes) -> None:
+            self.received += 1
+            if self.received <= HISTORY_MESSAGES:
+                what = data[:40] if isinstance(data, str) else f"{len(data)} bytes"
+                self.note(f"{self.state.value}: received {what!r}")
             if self.state is LinkState.OPEN:
                 self.mesh.events.put_nowait(ChannelMessage(self.peer, data))
             elif self.state is LinkState.CONNECTING:
@@ -502,6 +521,14 @@ class Mesh:
         task.add_done_callback(self._tasks.discard)
 
     # -- use -----------------------------------------------------------------------------------
+
+    def history(self, peer: str) -> str:
+        """How the link to ``peer`` came up (its state changes and first messages, timed from
+        its making), for the log of a refusal: "no link" when there is none."""
+        link = self._links.get(peer)
+        if link is None:
+            return "no link"
+        return f"{'; '.join(link.history)} ({link.received} messages in all)"
 
     def open_peers(self) -> set[str]:
         return {p for p, link in self._links.items() if link.state is LinkState.OPEN}

@@ -289,6 +289,10 @@ class Node:
                 if key in self._computing:  # our compute-done is still to come: early
                     self._early_bytes[key] = self._early_bytes.get(key, 0) + sent
         elif isinstance(effect, fx.Close):
+            # What the link carried until the refusal: a peer refused for the order of its
+            # messages (a `config` before its `hello`) shows whether the hello ever arrived.
+            log.warning("%s: link to %s until now: %s", self.name, effect.peer,
+                        self.mesh.history(effect.peer))  # fmt: skip
             # The refusal's error was queued just before: give it a moment to leave first.
             self._spawn(self.mesh.close_link(effect.peer, drain_s=1.0))
         elif isinstance(effect, fx.Compute):
