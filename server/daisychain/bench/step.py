@@ -23,7 +23,7 @@ With ``--wgpu`` two more: ``wgpu`` (the contract with its products on the best g
 audited as in training: a batched product is one submit and one readback) and
 ``wgpu-per-slice`` (the same kernel, one round trip per slice: ``gpu.gemm.PerSliceGemm``), each
 with ``*_vs_numpy_ratio`` and its device traffic per step (``readbacks_per_step``,
-``submits_per_step``: ``gpu/counters.py``), and ``wgpu_batched_vs_per_slice_ratio`` (tokens/s of
+``submits_per_step``, ``dispatches_per_step``: ``gpu/counters.py``), and ``wgpu_batched_vs_per_slice_ratio`` (tokens/s of
 the one over the other). On a machine where no wgpu kernel passes its gates they say why.
 Without torch (``pip install torch==2.13.0`` gives the CPU build) only the contract side runs.
 """
@@ -97,7 +97,8 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 traffic = ROUND_TRIPS.snapshot()
 print(json.dumps({"step_s": sorted(times)[len(times) // 2], "times_s": times,
                   "peak_rss_kb": peak, "base_rss_kb": base_rss,
-                  "readbacks": traffic.readbacks / steps, "submits": traffic.submits / steps}))
+                  "readbacks": traffic.readbacks / steps, "submits": traffic.submits / steps,
+                  "dispatches": traffic.dispatches / steps}))
 """
 
 
@@ -213,6 +214,7 @@ def report(
         if side in WGPU_SIDES:  # the same code gives the same counts every round
             out[side]["readbacks_per_step"] = results[0]["readbacks"]
             out[side]["submits_per_step"] = results[0]["submits"]
+            out[side]["dispatches_per_step"] = results[0]["dispatches"]
     if "torch" in runs:
         torch_med = out["torch"]["tokens_per_s"]
         torch_fast = tokens / (out["torch"]["min_step_ms"] / 1e3)
