@@ -23,8 +23,9 @@ With ``--wgpu`` two more: ``wgpu`` (the contract with its products on the best g
 audited as in training: a batched product is one submit and one readback) and
 ``wgpu-per-slice`` (the same kernel, one round trip per slice: ``gpu.gemm.PerSliceGemm``), each
 with ``*_vs_numpy_ratio`` and its device traffic per step (``readbacks_per_step``,
-``submits_per_step``, ``dispatches_per_step``: ``gpu/counters.py``), and ``wgpu_batched_vs_per_slice_ratio`` (tokens/s of
-the one over the other). On a machine where no wgpu kernel passes its gates they say why.
+``submits_per_step``, ``dispatches_per_step``: ``gpu/counters.py``), and
+``wgpu_batched_vs_per_slice_ratio`` (tokens/s of the one over the other). On a machine where no
+wgpu kernel passes its gates they say why.
 Without torch (``pip install torch==2.13.0`` gives the CPU build) only the contract side runs.
 """
 
