@@ -24,6 +24,10 @@ test('readiness: the CPU line names the WebAssembly SIMD GEMM, or says why it wa
   assert.deepEqual(backendLines(on).map(([mark, text]) => [mark, text]), [
     ['✓', 'js-cpu: passed its exact gates (chosen), integer products in WebAssembly SIMD'],
   ]);
+  // a pool of workers shares them (a cross-origin isolated page): the line says on how many
+  const pooled = { ...on, wasm: { ...on.wasm, name: 'wasm-simd x4', threads: 4 } };
+  assert.equal(backendLines(pooled)[0][1],
+    'js-cpu: passed its exact gates (chosen), integer products in WebAssembly SIMD on 4 threads');
   const refused = { backend: 'js-cpu', rows: [row('js-cpu', { adapter: 'cpu' })],
     wasm: { enabled: false, name: 'wasm-simd', reason: 'gate 7: cell (0, 1) is 5, expected 6; the JS GEMM stays' } };
   const lines = backendLines(refused);

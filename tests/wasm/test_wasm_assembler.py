@@ -102,6 +102,13 @@ def test_memory_import_and_export_forms() -> None:
     assert inline == imported
 
 
+def test_a_shared_memory_has_limits_flag_3() -> None:
+    # threads proposal: limits flag 0x03 (shared, minimum and maximum)
+    shared = assemble('(module (import "env" "mem" (memory 1 4 shared)))')
+    assert shared == HEADER + bytes.fromhex("02 0d 01 03 65 6e 76 03 6d 65 6d 02 03 01 04")
+    assert bytes.fromhex("05 04 01 03 02 08") in assemble("(module (memory 2 8 shared))")
+
+
 def test_memarg_offsets_alignment_and_simd_immediates() -> None:
     wasm = assemble("""(module (memory 1) (func (param i32) (result v128)
       (i8x16.shuffle 0 1 2 3 16 17 18 19 8 9 10 11 24 25 26 27
@@ -146,6 +153,8 @@ def test_memarg_offsets_alignment_and_simd_immediates() -> None:
         ('(module (import "env" "f" (func)))', "only a memory can be imported", 1),
         ("(module (memory 1) (memory 1))", "a second memory", 1),
         ("(module (memory 2 1))", "maximum 1 is below its minimum 2", 1),
+        ("(module (memory 2 shared))", "a shared memory needs a maximum", 1),
+        ("(module (memory 2 3 4))", "limits are MIN, MIN MAX or MIN MAX shared", 1),
         ('(module (func (export "f")) (func (export "f")))', "export 'f' is declared twice", None),
         ("(module (func (local i32) (param i32)))", "(param ...) after (local ...)", 1),
         ('(module (func "x"))', "unknown or unsupported instruction", 1),

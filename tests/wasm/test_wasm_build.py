@@ -38,11 +38,11 @@ def test_committed_binary_matches_its_source() -> None:
 def test_every_kernel_source_has_a_build() -> None:
     # a kernel added under kernels/ without a BUILDS entry would never reach the page
     sources = sorted(p.name for p in (REPO / "kernels").glob("*.wat"))
-    assert sorted(b.source for b in build.BUILDS) == sources
+    assert sorted({b.source for b in build.BUILDS}) == sources
     assert "elementwise_f32.wat" in sources
 
 
-@pytest.mark.parametrize("name", [b.source for b in build.BUILDS])
+@pytest.mark.parametrize("name", sorted({b.source for b in build.BUILDS}))
 def test_build_is_deterministic_across_processes(name: str) -> None:
     source = (REPO / "kernels" / name).read_text(encoding="utf-8")
     here = assemble(source)
@@ -76,8 +76,9 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for b in build.BUILDS:
         source = (REPO / "kernels" / b.source).read_text(encoding="utf-8")
         (tmp_path / "kernels" / b.source).write_text(source, encoding="utf-8")
-        (tmp_path / "static" / b.target).write_bytes(assemble(source))
     monkeypatch.setattr(build, "asset_dir", lambda name: tmp_path / name)
+    for b in build.BUILDS:
+        (tmp_path / "static" / b.target).write_bytes(b.assemble())
     return tmp_path
 
 
@@ -104,14 +105,45 @@ def test_check_refuses_a_stale_binary_and_build_repairs_it(
 def test_source_change_makes_the_binary_stale(tree: Path) -> None:
     source = tree / "kernels" / "gemm_i8.wat"
     source.write_text(source.read_text().replace("(i32.const 16)", "(i32.const 17)", 1))
-    assert [o.changed for o in build.check()] == [True, False]
+    # the GEMM's source makes two binaries: its own and its shared-memory variant
+    assert [o.changed for o in build.check()] == [True, True, False]
     target = tree / "static" / "wasm" / "gemm_i8.wasm"
     target.unlink()  # a missing binary is stale too
-    assert [o.changed for o in build.check()] == [True, False]
-    # and each source only its own binary: a change to the elementwise kernel
+    assert [o.changed for o in build.check()] == [True, True, False]
+    # and each source only its own binaries: a change to the elementwise kernel
     elementwise = tree / "kernels" / "elementwise_f32.wat"
     elementwise.write_text(elementwise.read_text().replace("(i32.const 16)", "(i32.const 32)", 1))
-    assert [o.changed for o in build.check()] == [True, True]
+    assert [o.changed for o in build.check()] == [True, True, True]
+
+
+def _sections(wasm: bytes) -> dict[int, bytes]:
+    """A module's sections by id (each id at most once in these modules)."""
+    out, at = {}, 8
+    while at < len(wasm):
+        sid, at = wasm[at], at + 1
+        size = shift = 0
+        while True:  # unsigned LEB128
+            byte, at = wasm[at], at + 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        out[sid], at = wasm[at : at + size], at + size
+    return out
+
+
+def test_the_shared_variant_is_the_same_kernel_with_its_memory_imported_and_shared() -> None:
+    plain, shared = (b for b in build.BUILDS if b.source == "gemm_i8.wat")
+    a, b = _sections(plain.assemble()), _sections(shared.assemble())
+    # the memory moves from the memory section (one memory, flag 00, min 1 page) to the import
+    # section (env.memory, flag 03: shared, min 1, max SHARED_MAX_PAGES = 16384 in LEB128)
+    assert a[5] == bytes.fromhex("01 00 01") and 5 not in b
+    assert 2 not in a and b[2] == bytes.fromhex("01 03") + b"env\x06memory" + bytes.fromhex(
+        "02 03 01 80 80 01"
+    )
+    assert build.SHARED_MAX_PAGES == 16384
+    for sid in (1, 3, 7, 10):  # types, functions, exports, code: the same bytes
+        assert a[sid] == b[sid], sid
 
 
 def test_check_refuses_a_stale_elementwise_binary(

@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "signaling": ("daisychain.bench.signaling", "WebSocket relay through one server; attacks"),
     "step": ("daisychain.bench.step", "training tokens/s of the contract against PyTorch"),
     "wasm": ("daisychain.bench.wasm", "the CPU tier's WebAssembly SIMD GEMM against its JS GEMM"),
+    "wasm-pool": ("daisychain.bench.wasmpool", "that GEMM on a pool of workers against one"),
 }
 
 

@@ -84,9 +84,15 @@ async def evaluate_in_app_page(
             # One-argument handlers: Playwright passes the request too to a handler that
             # takes two parameters.
             async def serve(route: Route) -> None:
+                # The app's isolation headers: a bench module may be a Worker's script, which a
+                # cross-origin isolated page only runs with them.
                 await route.fulfill(
-                    status=200, body=file.read_bytes(), content_type="text/javascript"
-                )
+                    status=200,
+                    body=file.read_bytes(),
+                    content_type="text/javascript",
+                    headers={"cross-origin-embedder-policy": "require-corp",
+                             "cross-origin-resource-policy": "same-origin"},
+                )  # fmt: skip
 
             return serve
 

@@ -37,9 +37,14 @@ def section(section_id: int, contents: bytes) -> bytes:
 
 
 def limits(memory: Memory) -> bytes:
+    """The memory type's limits: flag 0 (a minimum), 1 (minimum and maximum) or, for a memory
+    shared between threads (threads proposal), 3 (minimum and maximum: a maximum is required)."""
     if memory.max_pages is None:
+        if memory.shared:
+            raise ValueError("a shared memory needs a maximum")  # the text parser refuses it
         return b"\x00" + unsigned(memory.min_pages)
-    return b"\x01" + unsigned(memory.min_pages) + unsigned(memory.max_pages)
+    flag = b"\x03" if memory.shared else b"\x01"
+    return flag + unsigned(memory.min_pages) + unsigned(memory.max_pages)
 
 
 def functype(t: FuncType) -> bytes:

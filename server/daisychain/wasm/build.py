@@ -9,6 +9,7 @@ exactly what the source assembles to.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -16,15 +17,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daisychain.assets import asset_dir
-from daisychain.wasm import assemble
+from daisychain.wasm import WatError, assemble
+from daisychain.wasm.binary import encode
+from daisychain.wasm.module import Memory
+from daisychain.wasm.sexpr import read
+from daisychain.wasm.text import parse_module
 
 BUILD_COMMAND = "daisychain wasm build"
+
+
+# The shared variant's memory: imported as env.memory, shared between threads, at most this many
+# 64 KiB pages (1 GiB; a shared memory must declare its maximum, and the page creates it with
+# the same one: static/js/numerics/wasmpool.js SHARED_MAX_PAGES).
+SHARED_MAX_PAGES = 16384
+SHARED_IMPORT = ("env", "memory")
 
 
 @dataclass(frozen=True)
 class Build:
     source: str  # under kernels/
     target: str  # under static/
+    # The same source with its memory imported and shared between threads instead of defined
+    # (a pool of workers runs one kernel on one memory: docs/KERNELS.md, "A pool of workers").
+    shared_memory: bool = False
 
     def source_path(self) -> Path:
         return asset_dir("kernels") / self.source
@@ -34,11 +49,20 @@ class Build:
 
     def assemble(self) -> bytes:
         path = self.source_path()
-        return assemble(path.read_text(encoding="utf-8"), f"kernels/{self.source}")
+        where = f"kernels/{self.source}"
+        text = path.read_text(encoding="utf-8")
+        if not self.shared_memory:
+            return assemble(text, where)
+        module = parse_module(read(text, where))
+        if module.memory is None or module.memory.imported is not None:
+            raise WatError(f"{where}: a shared variant needs a memory the module defines")
+        memory = Memory(module.memory.min_pages, SHARED_MAX_PAGES, SHARED_IMPORT, shared=True)
+        return encode(dataclasses.replace(module, memory=memory))
 
 
 BUILDS: tuple[Build, ...] = (
     Build("gemm_i8.wat", "wasm/gemm_i8.wasm"),
+    Build("gemm_i8.wat", "wasm/gemm_i8_shared.wasm", shared_memory=True),
     Build("elementwise_f32.wat", "wasm/elementwise_f32.wasm"),
 )
 

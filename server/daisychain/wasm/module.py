@@ -1,7 +1,8 @@
 """A WebAssembly module as this assembler builds it: the parts its binary encoding needs.
 
 ``text.parse_module`` produces it from the text format, ``binary.encode`` writes it out. Only the
-subset DaisyChain's kernels use: at most one memory (defined and exported, or imported),
+subset DaisyChain's kernels use: at most one memory (defined and exported, or imported; shared
+between threads or not),
 functions, and exports of functions and the memory.
 """
 
@@ -24,6 +25,9 @@ class Memory:
     min_pages: int  # 64 KiB pages
     max_pages: int | None
     imported: tuple[str, str] | None  # (module, name) when the host provides it
+    # Shared between threads (the threads proposal): the host hands one memory to several
+    # instances, each in its own worker. A shared memory must declare its maximum.
+    shared: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 The subset: ``(module ...)`` (or its fields alone) with
 
 - ``(memory $id? (export "name")* MIN MAX?)`` or ``(memory $id? (import "mod" "name") MIN MAX?)``
-  or ``(import "mod" "name" (memory $id? MIN MAX?))``: at most one memory;
+  or ``(import "mod" "name" (memory $id? MIN MAX?))``: at most one memory; ``MIN MAX shared``
+  makes it shared between threads (the threads proposal; a shared memory needs its maximum);
 - ``(func $id? (export "name")* (param $id? t ...)* (result t ...)* (local $id? t ...)* instr*)``;
 - ``(export "name" (func $f))`` and ``(export "name" (memory $m))``.
 
@@ -69,18 +70,26 @@ def _inline_export(node: Node) -> str | None:
     return None
 
 
-def _limits(items: tuple[Node, ...], at: Position) -> tuple[int, int | None]:
+def _limits(items: tuple[Node, ...], at: Position) -> tuple[int, int | None, bool]:
+    """``MIN``, ``MIN MAX`` or ``MIN MAX shared`` (threads proposal): (min, max, shared)."""
+    shared = bool(items) and isinstance(items[-1], Atom) and items[-1].text == "shared"
+    if shared:
+        items = items[:-1]
     numbers = [
         integer(n, 0, MAX_PAGES, "memory pages") if isinstance(n, Atom) else None for n in items
     ]
     if not 1 <= len(numbers) <= 2 or None in numbers:
-        raise WatError("memory limits are MIN or MIN MAX pages", at)
+        raise WatError("memory limits are MIN, MIN MAX or MIN MAX shared pages", at)
     lo = numbers[0]
     hi = numbers[1] if len(numbers) == 2 else None
     assert lo is not None
     if hi is not None and hi < lo:
         raise WatError(f"memory maximum {hi} is below its minimum {lo}", at)
-    return lo, hi
+    if shared and hi is None:
+        raise WatError(
+            "a shared memory needs a maximum", at, "write MIN MAX shared (the threads proposal)"
+        )
+    return lo, hi, shared
 
 
 class _ModuleBuilder:
@@ -126,8 +135,8 @@ class _ModuleBuilder:
                 _string(inner.items[2], "import name"),
             )
             i += 1
-        lo, hi = _limits(items[i:], node.at)
-        self.memory = Memory(lo, hi, imported)
+        lo, hi, shared = _limits(items[i:], node.at)
+        self.memory = Memory(lo, hi, imported, shared)
         self.memory_name = name
         self.memory_at = node.at
 

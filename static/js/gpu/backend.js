@@ -25,9 +25,13 @@ export const CPU_ADAPTER = 'CPU (JS mirror, exact integer accumulation in double
 // tier's integer products (numerics/wasmgate.js): what the page and the run's records show.
 export const CPU_WASM_ADAPTER = 'CPU (JS mirror, integer products in WebAssembly SIMD)';
 
-/** The CPU tier's adapter text: which kernel computes its integer products now. */
+/** The CPU tier's adapter text: which kernel computes its integer products now (and on how
+ * many threads, when a pool of workers shares them: numerics/wasmpool.js). */
 export function cpuAdapter() {
-  return activeIntKernel() === null ? CPU_ADAPTER : CPU_WASM_ADAPTER;
+  const kernel = activeIntKernel();
+  if (kernel === null) return CPU_ADAPTER;
+  const threads = kernel.threads ?? 1;
+  return threads > 1 ? `${CPU_WASM_ADAPTER.slice(0, -1)}, ${threads} threads)` : CPU_WASM_ADAPTER;
 }
 
 /** Random int8 operands for timing only (never part of the contract). */

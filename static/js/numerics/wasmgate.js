@@ -16,6 +16,7 @@
 // A failure leaves the JS GEMM in place and says why (`wasmGemmStatus()`).
 
 import { loadWasmGemm } from './wasmgemm.js';
+import { poolSupport } from './wasmpool.js';
 import {
   activeIntKernel, gradMatmulLeft, gradMatmulRight, intMatmul, qmatmul, setIntKernel,
 } from './gemm.js';
@@ -121,6 +122,10 @@ export async function gateWasmGemm(gemm) {
   // The gate cases' float expectations come from gemm.js's qmatmul: the JS GEMM's, whatever
   // kernel is installed now.
   const previous = setIntKernel(null);
+  // With a pool, every kernel call of the gate is split across it (however small): a split
+  // that lost or repeated a row pair, or a helper that computed it otherwise, fails here.
+  const splitMin = gemm.splitMin;
+  gemm.splitMin = 0;
   try {
     return await gate(gemm);
   } catch (exc) {
@@ -128,6 +133,7 @@ export async function gateWasmGemm(gemm) {
     return { passed: false, cases: 0, probe_hash: null,
       failure: `${gemm.name}: the gate stopped on ${exc.name}: ${exc.message}` };
   } finally {
+    gemm.splitMin = splitMin;
     setIntKernel(previous);
   }
 }
@@ -168,38 +174,61 @@ async function gate(gemm) {
 /**
  * Loads, gates and (when every check passes) installs the WebAssembly GEMM as the CPU tier's
  * integer kernel. Options: `bytes` (the module; default: fetched or read from
- * static/wasm/gemm_i8.wasm), `url`. Never throws for a kernel that cannot be used: resolves to
- * the status ({enabled, name, reason, cases, probe_hash, ms}) with the reason, and the JS GEMM
- * stays. Calling it again re-gates (a new kernel replaces the old one only if it passes).
+ * static/wasm/gemm_i8.wasm), `url`; `threads` (default: what wasmpool.js poolSupport() allows
+ * here: a pool of workers in a cross-origin isolated worker, else 1; a pool that cannot start
+ * or fails its gates leaves one thread, and the status says why), `spawn` (the pool's workers).
+ * Never throws for a kernel that cannot be used: resolves to the status ({enabled, name,
+ * threads, reason, cases, probe_hash, ms}) with the reason, and the JS GEMM stays. Calling it again re-gates (a new kernel replaces the old one only if it passes).
  */
 export async function enableWasmGemm(options = {}) {
+  const support = poolSupport();
+  const { threads = support.threads, ...rest } = options;
+  // why one thread, when this context decided it (not the caller)
+  let pooled = options.threads === undefined && threads === 1 ? ` (${support.reason})` : '';
+  if (threads > 1) {
+    // A pool first; if it cannot start or fails its gates, one thread, saying why.
+    const done = await enableOne({ ...rest, threads });
+    if (done.enabled && done.threads === threads) return done;
+    pooled = ` (a pool of ${threads} threads was refused: ${done.reason})`;
+  }
+  const done = await enableOne({ ...rest, threads: 1 });
+  status = { ...done, reason: done.reason + pooled };
+  return wasmGemmStatus();
+}
+
+async function enableOne(options) {
   const t0 = performance.now();
   let gemm;
   try {
     gemm = await loadWasmGemm(options);
   } catch (exc) {
-    status = { enabled: activeIntKernel() !== null, name: null,
+    status = { enabled: activeIntKernel() !== null, name: null, threads: 1,
       reason: `the WebAssembly GEMM could not be loaded: ${exc.message}` };
     return wasmGemmStatus();
   }
   const gate = await gateWasmGemm(gemm);
   const ms = Math.trunc(performance.now() - t0); // timing only, never contract arithmetic
   if (!gate.passed) {
+    gemm.close();
     const kept = activeIntKernel() ? 'the kernel installed before' : 'the JS GEMM';
-    status = { enabled: activeIntKernel() !== null, name: gemm.name, cases: gate.cases,
-      probe_hash: gate.probe_hash, ms, reason: `${gate.failure}; ${kept} stays` };
+    status = { enabled: activeIntKernel() !== null, name: gemm.name, threads: 1,
+      cases: gate.cases, probe_hash: gate.probe_hash, ms, reason: `${gate.failure}; ${kept} stays` };
     return wasmGemmStatus();
   }
+  const before = activeIntKernel();
   setIntKernel(gemm);
-  status = { enabled: true, name: gemm.name, cases: gate.cases, probe_hash: gate.probe_hash, ms,
-    reason: `${gemm.name}: ${gate.cases} gate cases and the kernel probe pass; it computes ` +
+  if (before !== null && before !== gemm) before.close?.(); // its helpers, if it had any
+  status = { enabled: true, name: gemm.name, threads: gemm.threads, cases: gate.cases,
+    probe_hash: gate.probe_hash, ms,
+    reason: `${gemm.name}: ${gate.cases} gate cases and the kernel probe pass` +
+      `${gemm.threads > 1 ? ', every product split across the pool' : ''}; it computes ` +
       "the CPU tier's integer products" };
   return wasmGemmStatus();
 }
 
 /** Puts the JS GEMM back in gemm.js's integer kernel slot. */
 export function disableWasmGemm() {
-  setIntKernel(null);
+  setIntKernel(null)?.close?.();
   status = { enabled: false, name: null, reason: 'disabled' };
   return wasmGemmStatus();
 }

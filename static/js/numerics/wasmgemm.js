@@ -13,6 +13,8 @@
 // It is used only through wasmgate.js, which gates it (exact products, random layouts against the
 // JS GEMM, the kernel probe) before installing it as gemm.js's integer kernel.
 
+import { GemmPool, SHARED_MAX_PAGES, SHARED_WASM_URL } from './wasmpool.js';
+
 export const WASM_URL = new URL('../../wasm/gemm_i8.wasm', import.meta.url);
 // K per kernel call: |acc| <= 128 * 128 * K must stay below 2^31 (the largest multiple of 8
 // below 2^17). A longer K is cut into chunks whose exact sums are added in doubles.
@@ -20,6 +22,8 @@ export const MAX_K = 131064;
 // The largest single product matmulInt accepts (its Int32Array result must hold the exact sum).
 export const MAX_INT_K = (1 << 17) - 1;
 const PAGE = 65536;
+// m2 n4 k8 of a kernel call below which it is not split across a pool (WasmGemm.splitMin).
+const SPLIT_MIN = 1 << 15;
 // Bytes of packed B one kernel call streams per row pair: B is cut into column panels of about
 // this size so a panel stays in the core's L2 cache while every row pair passes over it.
 const PANEL_BYTES = 1 << 17;
@@ -41,13 +45,33 @@ export async function wasmBytes(url = WASM_URL) {
   return new Uint8Array(await response.arrayBuffer());
 }
 
-/** Compiles and instantiates the kernel from `bytes` (default: WASM_URL's) into a WasmGemm. */
-export async function loadWasmGemm({ bytes = null, url = WASM_URL } = {}) {
+const NO_SIMD = 'this engine lacks fixed-width SIMD (Chrome 91+, Firefox 89+, Safari 16.4+, ' +
+  'Node 16.4+), or the binary is damaged';
+
+/**
+ * Compiles and instantiates the kernel from `bytes` (default: WASM_URL's) into a WasmGemm. With
+ * `threads` > 1: the shared-memory build (`sharedBytes`, default SHARED_WASM_URL's) on a shared
+ * memory, with threads - 1 helper workers (`spawn`: wasmpool.js GemmPool.start) that share every
+ * kernel call's rows (only where poolSupport() allows it: a cross-origin isolated worker).
+ */
+export async function loadWasmGemm({
+  bytes = null, url = WASM_URL, threads = 1, sharedBytes = null, sharedUrl = SHARED_WASM_URL,
+  spawn = undefined,
+} = {}) {
   if (typeof WebAssembly !== 'object') throw new Error('this JavaScript engine has no WebAssembly');
+  if (threads > 1) {
+    const code = sharedBytes ?? (await wasmBytes(sharedUrl));
+    if (!WebAssembly.validate(code)) {
+      throw new Error(`the shared-memory WebAssembly GEMM does not validate here: ${NO_SIMD}`);
+    }
+    const module = await WebAssembly.compile(code);
+    const memory = new WebAssembly.Memory({ initial: 1, maximum: SHARED_MAX_PAGES, shared: true });
+    const instance = await WebAssembly.instantiate(module, { env: { memory } });
+    return new WasmGemm(instance, await GemmPool.start(module, memory, threads - 1, spawn));
+  }
   const code = bytes ?? (await wasmBytes(url));
   if (!WebAssembly.validate(code)) {
-    throw new Error('the WebAssembly GEMM does not validate here: this engine lacks fixed-width ' +
-      'SIMD (Chrome 91+, Firefox 89+, Safari 16.4+, Node 16.4+), or the binary is damaged');
+    throw new Error(`the WebAssembly GEMM does not validate here: ${NO_SIMD}`);
   }
   const { instance } = await WebAssembly.instantiate(code, {});
   return new WasmGemm(instance);
@@ -57,9 +81,12 @@ const isInt8 = (x) => x instanceof Int8Array;
 const align16 = (n) => (n + 15) & ~15;
 const limbsOf = (x) => (Array.isArray(x) ? x : [x]);
 
-/** One instance of the kernel with its memory; not shareable between threads. */
+/**
+ * One instance of the kernel with its memory, driven from one thread; with a `pool`
+ * (wasmpool.js), its kernel calls' rows are shared with the pool's helpers.
+ */
 export class WasmGemm {
-  constructor(instance) {
+  constructor(instance, pool = null) {
     const { gemm, memory } = instance.exports;
     if (typeof gemm !== 'function' || !(memory instanceof WebAssembly.Memory)) {
       throw new Error('the WebAssembly GEMM module lacks its exports gemm and memory');
@@ -67,12 +94,37 @@ export class WasmGemm {
     this.kernel = gemm;
     this.exports = instance.exports;
     this.memory = memory;
+    this.pool = pool;
+    // A kernel call of fewer multiply-adds than this (in 4 x 8 x 8 blocks: m2 n4 k8) stays on
+    // this thread: waking the helpers costs more. The gates set it to 0, so that every product
+    // they check is split.
+    this.splitMin = SPLIT_MIN;
     this.products = 0; // kernel calls, for tests and benchmarks
     this.refresh();
   }
 
   get name() {
-    return 'wasm-simd';
+    return this.pool === null ? 'wasm-simd' : `wasm-simd x${this.pool.threads}`;
+  }
+
+  /** Threads a kernel call may use. */
+  get threads() {
+    return this.pool === null ? 1 : this.pool.threads;
+  }
+
+  /** One call of the kernel: on this thread, or split across the pool. */
+  call(a, b, c, m2, n4, k8, ldc) {
+    if (this.pool !== null && m2 > 1 && m2 * n4 * k8 >= this.splitMin) {
+      this.pool.run(this.kernel, a, b, c, m2, n4, k8, ldc);
+    } else {
+      this.kernel(a, b, c, m2, n4, k8, ldc);
+    }
+  }
+
+  /** Ends the pool's helpers (the kernel works on alone). */
+  close() {
+    this.pool?.close();
+    this.pool = null;
   }
 
   // The gates' tile: the same inputs every backend is gated on (gates.js gemmCases); the
@@ -149,7 +201,7 @@ export class WasmGemm {
       }
       const panel = Math.max(1, Math.floor(PANEL_BYTES / (32 * kc8)));
       for (let q0 = 0; q0 < n4; q0 += panel) {
-        this.kernel(packA, packB + 32 * kc8 * q0, cells + 16 * q0, m2, Math.min(panel, n4 - q0),
+        this.call(packA, packB + 32 * kc8 * q0, cells + 16 * q0, m2, Math.min(panel, n4 - q0),
           kc8, ldc);
       }
       // Limbs: [hi; lo] rows are M rows apart, [hi | lo] columns N cells.

@@ -62,7 +62,11 @@ export function backendLines(selection, secureContext = true) {
     if (r.gates_passed) {
       const chosen = r.name === selection.backend ? ' (chosen)' : '';
       // The CPU row names the WebAssembly SIMD GEMM when it computes its integer products.
-      const via = /WebAssembly/.test(r.adapter ?? '') ? ', integer products in WebAssembly SIMD' : '';
+      // With a pool of workers sharing them (numerics/wasmpool.js), on how many threads.
+      const threads = selection.wasm?.threads ?? 1;
+      const via = /WebAssembly/.test(r.adapter ?? '')
+        ? `, integer products in WebAssembly SIMD${threads > 1 ? ` on ${threads} threads` : ''}`
+        : '';
       // The chosen backend's quantization and cross-entropy run in the WebAssembly SIMD
       // elementwise kernel.
       const quant = chosen && selection.elementwise?.enabled
