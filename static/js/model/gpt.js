@@ -17,7 +17,7 @@
 import { exp } from '../numerics/fmath.js';
 import { crossEntropy as meanCrossEntropy } from '../numerics/xent.js';
 import { quantizeRows, quantizeCols } from '../numerics/quant.js';
-import { request, runAsync, runSync } from './ops.js';
+import { pair, request, runAsync, runSync } from './ops.js';
 import { treeSumStrided, treeSumLast, treeSumRows } from '../numerics/reduce.js';
 import { paramShapes, numel, zerosLike } from './params.js';
 
@@ -198,10 +198,11 @@ function* attentionBackward(ws, dmerged, cache, cfg, B, T, dqkv) {
   }
   const { q, k, v, P, pq } = cache;
   // dv = P^T @ dO; dP = dO @ v^T
-  const dv = yield request('gradMatmulRight', pq.q, pq.e, dO, T, T, hd,
-    { transA: true, batch: BH, out: ws.f32('att.dv', size) });
-  const dS = yield request('gradMatmulLeft', dO, v.e, v.q, T, hd, T,
-    { transB: true, batch: BH, out: ws.f32('att.dS', BH * T * T) });
+  const [dv, dS] = yield pair(
+    request('gradMatmulRight', pq.q, pq.e, dO, T, T, hd,
+      { transA: true, batch: BH, out: ws.f32('att.dv', size) }),
+    request('gradMatmulLeft', dO, v.e, v.q, T, hd, T,
+      { transB: true, batch: BH, out: ws.f32('att.dS', BH * T * T) }));
   const tmp = ws.f32('att.tmp', T);
   for (let r = 0; r < BH * T; r++) {
     const o = r * T;
@@ -210,10 +211,10 @@ function* attentionBackward(ws, dmerged, cache, cfg, B, T, dqkv) {
     for (let j = 0; j < T; j++) dS[o + j] = f32(P[o + j] * f32(dS[o + j] - w)) * scale;
   }
   // dq = dS @ k; dk^T = q^T @ dS
-  const dq = yield request('gradMatmulLeft', dS, k.e, k.q, T, T, hd,
-    { batch: BH, out: ws.f32('att.dq', size) });
-  const dkt = yield request('gradMatmulRight', q.q, q.e, dS, hd, T, T,
-    { transA: true, batch: BH, out: ws.f32('att.dkt', size) });
+  const [dq, dkt] = yield pair(
+    request('gradMatmulLeft', dS, k.e, k.q, T, T, hd, { batch: BH, out: ws.f32('att.dq', size) }),
+    request('gradMatmulRight', q.q, q.e, dS, hd, T, T,
+      { transA: true, batch: BH, out: ws.f32('att.dkt', size) }));
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const bh = b * H + h;
@@ -423,10 +424,13 @@ function* gradientSteps(params, cfg, x, y, batch, workspace, onGrad = () => {}) 
 
   const grads = zerosLike(cfg);
   // The logits gradient has three limbs (contract v2, docs/NUMERICS.md section 6).
-  const dhf = yield request('gradMatmulLeft', dlogits, w.wte.e, w.wte.q, N, V, C,
-    { out: ws.f32('dhf', N * C), limbCount: LOGITS_LIMBS });
-  const dwteT = yield request('gradMatmulRight', hq.q, hq.e, dlogits, C, N, V,
-    { transA: true, out: ws.f32('dwteT', C * V), limbCount: LOGITS_LIMBS });
+  // Every backward pair below (a layer's input and weight gradients, attention's two pairs) is
+  // yielded together (ops.js `pair`): neither reads the other's result.
+  const [dhf, dwteT] = yield pair(
+    request('gradMatmulLeft', dlogits, w.wte.e, w.wte.q, N, V, C,
+      { out: ws.f32('dhf', N * C), limbCount: LOGITS_LIMBS }),
+    request('gradMatmulRight', hq.q, hq.e, dlogits, C, N, V,
+      { transA: true, out: ws.f32('dwteT', C * V), limbCount: LOGITS_LIMBS }));
   const dh = ws.f32('dh', N * C);
   const dx = ws.f32('dx', N * C);
   const prod = ws.f32('prod', N * C);
@@ -442,32 +446,34 @@ function* gradientSteps(params, cfg, x, y, batch, workspace, onGrad = () => {}) 
     const p = `h.${l}.`;
     const c = caches[l];
     // MLP branch: h += relu(rmsnorm(h) @ w1) @ w2
-    yield request('gradMatmulRight', c.r.q, c.r.e, dh, F, N, C,
-      { transA: true, out: grads.get(p + 'w2') });
+    yield pair(
+      request('gradMatmulRight', c.r.q, c.r.e, dh, F, N, C,
+        { transA: true, out: grads.get(p + 'w2') }),
+      request('gradMatmulLeft', dh, w.w2[l].e, w.w2[l].q, N, C, F, { transB: true, out: dr }));
     done(p + 'w2');
-    yield request('gradMatmulLeft', dh, w.w2[l].e, w.w2[l].q, N, C, F, { transB: true, out: dr });
     for (let i = 0; i < dr.length; i++) if (!c.relu[i]) dr[i] = 0; // du
-    yield request('gradMatmulRight', c.bq.q, c.bq.e, dr, C, N, F,
-      { transA: true, out: grads.get(p + 'w1') });
+    yield pair(
+      request('gradMatmulRight', c.bq.q, c.bq.e, dr, C, N, F,
+        { transA: true, out: grads.get(p + 'w1') }),
+      request('gradMatmulLeft', dr, w.w1[l].e, w.w1[l].q, N, F, C, { transB: true, out: dmid }));
     done(p + 'w1');
-    yield request('gradMatmulLeft', dr, w.w1[l].e, w.w1[l].q, N, F, C,
-      { transB: true, out: dmid });
     rmsnormBackward(dmid, params.get(p + 'g2'), c.norm2.xhat, c.norm2.inv, N, C, dx,
       grads.get(p + 'g2'), prod, dot);
     done(p + 'g2');
     addInto(dh, dx);
     // attention branch: h += attention(rmsnorm(h) @ wqkv) @ wo
-    yield request('gradMatmulRight', c.o.q, c.o.e, dh, C, N, C,
-      { transA: true, out: grads.get(p + 'wo') });
+    yield pair(
+      request('gradMatmulRight', c.o.q, c.o.e, dh, C, N, C,
+        { transA: true, out: grads.get(p + 'wo') }),
+      request('gradMatmulLeft', dh, w.wo[l].e, w.wo[l].q, N, C, C, { transB: true, out: dmid }));
     done(p + 'wo');
-    yield request('gradMatmulLeft', dh, w.wo[l].e, w.wo[l].q, N, C, C,
-      { transB: true, out: dmid });
     yield* attentionBackward(ws, dmid, c.attn, cfg, B, T, dqkv);
-    yield request('gradMatmulRight', c.a.q, c.a.e, dqkv, C, N, 3 * C,
-      { transA: true, out: grads.get(p + 'wqkv') });
+    yield pair(
+      request('gradMatmulRight', c.a.q, c.a.e, dqkv, C, N, 3 * C,
+        { transA: true, out: grads.get(p + 'wqkv') }),
+      request('gradMatmulLeft', dqkv, w.wqkv[l].e, w.wqkv[l].q, N, 3 * C, C,
+        { transB: true, out: dmid }));
     done(p + 'wqkv');
-    yield request('gradMatmulLeft', dqkv, w.wqkv[l].e, w.wqkv[l].q, N, 3 * C, C,
-      { transB: true, out: dmid });
     rmsnormBackward(dmid, params.get(p + 'g1'), c.norm1.xhat, c.norm1.inv, N, C, dx,
       grads.get(p + 'g1'), prod, dot);
     done(p + 'g1');

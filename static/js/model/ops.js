@@ -24,14 +24,33 @@ export function request(op, ...args) {
   return { op, args };
 }
 
+/**
+ * Two independent product requests (neither reads the other's result: a layer's weight and
+ * input gradients), yielded together; the generator receives both results, in order. The bits
+ * are those of the two requests one after the other. An asynchronous provider computes them
+ * concurrently: on a GPU both are submitted before either is read back, so the pair costs one
+ * round trip's wait instead of two (gpu.py's backward pairs, docs/KERNELS.md).
+ */
+export function pair(first, second) {
+  return { op: 'pair', args: [first, second] };
+}
+
 /** Drives a model generator to completion with the CPU mirror; returns its result. */
 export function runSync(steps) {
   let r = steps.next();
   while (!r.done) {
     const { op, args } = r.value;
-    r = steps.next(CPU_OPS[op](...args));
+    r = steps.next(op === 'pair'
+      ? args.map((q) => CPU_OPS[q.op](...q.args))
+      : CPU_OPS[op](...args));
   }
   return r.value;
+}
+
+function call(ops, { op, args }) {
+  const fn = ops[op];
+  if (typeof fn !== 'function') throw new TypeError(`product provider lacks ${op}()`);
+  return fn.apply(ops, args);
 }
 
 /** Drives a model generator with `ops` (a provider, sync or async); resolves to its result. */
@@ -39,9 +58,16 @@ export async function runAsync(steps, ops = CPU_OPS) {
   let r = steps.next();
   while (!r.done) {
     const { op, args } = r.value;
-    const fn = ops[op];
-    if (typeof fn !== 'function') throw new TypeError(`product provider lacks ${op}()`);
-    r = steps.next(await fn.apply(ops, args));
+    if (op === 'pair') {
+      // Both started before either is awaited; every one settles before a failure is thrown
+      // (a product left running after its pair failed would reject unheard).
+      const settled = await Promise.allSettled(args.map(async (q) => call(ops, q)));
+      const failed = settled.find((s) => s.status === 'rejected');
+      if (failed) throw failed.reason;
+      r = steps.next(settled.map((s) => s.value));
+    } else {
+      r = steps.next(await call(ops, r.value));
+    }
   }
   return r.value;
 }
