@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from daisychain import training
 from daisychain.gpu.backend import Backend
-from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.counters import ROUND_TRIPS, Counts
 from daisychain.gpu.gemm import GpuGemm, Int8Array, Int32Array, PerSliceGemm
 from daisychain.gpu.live import training_ops
 from daisychain.harness.steps import token_stream
@@ -105,6 +106,23 @@ class _CountingBatched(_Counting):
         return self.gemm.matmul_int_batched(a, b)
 
 
+def _one_step_each(
+    cfg: ModelConfig, paths: dict[str, Any], adapter: str
+) -> tuple[dict[str, Counts], dict[str, str]]:
+    """One training step of ``cfg`` through each path (a counting GEMM, audited as training
+    does): the device traffic it made and its hash, by label."""
+    tokens = token_stream(cfg.vocab_size)
+    counted, hashes = {}, {}
+    for label, path in paths.items():
+        state = training.init(cfg, AdamWConfig(), 1)
+        state.ops = training_ops(Backend(path, adapter))
+        x, y = training.next_batch(state, tokens)
+        ROUND_TRIPS.reset()
+        hashes[label] = training.train_step(state, x, y).hash
+        counted[label] = ROUND_TRIPS.snapshot()
+    return counted, hashes
+
+
 class _CountingMany(_CountingBatched):
     """``_CountingBatched`` that also takes several products in one call, as ``GpuGemm``
     does (training then hands it each backward pair at once); ``calls`` counts the calls."""
@@ -132,16 +150,8 @@ def test_a_step_makes_one_round_trip_per_forward_product_and_per_backward_pair(
     gemm = gpu_backend.gemm
     assert isinstance(gemm, GpuGemm)
     cfg = preset("tiny")
-    tokens = token_stream(cfg.vocab_size)
-    counted, hashes = {}, {}
     paths = {"one by one": _CountingBatched(gemm), "paired": _CountingMany(gemm)}
-    for label, path in paths.items():
-        state = training.init(cfg, AdamWConfig(), 1)
-        state.ops = training_ops(Backend(path, gpu_backend.adapter))
-        x, y = training.next_batch(state, tokens)
-        ROUND_TRIPS.reset()
-        hashes[label] = training.train_step(state, x, y).hash
-        counted[label] = ROUND_TRIPS.snapshot()
+    counted, hashes = _one_step_each(cfg, paths, gpu_backend.adapter)
     alone, paired = counted["one by one"], counted["paired"]
     many = paths["paired"]
     assert isinstance(many, _CountingMany)
@@ -157,16 +167,8 @@ def test_a_batched_step_makes_one_round_trip_per_product(gpu_backend: Backend) -
     gemm = gpu_backend.gemm
     assert isinstance(gemm, GpuGemm)
     cfg = preset("tiny")
-    tokens = token_stream(cfg.vocab_size)
-    counted, hashes = {}, {}
     paths = {"per slice": _Counting(PerSliceGemm(gemm)), "batched": _CountingBatched(gemm)}
-    for label, path in paths.items():
-        state = training.init(cfg, AdamWConfig(), 1)
-        state.ops = training_ops(Backend(path, gpu_backend.adapter))
-        x, y = training.next_batch(state, tokens)
-        ROUND_TRIPS.reset()
-        hashes[label] = training.train_step(state, x, y).hash
-        counted[label] = ROUND_TRIPS.snapshot()
+    counted, hashes = _one_step_each(cfg, paths, gpu_backend.adapter)
     per_slice, batched = counted["per slice"], counted["batched"]
     slices = paths["per slice"].slices
     assert slices == paths["batched"].slices  # the same products, the same slices

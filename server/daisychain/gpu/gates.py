@@ -277,13 +277,22 @@ def _int_case(
 ) -> GateFailure | None:
     """One integer case through ``product`` (``matmul_int`` or ``matmul_int_batched``) against
     exact int64 numpy: None when every cell has the reference's bits."""
-    shape = (*a.shape[:-2], a.shape[-2], a.shape[-1], b.shape[-1])
-    expected = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
     try:
         with _maybe_poisoned(pool):
             got = product(a, b)
     except Exception as exc:
+        shape = (*a.shape[:-2], a.shape[-2], a.shape[-1], b.shape[-1])
         return GateFailure(gemm.name, case, shape, None, "a result", f"{type(exc).__name__}: {exc}")
+    return _exact_or_failure(gemm, case, a, b, got)
+
+
+def _exact_or_failure(
+    gemm: IntGemm, case: str, a: Int8Array, b: Int8Array, got: Int32Array
+) -> GateFailure | None:
+    """``got`` against exact int64 ``a @ b``: None when every cell has its bits, else the first
+    difference (or the wrong shape or type)."""
+    shape = (*a.shape[:-2], a.shape[-2], a.shape[-1], b.shape[-1])
+    expected = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
     if got.shape != expected.shape or got.dtype != np.int32:
         return GateFailure(
             gemm.name, case, shape, None, f"int32 {expected.shape}", f"{got.dtype} {got.shape}"
@@ -364,16 +373,9 @@ def _many_case(
             gemm.name, "together", (), None, "a result", f"{type(exc).__name__}: {exc}"
         )
     for (name, a, b), out in zip(cases, got, strict=True):
-        shape = (*a.shape[:-2], a.shape[-2], a.shape[-1], b.shape[-1])
-        expected = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
-        case = f"together: {name}"
-        if out.shape != expected.shape or out.dtype != np.int32:
-            return GateFailure(
-                gemm.name, case, shape, None, f"int32 {expected.shape}", f"{out.dtype} {out.shape}"
-            )
-        index = _first_mismatch(_bits(expected), _bits(out))
-        if index is not None:
-            return GateFailure(gemm.name, case, shape, index, str(expected[index]), str(out[index]))
+        failure = _exact_or_failure(gemm, f"together: {name}", a, b, out)
+        if failure is not None:
+            return failure
     return None
 
 
