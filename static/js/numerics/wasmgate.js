@@ -178,7 +178,9 @@ async function gate(gemm) {
  * here: a pool of workers in a cross-origin isolated worker, else 1; a pool that cannot start
  * or fails its gates leaves one thread, and the status says why), `spawn` (the pool's workers).
  * Never throws for a kernel that cannot be used: resolves to the status ({enabled, name,
- * threads, reason, cases, probe_hash, ms}) with the reason, and the JS GEMM stays. Calling it again re-gates (a new kernel replaces the old one only if it passes).
+ * threads, reason, cases, probe_hash, ms}) with the reason, and the JS GEMM stays. Calling it
+ * again re-gates (a new kernel replaces the old one only if it passes; the old one's helpers
+ * are ended).
  */
 export async function enableWasmGemm(options = {}) {
   const support = poolSupport();
@@ -212,7 +214,8 @@ async function enableOne(options) {
     gemm.close();
     const kept = activeIntKernel() ? 'the kernel installed before' : 'the JS GEMM';
     status = { enabled: activeIntKernel() !== null, name: gemm.name, threads: 1,
-      cases: gate.cases, probe_hash: gate.probe_hash, ms, reason: `${gate.failure}; ${kept} stays` };
+      cases: gate.cases, probe_hash: gate.probe_hash, ms,
+      reason: `${gate.failure}; ${kept} stays` };
     return wasmGemmStatus();
   }
   const before = activeIntKernel();

@@ -44,7 +44,8 @@ export function poolSupport(scope = globalThis) {
   if (typeof SharedArrayBuffer === 'undefined' || scope.crossOriginIsolated !== true) {
     return { threads: 1, reason: 'one thread: the page is not cross-origin isolated' };
   }
-  if (typeof scope.WorkerGlobalScope === 'undefined' || !(scope instanceof scope.WorkerGlobalScope)) {
+  const WorkerScope = scope.WorkerGlobalScope;
+  if (typeof WorkerScope === 'undefined' || !(scope instanceof WorkerScope)) {
     return { threads: 1, reason: 'one thread: not in a worker (only a worker may wait on a pool)' };
   }
   const cores = scope.navigator?.hardwareConcurrency ?? 1;
