@@ -3,6 +3,8 @@
 ``GpuGemm.matmul_int(a, b)`` returns the exact int32 ``acc = a @ b`` of int8 operands;
 ``GpuGemm.matmul_int_batched(a, b)`` the same for (..., M, K) @ (..., K, N) with broadcast leading
 axes, every slice in one submit and one readback (docs/KERNELS.md, "Batched products");
+``GpuGemm.matmul_int_many`` several such products in one submit and one readback ("Backward
+pairs");
 ``GpuGemm.qmatmul`` has the signature of ``daisychain.numerics.qmatmul`` and returns its float32
 bits. The dequantization ``y = RNE_f32(acc * 2^(ea + eb))`` stays on the CPU: it is the reference's
 own ``round_scaled`` applied to the exact accumulator (float64 holds |acc| < 2^31 exactly and the
@@ -225,7 +227,7 @@ class GpuGemm:
         may differ), in one submit and one readback: every slice of every product is one
         dispatch of the same command encoder, with its own regions of the shared buffers. A
         backward pass's two gradient products of one layer need nothing from each other, so
-        they make one round trip instead of two (docs/KERNELS.md, "Batched products")."""
+        they make one round trip instead of two (docs/KERNELS.md, "Backward pairs")."""
         plans = []
         for a, b in products:
             _check_operands(a, b, batched=True)
