@@ -145,3 +145,22 @@ def test_a_batch_sets_each_peers_sequences_in_both_modes(
     [run] = doc["runs"]
     assert run["per_step"]["curve"][-1]["tokens"] == 2 * STEPS * 3 * cfg.seq_len
     assert run["outer"][0]["curve"][-1]["tokens"] == 2 * STEPS * 3 * cfg.seq_len
+
+
+def test_an_outer_lr_scaled_by_the_inner_schedule_changes_the_outer_steps_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--outer-schedule inner`` (an experiment, OUTER.md): each round's outer lr is scaled by
+    the inner schedule, so the outer weights differ from the constant lr's from the first round
+    on, while per-step mode and the bytes stay what they were."""
+    extra = ("--H", "2", "--compress", "int8", "--schedule", "linear")
+    constant = _run(capsys, *extra)
+    scaled = _run(capsys, *extra, "--outer-schedule", "inner")
+    assert (constant["outer_schedule"], scaled["outer_schedule"]) == ("constant", "inner")
+    [a], [b] = constant["runs"][0]["outer"], scaled["runs"][0]["outer"]
+    assert a["outer_hash"] != b["outer_hash"]
+    assert a["bytes_per_peer"] == b["bytes_per_peer"]
+    assert constant["runs"][0]["per_step"] == {
+        **scaled["runs"][0]["per_step"],
+        "seconds": constant["runs"][0]["per_step"]["seconds"],
+    }

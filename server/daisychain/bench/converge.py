@@ -137,6 +137,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov lr")
     parser.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum")
     parser.add_argument(
+        "--outer-schedule", choices=("constant", "inner"), default="constant",
+        help="with --sync outer: the outer lr constant (what a run does), or (an experiment, "
+        "not in the protocol) scaled each round by the inner schedule's lr at the round's middle "
+        "step over its peak",
+    )  # fmt: skip
+    parser.add_argument(
         "--curve-points", type=int, default=5,
         help="with --sync outer: validation losses along the run (at the first outer step at "
         "or after each of this many evenly spaced points)",
@@ -520,6 +526,7 @@ def _outer_run(
     ``(seed, s, k)``, as per-step mode's peer k at step s), each keeping its own AdamW state;
     then one outer round. A last, shorter round keeps the tokens equal to per-step mode's."""
     from daisychain import outer, training
+    from daisychain.optim import learning_rate
 
     how = outer.Compression.parse(spec)
     ocfg = _outer_config(h, args)
@@ -539,6 +546,11 @@ def _outer_run(
         if done % h and done != setup.steps:
             continue
         tokens = [(done - last) * setup.tokens_per_step] * setup.peers
+        if args.outer_schedule == "inner":
+            # the round's middle inner step, counted as the peers' optimizer counts it
+            middle = peers[0].step - (done - last) // 2
+            scale = float(learning_rate(setup.opt, max(1, middle))) / setup.opt.lr
+            ocfg = outer.OuterConfig(h, max(args.outer_lr * scale, 1e-6), args.outer_momentum)
         result = outer.outer_round(state, ocfg, how, [p.params for p in peers], tokens, residuals)
         residuals, digest = list(result.residuals), result.hash
         sent += max(result.bytes_sent)
@@ -596,6 +608,7 @@ def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "converge", "mode": "outer", "preset": args.preset, "steps": args.steps,
         "lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "peers": setup.peers,
+        "outer_schedule": args.outer_schedule,
         "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
         "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,
         "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
