@@ -111,6 +111,19 @@ test('a split that loses its last row pair is refused by the gate', async () => 
   }
 });
 
+test('a helper whose kernel call traps makes the call throw; the next call works', async () => {
+  const gemm = await loadWasmGemm({ threads: 2, spawn: nodeSpawn });
+  try {
+    // Two row pairs: the caller's writes C at 0, the helper's 2 ldc bytes further, past the
+    // memory's 64 KiB: the helper's call traps, the caller's does not.
+    assert.throws(() => gemm.pool.run(gemm.kernel, 0, 0, 0, 2, 1, 1, 40000),
+      /GEMM helper 0 failed a kernel call/);
+    gemm.pool.run(gemm.kernel, 0, 0, 0, 2, 1, 1, 16); // in bounds: no failure left over
+  } finally {
+    gemm.close();
+  }
+});
+
 test('a pool whose helper cannot start leaves one thread installed, saying why', async () => {
   try {
     const status = await enableWasmGemm({ threads: 2, spawn: failingSpawn });
