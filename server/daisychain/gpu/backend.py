@@ -19,6 +19,7 @@ import numpy as np
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
 from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
+from daisychain.gpu.mlp_chain import MlpChain, run_mlp_chain_gates
 from daisychain.gpu.pool import BufferPool
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
 from daisychain.gpu.quantize import GpuQuantize
@@ -115,7 +116,28 @@ def evaluate_gpu(
     except Exception as exc:
         return None, str(exc)
     why = prove(gemm, gemm.pool, gemm.tile)
+    if why is None:
+        attach_mlp_chain(gemm)
     return (gemm, None) if why is None else (None, why)
+
+
+def attach_mlp_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+    """Compile and gate the MLP chain on ``gemm``'s device and, if it passes, let training use
+    it (``gemm.mlp``): None, else why not (the GEMM stays usable, the MLP then costs two round
+    trips). ``source`` replaces ``mlp_epilogue.wgsl`` (the planted-bug tests)."""
+    try:
+        chain = MlpChain(gemm, source=source)
+        report = run_mlp_chain_gates(chain)
+    except Exception as exc:
+        why = f"{gemm.name}-mlp: {exc}"
+    else:
+        if report.failure is None:
+            gemm.mlp = chain
+            return None
+        why = report.failure.describe()
+    log.warning("MLP chain not used on %s: %s", gemm.name, why)
+    gemm.mlp = None
+    return why
 
 
 def prove(

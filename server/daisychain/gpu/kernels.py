@@ -102,6 +102,38 @@ class ComputeKernel:
         ROUND_TRIPS.add(submits=1, dispatches=len(jobs))
 
 
+# One step of ``dispatch_sequence``: a kernel, its bindings and its workgroup grid.
+Step = tuple["ComputeKernel", Sequence[Binding], tuple[int, int, int]]
+# A copy after the dispatches: (source buffer, source offset, destination, offset, bytes).
+Copy = tuple[Any, int, Any, int, int]
+
+
+def dispatch_sequence(gpu: GpuDevice, steps: Sequence[Step], copies: Sequence[Copy] = ()) -> None:
+    """Several kernels' dispatches, in order, in ONE command encoder and one submit, then the
+    ``copies``: a chain whose later kernels read what earlier ones wrote (WebGPU makes each
+    dispatch's writes visible to the next), so nothing goes back to the host in between.
+    The copies gather the results into one buffer, which the caller reads once."""
+    device = gpu.device
+    try:
+        encoder = device.create_command_encoder()
+        compute_pass = encoder.begin_compute_pass()
+        for kernel, bindings, groups in steps:
+            bind_group = device.create_bind_group(
+                layout=kernel.layout, entries=[_entry(i, b) for i, b in enumerate(bindings)]
+            )
+            compute_pass.set_pipeline(kernel.pipeline)
+            compute_pass.set_bind_group(0, bind_group)
+            compute_pass.dispatch_workgroups(*groups)
+        compute_pass.end()
+        for src, src_offset, dst, dst_offset, size in copies:
+            encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, size)
+        device.queue.submit([encoder.finish()])
+    except Exception as exc:
+        names = " -> ".join(kernel.name for kernel, _, _ in steps)
+        raise KernelError(f"kernels {names}: dispatch failed: {exc}") from exc
+    ROUND_TRIPS.add(submits=1, dispatches=len(steps))
+
+
 def compile_kernel(
     gpu: GpuDevice,
     name: str,

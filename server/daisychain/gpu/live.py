@@ -14,7 +14,7 @@ kernel drifted is named, not just detected.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Literal, Protocol, cast
 
@@ -27,7 +27,7 @@ from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
 from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps, Passes, Product
-from daisychain.numerics.quant import FloatArray, int8_operands
+from daisychain.numerics.quant import FloatArray, IntArray, int8_operand, int8_operands
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
 # Background audits queued behind the step at most: a product past this waits for the oldest.
@@ -171,6 +171,41 @@ class AuditedBatchedMatmul:
                         b8 if self._fused is not None else b, out)  # fmt: skip
         return outs
 
+    def mlp(
+        self,
+        b: FloatArray,
+        w1: FloatArray,
+        w2: FloatArray,
+        row_e: IntArray,
+        col_e: IntArray,
+        operand: Callable[[Int32Array], tuple[Int8Array, IntArray]],
+        *,
+        b8: Int8Array | None = None,
+        w1_8: Int8Array | None = None,
+        w2_8: Int8Array | None = None,
+    ) -> tuple[Int32Array, Int32Array]:
+        """A block's MLP through the GEMM's chain (``gpu.mlp_chain``: both products and the
+        work between them, one submit and one readback): (acc1, acc2), each audited as
+        ``__call__`` audits a product. ``operand(acc1)`` is the host's own (r8, r_e) from the
+        first product; the GPU's must equal it, else the step stops here (the second product
+        was computed from the GPU's, so it is audited against that operand only once proven)."""
+        chain = self.gemm.mlp  # type: ignore[attr-defined]
+        b8, w1_8, w2_8 = int8_operand(b, b8), int8_operand(w1, w1_8), int8_operand(w2, w2_8)
+        out = chain.run(b8, w1_8, row_e, col_e, w2_8)
+        self._audit(b8 if self._fused is not None else b,
+                    w1_8 if self._fused is not None else w1, out.acc1)  # fmt: skip
+        r8, r_e = operand(out.acc1)
+        if not (np.array_equal(out.r_e, r_e) and np.array_equal(out.r8, r8)):
+            rows = np.flatnonzero(np.any(out.r8 != r8, axis=1) | (out.r_e != r_e).reshape(-1))
+            raise KernelAuditError(
+                f"{chain.name}: the MLP epilogue's operand differs from the host's at row "
+                f"{int(rows[0])} of {r8.shape}; the kernel is demoted (restart to fall back "
+                "to numpy)"
+            )
+        r = r8 if self._fused is not None else r8.astype(np.float32)
+        self._audit(r, w2_8 if self._fused is not None else w2, out.acc2)
+        return out.acc1, out.acc2
+
     def _audit(self, a: Operand, b: Operand, out: Int32Array) -> None:
         """Audit ``out`` now, or queue it on the worker (``background``)."""
         au = self.audited
@@ -248,7 +283,9 @@ def training_ops(
         # Several products in one call only where the GEMM takes them so (wgpu: one submit and
         # one readback); elsewhere it would be the same calls one after the other.
         many = batched.many if hasattr(gemm, "matmul_int_many") else None
-        return IntGemmOps(backend.name, audited, batched, batched.settle, passes, many)
+        # A block's MLP in one round trip where the kernel's chain passed its gate here.
+        mlp = batched.mlp if getattr(gemm, "mlp", None) is not None else None
+        return IntGemmOps(backend.name, audited, batched, batched.settle, passes, many, mlp)
     return IntGemmOps(backend.name, audited)
 
 

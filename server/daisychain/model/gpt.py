@@ -264,12 +264,11 @@ def _forward(
         h += product(o, w.wo[i])  # (N, C) residual
         bn, norm2 = rmsnorm_forward(h, params[p + "g2"], cfg.norm_eps)  # (N, C)
         bq = QTensor.of(bn, -1, ops)
-        u = product(bq, w.w1[i])  # (N, 4C)
-        relu = u > 0
-        np.multiply(u, relu, out=u)  # (N, 4C) u * 1 = u; u * 0 = -0 for negative u
-        u += F32(0.0)  # r: -0 + 0 = +0; any other value unchanged
-        rq = QTensor.of(u, -1, ops)
-        h += product(rq, w.w2[i])  # (N, C) residual
+        w1, w2 = w.w1[i], w.w2[i]
+        # u = bn @ w1 (N, 4C); r = relu(u), quantized per token; y = r @ w2 (N, C)
+        mlp = ops.mlp(bq.q, bq.e, (w1.q, w1.e, w1.q8), (w2.q, w2.e, w2.q8), b8=bq.q8)
+        relu, rq = mlp.relu, QTensor(mlp.r_q, mlp.r_e, mlp.r8)
+        h += mlp.y  # (N, C) residual
         if keep:
             caches.append(BlockCache(norm1, a, attn, o, norm2, bq, relu, rq))
     hf, normf = rmsnorm_forward(h, params["gf"], cfg.norm_eps)  # (N, C)

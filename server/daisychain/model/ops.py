@@ -74,6 +74,49 @@ class Grad:
     other8: Int8Array | None = None
 
 
+@dataclass(frozen=True)
+class MlpOut:
+    """The MLP of a block between its input and the residual add (docs/MODEL.md section 4,
+    steps 8-9): what the forward adds and what the backward keeps."""
+
+    relu: npt.NDArray[np.bool_]  # (N, F) u > 0
+    r_q: FloatArray  # (N, F) r = relu(u), quantized per row (integers as float32)
+    r_e: IntArray  # (N, 1)
+    r8: Int8Array | None  # r_q as int8 where the ops made it (see GemmOps.quantize)
+    y: FloatArray  # (N, C) qmatmul(r, w2)
+
+
+def relu_in_place(u: FloatArray) -> npt.NDArray[np.bool_]:
+    """``u`` becomes r = u where u > 0, else +0 (negatives and -0 alike); returns u > 0."""
+    relu = u > 0
+    np.multiply(u, relu, out=u)  # u * 1 = u; u * 0 = -0 for negative u
+    u += np.float32(0.0)  # -0 + 0 = +0; any other value unchanged
+    return relu
+
+
+def mlp_separately(
+    ops: GemmOps,
+    b_q: FloatArray,
+    b_e: IntArray,
+    w1: tuple[FloatArray, IntArray, Int8Array | None],
+    w2: tuple[FloatArray, IntArray, Int8Array | None],
+    *,
+    b8: Int8Array | None = None,
+) -> MlpOut:
+    """``ops.mlp`` as its two products, one after the other, with the work between them here."""
+    u = ops.qmatmul(b_q, b_e, w1[0], w1[1], a8=b8, b8=w1[2])
+    relu = relu_in_place(u)
+    r_q, r_e, r8 = ops.quantize(u, -1)
+    y = ops.qmatmul(r_q, r_e, w2[0], w2[1], a8=r8, b8=w2[2])
+    return MlpOut(relu, r_q, r_e, r8, y)
+
+
+# The MLP chain of a GPU (gpu.live's audited ``MlpChain``): (b, w1, w2, row_e, col_e, operand,
+# b8=, w1_8=, w2_8=) -> (acc1, acc2), the two exact integer products; ``operand(acc1)`` is the
+# host's own (r8, r_e), against which the chain's are checked before acc2 is trusted.
+MlpChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]]
+
+
 def one_by_one(ops: GemmOps, jobs: Sequence[Grad]) -> list[FloatArray]:
     """``ops.grads`` as one ``grad_left``/``grad_right`` call per product, in order."""
     return [
@@ -138,6 +181,20 @@ class GemmOps(Protocol):
         on wgpu, one submit and one readback for the pair instead of two."""
         ...
 
+    def mlp(
+        self,
+        b_q: FloatArray,
+        b_e: IntArray,
+        w1: tuple[FloatArray, IntArray, Int8Array | None],
+        w2: tuple[FloatArray, IntArray, Int8Array | None],
+        *,
+        b8: Int8Array | None = None,
+    ) -> MlpOut:
+        """A block's MLP, ``qmatmul(relu(qmatmul(b, w1)) quantized per row, w2)``, with the
+        bits of ``mlp_separately``; ``w1``/``w2`` are (q, e, q8) of the quantized weights. An
+        implementation whose GPU runs the chain does it in one submit and one readback."""
+        ...
+
     def settle(self) -> None:
         """Wait until every product returned so far is proven; raise if one was wrong.
 
@@ -195,6 +252,17 @@ class NumpyOps:
     def grads(self, jobs: Sequence[Grad]) -> list[FloatArray]:
         return one_by_one(self, jobs)  # subclasses' grad_left/grad_right included
 
+    def mlp(
+        self,
+        b_q: FloatArray,
+        b_e: IntArray,
+        w1: tuple[FloatArray, IntArray, Int8Array | None],
+        w2: tuple[FloatArray, IntArray, Int8Array | None],
+        *,
+        b8: Int8Array | None = None,
+    ) -> MlpOut:
+        return mlp_separately(self, b_q, b_e, w1, w2, b8=b8)
+
     def settle(self) -> None:
         """Nothing to wait for: the reference is its own proof."""
 
@@ -213,8 +281,12 @@ class IntGemmOps:
         settle: Callable[[], None] | None = None,
         passes: Passes | None = None,
         matmul_many: MatmulMany | None = None,
+        mlp_chain: MlpChainFn | None = None,
     ) -> None:
         self.name = name
+        # A GPU that runs a block's MLP (both products and the work between) in one submit and
+        # one readback (gpu.mlp_chain): ``mlp`` hands it the whole block.
+        self._mlp_chain = mlp_chain
         # A GEMM that takes several batched products in one call (gpu.live's audited wgpu GEMM:
         # one submit and one readback): ``grads`` hands it a backward pair at once.
         self._matmul_many = matmul_many if matmul_batched is not None else None
@@ -316,6 +388,41 @@ class IntGemmOps:
         prepared = [self._grad_operands(j) for j in jobs]
         parts = self._matmul_many([operands for operands, _ in prepared])
         return [finish(p) for (_, finish), p in zip(prepared, parts, strict=True)]
+
+    def _dequantize(self, acc: npt.NDArray[Any], row_e: IntArray, col_e: IntArray) -> FloatArray:
+        """``qmatmul``'s dequantization of an exact 2-D integer product."""
+        if self._passes is not None:
+            return self._passes.dequantize(acc[None], row_e, col_e)
+        return ref.round_scaled(acc, row_e + col_e)
+
+    def mlp(
+        self,
+        b_q: FloatArray,
+        b_e: IntArray,
+        w1: tuple[FloatArray, IntArray, Int8Array | None],
+        w2: tuple[FloatArray, IntArray, Int8Array | None],
+        *,
+        b8: Int8Array | None = None,
+    ) -> MlpOut:
+        """Through the GPU's chain where there is one (a 2-D block): the host still computes r
+        from the first product, as ``mlp_separately`` does, and the chain refuses the step unless
+        the GPU's operand of the second product equals it (``operand``)."""
+        if self._mlp_chain is None or b_q.ndim != 2:
+            return mlp_separately(self, b_q, b_e, w1, w2, b8=b8)
+        kept: dict[str, Any] = {}
+
+        def operand(acc1: npt.NDArray[np.int32]) -> tuple[Int8Array, IntArray]:
+            u = self._dequantize(acc1, b_e, w1[1])
+            kept["relu"] = relu_in_place(u)
+            r_q, r_e, r8 = self.quantize(u, -1)
+            kept.update(r_q=r_q, r_e=r_e, r8=r8)
+            return (r8 if r8 is not None else r_q.astype(np.int8)), r_e
+
+        _, acc2 = self._mlp_chain(
+            b_q, w1[0], w2[0], b_e, w1[1], operand, b8=b8, w1_8=w1[2], w2_8=w2[2]
+        )
+        y = self._dequantize(acc2, kept["r_e"], w2[1])
+        return MlpOut(kept["relu"], kept["r_q"], kept["r_e"], kept["r8"], y)
 
     def _limbs(self, x: FloatArray, axis: int, limbs: int) -> tuple[FloatArray, IntArray]:
         """``x`` quantized in ``limbs`` limbs along ``axis`` (``x`` is overwritten), stacked on a

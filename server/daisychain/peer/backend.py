@@ -37,7 +37,7 @@ from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
 from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.ops import GemmOps, Grad, Int8Array
+from daisychain.model.ops import GemmOps, Grad, Int8Array, MlpOut
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
@@ -183,6 +183,20 @@ class _Deadline:
     def grads(self, jobs: Sequence[Grad]) -> list[FloatArray]:
         self._check()
         out = self.ops.grads(jobs)
+        self._check()
+        return out
+
+    def mlp(
+        self,
+        b_q: FloatArray,
+        b_e: IntArray,
+        w1: tuple[FloatArray, IntArray, Int8Array | None],
+        w2: tuple[FloatArray, IntArray, Int8Array | None],
+        *,
+        b8: Int8Array | None = None,
+    ) -> MlpOut:
+        self._check()
+        out = self.ops.mlp(b_q, b_e, w1, w2, b8=b8)
         self._check()
         return out
 
