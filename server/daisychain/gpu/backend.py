@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daisychain.gpu.attention_chain import AttentionChain, run_attention_chain_gates
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
 from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
@@ -118,6 +119,7 @@ def evaluate_gpu(
     why = prove(gemm, gemm.pool, gemm.tile)
     if why is None:
         attach_mlp_chain(gemm)
+        attach_attention_chain(gemm)
     return (gemm, None) if why is None else (None, why)
 
 
@@ -137,6 +139,24 @@ def attach_mlp_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
         why = report.failure.describe()
     log.warning("MLP chain not used on %s: %s", gemm.name, why)
     gemm.mlp = None
+    return why
+
+
+def attach_attention_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+    """``attach_mlp_chain`` for attention's chain (``gemm.attention``); ``source`` replaces
+    ``attention_epilogue.wgsl``."""
+    try:
+        chain = AttentionChain(gemm, source=source)
+        report = run_attention_chain_gates(chain)
+    except Exception as exc:
+        why = f"{gemm.name}-attention: {exc}"
+    else:
+        if report.failure is None:
+            gemm.attention = chain
+            return None
+        why = report.failure.describe()
+    log.warning("attention chain not used on %s: %s", gemm.name, why)
+    gemm.attention = None
     return why
 
 

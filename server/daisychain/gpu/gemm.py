@@ -194,6 +194,8 @@ class GpuGemm:
         # The MLP chain on this kernel (gpu.mlp_chain), set once its gate passed on this device
         # (backend.evaluate_gpu); None: the MLP's two products go one round trip each.
         self.mlp: Any = None
+        # Likewise attention's chain (gpu.attention_chain): scores, softmax, second product.
+        self.attention: Any = None
         if kind == "lut":
             # load_table checks the file's size and SHA-256 against the manifest, and the
             # manifest's every entry is verified by `daisychain luts --check` (docs/LUTS.md).

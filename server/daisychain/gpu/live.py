@@ -22,6 +22,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from daisychain import cpufused
+from daisychain.gpu.attention_chain import bits_sum
 from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.gates import IntGemm
@@ -206,6 +207,52 @@ class AuditedBatchedMatmul:
         self._audit(r, w2_8 if self._fused is not None else w2, out.acc2)
         return out.acc1, out.acc2
 
+    def attention(
+        self,
+        q: FloatArray,
+        kt: FloatArray,
+        v: FloatArray,
+        q_e: IntArray,
+        k_e: IntArray,
+        scale: np.float32,
+        operand: Callable[[Int32Array], tuple[Int8Array, IntArray, FloatArray]],
+        *,
+        q8: Int8Array | None = None,
+        kt8: Int8Array | None = None,
+        v8: Int8Array | None = None,
+    ) -> tuple[Int32Array, Int32Array]:
+        """Every head's scores, softmax and second product through the GEMM's chain
+        (``gpu.attention_chain``: one submit and one readback), heads (B, H, T, hd): (acc1,
+        acc2), each audited as ``__call__`` audits a batched product. ``operand(acc1)`` is the
+        host's own (P8, P_e, P); the GPU's operand must equal it, and its P bits must sum to
+        the same checksum (one ulp of P anywhere shows), before the second product is
+        trusted."""
+        chain = self.gemm.attention  # type: ignore[attr-defined]
+        q8, kt8, v8 = int8_operand(q, q8), int8_operand(kt, kt8), int8_operand(v, v8)
+        lead, t, hd = q.shape[:-2], q.shape[-2], q.shape[-1]
+        heads = int(np.prod(lead))
+        out = chain.run(
+            q8.reshape(heads, t, hd), kt8.reshape(heads, hd, t), v8.reshape(heads, t, hd),
+            q_e.reshape(-1), k_e.reshape(-1), scale,
+        )  # fmt: skip
+        acc1 = out.acc1.reshape(*lead, t, t)
+        fused = self._fused is not None
+        self._audit(q8 if fused else q, kt8 if fused else kt, acc1)
+        p8, p_e, p = operand(acc1)
+        wrong = np.any(p8.reshape(heads, t, t) != out.p8, axis=-1).reshape(-1)
+        wrong |= out.p_e.reshape(-1) != p_e.reshape(-1)
+        wrong |= out.p_sum.reshape(-1) != bits_sum(p.reshape(heads, t, t)).reshape(-1)
+        if wrong.any():
+            rows = np.flatnonzero(wrong)
+            raise KernelAuditError(
+                f"{chain.name}: the attention epilogue's operand differs from the host's at "
+                f"query row {int(rows[0])} of {heads * t}; the kernel is demoted (restart to "
+                "fall back to numpy)"
+            )
+        acc2 = out.acc2.reshape(*lead, t, hd)
+        self._audit(p8 if fused else p8.astype(np.float32), v8 if fused else v, acc2)
+        return acc1, acc2
+
     def _audit(self, a: Operand, b: Operand, out: Int32Array) -> None:
         """Audit ``out`` now, or queue it on the worker (``background``)."""
         au = self.audited
@@ -285,7 +332,9 @@ def training_ops(
         many = batched.many if hasattr(gemm, "matmul_int_many") else None
         # A block's MLP in one round trip where the kernel's chain passed its gate here.
         mlp = batched.mlp if getattr(gemm, "mlp", None) is not None else None
-        return IntGemmOps(backend.name, audited, batched, batched.settle, passes, many, mlp)
+        # Attention's scores, softmax and second product in one round trip, likewise.
+        att = batched.attention if getattr(gemm, "attention", None) is not None else None
+        return IntGemmOps(backend.name, audited, batched, batched.settle, passes, many, mlp, att)
     return IntGemmOps(backend.name, audited)
 
 

@@ -147,12 +147,15 @@ def attention_forward(
     k = QTensor.of(heads[1], -1, ops)  # per (b, h, key) over hd
     v = QTensor.of(heads[2], -2, ops)  # per (b, h, channel) over time
     kt = k.t
-    s = ops.qmatmul(q.q, q.e, kt.q, kt.e, a8=q.q8, b8=kt.q8)  # (B, H, T, T)
-    p = softmax_causal(s, scale)  # (B, H, T, T)
-    pq = QTensor.of(p, -1, ops)  # per (b, h, query) over keys
-    o = ops.qmatmul(pq.q, pq.e, v.q, v.e, a8=pq.q8, b8=v.q8)  # (B, H, T, hd)
-    merged = np.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(b * t, c)  # (N, C)
-    return merged, AttentionCache(q, k, v, p, pq)
+    # S = q k^T (B, H, T, T); P = softmax(S * scale), causal; P quantized per (b, h, query) over
+    # keys; O = P v (B, H, T, hd)
+    att = ops.attention(
+        (q.q, q.e, q.q8), (kt.q, kt.e, kt.q8), (v.q, v.e, v.q8), scale,
+        lambda s: softmax_causal(s, scale),
+    )  # fmt: skip
+    pq = QTensor(att.p_q, att.p_e, att.p8)
+    merged = np.ascontiguousarray(att.o.transpose(0, 2, 1, 3)).reshape(b * t, c)  # (N, C)
+    return merged, AttentionCache(q, k, v, att.p, pq)
 
 
 def attention_backward(

@@ -111,6 +111,40 @@ def mlp_separately(
     return MlpOut(relu, r_q, r_e, r8, y)
 
 
+@dataclass(frozen=True)
+class AttnOut:
+    """Attention between its operands and the merge of heads (docs/MODEL.md section 4, steps
+    4-6): the softmax the backward keeps, its quantized form, and the heads' outputs."""
+
+    p: FloatArray  # (B, H, T, T) softmax probabilities
+    p_q: FloatArray  # (B, H, T, T) P quantized per query (integers as float32)
+    p_e: IntArray  # (B, H, T, 1)
+    p8: Int8Array | None  # p_q as int8 where the ops made it
+    o: FloatArray  # (B, H, T, hd) qmatmul(P, v)
+
+
+# A quantized operand as the model holds it: (q, e, q8), q8 None where the ops made no int8.
+QParts = tuple[FloatArray, IntArray, Int8Array | None]
+
+
+def attention_separately(
+    ops: GemmOps, q: QParts, kt: QParts, v: QParts, softmax: Callable[[FloatArray], FloatArray]
+) -> AttnOut:
+    """``ops.attention`` as its two products, one after the other, ``softmax`` (the model's
+    causal softmax, in place) between them."""
+    s = ops.qmatmul(q[0], q[1], kt[0], kt[1], a8=q[2], b8=kt[2])
+    p = softmax(s)
+    p_q, p_e, p8 = ops.quantize(p, -1)
+    o = ops.qmatmul(p_q, p_e, v[0], v[1], a8=p8, b8=v[2])
+    return AttnOut(p, p_q, p_e, p8, o)
+
+
+# The attention chain of a GPU (gpu.live's audited ``AttentionChain``): (q, kt, v, q_e, k_e,
+# scale, operand, q8=, kt8=, v8=) -> (acc1, acc2), both exact integer products, batched over
+# heads; ``operand(acc1)`` is the host's own (P8, P_e, P), checked against the chain's.
+AttentionChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]]
+
+
 # The MLP chain of a GPU (gpu.live's audited ``MlpChain``): (b, w1, w2, row_e, col_e, operand,
 # b8=, w1_8=, w2_8=) -> (acc1, acc2), the two exact integer products; ``operand(acc1)`` is the
 # host's own (r8, r_e), against which the chain's are checked before acc2 is trusted.
@@ -195,6 +229,19 @@ class GemmOps(Protocol):
         implementation whose GPU runs the chain does it in one submit and one readback."""
         ...
 
+    def attention(
+        self,
+        q: QParts,
+        kt: QParts,
+        v: QParts,
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> AttnOut:
+        """Every head's scores, ``softmax`` (the model's causal softmax with scale ``scale``) and
+        second product, with the bits of ``attention_separately``. An implementation whose GPU
+        runs the chain does it in one submit and one readback."""
+        ...
+
     def settle(self) -> None:
         """Wait until every product returned so far is proven; raise if one was wrong.
 
@@ -263,6 +310,16 @@ class NumpyOps:
     ) -> MlpOut:
         return mlp_separately(self, b_q, b_e, w1, w2, b8=b8)
 
+    def attention(
+        self,
+        q: QParts,
+        kt: QParts,
+        v: QParts,
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> AttnOut:
+        return attention_separately(self, q, kt, v, softmax)
+
     def settle(self) -> None:
         """Nothing to wait for: the reference is its own proof."""
 
@@ -282,8 +339,12 @@ class IntGemmOps:
         passes: Passes | None = None,
         matmul_many: MatmulMany | None = None,
         mlp_chain: MlpChainFn | None = None,
+        attention_chain: AttentionChainFn | None = None,
     ) -> None:
         self.name = name
+        # A GPU that runs attention's scores, softmax and second product in one submit and one
+        # readback (gpu.attention_chain): ``attention`` hands it every head at once.
+        self._attention_chain = attention_chain
         # A GPU that runs a block's MLP (both products and the work between) in one submit and
         # one readback (gpu.mlp_chain): ``mlp`` hands it the whole block.
         self._mlp_chain = mlp_chain
@@ -423,6 +484,34 @@ class IntGemmOps:
         )
         y = self._dequantize(acc2, kept["r_e"], w2[1])
         return MlpOut(kept["relu"], kept["r_q"], kept["r_e"], kept["r8"], y)
+
+    def attention(
+        self,
+        q: QParts,
+        kt: QParts,
+        v: QParts,
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> AttnOut:
+        """Through the GPU's chain where there is one (heads (B, H, T, hd)): the host still
+        computes P from the scores, as ``attention_separately`` does, and the chain refuses the
+        step unless the GPU's operand of the second product equals it (``operand``)."""
+        if self._attention_chain is None or q[0].ndim != 4:
+            return attention_separately(self, q, kt, v, softmax)
+        kept: dict[str, Any] = {}
+        scores = (*q[0].shape[:-1], kt[0].shape[-1])
+
+        def operand(acc1: npt.NDArray[np.int32]) -> tuple[Int8Array, IntArray, FloatArray]:
+            p = softmax(self._dequantize(acc1.reshape(scores), q[1], kt[1]))
+            p_q, p_e, p8 = self.quantize(p, -1)
+            kept.update(p=p, p_q=p_q, p_e=p_e, p8=p8)
+            return (p8 if p8 is not None else p_q.astype(np.int8)), p_e, p
+
+        _, acc2 = self._attention_chain(
+            q[0], kt[0], v[0], q[1], kt[1], scale, operand, q8=q[2], kt8=kt[2], v8=v[2]
+        )
+        o = self._dequantize(acc2.reshape(v[0].shape), kept["p_e"], v[1])
+        return AttnOut(kept["p"], kept["p_q"], kept["p_e"], kept["p8"], o)
 
     def _limbs(self, x: FloatArray, axis: int, limbs: int) -> tuple[FloatArray, IntArray]:
         """``x`` quantized in ``limbs`` limbs along ``axis`` (``x`` is overwritten), stacked on a

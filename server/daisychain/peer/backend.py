@@ -37,7 +37,7 @@ from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
 from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.ops import GemmOps, Grad, Int8Array, MlpOut
+from daisychain.model.ops import AttnOut, GemmOps, Grad, Int8Array, MlpOut, QParts
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
@@ -197,6 +197,19 @@ class _Deadline:
     ) -> MlpOut:
         self._check()
         out = self.ops.mlp(b_q, b_e, w1, w2, b8=b8)
+        self._check()
+        return out
+
+    def attention(
+        self,
+        q: QParts,
+        kt: QParts,
+        v: QParts,
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> AttnOut:
+        self._check()
+        out = self.ops.attention(q, kt, v, scale, softmax)
         self._check()
         return out
 

@@ -1,0 +1,312 @@
+"""Attention's two products and the softmax between them in one submit and one readback (issue
+20, "a GPU step that stays on the GPU").
+
+Per head, ``S = qmatmul(q, k^T)``, ``P = softmax(S * c)`` with the causal mask, ``(P_q, P_e) =
+quantize(P per query)``, ``O = qmatmul(P, v)`` (docs/MODEL.md section 4, steps 4-6) took two round
+trips: the scores came back so the host could compute the softmax. Here every head's score
+product, ``kernels/attention_epilogue.wgsl`` (the softmax in the softfloat library's arithmetic:
+the contract's exp, the pinned tree sum, correctly rounded division) and every head's second
+product are dispatches of one command encoder, and one readback brings back both integer
+products and ``P_q``/``P_e``.
+
+Proof as for the MLP chain (``mlp_chain.py``): ``run_attention_chain_gates`` at backend start; in
+training the host recomputes ``P`` from the scores (the backward needs it) and refuses a step
+whose ``P_q`` or ``P_e`` differs from the GPU's before trusting the second product, and the live
+audit checks both products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from daisychain.gpu.device import MIN_STORAGE_BINDING
+from daisychain.gpu.gates import GATE_SEED, GateFailure, GateReport
+from daisychain.gpu.gemm import GpuGemm, pack_k_major_batched
+from daisychain.gpu.kernels import (
+    SPAN_ALIGN,
+    Copy,
+    Span,
+    Step,
+    compile_kernel,
+    dispatch_sequence,
+    kernel_source,
+)
+from daisychain.gpu.softfloat import library_source
+from daisychain.model.gpt import softmax_causal
+from daisychain.numerics import prng
+from daisychain.numerics.gemm import round_scaled
+from daisychain.numerics.quant import QuantizationError, quantize
+
+WG = 64
+_SLOT = SPAN_ALIGN // 4  # words per params slot
+Int8Array = npt.NDArray[np.int8]
+Int32Array = npt.NDArray[np.int32]
+
+
+def _aligned(words: int) -> int:
+    return max(1, -(-words // _SLOT)) * _SLOT
+
+
+def _side_by_side(slices: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.uint32], int]:
+    flat = slices.reshape(slices.shape[0], -1)
+    stride = _aligned(flat.shape[1])
+    out = np.zeros((flat.shape[0], stride), dtype=np.uint32)
+    out[:, : flat.shape[1]] = flat
+    return out.reshape(-1), stride
+
+
+@dataclass(frozen=True)
+class AttentionChainOut:
+    """What one chain returns for S heads of T queries: both exact products and P's operand."""
+
+    acc1: Int32Array  # (S, T, T) q_q @ k_q^T
+    p8: Int8Array  # (S, T, T) P_q
+    p_e: Int32Array  # (S, T, 1)
+    status: npt.NDArray[np.uint32]  # (S, T) 0 ok, 1 non-finite, 2 |P| >= 2^100
+    p_sum: npt.NDArray[np.uint32]  # (S, T) each row's P bit patterns summed mod 2^32
+    acc2: Int32Array  # (S, T, hd) P_q @ v_q
+
+
+class AttentionChain:
+    """The chain on one GEMM kernel's device (its pipeline, pool and tile)."""
+
+    def __init__(self, gemm: GpuGemm, *, source: str | None = None) -> None:
+        """``source`` replaces ``attention_epilogue.wgsl`` (the planted-bug tests)."""
+        self.gemm = gemm
+        self.name = f"{gemm.name}-attention"
+        epilogue = kernel_source("attention_epilogue") if source is None else source
+        self.epilogue = compile_kernel(
+            gemm.gpu,
+            "attention_epilogue",
+            ["uniform", "read", "read", "write", "write"],
+            library_source() + epilogue,
+            {"WG": WG},
+        )
+
+    @staticmethod
+    def fits(heads: int, t: int, hd: int) -> bool:
+        """Whether every buffer of a chain of these sizes fits one storage binding."""
+        return 0 < 4 * heads * (_aligned(t * t) + _aligned(t * max(hd, 4))) <= MIN_STORAGE_BINDING
+
+    def run(
+        self,
+        q8: Int8Array,
+        kt8: Int8Array,
+        v8: Int8Array,
+        q_e: npt.NDArray[np.integer],
+        k_e: npt.NDArray[np.integer],
+        scale: np.float32,
+    ) -> AttentionChainOut:
+        """Heads q8 (S, T, hd) @ kt8 (S, hd, T) with row exponents ``q_e`` (S*T) and column
+        exponents ``k_e`` (S*T), the softmax scaled by ``scale``, then P_q (S, T, T) @ v8
+        (S, T, hd): one submit, one readback."""
+        heads, t, hd = q8.shape
+        if kt8.shape != (heads, hd, t) or v8.shape != (heads, t, hd):
+            raise ValueError(f"attention chain: {q8.shape}, {kt8.shape}, {v8.shape}")
+        if q_e.size != heads * t or k_e.size != heads * t:
+            raise ValueError(f"attention chain: {q_e.size} and {k_e.size} exponents")
+        if not self.fits(heads, t, hd):
+            raise ValueError(f"attention chain: ({heads}, {t}, {hd}) exceeds a storage binding")
+        gemm, pool = self.gemm, self.gemm.pool
+        t4, m4 = -(-t // 4), 4 * -(-t // 4)
+        width = 1 << (t - 1).bit_length()
+        a1, a1_stride = _side_by_side(pack_k_major_batched(q8))
+        b1, b1_stride = _side_by_side(
+            pack_k_major_batched(np.ascontiguousarray(kt8.transpose(0, 2, 1)))
+        )
+        b2, b2_stride = _side_by_side(
+            pack_k_major_batched(np.ascontiguousarray(v8.transpose(0, 2, 1)))
+        )
+        acc_stride, packed_stride, out_stride = _aligned(t * t), _aligned(t4 * m4), _aligned(t * hd)
+        rows = heads * t
+        params = np.zeros((2 * heads + 1, _SLOT), dtype="<u4")
+        params[:heads, :4] = (t, t, max(1, -(-hd // 4)), 0)
+        params[:heads, 3] = np.arange(heads)
+        scale_bits = int(np.array([scale], dtype=np.float32).view(np.uint32)[0])
+        params[heads, :8] = (t, rows, acc_stride, packed_stride, t4, m4, width, scale_bits)
+        params[heads + 1 :, :4] = (t, hd, t4, 0)
+        params[heads + 1 :, 3] = np.arange(heads)
+        scales = np.concatenate([q_e.reshape(-1), k_e.reshape(-1)]).astype("<i4")
+        sizes = {
+            "acc1": heads * acc_stride * 4,
+            "packed": heads * packed_stride * 4,
+            "status": 3 * rows * 4,
+            "acc2": heads * out_stride * 4,
+        }
+        bufs = {
+            "params": pool.upload(params.reshape(-1), uniform=True),
+            "a1": pool.upload(a1),
+            "b1": pool.upload(b1),
+            "scales": pool.upload(scales),
+            "b2": pool.upload(b2),
+            **{name: pool.acquire(size) for name, size in sizes.items()},
+        }
+        offsets, total = {}, 0
+        for name, size in sizes.items():
+            offsets[name] = total
+            total += size
+        result = pool.acquire(total)
+        lut = [gemm._lut] if gemm._lut is not None else []
+        tm, tn = gemm.tile
+        steps: list[Step] = []
+        for s in range(heads):
+            steps.append((gemm.kernel, [
+                Span(bufs["params"], s * SPAN_ALIGN, 16),
+                Span(bufs["a1"], s * a1_stride * 4, a1_stride * 4),
+                Span(bufs["b1"], s * b1_stride * 4, b1_stride * 4),
+                Span(bufs["acc1"], s * acc_stride * 4, acc_stride * 4),
+                *lut,
+            ], (-(-t // tn), -(-t // tm), 1)))  # fmt: skip
+        steps.append((self.epilogue, [
+            Span(bufs["params"], heads * SPAN_ALIGN, 32),
+            bufs["acc1"], bufs["scales"], bufs["packed"], bufs["status"],
+        ], (-(-rows // WG), 1, 1)))  # fmt: skip
+        for s in range(heads):
+            steps.append((gemm.kernel, [
+                Span(bufs["params"], (heads + 1 + s) * SPAN_ALIGN, 16),
+                Span(bufs["packed"], s * packed_stride * 4, packed_stride * 4),
+                Span(bufs["b2"], s * b2_stride * 4, b2_stride * 4),
+                Span(bufs["acc2"], s * out_stride * 4, out_stride * 4),
+                *lut,
+            ], (-(-hd // tn), -(-t // tm), 1)))  # fmt: skip
+        copies: list[Copy] = [
+            (bufs[name], 0, result, offsets[name], size) for name, size in sizes.items()
+        ]
+        try:
+            dispatch_sequence(gemm.gpu, steps, copies)
+            raw = np.frombuffer(pool.read(result, total), dtype=np.uint8)
+        finally:
+            pool.release(result, *bufs.values())
+
+        def words(name: str, dtype: str) -> npt.NDArray[np.generic]:
+            return raw[offsets[name] : offsets[name] + sizes[name]].view(dtype)
+
+        acc1 = words("acc1", "<i4").reshape(heads, acc_stride)[:, : t * t].reshape(heads, t, t)
+        packed = words("packed", "<u4").reshape(heads, packed_stride)[:, : t4 * m4]
+        p_words = np.ascontiguousarray(packed.reshape(heads, t4, m4).transpose(0, 2, 1))
+        p8 = p_words.view(np.int8).reshape(heads, m4, 4 * t4)[:, :t, :t]
+        status = words("status", "<u4").reshape(heads, t, 3)
+        acc2 = words("acc2", "<i4").reshape(heads, out_stride)[:, : t * hd].reshape(heads, t, hd)
+        return AttentionChainOut(
+            acc1=acc1.astype(np.int32),
+            p8=np.ascontiguousarray(p8),
+            p_e=status[..., 0].view(np.int32).reshape(heads, t, 1).copy(),
+            status=status[..., 1].astype(np.uint32),
+            p_sum=status[..., 2].astype(np.uint32),
+            acc2=acc2.astype(np.int32),
+        )
+
+
+def reference(
+    q8: Int8Array,
+    kt8: Int8Array,
+    v8: Int8Array,
+    q_e: npt.NDArray[np.integer],
+    k_e: npt.NDArray[np.integer],
+    scale: np.float32,
+) -> AttentionChainOut | None:
+    """The chain from numpy and the model's own softmax: None where the reference refuses P."""
+    heads, t, _ = q8.shape
+    acc1 = np.matmul(q8.astype(np.int64), kt8.astype(np.int64)).astype(np.int32)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are refused below
+            s = round_scaled(
+                acc1.astype(np.float64),
+                q_e.reshape(heads, t, 1).astype(np.int32) + k_e.reshape(heads, 1, t),
+            )
+            p = softmax_causal(s[None], np.float32(scale))[0]
+            p_q, p_e = quantize(p, axis=-1)
+    except QuantizationError:
+        return None
+    p8 = p_q.astype(np.int8)
+    acc2 = np.matmul(p8.astype(np.int64), v8.astype(np.int64)).astype(np.int32)
+    status = np.zeros((heads, t), np.uint32)
+    return AttentionChainOut(acc1, p8, p_e.astype(np.int32), status, bits_sum(p), acc2)
+
+
+def bits_sum(p: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
+    """Each row's float32 bit patterns summed mod 2^32 (the epilogue's checksum of P)."""
+    total = np.ascontiguousarray(p).view(np.uint32).sum(axis=-1, dtype=np.uint64)
+    out: npt.NDArray[np.uint32] = (total & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return out
+
+
+def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
+    words = prng.bits(prng.key(GATE_SEED, 8, case), int(np.prod(shape)))
+    return (words >> np.uint32(24)).astype(np.uint8).view(np.int8).reshape(shape)
+
+
+def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
+    words = prng.bits(prng.key(GATE_SEED, 9, case), n)
+    return (lo + (words % np.uint32(hi - lo + 1)).astype(np.int64)).astype(np.int32)
+
+
+Case = tuple[
+    str, Int8Array, Int8Array, Int8Array, npt.NDArray[np.int32], npt.NDArray[np.int32], np.float32
+]
+
+
+def attention_chain_cases() -> list[Case]:
+    """(name, q8, kt8, v8, q_e, k_e, scale): odd and tile-edge sizes, a non-power-of-two T (the
+    padded tree sum), the model's exponent range, scores large enough that most p underflow to
+    +0, and overflowing scores (refused)."""
+    cases: list[Case] = []
+    shapes = [(1, 1, 4), (2, 5, 16), (3, 17, 4), (16, 64, 16), (2, 33, 64), (1, 100, 16)]
+    for i, (heads, t, hd) in enumerate(shapes):
+        scale = np.float32(1.0 / np.sqrt(hd))
+        cases.append((
+            f"random {heads}x{t}x{hd}", _int8(3 * i, (heads, t, hd)),
+            _int8(3 * i + 1, (heads, hd, t)), _int8(3 * i + 2, (heads, t, hd)),
+            _exps(2 * i, heads * t, -9, -4), _exps(2 * i + 1, heads * t, -9, -4), scale,
+        ))  # fmt: skip
+    q, kt, v = _int8(50, (2, 24, 16)), _int8(51, (2, 16, 24)), _int8(52, (2, 24, 16))
+    quarter = np.float32(0.25)
+    for name, lo, hi, case in (
+        ("peaked scores", -2, 0, 20),  # most p underflow to +0
+        ("spread scores", -7, -5, 22),  # p across (0, 1]: the tree's order shows in the sum
+        ("overflowing scores", 60, 70, 24),  # refused
+    ):
+        q_e, k_e = _exps(case, 48, lo, hi), _exps(case + 1, 48, lo, hi)
+        cases.append((name, q, kt, v, q_e, k_e, quarter))
+    return cases
+
+
+def run_attention_chain_gates(chain: AttentionChain) -> GateReport:
+    """Every case through the chain on a poisoned pool, against ``reference``: both products,
+    P_q and P_e exactly, and a non-zero status where the reference refuses."""
+    name, pool = chain.name, chain.gemm.pool
+    passed = 0
+    for case, q8, kt8, v8, q_e, k_e, scale in attention_chain_cases():
+        shape = q8.shape
+        try:
+            with pool.poisoned():
+                got = chain.run(q8, kt8, v8, q_e, k_e, scale)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            return GateReport(name, passed, GateFailure(name, case, shape, None, "a result", why))
+        want = reference(q8, kt8, v8, q_e, k_e, scale)
+        if want is None:
+            if not np.any(got.status != 0):
+                failure = GateFailure(name, case, shape, None, "a non-zero status", "status 0")
+                return GateReport(name, passed, failure)
+            passed += 1
+            continue
+        for what in ("acc1", "p8", "p_e", "status", "p_sum", "acc2"):
+            have, expect = getattr(got, what), getattr(want, what)
+            wrong = np.argwhere(have != expect)
+            if have.shape != expect.shape or wrong.size:
+                at = tuple(int(v) for v in wrong[0]) if wrong.size else None
+                failure = GateFailure(
+                    name,
+                    f"{case} ({what})",
+                    shape,
+                    at,
+                    str(expect[at]) if at is not None else str(expect.shape),
+                    str(have[at]) if at is not None else str(have.shape),
+                )
+                return GateReport(name, passed, failure)
+        passed += 1
+    return GateReport(name, passed, None)

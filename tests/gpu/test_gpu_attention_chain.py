@@ -1,0 +1,201 @@
+"""The attention chain (``gpu/attention_chain.py``, ``kernels/attention_epilogue.wgsl``): every
+head's scores, the causal softmax and the second product in one submit and one readback, with
+the reference's bits; its gate refuses each planted softmax bug; in training a wrong operand or
+a wrong second product stops the step (docs/KERNELS.md, "The attention chain")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from daisychain import training
+from daisychain.gpu.attention_chain import (
+    AttentionChain,
+    AttentionChainOut,
+    attention_chain_cases,
+    reference,
+    run_attention_chain_gates,
+)
+from daisychain.gpu.backend import Backend, attach_attention_chain, attach_mlp_chain
+from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.device import GpuDevice
+from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
+from daisychain.gpu.kernels import kernel_source
+from daisychain.gpu.live import KernelAuditError, training_ops
+from daisychain.harness.steps import token_stream
+from daisychain.model.config import preset
+from daisychain.model.gpt import softmax_causal
+from daisychain.model.ops import NUMPY_OPS, GemmOps
+from daisychain.numerics.gemm import round_scaled
+from daisychain.optim import AdamWConfig
+
+
+@pytest.fixture(scope="module", params=list(KERNEL_NAMES))
+def fresh_gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
+    kind: GemmKind = request.param
+    return GpuGemm(gpu, kind)
+
+
+def test_the_gate_passes_on_each_kernel(fresh_gemm: GpuGemm) -> None:
+    report = run_attention_chain_gates(AttentionChain(fresh_gemm))
+    assert report.failure is None, report.failure.describe()
+    assert report.cases_passed == len(attention_chain_cases()) == 9
+
+
+def _scores(case: str) -> np.ndarray:
+    _, q8, kt8, _, q_e, k_e, scale = next(c for c in attention_chain_cases() if c[0] == case)
+    heads, t, _ = q8.shape
+    acc = np.matmul(q8.astype(np.int64), kt8.astype(np.int64)).astype(np.float64)
+    s = round_scaled(acc, q_e.reshape(heads, t, 1) + k_e.reshape(heads, 1, t))
+    return np.asarray(s * scale, dtype=np.float32)
+
+
+def test_the_gate_cases_reach_what_the_softmax_must_get_right() -> None:
+    """Peaked scores give p that underflow to +0; spread scores give sums whose bits depend on
+    the order of the additions (the pinned tree against a left-to-right sum), so an epilogue
+    that sums in another order fails the gate (its P checksum)."""
+    peaked = _scores("peaked scores")
+    row = peaked[0, -1]
+    assert np.any(np.exp((row - row.max()).astype(np.float64)) < 2.0**-150)
+    flat = _scores("spread scores")
+    t = flat.shape[-1]
+    p = np.exp(flat - flat.max(axis=-1, keepdims=True)).astype(np.float32)
+    p[:, np.triu_indices(t, 1)[0], np.triu_indices(t, 1)[1]] = 0
+    orders_differ = 0
+    for h in range(p.shape[0]):
+        for i in range(t):
+            seq = np.float32(0)
+            for x in p[h, i]:
+                seq = np.float32(seq + x)
+            width = 1 << (t - 1).bit_length()
+            y = np.concatenate([p[h, i], np.zeros(width - t, np.float32)])
+            while y.size > 1:
+                y = y[: y.size // 2] + y[y.size // 2 :]
+            orders_differ += int(seq != y[0])
+    assert orders_differ > 0
+    assert (
+        reference(*next(c for c in attention_chain_cases() if c[0] == "overflowing scores")[1:])
+        is None
+    )
+
+
+PLANTS = {
+    "a left-to-right sum instead of the pinned tree": (
+        "        let j = at_reverse(pos, bits);",
+        "        let j = pos;",
+    ),
+    "the causal mask one key late": (
+        "    if (j > i) {\n        return AT_NEG_INF;",
+        "    if (j > i + 1u) {\n        return AT_NEG_INF;",
+    ),
+    "the scale dropped": (
+        "slice * at.t + j]), at.scale);",
+        "slice * at.t + j]), SF_ONE);",
+    ),
+    "the max taken as the first score": (
+        "        } else if (sf_lt(m, s)) {",
+        "        } else if (false) {",
+    ),
+    "division by multiplying with the reciprocal": (
+        "    return sf_div(at_p(r, j, m), den);",
+        "    return sf_mul(at_p(r, j, m), sf_div(SF_ONE, den));",
+    ),
+    "no status for a non-finite P": ("        st = 1u;", "        st = 0u;"),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTS))
+def test_the_gate_refuses_a_planted_softmax(gpu: GpuDevice, bug: str) -> None:
+    old, new = PLANTS[bug]
+    source = kernel_source("attention_epilogue")
+    assert source.count(old) == 1, f"planting target {old!r} must occur once"
+    gemm = GpuGemm(gpu, "dp4a")
+    assert attach_attention_chain(gemm, source.replace(old, new)) is not None, bug
+    assert gemm.attention is None  # attention then goes two round trips, the GEMM stays in use
+
+
+def _one_step(gemm: GpuGemm) -> tuple[str, int, int]:
+    cfg = preset("tiny")
+    state = training.init(cfg, AdamWConfig(), 1)
+    state.ops = training_ops(Backend(gemm, "test"))
+    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+    ROUND_TRIPS.reset()
+    digest = training.train_step(state, x, y).hash
+    counts = ROUND_TRIPS.snapshot()
+    return digest, counts.readbacks, counts.dispatches
+
+
+def _numpy_step() -> str:
+    cfg = preset("tiny")
+    state = training.init(cfg, AdamWConfig(), 1)
+    state.ops = NUMPY_OPS
+    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+    return training.train_step(state, x, y).hash
+
+
+def test_a_step_through_both_chains_saves_two_round_trips_per_block(gpu: GpuDevice) -> None:
+    gemm = GpuGemm(gpu, "dp4a")
+    apart = _one_step(gemm)
+    assert attach_attention_chain(gemm) is None
+    attention = _one_step(gemm)
+    assert attach_mlp_chain(gemm) is None
+    both = _one_step(gemm)
+    layers = preset("tiny").layers
+    assert apart[0] == attention[0] == both[0] == _numpy_step()
+    assert (apart[1], attention[1], both[1]) == (26, 26 - layers, 26 - 2 * layers)  # 26, 24, 22
+    assert attention[2] == apart[2] + layers and both[2] == apart[2] + 2 * layers
+
+
+class _Wrong:
+    """The real chain with one value of its output changed: P's operand (only the host check
+    can see it: the second product was computed from it) or the second product (only the live
+    audit can)."""
+
+    def __init__(self, chain: AttentionChain, field: str) -> None:
+        self.chain, self.name, self.field = chain, chain.name, field
+
+    def run(self, *args: Any) -> AttentionChainOut:
+        out = self.chain.run(*args)
+        value = getattr(out, self.field).copy()
+        value[1, 40, 3] += 1
+        return AttentionChainOut(**{**out.__dict__, self.field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [("p8", "attention epilogue's operand differs from the host's"), ("acc2", "live audit failed")],
+)
+def test_a_wrong_operand_or_second_product_stops_the_step(
+    gpu: GpuDevice, field: str, message: str
+) -> None:
+    gemm = GpuGemm(gpu, "dp4a")
+    assert attach_attention_chain(gemm) is None
+    gemm.attention = _Wrong(gemm.attention, field)
+    with pytest.raises(KernelAuditError, match=message):
+        _one_step(gemm)
+
+
+def test_the_reference_ops_and_the_chain_agree_on_attention(gpu: GpuDevice) -> None:
+    gemm = GpuGemm(gpu, "lut")
+    assert attach_attention_chain(gemm) is None
+    ops: GemmOps = training_ops(Backend(gemm, "test"), background=False)
+    rng = np.random.default_rng(5)  # inputs of this test only
+    heads = rng.standard_normal((3, 2, 3, 20, 16)).astype(np.float32)
+    scale = np.float32(0.25)
+    parts = []
+    for o in (NUMPY_OPS, ops):
+        q = o.quantize(heads[0], -1)
+        k = o.quantize(heads[1], -1)
+        v = o.quantize(heads[2], -2)
+        kt = (
+            k[0].swapaxes(-1, -2),
+            k[1].swapaxes(-1, -2),
+            None if k[2] is None else k[2].swapaxes(-1, -2),
+        )
+        parts.append(o.attention(q, kt, v, scale, lambda s: softmax_causal(s, scale)))
+    want, got = parts
+    for field in ("p", "p_q", "p_e", "o"):
+        a, b = getattr(want, field), getattr(got, field)
+        assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8)), field
