@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daisychain.gpu.attention_chain import AttentionChain, run_attention_chain_gates
+from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
 from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
@@ -120,6 +121,7 @@ def evaluate_gpu(
     if why is None:
         attach_mlp_chain(gemm)
         attach_attention_chain(gemm)
+        attach_block_chain(gemm)
     return (gemm, None) if why is None else (None, why)
 
 
@@ -157,6 +159,27 @@ def attach_attention_chain(gemm: GpuGemm, source: str | None = None) -> str | No
         why = report.failure.describe()
     log.warning("attention chain not used on %s: %s", gemm.name, why)
     gemm.attention = None
+    return why
+
+
+def attach_block_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+    """``attach_mlp_chain`` for a block's tail (``gemm.block``), which extends the MLP chain:
+    none without it. ``source`` replaces ``norm_epilogue.wgsl``."""
+    if gemm.mlp is None:
+        gemm.block = None
+        return f"{gemm.name}-block: no MLP chain to extend"
+    try:
+        chain = BlockChain(gemm.mlp, source=source)
+        report = run_block_chain_gates(chain)
+    except Exception as exc:
+        why = f"{gemm.name}-block: {exc}"
+    else:
+        if report.failure is None:
+            gemm.block = chain
+            return None
+        why = report.failure.describe()
+    log.warning("block chain not used on %s: %s", gemm.name, why)
+    gemm.block = None
     return why
 
 

@@ -196,6 +196,8 @@ class GpuGemm:
         self.mlp: Any = None
         # Likewise attention's chain (gpu.attention_chain): scores, softmax, second product.
         self.attention: Any = None
+        # And a block's tail (gpu.block_chain): output product, residual and norm, the MLP.
+        self.block: Any = None
         if kind == "lut":
             # load_table checks the file's size and SHA-256 against the manifest, and the
             # manifest's every entry is verified by `daisychain luts --check` (docs/LUTS.md).

@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Literal, Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 from threadpoolctl import ThreadpoolController
 
 from daisychain import cpufused
@@ -253,6 +254,58 @@ class AuditedBatchedMatmul:
         self._audit(p8 if fused else p8.astype(np.float32), v8 if fused else v, acc2)
         return acc1, acc2
 
+    def block_tail(
+        self,
+        o: FloatArray,
+        wo: FloatArray,
+        w1: FloatArray,
+        w2: FloatArray,
+        o_e: IntArray,
+        wo_e: IntArray,
+        w1_e: IntArray,
+        h: FloatArray,
+        g: FloatArray,
+        eps: np.float32,
+        norm_operand: Callable[[Int32Array], tuple[Int8Array, IntArray, FloatArray]],
+        mlp_operand: Callable[[Int32Array], tuple[Int8Array, IntArray]],
+        *,
+        o8: Int8Array | None = None,
+        wo8: Int8Array | None = None,
+        w1_8: Int8Array | None = None,
+        w2_8: Int8Array | None = None,
+    ) -> tuple[Int32Array, Int32Array, Int32Array]:
+        """A block's tail through the GEMM's chain (``gpu.block_chain``: the output product, the
+        residual and norm, the MLP; one submit and one readback): (acc_wo, acc1, acc2), each
+        audited. Each GPU operand must equal the host's (``norm_operand(acc_wo)``: b8, b_e and
+        bn, whose bits the chain's checksum must match; ``mlp_operand(acc1)``: r8, r_e) before
+        the product computed from it is trusted."""
+        chain = self.gemm.block  # type: ignore[attr-defined]
+        o8, wo8 = int8_operand(o, o8), int8_operand(wo, wo8)
+        w1_8, w2_8 = int8_operand(w1, w1_8), int8_operand(w2, w2_8)
+        out = chain.run(o8, wo8, o_e, wo_e, h, g, eps, w1_8, w1_e, w2_8)
+        fused = self._fused is not None
+        self._audit(o8 if fused else o, wo8 if fused else wo, out.acc_wo)
+        b8, b_e, bn = norm_operand(out.acc_wo)
+        wrong = np.any(b8 != out.b8, axis=1) | (out.b_e != b_e).reshape(-1)
+        wrong |= out.b_sum != bits_sum(bn)
+        self._refuse(chain.name, "norm", wrong)
+        self._audit(b8 if fused else b8.astype(np.float32), w1_8 if fused else w1, out.acc1)
+        r8, r_e = mlp_operand(out.acc1)
+        wrong = np.any(r8 != out.r8, axis=1) | (out.r_e != r_e).reshape(-1)
+        self._refuse(chain.name, "MLP", wrong)
+        self._audit(r8 if fused else r8.astype(np.float32), w2_8 if fused else w2, out.acc2)
+        return out.acc_wo, out.acc1, out.acc2
+
+    @staticmethod
+    def _refuse(chain: str, epilogue: str, wrong: npt.NDArray[np.bool_]) -> None:
+        """Stop the step if any row of an epilogue's operand differs from the host's."""
+        if wrong.any():
+            raise KernelAuditError(
+                f"{chain}: the {epilogue} epilogue's operand differs from the host's at row "
+                f"{int(np.flatnonzero(wrong)[0])} of {wrong.size}; the kernel is demoted "
+                "(restart to fall back to numpy)"
+            )
+
     def _audit(self, a: Operand, b: Operand, out: Int32Array) -> None:
         """Audit ``out`` now, or queue it on the worker (``background``)."""
         au = self.audited
@@ -334,7 +387,11 @@ def training_ops(
         mlp = batched.mlp if getattr(gemm, "mlp", None) is not None else None
         # Attention's scores, softmax and second product in one round trip, likewise.
         att = batched.attention if getattr(gemm, "attention", None) is not None else None
-        return IntGemmOps(backend.name, audited, batched, batched.settle, passes, many, mlp, att)
+        # A block's tail (output product, residual, norm, MLP) in one round trip, likewise.
+        block = batched.block_tail if getattr(gemm, "block", None) is not None else None
+        return IntGemmOps(
+            backend.name, audited, batched, batched.settle, passes, many, mlp, att, block
+        )
     return IntGemmOps(backend.name, audited)
 
 

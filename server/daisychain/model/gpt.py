@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -264,14 +265,17 @@ def _forward(
         qkv = product(a, w.wqkv[i])  # (N, 3C)
         merged, attn = attention_forward(qkv, cfg, b, t, ops)  # (N, C)
         o = QTensor.of(merged, -1, ops)
-        h += product(o, w.wo[i])  # (N, C) residual
-        bn, norm2 = rmsnorm_forward(h, params[p + "g2"], cfg.norm_eps)  # (N, C)
-        bq = QTensor.of(bn, -1, ops)
-        w1, w2 = w.w1[i], w.w2[i]
+        g2, wo, w1, w2 = params[p + "g2"], w.wo[i], w.w1[i], w.w2[i]
+        # h += o @ wo (N, C) residual, in place; bn = rmsnorm(h, g2), quantized per token;
         # u = bn @ w1 (N, 4C); r = relu(u), quantized per token; y = r @ w2 (N, C)
-        mlp = ops.mlp(bq.q, bq.e, (w1.q, w1.e, w1.q8), (w2.q, w2.e, w2.q8), b8=bq.q8)
-        relu, rq = mlp.relu, QTensor(mlp.r_q, mlp.r_e, mlp.r8)
-        h += mlp.y  # (N, C) residual
+        tail = ops.block_tail(
+            (o.q, o.e, o.q8), (wo.q, wo.e, wo.q8), h, g2, cfg.norm_eps,
+            partial(rmsnorm_forward, g=g2, eps=cfg.norm_eps),
+            (w1.q, w1.e, w1.q8), (w2.q, w2.e, w2.q8),
+        )  # fmt: skip
+        norm2, bq = tail.norm, QTensor(tail.b_q, tail.b_e, tail.b8)
+        relu, rq = tail.mlp.relu, QTensor(tail.mlp.r_q, tail.mlp.r_e, tail.mlp.r8)
+        h += tail.mlp.y  # (N, C) residual
         if keep:
             caches.append(BlockCache(norm1, a, attn, o, norm2, bq, relu, rq))
     hf, normf = rmsnorm_forward(h, params["gf"], cfg.norm_eps)  # (N, C)

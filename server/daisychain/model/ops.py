@@ -145,6 +145,41 @@ def attention_separately(
 AttentionChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]]
 
 
+@dataclass(frozen=True)
+class TailOut:
+    """A block after attention (docs/MODEL.md section 4, steps 7-9): what the backward keeps of
+    the norm and its quantized output, and the MLP's."""
+
+    norm: Any  # what ``norm`` returned besides its output (gpt's NormCache)
+    b_q: FloatArray  # (N, C) the norm's output quantized per token (integers as float32)
+    b_e: IntArray  # (N, 1)
+    b8: Int8Array | None
+    mlp: MlpOut
+
+
+def block_tail_separately(
+    ops: GemmOps,
+    o: QParts,
+    wo: QParts,
+    h: FloatArray,
+    norm: Callable[[FloatArray], tuple[FloatArray, Any]],
+    w1: QParts,
+    w2: QParts,
+) -> TailOut:
+    """``ops.block_tail`` one step after the other: ``h += o @ wo`` (in place), the norm, its
+    quantization, then ``ops.mlp``."""
+    h += ops.qmatmul(o[0], o[1], wo[0], wo[1], a8=o[2], b8=wo[2])
+    bn, cache = norm(h)
+    b_q, b_e, b8 = ops.quantize(bn, -1)
+    return TailOut(cache, b_q, b_e, b8, ops.mlp(b_q, b_e, w1, w2, b8=b8))
+
+
+# The block chain of a GPU (gpu.live's audited ``BlockChain``): (o, wo, w1, w2, o_e, wo_e, w1_e,
+# h, g, eps, norm_operand, mlp_operand, o8=, wo8=, w1_8=, w2_8=) -> (acc_wo, acc1, acc2);
+# ``norm_operand(acc_wo)`` is the host's (b8, b_e, bn), ``mlp_operand(acc1)`` its (r8, r_e).
+BlockChainFn = Callable[..., tuple[Any, Any, npt.NDArray[np.int32]]]
+
+
 # The MLP chain of a GPU (gpu.live's audited ``MlpChain``): (b, w1, w2, row_e, col_e, operand,
 # b8=, w1_8=, w2_8=) -> (acc1, acc2), the two exact integer products; ``operand(acc1)`` is the
 # host's own (r8, r_e), against which the chain's are checked before acc2 is trusted.
@@ -242,6 +277,22 @@ class GemmOps(Protocol):
         runs the chain does it in one submit and one readback."""
         ...
 
+    def block_tail(
+        self,
+        o: QParts,
+        wo: QParts,
+        h: FloatArray,
+        g: FloatArray,
+        eps: np.float32,
+        norm: Callable[[FloatArray], tuple[FloatArray, Any]],
+        w1: QParts,
+        w2: QParts,
+    ) -> TailOut:
+        """A block after attention: ``h += qmatmul(o, wo)`` (in place), ``norm`` (the model's
+        RMSNorm with gain ``g`` and ``eps``), its quantization and the MLP, with the bits of
+        ``block_tail_separately``. The MLP's output is not added to ``h``: the caller adds it."""
+        ...
+
     def settle(self) -> None:
         """Wait until every product returned so far is proven; raise if one was wrong.
 
@@ -320,6 +371,19 @@ class NumpyOps:
     ) -> AttnOut:
         return attention_separately(self, q, kt, v, softmax)
 
+    def block_tail(
+        self,
+        o: QParts,
+        wo: QParts,
+        h: FloatArray,
+        g: FloatArray,
+        eps: np.float32,
+        norm: Callable[[FloatArray], tuple[FloatArray, Any]],
+        w1: QParts,
+        w2: QParts,
+    ) -> TailOut:
+        return block_tail_separately(self, o, wo, h, norm, w1, w2)
+
     def settle(self) -> None:
         """Nothing to wait for: the reference is its own proof."""
 
@@ -340,8 +404,12 @@ class IntGemmOps:
         matmul_many: MatmulMany | None = None,
         mlp_chain: MlpChainFn | None = None,
         attention_chain: AttentionChainFn | None = None,
+        block_chain: BlockChainFn | None = None,
     ) -> None:
         self.name = name
+        # A GPU that runs a block's tail (attention's output product, the residual add, the
+        # norm, the MLP) in one submit and one readback (gpu.block_chain).
+        self._block_chain = block_chain
         # A GPU that runs attention's scores, softmax and second product in one submit and one
         # readback (gpu.attention_chain): ``attention`` hands it every head at once.
         self._attention_chain = attention_chain
@@ -512,6 +580,48 @@ class IntGemmOps:
         )
         o = self._dequantize(acc2.reshape(v[0].shape), kept["p_e"], v[1])
         return AttnOut(kept["p"], kept["p_q"], kept["p_e"], kept["p8"], o)
+
+    def block_tail(
+        self,
+        o: QParts,
+        wo: QParts,
+        h: FloatArray,
+        g: FloatArray,
+        eps: np.float32,
+        norm: Callable[[FloatArray], tuple[FloatArray, Any]],
+        w1: QParts,
+        w2: QParts,
+    ) -> TailOut:
+        """Through the GPU's chain where there is one: the host still adds, normalises and
+        quantizes from the output product and computes r from the MLP's first, as
+        ``block_tail_separately`` does, and the chain refuses the step unless the GPU's
+        operands equal the host's (``norm_operand``, ``mlp_operand``)."""
+        if self._block_chain is None or o[0].ndim != 2:
+            return block_tail_separately(self, o, wo, h, norm, w1, w2)
+        kept: dict[str, Any] = {}
+
+        def norm_operand(acc_wo: npt.NDArray[np.int32]) -> tuple[Int8Array, IntArray, FloatArray]:
+            h.__iadd__(self._dequantize(acc_wo, o[1], wo[1]))  # the residual, in place
+            bn, cache = norm(h)
+            b_q, b_e, b8 = self.quantize(bn, -1)
+            kept.update(cache=cache, b_q=b_q, b_e=b_e, b8=b8)
+            return (b8 if b8 is not None else b_q.astype(np.int8)), b_e, bn
+
+        def mlp_operand(acc1: npt.NDArray[np.int32]) -> tuple[Int8Array, IntArray]:
+            u = self._dequantize(acc1, kept["b_e"], w1[1])
+            kept["relu"] = relu_in_place(u)
+            r_q, r_e, r8 = self.quantize(u, -1)
+            kept.update(r_q=r_q, r_e=r_e, r8=r8)
+            return (r8 if r8 is not None else r_q.astype(np.int8)), r_e
+
+        h_before = h.copy()  # the chain adds the product to the residual itself
+        _, _, acc2 = self._block_chain(
+            o[0], wo[0], w1[0], w2[0], o[1], wo[1], w1[1], h_before, g, eps,
+            norm_operand, mlp_operand, o8=o[2], wo8=wo[2], w1_8=w1[2], w2_8=w2[2],
+        )  # fmt: skip
+        y = self._dequantize(acc2, kept["r_e"], w2[1])
+        mlp = MlpOut(kept["relu"], kept["r_q"], kept["r_e"], kept["r8"], y)
+        return TailOut(kept["cache"], kept["b_q"], kept["b_e"], kept["b8"], mlp)
 
     def _limbs(self, x: FloatArray, axis: int, limbs: int) -> tuple[FloatArray, IntArray]:
         """``x`` quantized in ``limbs`` limbs along ``axis`` (``x`` is overwritten), stacked on a

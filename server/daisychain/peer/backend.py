@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
 from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.ops import AttnOut, GemmOps, Grad, Int8Array, MlpOut, QParts
+from daisychain.model.ops import AttnOut, GemmOps, Grad, Int8Array, MlpOut, QParts, TailOut
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
@@ -210,6 +211,22 @@ class _Deadline:
     ) -> AttnOut:
         self._check()
         out = self.ops.attention(q, kt, v, scale, softmax)
+        self._check()
+        return out
+
+    def block_tail(
+        self,
+        o: QParts,
+        wo: QParts,
+        h: FloatArray,
+        g: FloatArray,
+        eps: np.float32,
+        norm: Callable[[FloatArray], tuple[FloatArray, Any]],
+        w1: QParts,
+        w2: QParts,
+    ) -> TailOut:
+        self._check()
+        out = self.ops.block_tail(o, wo, h, g, eps, norm, w1, w2)
         self._check()
         return out
 

@@ -1,0 +1,186 @@
+// norm_epilogue.wgsl - the residual add and RMSNorm between attention's output product and the
+// MLP, on the GPU (docs/KERNELS.md "The block chain").
+//
+// After attention, a block computes  h = h + qmatmul(o, wo);  bn = rmsnorm(h, g2);
+// (b_q, b_e) = quantize(bn per token)  (docs/MODEL.md section 4, steps 7-8), and bn's quantized
+// form is the MLP's first operand. This kernel is the part between the output product and the
+// MLP chain, per token n:
+//   y[c]  = RNE_f32(acc[n, c] * 2^(row_e[n] + col_e[c]))     the contract's dequantization
+//   h1[c] = h[n, c] + y[c]
+//   ss    = tree_sum(h1[c] * h1[c] over c)                    the pinned pairwise-halving order
+//   d     = sqrt(ss / f32(C) + eps);  inv = 1 / d
+//   bn[c] = (h1[c] * inv) * g[c]
+// then bn quantized per row (NUMERICS.md section 2) and written as the MLP's first A operand,
+// int8 packed four per u32 along C, K-MAJOR (word [w][n] = b_q[n, 4w .. 4w+3]). All float
+// arithmetic is the softfloat library's (prepended by the host). The tree sum takes its leaves in
+// bit-reversed order with a stack of partial sums (attention_epilogue.wgsl explains why that is
+// the pinned order).
+//
+// Bindings (group 0):
+//   0  params  uniform  { m: u32, c: u32, c4: u32, m4: u32, width: u32, c_bits: u32,
+//                         eps_bits: u32, pad: u32 }
+//              m tokens; c4 = ceil(C / 4); m4 = 4 ceil(m / 4); width = next power of two >= C;
+//              c_bits, eps_bits: the float32 bits of f32(C) and eps
+//   1  acc     storage, read        array<i32>, m x C row-major (the output product)
+//   2  scales  storage, read        array<i32>, m row exponents (o_e) then C column ones (wo_e)
+//   3  h       storage, read        array<u32>, m x C float32 bits: the residual stream before
+//   4  g       storage, read        array<u32>, C float32 bits: the norm's gain
+//   5  packed  storage, read_write  array<u32>, c4 x m4 words: b_q K-major (every word of the m
+//                                   rows written, zero bytes past C)
+//   6  status  storage, read_write  array<u32>, 3 m words: [3n] b_e (bits), [3n + 1] 0 ok,
+//                                   1 non-finite, 2 |bn| >= 2^E_CEIL, [3n + 2] the sum of the
+//                                   row's bn bit patterns mod 2^32 (the host's check)
+//   7  next    storage, read_write  array<i32>: b_e again at [n], the row exponents of the MLP
+//                                   epilogue's scales (the host put w1's column ones after m)
+// One invocation per token; dispatch (ceil(m / WG), 1, 1).
+
+override WG: u32 = 64u;
+
+const NM_E_FLOOR: i32 = -100;
+const NM_E_CEIL: i32 = 100;
+const NM_MANT_BUMP: u32 = 0x7F0000u;
+
+struct NmParams {
+    m: u32,
+    c: u32,
+    c4: u32,
+    m4: u32,
+    width: u32,
+    c_bits: u32,
+    eps_bits: u32,
+    pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> nm: NmParams;
+@group(0) @binding(1) var<storage, read> acc: array<i32>;
+@group(0) @binding(2) var<storage, read> scales: array<i32>;
+@group(0) @binding(3) var<storage, read> h: array<u32>;
+@group(0) @binding(4) var<storage, read> g: array<u32>;
+@group(0) @binding(5) var<storage, read_write> packed: array<u32>;
+@group(0) @binding(6) var<storage, read_write> status: array<u32>;
+@group(0) @binding(7) var<storage, read_write> next_scales: array<i32>;
+
+fn nm_scaled(v: i32, s: i32) -> u32 {
+    if (v == 0) {
+        return 0u;
+    }
+    let sign = select(0u, SF_SIGN, v < 0);
+    let mag = u32(abs(v));
+    let lz = countLeadingZeros(mag);
+    return sf_round_pack(sign, s - i32(lz) + 158, mag << (lz - 1u));
+}
+
+// h1[c] of token n: the residual stream after the output product.
+fn nm_h1(n: u32, c: u32) -> u32 {
+    let y = nm_scaled(acc[n * nm.c + c], scales[n] + scales[nm.m + c]);
+    return sf_add(h[n * nm.c + c], y);
+}
+
+fn nm_reverse(x: u32, bits: u32) -> u32 {
+    if (bits == 0u) {
+        return 0u;
+    }
+    return reverseBits(x) >> (32u - bits);
+}
+
+// tree_sum(h1[c] * h1[c] over c), padded with +0 to width leaves.
+fn nm_squares(n: u32) -> u32 {
+    var value: array<u32, 17>;
+    var level: array<u32, 17>;
+    var top = 0u;
+    let bits = firstTrailingBit(nm.width);
+    for (var pos = 0u; pos < nm.width; pos++) {
+        let c = nm_reverse(pos, bits);
+        var v = 0u;
+        if (c < nm.c) {
+            let x = nm_h1(n, c);
+            v = sf_mul(x, x);
+        }
+        var lv = 0u;
+        while (top > 0u && level[top - 1u] == lv) {
+            v = sf_add(value[top - 1u], v);
+            top = top - 1u;
+            lv = lv + 1u;
+        }
+        value[top] = v;
+        level[top] = lv;
+        top = top + 1u;
+    }
+    return value[0];
+}
+
+// bn[c] of token n, given the row's inv.
+fn nm_bn(n: u32, c: u32, inv: u32) -> u32 {
+    return sf_mul(sf_mul(nm_h1(n, c), inv), g[c]);
+}
+
+fn nm_round(bits: u32, e: i32) -> u32 {
+    let biased = i32((bits >> 23u) & 0xFFu);
+    var mant = bits & 0x7FFFFFu;
+    var ex = -126;
+    if (biased != 0) {
+        mant = mant | 0x800000u;
+        ex = biased - 127;
+    }
+    let sh = 23 + e - ex;
+    if (sh >= 32) {
+        return 0u;
+    }
+    if (sh <= 0) {
+        return mant << u32(-sh);
+    }
+    let shift = u32(sh);
+    let qi = mant >> shift;
+    let rem = mant & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (qi & 1u) == 1u)) {
+        return qi + 1u;
+    }
+    return qi;
+}
+
+@compute @workgroup_size(WG, 1, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let n = gid.x;
+    if (n >= nm.m) {
+        return;
+    }
+    let ms = sf_div(nm_squares(n), nm.c_bits);
+    let inv = sf_div(SF_ONE, sf_sqrt(sf_add(ms, nm.eps_bits)));
+    var amax = 0u;
+    var bits_sum = 0u;
+    for (var c = 0u; c < nm.c; c++) {
+        let b = nm_bn(n, c, inv);
+        amax = max(amax, b & SF_ABS);
+        bits_sum = bits_sum + b;
+    }
+    var st = 0u;
+    let big_e = i32(amax >> 23u) - 127;
+    if (amax >= SF_INF) {
+        st = 1u;
+    } else if (big_e >= NM_E_CEIL) {
+        st = 2u;
+    }
+    var e = big_e - 6 + select(0, 1, (amax & 0x7FFFFFu) >= NM_MANT_BUMP);
+    let zero_row = big_e < NM_E_FLOOR || st != 0u;
+    if (zero_row) {
+        e = 0;
+    }
+    status[3u * n] = bitcast<u32>(e);
+    status[3u * n + 1u] = st;
+    status[3u * n + 2u] = bits_sum;
+    next_scales[n] = e;
+    for (var w = 0u; w < nm.c4; w++) {
+        var word = 0u;
+        for (var lane = 0u; lane < 4u; lane++) {
+            let c = w * 4u + lane;
+            if (c < nm.c && !zero_row) {
+                let b = nm_bn(n, c, inv);
+                let mag = nm_round(b & SF_ABS, e);
+                let q = select(i32(mag), -i32(mag), (b & SF_SIGN) != 0u);
+                word = word | ((bitcast<u32>(q) & 0xFFu) << (8u * lane));
+            }
+        }
+        packed[w * nm.m4 + n] = word;
+    }
+}
