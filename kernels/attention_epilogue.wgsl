@@ -12,12 +12,10 @@
 //   P[j]  = p[j] / den
 // then P quantized per row (NUMERICS.md section 2) and written as the second product's A operand:
 // int8 packed four per u32 along the keys, K-MAJOR per slice (word [w][i] = P_q[i, 4w .. 4w+3]).
-// All float arithmetic is the softfloat library's (prepended by the host), so the bits are
-// numpy's on every device.
+// All float arithmetic is the softfloat library's and the quantization epilogue.wgsl's (the host
+// prepends both), so the bits are numpy's on every device.
 //
-// The tree sum without an array: leaves taken in bit-reversed index order make the pinned tree a
-// perfect binary tree over consecutive leaves (its first level adds x[i] and x[i + W/2], whose
-// bit-reversed positions are neighbours), summed with a stack of partial sums by level.
+// The tree sum is epilogue.wgsl's (leaves in bit-reversed order, a stack of partial sums).
 //
 // Bindings (group 0):
 //   0  params  uniform  { t: u32, rows: u32, acc_stride: u32, packed_stride: u32,
@@ -37,9 +35,6 @@
 
 override WG: u32 = 64u;
 
-const AT_E_FLOOR: i32 = -100;
-const AT_E_CEIL: i32 = 100;
-const AT_MANT_BUMP: u32 = 0x7F0000u;
 const AT_NEG_INF: u32 = 0xFF800000u;
 
 struct AtParams {
@@ -59,17 +54,6 @@ struct AtParams {
 @group(0) @binding(3) var<storage, read_write> packed: array<u32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
 
-// RNE_f32(v * 2^s) for an int32 v, one rounding (as mlp_epilogue.wgsl's ep_scaled).
-fn at_scaled(v: i32, s: i32) -> u32 {
-    if (v == 0) {
-        return 0u;
-    }
-    let sign = select(0u, SF_SIGN, v < 0);
-    let mag = u32(abs(v));
-    let lz = countLeadingZeros(mag);
-    return sf_round_pack(sign, s - i32(lz) + 158, mag << (lz - 1u));
-}
-
 // The scaled, masked score s[j] of row r (slice s, query i).
 fn at_score(r: u32, j: u32) -> u32 {
     let slice = r / at.t;
@@ -78,7 +62,7 @@ fn at_score(r: u32, j: u32) -> u32 {
         return AT_NEG_INF;
     }
     let v = acc[slice * at.acc_stride + i * at.t + j];
-    return sf_mul(at_scaled(v, scales[r] + scales[at.rows + slice * at.t + j]), at.scale);
+    return sf_mul(ep_scaled(v, scales[r] + scales[at.rows + slice * at.t + j]), at.scale);
 }
 
 // The max of row r's scores (exact: a comparison), never below s[0] (key 0 is never masked).
@@ -104,62 +88,15 @@ fn at_prob(r: u32, j: u32, m: u32, den: u32) -> u32 {
     return sf_div(at_p(r, j, m), den);
 }
 
-fn at_reverse(x: u32, bits: u32) -> u32 {
-    if (bits == 0u) {
-        return 0u;
-    }
-    return reverseBits(x) >> (32u - bits);
-}
-
 // tree_sum(p over j = 0 .. t-1), padded with +0 to width leaves (see the header).
 fn at_den(r: u32, m: u32) -> u32 {
-    var value: array<u32, 17>;
-    var level: array<u32, 17>;
-    var top = 0u;
+    var tree: EpTree;
     let bits = firstTrailingBit(at.width);
     for (var pos = 0u; pos < at.width; pos++) {
-        let j = at_reverse(pos, bits);
-        var v = 0u;
-        if (j < at.t) {
-            v = at_p(r, j, m);
-        }
-        var lv = 0u;
-        while (top > 0u && level[top - 1u] == lv) {
-            v = sf_add(value[top - 1u], v);
-            top = top - 1u;
-            lv = lv + 1u;
-        }
-        value[top] = v;
-        level[top] = lv;
-        top = top + 1u;
+        let j = ep_reverse(pos, bits);
+        ep_tree_add(&tree, select(0u, at_p(r, j, m), j < at.t));
     }
-    return value[0];
-}
-
-// rint(x * 2^-e) of a non-negative finite x <= amax (quantize.wgsl's round_magnitude).
-fn at_round(bits: u32, e: i32) -> u32 {
-    let biased = i32((bits >> 23u) & 0xFFu);
-    var mant = bits & 0x7FFFFFu;
-    var ex = -126;
-    if (biased != 0) {
-        mant = mant | 0x800000u;
-        ex = biased - 127;
-    }
-    let sh = 23 + e - ex;
-    if (sh >= 32) {
-        return 0u;
-    }
-    if (sh <= 0) {
-        return mant << u32(-sh);
-    }
-    let shift = u32(sh);
-    let qi = mant >> shift;
-    let rem = mant & ((1u << shift) - 1u);
-    let half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (qi & 1u) == 1u)) {
-        return qi + 1u;
-    }
-    return qi;
+    return tree.value[0];
 }
 
 @compute @workgroup_size(WG, 1, 1)
@@ -178,29 +115,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         amax = max(amax, pj & SF_ABS);
         bits_sum = bits_sum + pj;
     }
-    var st = 0u;
-    let big_e = i32(amax >> 23u) - 127;
-    if (amax >= SF_INF) {
-        st = 1u;
-    } else if (big_e >= AT_E_CEIL) {
-        st = 2u;
-    }
-    var e = big_e - 6 + select(0, 1, (amax & 0x7FFFFFu) >= AT_MANT_BUMP);
-    let zero_row = big_e < AT_E_FLOOR || st != 0u;
-    if (zero_row) {
-        e = 0;
-    }
-    status[3u * r] = bitcast<u32>(e);
-    status[3u * r + 1u] = st;
+    let scale = ep_scale(amax);
+    status[3u * r] = bitcast<u32>(scale.e);
+    status[3u * r + 1u] = scale.status;
     status[3u * r + 2u] = bits_sum;
     let base = (r / at.t) * at.packed_stride + r % at.t;
     for (var w = 0u; w < at.t4; w++) {
         var word = 0u;
         for (var lane = 0u; lane < 4u; lane++) {
             let j = w * 4u + lane;
-            if (j < at.t && !zero_row) {
-                let pj = at_prob(r, j, m, den);
-                word = word | ((at_round(pj, e) & 0xFFu) << (8u * lane));
+            if (j < at.t) {
+                word = word | (ep_byte(at_prob(r, j, m, den), scale) << (8u * lane));
             }
         }
         packed[base + w * at.m4] = word;

@@ -12,8 +12,9 @@
 //   bn[c] = (h1[c] * inv) * g[c]
 // then bn quantized per row (NUMERICS.md section 2) and written as the MLP's first A operand,
 // int8 packed four per u32 along C, K-MAJOR (word [w][n] = b_q[n, 4w .. 4w+3]). All float
-// arithmetic is the softfloat library's (prepended by the host). The tree sum takes its leaves in
-// bit-reversed order with a stack of partial sums (attention_epilogue.wgsl explains why that is
+// arithmetic is the softfloat library's and the quantization epilogue.wgsl's (the host prepends
+// both). The tree sum takes its leaves in
+// bit-reversed order with a stack of partial sums (epilogue.wgsl's EpTree explains why that is
 // the pinned order).
 //
 // Bindings (group 0):
@@ -36,9 +37,6 @@
 
 override WG: u32 = 64u;
 
-const NM_E_FLOOR: i32 = -100;
-const NM_E_CEIL: i32 = 100;
-const NM_MANT_BUMP: u32 = 0x7F0000u;
 
 struct NmParams {
     m: u32,
@@ -60,83 +58,31 @@ struct NmParams {
 @group(0) @binding(6) var<storage, read_write> status: array<u32>;
 @group(0) @binding(7) var<storage, read_write> next_scales: array<i32>;
 
-fn nm_scaled(v: i32, s: i32) -> u32 {
-    if (v == 0) {
-        return 0u;
-    }
-    let sign = select(0u, SF_SIGN, v < 0);
-    let mag = u32(abs(v));
-    let lz = countLeadingZeros(mag);
-    return sf_round_pack(sign, s - i32(lz) + 158, mag << (lz - 1u));
-}
-
 // h1[c] of token n: the residual stream after the output product.
 fn nm_h1(n: u32, c: u32) -> u32 {
-    let y = nm_scaled(acc[n * nm.c + c], scales[n] + scales[nm.m + c]);
+    let y = ep_scaled(acc[n * nm.c + c], scales[n] + scales[nm.m + c]);
     return sf_add(h[n * nm.c + c], y);
-}
-
-fn nm_reverse(x: u32, bits: u32) -> u32 {
-    if (bits == 0u) {
-        return 0u;
-    }
-    return reverseBits(x) >> (32u - bits);
 }
 
 // tree_sum(h1[c] * h1[c] over c), padded with +0 to width leaves.
 fn nm_squares(n: u32) -> u32 {
-    var value: array<u32, 17>;
-    var level: array<u32, 17>;
-    var top = 0u;
+    var tree: EpTree;
     let bits = firstTrailingBit(nm.width);
     for (var pos = 0u; pos < nm.width; pos++) {
-        let c = nm_reverse(pos, bits);
+        let c = ep_reverse(pos, bits);
         var v = 0u;
         if (c < nm.c) {
             let x = nm_h1(n, c);
             v = sf_mul(x, x);
         }
-        var lv = 0u;
-        while (top > 0u && level[top - 1u] == lv) {
-            v = sf_add(value[top - 1u], v);
-            top = top - 1u;
-            lv = lv + 1u;
-        }
-        value[top] = v;
-        level[top] = lv;
-        top = top + 1u;
+        ep_tree_add(&tree, v);
     }
-    return value[0];
+    return tree.value[0];
 }
 
 // bn[c] of token n, given the row's inv.
 fn nm_bn(n: u32, c: u32, inv: u32) -> u32 {
     return sf_mul(sf_mul(nm_h1(n, c), inv), g[c]);
-}
-
-fn nm_round(bits: u32, e: i32) -> u32 {
-    let biased = i32((bits >> 23u) & 0xFFu);
-    var mant = bits & 0x7FFFFFu;
-    var ex = -126;
-    if (biased != 0) {
-        mant = mant | 0x800000u;
-        ex = biased - 127;
-    }
-    let sh = 23 + e - ex;
-    if (sh >= 32) {
-        return 0u;
-    }
-    if (sh <= 0) {
-        return mant << u32(-sh);
-    }
-    let shift = u32(sh);
-    let qi = mant >> shift;
-    let rem = mant & ((1u << shift) - 1u);
-    let half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (qi & 1u) == 1u)) {
-        return qi + 1u;
-    }
-    return qi;
 }
 
 @compute @workgroup_size(WG, 1, 1)
@@ -154,31 +100,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         amax = max(amax, b & SF_ABS);
         bits_sum = bits_sum + b;
     }
-    var st = 0u;
-    let big_e = i32(amax >> 23u) - 127;
-    if (amax >= SF_INF) {
-        st = 1u;
-    } else if (big_e >= NM_E_CEIL) {
-        st = 2u;
-    }
-    var e = big_e - 6 + select(0, 1, (amax & 0x7FFFFFu) >= NM_MANT_BUMP);
-    let zero_row = big_e < NM_E_FLOOR || st != 0u;
-    if (zero_row) {
-        e = 0;
-    }
-    status[3u * n] = bitcast<u32>(e);
-    status[3u * n + 1u] = st;
+    let scale = ep_scale(amax);
+    status[3u * n] = bitcast<u32>(scale.e);
+    status[3u * n + 1u] = scale.status;
     status[3u * n + 2u] = bits_sum;
-    next_scales[n] = e;
+    next_scales[n] = scale.e;
     for (var w = 0u; w < nm.c4; w++) {
         var word = 0u;
         for (var lane = 0u; lane < 4u; lane++) {
             let c = w * 4u + lane;
-            if (c < nm.c && !zero_row) {
-                let b = nm_bn(n, c, inv);
-                let mag = nm_round(b & SF_ABS, e);
-                let q = select(i32(mag), -i32(mag), (b & SF_SIGN) != 0u);
-                word = word | ((bitcast<u32>(q) & 0xFFu) << (8u * lane));
+            if (c < nm.c) {
+                word = word | (ep_byte(nm_bn(n, c, inv), scale) << (8u * lane));
             }
         }
         packed[w * nm.m4 + n] = word;

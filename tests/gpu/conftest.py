@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
-from daisychain.gpu.gemm import KERNEL_NAMES, GpuGemm
+from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +21,10 @@ def gpu() -> GpuDevice:
 def gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
     """Each wgpu GEMM kernel on the session's device."""
     return GpuGemm(gpu, request.param)
+
+
+@pytest.fixture(scope="module", params=list(KERNEL_NAMES))
+def fresh_gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
+    """Each wgpu GEMM kernel with no chain attached (a test attaches one, or a planted one)."""
+    kind: GemmKind = request.param
+    return GpuGemm(gpu, kind)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daisychain import training
+from chain_steps import one_tiny_step
 from daisychain.gpu.attention_chain import (
     AttentionChain,
     AttentionChainOut,
@@ -19,23 +19,14 @@ from daisychain.gpu.attention_chain import (
     run_attention_chain_gates,
 )
 from daisychain.gpu.backend import Backend, attach_attention_chain, attach_mlp_chain
-from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.chain import epilogue_module
 from daisychain.gpu.device import GpuDevice
-from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
-from daisychain.gpu.kernels import kernel_source
+from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
-from daisychain.harness.steps import token_stream
 from daisychain.model.config import preset
 from daisychain.model.gpt import softmax_causal
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.numerics.gemm import round_scaled
-from daisychain.optim import AdamWConfig
-
-
-@pytest.fixture(scope="module", params=list(KERNEL_NAMES))
-def fresh_gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
-    kind: GemmKind = request.param
-    return GpuGemm(gpu, kind)
 
 
 def test_the_gate_passes_on_each_kernel(fresh_gemm: GpuGemm) -> None:
@@ -83,7 +74,7 @@ def test_the_gate_cases_reach_what_the_softmax_must_get_right() -> None:
 
 PLANTS = {
     "a left-to-right sum instead of the pinned tree": (
-        "        let j = at_reverse(pos, bits);",
+        "        let j = ep_reverse(pos, bits);",
         "        let j = pos;",
     ),
     "the causal mask one key late": (
@@ -109,7 +100,7 @@ PLANTS = {
 @pytest.mark.parametrize("bug", list(PLANTS))
 def test_the_gate_refuses_a_planted_softmax(gpu: GpuDevice, bug: str) -> None:
     old, new = PLANTS[bug]
-    source = kernel_source("attention_epilogue")
+    source = epilogue_module("attention_epilogue")
     assert source.count(old) == 1, f"planting target {old!r} must occur once"
     gemm = GpuGemm(gpu, "dp4a")
     assert attach_attention_chain(gemm, source.replace(old, new)) is not None, bug
@@ -117,22 +108,8 @@ def test_the_gate_refuses_a_planted_softmax(gpu: GpuDevice, bug: str) -> None:
 
 
 def _one_step(gemm: GpuGemm) -> tuple[str, int, int]:
-    cfg = preset("tiny")
-    state = training.init(cfg, AdamWConfig(), 1)
-    state.ops = training_ops(Backend(gemm, "test"))
-    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
-    ROUND_TRIPS.reset()
-    digest = training.train_step(state, x, y).hash
-    counts = ROUND_TRIPS.snapshot()
+    digest, counts = one_tiny_step(gemm)
     return digest, counts.readbacks, counts.dispatches
-
-
-def _numpy_step() -> str:
-    cfg = preset("tiny")
-    state = training.init(cfg, AdamWConfig(), 1)
-    state.ops = NUMPY_OPS
-    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
-    return training.train_step(state, x, y).hash
 
 
 def test_a_step_through_both_chains_saves_two_round_trips_per_block(gpu: GpuDevice) -> None:
@@ -143,7 +120,7 @@ def test_a_step_through_both_chains_saves_two_round_trips_per_block(gpu: GpuDevi
     assert attach_mlp_chain(gemm) is None
     both = _one_step(gemm)
     layers = preset("tiny").layers
-    assert apart[0] == attention[0] == both[0] == _numpy_step()
+    assert apart[0] == attention[0] == both[0] == one_tiny_step(None)[0]
     assert (apart[1], attention[1], both[1]) == (26, 26 - layers, 26 - 2 * layers)  # 26, 24, 22
     assert attention[2] == apart[2] + layers and both[2] == apart[2] + 2 * layers
 

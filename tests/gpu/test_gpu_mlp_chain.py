@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daisychain import training
+from chain_steps import one_tiny_step
 from daisychain.gpu.backend import Backend, attach_mlp_chain
-from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.chain import epilogue_module
 from daisychain.gpu.device import GpuDevice
-from daisychain.gpu.gemm import KERNEL_NAMES, GemmKind, GpuGemm
-from daisychain.gpu.kernels import kernel_source
+from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
 from daisychain.gpu.mlp_chain import (
     MlpChain,
@@ -24,17 +23,8 @@ from daisychain.gpu.mlp_chain import (
     reference,
     run_mlp_chain_gates,
 )
-from daisychain.harness.steps import token_stream
 from daisychain.model.config import preset
 from daisychain.model.ops import NUMPY_OPS, GemmOps
-from daisychain.optim import AdamWConfig
-
-
-@pytest.fixture(scope="module", params=list(KERNEL_NAMES))
-def fresh_gemm(request: pytest.FixtureRequest, gpu: GpuDevice) -> GpuGemm:
-    """Each GEMM kernel with no chain attached (the tests attach one, or a planted one)."""
-    kind: GemmKind = request.param
-    return GpuGemm(gpu, kind)
 
 
 def test_the_gate_passes_on_each_kernel(fresh_gemm: GpuGemm) -> None:
@@ -64,7 +54,7 @@ PLANTS = {
         "    return select(u & SF_SIGN, u, (u & SF_SIGN) == 0u);",
     ),
     "the column scale is dropped": (
-        "scales[i] + scales[ep.m + f]",
+        "scales[i] + scales[mp.m + f]",
         "scales[i]",
     ),
     "ties round away from zero": (
@@ -72,8 +62,8 @@ PLANTS = {
         "    if (rem >= half) {\n        return qi + 1u;",
     ),
     "the scale bump one unit late": (
-        "(amax & 0x7FFFFFu) >= EP_MANT_BUMP",
-        "(amax & 0x7FFFFFu) > EP_MANT_BUMP",
+        "(amax & SF_MANT) >= EP_MANT_BUMP",
+        "(amax & SF_MANT) > EP_MANT_BUMP",
     ),
     "no status for a non-finite r": ("        st = 1u;", "        st = 0u;"),
 }
@@ -82,7 +72,7 @@ PLANTS = {
 @pytest.mark.parametrize("bug", list(PLANTS))
 def test_the_gate_refuses_a_planted_epilogue(gpu: GpuDevice, bug: str) -> None:
     old, new = PLANTS[bug]
-    source = kernel_source("mlp_epilogue")
+    source = epilogue_module("mlp_epilogue")
     assert source.count(old) == 1, f"planting target {old!r} must occur once"
     gemm = GpuGemm(gpu, "dp4a")
     why = attach_mlp_chain(gemm, source.replace(old, new))
@@ -91,24 +81,9 @@ def test_the_gate_refuses_a_planted_epilogue(gpu: GpuDevice, bug: str) -> None:
     assert attach_mlp_chain(gemm) is None and gemm.mlp is not None  # the real one passes
 
 
-def _one_step(gemm: GpuGemm, adapter: str) -> tuple[str, int, int]:
-    """(hash, readbacks, dispatches) of one ``tiny`` step trained as training_ops does."""
-    cfg = preset("tiny")
-    state = training.init(cfg, AdamWConfig(), 1)
-    state.ops = training_ops(Backend(gemm, adapter))
-    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
-    ROUND_TRIPS.reset()
-    digest = training.train_step(state, x, y).hash
-    counts = ROUND_TRIPS.snapshot()
+def _one_step(gemm: GpuGemm, adapter: str = "test") -> tuple[str, int, int]:
+    digest, counts = one_tiny_step(gemm)
     return digest, counts.readbacks, counts.dispatches
-
-
-def _numpy_step() -> str:
-    cfg = preset("tiny")
-    state = training.init(cfg, AdamWConfig(), 1)
-    state.ops = NUMPY_OPS
-    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
-    return training.train_step(state, x, y).hash
 
 
 def test_a_step_through_the_chain_saves_a_round_trip_per_block(gpu: GpuDevice) -> None:
@@ -117,7 +92,7 @@ def test_a_step_through_the_chain_saves_a_round_trip_per_block(gpu: GpuDevice) -
     assert attach_mlp_chain(gemm) is None
     chained = _one_step(gemm, "test")
     layers = preset("tiny").layers
-    assert chained[0] == apart[0] == _numpy_step()
+    assert chained[0] == apart[0] == one_tiny_step(None)[0]
     assert (apart[1], chained[1]) == (26, 26 - layers)  # tiny: 26 -> 24 (docs/BENCHMARKS.md)
     assert chained[2] == apart[2] + layers  # one epilogue dispatch more per block
 
@@ -133,9 +108,9 @@ def test_an_epilogue_wrong_only_at_the_models_shape_is_stopped_by_the_host_check
 ) -> None:
     """One row's exponent off by one, only when M is the tiny step's 256 tokens (no gate case
     has M = 256, so the gate passes it): the host's own r_e differs, the step stops."""
-    source = kernel_source("mlp_epilogue")
-    old = "    status[2u * i] = bitcast<u32>(e);"
-    new = "    status[2u * i] = bitcast<u32>(e + select(0, 1, ep.m == 256u && i == 3u));"
+    source = epilogue_module("mlp_epilogue")
+    old = "    status[2u * i] = bitcast<u32>(scale.e);"
+    new = "    status[2u * i] = bitcast<u32>(scale.e + select(0, 1, mp.m == 256u && i == 3u));"
     assert source.count(old) == 1
     gemm = GpuGemm(gpu, "dp4a")
     assert attach_mlp_chain(gemm, source.replace(old, new)) is None  # the gate misses it

@@ -22,40 +22,46 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from daisychain.gpu.chain import (
+    SLOT_WORDS,
+    aligned_words,
+    epilogue_module,
+    f32_bits,
+    run_and_read,
+    run_chain_gates,
+)
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GATE_SEED, GateFailure, GateReport
+from daisychain.gpu.gates import GATE_SEED, GateReport
 from daisychain.gpu.gemm import GpuGemm, pack_k_major_batched
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
-    Copy,
     Span,
     Step,
     compile_kernel,
-    dispatch_sequence,
-    kernel_source,
 )
-from daisychain.gpu.softfloat import library_source
 from daisychain.model.gpt import softmax_causal
 from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
 WG = 64
-_SLOT = SPAN_ALIGN // 4  # words per params slot
+_SLOT = SLOT_WORDS
+_aligned = aligned_words
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
 
 
-def _aligned(words: int) -> int:
-    return max(1, -(-words // _SLOT)) * _SLOT
-
-
 def _side_by_side(slices: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.uint32], int]:
+    """(S, ...) u32 slices -> one array with slice s at word s * stride (whole params slots)."""
     flat = slices.reshape(slices.shape[0], -1)
-    stride = _aligned(flat.shape[1])
+    stride = aligned_words(flat.shape[1])
     out = np.zeros((flat.shape[0], stride), dtype=np.uint32)
     out[:, : flat.shape[1]] = flat
     return out.reshape(-1), stride
+
+
+def _transposed(x: Int8Array) -> Int8Array:
+    return np.ascontiguousarray(x.transpose(0, 2, 1))
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,15 @@ class AttentionChain:
     """The chain on one GEMM kernel's device (its pipeline, pool and tile)."""
 
     def __init__(self, gemm: GpuGemm, *, source: str | None = None) -> None:
-        """``source`` replaces ``attention_epilogue.wgsl`` (the planted-bug tests)."""
+        """``source`` replaces the epilogue's whole module (``chain.epilogue_module``: the
+        planted-bug tests)."""
         self.gemm = gemm
         self.name = f"{gemm.name}-attention"
-        epilogue = kernel_source("attention_epilogue") if source is None else source
         self.epilogue = compile_kernel(
             gemm.gpu,
             "attention_epilogue",
             ["uniform", "read", "read", "write", "write"],
-            library_source() + epilogue,
+            epilogue_module("attention_epilogue") if source is None else source,
             {"WG": WG},
         )
 
@@ -125,7 +131,7 @@ class AttentionChain:
         params = np.zeros((2 * heads + 1, _SLOT), dtype="<u4")
         params[:heads, :4] = (t, t, max(1, -(-hd // 4)), 0)
         params[:heads, 3] = np.arange(heads)
-        scale_bits = int(np.array([scale], dtype=np.float32).view(np.uint32)[0])
+        scale_bits = f32_bits(scale)
         params[heads, :8] = (t, rows, acc_stride, packed_stride, t4, m4, width, scale_bits)
         params[heads + 1 :, :4] = (t, hd, t4, 0)
         params[heads + 1 :, 3] = np.arange(heads)
@@ -144,11 +150,6 @@ class AttentionChain:
             "b2": pool.upload(b2),
             **{name: pool.acquire(size) for name, size in sizes.items()},
         }
-        offsets, total = {}, 0
-        for name, size in sizes.items():
-            offsets[name] = total
-            total += size
-        result = pool.acquire(total)
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
         steps: list[Step] = []
@@ -172,17 +173,8 @@ class AttentionChain:
                 Span(bufs["acc2"], s * out_stride * 4, out_stride * 4),
                 *lut,
             ], (-(-hd // tn), -(-t // tm), 1)))  # fmt: skip
-        copies: list[Copy] = [
-            (bufs[name], 0, result, offsets[name], size) for name, size in sizes.items()
-        ]
-        try:
-            dispatch_sequence(gemm.gpu, steps, copies)
-            raw = np.frombuffer(pool.read(result, total), dtype=np.uint8)
-        finally:
-            pool.release(result, *bufs.values())
-
-        def words(name: str, dtype: str) -> npt.NDArray[np.generic]:
-            return raw[offsets[name] : offsets[name] + sizes[name]].view(dtype)
+        out = run_and_read(gemm.gpu, pool, steps, bufs, sizes)
+        words = out.words
 
         acc1 = words("acc1", "<i4").reshape(heads, acc_stride)[:, : t * t].reshape(heads, t, t)
         packed = words("packed", "<u4").reshape(heads, packed_stride)[:, : t4 * m4]
@@ -276,37 +268,7 @@ def attention_chain_cases() -> list[Case]:
 
 def run_attention_chain_gates(chain: AttentionChain) -> GateReport:
     """Every case through the chain on a poisoned pool, against ``reference``: both products,
-    P_q and P_e exactly, and a non-zero status where the reference refuses."""
-    name, pool = chain.name, chain.gemm.pool
-    passed = 0
-    for case, q8, kt8, v8, q_e, k_e, scale in attention_chain_cases():
-        shape = q8.shape
-        try:
-            with pool.poisoned():
-                got = chain.run(q8, kt8, v8, q_e, k_e, scale)
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            return GateReport(name, passed, GateFailure(name, case, shape, None, "a result", why))
-        want = reference(q8, kt8, v8, q_e, k_e, scale)
-        if want is None:
-            if not np.any(got.status != 0):
-                failure = GateFailure(name, case, shape, None, "a non-zero status", "status 0")
-                return GateReport(name, passed, failure)
-            passed += 1
-            continue
-        for what in ("acc1", "p8", "p_e", "status", "p_sum", "acc2"):
-            have, expect = getattr(got, what), getattr(want, what)
-            wrong = np.argwhere(have != expect)
-            if have.shape != expect.shape or wrong.size:
-                at = tuple(int(v) for v in wrong[0]) if wrong.size else None
-                failure = GateFailure(
-                    name,
-                    f"{case} ({what})",
-                    shape,
-                    at,
-                    str(expect[at]) if at is not None else str(expect.shape),
-                    str(have[at]) if at is not None else str(have.shape),
-                )
-                return GateReport(name, passed, failure)
-        passed += 1
-    return GateReport(name, passed, None)
+    P_q, P_e and the P checksums exactly, and a non-zero status where the reference refuses."""
+    keys = ("q8", "kt8", "v8", "q_e", "k_e", "scale")
+    cases = [(c[0], dict(zip(keys, c[1:], strict=True))) for c in attention_chain_cases()]
+    return run_chain_gates(chain.name, chain.gemm.pool, cases, chain.run, reference, ["status"])

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daisychain.gpu import chain
 from daisychain.gpu.attention_chain import AttentionChain, run_attention_chain_gates
 from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
@@ -128,59 +129,30 @@ def evaluate_gpu(
 def attach_mlp_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
     """Compile and gate the MLP chain on ``gemm``'s device and, if it passes, let training use
     it (``gemm.mlp``): None, else why not (the GEMM stays usable, the MLP then costs two round
-    trips). ``source`` replaces ``mlp_epilogue.wgsl`` (the planted-bug tests)."""
-    try:
-        chain = MlpChain(gemm, source=source)
-        report = run_mlp_chain_gates(chain)
-    except Exception as exc:
-        why = f"{gemm.name}-mlp: {exc}"
-    else:
-        if report.failure is None:
-            gemm.mlp = chain
-            return None
-        why = report.failure.describe()
-    log.warning("MLP chain not used on %s: %s", gemm.name, why)
-    gemm.mlp = None
-    return why
+    trips). ``source`` replaces the epilogue's whole module (the planted-bug tests)."""
+    return chain.attach(gemm, "mlp", lambda: MlpChain(gemm, source=source), run_mlp_chain_gates)
 
 
 def attach_attention_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
-    """``attach_mlp_chain`` for attention's chain (``gemm.attention``); ``source`` replaces
-    ``attention_epilogue.wgsl``."""
-    try:
-        chain = AttentionChain(gemm, source=source)
-        report = run_attention_chain_gates(chain)
-    except Exception as exc:
-        why = f"{gemm.name}-attention: {exc}"
-    else:
-        if report.failure is None:
-            gemm.attention = chain
-            return None
-        why = report.failure.describe()
-    log.warning("attention chain not used on %s: %s", gemm.name, why)
-    gemm.attention = None
-    return why
+    """``attach_mlp_chain`` for attention's chain (``gemm.attention``)."""
+    return chain.attach(
+        gemm,
+        "attention",
+        lambda: AttentionChain(gemm, source=source),
+        run_attention_chain_gates,
+    )
 
 
 def attach_block_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
     """``attach_mlp_chain`` for a block's tail (``gemm.block``), which extends the MLP chain:
-    none without it. ``source`` replaces ``norm_epilogue.wgsl``."""
-    if gemm.mlp is None:
+    none without it."""
+    mlp = gemm.mlp
+    if mlp is None:
         gemm.block = None
         return f"{gemm.name}-block: no MLP chain to extend"
-    try:
-        chain = BlockChain(gemm.mlp, source=source)
-        report = run_block_chain_gates(chain)
-    except Exception as exc:
-        why = f"{gemm.name}-block: {exc}"
-    else:
-        if report.failure is None:
-            gemm.block = chain
-            return None
-        why = report.failure.describe()
-    log.warning("block chain not used on %s: %s", gemm.name, why)
-    gemm.block = None
-    return why
+    return chain.attach(
+        gemm, "block", lambda: BlockChain(mlp, source=source), run_block_chain_gates
+    )
 
 
 def prove(

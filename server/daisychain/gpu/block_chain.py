@@ -22,21 +22,24 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.gpu.attention_chain import bits_sum
+from daisychain.gpu.chain import (
+    epilogue_module,
+    f32_bits,
+    run_and_read,
+    run_chain_gates,
+    unpack_k_major,
+)
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GATE_SEED, GateFailure, GateReport
+from daisychain.gpu.gates import GATE_SEED, GateReport
 from daisychain.gpu.gemm import pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
-    Copy,
     Span,
     Step,
     compile_kernel,
-    dispatch_sequence,
-    kernel_source,
 )
 from daisychain.gpu.mlp_chain import WG, MlpChain
 from daisychain.gpu.mlp_chain import reference as mlp_reference
-from daisychain.gpu.softfloat import library_source
 from daisychain.model.gpt import rmsnorm_forward
 from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
@@ -63,24 +66,20 @@ class BlockChainOut:
     acc2: Int32Array  # (M, C) r_q @ w2_q
 
 
-def _f32_bits(x: float | np.float32) -> int:
-    return int(np.array([x], dtype=np.float32).view(np.uint32)[0])
-
-
 class BlockChain:
     """The chain on an MLP chain's GEMM (its pipelines, pool and tile)."""
 
     def __init__(self, mlp: MlpChain, *, source: str | None = None) -> None:
-        """``source`` replaces ``norm_epilogue.wgsl`` (the planted-bug tests)."""
+        """``source`` replaces the epilogue's whole module (``chain.epilogue_module``: the
+        planted-bug tests)."""
         self.mlp = mlp
         self.gemm = mlp.gemm
         self.name = f"{self.gemm.name}-block"
-        epilogue = kernel_source("norm_epilogue") if source is None else source
         self.epilogue = compile_kernel(
             self.gemm.gpu,
             "norm_epilogue",
             ["uniform", "read", "read", "read", "read", "write", "write", "write"],
-            library_source() + epilogue,
+            epilogue_module("norm_epilogue") if source is None else source,
             {"WG": WG},
         )
 
@@ -118,7 +117,7 @@ class BlockChain:
         params = np.zeros(5 * slot, dtype="<u4")
         params[0:4] = (m, c, c4, 0)  # o @ wo
         params[slot : slot + 8] = (
-            m, c, c4, m4, 1 << (c - 1).bit_length(), _f32_bits(c), _f32_bits(eps), 0,
+            m, c, c4, m4, 1 << (c - 1).bit_length(), f32_bits(c), f32_bits(eps), 0,
         )  # fmt: skip
         params[2 * slot : 2 * slot + 4] = (m, f, c4, 0)  # b @ w1
         params[3 * slot : 3 * slot + 4] = (m, f, f4, m4)  # the MLP epilogue
@@ -148,11 +147,6 @@ class BlockChain:
             "b_w2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
             **{name: pool.acquire(size) for name, size in sizes.items()},
         }
-        offsets, total = {}, 0
-        for name, size in sizes.items():
-            offsets[name] = total
-            total += -(-size // 16) * 16
-        result = pool.acquire(total)
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
 
@@ -173,23 +167,11 @@ class BlockChain:
             (gemm.kernel, [params_at(4), bufs["r_packed"], bufs["b_w2"], bufs["acc2"], *lut],
              (-(-c // tn), -(-m // tm), 1)),
         ]  # fmt: skip
-        copies: list[Copy] = [
-            (bufs[name], 0, result, offsets[name], size) for name, size in sizes.items()
-        ]
-        try:
-            dispatch_sequence(gemm.gpu, steps, copies)
-            raw = np.frombuffer(pool.read(result, total), dtype=np.uint8)
-        finally:
-            pool.release(result, *bufs.values())
-
-        def words(name: str, dtype: str) -> npt.NDArray[np.generic]:
-            return raw[offsets[name] : offsets[name] + sizes[name]].view(dtype)
+        out = run_and_read(gemm.gpu, pool, steps, bufs, sizes)
+        words = out.words
 
         def unpack(name: str, k4: int, k: int) -> Int8Array:
-            packed = words(name, "<u4").reshape(k4, m4)
-            return np.ascontiguousarray(
-                np.ascontiguousarray(packed.T).view(np.int8).reshape(m4, 4 * k4)[:m, :k]
-            )
+            return unpack_k_major(words(name, "<u4").reshape(k4, m4), m, k)
 
         b_status = words("b_status", "<u4").reshape(m, 3)
         r_status = words("r_status", "<u4").reshape(m, 2)
@@ -296,38 +278,6 @@ def block_chain_cases() -> list[Case]:
 def run_block_chain_gates(chain: BlockChain) -> GateReport:
     """Every case through the chain on a poisoned pool, against ``reference``: every product and
     operand exactly, the bn checksums, and a non-zero status where the reference refuses."""
-    name, pool = chain.name, chain.gemm.pool
-    passed = 0
-    for case, kwargs in block_chain_cases():
-        o8 = kwargs["o8"]
-        assert isinstance(o8, np.ndarray)
-        shape = o8.shape
-        try:
-            with pool.poisoned():
-                got = chain.run(**kwargs)  # type: ignore[arg-type]
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            return GateReport(name, passed, GateFailure(name, case, shape, None, "a result", why))
-        want = reference(**kwargs)  # type: ignore[arg-type]
-        if want is None:
-            if not (np.any(got.b_status != 0) or np.any(got.r_status != 0)):
-                failure = GateFailure(name, case, shape, None, "a non-zero status", "status 0")
-                return GateReport(name, passed, failure)
-            passed += 1
-            continue
-        for what in want.__dataclass_fields__:
-            have, expect = getattr(got, what), getattr(want, what)
-            wrong = np.argwhere(have != expect)
-            if have.shape != expect.shape or wrong.size:
-                at = tuple(int(v) for v in wrong[0]) if wrong.size else None
-                failure = GateFailure(
-                    name,
-                    f"{case} ({what})",
-                    shape,
-                    at,
-                    str(expect[at]) if at is not None else str(expect.shape),
-                    str(have[at]) if at is not None else str(have.shape),
-                )
-                return GateReport(name, passed, failure)
-        passed += 1
-    return GateReport(name, passed, None)
+    statuses = ["b_status", "r_status"]
+    cases = block_chain_cases()
+    return run_chain_gates(chain.name, chain.gemm.pool, cases, chain.run, reference, statuses)

@@ -23,19 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from daisychain.gpu.chain import epilogue_module, run_and_read, run_chain_gates, unpack_k_major
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GATE_SEED, GateFailure, GateReport
+from daisychain.gpu.gates import GATE_SEED, GateReport
 from daisychain.gpu.gemm import GpuGemm, pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
-    Copy,
     Span,
     Step,
     compile_kernel,
-    dispatch_sequence,
-    kernel_source,
 )
-from daisychain.gpu.softfloat import library_source
 from daisychain.model.ops import relu_in_place
 from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
@@ -44,7 +41,6 @@ from daisychain.numerics.quant import QuantizationError, quantize
 WG = 64
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
-STATUS_OK = 0
 
 
 @dataclass(frozen=True)
@@ -62,16 +58,15 @@ class MlpChain:
     """The chain on one GEMM kernel's device (its pipeline, pool and tile)."""
 
     def __init__(self, gemm: GpuGemm, *, source: str | None = None) -> None:
-        """``source`` replaces ``mlp_epilogue.wgsl`` (the planted-bug tests); the softfloat
-        library is prepended either way."""
+        """``source`` replaces the epilogue's whole module (``chain.epilogue_module``: the
+        planted-bug tests)."""
         self.gemm = gemm
         self.name = f"{gemm.name}-mlp"
-        epilogue = kernel_source("mlp_epilogue") if source is None else source
         self.epilogue = compile_kernel(
             gemm.gpu,
             "mlp_epilogue",
             ["uniform", "read", "read", "write", "write"],
-            library_source() + epilogue,
+            epilogue_module("mlp_epilogue") if source is None else source,
             {"WG": WG},
         )
 
@@ -116,11 +111,6 @@ class MlpChain:
             "b2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
             **{name: pool.acquire(size) for name, size in sizes.items()},
         }
-        offsets, total = {}, 0
-        for name, size in sizes.items():
-            offsets[name] = total
-            total += -(-size // 16) * 16
-        result = pool.acquire(total)
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
         steps: list[Step] = [
@@ -152,24 +142,13 @@ class MlpChain:
                 (-(-c2 // tn), -(-m // tm), 1),
             ),
         ]
-        copies: list[Copy] = [
-            (bufs[name], 0, result, offsets[name], size) for name, size in sizes.items()
-        ]
-        try:
-            dispatch_sequence(gemm.gpu, steps, copies)
-            raw = np.frombuffer(pool.read(result, total), dtype=np.uint8)
-        finally:
-            pool.release(result, *bufs.values())
+        out = run_and_read(gemm.gpu, pool, steps, bufs, sizes)
+        words = out.words
 
-        def words(name: str, dtype: str) -> npt.NDArray[np.generic]:
-            return raw[offsets[name] : offsets[name] + sizes[name]].view(dtype)
-
-        packed = words("packed", "<u4").reshape(f4, m4)
-        r8 = np.ascontiguousarray(packed.T).view(np.int8).reshape(m4, 4 * f4)[:m, :f]
         status = words("status", "<u4").reshape(m, 2)
         return MlpChainOut(
             acc1=words("acc1", "<i4").reshape(m, f).astype(np.int32),
-            r8=np.ascontiguousarray(r8),
+            r8=unpack_k_major(words("packed", "<u4").reshape(f4, m4), m, f),
             r_e=status[:, 0].view(np.int32).reshape(m, 1).copy(),
             status=status[:, 1].astype(np.uint32),
             acc2=words("acc2", "<i4").reshape(m, c2).astype(np.int32),
@@ -243,37 +222,6 @@ def mlp_chain_cases() -> list[tuple[str, Int8Array, Int8Array, Int32Array, Int32
 def run_mlp_chain_gates(chain: MlpChain) -> GateReport:
     """Every case through the chain on a poisoned pool, against ``reference``: both products,
     r_q and r_e exactly, and a non-zero status where the reference refuses."""
-    name, pool = chain.name, chain.gemm.pool
-    passed = 0
-    for case, b8, w1, row_e, col_e, w2 in mlp_chain_cases():
-        shape = (b8.shape[0], b8.shape[1], w1.shape[1], w2.shape[1])
-        try:
-            with pool.poisoned():
-                got = chain.run(b8, w1, row_e, col_e, w2)
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            failure = GateFailure(name, case, shape, None, "a result", why)
-            return GateReport(name, passed, failure)
-        want = reference(b8, w1, row_e, col_e, w2)
-        if want is None:
-            if not np.any(got.status != STATUS_OK):
-                failure = GateFailure(name, case, shape, None, "a non-zero status", "status 0")
-                return GateReport(name, passed, failure)
-            passed += 1
-            continue
-        for what in ("acc1", "r8", "r_e", "status", "acc2"):
-            have, expect = getattr(got, what), getattr(want, what)
-            wrong = np.argwhere(have != expect)
-            if have.shape != expect.shape or wrong.size:
-                at = tuple(int(v) for v in wrong[0]) if wrong.size else None
-                failure = GateFailure(
-                    name,
-                    f"{case} ({what})",
-                    shape,
-                    at,
-                    str(expect[at]) if at is not None else str(expect.shape),
-                    str(have[at]) if at is not None else str(have.shape),
-                )
-                return GateReport(name, passed, failure)
-        passed += 1
-    return GateReport(name, passed, None)
+    keys = ("b8", "w1_8", "row_e", "col_e", "w2_8")
+    cases = [(case[0], dict(zip(keys, case[1:], strict=True))) for case in mlp_chain_cases()]
+    return run_chain_gates(chain.name, chain.gemm.pool, cases, chain.run, reference, ["status"])

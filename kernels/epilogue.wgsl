@@ -1,0 +1,121 @@
+// epilogue.wgsl - what every GPU epilogue between two products needs (docs/KERNELS.md "Chains").
+//
+// A library, no entry point: the host joins softfloat.wgsl's functions, these and an epilogue's
+// own text (mlp_epilogue.wgsl, attention_epilogue.wgsl, norm_epilogue.wgsl) into one module.
+// Integer instructions and the softfloat library only, so the bits cannot depend on the device:
+//   ep_scaled(v, s)     RNE_f32(v * 2^s) of an int32 product cell: the contract's
+//                       dequantization (docs/NUMERICS.md section 3), one rounding
+//   ep_scale(amax)      a row's quantization scale from its largest magnitude's bits
+//                       (NUMERICS.md section 2: E, the bump, the floor and the ceiling)
+//   ep_byte(x, s)       the int8 q = rint(x * 2^-e) of one value, as the low byte of a u32
+//   ep_reverse(x, bits) x's lowest `bits` bits reversed: the leaf order of the pinned tree sum
+//   EpTree, ep_tree_add the pinned tree sum (NUMERICS.md section 4) of leaves added one by one
+//                       in bit-reversed index order (see ep_tree_add)
+
+const EP_E_FLOOR: i32 = -100;
+const EP_E_CEIL: i32 = 100;
+const EP_MANT_BUMP: u32 = 0x7F0000u;
+
+// RNE_f32(v * 2^s) for an int32 v: |v| < 2^31 normalised to the softfloat working format (leading
+// one at bit 30), so sf_round_pack rounds once, subnormal and overflowing results included.
+fn ep_scaled(v: i32, s: i32) -> u32 {
+    if (v == 0) {
+        return 0u;
+    }
+    let sign = select(0u, SF_SIGN, v < 0);
+    let mag = u32(abs(v));
+    let lz = countLeadingZeros(mag);
+    return sf_round_pack(sign, s - i32(lz) + 158, mag << (lz - 1u));
+}
+
+struct EpScale {
+    e: i32,  // the row's exponent (0 for a zero row)
+    status: u32,  // 0 ok, 1 a non-finite value, 2 |x| >= 2^E_CEIL
+    zero: bool,  // every q of the row is 0 (negligible, or refused)
+}
+
+// The scale of a row whose largest magnitude has the bits `amax` (NaN and inf sort above all
+// finite values as bit patterns, so a max over `x & SF_ABS` finds them).
+fn ep_scale(amax: u32) -> EpScale {
+    var st = 0u;
+    let big_e = i32(amax >> 23u) - 127;
+    if (amax >= SF_INF) {
+        st = 1u;
+    } else if (big_e >= EP_E_CEIL) {
+        st = 2u;
+    }
+    let zero = big_e < EP_E_FLOOR || st != 0u;
+    var e = big_e - 6 + select(0, 1, (amax & SF_MANT) >= EP_MANT_BUMP);
+    if (zero) {
+        e = 0;
+    }
+    return EpScale(e, st, zero);
+}
+
+// rint(|x| * 2^-e), ties to even, for a finite |x| <= the row's amax: the mantissa (with its
+// implicit bit) shifted right by 23 + e - exponent(x); 32 or more means below half a unit.
+fn ep_round(bits: u32, e: i32) -> u32 {
+    let biased = i32((bits >> 23u) & 0xFFu);
+    var mant = bits & SF_MANT;
+    var ex = -126;
+    if (biased != 0) {
+        mant = mant | SF_HIDDEN;
+        ex = biased - 127;
+    }
+    let sh = 23 + e - ex;
+    if (sh >= 32) {
+        return 0u;
+    }
+    if (sh <= 0) {
+        return mant << u32(-sh);  // unreachable for |x| <= amax (kept total)
+    }
+    let shift = u32(sh);
+    let qi = mant >> shift;
+    let rem = mant & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (qi & 1u) == 1u)) {
+        return qi + 1u;
+    }
+    return qi;
+}
+
+// q of one value x of a row with scale `s`, as a byte (two's complement) in the low 8 bits.
+fn ep_byte(x: u32, s: EpScale) -> u32 {
+    if (s.zero) {
+        return 0u;
+    }
+    let mag = ep_round(x & SF_ABS, s.e);
+    let q = select(i32(mag), -i32(mag), (x & SF_SIGN) != 0u);
+    return bitcast<u32>(q) & 0xFFu;
+}
+
+// The pinned tree sum pads n values to W (a power of two) with +0 and adds x[i] + x[i + W/2],
+// then the same on the halves, to one value. Taken in bit-reversed index order (leaf pos is
+// x[ep_reverse(pos, log2 W)]) its pairs are neighbours at every level, so it is a perfect binary
+// tree over consecutive leaves: a stack of partial sums, each with its level, adds them in the
+// pinned order without an array of W values (at most log2 W + 1 are kept; W <= 2^16).
+struct EpTree {
+    value: array<u32, 17>,
+    level: array<u32, 17>,
+    top: u32,
+}
+
+fn ep_tree_add(t: ptr<function, EpTree>, x: u32) {
+    var v = x;
+    var lv = 0u;
+    while ((*t).top > 0u && (*t).level[(*t).top - 1u] == lv) {
+        v = sf_add((*t).value[(*t).top - 1u], v);
+        (*t).top = (*t).top - 1u;
+        lv = lv + 1u;
+    }
+    (*t).value[(*t).top] = v;
+    (*t).level[(*t).top] = lv;
+    (*t).top = (*t).top + 1u;
+}
+
+fn ep_reverse(x: u32, bits: u32) -> u32 {
+    if (bits == 0u) {
+        return 0u;
+    }
+    return reverseBits(x) >> (32u - bits);
+}

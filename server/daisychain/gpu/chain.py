@@ -1,0 +1,161 @@
+"""What the chains have in common (``mlp_chain``, ``attention_chain``, ``block_chain``; docs/
+KERNELS.md "Chains"): a chain is products and epilogues recorded into one command encoder, with
+one readback, proven by a gate at backend start and used by training only once it passed.
+
+- ``epilogue_module``: the WGSL an epilogue compiles from (the softfloat library, the shared
+  ``epilogue.wgsl``, the epilogue's own file), whole, so a test can plant a bug anywhere in it.
+- ``run_chain_gates``: every gate case through a chain on a poisoned pool against its numpy
+  reference, every output compared exactly, a refusal where the reference refuses.
+- ``attach``: compile and gate a chain on a GEMM and hang it on the GEMM for training, or say why
+  not (the GEMM stays in use either way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from daisychain.gpu.gates import GateFailure, GateReport
+from daisychain.gpu.kernels import SPAN_ALIGN, Copy, Step, dispatch_sequence, kernel_source
+from daisychain.gpu.softfloat import library_source
+
+log = logging.getLogger(__name__)
+
+SLOT_WORDS = SPAN_ALIGN // 4  # one params slot: every binding offset a device accepts
+
+
+def epilogue_module(name: str) -> str:
+    """The whole WGSL module of ``kernels/<name>.wgsl``: the softfloat library, ``epilogue.wgsl``
+    and the file itself."""
+    return library_source() + kernel_source("epilogue") + kernel_source(name)
+
+
+def f32_bits(x: float | np.floating[Any]) -> int:
+    """The float32 bit pattern of ``x`` (a kernel's float parameter travels as its bits)."""
+    return int(np.array([x], dtype=np.float32).view(np.uint32)[0])
+
+
+def aligned_words(words: int) -> int:
+    """``words`` rounded up to whole params slots (256 bytes)."""
+    return max(1, -(-words // SLOT_WORDS)) * SLOT_WORDS
+
+
+def unpack_k_major(words: npt.NDArray[Any], rows: int, k: int) -> npt.NDArray[np.int8]:
+    """(k4, m4) u32 words of a K-major int8 operand -> its (rows, k) int8 values."""
+    k4, m4 = words.shape
+    as_rows = np.ascontiguousarray(words.T).view(np.int8).reshape(m4, 4 * k4)
+    return np.ascontiguousarray(as_rows[:rows, :k])
+
+
+class Outputs:
+    """The named outputs of one chain run, read back together (``run_and_read``)."""
+
+    def __init__(self, raw: npt.NDArray[np.uint8], offsets: dict[str, int], sizes: dict[str, int]):
+        self._raw, self._offsets, self._sizes = raw, offsets, sizes
+
+    def words(self, name: str, dtype: str) -> npt.NDArray[Any]:
+        """Output ``name``'s bytes as ``dtype`` (a view of the one readback)."""
+        start = self._offsets[name]
+        return self._raw[start : start + self._sizes[name]].view(dtype)
+
+
+def run_and_read(
+    gpu: Any, pool: Any, steps: Sequence[Step], bufs: dict[str, Any], sizes: dict[str, int]
+) -> Outputs:
+    """Record ``steps`` into one command encoder, then copies of every output named in ``sizes``
+    (``bufs[name]``, ``sizes[name]`` bytes) into one buffer, submit once and read that buffer
+    once; every buffer goes back to ``pool`` whatever happens."""
+    offsets, total = {}, 0
+    for name, size in sizes.items():
+        offsets[name] = total
+        total += -(-size // 16) * 16
+    result = pool.acquire(total)
+    copies: list[Copy] = [(bufs[n], 0, result, offsets[n], size) for n, size in sizes.items()]
+    try:
+        dispatch_sequence(gpu, steps, copies)
+        raw = np.frombuffer(pool.read(result, total), dtype=np.uint8)
+    finally:
+        pool.release(result, *bufs.values())
+    return Outputs(raw, offsets, sizes)
+
+
+def _mismatch(
+    name: str, case: str, shape: tuple[int, ...], want: Any, got: Any
+) -> GateFailure | None:
+    """The first output of ``got`` (a dataclass) that differs from ``want``'s, as a failure."""
+    for what in (f.name for f in dataclasses.fields(want)):
+        have, expect = getattr(got, what), getattr(want, what)
+        wrong = np.argwhere(have != expect)
+        if have.shape != expect.shape or wrong.size:
+            at = tuple(int(v) for v in wrong[0]) if wrong.size else None
+            return GateFailure(
+                name,
+                f"{case} ({what})",
+                shape,
+                at,
+                str(expect[at]) if at is not None else str(expect.shape),
+                str(have[at]) if at is not None else str(have.shape),
+            )
+    return None
+
+
+def run_chain_gates(
+    name: str,
+    pool: Any,
+    cases: Sequence[tuple[str, Mapping[str, Any]]],
+    run: Callable[..., Any],
+    reference: Callable[..., Any],
+    statuses: Sequence[str],
+) -> GateReport:
+    """Every case (``run(**kwargs)``) on a poisoned pool against ``reference(**kwargs)``: every
+    output exactly; where the reference refuses (None), a non-zero value in one of the
+    ``statuses`` fields."""
+    passed = 0
+    for case, kwargs in cases:
+        shape = tuple(np.shape(next(iter(kwargs.values()))))
+        try:
+            with pool.poisoned():
+                got = run(**kwargs)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            return GateReport(name, passed, GateFailure(name, case, shape, None, "a result", why))
+        want = reference(**kwargs)
+        failure: GateFailure | None
+        if want is None:
+            refused = any(np.any(getattr(got, field) != 0) for field in statuses)
+            failure = (
+                None
+                if refused
+                else GateFailure(name, case, shape, None, "a non-zero status", "status 0")
+            )
+        else:
+            failure = _mismatch(name, case, shape, want, got)
+        if failure is not None:
+            return GateReport(name, passed, failure)
+        passed += 1
+    return GateReport(name, passed, None)
+
+
+def attach(
+    gemm: Any, attr: str, build: Callable[[], Any], gates: Callable[[Any], GateReport]
+) -> str | None:
+    """Build a chain and run its gates; if they pass, ``gemm.<attr>`` is the chain (training
+    uses it) and the result None, else ``gemm.<attr>`` is None and the result says why."""
+    try:
+        chain = build()
+        report = gates(chain)
+    except Exception as exc:
+        why = f"{gemm.name}-{attr}: {exc}"
+    else:
+        if report.failure is None:
+            setattr(gemm, attr, chain)
+            return None
+        why = report.failure.describe()
+    log.warning("%s chain not used on %s: %s", attr, gemm.name, why)
+    setattr(gemm, attr, None)
+    return why
