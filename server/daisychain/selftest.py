@@ -1,6 +1,7 @@
 """``daisychain selftest``: which compute backends this machine has, and whether each is honest.
 
-For every backend (wgpu DP4A, wgpu LUT, the wgpu quantize kernel, numpy) it prints the adapter,
+For every backend (wgpu DP4A, wgpu LUT and each one's chains, the wgpu quantize kernel, numpy)
+it prints the adapter,
 whether the exact gates passed (or the first failing case), the kernel probe hash (equal on every
 honest device) and the int8 GEMM throughput. ``--json`` prints
 ``{"backends": [{"name", "adapter", "gates_passed", "failure", "probe_hash", "gops"}, ...],

@@ -168,3 +168,23 @@ def test_the_reference_ops_and_the_chain_agree_on_a_block_tail(gpu: GpuDevice) -
     ]  # fmt: skip
     for a, b in pairs:
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_selftest_names_each_chain_and_why_one_is_not_used(
+    gpu: GpuDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daisychain.gpu import backend as backend_mod
+
+    def refused(gemm: GpuGemm, source: str | None = None) -> str:
+        gemm.block = None
+        return "wgpu-dp4a-block failed gate 'planted' (a test)"
+
+    monkeypatch.setattr(backend_mod, "attach_block_chain", refused)
+    rows = {r.name: r for r in backend_mod.selftest_reports(measure=False)}
+    assert rows["wgpu-dp4a-mlp"].gates_passed and rows["wgpu-dp4a-attention"].gates_passed
+    assert not rows["wgpu-dp4a-block"].gates_passed
+    assert "planted" in (rows["wgpu-dp4a-block"].failure or "")
+    gemm = GpuGemm(gpu, "dp4a")
+    assert backend_mod.chains_in_use(gemm) == "no chains"
+    assert attach_mlp_chain(gemm) is None and attach_attention_chain(gemm) is None
+    assert backend_mod.chains_in_use(gemm) == "chains: mlp, attention"

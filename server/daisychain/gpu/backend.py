@@ -120,10 +120,23 @@ def evaluate_gpu(
         return None, str(exc)
     why = prove(gemm, gemm.pool, gemm.tile)
     if why is None:
-        attach_mlp_chain(gemm)
-        attach_attention_chain(gemm)
-        attach_block_chain(gemm)
+        attached = (
+            ("mlp", attach_mlp_chain(gemm)),
+            ("attention", attach_attention_chain(gemm)),
+            ("block", attach_block_chain(gemm)),
+        )
+        gemm.chain_failures = {attr: reason for attr, reason in attached if reason}
     return (gemm, None) if why is None else (None, why)
+
+
+CHAINS = ("mlp", "attention", "block")
+
+
+def chains_in_use(gemm: object) -> str:
+    """Which chains training uses on ``gemm`` ("chains: mlp, attention, block"), for the line
+    that names the chosen backend."""
+    used = [attr for attr in CHAINS if getattr(gemm, attr, None) is not None]
+    return f"chains: {', '.join(used)}" if used else "no chains"
 
 
 def attach_mlp_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
@@ -220,6 +233,11 @@ def selftest_reports(measure: bool = True) -> list[BackendReport]:
         rows.append(
             BackendReport(name, gpu.adapter_name, True, None, probe_hash(gemm.matmul_int), gops)
         )
+        for attr in CHAINS:  # the chains on this kernel: gated, or why not
+            why = gemm.chain_failures.get(attr)
+            rows.append(
+                BackendReport(f"{name}-{attr}", gpu.adapter_name, why is None, why, None, None)
+            )
     if gpu is None:
         rows.append(BackendReport("wgpu-quantize", "none", False, no_gpu, None, None))
     else:

@@ -198,6 +198,8 @@ class GpuGemm:
         self.attention: Any = None
         # And a block's tail (gpu.block_chain): output product, residual and norm, the MLP.
         self.block: Any = None
+        # Why a chain is not in use, by its attribute name (shown by ``daisychain selftest``).
+        self.chain_failures: dict[str, str] = {}
         if kind == "lut":
             # load_table checks the file's size and SHA-256 against the manifest, and the
             # manifest's every entry is verified by `daisychain luts --check` (docs/LUTS.md).

@@ -31,6 +31,7 @@ from daisychain.gpu.backend import (
     GPU_ORDER,
     Backend,
     Demotion,
+    chains_in_use,
     evaluate_gpu,
     select_backend,
 )
@@ -328,7 +329,7 @@ def choose(
                 f"--backend wgpu: no GPU kernel passed its gates on this machine ({why})",
                 "run with --backend auto or numpy; `daisychain selftest` shows each kernel",
             )
-        where = f"{backend.name} on {backend.adapter}"
+        where = f"{backend.name} on {backend.adapter} ({chains_in_use(backend.gemm)})"
         return Choice(gpu_compute(backend), f"{where}: requested with --backend wgpu")
     usable, demotions = gated()
     cpu, cpu_refused = gated_cpu()
@@ -341,6 +342,9 @@ def choose(
     order = {name: i for i, name in enumerate(names)}
     rows.sort(key=lambda r: order.get(r.name, len(order)))
     name, reason = choose_fastest(rows, rounds)
+    gemms = {b.name: b.gemm for b in usable}
+    if name in gemms:  # a GPU kernel: which of its chains training uses
+        reason = f"{reason} ({chains_in_use(gemms[name])})"
     chosen = next(c for c in computes if c.name == name)
     return Choice(chosen, reason, tuple(computes))
 
