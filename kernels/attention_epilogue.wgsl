@@ -15,13 +15,16 @@
 // All float arithmetic is the softfloat library's and the quantization epilogue.wgsl's (the host
 // prepends both), so the bits are numpy's on every device.
 //
-// The tree sum is epilogue.wgsl's (leaves in bit-reversed order, a stack of partial sums).
+// One workgroup per query row (epilogue.wgsl's parallel helpers): its invocations take every
+// EP_WG-th key; the row's max, the pinned tree sum of p and the largest P are combined in
+// workgroup memory, where p and then P are kept between passes (so exp runs once per score).
 //
 // Bindings (group 0):
 //   0  params  uniform  { t: u32, rows: u32, acc_stride: u32, packed_stride: u32,
 //                         t4: u32, m4: u32, width: u32, scale: u32 }
 //              t keys (= queries) per slice; rows = slices * t; strides in words per slice;
-//              t4 = ceil(t / 4); m4 = 4 ceil(t / 4); width = next power of two >= t;
+//              t4 = ceil(t / 4); m4 = 4 ceil(t / 4); width = next power of two >= t
+//              (<= EP_ROW_MAX);
 //              scale: the float32 bits of c
 //   1  acc     storage, read        array<i32>: slice s's t x t scores at s * acc_stride
 //   2  scales  storage, read        array<i32>: rows row exponents (q_e), then rows column
@@ -31,9 +34,8 @@
 //                                   [3r + 1] 0 ok, 1 non-finite, 2 |P| >= 2^E_CEIL,
 //                                   [3r + 2] the sum of the row's P bit patterns mod 2^32 (the
 //                                   host compares it with its own P: one ulp anywhere shows)
-// One invocation per query row of every slice; dispatch (ceil(rows / WG), 1, 1).
-
-override WG: u32 = 64u;
+// One workgroup per query row of every slice, t <= EP_ROW_MAX; dispatch
+// (min(rows, 65535), ceil(rows / 65535), 1).
 
 const AT_NEG_INF: u32 = 0xFF800000u;
 
@@ -65,67 +67,64 @@ fn at_score(r: u32, j: u32) -> u32 {
     return sf_mul(ep_scaled(v, scales[r] + scales[at.rows + slice * at.t + j]), at.scale);
 }
 
-// The max of row r's scores (exact: a comparison), never below s[0] (key 0 is never masked).
-fn at_max(r: u32) -> u32 {
-    var m = at_score(r, 0u);
-    for (var j = 1u; j < at.t; j++) {
-        let s = at_score(r, j);
-        if (sf_is_nan(s) || sf_is_nan(m)) {
-            m = SF_QNAN;
-        } else if (sf_lt(m, s)) {
-            m = s;
-        }
+// The value of a sort key (sf_key's inverse; a zero key gives +0: its sign does not matter here,
+// since s - (+-0) and exp of it give the same p).
+fn at_unkey(key: u32) -> u32 {
+    if ((key & SF_SIGN) != 0u) {
+        return key & SF_ABS;
     }
-    return m;
+    return ~key;
 }
 
-fn at_p(r: u32, j: u32, m: u32) -> u32 {
-    return sf_exp(sf_sub(at_score(r, j), m));
-}
-
-// P[j] of row r, given the row's max and tree sum (every pass computes it the same way).
-fn at_prob(r: u32, j: u32, m: u32, den: u32) -> u32 {
-    return sf_div(at_p(r, j, m), den);
-}
-
-// tree_sum(p over j = 0 .. t-1), padded with +0 to width leaves (see the header).
-fn at_den(r: u32, m: u32) -> u32 {
-    var tree: EpTree;
-    let bits = firstTrailingBit(at.width);
-    for (var pos = 0u; pos < at.width; pos++) {
-        let j = ep_reverse(pos, bits);
-        ep_tree_add(&tree, select(0u, at_p(r, j, m), j < at.t));
-    }
-    return tree.value[0];
-}
-
-@compute @workgroup_size(WG, 1, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let r = gid.x;
+@compute @workgroup_size(EP_WG, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+) {
+    let r = ep_row_of(wid);
     if (r >= at.rows) {
-        return;
+        return;  // the whole workgroup: r is the same for all its invocations
     }
-    let m = at_max(r);
-    let den = at_den(r, m);
-    // P >= +0 everywhere (or NaN): the max of the bit patterns is the max value, NaN above all.
+    let lid = local.x;
+    // m = max_j s[j] (key 0 sorts below every score; key 0, the first, is never masked)
+    var key = 0u;
+    for (var j = lid; j < at.t; j += EP_WG) {
+        key = max(key, sf_key(at_score(r, j)));
+    }
+    let m = at_unkey(ep_wg_max(lid, key));
+    // p[j] = exp(s[j] - m), kept in ep_row; the leaves of the tree sum, +0 past t
+    for (var j = lid; j < at.width; j += EP_WG) {
+        var p = 0u;
+        if (j < at.t) {
+            p = sf_exp(sf_sub(at_score(r, j), m));
+        }
+        ep_row[j] = p;
+        ep_tree[j] = p;
+    }
+    let den = ep_wg_tree(lid, at.width);
+    // P[j] = p[j] / den, kept in ep_row; P >= +0 (or NaN): the largest bit pattern is the amax
     var amax = 0u;
     var bits_sum = 0u;
-    for (var j = 0u; j < at.t; j++) {
-        let pj = at_prob(r, j, m, den);
+    for (var j = lid; j < at.t; j += EP_WG) {
+        let pj = sf_div(ep_row[j], den);
+        ep_row[j] = pj;
         amax = max(amax, pj & SF_ABS);
         bits_sum = bits_sum + pj;
     }
-    let scale = ep_scale(amax);
-    status[3u * r] = bitcast<u32>(scale.e);
-    status[3u * r + 1u] = scale.status;
-    status[3u * r + 2u] = bits_sum;
+    let scale = ep_scale(ep_wg_max(lid, amax));
+    let total = ep_wg_sum(lid, bits_sum);
+    if (lid == 0u) {
+        status[3u * r] = bitcast<u32>(scale.e);
+        status[3u * r + 1u] = scale.status;
+        status[3u * r + 2u] = total;
+    }
     let base = (r / at.t) * at.packed_stride + r % at.t;
-    for (var w = 0u; w < at.t4; w++) {
+    for (var w = lid; w < at.t4; w += EP_WG) {
         var word = 0u;
         for (var lane = 0u; lane < 4u; lane++) {
             let j = w * 4u + lane;
             if (j < at.t) {
-                word = word | (ep_byte(at_prob(r, j, m, den), scale) << (8u * lane));
+                word = word | (ep_byte(ep_row[j], scale) << (8u * lane));
             }
         }
         packed[base + w * at.m4] = word;

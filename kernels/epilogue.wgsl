@@ -8,9 +8,8 @@
 //   ep_scale(amax)      a row's quantization scale from its largest magnitude's bits
 //                       (NUMERICS.md section 2: E, the bump, the floor and the ceiling)
 //   ep_byte(x, s)       the int8 q = rint(x * 2^-e) of one value, as the low byte of a u32
-//   ep_reverse(x, bits) x's lowest `bits` bits reversed: the leaf order of the pinned tree sum
-//   EpTree, ep_tree_add the pinned tree sum (NUMERICS.md section 4) of leaves added one by one
-//                       in bit-reversed index order (see ep_tree_add)
+//   ep_wg_max, ep_wg_sum, ep_wg_tree   a row's max, checksum and pinned tree sum across the
+//                       workgroup that handles the row (one row per workgroup, EP_WG wide)
 
 const EP_E_FLOOR: i32 = -100;
 const EP_E_CEIL: i32 = 100;
@@ -89,33 +88,65 @@ fn ep_byte(x: u32, s: EpScale) -> u32 {
     return bitcast<u32>(q) & 0xFFu;
 }
 
-// The pinned tree sum pads n values to W (a power of two) with +0 and adds x[i] + x[i + W/2],
-// then the same on the halves, to one value. Taken in bit-reversed index order (leaf pos is
-// x[ep_reverse(pos, log2 W)]) its pairs are neighbours at every level, so it is a perfect binary
-// tree over consecutive leaves: a stack of partial sums, each with its level, adds them in the
-// pinned order without an array of W values (at most log2 W + 1 are kept; W <= 2^16).
-struct EpTree {
-    value: array<u32, 17>,
-    level: array<u32, 17>,
-    top: u32,
+// --- one row per workgroup ------------------------------------------------------------------
+// A parallel epilogue runs one workgroup of EP_WG invocations per row: each takes every EP_WG-th
+// element, and the row's max, sum and tree sum are combined through workgroup memory. A row
+// holds at most EP_ROW_MAX values (longer rows: the host does not use the chain).
+
+override EP_WG: u32 = 64u;  // a power of two, at most 64; the host picks it per device
+const EP_ROW_MAX: u32 = 1024u;
+
+var<workgroup> ep_red: array<u32, EP_WG>;
+var<workgroup> ep_row: array<u32, 1024>;  // one row's values, kept between passes
+var<workgroup> ep_tree: array<u32, 1024>;  // the tree sum's leaves, then its partial sums
+
+// The largest of every invocation's v (as u32: bit patterns of values >= +0 sort as the values).
+fn ep_wg_max(lid: u32, v: u32) -> u32 {
+    ep_red[lid] = v;
+    workgroupBarrier();
+    for (var s = EP_WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            ep_red[lid] = max(ep_red[lid], ep_red[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let out = ep_red[0];
+    workgroupBarrier();
+    return out;
 }
 
-fn ep_tree_add(t: ptr<function, EpTree>, x: u32) {
-    var v = x;
-    var lv = 0u;
-    while ((*t).top > 0u && (*t).level[(*t).top - 1u] == lv) {
-        v = sf_add((*t).value[(*t).top - 1u], v);
-        (*t).top = (*t).top - 1u;
-        lv = lv + 1u;
+// The sum of every invocation's v mod 2^32 (a checksum: any order gives the same).
+fn ep_wg_sum(lid: u32, v: u32) -> u32 {
+    ep_red[lid] = v;
+    workgroupBarrier();
+    for (var s = EP_WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            ep_red[lid] = ep_red[lid] + ep_red[lid + s];
+        }
+        workgroupBarrier();
     }
-    (*t).value[(*t).top] = v;
-    (*t).level[(*t).top] = lv;
-    (*t).top = (*t).top + 1u;
+    let out = ep_red[0];
+    workgroupBarrier();
+    return out;
 }
 
-fn ep_reverse(x: u32, bits: u32) -> u32 {
-    if (bits == 0u) {
-        return 0u;
+// The pinned tree sum (NUMERICS.md section 4) of ep_tree[0 .. width), width a power of two, the
+// leaves past the row's length +0: x[i] + x[i + width/2] for every i < width/2, then the same
+// on the first half, to one value; exactly the reference's order.
+fn ep_wg_tree(lid: u32, width: u32) -> u32 {
+    workgroupBarrier();
+    for (var h = width / 2u; h > 0u; h = h / 2u) {
+        for (var i = lid; i < h; i += EP_WG) {
+            ep_tree[i] = sf_add(ep_tree[i], ep_tree[i + h]);
+        }
+        workgroupBarrier();
     }
-    return reverseBits(x) >> (32u - bits);
+    let out = ep_tree[0];
+    workgroupBarrier();
+    return out;
+}
+
+// The row of the workgroup `wid` (dispatches are (min(rows, 65535), ceil(rows / 65535), 1)).
+fn ep_row_of(wid: vec3<u32>) -> u32 {
+    return wid.x + wid.y * 65535u;
 }

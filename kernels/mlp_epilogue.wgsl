@@ -22,10 +22,10 @@
 //                                    m rows written, zero bytes past F)
 //   4  status   storage, read_write  array<u32>, 2 M words: [2i] r_e of row i (as bits),
 //                                    [2i + 1] 0 ok, 1 non-finite, 2 |r| >= 2^E_CEIL
-// One invocation per row; dispatch (ceil(m / WG), 1, 1). The padding rows m .. m4 - 1 of packed
-// are left as they are: the second product computes them and never stores them (gemm_*.wgsl).
-
-override WG: u32 = 64u;
+// One workgroup per row (epilogue.wgsl's parallel helpers: its invocations take every EP_WG-th
+// element, the row's amax is combined in workgroup memory); dispatch (min(m, 65535),
+// ceil(m / 65535), 1). The padding rows m .. m4 - 1 of packed are left as they are: the second
+// product computes them and never stores them (gemm_*.wgsl).
 
 struct MlpParams {
     m: u32,
@@ -46,20 +46,26 @@ fn mlp_relu(i: u32, f: u32) -> u32 {
     return select(0u, u, (u & SF_SIGN) == 0u);
 }
 
-@compute @workgroup_size(WG, 1, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x;
+@compute @workgroup_size(EP_WG, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+) {
+    let i = ep_row_of(wid);
     if (i >= mp.m) {
-        return;
+        return;  // the whole workgroup: i is the same for all its invocations
     }
+    let lid = local.x;
     var amax = 0u;
-    for (var f = 0u; f < mp.f; f++) {
+    for (var f = lid; f < mp.f; f += EP_WG) {
         amax = max(amax, mlp_relu(i, f));
     }
-    let scale = ep_scale(amax);
-    status[2u * i] = bitcast<u32>(scale.e);
-    status[2u * i + 1u] = scale.status;
-    for (var w = 0u; w < mp.f4; w++) {
+    let scale = ep_scale(ep_wg_max(lid, amax));
+    if (lid == 0u) {
+        status[2u * i] = bitcast<u32>(scale.e);
+        status[2u * i + 1u] = scale.status;
+    }
+    for (var w = lid; w < mp.f4; w += EP_WG) {
         var word = 0u;
         for (var lane = 0u; lane < 4u; lane++) {
             let f = w * 4u + lane;

@@ -13,14 +13,14 @@
 // then bn quantized per row (NUMERICS.md section 2) and written as the MLP's first A operand,
 // int8 packed four per u32 along C, K-MAJOR (word [w][n] = b_q[n, 4w .. 4w+3]). All float
 // arithmetic is the softfloat library's and the quantization epilogue.wgsl's (the host prepends
-// both). The tree sum takes its leaves in
-// bit-reversed order with a stack of partial sums (epilogue.wgsl's EpTree explains why that is
-// the pinned order).
+// both). One workgroup per token (epilogue.wgsl's parallel helpers: the pinned tree sum of the
+// squares in workgroup memory, h1 and then bn kept there between passes).
 //
 // Bindings (group 0):
 //   0  params  uniform  { m: u32, c: u32, c4: u32, m4: u32, width: u32, c_bits: u32,
 //                         eps_bits: u32, pad: u32 }
-//              m tokens; c4 = ceil(C / 4); m4 = 4 ceil(m / 4); width = next power of two >= C;
+//              m tokens; c4 = ceil(C / 4); m4 = 4 ceil(m / 4); width = next power of two >= C
+//              (<= EP_ROW_MAX);
 //              c_bits, eps_bits: the float32 bits of f32(C) and eps
 //   1  acc     storage, read        array<i32>, m x C row-major (the output product)
 //   2  scales  storage, read        array<i32>, m row exponents (o_e) then C column ones (wo_e)
@@ -33,9 +33,7 @@
 //                                   row's bn bit patterns mod 2^32 (the host's check)
 //   7  next    storage, read_write  array<i32>: b_e again at [n], the row exponents of the MLP
 //                                   epilogue's scales (the host put w1's column ones after m)
-// One invocation per token; dispatch (ceil(m / WG), 1, 1).
-
-override WG: u32 = 64u;
+// One workgroup per token, C <= EP_ROW_MAX; dispatch (min(m, 65535), ceil(m / 65535), 1).
 
 
 struct NmParams {
@@ -64,53 +62,51 @@ fn nm_h1(n: u32, c: u32) -> u32 {
     return sf_add(h[n * nm.c + c], y);
 }
 
-// tree_sum(h1[c] * h1[c] over c), padded with +0 to width leaves.
-fn nm_squares(n: u32) -> u32 {
-    var tree: EpTree;
-    let bits = firstTrailingBit(nm.width);
-    for (var pos = 0u; pos < nm.width; pos++) {
-        let c = ep_reverse(pos, bits);
-        var v = 0u;
+@compute @workgroup_size(EP_WG, 1, 1)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+) {
+    let n = ep_row_of(wid);
+    if (n >= nm.m) {
+        return;  // the whole workgroup: n is the same for all its invocations
+    }
+    let lid = local.x;
+    // h1 kept in ep_row; its squares the leaves of the tree sum, +0 past C
+    for (var c = lid; c < nm.width; c += EP_WG) {
+        var sq = 0u;
         if (c < nm.c) {
             let x = nm_h1(n, c);
-            v = sf_mul(x, x);
+            ep_row[c] = x;
+            sq = sf_mul(x, x);
         }
-        ep_tree_add(&tree, v);
+        ep_tree[c] = sq;
     }
-    return tree.value[0];
-}
-
-// bn[c] of token n, given the row's inv.
-fn nm_bn(n: u32, c: u32, inv: u32) -> u32 {
-    return sf_mul(sf_mul(nm_h1(n, c), inv), g[c]);
-}
-
-@compute @workgroup_size(WG, 1, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let n = gid.x;
-    if (n >= nm.m) {
-        return;
-    }
-    let ms = sf_div(nm_squares(n), nm.c_bits);
+    let ms = sf_div(ep_wg_tree(lid, nm.width), nm.c_bits);
     let inv = sf_div(SF_ONE, sf_sqrt(sf_add(ms, nm.eps_bits)));
+    // bn = (h1 * inv) * g, kept in ep_row
     var amax = 0u;
     var bits_sum = 0u;
-    for (var c = 0u; c < nm.c; c++) {
-        let b = nm_bn(n, c, inv);
+    for (var c = lid; c < nm.c; c += EP_WG) {
+        let b = sf_mul(sf_mul(ep_row[c], inv), g[c]);
+        ep_row[c] = b;
         amax = max(amax, b & SF_ABS);
         bits_sum = bits_sum + b;
     }
-    let scale = ep_scale(amax);
-    status[3u * n] = bitcast<u32>(scale.e);
-    status[3u * n + 1u] = scale.status;
-    status[3u * n + 2u] = bits_sum;
-    next_scales[n] = scale.e;
-    for (var w = 0u; w < nm.c4; w++) {
+    let scale = ep_scale(ep_wg_max(lid, amax));
+    let total = ep_wg_sum(lid, bits_sum);
+    if (lid == 0u) {
+        status[3u * n] = bitcast<u32>(scale.e);
+        status[3u * n + 1u] = scale.status;
+        status[3u * n + 2u] = total;
+        next_scales[n] = scale.e;
+    }
+    for (var w = lid; w < nm.c4; w += EP_WG) {
         var word = 0u;
         for (var lane = 0u; lane < 4u; lane++) {
             let c = w * 4u + lane;
             if (c < nm.c) {
-                word = word | (ep_byte(nm_bn(n, c, inv), scale) << (8u * lane));
+                word = word | (ep_byte(ep_row[c], scale) << (8u * lane));
             }
         }
         packed[w * nm.m4 + n] = word;

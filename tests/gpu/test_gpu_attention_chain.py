@@ -19,10 +19,13 @@ from daisychain.gpu.attention_chain import (
     run_attention_chain_gates,
 )
 from daisychain.gpu.backend import Backend, attach_attention_chain, attach_mlp_chain
-from daisychain.gpu.chain import epilogue_module
+from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
+from daisychain.gpu.chain import epilogue_module, epilogue_width
 from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gemm import GpuGemm
+from daisychain.gpu.kernels import compile_kernel
 from daisychain.gpu.live import KernelAuditError, training_ops
+from daisychain.gpu.mlp_chain import MlpChain, run_mlp_chain_gates
 from daisychain.model.config import preset
 from daisychain.model.gpt import softmax_causal
 from daisychain.model.ops import NUMPY_OPS, GemmOps
@@ -73,9 +76,9 @@ def test_the_gate_cases_reach_what_the_softmax_must_get_right() -> None:
 
 
 PLANTS = {
-    "a left-to-right sum instead of the pinned tree": (
-        "        let j = ep_reverse(pos, bits);",
-        "        let j = pos;",
+    "the scores summed in another tree order": (
+        "ep_tree[i] = sf_add(ep_tree[i], ep_tree[i + h]);",
+        "ep_tree[i] = sf_add(ep_tree[i], ep_tree[h * 2u - 1u - i]);",
     ),
     "the causal mask one key late": (
         "    if (j > i) {\n        return AT_NEG_INF;",
@@ -86,12 +89,12 @@ PLANTS = {
         "slice * at.t + j]), SF_ONE);",
     ),
     "the max taken as the first score": (
-        "        } else if (sf_lt(m, s)) {",
-        "        } else if (false) {",
+        "        key = max(key, sf_key(at_score(r, j)));",
+        "        key = select(key, sf_key(at_score(r, j)), j == 0u);",
     ),
     "division by multiplying with the reciprocal": (
-        "    return sf_div(at_p(r, j, m), den);",
-        "    return sf_mul(at_p(r, j, m), sf_div(SF_ONE, den));",
+        "        let pj = sf_div(ep_row[j], den);",
+        "        let pj = sf_mul(ep_row[j], sf_div(SF_ONE, den));",
     ),
     "no status for a non-finite P": ("        st = 1u;", "        st = 0u;"),
 }
@@ -176,3 +179,41 @@ def test_the_reference_ops_and_the_chain_agree_on_attention(gpu: GpuDevice) -> N
     for field in ("p", "p_q", "p_e", "o"):
         a, b = getattr(want, field), getattr(got, field)
         assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8)), field
+
+
+@pytest.mark.parametrize("width", [1, 8, 64])
+def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
+    gpu: GpuDevice, width: int
+) -> None:
+    """EP_WG is chosen per device (8 on an emulated adapter, 64 on a GPU): every epilogue gives
+    the reference's bits at each width, the tree sum and the reductions included."""
+    gemm = GpuGemm(gpu, "dp4a")
+    layouts = {
+        "attention_epilogue": ["uniform", "read", "read", "write", "write"],
+        "mlp_epilogue": ["uniform", "read", "read", "write", "write"],
+        "norm_epilogue": ["uniform", "read", "read", "read", "read", "write", "write", "write"],
+    }
+    kernels = {
+        name: compile_kernel(gpu, name, bindings, epilogue_module(name), {"EP_WG": width})
+        for name, bindings in layouts.items()
+    }
+    attention, mlp = AttentionChain(gemm), MlpChain(gemm)
+    attention.epilogue, mlp.epilogue = kernels["attention_epilogue"], kernels["mlp_epilogue"]
+    block = BlockChain(mlp)
+    block.epilogue = kernels["norm_epilogue"]
+    for report in (
+        run_attention_chain_gates(attention),
+        run_mlp_chain_gates(mlp),
+        run_block_chain_gates(block),
+    ):
+        assert report.failure is None, report.failure.describe()
+
+
+def test_an_emulated_adapter_gets_narrow_epilogues_and_a_gpu_full_ones() -> None:
+    def device(adapter_type: str, name: str) -> GpuDevice:
+        return GpuDevice(None, name, {}, frozenset(), adapter_type)
+
+    assert epilogue_width(device("CPU", "llvmpipe (LLVM 15.0.6) (CPU, Vulkan)")) == 8
+    assert epilogue_width(device("", "SwiftShader Device (CPU, Vulkan)")) == 8
+    assert epilogue_width(device("DiscreteGPU", "NVIDIA H100 (DiscreteGPU, Vulkan)")) == 64
+    assert epilogue_width(device("IntegratedGPU", "Intel Iris (IntegratedGPU, Vulkan)")) == 64

@@ -52,8 +52,8 @@ def test_the_gate_cases_reach_what_the_norm_must_get_right() -> None:
 
 PLANTS = {
     "the squares summed in another tree order": (
-        "        let c = ep_reverse(pos, bits);",
-        "        let c = pos;",
+        "ep_tree[i] = sf_add(ep_tree[i], ep_tree[i + h]);",
+        "ep_tree[i] = sf_add(ep_tree[i], ep_tree[h * 2u - 1u - i]);",
     ),
     "eps dropped": ("sf_sqrt(sf_add(ms, nm.eps_bits))", "sf_sqrt(ms)"),
     "sqrt of the reciprocal instead of the reciprocal of the sqrt": (
@@ -61,11 +61,11 @@ PLANTS = {
         "sf_sqrt(sf_div(SF_ONE, sf_add(ms, nm.eps_bits)))",
     ),
     "the gain dropped": (
-        "    return sf_mul(sf_mul(nm_h1(n, c), inv), g[c]);",
-        "    return sf_mul(nm_h1(n, c), inv);",
+        "let b = sf_mul(sf_mul(ep_row[c], inv), g[c]);",
+        "let b = sf_mul(ep_row[c], inv);",
     ),
     "the residual dropped": ("    return sf_add(h[n * nm.c + c], y);", "    return y;"),
-    "the MLP's row exponents not handed on": ("    next_scales[n] = scale.e;", ""),
+    "the MLP's row exponents not handed on": ("        next_scales[n] = scale.e;", ""),
     "the sign of b_q dropped": (
         "let q = select(i32(mag), -i32(mag), (x & SF_SIGN) != 0u);",
         "let q = i32(mag);",

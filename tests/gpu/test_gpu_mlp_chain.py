@@ -109,8 +109,8 @@ def test_an_epilogue_wrong_only_at_the_models_shape_is_stopped_by_the_host_check
     """One row's exponent off by one, only when M is the tiny step's 256 tokens (no gate case
     has M = 256, so the gate passes it): the host's own r_e differs, the step stops."""
     source = epilogue_module("mlp_epilogue")
-    old = "    status[2u * i] = bitcast<u32>(scale.e);"
-    new = "    status[2u * i] = bitcast<u32>(scale.e + select(0, 1, mp.m == 256u && i == 3u));"
+    old = "        status[2u * i] = bitcast<u32>(scale.e);"
+    new = "        status[2u * i] = bitcast<u32>(scale.e + select(0, 1, mp.m == 256u && i == 3u));"
     assert source.count(old) == 1
     gemm = GpuGemm(gpu, "dp4a")
     assert attach_mlp_chain(gemm, source.replace(old, new)) is None  # the gate misses it

@@ -23,10 +23,13 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.gpu.chain import (
+    ROW_MAX,
     SLOT_WORDS,
     aligned_words,
     epilogue_module,
+    epilogue_width,
     f32_bits,
+    rows_grid,
     run_and_read,
     run_chain_gates,
 )
@@ -44,7 +47,6 @@ from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
-WG = 64
 _SLOT = SLOT_WORDS
 _aligned = aligned_words
 Int8Array = npt.NDArray[np.int8]
@@ -89,12 +91,15 @@ class AttentionChain:
             "attention_epilogue",
             ["uniform", "read", "read", "write", "write"],
             epilogue_module("attention_epilogue") if source is None else source,
-            {"WG": WG},
+            {"EP_WG": epilogue_width(gemm.gpu)},
         )
 
     @staticmethod
     def fits(heads: int, t: int, hd: int) -> bool:
-        """Whether every buffer of a chain of these sizes fits one storage binding."""
+        """Whether every buffer of a chain of these sizes fits one storage binding, and a row
+        of keys the epilogue's workgroup memory."""
+        if not 0 < t <= ROW_MAX:
+            return False
         return 0 < 4 * heads * (_aligned(t * t) + _aligned(t * max(hd, 4))) <= MIN_STORAGE_BINDING
 
     def run(
@@ -164,7 +169,7 @@ class AttentionChain:
         steps.append((self.epilogue, [
             Span(bufs["params"], heads * SPAN_ALIGN, 32),
             bufs["acc1"], bufs["scales"], bufs["packed"], bufs["status"],
-        ], (-(-rows // WG), 1, 1)))  # fmt: skip
+        ], rows_grid(rows)))  # fmt: skip
         for s in range(heads):
             steps.append((gemm.kernel, [
                 Span(bufs["params"], (heads + 1 + s) * SPAN_ALIGN, 16),

@@ -23,8 +23,11 @@ import numpy.typing as npt
 
 from daisychain.gpu.attention_chain import bits_sum
 from daisychain.gpu.chain import (
+    ROW_MAX,
     epilogue_module,
+    epilogue_width,
     f32_bits,
+    rows_grid,
     run_and_read,
     run_chain_gates,
     unpack_k_major,
@@ -38,7 +41,7 @@ from daisychain.gpu.kernels import (
     Step,
     compile_kernel,
 )
-from daisychain.gpu.mlp_chain import WG, MlpChain
+from daisychain.gpu.mlp_chain import MlpChain
 from daisychain.gpu.mlp_chain import reference as mlp_reference
 from daisychain.model.gpt import rmsnorm_forward
 from daisychain.numerics import prng
@@ -80,12 +83,14 @@ class BlockChain:
             "norm_epilogue",
             ["uniform", "read", "read", "read", "read", "write", "write", "write"],
             epilogue_module("norm_epilogue") if source is None else source,
-            {"WG": WG},
+            {"EP_WG": epilogue_width(self.gemm.gpu)},
         )
 
     @staticmethod
     def fits(m: int, c: int, f: int) -> bool:
-        return MlpChain.fits(m, c, f, c) and 4 * m * c <= MIN_STORAGE_BINDING
+        """Whether every buffer fits one storage binding, and a token's row the epilogue's
+        workgroup memory."""
+        return 0 < c <= ROW_MAX and MlpChain.fits(m, c, f, c) and 4 * m * c <= MIN_STORAGE_BINDING
 
     def run(
         self,
@@ -158,12 +163,12 @@ class BlockChain:
              (-(-c // tn), -(-m // tm), 1)),
             (self.epilogue, [params_at(1, 32), bufs["acc_wo"], bufs["scales_o"], bufs["h"],
                              bufs["g"], bufs["b_packed"], bufs["b_status"], bufs["next"]],
-             (-(-m // WG), 1, 1)),
+             rows_grid(m)),
             (gemm.kernel, [params_at(2), bufs["b_packed"], bufs["b_w1"], bufs["acc1"], *lut],
              (-(-f // tn), -(-m // tm), 1)),
             (self.mlp.epilogue, [params_at(3), bufs["acc1"], bufs["next"], bufs["r_packed"],
                                  bufs["r_status"]],
-             (-(-m // WG), 1, 1)),
+             rows_grid(m)),
             (gemm.kernel, [params_at(4), bufs["r_packed"], bufs["b_w2"], bufs["acc2"], *lut],
              (-(-c // tn), -(-m // tm), 1)),
         ]  # fmt: skip

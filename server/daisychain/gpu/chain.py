@@ -35,6 +35,29 @@ def epilogue_module(name: str) -> str:
     return library_source() + kernel_source("epilogue") + kernel_source(name)
 
 
+ROW_MAX = 1024  # the longest row a parallel epilogue holds (EP_ROW_MAX in epilogue.wgsl)
+_GRID_X = 65535  # the workgroups a dispatch may have along one axis
+
+
+# Invocations per row of a parallel epilogue (epilogue.wgsl's EP_WG). Measured on llvmpipe (2
+# cores, tiny's 16 heads x 64 queries, docs/BENCHMARKS.md): the attention epilogue's chain took
+# 43, 23, 16, 13, 15 and 31 ms at 1, 2, 4, 8, 16 and 64, since the emulator pays for every
+# workgroup barrier; a real GPU runs 64 in lockstep for about the price of one. The bits are the
+# same at every width (the gates pass at each).
+EMULATED_WIDTH = 8
+GPU_WIDTH = 64
+
+
+def epilogue_width(gpu: Any) -> int:
+    """EP_WG for ``gpu``: narrow on an emulated adapter, a full workgroup on a real GPU."""
+    return EMULATED_WIDTH if getattr(gpu, "emulated", False) else GPU_WIDTH
+
+
+def rows_grid(rows: int) -> tuple[int, int, int]:
+    """The dispatch of a one-workgroup-per-row epilogue (``ep_row_of`` reads it back)."""
+    return (min(rows, _GRID_X), -(-rows // _GRID_X), 1)
+
+
 def f32_bits(x: float | np.floating[Any]) -> int:
     """The float32 bit pattern of ``x`` (a kernel's float parameter travels as its bits)."""
     return int(np.array([x], dtype=np.float32).view(np.uint32)[0])

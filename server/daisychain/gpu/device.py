@@ -38,6 +38,13 @@ class GpuDevice:
     adapter_name: str  # e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (CPU, Vulkan)"
     limits: dict[str, int]
     features: frozenset[str]
+    adapter_type: str = ""  # wgpu's adapter_type: "DiscreteGPU", "IntegratedGPU", "CPU", ...
+
+    @property
+    def emulated(self) -> bool:
+        """A CPU pretending to be a GPU (llvmpipe, SwiftShader): parallel work there is the same
+        few cores, and workgroup barriers are expensive."""
+        return self.adapter_type.lower() == "cpu" or "(cpu," in self.adapter_name.lower()
 
     @property
     def queue(self) -> Any:
@@ -89,6 +96,7 @@ def _acquire() -> GpuDevice:
         adapter_name=_describe(adapter.info),
         limits=limits,
         features=frozenset(str(f) for f in adapter.features),
+        adapter_type=str(adapter.info.get("adapter_type", "")),
     )
 
 

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.gpu.chain import epilogue_module, run_and_read, run_chain_gates, unpack_k_major
+from daisychain.gpu.chain import (
+    epilogue_module,
+    epilogue_width,
+    rows_grid,
+    run_and_read,
+    run_chain_gates,
+    unpack_k_major,
+)
 from daisychain.gpu.device import MIN_STORAGE_BINDING
 from daisychain.gpu.gates import GATE_SEED, GateReport
 from daisychain.gpu.gemm import GpuGemm, pack_k_major
@@ -38,7 +45,6 @@ from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
-WG = 64
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
 
@@ -67,7 +73,7 @@ class MlpChain:
             "mlp_epilogue",
             ["uniform", "read", "read", "write", "write"],
             epilogue_module("mlp_epilogue") if source is None else source,
-            {"WG": WG},
+            {"EP_WG": epilogue_width(gemm.gpu)},
         )
 
     @staticmethod
@@ -128,7 +134,7 @@ class MlpChain:
                     bufs["packed"],
                     bufs["status"],
                 ],
-                (-(-m // WG), 1, 1),
+                rows_grid(m),
             ),
             (
                 gemm.kernel,
