@@ -601,7 +601,7 @@ class IntGemmOps:
         kept: dict[str, Any] = {}
 
         def norm_operand(acc_wo: npt.NDArray[np.int32]) -> tuple[Int8Array, IntArray, FloatArray]:
-            h.__iadd__(self._dequantize(acc_wo, o[1], wo[1]))  # the residual, in place
+            np.add(h, self._dequantize(acc_wo, o[1], wo[1]), out=h)  # the residual, in place
             bn, cache = norm(h)
             b_q, b_e, b8 = self.quantize(bn, -1)
             kept.update(cache=cache, b_q=b_q, b_e=b_e, b8=b8)
