@@ -29,12 +29,14 @@ from daisychain.gpu.chain import (
     epilogue_module,
     epilogue_width,
     f32_bits,
+    gate_exps,
+    gate_int8,
     rows_grid,
     run_and_read,
     run_chain_gates,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GATE_SEED, GateReport
+from daisychain.gpu.gates import GateReport
 from daisychain.gpu.gemm import GpuGemm, pack_k_major_batched
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
@@ -43,7 +45,6 @@ from daisychain.gpu.kernels import (
     compile_kernel,
 )
 from daisychain.model.gpt import softmax_causal
-from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
@@ -232,13 +233,11 @@ def bits_sum(p: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
 
 
 def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
-    words = prng.bits(prng.key(GATE_SEED, 8, case), int(np.prod(shape)))
-    return (words >> np.uint32(24)).astype(np.uint8).view(np.int8).reshape(shape)
+    return gate_int8(8, case, shape)
 
 
 def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
-    words = prng.bits(prng.key(GATE_SEED, 9, case), n)
-    return (lo + (words % np.uint32(hi - lo + 1)).astype(np.int64)).astype(np.int32)
+    return gate_exps(9, case, n, lo, hi)
 
 
 Case = tuple[

@@ -27,6 +27,8 @@ from daisychain.gpu.chain import (
     epilogue_module,
     epilogue_width,
     f32_bits,
+    gate_exps,
+    gate_int8,
     rows_grid,
     run_and_read,
     run_chain_gates,
@@ -229,13 +231,11 @@ def reference(
 
 
 def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
-    words = prng.bits(prng.key(GATE_SEED, 10, case), int(np.prod(shape)))
-    return (words >> np.uint32(24)).astype(np.uint8).view(np.int8).reshape(shape)
+    return gate_int8(10, case, shape)
 
 
 def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
-    words = prng.bits(prng.key(GATE_SEED, 11, case), n)
-    return (lo + (words % np.uint32(hi - lo + 1)).astype(np.int64)).astype(np.int32)
+    return gate_exps(11, case, n, lo, hi)
 
 
 def _f32(case: int, shape: tuple[int, ...], scale: float) -> F32Array:

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.gpu.gates import GateFailure, GateReport
+from daisychain.gpu.gates import GATE_SEED, GateFailure, GateReport
 from daisychain.gpu.kernels import SPAN_ALIGN, Copy, Step, dispatch_sequence, kernel_source
 from daisychain.gpu.softfloat import library_source
+from daisychain.numerics import prng
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,19 @@ def epilogue_width(gpu: Any) -> int:
 def rows_grid(rows: int) -> tuple[int, int, int]:
     """The dispatch of a one-workgroup-per-row epilogue (``ep_row_of`` reads it back)."""
     return (min(rows, _GRID_X), -(-rows // _GRID_X), 1)
+
+
+def gate_int8(stream: int, case: int, shape: tuple[int, ...]) -> npt.NDArray[np.int8]:
+    """Full-range int8 gate inputs from the contract PRNG (stream ``(GATE_SEED, stream, case)``),
+    so every device runs the same cases."""
+    words = prng.bits(prng.key(GATE_SEED, stream, case), int(np.prod(shape)))
+    return (words >> np.uint32(24)).astype(np.uint8).view(np.int8).reshape(shape)
+
+
+def gate_exps(stream: int, case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
+    """``n`` scale exponents in ``[lo, hi]`` from the contract PRNG, as ``gate_int8``."""
+    words = prng.bits(prng.key(GATE_SEED, stream, case), n)
+    return (lo + (words % np.uint32(hi - lo + 1)).astype(np.int64)).astype(np.int32)
 
 
 def f32_bits(x: float | np.floating[Any]) -> int:

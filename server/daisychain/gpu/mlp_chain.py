@@ -26,13 +26,15 @@ import numpy.typing as npt
 from daisychain.gpu.chain import (
     epilogue_module,
     epilogue_width,
+    gate_exps,
+    gate_int8,
     rows_grid,
     run_and_read,
     run_chain_gates,
     unpack_k_major,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GATE_SEED, GateReport
+from daisychain.gpu.gates import GateReport
 from daisychain.gpu.gemm import GpuGemm, pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
@@ -41,7 +43,6 @@ from daisychain.gpu.kernels import (
     compile_kernel,
 )
 from daisychain.model.ops import relu_in_place
-from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
@@ -187,14 +188,12 @@ def reference(
     return MlpChainOut(acc1, r8, r_e.astype(np.int32), np.zeros(m, dtype=np.uint32), acc2)
 
 
-def _int8(case: int, shape: tuple[int, int]) -> Int8Array:
-    words = prng.bits(prng.key(GATE_SEED, 6, case), int(np.prod(shape)))
-    return (words >> np.uint32(24)).astype(np.uint8).view(np.int8).reshape(shape)
+def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
+    return gate_int8(6, case, shape)
 
 
 def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
-    words = prng.bits(prng.key(GATE_SEED, 7, case), n)
-    return (lo + (words % np.uint32(hi - lo + 1)).astype(np.int64)).astype(np.int32)
+    return gate_exps(7, case, n, lo, hi)
 
 
 def mlp_chain_cases() -> list[tuple[str, Int8Array, Int8Array, Int32Array, Int32Array, Int8Array]]:
