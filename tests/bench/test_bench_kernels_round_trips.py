@@ -22,9 +22,9 @@ def test_round_trips_of_a_tiny_step_batched_and_per_slice() -> None:
     assert isinstance(backend.gemm, GpuGemm), backend.demotions
     doc = step_round_trips(preset("tiny"), backend.gemm, backend.adapter)
     per_slice, batched = doc["per_slice"], doc["batched"]
-    # the same slices computed, plus each chain's epilogue (MLP, attention, norm) once per block
+    # the same slices computed, plus each chain's epilogue (MLP, attention, norm, qkv) per block
     gemm = backend.gemm
-    chains = sum(c is not None for c in (gemm.mlp, gemm.attention, gemm.block))
+    chains = sum(c is not None for c in (gemm.mlp, gemm.attention, gemm.block, gemm.qkv))
     epilogues = preset("tiny").layers * chains
     assert batched["dispatches"] == per_slice["dispatches"] + epilogues > 0
     assert per_slice["readbacks"] == per_slice["submits"] == per_slice["dispatches"]

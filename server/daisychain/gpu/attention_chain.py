@@ -18,6 +18,7 @@ audit checks both products.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,7 @@ import numpy.typing as npt
 from daisychain.gpu.chain import (
     ROW_MAX,
     SLOT_WORDS,
+    Outputs,
     aligned_words,
     epilogue_module,
     epilogue_width,
@@ -122,79 +124,109 @@ class AttentionChain:
             raise ValueError(f"attention chain: {q_e.size} and {k_e.size} exponents")
         if not self.fits(heads, t, hd):
             raise ValueError(f"attention chain: ({heads}, {t}, {hd}) exceeds a storage binding")
-        gemm, pool = self.gemm, self.gemm.pool
-        t4, m4 = -(-t // 4), 4 * -(-t // 4)
-        width = 1 << (t - 1).bit_length()
+        pool = self.gemm.pool
+        # B operands are packed from B^T: k for the scores, v^T for the second product
         a1, a1_stride = _side_by_side(pack_k_major_batched(q8))
-        b1, b1_stride = _side_by_side(
-            pack_k_major_batched(np.ascontiguousarray(kt8.transpose(0, 2, 1)))
-        )
-        b2, b2_stride = _side_by_side(
-            pack_k_major_batched(np.ascontiguousarray(v8.transpose(0, 2, 1)))
-        )
-        acc_stride, packed_stride, out_stride = _aligned(t * t), _aligned(t4 * m4), _aligned(t * hd)
-        rows = heads * t
+        b1, b1_stride = _side_by_side(pack_k_major_batched(_transposed(kt8)))
+        b2, b2_stride = _side_by_side(pack_k_major_batched(_transposed(v8)))
+        core = AttentionCore(heads, t, hd, scale, (a1_stride, b1_stride, b2_stride))
+        bufs = {
+            "params": pool.upload(core.params().reshape(-1), uniform=True),
+            "a1": pool.upload(a1),
+            "b1": pool.upload(b1),
+            "b2": pool.upload(b2),
+            "scales": pool.upload(np.concatenate([q_e.reshape(-1), k_e.reshape(-1)]).astype("<i4")),
+            **{name: pool.acquire(size) for name, size in core.sizes().items()},
+        }
+        steps = core.steps(self, bufs, 0)
+        out = run_and_read(self.gemm.gpu, pool, steps, bufs, core.sizes())
+        return core.read(out)
+
+
+class AttentionCore:
+    """The scores, the softmax and the second product of S heads: their params, output sizes,
+    dispatches and outputs, for ``AttentionChain.run`` and for a chain that makes the operands
+    on the GPU first (``qkv_chain.QkvChain``)."""
+
+    def __init__(
+        self, heads: int, t: int, hd: int, scale: np.float32, strides: tuple[int, int, int]
+    ) -> None:
+        self.heads, self.t, self.hd, self.scale = heads, t, hd, scale
+        self.a1_stride, self.b1_stride, self.b2_stride = strides
+        self.t4, self.m4 = -(-t // 4), 4 * -(-t // 4)
+        self.acc_stride = _aligned(t * t)
+        self.packed_stride = _aligned(self.t4 * self.m4)
+        self.out_stride = _aligned(t * hd)
+        self.rows = heads * t
+
+    def params(self) -> npt.NDArray[np.uint32]:
+        """Its params slots: one per score product, the epilogue's, one per second product."""
+        heads, t, hd = self.heads, self.t, self.hd
         params = np.zeros((2 * heads + 1, _SLOT), dtype="<u4")
         params[:heads, :4] = (t, t, max(1, -(-hd // 4)), 0)
         params[:heads, 3] = np.arange(heads)
-        scale_bits = f32_bits(scale)
-        params[heads, :8] = (t, rows, acc_stride, packed_stride, t4, m4, width, scale_bits)
-        params[heads + 1 :, :4] = (t, hd, t4, 0)
+        width = 1 << (t - 1).bit_length()
+        params[heads, :8] = (
+            t, self.rows, self.acc_stride, self.packed_stride, self.t4, self.m4, width,
+            f32_bits(self.scale),
+        )  # fmt: skip
+        params[heads + 1 :, :4] = (t, hd, self.t4, 0)
         params[heads + 1 :, 3] = np.arange(heads)
-        scales = np.concatenate([q_e.reshape(-1), k_e.reshape(-1)]).astype("<i4")
-        sizes = {
-            "acc1": heads * acc_stride * 4,
-            "packed": heads * packed_stride * 4,
-            "status": 3 * rows * 4,
-            "acc2": heads * out_stride * 4,
+        return params
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "acc1": self.heads * self.acc_stride * 4,
+            "packed": self.heads * self.packed_stride * 4,
+            "status": 3 * self.rows * 4,
+            "acc2": self.heads * self.out_stride * 4,
         }
-        bufs = {
-            "params": pool.upload(params.reshape(-1), uniform=True),
-            "a1": pool.upload(a1),
-            "b1": pool.upload(b1),
-            "scales": pool.upload(scales),
-            "b2": pool.upload(b2),
-            **{name: pool.acquire(size) for name, size in sizes.items()},
-        }
+
+    def steps(self, chain: AttentionChain, bufs: dict[str, Any], slot: int) -> list[Step]:
+        """The dispatches, reading ``bufs`` "a1", "b1", "b2", "scales" and the params slots
+        from ``slot`` on."""
+        gemm, heads, t, hd = chain.gemm, self.heads, self.t, self.hd
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
+
+        def params_at(i: int, size: int = 16) -> Span:
+            return Span(bufs["params"], (slot + i) * SPAN_ALIGN, size)
+
+        def region(name: str, s: int, stride: int) -> Span:
+            return Span(bufs[name], s * stride * 4, stride * 4)
+
         steps: list[Step] = []
         for s in range(heads):
             steps.append((gemm.kernel, [
-                Span(bufs["params"], s * SPAN_ALIGN, 16),
-                Span(bufs["a1"], s * a1_stride * 4, a1_stride * 4),
-                Span(bufs["b1"], s * b1_stride * 4, b1_stride * 4),
-                Span(bufs["acc1"], s * acc_stride * 4, acc_stride * 4),
-                *lut,
+                params_at(s), region("a1", s, self.a1_stride), region("b1", s, self.b1_stride),
+                region("acc1", s, self.acc_stride), *lut,
             ], (-(-t // tn), -(-t // tm), 1)))  # fmt: skip
-        steps.append((self.epilogue, [
-            Span(bufs["params"], heads * SPAN_ALIGN, 32),
-            bufs["acc1"], bufs["scales"], bufs["packed"], bufs["status"],
-        ], rows_grid(rows)))  # fmt: skip
+        steps.append((chain.epilogue, [
+            params_at(heads, 32), bufs["acc1"], bufs["scales"], bufs["packed"], bufs["status"],
+        ], rows_grid(self.rows)))  # fmt: skip
         for s in range(heads):
             steps.append((gemm.kernel, [
-                Span(bufs["params"], (heads + 1 + s) * SPAN_ALIGN, 16),
-                Span(bufs["packed"], s * packed_stride * 4, packed_stride * 4),
-                Span(bufs["b2"], s * b2_stride * 4, b2_stride * 4),
-                Span(bufs["acc2"], s * out_stride * 4, out_stride * 4),
-                *lut,
+                params_at(heads + 1 + s), region("packed", s, self.packed_stride),
+                region("b2", s, self.b2_stride), region("acc2", s, self.out_stride), *lut,
             ], (-(-hd // tn), -(-t // tm), 1)))  # fmt: skip
-        out = run_and_read(gemm.gpu, pool, steps, bufs, sizes)
-        words = out.words
+        return steps
 
-        acc1 = words("acc1", "<i4").reshape(heads, acc_stride)[:, : t * t].reshape(heads, t, t)
-        packed = words("packed", "<u4").reshape(heads, packed_stride)[:, : t4 * m4]
+    def read(self, out: Outputs) -> AttentionChainOut:
+        heads, t, hd, t4, m4 = self.heads, self.t, self.hd, self.t4, self.m4
+        words = out.words
+        acc1 = words("acc1", "<i4").reshape(heads, self.acc_stride)[:, : t * t]
+        packed = words("packed", "<u4").reshape(heads, self.packed_stride)[:, : t4 * m4]
         p_words = np.ascontiguousarray(packed.reshape(heads, t4, m4).transpose(0, 2, 1))
         p8 = p_words.view(np.int8).reshape(heads, m4, 4 * t4)[:, :t, :t]
         status = words("status", "<u4").reshape(heads, t, 3)
-        acc2 = words("acc2", "<i4").reshape(heads, out_stride)[:, : t * hd].reshape(heads, t, hd)
+        acc2 = words("acc2", "<i4").reshape(heads, self.out_stride)[:, : t * hd]
         return AttentionChainOut(
-            acc1=acc1.astype(np.int32),
+            acc1=acc1.reshape(heads, t, t).astype(np.int32),
             p8=np.ascontiguousarray(p8),
             p_e=status[..., 0].view(np.int32).reshape(heads, t, 1).copy(),
             status=status[..., 1].astype(np.uint32),
             p_sum=status[..., 2].astype(np.uint32),
-            acc2=acc2.astype(np.int32),
+            acc2=acc2.reshape(heads, t, hd).astype(np.int32),
         )
 
 

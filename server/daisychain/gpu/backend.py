@@ -25,6 +25,7 @@ from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
 from daisychain.gpu.mlp_chain import MlpChain, run_mlp_chain_gates
 from daisychain.gpu.pool import BufferPool
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
+from daisychain.gpu.qkv_chain import QkvChain, run_qkv_chain_gates
 from daisychain.gpu.quantize import GpuQuantize
 from daisychain.numerics.gemm import int_matmul, qmatmul
 from daisychain.numerics.quant import FloatArray, IntArray
@@ -124,12 +125,13 @@ def evaluate_gpu(
             ("mlp", attach_mlp_chain(gemm)),
             ("attention", attach_attention_chain(gemm)),
             ("block", attach_block_chain(gemm)),
+            ("qkv", attach_qkv_chain(gemm)),
         )
         gemm.chain_failures = {attr: reason for attr, reason in attached if reason}
     return (gemm, None) if why is None else (None, why)
 
 
-CHAINS = ("mlp", "attention", "block")
+CHAINS = ("mlp", "attention", "block", "qkv")
 
 
 def chains_in_use(gemm: object) -> str:
@@ -165,6 +167,18 @@ def attach_block_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
         return f"{gemm.name}-block: no MLP chain to extend"
     return chain.attach(
         gemm, "block", lambda: BlockChain(mlp, source=source), run_block_chain_gates
+    )
+
+
+def attach_qkv_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+    """``attach_mlp_chain`` for a block's attention from its input (``gemm.qkv``), which
+    extends the attention chain: none without it."""
+    attention = gemm.attention
+    if attention is None:
+        gemm.qkv = None
+        return f"{gemm.name}-qkv: no attention chain to extend"
+    return chain.attach(
+        gemm, "qkv", lambda: QkvChain(attention, source=source), run_qkv_chain_gates
     )
 
 

@@ -198,6 +198,8 @@ class GpuGemm:
         self.attention: Any = None
         # And a block's tail (gpu.block_chain): output product, residual and norm, the MLP.
         self.block: Any = None
+        # And a block's attention from its input (gpu.qkv_chain): the qkv product first.
+        self.qkv: Any = None
         # Why a chain is not in use, by its attribute name (shown by ``daisychain selftest``).
         self.chain_failures: dict[str, str] = {}
         if kind == "lut":

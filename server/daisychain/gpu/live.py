@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Literal, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -254,6 +254,58 @@ class AuditedBatchedMatmul:
         self._audit(p8 if fused else p8.astype(np.float32), v8 if fused else v, acc2)
         return acc1, acc2
 
+    def attention_qkv(
+        self,
+        a: FloatArray,
+        wqkv: FloatArray,
+        a_e: IntArray,
+        w_e: IntArray,
+        batch: int,
+        heads: int,
+        scale: np.float32,
+        heads_operand: Callable[[Int32Array], tuple[Any, ...]],
+        p_operand: Callable[[Int32Array], tuple[Int8Array, IntArray, FloatArray]],
+        *,
+        a8: Int8Array | None = None,
+        w8: Int8Array | None = None,
+    ) -> tuple[Int32Array, Int32Array, Int32Array]:
+        """A block's attention from its input through the GEMM's qkv chain (``gpu.qkv_chain``:
+        one submit and one readback): (acc_qkv, acc1, acc2), each audited. The GPU's q, k, v
+        must equal the host's (``heads_operand(acc_qkv)``: q8, q_e, k8, k_e, v8, v_e) before
+        the scores are trusted, and its P as ``attention`` checks it before the second
+        product is."""
+        chain = self.gemm.qkv  # type: ignore[attr-defined]
+        a8, w8 = int8_operand(a, a8), int8_operand(wqkv, w8)
+        out = chain.run(a8, w8, a_e, w_e, batch, heads, scale)
+        fused = self._fused is not None
+        self._audit(a8 if fused else a, w8 if fused else wqkv, out.acc_qkv)
+        q8, q_e, k8, k_e, v8, v_e = heads_operand(out.acc_qkv)
+        t, hd = out.q8.shape[1], out.q8.shape[2]
+        slices = out.q8.shape[0]
+        mine = (q8.reshape(slices, t, hd), k8.reshape(slices, t, hd), v8.reshape(slices, t, hd))
+        wrong = np.any(mine[0] != out.q8, axis=-1).reshape(-1)
+        wrong |= np.any(mine[1] != out.k8, axis=-1).reshape(-1)
+        wrong |= (q_e.reshape(-1) != out.q_e.reshape(-1)) | (k_e.reshape(-1) != out.k_e.reshape(-1))
+        wrong_v = np.any(mine[2] != out.v8, axis=1).reshape(-1) | (
+            v_e.reshape(-1) != out.v_e.reshape(-1)
+        )
+        self._refuse(chain.name, "qkv", np.concatenate([wrong, wrong_v]))
+        lead = q8.shape[:-2]
+        acc1 = out.acc1.reshape(*lead, t, t)
+        kt8 = np.ascontiguousarray(k8.swapaxes(-1, -2))
+        q_ref = q8 if fused else q8.astype(np.float32)
+        kt_ref = kt8 if fused else kt8.astype(np.float32)
+        self._audit(q_ref, kt_ref, acc1)
+        p8, p_e, p = p_operand(acc1)
+        wrong = np.any(p8.reshape(slices, t, t) != out.p8, axis=-1).reshape(-1)
+        wrong |= out.p_e.reshape(-1) != p_e.reshape(-1)
+        wrong |= out.p_sum.reshape(-1) != bits_sum(p.reshape(slices, t, t)).reshape(-1)
+        self._refuse(chain.name, "attention", wrong)
+        acc2 = out.acc2.reshape(*lead, t, hd)
+        v_ref = v8 if fused else v8.astype(np.float32)
+        self._audit(p8 if fused else p8.astype(np.float32), v_ref, acc2)
+        return out.acc_qkv, acc1, acc2
+
     def block_tail(
         self,
         o: FloatArray,
@@ -389,8 +441,10 @@ def training_ops(
         att = batched.attention if getattr(gemm, "attention", None) is not None else None
         # A block's tail (output product, residual, norm, MLP) in one round trip, likewise.
         block = batched.block_tail if getattr(gemm, "block", None) is not None else None
+        # A block's attention from its input (the qkv product first) in one round trip.
+        qkv = batched.attention_qkv if getattr(gemm, "qkv", None) is not None else None
         return IntGemmOps(
-            backend.name, audited, batched, batched.settle, passes, many, mlp, att, block
+            backend.name, audited, batched, batched.settle, passes, many, mlp, att, block, qkv
         )
     return IntGemmOps(backend.name, audited)
 

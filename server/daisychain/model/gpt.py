@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.heap import keep_step_memory
-from daisychain.model.ops import NUMPY_OPS, GemmOps, Grad
+from daisychain.model.ops import NUMPY_OPS, GemmOps, Grad, QParts
 from daisychain.model.params import Params, param_shapes
 from daisychain.numerics import exp, log, tree_sum
 
@@ -137,26 +137,31 @@ def causal_mask(t: int) -> FloatArray:
 
 
 def attention_forward(
-    qkv: FloatArray, cfg: ModelConfig, b: int, t: int, ops: GemmOps = NUMPY_OPS
+    a: QTensor, wqkv: QTensor, cfg: ModelConfig, b: int, t: int, ops: GemmOps = NUMPY_OPS
 ) -> tuple[FloatArray, AttentionCache]:
-    """Causal multi-head attention on the fused qkv (N, 3C); returns merged heads (N, C)."""
+    """Causal multi-head attention of the normalised, quantized input ``a`` (N, C) through the
+    fused ``wqkv``; returns merged heads (N, C)."""
     h, hd, c = cfg.heads, cfg.head_dim, cfg.width
     scale = F32(1.0) / np.sqrt(F32(hd))  # exact power of two (hd is a power of 4)
-    # one contiguous copy so every per-head operand below is a dense (T, hd) matrix for BLAS
-    heads = np.ascontiguousarray(qkv.reshape(b, t, 3, h, hd).transpose(2, 0, 3, 1, 4))
-    q = QTensor.of(heads[0], -1, ops)  # per (b, h, query) over hd
-    k = QTensor.of(heads[1], -1, ops)  # per (b, h, key) over hd
-    v = QTensor.of(heads[2], -2, ops)  # per (b, h, channel) over time
-    kt = k.t
-    # S = q k^T (B, H, T, T); P = softmax(S * scale), causal; P quantized per (b, h, query) over
-    # keys; O = P v (B, H, T, hd)
-    att = ops.attention(
-        (q.q, q.e, q.q8), (kt.q, kt.e, kt.q8), (v.q, v.e, v.q8), scale,
+
+    def heads_of(qkv: FloatArray) -> tuple[QParts, QParts, QParts]:
+        """qkv (N, 3C) split into heads (B, H, T, hd), each quantized."""
+        # one contiguous copy so every per-head operand is a dense (T, hd) matrix for BLAS
+        heads = np.ascontiguousarray(qkv.reshape(b, t, 3, h, hd).transpose(2, 0, 3, 1, 4))
+        q = ops.quantize(heads[0], -1)  # per (b, h, query) over hd
+        k = ops.quantize(heads[1], -1)  # per (b, h, key) over hd
+        v = ops.quantize(heads[2], -2)  # per (b, h, channel) over time
+        return q, k, v
+
+    # qkv = a wqkv (N, 3C), split into heads; S = q k^T (B, H, T, T); P = softmax(S * scale),
+    # causal; P quantized per (b, h, query) over keys; O = P v (B, H, T, hd)
+    att, q, k, v = ops.attention_qkv(
+        (a.q, a.e, a.q8), (wqkv.q, wqkv.e, wqkv.q8), heads_of, (b, h), scale,
         lambda s: softmax_causal(s, scale),
     )  # fmt: skip
     pq = QTensor(att.p_q, att.p_e, att.p8)
     merged = np.ascontiguousarray(att.o.transpose(0, 2, 1, 3)).reshape(b * t, c)  # (N, C)
-    return merged, AttentionCache(q, k, v, att.p, pq)
+    return merged, AttentionCache(QTensor(*q), QTensor(*k), QTensor(*v), att.p, pq)
 
 
 def attention_backward(
@@ -262,8 +267,7 @@ def _forward(
         p = f"h.{i}."
         an, norm1 = rmsnorm_forward(h, params[p + "g1"], cfg.norm_eps)  # (N, C)
         a = QTensor.of(an, -1, ops)
-        qkv = product(a, w.wqkv[i])  # (N, 3C)
-        merged, attn = attention_forward(qkv, cfg, b, t, ops)  # (N, C)
+        merged, attn = attention_forward(a, w.wqkv[i], cfg, b, t, ops)  # (N, C)
         o = QTensor.of(merged, -1, ops)
         g2, wo, w1, w2 = params[p + "g2"], w.wo[i], w.w1[i], w.w2[i]
         # h += o @ wo (N, C) residual, in place; bn = rmsnorm(h, g2), quantized per token;

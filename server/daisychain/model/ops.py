@@ -139,6 +139,36 @@ def attention_separately(
     return AttnOut(p, p_q, p_e, p8, o)
 
 
+HeadsOf = Callable[[FloatArray], tuple[QParts, QParts, QParts]]
+
+
+def transposed(k: QParts) -> QParts:
+    """k^T of a quantized (..., T, hd) operand: its last two axes swapped (views)."""
+    k8 = None if k[2] is None else k[2].swapaxes(-1, -2)
+    return k[0].swapaxes(-1, -2), k[1].swapaxes(-1, -2), k8
+
+
+def attention_qkv_separately(
+    ops: GemmOps,
+    a: QParts,
+    wqkv: QParts,
+    heads_of: HeadsOf,
+    scale: np.float32,
+    softmax: Callable[[FloatArray], FloatArray],
+) -> tuple[AttnOut, QParts, QParts, QParts]:
+    """``ops.attention_qkv`` one step after the other: the qkv product, ``heads_of`` (the model's
+    split into heads and their quantization), then ``ops.attention``."""
+    qkv = ops.qmatmul(a[0], a[1], wqkv[0], wqkv[1], a8=a[2], b8=wqkv[2])
+    q, k, v = heads_of(qkv)
+    return ops.attention(q, transposed(k), v, scale, softmax), q, k, v
+
+
+# The qkv chain of a GPU (gpu.live's audited ``QkvChain``): (a, wqkv, a_e, w_e, batch, heads,
+# scale, heads_operand, p_operand, a8=, w8=) -> (acc_qkv, acc1, acc2); ``heads_operand(acc_qkv)``
+# is the host's (q8, q_e, k8, k_e, v8, v_e), ``p_operand(acc1)`` its (P8, P_e, P).
+QkvChainFn = Callable[..., tuple[Any, Any, npt.NDArray[np.int32]]]
+
+
 # The attention chain of a GPU (gpu.live's audited ``AttentionChain``): (q, kt, v, q_e, k_e,
 # scale, operand, q8=, kt8=, v8=) -> (acc1, acc2), both exact integer products, batched over
 # heads; ``operand(acc1)`` is the host's own (P8, P_e, P), checked against the chain's.
@@ -277,6 +307,21 @@ class GemmOps(Protocol):
         runs the chain does it in one submit and one readback."""
         ...
 
+    def attention_qkv(
+        self,
+        a: QParts,
+        wqkv: QParts,
+        heads_of: HeadsOf,
+        shape: tuple[int, int],
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> tuple[AttnOut, QParts, QParts, QParts]:
+        """A block's attention from its normalised input: ``qmatmul(a, wqkv)``, ``heads_of`` (the
+        model's split into the (batch, heads) = ``shape`` heads and their quantization), then
+        ``attention``; with the bits of ``attention_qkv_separately``. Returns the attention's
+        output and the quantized q, k, v."""
+        ...
+
     def block_tail(
         self,
         o: QParts,
@@ -371,6 +416,17 @@ class NumpyOps:
     ) -> AttnOut:
         return attention_separately(self, q, kt, v, softmax)
 
+    def attention_qkv(
+        self,
+        a: QParts,
+        wqkv: QParts,
+        heads_of: HeadsOf,
+        shape: tuple[int, int],
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> tuple[AttnOut, QParts, QParts, QParts]:
+        return attention_qkv_separately(self, a, wqkv, heads_of, scale, softmax)
+
     def block_tail(
         self,
         o: QParts,
@@ -405,8 +461,12 @@ class IntGemmOps:
         mlp_chain: MlpChainFn | None = None,
         attention_chain: AttentionChainFn | None = None,
         block_chain: BlockChainFn | None = None,
+        qkv_chain: QkvChainFn | None = None,
     ) -> None:
         self.name = name
+        # A GPU that runs a block's attention from its input (the qkv product, the split and
+        # quantization, then the attention chain) in one submit and one readback.
+        self._qkv_chain = qkv_chain
         # A GPU that runs a block's tail (attention's output product, the residual add, the
         # norm, the MLP) in one submit and one readback (gpu.block_chain).
         self._block_chain = block_chain
@@ -580,6 +640,47 @@ class IntGemmOps:
         )
         o = self._dequantize(acc2.reshape(v[0].shape), kept["p_e"], v[1])
         return AttnOut(kept["p"], kept["p_q"], kept["p_e"], kept["p8"], o)
+
+    def attention_qkv(
+        self,
+        a: QParts,
+        wqkv: QParts,
+        heads_of: HeadsOf,
+        shape: tuple[int, int],
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> tuple[AttnOut, QParts, QParts, QParts]:
+        """Through the GPU's qkv chain where there is one: the host still splits and quantizes
+        the heads from the qkv product and computes P from the scores, and the chain refuses the
+        step unless each GPU operand equals the host's (``heads_operand``, ``p_operand``)."""
+        if self._qkv_chain is None or a[0].ndim != 2:
+            return attention_qkv_separately(self, a, wqkv, heads_of, scale, softmax)
+        kept: dict[str, Any] = {}
+
+        def int8(x: QParts) -> Int8Array:
+            return x[2] if x[2] is not None else x[0].astype(np.int8)
+
+        def heads_operand(acc_qkv: npt.NDArray[np.int32]) -> tuple[Any, ...]:
+            q, k, v = heads_of(self._dequantize(acc_qkv, a[1], wqkv[1]))
+            kept.update(q=q, k=k, v=v)
+            return int8(q), q[1], int8(k), k[1], int8(v), v[1]
+
+        def p_operand(acc1: npt.NDArray[np.int32]) -> tuple[Int8Array, IntArray, FloatArray]:
+            q, kt = kept["q"], transposed(kept["k"])
+            scores = (*q[0].shape[:-1], kt[0].shape[-1])
+            p = softmax(self._dequantize(acc1.reshape(scores), q[1], kt[1]))
+            p_q, p_e, p8 = self.quantize(p, -1)
+            kept.update(p=p, p_q=p_q, p_e=p_e, p8=p8)
+            return (p8 if p8 is not None else p_q.astype(np.int8)), p_e, p
+
+        _, _, acc2 = self._qkv_chain(
+            a[0], wqkv[0], a[1], wqkv[1], shape[0], shape[1], scale, heads_operand, p_operand,
+            a8=a[2], w8=wqkv[2],
+        )  # fmt: skip
+        v = kept["v"]
+        o = self._dequantize(acc2.reshape(v[0].shape), kept["p_e"], v[1])
+        att = AttnOut(kept["p"], kept["p_q"], kept["p_e"], kept["p8"], o)
+        return att, kept["q"], kept["k"], v
 
     def block_tail(
         self,

@@ -39,7 +39,16 @@ from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.live import step_probe, training_ops
 from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.ops import AttnOut, GemmOps, Grad, Int8Array, MlpOut, QParts, TailOut
+from daisychain.model.ops import (
+    AttnOut,
+    GemmOps,
+    Grad,
+    HeadsOf,
+    Int8Array,
+    MlpOut,
+    QParts,
+    TailOut,
+)
 from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
@@ -212,6 +221,20 @@ class _Deadline:
     ) -> AttnOut:
         self._check()
         out = self.ops.attention(q, kt, v, scale, softmax)
+        self._check()
+        return out
+
+    def attention_qkv(
+        self,
+        a: QParts,
+        wqkv: QParts,
+        heads_of: HeadsOf,
+        shape: tuple[int, int],
+        scale: np.float32,
+        softmax: Callable[[FloatArray], FloatArray],
+    ) -> tuple[AttnOut, QParts, QParts, QParts]:
+        self._check()
+        out = self.ops.attention_qkv(a, wqkv, heads_of, shape, scale, softmax)
         self._check()
         return out
 
