@@ -27,19 +27,17 @@ from daisychain.gpu.chain import (
     ROW_MAX,
     SLOT_WORDS,
     Outputs,
-    aligned_words,
     epilogue_module,
     epilogue_width,
     f32_bits,
     gate_exps,
-    gate_int8,
     rows_grid,
     run_and_read,
     run_chain_gates,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GateReport
-from daisychain.gpu.gemm import GpuGemm, pack_k_major_batched
+from daisychain.gpu.gates import GateReport, random_int8
+from daisychain.gpu.gemm import GpuGemm, aligned_words, pack_k_major_batched, side_by_side
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
     Span,
@@ -50,19 +48,8 @@ from daisychain.model.gpt import softmax_causal
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
-_SLOT = SLOT_WORDS
-_aligned = aligned_words
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
-
-
-def _side_by_side(slices: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.uint32], int]:
-    """(S, ...) u32 slices -> one array with slice s at word s * stride (whole params slots)."""
-    flat = slices.reshape(slices.shape[0], -1)
-    stride = aligned_words(flat.shape[1])
-    out = np.zeros((flat.shape[0], stride), dtype=np.uint32)
-    out[:, : flat.shape[1]] = flat
-    return out.reshape(-1), stride
 
 
 def _transposed(x: Int8Array) -> Int8Array:
@@ -103,7 +90,8 @@ class AttentionChain:
         of keys the epilogue's workgroup memory."""
         if not 0 < t <= ROW_MAX:
             return False
-        return 0 < 4 * heads * (_aligned(t * t) + _aligned(t * max(hd, 4))) <= MIN_STORAGE_BINDING
+        words = aligned_words(t * t) + aligned_words(t * max(hd, 4))
+        return bool(0 < 4 * heads * words <= MIN_STORAGE_BINDING)
 
     def run(
         self,
@@ -126,9 +114,9 @@ class AttentionChain:
             raise ValueError(f"attention chain: ({heads}, {t}, {hd}) exceeds a storage binding")
         pool = self.gemm.pool
         # B operands are packed from B^T: k for the scores, v^T for the second product
-        a1, a1_stride = _side_by_side(pack_k_major_batched(q8))
-        b1, b1_stride = _side_by_side(pack_k_major_batched(_transposed(kt8)))
-        b2, b2_stride = _side_by_side(pack_k_major_batched(_transposed(v8)))
+        a1, a1_stride = side_by_side(pack_k_major_batched(q8))
+        b1, b1_stride = side_by_side(pack_k_major_batched(_transposed(kt8)))
+        b2, b2_stride = side_by_side(pack_k_major_batched(_transposed(v8)))
         core = AttentionCore(heads, t, hd, scale, (a1_stride, b1_stride, b2_stride))
         bufs = {
             "params": pool.upload(core.params().reshape(-1), uniform=True),
@@ -154,15 +142,15 @@ class AttentionCore:
         self.heads, self.t, self.hd, self.scale = heads, t, hd, scale
         self.a1_stride, self.b1_stride, self.b2_stride = strides
         self.t4, self.m4 = -(-t // 4), 4 * -(-t // 4)
-        self.acc_stride = _aligned(t * t)
-        self.packed_stride = _aligned(self.t4 * self.m4)
-        self.out_stride = _aligned(t * hd)
+        self.acc_stride = aligned_words(t * t)
+        self.packed_stride = aligned_words(self.t4 * self.m4)
+        self.out_stride = aligned_words(t * hd)
         self.rows = heads * t
 
     def params(self) -> npt.NDArray[np.uint32]:
         """Its params slots: one per score product, the epilogue's, one per second product."""
         heads, t, hd = self.heads, self.t, self.hd
-        params = np.zeros((2 * heads + 1, _SLOT), dtype="<u4")
+        params = np.zeros((2 * heads + 1, SLOT_WORDS), dtype="<u4")
         params[:heads, :4] = (t, t, max(1, -(-hd // 4)), 0)
         params[:heads, 3] = np.arange(heads)
         width = 1 << (t - 1).bit_length()
@@ -265,7 +253,7 @@ def bits_sum(p: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
 
 
 def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
-    return gate_int8(8, case, shape)
+    return random_int8(8, case, shape)
 
 
 def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:

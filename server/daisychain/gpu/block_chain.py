@@ -28,14 +28,13 @@ from daisychain.gpu.chain import (
     epilogue_width,
     f32_bits,
     gate_exps,
-    gate_int8,
     rows_grid,
     run_and_read,
     run_chain_gates,
     unpack_k_major,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GATE_SEED, GateReport
+from daisychain.gpu.gates import GateReport, random_f32, random_int8
 from daisychain.gpu.gemm import pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
@@ -46,7 +45,6 @@ from daisychain.gpu.kernels import (
 from daisychain.gpu.mlp_chain import MlpChain
 from daisychain.gpu.mlp_chain import reference as mlp_reference
 from daisychain.model.gpt import rmsnorm_forward
-from daisychain.numerics import prng
 from daisychain.numerics.gemm import round_scaled
 from daisychain.numerics.quant import QuantizationError, quantize
 
@@ -231,7 +229,7 @@ def reference(
 
 
 def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
-    return gate_int8(10, case, shape)
+    return random_int8(10, case, shape)
 
 
 def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
@@ -239,8 +237,7 @@ def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
 
 
 def _f32(case: int, shape: tuple[int, ...], scale: float) -> F32Array:
-    u = prng.uniform(prng.key(GATE_SEED, 12, case), int(np.prod(shape))).reshape(shape)
-    return ((u * np.float32(2.0) - np.float32(1.0)) * np.float32(scale)).astype(np.float32)
+    return (random_f32(12, case, shape) * np.float32(scale)).astype(np.float32)
 
 
 Case = tuple[str, dict[str, npt.NDArray[np.generic] | np.float32]]

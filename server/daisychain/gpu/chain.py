@@ -21,13 +21,16 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.gpu.gates import GATE_SEED, GateFailure, GateReport
-from daisychain.gpu.kernels import SPAN_ALIGN, Copy, Step, dispatch_sequence, kernel_source
+from daisychain.gpu.gemm import ALIGN_WORDS
+from daisychain.gpu.kernels import Copy, Step, dispatch_sequence, kernel_source
 from daisychain.gpu.softfloat import library_source
 from daisychain.numerics import prng
 
 log = logging.getLogger(__name__)
 
-SLOT_WORDS = SPAN_ALIGN // 4  # one params slot: every binding offset a device accepts
+# One params slot (256 bytes: every binding offset a device accepts) and strides in whole slots:
+# the GEMM's own packing helpers (gemm.ALIGN_WORDS, gemm.aligned_words, gemm.side_by_side).
+SLOT_WORDS = ALIGN_WORDS
 
 
 def epilogue_module(name: str) -> str:
@@ -59,15 +62,9 @@ def rows_grid(rows: int) -> tuple[int, int, int]:
     return (min(rows, _GRID_X), -(-rows // _GRID_X), 1)
 
 
-def gate_int8(stream: int, case: int, shape: tuple[int, ...]) -> npt.NDArray[np.int8]:
-    """Full-range int8 gate inputs from the contract PRNG (stream ``(GATE_SEED, stream, case)``),
-    so every device runs the same cases."""
-    words = prng.bits(prng.key(GATE_SEED, stream, case), int(np.prod(shape)))
-    return (words >> np.uint32(24)).astype(np.uint8).view(np.int8).reshape(shape)
-
-
 def gate_exps(stream: int, case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
-    """``n`` scale exponents in ``[lo, hi]`` from the contract PRNG, as ``gate_int8``."""
+    """``n`` scale exponents in ``[lo, hi]`` from the contract PRNG (stream ``(GATE_SEED,
+    stream, case)``), so every device runs the same cases (int8 operands: ``gates.random_int8``)."""
     words = prng.bits(prng.key(GATE_SEED, stream, case), n)
     return (lo + (words % np.uint32(hi - lo + 1)).astype(np.int64)).astype(np.int32)
 
@@ -75,11 +72,6 @@ def gate_exps(stream: int, case: int, n: int, lo: int, hi: int) -> npt.NDArray[n
 def f32_bits(x: float | np.floating[Any]) -> int:
     """The float32 bit pattern of ``x`` (a kernel's float parameter travels as its bits)."""
     return int(np.array([x], dtype=np.float32).view(np.uint32)[0])
-
-
-def aligned_words(words: int) -> int:
-    """``words`` rounded up to whole params slots (256 bytes)."""
-    return max(1, -(-words // SLOT_WORDS)) * SLOT_WORDS
 
 
 def unpack_k_major(words: npt.NDArray[Any], rows: int, k: int) -> npt.NDArray[np.int8]:

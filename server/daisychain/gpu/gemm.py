@@ -46,7 +46,7 @@ MAX_K = (1 << 17) - 1
 # within the storage-binding size every device granted (device.py), and a batch larger than that
 # goes in several submits.
 ROUND_BYTES = MIN_STORAGE_BINDING
-_ALIGN_WORDS = SPAN_ALIGN // 4
+ALIGN_WORDS = SPAN_ALIGN // 4
 
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
@@ -74,17 +74,17 @@ def pack_k_major_batched(x: Int8Array) -> U32Array:
     return np.ascontiguousarray(padded.view("<u4").transpose(0, 2, 1))
 
 
-def _aligned_words(words: int) -> int:
+def aligned_words(words: int) -> int:
     """``words`` rounded up to a whole number of ``SPAN_ALIGN`` regions."""
-    return max(1, -(-words // _ALIGN_WORDS)) * _ALIGN_WORDS
+    return max(1, -(-words // ALIGN_WORDS)) * ALIGN_WORDS
 
 
-def _side_by_side(slices: U32Array) -> tuple[U32Array, int]:
+def side_by_side(slices: U32Array) -> tuple[U32Array, int]:
     """(S, ...) u32 -> one (S * stride) u32 array with slice s at word s * stride, stride a
     multiple of ``SPAN_ALIGN`` bytes (the binding offset every device accepts); and stride."""
     count = slices.shape[0]
     flat = slices.reshape(count, -1)
-    stride = _aligned_words(flat.shape[1])
+    stride = aligned_words(flat.shape[1])
     out = np.zeros((count, stride), dtype=np.uint32)
     out[:, : flat.shape[1]] = flat
     return out.reshape(-1), stride
@@ -145,8 +145,8 @@ class _Plan:
         n = b.shape[-1]
         count = int(np.prod(lead, dtype=np.int64))
         k4, m4, n4 = max(1, -(-k // 4)), max(1, -(-m // 4)), max(1, -(-n // 4))
-        widest = 4 * max(_aligned_words(4 * k4 * m4), _aligned_words(4 * k4 * n4),
-                         _aligned_words(m * n))  # fmt: skip
+        widest = 4 * max(aligned_words(4 * k4 * m4), aligned_words(4 * k4 * n4),
+                         aligned_words(m * n))  # fmt: skip
         if count * m * n == 0 or k == 0:  # nothing to compute: zeros, no round trip
             none = np.zeros(0, dtype=np.intp)
             empty = np.zeros((0, m, k), np.int8), np.zeros((0, k, n), np.int8)
@@ -300,18 +300,18 @@ class GpuGemm:
             count = end - first
             a_used, a_at = np.unique(a_of, return_inverse=True)
             b_used, b_at = np.unique(b_of, return_inverse=True)
-            a_words, a_stride = _side_by_side(pack_k_major_batched(plan.a_slices[a_used]))
+            a_words, a_stride = side_by_side(pack_k_major_batched(plan.a_slices[a_used]))
             # B is packed from B^T: word [k][j] holds b[4k .. 4k+3, j].
-            b_words, b_stride = _side_by_side(
+            b_words, b_stride = side_by_side(
                 pack_k_major_batched(plan.b_slices[b_used].transpose(0, 2, 1))
             )
             # params word 3 is the slice's index in its whole product (0 for a 2-D one). The
             # kernel computes nothing from it; a slice named in the WGSL can be told apart (the
             # plants).
-            params = np.zeros((count, _ALIGN_WORDS), dtype="<u4")
+            params = np.zeros((count, ALIGN_WORDS), dtype="<u4")
             params[:, :3] = (plan.m, plan.n, max(1, -(-plan.k // 4)))
             params[:, 3] = np.arange(first, end)
-            out_stride = _aligned_words(plan.m * plan.n)
+            out_stride = aligned_words(plan.m * plan.n)
             for s in range(count):
                 slices.append((
                     a_base + int(a_at[s]) * a_stride, a_stride,

@@ -27,14 +27,13 @@ from daisychain.gpu.chain import (
     epilogue_module,
     epilogue_width,
     gate_exps,
-    gate_int8,
     rows_grid,
     run_and_read,
     run_chain_gates,
     unpack_k_major,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
-from daisychain.gpu.gates import GateReport
+from daisychain.gpu.gates import GateReport, random_int8
 from daisychain.gpu.gemm import GpuGemm, pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
@@ -189,7 +188,7 @@ def reference(
 
 
 def _int8(case: int, shape: tuple[int, ...]) -> Int8Array:
-    return gate_int8(6, case, shape)
+    return random_int8(6, case, shape)
 
 
 def _exps(case: int, n: int, lo: int, hi: int) -> npt.NDArray[np.int32]:
