@@ -135,6 +135,7 @@ class _Wrong:
 
     def __init__(self, chain: AttentionChain, field: str) -> None:
         self.chain, self.name, self.field = chain, chain.name, field
+        self.fits = chain.fits
 
     def run(self, *args: Any) -> AttentionChainOut:
         out = self.chain.run(*args)

@@ -111,6 +111,7 @@ class _Wrong:
 
     def __init__(self, chain: BlockChain, field: str) -> None:
         self.chain, self.name, self.field = chain, chain.name, field
+        self.fits = chain.fits
 
     def run(self, *args: Any) -> BlockChainOut:
         out = self.chain.run(*args)

@@ -123,6 +123,7 @@ class _WrongSecondProduct:
 
     def __init__(self, chain: MlpChain) -> None:
         self.chain, self.name = chain, chain.name
+        self.fits = chain.fits
 
     def run(self, *args: Any) -> MlpChainOut:
         out = self.chain.run(*args)

@@ -88,6 +88,7 @@ class _Wrong:
 
     def __init__(self, chain: QkvChain, field: str) -> None:
         self.chain, self.name, self.field = chain, chain.name, field
+        self.fits = chain.fits
 
     def run(self, *args: Any) -> QkvChainOut:
         out = self.chain.run(*args)
@@ -125,3 +126,31 @@ def test_the_reference_split_is_the_models() -> None:
     assert q[1, 1, 2, 3] == qkv[1 * 3 + 2, 0 * 8 + 1 * 4 + 3]
     assert k[0, 1, 0, 0] == qkv[0, 8 + 4]
     assert v[1, 0, 1, 2] == qkv[4, 16 + 2]
+
+
+def test_a_shape_no_chain_can_hold_is_computed_apart(
+    gpu: GpuDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chain says which shapes it holds (one storage binding per buffer, rows of at most
+    1024 in an epilogue's workgroup memory); for any other the step computes the products one
+    round trip each, the same bits, instead of failing. Here every chain refuses tiny's shapes."""
+    from daisychain.gpu.block_chain import BlockChain
+    from daisychain.gpu.mlp_chain import MlpChain
+
+    gemm = GpuGemm(gpu, "dp4a")
+    for attach in (attach_mlp_chain, attach_attention_chain, attach_block_chain, attach_qkv_chain):
+        assert attach(gemm) is None
+    for cls in (MlpChain, AttentionChain, BlockChain, QkvChain):
+        monkeypatch.setattr(cls, "fits", staticmethod(lambda *shape: False))
+    digest, counts = one_tiny_step(gemm)
+    assert digest == one_tiny_step(None)[0]
+    assert counts.readbacks == 26  # every product pair apart, as with no chain at all
+
+
+def test_the_chains_hold_tiny_and_refuse_rows_past_the_workgroup_memory() -> None:
+    from daisychain.gpu.block_chain import BlockChain
+
+    assert AttentionChain.fits(16, 64, 16) and QkvChain.fits(256, 64, 4, 64)
+    assert BlockChain.fits(256, 64, 256)
+    assert not AttentionChain.fits(1, 1025, 16)  # a query row of 1025 keys
+    assert not BlockChain.fits(8, 1028, 4112)  # a token row of 1028 channels

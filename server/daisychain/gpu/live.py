@@ -185,25 +185,21 @@ class AuditedBatchedMatmul:
         b8: Int8Array | None = None,
         w1_8: Int8Array | None = None,
         w2_8: Int8Array | None = None,
-    ) -> tuple[Int32Array, Int32Array]:
+    ) -> tuple[Int32Array, Int32Array] | None:
         """A block's MLP through the GEMM's chain (``gpu.mlp_chain``: both products and the
         work between them, one submit and one readback): (acc1, acc2), each audited as
         ``__call__`` audits a product. ``operand(acc1)`` is the host's own (r8, r_e) from the
         first product; the GPU's must equal it, else the step stops here (the second product
         was computed from the GPU's, so it is audited against that operand only once proven)."""
         chain = self.gemm.mlp  # type: ignore[attr-defined]
+        if not chain.fits(b.shape[0], b.shape[1], w1.shape[1], w2.shape[1]):
+            return None  # a shape the chain cannot hold: the caller computes it apart
         b8, w1_8, w2_8 = int8_operand(b, b8), int8_operand(w1, w1_8), int8_operand(w2, w2_8)
         out = chain.run(b8, w1_8, row_e, col_e, w2_8)
         self._audit(b8 if self._fused is not None else b,
                     w1_8 if self._fused is not None else w1, out.acc1)  # fmt: skip
         r8, r_e = operand(out.acc1)
-        if not (np.array_equal(out.r_e, r_e) and np.array_equal(out.r8, r8)):
-            rows = np.flatnonzero(np.any(out.r8 != r8, axis=1) | (out.r_e != r_e).reshape(-1))
-            raise KernelAuditError(
-                f"{chain.name}: the MLP epilogue's operand differs from the host's at row "
-                f"{int(rows[0])} of {r8.shape}; the kernel is demoted (restart to fall back "
-                "to numpy)"
-            )
+        self._refuse(chain.name, "MLP", np.any(out.r8 != r8, axis=1) | (out.r_e != r_e).reshape(-1))
         r = r8 if self._fused is not None else r8.astype(np.float32)
         self._audit(r, w2_8 if self._fused is not None else w2, out.acc2)
         return out.acc1, out.acc2
@@ -221,7 +217,7 @@ class AuditedBatchedMatmul:
         q8: Int8Array | None = None,
         kt8: Int8Array | None = None,
         v8: Int8Array | None = None,
-    ) -> tuple[Int32Array, Int32Array]:
+    ) -> tuple[Int32Array, Int32Array] | None:
         """Every head's scores, softmax and second product through the GEMM's chain
         (``gpu.attention_chain``: one submit and one readback), heads (B, H, T, hd): (acc1,
         acc2), each audited as ``__call__`` audits a batched product. ``operand(acc1)`` is the
@@ -229,6 +225,8 @@ class AuditedBatchedMatmul:
         the same checksum (one ulp of P anywhere shows), before the second product is
         trusted."""
         chain = self.gemm.attention  # type: ignore[attr-defined]
+        if not chain.fits(int(np.prod(q.shape[:-2])), q.shape[-2], q.shape[-1]):
+            return None  # a shape the chain cannot hold: the caller computes it apart
         q8, kt8, v8 = int8_operand(q, q8), int8_operand(kt, kt8), int8_operand(v, v8)
         lead, t, hd = q.shape[:-2], q.shape[-2], q.shape[-1]
         heads = int(np.prod(lead))
@@ -240,16 +238,7 @@ class AuditedBatchedMatmul:
         fused = self._fused is not None
         self._audit(q8 if fused else q, kt8 if fused else kt, acc1)
         p8, p_e, p = operand(acc1)
-        wrong = np.any(p8.reshape(heads, t, t) != out.p8, axis=-1).reshape(-1)
-        wrong |= out.p_e.reshape(-1) != p_e.reshape(-1)
-        wrong |= out.p_sum.reshape(-1) != bits_sum(p.reshape(heads, t, t)).reshape(-1)
-        if wrong.any():
-            rows = np.flatnonzero(wrong)
-            raise KernelAuditError(
-                f"{chain.name}: the attention epilogue's operand differs from the host's at "
-                f"query row {int(rows[0])} of {heads * t}; the kernel is demoted (restart to "
-                "fall back to numpy)"
-            )
+        self._refuse(chain.name, "attention", _softmax_differs(out, p8, p_e, p))
         acc2 = out.acc2.reshape(*lead, t, hd)
         self._audit(p8 if fused else p8.astype(np.float32), v8 if fused else v, acc2)
         return acc1, acc2
@@ -268,13 +257,15 @@ class AuditedBatchedMatmul:
         *,
         a8: Int8Array | None = None,
         w8: Int8Array | None = None,
-    ) -> tuple[Int32Array, Int32Array, Int32Array]:
+    ) -> tuple[Int32Array, Int32Array, Int32Array] | None:
         """A block's attention from its input through the GEMM's qkv chain (``gpu.qkv_chain``:
         one submit and one readback): (acc_qkv, acc1, acc2), each audited. The GPU's q, k, v
         must equal the host's (``heads_operand(acc_qkv)``: q8, q_e, k8, k_e, v8, v_e) before
         the scores are trusted, and its P as ``attention`` checks it before the second
         product is."""
         chain = self.gemm.qkv  # type: ignore[attr-defined]
+        if not chain.fits(a.shape[0], a.shape[1], heads, a.shape[0] // batch):
+            return None  # a shape the chain cannot hold: the caller computes it apart
         a8, w8 = int8_operand(a, a8), int8_operand(wqkv, w8)
         out = chain.run(a8, w8, a_e, w_e, batch, heads, scale)
         fused = self._fused is not None
@@ -297,10 +288,7 @@ class AuditedBatchedMatmul:
         kt_ref = kt8 if fused else kt8.astype(np.float32)
         self._audit(q_ref, kt_ref, acc1)
         p8, p_e, p = p_operand(acc1)
-        wrong = np.any(p8.reshape(slices, t, t) != out.p8, axis=-1).reshape(-1)
-        wrong |= out.p_e.reshape(-1) != p_e.reshape(-1)
-        wrong |= out.p_sum.reshape(-1) != bits_sum(p.reshape(slices, t, t)).reshape(-1)
-        self._refuse(chain.name, "attention", wrong)
+        self._refuse(chain.name, "attention", _softmax_differs(out, p8, p_e, p))
         acc2 = out.acc2.reshape(*lead, t, hd)
         v_ref = v8 if fused else v8.astype(np.float32)
         self._audit(p8 if fused else p8.astype(np.float32), v_ref, acc2)
@@ -325,13 +313,15 @@ class AuditedBatchedMatmul:
         wo8: Int8Array | None = None,
         w1_8: Int8Array | None = None,
         w2_8: Int8Array | None = None,
-    ) -> tuple[Int32Array, Int32Array, Int32Array]:
+    ) -> tuple[Int32Array, Int32Array, Int32Array] | None:
         """A block's tail through the GEMM's chain (``gpu.block_chain``: the output product, the
         residual and norm, the MLP; one submit and one readback): (acc_wo, acc1, acc2), each
         audited. Each GPU operand must equal the host's (``norm_operand(acc_wo)``: b8, b_e and
         bn, whose bits the chain's checksum must match; ``mlp_operand(acc1)``: r8, r_e) before
         the product computed from it is trusted."""
         chain = self.gemm.block  # type: ignore[attr-defined]
+        if not chain.fits(o.shape[0], o.shape[1], w1.shape[1]):
+            return None  # a shape the chain cannot hold: the caller computes it apart
         o8, wo8 = int8_operand(o, o8), int8_operand(wo, wo8)
         w1_8, w2_8 = int8_operand(w1, w1_8), int8_operand(w2, w2_8)
         out = chain.run(o8, wo8, o_e, wo_e, h, g, eps, w1_8, w1_e, w2_8)
@@ -409,6 +399,19 @@ class AuditedBatchedMatmul:
         first = next((e for e in failures if e is not None), None)
         if first is not None:
             raise first
+
+
+def _softmax_differs(
+    out: Any, p8: Int8Array, p_e: IntArray, p: FloatArray
+) -> npt.NDArray[np.bool_]:
+    """Per query row of an attention chain's ``out``: whether its P_q, P_e or P checksum differ
+    from the host's ``p8``, ``p_e`` and ``p`` (one ulp of P anywhere shows in the checksum)."""
+    slices, t, _ = out.p8.shape
+    wrong = np.any(p8.reshape(slices, t, t) != out.p8, axis=-1).reshape(-1)
+    wrong |= out.p_e.reshape(-1) != p_e.reshape(-1)
+    wrong |= out.p_sum.reshape(-1) != bits_sum(p.reshape(slices, t, t)).reshape(-1)
+    result: npt.NDArray[np.bool_] = wrong
+    return result
 
 
 def training_ops(

@@ -163,16 +163,19 @@ def attention_qkv_separately(
     return ops.attention(q, transposed(k), v, scale, softmax), q, k, v
 
 
+# Each chain function below returns None for a shape its chain cannot hold (a buffer past one
+# storage binding, a row longer than an epilogue's workgroup memory): the ops then compute it
+# apart, the same bits.
 # The qkv chain of a GPU (gpu.live's audited ``QkvChain``): (a, wqkv, a_e, w_e, batch, heads,
 # scale, heads_operand, p_operand, a8=, w8=) -> (acc_qkv, acc1, acc2); ``heads_operand(acc_qkv)``
 # is the host's (q8, q_e, k8, k_e, v8, v_e), ``p_operand(acc1)`` its (P8, P_e, P).
-QkvChainFn = Callable[..., tuple[Any, Any, npt.NDArray[np.int32]]]
+QkvChainFn = Callable[..., tuple[Any, Any, npt.NDArray[np.int32]] | None]
 
 
 # The attention chain of a GPU (gpu.live's audited ``AttentionChain``): (q, kt, v, q_e, k_e,
 # scale, operand, q8=, kt8=, v8=) -> (acc1, acc2), both exact integer products, batched over
 # heads; ``operand(acc1)`` is the host's own (P8, P_e, P), checked against the chain's.
-AttentionChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]]
+AttentionChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | None]
 
 
 @dataclass(frozen=True)
@@ -207,13 +210,13 @@ def block_tail_separately(
 # The block chain of a GPU (gpu.live's audited ``BlockChain``): (o, wo, w1, w2, o_e, wo_e, w1_e,
 # h, g, eps, norm_operand, mlp_operand, o8=, wo8=, w1_8=, w2_8=) -> (acc_wo, acc1, acc2);
 # ``norm_operand(acc_wo)`` is the host's (b8, b_e, bn), ``mlp_operand(acc1)`` its (r8, r_e).
-BlockChainFn = Callable[..., tuple[Any, Any, npt.NDArray[np.int32]]]
+BlockChainFn = Callable[..., tuple[Any, Any, npt.NDArray[np.int32]] | None]
 
 
 # The MLP chain of a GPU (gpu.live's audited ``MlpChain``): (b, w1, w2, row_e, col_e, operand,
 # b8=, w1_8=, w2_8=) -> (acc1, acc2), the two exact integer products; ``operand(acc1)`` is the
 # host's own (r8, r_e), against which the chain's are checked before acc2 is trusted.
-MlpChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]]
+MlpChainFn = Callable[..., tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | None]
 
 
 def one_by_one(ops: GemmOps, jobs: Sequence[Grad]) -> list[FloatArray]:
@@ -607,9 +610,10 @@ class IntGemmOps:
             kept.update(r_q=r_q, r_e=r_e, r8=r8)
             return (r8 if r8 is not None else r_q.astype(np.int8)), r_e
 
-        _, acc2 = self._mlp_chain(
-            b_q, w1[0], w2[0], b_e, w1[1], operand, b8=b8, w1_8=w1[2], w2_8=w2[2]
-        )
+        got = self._mlp_chain(b_q, w1[0], w2[0], b_e, w1[1], operand, b8=b8, w1_8=w1[2], w2_8=w2[2])
+        if got is None:  # the chain cannot hold this shape
+            return mlp_separately(self, b_q, b_e, w1, w2, b8=b8)
+        acc2 = got[1]
         y = self._dequantize(acc2, kept["r_e"], w2[1])
         return MlpOut(kept["relu"], kept["r_q"], kept["r_e"], kept["r8"], y)
 
@@ -635,9 +639,12 @@ class IntGemmOps:
             kept.update(p=p, p_q=p_q, p_e=p_e, p8=p8)
             return (p8 if p8 is not None else p_q.astype(np.int8)), p_e, p
 
-        _, acc2 = self._attention_chain(
+        got = self._attention_chain(
             q[0], kt[0], v[0], q[1], kt[1], scale, operand, q8=q[2], kt8=kt[2], v8=v[2]
         )
+        if got is None:  # the chain cannot hold this shape
+            return attention_separately(self, q, kt, v, softmax)
+        acc2 = got[1]
         o = self._dequantize(acc2.reshape(v[0].shape), kept["p_e"], v[1])
         return AttnOut(kept["p"], kept["p_q"], kept["p_e"], kept["p8"], o)
 
@@ -673,10 +680,13 @@ class IntGemmOps:
             kept.update(p=p, p_q=p_q, p_e=p_e, p8=p8)
             return (p8 if p8 is not None else p_q.astype(np.int8)), p_e, p
 
-        _, _, acc2 = self._qkv_chain(
+        got = self._qkv_chain(
             a[0], wqkv[0], a[1], wqkv[1], shape[0], shape[1], scale, heads_operand, p_operand,
             a8=a[2], w8=wqkv[2],
         )  # fmt: skip
+        if got is None:  # the chain cannot hold this shape
+            return attention_qkv_separately(self, a, wqkv, heads_of, scale, softmax)
+        acc2 = got[2]
         v = kept["v"]
         o = self._dequantize(acc2.reshape(v[0].shape), kept["p_e"], v[1])
         att = AttnOut(kept["p"], kept["p_q"], kept["p_e"], kept["p8"], o)
@@ -716,10 +726,13 @@ class IntGemmOps:
             return (r8 if r8 is not None else r_q.astype(np.int8)), r_e
 
         h_before = h.copy()  # the chain adds the product to the residual itself
-        _, _, acc2 = self._block_chain(
+        got = self._block_chain(
             o[0], wo[0], w1[0], w2[0], o[1], wo[1], w1[1], h_before, g, eps,
             norm_operand, mlp_operand, o8=o[2], wo8=wo[2], w1_8=w1[2], w2_8=w2[2],
         )  # fmt: skip
+        if got is None:  # the chain cannot hold this shape (h is untouched: nothing ran)
+            return block_tail_separately(self, o, wo, h, norm, w1, w2)
+        acc2 = got[2]
         y = self._dequantize(acc2, kept["r_e"], w2[1])
         mlp = MlpOut(kept["relu"], kept["r_q"], kept["r_e"], kept["r8"], y)
         return TailOut(kept["cache"], kept["b_q"], kept["b_e"], kept["b8"], mlp)
