@@ -82,24 +82,7 @@ class ComputeKernel:
         buffer need no barrier between them. One submit (and the caller's one readback) instead
         of one per job is the point (``counters.py``).
         """
-        device = self.gpu.device
-        try:
-            encoder = device.create_command_encoder()
-            compute_pass = encoder.begin_compute_pass()
-            compute_pass.set_pipeline(self.pipeline)
-            for bindings, groups in jobs:
-                bind_group = device.create_bind_group(
-                    layout=self.layout,
-                    entries=[_entry(i, b) for i, b in enumerate(bindings)],
-                )
-                compute_pass.set_bind_group(0, bind_group)
-                compute_pass.dispatch_workgroups(*groups)
-            compute_pass.end()
-            device.queue.submit([encoder.finish()])
-        except Exception as exc:
-            grids = jobs[0][1] if len(jobs) == 1 else sorted({groups for _, groups in jobs})
-            raise KernelError(f"kernel {self.name}: dispatch {grids} failed: {exc}") from exc
-        ROUND_TRIPS.add(submits=1, dispatches=len(jobs))
+        dispatch_sequence(self.gpu, [(self, bindings, groups) for bindings, groups in jobs])
 
 
 # One step of ``dispatch_sequence``: a kernel, its bindings and its workgroup grid.
@@ -129,8 +112,9 @@ def dispatch_sequence(gpu: GpuDevice, steps: Sequence[Step], copies: Sequence[Co
             encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, size)
         device.queue.submit([encoder.finish()])
     except Exception as exc:
-        names = " -> ".join(kernel.name for kernel, _, _ in steps)
-        raise KernelError(f"kernels {names}: dispatch failed: {exc}") from exc
+        names = " -> ".join(dict.fromkeys(kernel.name for kernel, _, _ in steps))
+        grids = sorted({groups for _, _, groups in steps})
+        raise KernelError(f"kernel {names}: dispatch {grids} failed: {exc}") from exc
     ROUND_TRIPS.add(submits=1, dispatches=len(steps))
 
 
