@@ -725,9 +725,10 @@ class IntGemmOps:
             kept.update(r_q=r_q, r_e=r_e, r8=r8)
             return (r8 if r8 is not None else r_q.astype(np.int8)), r_e
 
-        h_before = h.copy()  # the chain adds the product to the residual itself
+        # The chain uploads h as it is now (it adds the product itself); norm_operand adds it to
+        # h in place only after the chain returned, so no copy is needed.
         got = self._block_chain(
-            o[0], wo[0], w1[0], w2[0], o[1], wo[1], w1[1], h_before, g, eps,
+            o[0], wo[0], w1[0], w2[0], o[1], wo[1], w1[1], h, g, eps,
             norm_operand, mlp_operand, o8=o[2], wo8=wo[2], w1_8=w1[2], w2_8=w2[2],
         )  # fmt: skip
         if got is None:  # the chain cannot hold this shape (h is untouched: nothing ran)
