@@ -22,6 +22,9 @@
 //                                    m rows written, zero bytes past F)
 //   4  status   storage, read_write  array<u32>, 2 M words: [2i] r_e of row i (as bits),
 //                                    [2i + 1] 0 ok, 1 non-finite, 2 |r| >= 2^E_CEIL
+//   5  next     storage, read_write  array<i32>: r_e again at [i], the row exponents of the
+//                                    second product's scales (a chain that dequantizes that
+//                                    product on the GPU puts w2's column ones after M)
 // One workgroup per row (epilogue.wgsl's parallel helpers: its invocations take every EP_WG-th
 // element, the row's amax is combined in workgroup memory); dispatch (min(m, 65535),
 // ceil(m / 65535), 1). The padding rows m .. m4 - 1 of packed are left as they are: the second
@@ -39,6 +42,7 @@ struct MlpParams {
 @group(0) @binding(2) var<storage, read> scales: array<i32>;
 @group(0) @binding(3) var<storage, read_write> packed: array<u32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
+@group(0) @binding(5) var<storage, read_write> next_scales: array<i32>;
 
 // r of one cell: u when u > 0, else +0 (u's sign bit set, or u == +0).
 fn mlp_relu(i: u32, f: u32) -> u32 {
@@ -64,6 +68,7 @@ fn main(
     if (lid == 0u) {
         status[2u * i] = bitcast<u32>(scale.e);
         status[2u * i + 1u] = scale.status;
+        next_scales[i] = scale.e;
     }
     for (var w = lid; w < mp.f4; w += EP_WG) {
         var word = 0u;

@@ -16,6 +16,11 @@
 // both). One workgroup per token (epilogue.wgsl's parallel helpers: the pinned tree sum of the
 // squares in workgroup memory, h1 and then bn kept there between passes).
 //
+// The forward chain (docs/KERNELS.md "The forward chain") runs the same kernel after the MLP as
+// well: there acc is the MLP's second product (its row exponents r_e from the MLP epilogue),
+// h the residual stream h_out of the block's first instance, g the next block's first gain (or
+// the final norm's), and packed the next qkv product's A operand (or the logits product's).
+//
 // Bindings (group 0):
 //   0  params  uniform  { m: u32, c: u32, c4: u32, m4: u32, width: u32, c_bits: u32,
 //                         eps_bits: u32, pad: u32 }
@@ -33,6 +38,8 @@
 //                                   row's bn bit patterns mod 2^32 (the host's check)
 //   7  next    storage, read_write  array<i32>: b_e again at [n], the row exponents of the MLP
 //                                   epilogue's scales (the host put w1's column ones after m)
+//   8  h_out   storage, read_write  array<u32>, m x C float32 bits: h1, the residual stream
+//                                   after the add (the next residual add starts from it)
 // One workgroup per token, C <= EP_ROW_MAX; dispatch (min(m, 65535), ceil(m / 65535), 1).
 
 
@@ -55,6 +62,7 @@ struct NmParams {
 @group(0) @binding(5) var<storage, read_write> packed: array<u32>;
 @group(0) @binding(6) var<storage, read_write> status: array<u32>;
 @group(0) @binding(7) var<storage, read_write> next_scales: array<i32>;
+@group(0) @binding(8) var<storage, read_write> h_out: array<u32>;
 
 // h1[c] of token n: the residual stream after the output product.
 fn nm_h1(n: u32, c: u32) -> u32 {
@@ -78,6 +86,7 @@ fn main(
         if (c < nm.c) {
             let x = nm_h1(n, c);
             ep_row[c] = x;
+            h_out[n * nm.c + c] = x;
             sq = sf_mul(x, x);
         }
         ep_tree[c] = sq;

@@ -12,6 +12,7 @@ import pytest
 
 from chain_steps import one_tiny_step
 from daisychain.gpu.attention_chain import (
+    ATTENTION_BINDINGS,
     AttentionChain,
     AttentionChainOut,
     attention_chain_cases,
@@ -19,13 +20,13 @@ from daisychain.gpu.attention_chain import (
     run_attention_chain_gates,
 )
 from daisychain.gpu.backend import Backend, attach_attention_chain, attach_mlp_chain
-from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
+from daisychain.gpu.block_chain import NORM_BINDINGS, BlockChain, run_block_chain_gates
 from daisychain.gpu.chain import epilogue_module, epilogue_width
 from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.kernels import compile_kernel
 from daisychain.gpu.live import KernelAuditError, training_ops
-from daisychain.gpu.mlp_chain import MlpChain, run_mlp_chain_gates
+from daisychain.gpu.mlp_chain import MLP_BINDINGS, MlpChain, run_mlp_chain_gates
 from daisychain.model.config import preset
 from daisychain.model.gpt import softmax_causal
 from daisychain.model.ops import NUMPY_OPS, GemmOps
@@ -190,9 +191,9 @@ def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
     the reference's bits at each width, the tree sum and the reductions included."""
     gemm = GpuGemm(gpu, "dp4a")
     layouts = {
-        "attention_epilogue": ["uniform", "read", "read", "write", "write"],
-        "mlp_epilogue": ["uniform", "read", "read", "write", "write"],
-        "norm_epilogue": ["uniform", "read", "read", "read", "read", "write", "write", "write"],
+        "attention_epilogue": ATTENTION_BINDINGS,
+        "mlp_epilogue": MLP_BINDINGS,
+        "norm_epilogue": NORM_BINDINGS,
     }
     kernels = {
         name: compile_kernel(gpu, name, bindings, epilogue_module(name), {"EP_WG": width})

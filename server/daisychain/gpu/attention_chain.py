@@ -17,6 +17,7 @@ audit checks both products.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,6 @@ import numpy.typing as npt
 from daisychain.gpu.chain import (
     ROW_MAX,
     SLOT_WORDS,
-    Outputs,
     epilogue_module,
     epilogue_width,
     f32_bits,
@@ -40,6 +40,7 @@ from daisychain.gpu.gates import GateReport, random_int8
 from daisychain.gpu.gemm import GpuGemm, aligned_words, pack_k_major_batched, side_by_side
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
+    BindingKind,
     Span,
     Step,
     compile_kernel,
@@ -68,6 +69,11 @@ class AttentionChainOut:
     acc2: Int32Array  # (S, T, hd) P_q @ v_q
 
 
+# The softmax epilogue's bindings (kernels/attention_epilogue.wgsl): params, acc, scales, then
+# packed and status written.
+ATTENTION_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write", "write"]
+
+
 class AttentionChain:
     """The chain on one GEMM kernel's device (its pipeline, pool and tile)."""
 
@@ -79,7 +85,7 @@ class AttentionChain:
         self.epilogue = compile_kernel(
             gemm.gpu,
             "attention_epilogue",
-            ["uniform", "read", "read", "write", "write"],
+            ATTENTION_BINDINGS,
             epilogue_module("attention_epilogue") if source is None else source,
             {"EP_WG": epilogue_width(gemm.gpu)},
         )
@@ -128,7 +134,7 @@ class AttentionChain:
         }
         steps = core.steps(self, bufs, 0)
         out = run_and_read(self.gemm.gpu, pool, steps, bufs, core.sizes())
-        return core.read(out)
+        return core.read(out.words)
 
 
 class AttentionCore:
@@ -199,9 +205,9 @@ class AttentionCore:
             ], (-(-hd // tn), -(-t // tm), 1)))  # fmt: skip
         return steps
 
-    def read(self, out: Outputs) -> AttentionChainOut:
+    def read(self, words: Callable[[str, str], npt.NDArray[Any]]) -> AttentionChainOut:
+        """The outputs from ``words(name, dtype)`` (``chain.Outputs.words``)."""
         heads, t, hd, t4, m4 = self.heads, self.t, self.hd, self.t4, self.m4
-        words = out.words
         acc1 = words("acc1", "<i4").reshape(heads, self.acc_stride)[:, : t * t]
         packed = words("packed", "<u4").reshape(heads, self.packed_stride)[:, : t4 * m4]
         p_words = np.ascontiguousarray(packed.reshape(heads, t4, m4).transpose(0, 2, 1))

@@ -16,7 +16,9 @@ recomputes ``h``, the norm and both quantized operands, and refuses a step whose
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +40,7 @@ from daisychain.gpu.gates import GateReport, random_f32, random_int8
 from daisychain.gpu.gemm import pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
+    BindingKind,
     Span,
     Step,
     compile_kernel,
@@ -69,6 +72,13 @@ class BlockChainOut:
     acc2: Int32Array  # (M, C) r_q @ w2_q
 
 
+# The norm epilogue's bindings (kernels/norm_epilogue.wgsl): params, acc, scales, h, g, then
+# packed, status, next and h_out written.
+NORM_BINDINGS: list[BindingKind] = [
+    "uniform", "read", "read", "read", "read", "write", "write", "write", "write",
+]  # fmt: skip
+
+
 class BlockChain:
     """The chain on an MLP chain's GEMM (its pipelines, pool and tile)."""
 
@@ -81,7 +91,7 @@ class BlockChain:
         self.epilogue = compile_kernel(
             self.gemm.gpu,
             "norm_epilogue",
-            ["uniform", "read", "read", "read", "read", "write", "write", "write"],
+            NORM_BINDINGS,
             epilogue_module("norm_epilogue") if source is None else source,
             {"EP_WG": epilogue_width(self.gemm.gpu)},
         )
@@ -116,20 +126,58 @@ class BlockChain:
             raise ValueError("block chain: the residual, gain or exponents do not fit")
         if not self.fits(m, c, f):
             raise ValueError(f"block chain: ({m}, {c}, {f}) exceeds one storage binding")
-        gemm, pool = self.gemm, self.gemm.pool
-        c4, f4, m4 = -(-c // 4), -(-f // 4), 4 * -(-m // 4)
+        pool = self.gemm.pool
+        layout = BlockLayout(m, c, f)
+        bufs = {
+            "params": pool.upload(layout.params(eps), uniform=True),
+            "a_o": pool.upload(pack_k_major(o8)),
+            "b_wo": pool.upload(pack_k_major(np.ascontiguousarray(wo8.T))),
+            "scales_o": pool.upload(
+                np.concatenate([o_e.reshape(-1), wo_e.reshape(-1)]).astype("<i4")
+            ),
+            "h": pool.upload(np.ascontiguousarray(h, dtype=np.float32).view("<u4")),
+            "g": pool.upload(np.ascontiguousarray(g, dtype=np.float32).view("<u4")),
+            "next": pool.upload(layout.next_scales(w1_e)),
+            "b_w1": pool.upload(pack_k_major(np.ascontiguousarray(w1_8.T))),
+            "b_w2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
+            "next2": pool.acquire(m * 4),  # r_e for a dequantization on the GPU: unused here
+            "h_out": pool.acquire(m * c * 4),  # the residual after the add: unused here
+            **{name: pool.acquire(size) for name, size in layout.sizes().items()},
+        }
+        out = run_and_read(self.gemm.gpu, pool, layout.steps(self, bufs), bufs, layout.sizes())
+        return layout.read(out.words)
+
+
+class BlockLayout:
+    """The block chain's params, outputs, dispatches and unpacking for M tokens of width C and
+    an MLP of width F: ``BlockChain.run``, and the forward chain, which records the same
+    dispatches on buffers earlier epilogues wrote (``forward_chain.py``)."""
+
+    def __init__(self, m: int, c: int, f: int) -> None:
+        self.m, self.c, self.f = m, c, f
+        self.c4, self.f4, self.m4 = -(-c // 4), -(-f // 4), 4 * -(-m // 4)
+
+    def params(self, eps: np.float32) -> npt.NDArray[np.uint32]:
+        """The five dispatches' params slots."""
+        m, c, f, c4, f4, m4 = self.m, self.c, self.f, self.c4, self.f4, self.m4
         slot = SPAN_ALIGN // 4
         params = np.zeros(5 * slot, dtype="<u4")
         params[0:4] = (m, c, c4, 0)  # o @ wo
-        params[slot : slot + 8] = (
-            m, c, c4, m4, 1 << (c - 1).bit_length(), f32_bits(c), f32_bits(eps), 0,
-        )  # fmt: skip
+        params[slot : slot + 8] = norm_params(m, c, eps)
         params[2 * slot : 2 * slot + 4] = (m, f, c4, 0)  # b @ w1
         params[3 * slot : 3 * slot + 4] = (m, f, f4, m4)  # the MLP epilogue
         params[4 * slot : 4 * slot + 4] = (m, c, f4, 0)  # r @ w2
-        next_scales = np.zeros(m + f, dtype="<i4")
-        next_scales[m:] = w1_e.reshape(-1)
-        sizes = {
+        return params
+
+    def next_scales(self, w1_e: npt.NDArray[np.integer]) -> npt.NDArray[np.int32]:
+        """The MLP epilogue's scales before the norm wrote b_e into them: w1's after M."""
+        next_scales = np.zeros(self.m + self.f, dtype="<i4")
+        next_scales[self.m :] = w1_e.reshape(-1)
+        return next_scales
+
+    def sizes(self) -> dict[str, int]:
+        m, c, f, c4, f4, m4 = self.m, self.c, self.f, self.c4, self.f4, self.m4
+        return {
             "acc_wo": m * c * 4,
             "b_status": 3 * m * 4,
             "b_packed": c4 * m4 * 4,
@@ -138,42 +186,37 @@ class BlockChain:
             "r_status": 2 * m * 4,
             "acc2": m * c * 4,
         }
-        bufs = {
-            "params": pool.upload(params, uniform=True),
-            "a_o": pool.upload(pack_k_major(o8)),
-            "b_wo": pool.upload(pack_k_major(np.ascontiguousarray(wo8.T))),
-            "scales_o": pool.upload(
-                np.concatenate([o_e.reshape(-1), wo_e.reshape(-1)]).astype("<i4")
-            ),
-            "h": pool.upload(np.ascontiguousarray(h, dtype=np.float32).view("<u4")),
-            "g": pool.upload(np.ascontiguousarray(g, dtype=np.float32).view("<u4")),
-            "next": pool.upload(next_scales),
-            "b_w1": pool.upload(pack_k_major(np.ascontiguousarray(w1_8.T))),
-            "b_w2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
-            **{name: pool.acquire(size) for name, size in sizes.items()},
-        }
+
+    def steps(self, chain: BlockChain, bufs: dict[str, Any]) -> list[Step]:
+        """The five dispatches on ``bufs``: "params" (``params``), "a_o", "b_wo", "scales_o",
+        "h", "g", "next", "b_w1", "b_w2", "next2", "h_out" and the outputs (``sizes``)."""
+        m, c, f = self.m, self.c, self.f
+        gemm = chain.gemm
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
 
         def params_at(i: int, size: int = 16) -> Span:
             return Span(bufs["params"], i * SPAN_ALIGN, size)
 
-        steps: list[Step] = [
+        return [
             (gemm.kernel, [params_at(0), bufs["a_o"], bufs["b_wo"], bufs["acc_wo"], *lut],
              (-(-c // tn), -(-m // tm), 1)),
-            (self.epilogue, [params_at(1, 32), bufs["acc_wo"], bufs["scales_o"], bufs["h"],
-                             bufs["g"], bufs["b_packed"], bufs["b_status"], bufs["next"]],
+            (chain.epilogue, [params_at(1, 32), bufs["acc_wo"], bufs["scales_o"], bufs["h"],
+                              bufs["g"], bufs["b_packed"], bufs["b_status"], bufs["next"],
+                              bufs["h_out"]],
              rows_grid(m)),
             (gemm.kernel, [params_at(2), bufs["b_packed"], bufs["b_w1"], bufs["acc1"], *lut],
              (-(-f // tn), -(-m // tm), 1)),
-            (self.mlp.epilogue, [params_at(3), bufs["acc1"], bufs["next"], bufs["r_packed"],
-                                 bufs["r_status"]],
+            (chain.mlp.epilogue, [params_at(3), bufs["acc1"], bufs["next"], bufs["r_packed"],
+                                  bufs["r_status"], bufs["next2"]],
              rows_grid(m)),
             (gemm.kernel, [params_at(4), bufs["r_packed"], bufs["b_w2"], bufs["acc2"], *lut],
              (-(-c // tn), -(-m // tm), 1)),
         ]  # fmt: skip
-        out = run_and_read(gemm.gpu, pool, steps, bufs, sizes)
-        words = out.words
+
+    def read(self, words: Callable[[str, str], npt.NDArray[Any]]) -> BlockChainOut:
+        """The outputs from ``words(name, dtype)`` (``chain.Outputs.words``)."""
+        m, c, f, m4 = self.m, self.c, self.f, self.m4
 
         def unpack(name: str, k4: int, k: int) -> Int8Array:
             return unpack_k_major(words(name, "<u4").reshape(k4, m4), m, k)
@@ -182,16 +225,22 @@ class BlockChain:
         r_status = words("r_status", "<u4").reshape(m, 2)
         return BlockChainOut(
             acc_wo=words("acc_wo", "<i4").reshape(m, c).astype(np.int32),
-            b8=unpack("b_packed", c4, c),
+            b8=unpack("b_packed", self.c4, c),
             b_e=b_status[:, 0].view(np.int32).reshape(m, 1).copy(),
             b_status=b_status[:, 1].astype(np.uint32),
             b_sum=b_status[:, 2].astype(np.uint32),
             acc1=words("acc1", "<i4").reshape(m, f).astype(np.int32),
-            r8=unpack("r_packed", f4, f),
+            r8=unpack("r_packed", self.f4, f),
             r_e=r_status[:, 0].view(np.int32).reshape(m, 1).copy(),
             r_status=r_status[:, 1].astype(np.uint32),
             acc2=words("acc2", "<i4").reshape(m, c).astype(np.int32),
         )
+
+
+def norm_params(m: int, c: int, eps: np.float32) -> tuple[int, ...]:
+    """The norm epilogue's params for M tokens of width C (``kernels/norm_epilogue.wgsl``)."""
+    return (m, c, -(-c // 4), 4 * -(-m // 4), 1 << (c - 1).bit_length(), f32_bits(c),
+            f32_bits(eps), 0)  # fmt: skip
 
 
 def reference(

@@ -37,6 +37,7 @@ from daisychain.gpu.gates import GateReport, random_int8
 from daisychain.gpu.gemm import GpuGemm, pack_k_major
 from daisychain.gpu.kernels import (
     SPAN_ALIGN,
+    BindingKind,
     Span,
     Step,
     compile_kernel,
@@ -60,6 +61,11 @@ class MlpChainOut:
     acc2: Int32Array  # (M, C2) r_q @ w2_q
 
 
+# The MLP epilogue's bindings (kernels/mlp_epilogue.wgsl): params, acc, scales, then packed,
+# status and next written.
+MLP_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write", "write", "write"]
+
+
 class MlpChain:
     """The chain on one GEMM kernel's device (its pipeline, pool and tile)."""
 
@@ -71,7 +77,7 @@ class MlpChain:
         self.epilogue = compile_kernel(
             gemm.gpu,
             "mlp_epilogue",
-            ["uniform", "read", "read", "write", "write"],
+            MLP_BINDINGS,
             epilogue_module("mlp_epilogue") if source is None else source,
             {"EP_WG": epilogue_width(gemm.gpu)},
         )
@@ -115,6 +121,7 @@ class MlpChain:
             "b1": pool.upload(pack_k_major(np.ascontiguousarray(w1_8.T))),
             "scales": pool.upload(scales),
             "b2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
+            "next": pool.acquire(m * 4),  # r_e for a dequantization on the GPU: unused here
             **{name: pool.acquire(size) for name, size in sizes.items()},
         }
         lut = [gemm._lut] if gemm._lut is not None else []
@@ -133,6 +140,7 @@ class MlpChain:
                     bufs["scales"],
                     bufs["packed"],
                     bufs["status"],
+                    bufs["next"],
                 ],
                 rows_grid(m),
             ),

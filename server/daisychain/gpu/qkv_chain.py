@@ -16,7 +16,9 @@ value, then checks P as the attention chain does; every product is audited.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -98,54 +100,87 @@ class QkvChain:
         tokens in (b, t) order; split into ``heads`` heads and quantized; then the attention
         chain with softmax scale ``scale``: one submit, one readback."""
         n, c = a8.shape
-        t, hd = n // batch, c // heads
-        slices, rows = batch * heads, n // batch * batch * heads
+        t = n // batch
         if wqkv8.shape != (c, 3 * c) or n % batch or c % heads:
             raise ValueError(f"qkv chain: {a8.shape} @ {wqkv8.shape}, {batch} x {heads} heads")
         if a_e.size != n or w_e.size != 3 * c:
             raise ValueError(f"qkv chain: {a_e.size} and {w_e.size} exponents")
         if not self.fits(n, c, heads, t):
             raise ValueError(f"qkv chain: ({n}, {c}, {heads}) exceeds a storage binding")
-        gemm, pool = self.gemm, self.gemm.pool
-        hd4, t4 = -(-hd // 4), -(-t // 4)
-        a_stride, v_stride = aligned_words(hd4 * 4 * t4), aligned_words(t4 * 4 * hd4)
-        core = AttentionCore(slices, t, hd, scale, (a_stride, a_stride, v_stride))
-        params = np.zeros((2, SLOT_WORDS), dtype="<u4")
-        params[0, :4] = (n, 3 * c, max(1, -(-c // 4)), 0)  # the qkv product
-        params[1, :12] = (t, heads, hd, c, slices, a_stride, v_stride, hd4, t4, rows, 0, 0)
-        sizes = {
-            "acc_qkv": n * 3 * c * 4,
-            "a1": slices * a_stride * 4,
-            "b1": slices * a_stride * 4,
-            "b2": slices * v_stride * 4,
-            "qkv_status": (4 * rows + 2 * slices * hd) * 4,
-            **core.sizes(),
-        }
+        pool = self.gemm.pool
+        layout = QkvLayout(n, c, batch, heads, scale)
         bufs = {
-            "params": pool.upload(
-                np.concatenate([params, core.params()]).reshape(-1), uniform=True
-            ),
+            "params": pool.upload(layout.params(), uniform=True),
             "a_in": pool.upload(pack_k_major(a8)),
             "w_in": pool.upload(pack_k_major(np.ascontiguousarray(wqkv8.T))),
             "scales_in": pool.upload(
                 np.concatenate([a_e.reshape(-1), w_e.reshape(-1)]).astype("<i4")
             ),
-            "scales": pool.acquire(2 * rows * 4),
-            **{name: pool.acquire(size) for name, size in sizes.items()},
+            "scales": pool.acquire(layout.scratch()),
+            **{name: pool.acquire(size) for name, size in layout.sizes().items()},
         }
+        out = run_and_read(self.gemm.gpu, pool, layout.steps(self, bufs), bufs, layout.sizes())
+        return layout.read(out.words)
+
+
+class QkvLayout:
+    """The qkv chain's params, outputs, dispatches and unpacking for N = batch x T tokens of
+    width C in ``heads`` heads: ``QkvChain.run``, and the forward chain, which records the same
+    dispatches on the operand and exponents an earlier epilogue wrote (``forward_chain.py``)."""
+
+    def __init__(self, n: int, c: int, batch: int, heads: int, scale: np.float32) -> None:
+        self.n, self.c, self.heads = n, c, heads
+        self.t, self.hd = n // batch, c // heads
+        self.slices, self.rows = batch * heads, n * heads
+        self.hd4, self.t4 = -(-self.hd // 4), -(-self.t // 4)
+        self.a_stride = aligned_words(self.hd4 * 4 * self.t4)
+        self.v_stride = aligned_words(self.t4 * 4 * self.hd4)
+        strides = (self.a_stride, self.a_stride, self.v_stride)
+        self.core = AttentionCore(self.slices, self.t, self.hd, scale, strides)
+
+    def params(self) -> npt.NDArray[np.uint32]:
+        """The qkv product's slot, the split's, then the attention core's."""
+        params = np.zeros((2, SLOT_WORDS), dtype="<u4")
+        params[0, :4] = (self.n, 3 * self.c, max(1, -(-self.c // 4)), 0)  # the qkv product
+        params[1, :12] = (
+            self.t, self.heads, self.hd, self.c, self.slices, self.a_stride, self.v_stride,
+            self.hd4, self.t4, self.rows, 0, 0,
+        )  # fmt: skip
+        return np.concatenate([params, self.core.params()]).reshape(-1)
+
+    def scratch(self) -> int:
+        """Bytes of "scales", the q and k exponents the softmax reads (never read back)."""
+        return 2 * self.rows * 4
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "acc_qkv": self.n * 3 * self.c * 4,
+            "a1": self.slices * self.a_stride * 4,
+            "b1": self.slices * self.a_stride * 4,
+            "b2": self.slices * self.v_stride * 4,
+            "qkv_status": (4 * self.rows + 2 * self.slices * self.hd) * 4,
+            **self.core.sizes(),
+        }
+
+    def steps(self, chain: QkvChain, bufs: dict[str, Any]) -> list[Step]:
+        """The dispatches on ``bufs``: "params" (``params``), "a_in", "w_in", "scales_in",
+        "scales" and the outputs (``sizes``)."""
+        gemm, n, c = chain.gemm, self.n, self.c
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
-        steps: list[Step] = [
+        return [
             (gemm.kernel, [Span(bufs["params"], 0, 16), bufs["a_in"], bufs["w_in"],
                            bufs["acc_qkv"], *lut], (-(-3 * c // tn), -(-n // tm), 1)),
-            (self.epilogue, [Span(bufs["params"], SPAN_ALIGN, 48), bufs["acc_qkv"],
-                             bufs["scales_in"], bufs["a1"], bufs["b1"], bufs["b2"],
-                             bufs["scales"], bufs["qkv_status"]],
-             (-(-(rows + slices * hd) // 64), 1, 1)),
-            *core.steps(self.attention, bufs, 2),
+            (chain.epilogue, [Span(bufs["params"], SPAN_ALIGN, 48), bufs["acc_qkv"],
+                              bufs["scales_in"], bufs["a1"], bufs["b1"], bufs["b2"],
+                              bufs["scales"], bufs["qkv_status"]],
+             (-(-(self.rows + self.slices * self.hd) // 64), 1, 1)),
+            *self.core.steps(chain.attention, bufs, 2),
         ]  # fmt: skip
-        out = run_and_read(gemm.gpu, pool, steps, bufs, sizes)
-        words = out.words
+
+    def read(self, words: Callable[[str, str], npt.NDArray[Any]]) -> QkvChainOut:
+        """The outputs from ``words(name, dtype)`` (``chain.Outputs.words``)."""
+        slices, t, hd, rows, hd4, t4 = self.slices, self.t, self.hd, self.rows, self.hd4, self.t4
 
         def unpack(name: str, stride: int, k4: int, m4: int, r: int, k: int) -> Int8Array:
             per = words(name, "<u4").reshape(slices, stride)[:, : k4 * m4].reshape(slices, k4, m4)
@@ -153,14 +188,16 @@ class QkvChain:
 
         status = words("qkv_status", "<u4")
         exps = status[0::2].view(np.int32)
-        att = core.read(out)
+        att = self.core.read(words)
         return QkvChainOut(
-            acc_qkv=words("acc_qkv", "<i4").reshape(n, 3 * c).astype(np.int32),
-            q8=unpack("a1", a_stride, hd4, 4 * t4, t, hd),
+            acc_qkv=words("acc_qkv", "<i4").reshape(self.n, 3 * self.c).astype(np.int32),
+            q8=unpack("a1", self.a_stride, hd4, 4 * t4, t, hd),
             q_e=exps[:rows].reshape(slices, t, 1).copy(),
-            k8=unpack("b1", a_stride, hd4, 4 * t4, t, hd),
+            k8=unpack("b1", self.a_stride, hd4, 4 * t4, t, hd),
             k_e=exps[rows : 2 * rows].reshape(slices, t, 1).copy(),
-            v8=np.ascontiguousarray(unpack("b2", v_stride, t4, 4 * hd4, hd, t).transpose(0, 2, 1)),
+            v8=np.ascontiguousarray(
+                unpack("b2", self.v_stride, t4, 4 * hd4, hd, t).transpose(0, 2, 1)
+            ),
             v_e=exps[2 * rows :].reshape(slices, 1, hd).copy(),
             qkv_status=status[1::2].astype(np.uint32),
             acc1=att.acc1, p8=att.p8, p_e=att.p_e, status=att.status, p_sum=att.p_sum,
