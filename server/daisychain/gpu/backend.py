@@ -20,6 +20,7 @@ from daisychain.gpu import chain
 from daisychain.gpu.attention_chain import AttentionChain, run_attention_chain_gates
 from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.forward_chain import ForwardChain, run_forward_chain_gates
 from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
 from daisychain.gpu.mlp_chain import MlpChain, run_mlp_chain_gates
@@ -126,12 +127,13 @@ def evaluate_gpu(
             ("attention", attach_attention_chain(gemm)),
             ("block", attach_block_chain(gemm)),
             ("qkv", attach_qkv_chain(gemm)),
+            ("forward", attach_forward_chain(gemm)),
         )
         gemm.chain_failures = {attr: reason for attr, reason in attached if reason}
     return (gemm, None) if why is None else (None, why)
 
 
-CHAINS = ("mlp", "attention", "block", "qkv")
+CHAINS = ("mlp", "attention", "block", "qkv", "forward")
 
 
 def chains_in_use(gemm: object) -> str:
@@ -179,6 +181,18 @@ def attach_qkv_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
         return f"{gemm.name}-qkv: no attention chain to extend"
     return chain.attach(
         gemm, "qkv", lambda: QkvChain(attention, source=source), run_qkv_chain_gates
+    )
+
+
+def attach_forward_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+    """``attach_mlp_chain`` for a whole forward (``gemm.forward``), which extends the qkv and
+    block chains (``source``: the merge epilogue's module): none without both."""
+    qkv, block = gemm.qkv, gemm.block
+    if qkv is None or block is None:
+        gemm.forward = None
+        return f"{gemm.name}-forward: no qkv and block chains to extend"
+    return chain.attach(
+        gemm, "forward", lambda: ForwardChain(qkv, block, source=source), run_forward_chain_gates
     )
 
 

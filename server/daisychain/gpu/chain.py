@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,13 +113,25 @@ def run_and_read(
     return Outputs(raw, offsets, sizes)
 
 
+def flat_outputs(out: Any, prefix: str = "") -> Iterator[tuple[str, npt.NDArray[Any]]]:
+    """Every array of a chain's output (a dataclass, possibly of dataclasses and tuples) with
+    its path (``blocks.0.qkv.acc1``), in field order."""
+    if isinstance(out, tuple):
+        for i, part in enumerate(out):
+            yield from flat_outputs(part, f"{prefix}{i}.")
+    elif dataclasses.is_dataclass(out):
+        for field in dataclasses.fields(out):
+            yield from flat_outputs(getattr(out, field.name), f"{prefix}{field.name}.")
+    else:
+        yield prefix.rstrip("."), np.asarray(out)
+
+
 def _mismatch(
     name: str, case: str, shape: tuple[int, ...], want: Any, got: Any
 ) -> GateFailure | None:
-    """The first output of ``got`` (a dataclass) that differs from ``want``'s, as a failure."""
-    for what in (f.name for f in dataclasses.fields(want)):
-        have, expect = getattr(got, what), getattr(want, what)
-        wrong = np.argwhere(have != expect)
+    """The first output of ``got`` that differs from ``want``'s, as a failure."""
+    for (what, expect), (_, have) in zip(flat_outputs(want), flat_outputs(got), strict=True):
+        wrong = np.argwhere(have != expect) if have.shape == expect.shape else np.zeros((0, 0))
         if have.shape != expect.shape or wrong.size:
             at = tuple(int(v) for v in wrong[0]) if wrong.size else None
             return GateFailure(
@@ -142,8 +154,8 @@ def run_chain_gates(
     statuses: Sequence[str],
 ) -> GateReport:
     """Every case (``run(**kwargs)``) on a poisoned pool against ``reference(**kwargs)``: every
-    output exactly; where the reference refuses (None), a non-zero value in one of the
-    ``statuses`` fields."""
+    output exactly (``flat_outputs``); where the reference refuses (None), a non-zero value in
+    one of the ``statuses`` fields (named by the last part of their path)."""
     passed = 0
     for case, kwargs in cases:
         shape = tuple(np.shape(next(iter(kwargs.values()))))
@@ -156,7 +168,11 @@ def run_chain_gates(
         want = reference(**kwargs)
         failure: GateFailure | None
         if want is None:
-            refused = any(np.any(getattr(got, field) != 0) for field in statuses)
+            refused = any(
+                np.any(values != 0)
+                for path, values in flat_outputs(got)
+                if path.rsplit(".", 1)[-1] in statuses
+            )
             failure = (
                 None
                 if refused

@@ -200,6 +200,8 @@ class GpuGemm:
         self.block: Any = None
         # And a block's attention from its input (gpu.qkv_chain): the qkv product first.
         self.qkv: Any = None
+        # And a whole forward (gpu.forward_chain): both chains of every block and the logits.
+        self.forward: Any = None
         # Why a chain is not in use, by its attribute name (shown by ``daisychain selftest``).
         self.chain_failures: dict[str, str] = {}
         if kind == "lut":

@@ -26,9 +26,11 @@ from daisychain import cpufused
 from daisychain.gpu.attention_chain import bits_sum
 from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
+from daisychain.gpu.forward_chain import BlockWeights, GpuOperand
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
-from daisychain.model.ops import NUMPY_OPS, GemmOps, IntGemmOps, Passes, Product
+from daisychain.gpu.replay import ForwardReplay, Inputs
+from daisychain.model.ops import NUMPY_OPS, ForwardPlan, GemmOps, IntGemmOps, Passes, Product
 from daisychain.numerics.quant import FloatArray, IntArray, int8_operand, int8_operands
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
@@ -142,6 +144,8 @@ class AuditedBatchedMatmul:
             ThreadPoolExecutor(1, thread_name_prefix="daisychain-audit") if background else None
         )
         self._outstanding: list[Future[None]] = []
+        # The last forward chain's outputs, answering the forward's calls in order (``forward``)
+        self._replay: ForwardReplay | None = None
 
     def __call__(
         self,
@@ -163,7 +167,13 @@ class AuditedBatchedMatmul:
         operands = [int8_operands(a, b, a8, b8) for a, b, a8, b8 in products]
         together = getattr(self.gemm, "matmul_int_many", None)
         outs: list[Int32Array]
-        if together is not None:
+        replay = self._replay if len(operands) == 1 else None
+        replayed = replay.logits(*operands[0][2:]) if replay is not None else None
+        if replayed is not None:  # the forward chain computed it (gpu.replay)
+            name = self.gemm.forward.name  # type: ignore[attr-defined]
+            self._refuse(name, "final norm", replayed[1])
+            outs = [replayed[0]]
+        elif together is not None:
             outs = together([(a8, b8) for _, _, a8, b8 in operands])
         else:
             outs = [self.gemm.matmul_int_batched(a8, b8) for _, _, a8, b8 in operands]
@@ -172,6 +182,38 @@ class AuditedBatchedMatmul:
             self._audit(a8 if self._fused is not None else a,
                         b8 if self._fused is not None else b, out)  # fmt: skip
         return outs
+
+    def forward(self, plan: ForwardPlan) -> None:
+        """Run the whole forward of ``plan`` through the GEMM's forward chain (``gpu.
+        forward_chain``: one submit and one readback) and keep its outputs for the calls that
+        follow (``attention_qkv``, ``block_tail``, the logits product), which take them in order
+        instead of running their own chains (``gpu.replay``). Each is audited and its operand
+        checked against the host's when it is taken, as if it had just been computed. A shape
+        the chain cannot hold leaves every call to compute as before."""
+        self._replay = None
+        chain = self.gemm.forward  # type: ignore[attr-defined]
+        a, a_e, a8 = plan.a
+        n, c = a.shape
+        f, vocab = plan.w1[0][0].shape[1], plan.wte[0].shape[0]
+        if n % plan.batch or not chain.fits(n, c, f, plan.heads, n // plan.batch, vocab):
+            return
+        blocks = tuple(
+            BlockWeights(
+                int8_operand(wqkv[0], wqkv[2]), wqkv[1].reshape(-1), int8_operand(wo[0], wo[2]),
+                wo[1].reshape(-1), int8_operand(w1[0], w1[2]), w1[1].reshape(-1),
+                int8_operand(w2[0], w2[2]), w2[1].reshape(-1), g1, g2,
+            )
+            for wqkv, wo, w1, w2, g1, g2 in zip(
+                plan.wqkv, plan.wo, plan.w1, plan.w2, plan.g1, plan.g2, strict=True
+            )
+        )  # fmt: skip
+        a8 = int8_operand(a, a8)
+        wte8 = int8_operand(plan.wte[0], plan.wte[2])
+        out = chain.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.batch,
+                        plan.heads, plan.scale)  # fmt: skip
+        zeros = np.zeros(n, np.uint32)
+        first = GpuOperand(a8, a_e.reshape(n, 1).astype(np.int32), zeros, zeros)
+        self._replay = ForwardReplay(out, Inputs(first, blocks, wte8))
 
     def mlp(
         self,
@@ -267,7 +309,12 @@ class AuditedBatchedMatmul:
         if not chain.fits(a.shape[0], a.shape[1], heads, a.shape[0] // batch):
             return None  # a shape the chain cannot hold: the caller computes it apart
         a8, w8 = int8_operand(a, a8), int8_operand(wqkv, w8)
-        out = chain.run(a8, w8, a_e, w_e, batch, heads, scale)
+        replayed = self._replay.qkv(a8, a_e, w8, w_e) if self._replay is not None else None
+        if replayed is not None:  # the forward chain ran it from its own operand (gpu.replay)
+            out, wrong = replayed
+            self._refuse(self.gemm.forward.name, "norm", wrong)  # type: ignore[attr-defined]
+        else:
+            out = chain.run(a8, w8, a_e, w_e, batch, heads, scale)
         fused = self._fused is not None
         self._audit(a8 if fused else a, w8 if fused else wqkv, out.acc_qkv)
         q8, q_e, k8, k_e, v8, v_e = heads_operand(out.acc_qkv)
@@ -324,7 +371,13 @@ class AuditedBatchedMatmul:
             return None  # a shape the chain cannot hold: the caller computes it apart
         o8, wo8 = int8_operand(o, o8), int8_operand(wo, wo8)
         w1_8, w2_8 = int8_operand(w1, w1_8), int8_operand(w2, w2_8)
-        out = chain.run(o8, wo8, o_e, wo_e, h, g, eps, w1_8, w1_e, w2_8)
+        weights = (wo8, wo_e, w1_8, w1_e, w2_8)
+        replayed = self._replay.tail(o8, o_e, weights, g) if self._replay is not None else None
+        if replayed is not None:  # the forward chain ran it from its own o (gpu.replay)
+            out, wrong = replayed
+            self._refuse(self.gemm.forward.name, "merge", wrong)  # type: ignore[attr-defined]
+        else:
+            out = chain.run(o8, wo8, o_e, wo_e, h, g, eps, w1_8, w1_e, w2_8)
         fused = self._fused is not None
         self._audit(o8 if fused else o, wo8 if fused else wo, out.acc_wo)
         b8, b_e, bn = norm_operand(out.acc_wo)
@@ -394,6 +447,7 @@ class AuditedBatchedMatmul:
         """Wait for every audit submitted so far (all of them, even past a failure, so none is
         left running) and raise the first failure in product order. A no-op in the foreground
         mode, where each product was audited before it returned."""
+        self._replay = None  # a forward chain's outputs serve only the forward it ran for
         outstanding, self._outstanding = self._outstanding, []
         failures = [f.exception() for f in outstanding]  # waits for each
         first = next((e for e in failures if e is not None), None)
@@ -446,8 +500,20 @@ def training_ops(
         block = batched.block_tail if getattr(gemm, "block", None) is not None else None
         # A block's attention from its input (the qkv product first) in one round trip.
         qkv = batched.attention_qkv if getattr(gemm, "qkv", None) is not None else None
+        # A whole forward in one round trip, answering the two chains above and the logits.
+        forward = batched.forward if getattr(gemm, "forward", None) is not None else None
         return IntGemmOps(
-            backend.name, audited, batched, batched.settle, passes, many, mlp, att, block, qkv
+            backend.name,
+            audited,
+            batched,
+            batched.settle,
+            passes,
+            many,
+            mlp,
+            att,
+            block,
+            qkv,
+            forward,
         )
     return IntGemmOps(backend.name, audited)
 

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.heap import keep_step_memory
-from daisychain.model.ops import NUMPY_OPS, GemmOps, Grad, QParts
+from daisychain.model.ops import NUMPY_OPS, ForwardPlan, GemmOps, Grad, QParts
 from daisychain.model.params import Params, param_shapes
 from daisychain.numerics import exp, log, tree_sum
 
@@ -267,6 +267,8 @@ def _forward(
         p = f"h.{i}."
         an, norm1 = rmsnorm_forward(h, params[p + "g1"], cfg.norm_eps)  # (N, C)
         a = QTensor.of(an, -1, ops)
+        if i == 0:  # a GPU may run the whole forward from here in one submit (ops.forward_chain)
+            ops.forward_chain(_plan(params, cfg, w, a, h, b))
         merged, attn = attention_forward(a, w.wqkv[i], cfg, b, t, ops)  # (N, C)
         o = QTensor.of(merged, -1, ops)
         g2, wo, w1, w2 = params[p + "g2"], w.wo[i], w.w1[i], w.w2[i]
@@ -286,6 +288,24 @@ def _forward(
     hq = QTensor.of(hf, -1, ops)
     logits = product(hq, w.wte.t)  # (N, V)
     return logits, w, caches, normf, hq
+
+
+def _plan(
+    params: Params, cfg: ModelConfig, w: Weights, a: QTensor, h: FloatArray, b: int
+) -> ForwardPlan:
+    """What the forward's products depend on from the first block's operand ``a`` on."""
+
+    def parts(x: QTensor) -> QParts:
+        return (x.q, x.e, x.q8)
+
+    layers = range(cfg.layers)
+    return ForwardPlan(
+        parts(a), h, [parts(x) for x in w.wqkv], [parts(x) for x in w.wo],
+        [parts(x) for x in w.w1], [parts(x) for x in w.w2],
+        [params[f"h.{i}.g1"] for i in layers], [params[f"h.{i}.g2"] for i in layers],
+        params["gf"], cfg.norm_eps, parts(w.wte), b, cfg.heads,
+        F32(1.0) / np.sqrt(F32(cfg.head_dim)),
+    )  # fmt: skip
 
 
 def forward_logits(

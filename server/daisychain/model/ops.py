@@ -190,6 +190,30 @@ class TailOut:
     mlp: MlpOut
 
 
+@dataclass(frozen=True)
+class ForwardPlan:
+    """Everything a whole forward's products depend on, from the first block's operand on
+    (``GemmOps.forward_chain``): the weights quantized per output column (wte per vocab row:
+    the logits product's B is its transpose), the gains, and the first block's operand ``a``
+    and residual stream ``h`` (N, C) as the host made them. A GPU that runs the forward in one
+    submit makes every later operand itself; the host checks each one against its own."""
+
+    a: QParts  # (N, C) the first block's normalised input, quantized per token
+    h: FloatArray  # (N, C) the residual stream before the first block (uploaded as it is now)
+    wqkv: Sequence[QParts]  # per block (C, 3C)
+    wo: Sequence[QParts]  # (C, C)
+    w1: Sequence[QParts]  # (C, F)
+    w2: Sequence[QParts]  # (F, C)
+    g1: Sequence[FloatArray]  # per block (C,): the attention norm's gain
+    g2: Sequence[FloatArray]  # the MLP norm's
+    gf: FloatArray  # (C,) the final norm's
+    eps: np.float32
+    wte: QParts  # (V, C)
+    batch: int
+    heads: int
+    scale: np.float32  # the attention scores' scale
+
+
 def block_tail_separately(
     ops: GemmOps,
     o: QParts,
@@ -341,6 +365,14 @@ class GemmOps(Protocol):
         ``block_tail_separately``. The MLP's output is not added to ``h``: the caller adds it."""
         ...
 
+    def forward_chain(self, plan: ForwardPlan) -> None:
+        """A hint that a forward as ``plan`` describes follows: the calls of ``attention_qkv``,
+        ``block_tail`` (per block) and ``qmatmul`` (the logits) in the model's order. An
+        implementation whose GPU runs the whole forward in one submit and one readback does it
+        here and answers those calls from it, with the same bits and the same checks; any other
+        does nothing."""
+        ...
+
     def settle(self) -> None:
         """Wait until every product returned so far is proven; raise if one was wrong.
 
@@ -443,6 +475,9 @@ class NumpyOps:
     ) -> TailOut:
         return block_tail_separately(self, o, wo, h, norm, w1, w2)
 
+    def forward_chain(self, plan: ForwardPlan) -> None:
+        """Nothing to prepare: the reference computes each product when it is asked."""
+
     def settle(self) -> None:
         """Nothing to wait for: the reference is its own proof."""
 
@@ -465,8 +500,13 @@ class IntGemmOps:
         attention_chain: AttentionChainFn | None = None,
         block_chain: BlockChainFn | None = None,
         qkv_chain: QkvChainFn | None = None,
+        forward_chain: Callable[[ForwardPlan], None] | None = None,
     ) -> None:
         self.name = name
+        # A GPU that runs a whole forward (every block's chains, the operands between them and
+        # the logits product) in one submit and one readback, then answers the qkv and block
+        # chains' calls and the logits product from it (gpu.live).
+        self._forward_chain = forward_chain
         # A GPU that runs a block's attention from its input (the qkv product, the split and
         # quantization, then the attention chain) in one submit and one readback.
         self._qkv_chain = qkv_chain
@@ -492,6 +532,10 @@ class IntGemmOps:
         # What ``settle`` waits for: the checks still running on products already returned
         # (gpu.live's background audit); None when every product is checked before it returns.
         self._settle = settle
+
+    def forward_chain(self, plan: ForwardPlan) -> None:
+        if self._forward_chain is not None and plan.a[0].ndim == 2:
+            self._forward_chain(plan)
 
     def settle(self) -> None:
         if self._settle is not None:

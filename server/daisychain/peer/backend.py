@@ -41,6 +41,7 @@ from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import (
     AttnOut,
+    ForwardPlan,
     GemmOps,
     Grad,
     HeadsOf,
@@ -253,6 +254,11 @@ class _Deadline:
         out = self.ops.block_tail(o, wo, h, g, eps, norm, w1, w2)
         self._check()
         return out
+
+    def forward_chain(self, plan: ForwardPlan) -> None:
+        self._check()
+        self.ops.forward_chain(plan)
+        self._check()
 
     def settle(self) -> None:
         self.ops.settle()  # the step's time includes its audits' (gpu.live's background mode)
