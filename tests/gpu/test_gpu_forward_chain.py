@@ -258,3 +258,27 @@ def test_a_shape_the_forward_chain_cannot_hold_is_run_block_by_block(
     digest, counts = one_tiny_step(gemm)
     assert digest == one_tiny_step(None)[0]
     assert counts.readbacks == 18  # the per-block chains, as without the forward chain
+
+
+@pytest.mark.parametrize("shape", [(1, 7), (3, 1), (2, 64)])
+def test_a_forward_for_generation_is_one_readback_with_the_references_bits(
+    gpu: GpuDevice, shape: tuple[int, int]
+) -> None:
+    """``forward_logits`` (in-page generation's and the checkpoint tools' forward) at odd sizes:
+    one token, a sequence no multiple of 4, a full one."""
+    from daisychain.gpu.backend import Backend
+    from daisychain.gpu.counters import ROUND_TRIPS
+    from daisychain.gpu.live import training_ops
+    from daisychain.model.config import preset
+    from daisychain.model.gpt import forward_logits
+    from daisychain.model.params import init_params
+
+    gemm = _attached(gpu)
+    assert attach_forward_chain(gemm) is None
+    cfg = preset("tiny")
+    params = init_params(cfg, 3)
+    x = (np.arange(shape[0] * shape[1]) * 37 % cfg.vocab_size).reshape(shape)
+    ROUND_TRIPS.reset()
+    got = forward_logits(params, cfg, x, training_ops(Backend(gemm, "test")))
+    assert ROUND_TRIPS.snapshot().readbacks == 1
+    assert np.array_equal(got.view(np.uint32), forward_logits(params, cfg, x).view(np.uint32))
