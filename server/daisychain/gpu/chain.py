@@ -126,6 +126,47 @@ def flat_outputs(out: Any, prefix: str = "") -> Iterator[tuple[str, npt.NDArray[
         yield prefix.rstrip("."), np.asarray(out)
 
 
+class Recording:
+    """A long chain's buffers, dispatches and outputs, named once each (``forward_chain``,
+    ``backward_chain``): every buffer is released after the run, the outputs are read back in
+    one buffer (``run_and_read``)."""
+
+    def __init__(self, gpu: Any, pool: Any) -> None:
+        self.gpu, self.pool = gpu, pool
+        self.owned: dict[str, Any] = {}  # every buffer once, by a unique name
+        self.sizes: dict[str, int] = {}  # the outputs read back, by the same names
+        self.steps: list[Step] = []
+
+    def upload(self, name: str, array: npt.NDArray[Any], *, uniform: bool = False) -> Any:
+        self.owned[name] = self.pool.upload(array, uniform=uniform)
+        return self.owned[name]
+
+    def scratch(self, name: str, size: int) -> Any:
+        """A buffer of ``size`` bytes the chain writes and reads, not read back."""
+        self.owned[name] = self.pool.acquire(size)
+        return self.owned[name]
+
+    def output(self, name: str, size: int) -> Any:
+        """A buffer of ``size`` bytes read back under ``name``."""
+        self.sizes[name] = size
+        return self.scratch(name, size)
+
+    def run(self) -> Outputs:
+        return run_and_read(self.gpu, self.pool, self.steps, self.owned, self.sizes)
+
+
+def slot(values: Sequence[int]) -> npt.NDArray[np.uint32]:
+    """One params slot holding ``values`` (u32), zero after them."""
+    out = np.zeros(SLOT_WORDS, dtype="<u4")
+    out[: len(values)] = values
+    return out
+
+
+def f32_words(a: npt.NDArray[Any]) -> npt.NDArray[np.uint32]:
+    """Float32 values as the u32 words a kernel reads."""
+    return np.ascontiguousarray(a, dtype=np.float32).view("<u4")
+
+
 def _mismatch(
     name: str, case: str, shape: tuple[int, ...], want: Any, got: Any
 ) -> GateFailure | None:

@@ -36,19 +36,20 @@ from daisychain.gpu.block_chain import (
 from daisychain.gpu.block_chain import reference as block_reference
 from daisychain.gpu.chain import (
     ROW_MAX,
-    SLOT_WORDS,
+    Recording,
     epilogue_module,
     epilogue_width,
+    f32_words,
     gate_exps,
     rows_grid,
-    run_and_read,
     run_chain_gates,
+    slot,
     unpack_k_major,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
 from daisychain.gpu.gates import GateReport, random_f32, random_int8
 from daisychain.gpu.gemm import pack_k_major
-from daisychain.gpu.kernels import BindingKind, Span, Step, compile_kernel
+from daisychain.gpu.kernels import BindingKind, Span, compile_kernel
 from daisychain.gpu.qkv_chain import QkvChain, QkvChainOut, QkvLayout
 from daisychain.gpu.qkv_chain import reference as qkv_reference
 from daisychain.model.gpt import rmsnorm_forward
@@ -162,20 +163,8 @@ class ForwardChain:
         pool, gemm = self.gemm.pool, self.gemm
         qkv, tail = QkvLayout(n, c, batch, heads, scale), BlockLayout(n, c, f)
         c4, m4 = -(-c // 4), 4 * -(-n // 4)
-        owned: dict[str, Any] = {}  # every buffer once, by a unique name (released together)
-        sizes: dict[str, int] = {}  # the outputs read back, by the same names
-
-        def upload(name: str, array: npt.NDArray[Any], *, uniform: bool = False) -> Any:
-            owned[name] = pool.upload(array, uniform=uniform)
-            return owned[name]
-
-        def scratch(name: str, size: int) -> Any:
-            owned[name] = pool.acquire(size)
-            return owned[name]
-
-        def output(name: str, size: int) -> Any:
-            sizes[name] = size
-            return scratch(name, size)
+        rec = Recording(gemm.gpu, pool)
+        upload, scratch, output, words = rec.upload, rec.scratch, rec.output, f32_words
 
         def exps(row: int, tail_e: Exps) -> npt.NDArray[np.int32]:
             """A scales buffer an epilogue fills with ``row`` row exponents: ``tail_e`` after."""
@@ -183,18 +172,10 @@ class ForwardChain:
             out[row:] = tail_e.reshape(-1)
             return out
 
-        def words(a: npt.NDArray[Any]) -> npt.NDArray[np.uint32]:
-            return np.ascontiguousarray(a, dtype=np.float32).view("<u4")
-
-        def slot(values: Sequence[int]) -> npt.NDArray[np.uint32]:
-            out = np.zeros(SLOT_WORDS, dtype="<u4")
-            out[: len(values)] = values
-            return out
-
         a_in = upload("a0", pack_k_major(a8))
         scales_in = upload("a0.e", exps(0, np.concatenate([a_e.reshape(-1), blocks[0].wqkv_e])))
         h_in = upload("h0", words(h))
-        steps: list[Step] = []
+        steps = rec.steps
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
         merge_params = slot((
@@ -257,7 +238,7 @@ class ForwardChain:
             Span(logits, 0, 16), a_in, upload("wte", pack_k_major(wte8)),
             output("logits", n * vocab * 4), *lut,
         ], (-(-vocab // tn), -(-n // tm), 1)))  # fmt: skip
-        out = run_and_read(gemm.gpu, pool, steps, owned, sizes)
+        out = rec.run()
 
         def named(prefix: str) -> Callable[[str, str], npt.NDArray[Any]]:
             return lambda name, dtype: out.words(prefix + name, dtype)
