@@ -18,6 +18,7 @@ import numpy as np
 
 from daisychain.gpu import chain
 from daisychain.gpu.attention_chain import AttentionChain, run_attention_chain_gates
+from daisychain.gpu.backward_chain import BackwardChain, run_backward_chain_gates
 from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
 from daisychain.gpu.forward_chain import ForwardChain, run_forward_chain_gates
@@ -128,12 +129,13 @@ def evaluate_gpu(
             ("block", attach_block_chain(gemm)),
             ("qkv", attach_qkv_chain(gemm)),
             ("forward", attach_forward_chain(gemm)),
+            ("backward", attach_backward_chain(gemm)),
         )
         gemm.chain_failures = {attr: reason for attr, reason in attached if reason}
     return (gemm, None) if why is None else (None, why)
 
 
-CHAINS = ("mlp", "attention", "block", "qkv", "forward")
+CHAINS = ("mlp", "attention", "block", "qkv", "forward", "backward")
 
 
 def chains_in_use(gemm: object) -> str:
@@ -193,6 +195,14 @@ def attach_forward_chain(gemm: GpuGemm, source: str | None = None) -> str | None
         return f"{gemm.name}-forward: no qkv and block chains to extend"
     return chain.attach(
         gemm, "forward", lambda: ForwardChain(qkv, block, source=source), run_forward_chain_gates
+    )
+
+
+def attach_backward_chain(gemm: GpuGemm, sources: dict[str, str] | None = None) -> str | None:
+    """``attach_mlp_chain`` for a whole backward (``gemm.backward``; ``sources``: its epilogues'
+    modules by kernel name)."""
+    return chain.attach(
+        gemm, "backward", lambda: BackwardChain(gemm, sources=sources), run_backward_chain_gates
     )
 
 

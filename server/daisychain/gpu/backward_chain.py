@@ -197,49 +197,34 @@ class BackwardChain:
         if n % batch or c % heads or not self.fits(n, c, f, t, vocab, slices):
             raise ValueError(f"backward chain: ({n}, {c}, {f}, {vocab}) does not fit")
         run = _Run(self, Recording(self.gemm.gpu, self.gemm.pool))
+        operands = pair_operands(hq, wte, blocks)
         g = run.rec.upload("dlogits", f32_words(dlogits))
-
-        def t2(x: Int8Array) -> Int8Array:
-            return x.T[None]  # a 2-D operand's transpose as one slice
-
-        # each pair: (dA's folded exponents, B^T, dA's columns), (dB's, A, dB's rows)
-        logits = run.pair("logits", g, (1, n, vocab, 3), (wte.e, t2(wte.q8), c),
-                          (hq.e, t2(hq.q8), c))  # fmt: skip
+        logits = run.pair("logits", g, (1, n, vocab, 3), operands["logits"])
         dhf = run.combine("dhf", logits, (1, n, c), ROWS)
         dh = run.norm_backward("dh.f", dhf, normf, None, n, c)
         pairs: dict[int, dict[str, _Pair]] = {}
         for i in reversed(range(len(blocks))):
             w, p = blocks[i], f"{i}."
             mine: dict[str, _Pair] = {}
-            mine["w2"] = run.pair(p + "w2", dh, (1, n, c, 2), (w.w2.e, w.w2.q8[None], f),
-                                  (w.r.e, t2(w.r.q8), f))  # fmt: skip
+            mine["w2"] = run.pair(p + "w2", dh, (1, n, c, 2), operands[p + "w2"])
             mask = run.rec.upload(p + "relu", w.relu.astype("<u4"))
             du = run.combine(p + "du", mine["w2"], (1, n, f), ROWS, mask=mask)
-            mine["w1"] = run.pair(p + "w1", du, (1, n, f, 2), (w.w1.e, w.w1.q8[None], c),
-                                  (w.b.e, t2(w.b.q8), c))  # fmt: skip
+            mine["w1"] = run.pair(p + "w1", du, (1, n, f, 2), operands[p + "w1"])
             dbn = run.combine(p + "dbn", mine["w1"], (1, n, c), ROWS)
             dh = run.norm_backward(p + "dh.2", dbn, w.norm2, dh, n, c)
-            mine["wo"] = run.pair(p + "wo", dh, (1, n, c, 2), (w.wo.e, w.wo.q8[None], c),
-                                  (w.o.e, t2(w.o.q8), c))  # fmt: skip
+            mine["wo"] = run.pair(p + "wo", dh, (1, n, c, 2), operands[p + "wo"])
             do = run.combine(p + "do", mine["wo"], (1, n, c), ROWS, place=(1, t, heads, hd, c, 0))
-            # dP = dO @ v^T (B^T = v), dv = P^T @ dO (A = P^T)
-            mine["pv"] = run.pair(p + "pv", do, (slices, t, hd, 2), (w.v.e, w.v.q8, t),
-                                  (w.pq.e, w.pq.q8.swapaxes(1, 2), t))  # fmt: skip
+            mine["pv"] = run.pair(p + "pv", do, (slices, t, hd, 2), operands[p + "pv"])
             dp = run.combine(p + "dp", mine["pv"], (slices, t, t), ROWS)
             ds = run.softmax_backward(p + "ds", dp, w.p, slices * t, t, scale)
-            # dq = dS @ k (B^T = k^T), dk^T = q^T @ dS (A = q^T)
-            mine["qk"] = run.pair(p + "qk", ds, (slices, t, t, 2),
-                                  (w.k.e, w.k.q8.swapaxes(1, 2), hd),
-                                  (w.q.e, w.q.q8.swapaxes(1, 2), hd))  # fmt: skip
+            mine["qk"] = run.pair(p + "qk", ds, (slices, t, t, 2), operands[p + "qk"])
             dqkv = run.rec.scratch(p + "dqkv", n * 3 * c * 4)
             run.combine(p + "dq", mine["qk"], (slices, t, hd), ROWS, dqkv, (2, t, heads, hd, c, 0))
             run.combine(p + "dk", mine["qk"], (slices, hd, t), COLUMNS, dqkv,
                         (2, t, heads, hd, c, 1), transposed=True)  # fmt: skip
             run.combine(p + "dv", mine["pv"], (slices, t, hd), COLUMNS, dqkv,
                         (2, t, heads, hd, c, 2))  # fmt: skip
-            mine["qkv"] = run.pair(p + "qkv", dqkv, (1, n, 3 * c, 2),
-                                   (w.wqkv.e, w.wqkv.q8[None], c),
-                                   (w.a.e, t2(w.a.q8), c))  # fmt: skip
+            mine["qkv"] = run.pair(p + "qkv", dqkv, (1, n, 3 * c, 2), operands[p + "qkv"])
             dan = run.combine(p + "dan", mine["qkv"], (1, n, c), ROWS)
             dh = run.norm_backward(p + "dh.1", dan, w.norm1, dh, n, c)
             pairs[i] = mine
@@ -251,6 +236,46 @@ class BackwardChain:
                 for i in range(len(blocks))
             ),
         )
+
+
+@dataclass(frozen=True)
+class PairOperands:
+    """A pair's operands besides the gradient: dA = limbs @ B with the exponents ``fold_a``
+    folded per column (n, or slices x n) and B's transpose ``b_t`` (1 or slices, k, n); dB = A @
+    limbs with ``fold_b`` folded per row (slices x m) and ``a`` (1 or slices, k2, m)."""
+
+    fold_a: Exps
+    b_t: Int8Array
+    k: int
+    fold_b: Exps
+    a: Int8Array
+    k2: int
+
+
+def pair_operands(
+    hq: Quantized, wte: Quantized, blocks: Sequence[BlockForward]
+) -> dict[str, PairOperands]:
+    """Every pair's operands, by the pair's name ("logits", "<block>.w2", ...)."""
+    c = hq.q8.shape[1]
+
+    def linear(w: Quantized, x: Quantized, k: int, b_t: Int8Array) -> PairOperands:
+        return PairOperands(w.e, b_t, k, x.e, x.q8.T[None], x.q8.shape[1])
+
+    out = {"logits": linear(wte, hq, c, wte.q8.T[None])}
+    for i, w in enumerate(blocks):
+        p = f"{i}."
+        out[p + "w2"] = linear(w.w2, w.r, w.w2.q8.shape[0], w.w2.q8[None])
+        out[p + "w1"] = linear(w.w1, w.b, c, w.w1.q8[None])
+        out[p + "wo"] = linear(w.wo, w.o, c, w.wo.q8[None])
+        t, hd = w.v.q8.shape[1:]
+        # dP = dO @ v^T (B^T = v), dv = P^T @ dO (A = P^T)
+        out[p + "pv"] = PairOperands(w.v.e, w.v.q8, t, w.pq.e, w.pq.q8.swapaxes(1, 2), t)
+        # dq = dS @ k (B^T = k^T), dk^T = q^T @ dS (A = q^T)
+        out[p + "qk"] = PairOperands(
+            w.k.e, w.k.q8.swapaxes(1, 2), hd, w.q.e, w.q.q8.swapaxes(1, 2), hd
+        )
+        out[p + "qkv"] = linear(w.wqkv, w.a, c, w.wqkv.q8[None])
+    return out
 
 
 @dataclass
@@ -291,16 +316,13 @@ class _Run:
         name: str,
         g: Any,
         shape: tuple[int, int, int, int],
-        dA: tuple[Exps, Int8Array, int],
-        dB: tuple[Exps, Int8Array, int],
+        operands: PairOperands,
     ) -> _Pair:
-        """The pair of the gradient in ``g`` (slices x m x n floats): its limbs both ways and
-        both products. ``dA`` = (the exponents folded per column (n, or slices x n), B's
-        transpose (1 or slices, k, n), k); ``dB`` = (the exponents folded per row (slices x m),
-        A (1 or slices, k2, m), k2)."""
+        """The pair of the gradient in ``g`` (slices x m x n floats, ``limbs`` limbs): its limbs
+        both ways and both products."""
         slices, m, n, limbs = shape
-        fold_a, b_op, k = np.ravel(dA[0]), np.ascontiguousarray(dA[1]), dA[2]
-        fold_b, a_op, k2 = np.ravel(dB[0]), np.ascontiguousarray(dB[1]), dB[2]
+        fold_a, b_op, k = np.ravel(operands.fold_a), np.ascontiguousarray(operands.b_t), operands.k
+        fold_b, a_op, k2 = np.ravel(operands.fold_b), np.ascontiguousarray(operands.a), operands.k2
         rec = self.rec
         rows_kw, cols_kw = -(-n // 4), -(-m // 4)
         m4, n4 = 4 * -(-m // 4), 4 * -(-n // 4)

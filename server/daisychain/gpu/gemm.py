@@ -202,6 +202,8 @@ class GpuGemm:
         self.qkv: Any = None
         # And a whole forward (gpu.forward_chain): both chains of every block and the logits.
         self.forward: Any = None
+        # And a whole backward (gpu.backward_chain): every pair and the work between them.
+        self.backward: Any = None
         # Why a chain is not in use, by its attribute name (shown by ``daisychain selftest``).
         self.chain_failures: dict[str, str] = {}
         if kind == "lut":

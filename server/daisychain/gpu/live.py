@@ -26,11 +26,21 @@ from daisychain import cpufused
 from daisychain.gpu.attention_chain import bits_sum
 from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
+from daisychain.gpu.backward_chain import BlockForward, Norm, Quantized, pair_operands
 from daisychain.gpu.forward_chain import BlockWeights, GpuOperand
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
-from daisychain.gpu.replay import ForwardReplay, Inputs
-from daisychain.model.ops import NUMPY_OPS, ForwardPlan, GemmOps, IntGemmOps, Passes, Product
+from daisychain.gpu.replay import BackwardReplay, ForwardReplay, Inputs
+from daisychain.model.ops import (
+    NUMPY_OPS,
+    BackwardPlan,
+    ForwardPlan,
+    GemmOps,
+    IntGemmOps,
+    Passes,
+    Product,
+    QParts,
+)
 from daisychain.numerics.quant import FloatArray, IntArray, int8_operand, int8_operands
 
 AUDIT_SAMPLES = 16  # scheduled cells per product, after the structural ones
@@ -146,6 +156,8 @@ class AuditedBatchedMatmul:
         self._outstanding: list[Future[None]] = []
         # The last forward chain's outputs, answering the forward's calls in order (``forward``)
         self._replay: ForwardReplay | None = None
+        # The last backward chain's, answering the backward's pairs in order (``backward``)
+        self._back: BackwardReplay | None = None
 
     def __call__(
         self,
@@ -169,10 +181,15 @@ class AuditedBatchedMatmul:
         outs: list[Int32Array]
         replay = self._replay if len(operands) == 1 else None
         replayed = replay.logits(*operands[0][2:]) if replay is not None else None
+        back = self._back if len(operands) == 2 else None
+        pair = back.pair([(a8, b8) for _, _, a8, b8 in operands]) if back is not None else None
         if replayed is not None:  # the forward chain computed it (gpu.replay)
             name = self.gemm.forward.name  # type: ignore[attr-defined]
             self._refuse(name, "final norm", replayed[1])
             outs = [replayed[0]]
+        elif pair is not None:  # a pair the backward chain computed (gpu.replay)
+            self._refuse(self.gemm.backward.name, "limbs", pair[1])  # type: ignore[attr-defined]
+            outs = pair[0]
         elif together is not None:
             outs = together([(a8, b8) for _, _, a8, b8 in operands])
         else:
@@ -214,6 +231,40 @@ class AuditedBatchedMatmul:
         zeros = np.zeros(n, np.uint32)
         first = GpuOperand(a8, a_e.reshape(n, 1).astype(np.int32), zeros, zeros)
         self._replay = ForwardReplay(out, Inputs(first, blocks, wte8))
+
+    def backward(self, plan: BackwardPlan) -> None:
+        """Run the whole backward of ``plan`` through the GEMM's backward chain (``gpu.
+        backward_chain``: one submit and one readback) and keep its pairs for the backward's
+        ``many`` calls, which take them in order (``gpu.replay``): each pair's limbs checked
+        against the host's, each product audited as if it had just been computed. A shape the
+        chain cannot hold leaves every pair to compute as before."""
+        self._back = None
+        chain = self.gemm.backward  # type: ignore[attr-defined]
+        n, vocab = plan.dlogits.shape
+        c = plan.hq[0].shape[1]
+        f = plan.blocks[0].w1[0].shape[1] if plan.blocks else 0
+        t, slices = n // plan.batch, plan.batch * plan.heads
+        if not plan.blocks or n % plan.batch or not chain.fits(n, c, f, t, vocab, slices):
+            return
+
+        def q(x: QParts, per_head: bool = False) -> Quantized:
+            q8, e = int8_operand(x[0], x[2]), x[1]
+            if not per_head:
+                return Quantized(q8, e)
+            return Quantized(q8.reshape(slices, *q8.shape[-2:]), e.reshape(slices, *e.shape[-2:]))
+
+        blocks = [
+            BlockForward(
+                Norm(b.xhat1, b.inv1, b.g1), q(b.a), q(b.wqkv), q(b.q, True), q(b.k, True),
+                q(b.v, True), b.p.reshape(slices, t, t), q(b.pq, True), q(b.o), q(b.wo),
+                Norm(b.xhat2, b.inv2, b.g2), q(b.b), q(b.w1), b.relu, q(b.r), q(b.w2),
+            )
+            for b in plan.blocks
+        ]  # fmt: skip
+        hq, wte, normf = q(plan.hq), q(plan.wte), Norm(plan.xhatf, plan.invf, plan.gf)
+        out = chain.run(plan.dlogits, hq, wte, normf, blocks, plan.batch, plan.heads,
+                        plan.scale)  # fmt: skip
+        self._back = BackwardReplay(out, pair_operands(hq, wte, blocks))
 
     def mlp(
         self,
@@ -447,7 +498,8 @@ class AuditedBatchedMatmul:
         """Wait for every audit submitted so far (all of them, even past a failure, so none is
         left running) and raise the first failure in product order. A no-op in the foreground
         mode, where each product was audited before it returned."""
-        self._replay = None  # a forward chain's outputs serve only the forward it ran for
+        self._replay = None  # a chain's outputs serve only the pass it ran for
+        self._back = None
         outstanding, self._outstanding = self._outstanding, []
         failures = [f.exception() for f in outstanding]  # waits for each
         first = next((e for e in failures if e is not None), None)
@@ -502,6 +554,8 @@ def training_ops(
         qkv = batched.attention_qkv if getattr(gemm, "qkv", None) is not None else None
         # A whole forward in one round trip, answering the two chains above and the logits.
         forward = batched.forward if getattr(gemm, "forward", None) is not None else None
+        # And a whole backward in one round trip, answering the backward's pairs.
+        backward = batched.backward if getattr(gemm, "backward", None) is not None else None
         return IntGemmOps(
             backend.name,
             audited,
@@ -514,6 +568,7 @@ def training_ops(
             block,
             qkv,
             forward,
+            backward,
         )
     return IntGemmOps(backend.name, audited)
 

@@ -1,4 +1,5 @@
-"""A forward chain's outputs handed out in the model's order (``gpu.live``, ``forward_chain.py``).
+"""A forward or backward chain's outputs handed out in the model's order (``gpu.live``,
+``forward_chain.py``, ``backward_chain.py``).
 
 The forward chain runs every product of a forward before the host asks for one. The model then
 asks as it always does: per block ``attention_qkv`` and ``block_tail``, then the logits product.
@@ -8,8 +9,9 @@ asks as it always does: per block ``attention_qkv`` and ``block_tail``, then the
   the plan) are the ones the chain used; if not, the call is not the one the chain ran, and the
   replay is dropped (the caller computes as if there were none: nothing is trusted by position);
 - the operand the GPU made for that product (a later block's ``a``, the merged heads ``o``, the
-  final norm's output) equals the host's own, row by row; the rows that differ are returned and
-  the caller refuses the step before trusting a product computed from them.
+  final norm's output; a gradient's limbs) equals the host's own, row by row; the rows that
+  differ are returned and the caller refuses the step before trusting a product computed from
+  them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from daisychain.gpu.backward_chain import BackwardChainOut, PairOperands, PairOut
 from daisychain.gpu.block_chain import BlockChainOut
 from daisychain.gpu.forward_chain import BlockWeights, ForwardChainOut, GpuOperand
 from daisychain.gpu.qkv_chain import QkvChainOut
@@ -134,3 +137,74 @@ class ForwardReplay:
         last = self.out.blocks[i - 1].a_next
         wrong: Rows = np.any(last.q8 != a8, axis=1) | (last.status != 0)
         return self.out.logits, wrong
+
+
+# The backward's pairs in the model's order, per block from the last (``gpt.forward_backward``).
+BLOCK_PAIRS = ("w2", "w1", "wo", "pv", "qk", "qkv")
+
+
+class BackwardReplay:
+    """One backward chain run's pairs, each taken once, in the model's order: the logits', then
+    per block from the last ``BLOCK_PAIRS``."""
+
+    def __init__(self, out: BackwardChainOut, inputs: dict[str, PairOperands]) -> None:
+        self.out, self.inputs = out, inputs
+        self._next: deque[str] = deque(["logits"])
+        for i in reversed(range(len(out.blocks))):
+            self._next += [f"{i}.{name}" for name in BLOCK_PAIRS]
+        self.dropped = False
+
+    @property
+    def done(self) -> bool:
+        return self.dropped or not self._next
+
+    def _pair_out(self, key: str) -> PairOut:
+        if key == "logits":
+            return self.out.logits
+        block, name = key.split(".")
+        pair: PairOut = getattr(self.out.blocks[int(block)], name)
+        return pair
+
+    def pair(
+        self, operands: list[tuple[Int8Array, Int8Array]]
+    ) -> tuple[list[Int32Array], Rows] | None:
+        """The next pair's two products for the host's int8 operands ((a8, b8) each: dA's are
+        (limbs, B), dB's (A, limbs), in either order), with the gradient's rows (then columns)
+        where the GPU's limbs differ; None if this is not the pair the chain ran (the replay is
+        dropped)."""
+        if self.dropped or not self._next or len(operands) != 2:
+            return None
+        key = self._next.popleft()
+        pair, up = self._pair_out(key), self.inputs[key]
+        limbs, slices, m, n = pair.rows8.shape
+        outs: list[Int32Array] = []
+        wrong_rows = pair.rows_status.reshape(-1) != 0
+        wrong_cols = pair.cols_status.reshape(-1) != 0
+        for a8, b8 in operands:
+            # the forward operand says which product it is (an int8 GEMM's operands come
+            # broadcast to one shape: the limbs' axis first)
+            if _is(b8, a8.ndim, up.b_t, transposed=True):  # dA = limbs @ B
+                mine = a8.reshape(limbs, slices, m, n)
+                wrong_rows |= np.any(mine != pair.rows8, axis=(0, 3)).reshape(-1)
+                outs.append(pair.acc_a.reshape(limbs, *a8.shape[1:-1], -1))
+            elif _is(a8, b8.ndim, up.a, transposed=False):  # dB = A @ limbs
+                mine = b8.reshape(limbs, slices, m, n)
+                wrong_cols |= np.any(mine != pair.cols8, axis=(0, 2)).reshape(-1)
+                outs.append(pair.acc_b.reshape(limbs, *b8.shape[1:-2], -1, n))
+            else:
+                break
+        if len(outs) != 2:
+            self.dropped = True
+            return None
+        return outs, np.concatenate([wrong_rows, wrong_cols])
+
+
+def _is(other: Int8Array, ndim: int, uploaded: Int8Array, *, transposed: bool) -> bool:
+    """Whether a product's forward operand (possibly broadcast over the limbs' axis, when it has
+    the limbs' ``ndim``) is the one the chain uploaded (B's transpose or A, (S or 1, rows,
+    columns))."""
+    one = other[0] if other.ndim == ndim else other
+    slices = one.reshape(-1, *one.shape[-2:])
+    if transposed:
+        slices = np.swapaxes(slices, 1, 2)
+    return slices.shape == uploaded.shape and bool(np.array_equal(slices, uploaded))

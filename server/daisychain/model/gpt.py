@@ -24,7 +24,15 @@ import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.heap import keep_step_memory
-from daisychain.model.ops import NUMPY_OPS, ForwardPlan, GemmOps, Grad, QParts
+from daisychain.model.ops import (
+    NUMPY_OPS,
+    BackwardPlan,
+    BlockBackPlan,
+    ForwardPlan,
+    GemmOps,
+    Grad,
+    QParts,
+)
 from daisychain.model.params import Params, param_shapes
 from daisychain.numerics import exp, log, tree_sum
 
@@ -308,6 +316,35 @@ def _plan(
     )  # fmt: skip
 
 
+def _back_plan(
+    params: Params,
+    cfg: ModelConfig,
+    dlogits: FloatArray,
+    hq: QTensor,
+    w: Weights,
+    normf: NormCache,
+    caches: list[BlockCache],
+    b: int,
+) -> BackwardPlan:
+    """What the backward's products depend on from the logits' gradient on."""
+
+    def parts(x: QTensor) -> QParts:
+        return (x.q, x.e, x.q8)
+
+    blocks = []
+    for i, c in enumerate(caches):
+        blocks.append(BlockBackPlan(
+            c.norm1.xhat, c.norm1.inv, params[f"h.{i}.g1"], parts(c.a), parts(w.wqkv[i]),
+            parts(c.attn.q), parts(c.attn.k), parts(c.attn.v), c.attn.p, parts(c.attn.pq),
+            parts(c.o), parts(w.wo[i]), c.norm2.xhat, c.norm2.inv, params[f"h.{i}.g2"],
+            parts(c.bq), parts(w.w1[i]), c.relu, parts(c.r), parts(w.w2[i]),
+        ))  # fmt: skip
+    return BackwardPlan(
+        dlogits, parts(hq), parts(w.wte), normf.xhat, normf.inv, params["gf"], blocks, b,
+        cfg.heads, F32(1.0) / np.sqrt(F32(cfg.head_dim)),
+    )  # fmt: skip
+
+
 def forward_logits(
     params: Params, cfg: ModelConfig, x: TokenArray, ops: GemmOps = NUMPY_OPS
 ) -> FloatArray:
@@ -442,6 +479,8 @@ def forward_backward(
         loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
 
         grads: dict[str, FloatArray] = _Grads(on_grad, ops) if on_grad is not None else {}
+        # a GPU may run the whole backward from here in one submit (ops.backward_chain)
+        ops.backward_chain(_back_plan(params, cfg, dlogits, hq, w, normf, caches, b))
         dhf, dwte_t = linear_backward(dlogits, hq, w.wte.t, ops, logits_limbs)  # (N, C), (C, V)
         del dlogits, logits  # (N, V) buffer no longer needed
         dh, grads["gf"] = rmsnorm_backward(dhf, params["gf"], normf)  # (N, C)

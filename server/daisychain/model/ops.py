@@ -214,6 +214,52 @@ class ForwardPlan:
     scale: np.float32  # the attention scores' scale
 
 
+@dataclass(frozen=True)
+class BlockBackPlan:
+    """What one block's backward products depend on (``BackwardPlan``): its forward's operands
+    (quantized), the norms' ``xhat`` (N, C) and ``inv`` (N, 1) with their gains, P and the
+    ReLU's mask."""
+
+    xhat1: FloatArray
+    inv1: FloatArray
+    g1: FloatArray
+    a: QParts  # (N, C)
+    wqkv: QParts  # (C, 3C)
+    q: QParts  # (B, H, T, hd)
+    k: QParts
+    v: QParts
+    p: FloatArray  # (B, H, T, T)
+    pq: QParts
+    o: QParts  # (N, C)
+    wo: QParts
+    xhat2: FloatArray
+    inv2: FloatArray
+    g2: FloatArray
+    b: QParts  # (N, C)
+    w1: QParts
+    relu: npt.NDArray[np.bool_]  # (N, F)
+    r: QParts  # (N, F)
+    w2: QParts
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    """Everything a whole backward's products depend on, from the logits' gradient on
+    (``GemmOps.backward_chain``): a GPU that runs the backward in one submit makes every later
+    gradient itself; the host checks each one's limbs against its own."""
+
+    dlogits: FloatArray  # (N, V)
+    hq: QParts  # (N, C) the final norm's output, quantized
+    wte: QParts  # (V, C)
+    xhatf: FloatArray
+    invf: FloatArray
+    gf: FloatArray
+    blocks: Sequence[BlockBackPlan]  # by block number
+    batch: int
+    heads: int
+    scale: np.float32
+
+
 def block_tail_separately(
     ops: GemmOps,
     o: QParts,
@@ -373,6 +419,13 @@ class GemmOps(Protocol):
         does nothing."""
         ...
 
+    def backward_chain(self, plan: BackwardPlan) -> None:
+        """A hint that the backward ``plan`` describes follows: the calls of ``grads`` in the
+        model's order (the logits' pair, then per block from the last the pairs of w2, w1, wo,
+        attention's two and wqkv). Like ``forward_chain``: a GPU may run it all here and answer
+        those calls from it; any other implementation does nothing."""
+        ...
+
     def settle(self) -> None:
         """Wait until every product returned so far is proven; raise if one was wrong.
 
@@ -478,6 +531,9 @@ class NumpyOps:
     def forward_chain(self, plan: ForwardPlan) -> None:
         """Nothing to prepare: the reference computes each product when it is asked."""
 
+    def backward_chain(self, plan: BackwardPlan) -> None:
+        """Nothing to prepare, likewise."""
+
     def settle(self) -> None:
         """Nothing to wait for: the reference is its own proof."""
 
@@ -501,8 +557,12 @@ class IntGemmOps:
         block_chain: BlockChainFn | None = None,
         qkv_chain: QkvChainFn | None = None,
         forward_chain: Callable[[ForwardPlan], None] | None = None,
+        backward_chain: Callable[[BackwardPlan], None] | None = None,
     ) -> None:
         self.name = name
+        # Likewise a whole backward (every pair of products and the work between them), which
+        # then answers ``grads`` in order (gpu.live).
+        self._backward_chain = backward_chain
         # A GPU that runs a whole forward (every block's chains, the operands between them and
         # the logits product) in one submit and one readback, then answers the qkv and block
         # chains' calls and the logits product from it (gpu.live).
@@ -536,6 +596,10 @@ class IntGemmOps:
     def forward_chain(self, plan: ForwardPlan) -> None:
         if self._forward_chain is not None and plan.a[0].ndim == 2:
             self._forward_chain(plan)
+
+    def backward_chain(self, plan: BackwardPlan) -> None:
+        if self._backward_chain is not None:
+            self._backward_chain(plan)
 
     def settle(self) -> None:
         if self._settle is not None:

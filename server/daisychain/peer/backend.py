@@ -41,6 +41,7 @@ from daisychain.model import gpt
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import (
     AttnOut,
+    BackwardPlan,
     ForwardPlan,
     GemmOps,
     Grad,
@@ -258,6 +259,11 @@ class _Deadline:
     def forward_chain(self, plan: ForwardPlan) -> None:
         self._check()
         self.ops.forward_chain(plan)
+        self._check()
+
+    def backward_chain(self, plan: BackwardPlan) -> None:
+        self._check()
+        self.ops.backward_chain(plan)
         self._check()
 
     def settle(self) -> None:
