@@ -145,6 +145,15 @@ class BlockBackOut:
 class BackwardChainOut:
     logits: PairOut  # g = dlogits (three limbs): dhf, dwte^T
     blocks: tuple[BlockBackOut, ...]  # by block number
+    # With ``floats``: every float gradient between the pairs, in the order they are made
+    # (``FLOATS``); the gate compares them, training does not read them back.
+    floats: tuple[F32Array, ...] = ()
+
+
+# The float gradients the chain makes, in order: after the logits' pair, then per block from
+# the last.
+FLOATS_FIRST = ("dhf", "dh.f")
+FLOATS_PER_BLOCK = ("du", "dbn", "dh.2", "do", "dp", "ds", "dqkv", "dan", "dh.1")
 
 
 class BackwardChain:
@@ -184,11 +193,12 @@ class BackwardChain:
         batch: int,
         heads: int,
         scale: np.float32,
+        floats: bool = False,
     ) -> BackwardChainOut:
         """From the logits' gradient ``dlogits`` (N, V) through the logits' pair (with the final
         operand ``hq`` (N, C) and ``wte`` (V, C), exponents per row), the final norm's backward
         and every block's (``blocks`` by number, run last to first): one submit, one
-        readback."""
+        readback (with ``floats``, the float gradients between the pairs too)."""
         n, vocab = dlogits.shape
         c = hq.q8.shape[1]
         f = blocks[0].w1.q8.shape[1]
@@ -196,7 +206,7 @@ class BackwardChain:
         hd = c // heads
         if n % batch or c % heads or not self.fits(n, c, f, t, vocab, slices):
             raise ValueError(f"backward chain: ({n}, {c}, {f}, {vocab}) does not fit")
-        run = _Run(self, Recording(self.gemm.gpu, self.gemm.pool))
+        run = _Run(self, Recording(self.gemm.gpu, self.gemm.pool), floats)
         operands = pair_operands(hq, wte, blocks)
         g = run.rec.upload("dlogits", f32_words(dlogits))
         logits = run.pair("logits", g, (1, n, vocab, 3), operands["logits"])
@@ -218,7 +228,7 @@ class BackwardChain:
             dp = run.combine(p + "dp", mine["pv"], (slices, t, t), ROWS)
             ds = run.softmax_backward(p + "ds", dp, w.p, slices * t, t, scale)
             mine["qk"] = run.pair(p + "qk", ds, (slices, t, t, 2), operands[p + "qk"])
-            dqkv = run.rec.scratch(p + "dqkv", n * 3 * c * 4)
+            dqkv = run.made(p + "dqkv", n * 3 * c * 4)
             run.combine(p + "dq", mine["qk"], (slices, t, hd), ROWS, dqkv, (2, t, heads, hd, c, 0))
             run.combine(p + "dk", mine["qk"], (slices, hd, t), COLUMNS, dqkv,
                         (2, t, heads, hd, c, 1), transposed=True)  # fmt: skip
@@ -235,6 +245,7 @@ class BackwardChain:
                 BlockBackOut(**{k: run.read(out, v) for k, v in pairs[i].items()})
                 for i in range(len(blocks))
             ),
+            tuple(out.words(name, "<f4").copy() for name in run.floats),
         )
 
 
@@ -299,11 +310,20 @@ class _Pair:
 class _Run:
     """One run's recording: the pairs, combines and norms as the chain calls them."""
 
-    def __init__(self, chain: BackwardChain, rec: Recording) -> None:
+    def __init__(self, chain: BackwardChain, rec: Recording, floats: bool) -> None:
         self.chain, self.rec = chain, rec
+        self.keep_floats = floats
+        self.floats: list[str] = []  # the float gradients read back, in order
         gemm = chain.gemm
         self.lut = [gemm._lut] if gemm._lut is not None else []
         self.tile = gemm.tile
+
+    def made(self, name: str, size: int) -> Any:
+        """The buffer of a float gradient the chain makes (read back with ``floats``)."""
+        if not self.keep_floats:
+            return self.rec.scratch(name, size)
+        self.floats.append(name)
+        return self.rec.output(name, size)
 
     def _gemm(self, name: str, m: int, n: int, k: int, a: Span, b: Span, out: Span) -> None:
         params = self.rec.upload(name, slot((m, n, max(1, -(-k // 4)), 0)), uniform=True)
@@ -392,7 +412,7 @@ class _Run:
             acc, status = rec.owned[pair.name + ".acc_b"], pair.cols_status
             stride = aligned_words(m * k)
         total = slices * m * k
-        out = rec.scratch(name, total * 4) if out is None else out
+        out = self.made(name, total * 4) if out is None else out
         params = rec.upload(name + ".params", slot((
             slices, m, k, pair.limbs, mode, stride, *place[:1], *place[1:5], place[5],
             int(transposed), int(mask is not None), 0, 0,
@@ -412,7 +432,7 @@ class _Run:
         g = rec.upload(name + ".g", f32_words(norm.g))
         xhat = rec.upload(name + ".xhat", f32_words(norm.xhat))
         inv = rec.upload(name + ".inv", f32_words(norm.inv))
-        out = rec.scratch(name, n * c * 4)
+        out = self.made(name, n * c * 4)
         rec.steps.append((self.chain.grad_norm, [
             Span(params, 0, 32), dy, g, xhat, inv, dh if dh is not None else dy, out,
         ], rows_grid(n)))  # fmt: skip
@@ -426,7 +446,7 @@ class _Run:
             rows, t, 1 << (t - 1).bit_length(), f32_bits(scale),
         )), uniform=True)  # fmt: skip
         p_buf = rec.upload(name + ".p", f32_words(p))
-        out = rec.scratch(name, rows * t * 4)
+        out = self.made(name, rows * t * 4)
         rec.steps.append((self.chain.grad_softmax, [Span(params, 0, 16), dp, p_buf, out],
                           rows_grid(rows)))  # fmt: skip
         return out
@@ -513,9 +533,11 @@ def reference(
     batch: int,
     heads: int,
     scale: np.float32,
+    floats: bool = False,
 ) -> BackwardChainOut | None:
     """The chain from numpy and the model's own norm and softmax backward: None where the
     reference refuses (a gradient that is not finite or has diverged)."""
+    made: list[F32Array] = []  # the float gradients, in the chain's order (FLOATS_*)
     n = dlogits.shape[0]
     c = hq.q8.shape[1]
     t, slices, hd = n // batch, batch * heads, c // heads
@@ -523,6 +545,14 @@ def reference(
     def norm_back(dy: F32Array, norm: Norm) -> F32Array:
         return rmsnorm_backward(dy, norm.g, NormCache(norm.xhat, norm.inv))[0]
 
+    def linear(g: F32Array, wq: Quantized, x: Quantized) -> tuple[PairOut, F32Array]:
+        out, da, _ = _pair_reference(
+            g[None], wq.e.reshape(1, 1, -1), wq.q8.T[None], x.e.reshape(1, -1, 1),
+            x.q8.T[None], 2,
+        )  # fmt: skip
+        return out, da[0]
+
+    pairs: dict[int, BlockBackOut] = {}
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             logits, dhf, _ = _pair_reference(
@@ -530,21 +560,14 @@ def reference(
                 hq.q8.T[None], 3,
             )  # fmt: skip
             dh = norm_back(dhf[0], normf)
-            made: dict[int, BlockBackOut] = {}
+            made += [dhf[0], dh]
             for i in reversed(range(len(blocks))):
                 w = blocks[i]
-
-                def linear(g: F32Array, wq: Quantized, x: Quantized) -> tuple[PairOut, F32Array]:
-                    out, da, _ = _pair_reference(
-                        g[None], wq.e.reshape(1, 1, -1), wq.q8.T[None], x.e.reshape(1, -1, 1),
-                        x.q8.T[None], 2,
-                    )  # fmt: skip
-                    return out, da[0]
-
                 w2, dr = linear(dh, w.w2, w.r)
                 du = np.multiply(dr, w.relu) + np.float32(0.0)
                 w1, dbn = linear(du, w.w1, w.b)
                 dh = dh + norm_back(dbn, w.norm2)
+                made += [du, dbn, dh]
                 wo, dmerged = linear(dh, w.wo, w.o)
                 do = np.ascontiguousarray(
                     dmerged.reshape(batch, t, heads, hd).transpose(0, 2, 1, 3)
@@ -553,9 +576,8 @@ def reference(
                     do, w.v.e.reshape(slices, 1, hd), w.v.q8.swapaxes(1, 2),
                     w.pq.e.reshape(slices, t, 1), w.pq.q8.swapaxes(1, 2), 2,
                 )  # fmt: skip
-                tmp = dp * w.p
-                dp = dp - _tree_rows(tmp)
-                ds = (w.p * dp) * scale
+                ds = (w.p * (dp - _tree_rows(dp * w.p))) * scale
+                made += [do, dp, ds]
                 qk, dq, dkt = _pair_reference(
                     ds, w.k.e.reshape(slices, 1, t), w.k.q8, w.q.e.reshape(slices, t, 1),
                     w.q.q8.swapaxes(1, 2), 2,
@@ -566,10 +588,14 @@ def reference(
                 dqkv[:, :, 2] = dv.reshape(batch, heads, t, hd).transpose(0, 2, 1, 3)
                 qkv, dan = linear(dqkv.reshape(n, 3 * c), w.wqkv, w.a)
                 dh = dh + norm_back(dan, w.norm1)
-                made[i] = BlockBackOut(w2, w1, wo, pv, qk, qkv)
+                made += [dqkv.reshape(n, 3 * c), dan, dh]
+                pairs[i] = BlockBackOut(w2, w1, wo, pv, qk, qkv)
     except QuantizationError:
         return None
-    return BackwardChainOut(logits, tuple(made[i] for i in range(len(blocks))))
+    kept = tuple(np.ascontiguousarray(x, dtype=np.float32).reshape(-1) for x in made)
+    return BackwardChainOut(
+        logits, tuple(pairs[i] for i in range(len(blocks))), kept if floats else ()
+    )
 
 
 def _tree_rows(x: F32Array) -> F32Array:
@@ -630,11 +656,16 @@ def _case(
 
 def backward_chain_cases() -> list[tuple[str, dict[str, Any]]]:
     """Two blocks at odd sizes (a sequence no multiple of 4, 4-channel heads, a vocabulary of
-    24), one block at a tile's edge, and a non-finite logits gradient (refused)."""
+    24), one block at a tile's edge, one with tiny's vocabulary, and a non-finite logits
+    gradient (refused)."""
     cases = [
         ("2 blocks, 2x5 tokens, width 16, 4 heads", _case(0, 2, 5, 16, 4, 32, 24, 2)),
         ("1 block, 1x32 tokens, width 32, 2 heads", _case(1, 1, 32, 32, 2, 64, 40, 1)),
+        # a vocabulary as tiny's: the logits' three limbs combine past 31 bits (the rounding)
+        ("1 block, 4x16 tokens, vocabulary 2048", _case(2, 4, 16, 32, 4, 64, 2048, 1)),
     ]
+    for _, kwargs in cases:
+        kwargs["floats"] = True  # every float gradient between the pairs compared too
     broken = dict(cases[0][1])
     dlogits = broken["dlogits"].copy()
     dlogits[3, 4] = np.float32(np.nan)

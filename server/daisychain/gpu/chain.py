@@ -123,7 +123,9 @@ def flat_outputs(out: Any, prefix: str = "") -> Iterator[tuple[str, npt.NDArray[
         for field in dataclasses.fields(out):
             yield from flat_outputs(getattr(out, field.name), f"{prefix}{field.name}.")
     else:
-        yield prefix.rstrip("."), np.asarray(out)
+        values = np.asarray(out)
+        # float32 outputs compared by their bits: -0 and +0 differ, a NaN equals itself
+        yield prefix.rstrip("."), values.view(np.uint32) if values.dtype == np.float32 else values
 
 
 class Recording:
