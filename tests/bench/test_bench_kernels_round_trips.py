@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from daisychain.bench.kernels import STEP_BACKENDS, step_round_trips
-from daisychain.gpu.backend import select_backend
+from daisychain.gpu.backend import epilogue_dispatches, select_backend
 from daisychain.gpu.device import GpuUnavailable, acquire
 from daisychain.gpu.gemm import GpuGemm
 from daisychain.model.config import preset
@@ -22,10 +22,8 @@ def test_round_trips_of_a_tiny_step_batched_and_per_slice() -> None:
     assert isinstance(backend.gemm, GpuGemm), backend.demotions
     doc = step_round_trips(preset("tiny"), backend.gemm, backend.adapter)
     per_slice, batched = doc["per_slice"], doc["batched"]
-    # the same slices computed, plus each chain's epilogue (MLP, attention, norm, qkv) per block
-    gemm = backend.gemm
-    chains = sum(c is not None for c in (gemm.mlp, gemm.attention, gemm.block, gemm.qkv))
-    epilogues = preset("tiny").layers * chains
+    # the same slices computed, plus each chain's epilogues
+    epilogues = epilogue_dispatches(backend.gemm, preset("tiny").layers)
     assert batched["dispatches"] == per_slice["dispatches"] + epilogues > 0
     assert per_slice["readbacks"] == per_slice["submits"] == per_slice["dispatches"]
     assert 0 < batched["readbacks"] == batched["submits"] < per_slice["readbacks"]

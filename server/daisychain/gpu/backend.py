@@ -18,9 +18,11 @@ import numpy as np
 
 from daisychain.gpu import chain
 from daisychain.gpu.attention_chain import AttentionChain, run_attention_chain_gates
+from daisychain.gpu.backward_chain import EPILOGUES as BACKWARD_EPILOGUES
 from daisychain.gpu.backward_chain import BackwardChain, run_backward_chain_gates
 from daisychain.gpu.block_chain import BlockChain, run_block_chain_gates
 from daisychain.gpu.device import GpuDevice, GpuUnavailable, acquire
+from daisychain.gpu.forward_chain import EPILOGUES as FORWARD_EPILOGUES
 from daisychain.gpu.forward_chain import ForwardChain, run_forward_chain_gates
 from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
@@ -143,6 +145,22 @@ def chains_in_use(gemm: object) -> str:
     that names the chosen backend."""
     used = [attr for attr in CHAINS if getattr(gemm, attr, None) is not None]
     return f"chains: {', '.join(used)}" if used else "no chains"
+
+
+def epilogue_dispatches(gemm: object, layers: int) -> int:
+    """The epilogue dispatches the chains in use on ``gemm`` add to a training step of
+    ``layers`` blocks (the GEMM's own dispatches are the same slices with or without chains):
+    one per block each for the MLP, attention, block and qkv chains, two more per block for the
+    forward chain (the merge, the norm after the MLP), and the backward chain's."""
+
+    def used(attr: str) -> bool:
+        return getattr(gemm, attr, None) is not None
+
+    per_block = sum(used(attr) for attr in ("mlp", "attention", "block", "qkv"))
+    per_block += FORWARD_EPILOGUES if used("forward") else 0
+    first = BACKWARD_EPILOGUES[0] if used("backward") else 0
+    per_block += BACKWARD_EPILOGUES[1] if used("backward") else 0
+    return first + layers * per_block
 
 
 def attach_mlp_chain(gemm: GpuGemm, source: str | None = None) -> str | None:

@@ -75,6 +75,11 @@ GRAD_NORM_BINDINGS: list[BindingKind] = [
 ]  # fmt: skip
 GRAD_SOFTMAX_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write"]
 
+# Epilogue dispatches: before the blocks (the logits' limbs both ways, their combine, the final
+# norm's backward), and per block (six pairs' limbs both ways; the combines of du, dbn, dO, dP,
+# dq, dk^T, dv and dan; two norms' backward; the softmax's).
+EPILOGUES = (4, 6 * 2 + 8 + 2 + 1)
+
 ROWS, COLUMNS = 0, 1  # the limbs epilogue's modes: per row (dA's operand), per column (dB's)
 
 

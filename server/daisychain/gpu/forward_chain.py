@@ -67,6 +67,11 @@ Exps = npt.NDArray[np.integer]
 MERGE_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "read", "write", "write", "write"]
 
 
+# Epilogue dispatches per block beyond the qkv and block chains' own: the merge, the norm after
+# the MLP.
+EPILOGUES = 2
+
+
 @dataclass(frozen=True)
 class BlockWeights:
     """One block's int8 weights with their column exponents, and its two gains."""
