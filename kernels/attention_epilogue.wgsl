@@ -34,6 +34,8 @@
 //                                   [3r + 1] 0 ok, 1 non-finite, 2 |P| >= 2^E_CEIL,
 //                                   [3r + 2] the sum of the row's P bit patterns mod 2^32 (the
 //                                   host compares it with its own P: one ulp anywhere shows)
+//   5  p_out   storage, read_write  array<u32>: rows x t, P's float32 bits (what the backward
+//                                   chain's softmax backward reads)
 // One workgroup per query row of every slice, t <= EP_ROW_MAX; dispatch
 // (min(rows, 65535), ceil(rows / 65535), 1).
 
@@ -55,6 +57,7 @@ struct AtParams {
 @group(0) @binding(2) var<storage, read> scales: array<i32>;
 @group(0) @binding(3) var<storage, read_write> packed: array<u32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
+@group(0) @binding(5) var<storage, read_write> p_out: array<u32>;
 
 // The scaled, masked score s[j] of row r (slice s, query i).
 fn at_score(r: u32, j: u32) -> u32 {
@@ -65,15 +68,6 @@ fn at_score(r: u32, j: u32) -> u32 {
     }
     let v = acc[slice * at.acc_stride + i * at.t + j];
     return sf_mul(ep_scaled(v, scales[r] + scales[at.rows + slice * at.t + j]), at.scale);
-}
-
-// The value of a sort key (sf_key's inverse; a zero key gives +0: its sign does not matter here,
-// since s - (+-0) and exp of it give the same p).
-fn at_unkey(key: u32) -> u32 {
-    if ((key & SF_SIGN) != 0u) {
-        return key & SF_ABS;
-    }
-    return ~key;
 }
 
 @compute @workgroup_size(EP_WG, 1, 1)
@@ -91,7 +85,8 @@ fn main(
     for (var j = lid; j < at.t; j += EP_WG) {
         key = max(key, sf_key(at_score(r, j)));
     }
-    let m = at_unkey(ep_wg_max(lid, key));
+    // (a zero max comes back +0: its sign does not matter, s - (+-0) and its exp give one p)
+    let m = ep_unkey(ep_wg_max(lid, key));
     // p[j] = exp(s[j] - m), kept in ep_row; the leaves of the tree sum, +0 past t
     for (var j = lid; j < at.width; j += EP_WG) {
         var p = 0u;
@@ -108,6 +103,7 @@ fn main(
     for (var j = lid; j < at.t; j += EP_WG) {
         let pj = sf_div(ep_row[j], den);
         ep_row[j] = pj;
+        p_out[r * at.t + j] = pj;
         amax = max(amax, pj & SF_ABS);
         bits_sum = bits_sum + pj;
     }

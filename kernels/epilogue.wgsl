@@ -8,6 +8,7 @@
 //   ep_scale(amax)      a row's quantization scale from its largest magnitude's bits
 //                       (NUMERICS.md section 2: E, the bump, the floor and the ceiling)
 //   ep_byte(x, s)       the int8 q = rint(x * 2^-e) of one value, as the low byte of a u32
+//   ep_unkey(key)       a value from its sort key (a row's float max is a u32 max of keys)
 //   ep_wg_max, ep_wg_sum, ep_wg_tree   a row's max, checksum and pinned tree sum across the
 //                       workgroup that handles the row (one row per workgroup, EP_WG wide)
 
@@ -86,6 +87,15 @@ fn ep_byte(x: u32, s: EpScale) -> u32 {
     let mag = ep_round(x & SF_ABS, s.e);
     let q = select(i32(mag), -i32(mag), (x & SF_SIGN) != 0u);
     return bitcast<u32>(q) & 0xFFu;
+}
+
+// The value of a sort key (softfloat's sf_key inverted; a zero key gives +0). A row's max of
+// float values is the max of their keys (a u32 max), turned back into a value with this.
+fn ep_unkey(key: u32) -> u32 {
+    if ((key & SF_SIGN) != 0u) {
+        return key & SF_ABS;
+    }
+    return ~key;
 }
 
 // --- one row per workgroup ------------------------------------------------------------------

@@ -21,12 +21,14 @@
 //
 // Bindings (group 0):
 //   0  params  uniform  { slices, m, n, limbs, mode, g_stride, fold_stride, out_stride, kw,
-//                         width, blocks, pad }
+//                         width, blocks, fold_at, fold_step, pad0, pad1, pad2 }
 //              (u32; G is slices x m x n floats, slice s at s * g_stride; fold of column j (mode
 //              0) or row i (mode 1) of slice s at s * fold_stride + j (or + i); out_stride words
 //              per (limb, slice) region; kw = words along K per row of the packing (ceil(n / 4)
 //              or ceil(m / 4)); width = 4 ceil(m / 4) (mode 0) or 4 ceil(n / 4) (mode 1), the
-//              words per K-word; blocks = slices x m (mode 0) or slices x n (mode 1))
+//              words per K-word; blocks = slices x m (mode 0) or slices x n (mode 1); the fold
+//              of index f is fold[fold_at + fold_step * f]: 1 for a plain array, 2 or 3 where an
+//              epilogue's status words hold the exponents)
 //   1  g       storage, read        array<u32>: G's float32 bits
 //   2  fold    storage, read        array<i32>: the exponents folded into G
 //   3  packed  storage, read_write  array<u32>: the limbs, limbs x slices regions
@@ -47,7 +49,11 @@ struct LimbParams {
     kw: u32,
     width: u32,
     blocks: u32,
-    pad: u32,
+    fold_at: u32,
+    fold_step: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> lp: LimbParams;
@@ -75,7 +81,7 @@ fn lb_x(s: u32, idx: u32, k: u32) -> u32 {
         f = k;
     }
     let v = g[s * lp.g_stride + i * lp.n + j];
-    return sf_mul(v, lb_pow2(fold[s * lp.fold_stride + f]));
+    return sf_mul(v, lb_pow2(fold[lp.fold_at + lp.fold_step * (s * lp.fold_stride + f)]));
 }
 
 fn lb_clamp(v: i32) -> i32 {

@@ -25,6 +25,8 @@
 //   5  next     storage, read_write  array<i32>: r_e again at [i], the row exponents of the
 //                                    second product's scales (a chain that dequantizes that
 //                                    product on the GPU puts w2's column ones after M)
+//   6  relu     storage, read_write  array<u32>, M x F: 1 where u > 0, else 0 (the ReLU's
+//                                    mask, what the backward chain's combine reads)
 // One workgroup per row (epilogue.wgsl's parallel helpers: its invocations take every EP_WG-th
 // element, the row's amax is combined in workgroup memory); dispatch (min(m, 65535),
 // ceil(m / 65535), 1). The padding rows m .. m4 - 1 of packed are left as they are: the second
@@ -43,6 +45,7 @@ struct MlpParams {
 @group(0) @binding(3) var<storage, read_write> packed: array<u32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
 @group(0) @binding(5) var<storage, read_write> next_scales: array<i32>;
+@group(0) @binding(6) var<storage, read_write> relu: array<u32>;
 
 // r of one cell: u when u > 0, else +0 (u's sign bit set, or u == +0).
 fn mlp_relu(i: u32, f: u32) -> u32 {
@@ -75,7 +78,9 @@ fn main(
         for (var lane = 0u; lane < 4u; lane++) {
             let f = w * 4u + lane;
             if (f < mp.f) {
-                word = word | (ep_byte(mlp_relu(i, f), scale) << (8u * lane));
+                let r = mlp_relu(i, f);
+                relu[i * mp.f + f] = select(0u, 1u, r != 0u);
+                word = word | (ep_byte(r, scale) << (8u * lane));
             }
         }
         packed[w * mp.m4 + i] = word;

@@ -59,8 +59,12 @@ def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
 PLANTS = {
     "limbs_epilogue": {
         "the fold dropped": (
-            "    return sf_mul(v, lb_pow2(fold[s * lp.fold_stride + f]));",
+            "    return sf_mul(v, lb_pow2(fold[lp.fold_at + lp.fold_step * (s * lp.fold_stride + f)]));",
             "    return v;",
+        ),
+        "the fold of another slice": (
+            "lp.fold_step * (s * lp.fold_stride + f)",
+            "lp.fold_step * f",
         ),
         "the third limb not rounded": (
             "        lo = lb_clamp(sf_rint_to_int(sf_rint(r2)));",

@@ -70,8 +70,8 @@ class AttentionChainOut:
 
 
 # The softmax epilogue's bindings (kernels/attention_epilogue.wgsl): params, acc, scales, then
-# packed and status written.
-ATTENTION_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write", "write"]
+# packed, status and P's floats written.
+ATTENTION_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write", "write", "write"]
 
 
 class AttentionChain:
@@ -131,6 +131,7 @@ class AttentionChain:
             "b2": pool.upload(b2),
             "scales": pool.upload(np.concatenate([q_e.reshape(-1), k_e.reshape(-1)]).astype("<i4")),
             **{name: pool.acquire(size) for name, size in core.sizes().items()},
+            **{name: pool.acquire(size) for name, size in core.scratch().items()},
         }
         steps = core.steps(self, bufs, 0)
         out = run_and_read(self.gemm.gpu, pool, steps, bufs, core.sizes())
@@ -176,9 +177,13 @@ class AttentionCore:
             "acc2": self.heads * self.out_stride * 4,
         }
 
+    def scratch(self) -> dict[str, int]:
+        """Buffers the dispatches write but a chain of its own does not read back: P's floats."""
+        return {"p_out": self.rows * self.t * 4}
+
     def steps(self, chain: AttentionChain, bufs: dict[str, Any], slot: int) -> list[Step]:
-        """The dispatches, reading ``bufs`` "a1", "b1", "b2", "scales" and the params slots
-        from ``slot`` on."""
+        """The dispatches, reading ``bufs`` "a1", "b1", "b2", "scales", the params slots from
+        ``slot`` on, and writing the outputs (``sizes``) and ``scratch``."""
         gemm, heads, t, hd = chain.gemm, self.heads, self.t, self.hd
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
@@ -197,6 +202,7 @@ class AttentionCore:
             ], (-(-t // tn), -(-t // tm), 1)))  # fmt: skip
         steps.append((chain.epilogue, [
             params_at(heads, 32), bufs["acc1"], bufs["scales"], bufs["packed"], bufs["status"],
+            bufs["p_out"],
         ], rows_grid(self.rows)))  # fmt: skip
         for s in range(heads):
             steps.append((gemm.kernel, [

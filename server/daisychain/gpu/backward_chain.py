@@ -32,24 +32,31 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from daisychain.gpu.backward_record import (
+    BLOCK_PAIRS,
+    BlockSources,
+    Fold,
+    NormSources,
+    Packed,
+    PairSources,
+    Recorder,
+    Shape,
+    Sources,
+    record_backward,
+)
 from daisychain.gpu.chain import (
     ROW_MAX,
-    Outputs,
     Recording,
     epilogue_module,
     epilogue_width,
-    f32_bits,
     f32_words,
     gate_exps,
-    rows_grid,
     run_chain_gates,
-    slot,
-    unpack_k_major,
 )
 from daisychain.gpu.device import MIN_STORAGE_BINDING
 from daisychain.gpu.gates import GateReport, random_f32, random_int8
 from daisychain.gpu.gemm import GpuGemm, aligned_words, pack_k_major
-from daisychain.gpu.kernels import BindingKind, Span, compile_kernel
+from daisychain.gpu.kernels import BindingKind, compile_kernel
 from daisychain.model.gpt import NormCache, rmsnorm_backward, softmax_causal
 from daisychain.numerics import tree_sum
 from daisychain.numerics.gemm import round_scaled
@@ -79,8 +86,6 @@ GRAD_SOFTMAX_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write"]
 # norm's backward), and per block (six pairs' limbs both ways; the combines of du, dbn, dO, dP,
 # dq, dk^T, dv and dan; two norms' backward; the softmax's).
 EPILOGUES = (4, 6 * 2 + 8 + 2 + 1)
-
-ROWS, COLUMNS = 0, 1  # the limbs epilogue's modes: per row (dA's operand), per column (dB's)
 
 
 @dataclass(frozen=True)
@@ -208,49 +213,20 @@ class BackwardChain:
         c = hq.q8.shape[1]
         f = blocks[0].w1.q8.shape[1]
         t, slices = n // batch, batch * heads
-        hd = c // heads
         if n % batch or c % heads or not self.fits(n, c, f, t, vocab, slices):
             raise ValueError(f"backward chain: ({n}, {c}, {f}, {vocab}) does not fit")
-        run = _Run(self, Recording(self.gemm.gpu, self.gemm.pool), floats)
-        operands = pair_operands(hq, wte, blocks)
-        g = run.rec.upload("dlogits", f32_words(dlogits))
-        logits = run.pair("logits", g, (1, n, vocab, 3), operands["logits"])
-        dhf = run.combine("dhf", logits, (1, n, c), ROWS)
-        dh = run.norm_backward("dh.f", dhf, normf, None, n, c)
-        pairs: dict[int, dict[str, _Pair]] = {}
-        for i in reversed(range(len(blocks))):
-            w, p = blocks[i], f"{i}."
-            mine: dict[str, _Pair] = {}
-            mine["w2"] = run.pair(p + "w2", dh, (1, n, c, 2), operands[p + "w2"])
-            mask = run.rec.upload(p + "relu", w.relu.astype("<u4"))
-            du = run.combine(p + "du", mine["w2"], (1, n, f), ROWS, mask=mask)
-            mine["w1"] = run.pair(p + "w1", du, (1, n, f, 2), operands[p + "w1"])
-            dbn = run.combine(p + "dbn", mine["w1"], (1, n, c), ROWS)
-            dh = run.norm_backward(p + "dh.2", dbn, w.norm2, dh, n, c)
-            mine["wo"] = run.pair(p + "wo", dh, (1, n, c, 2), operands[p + "wo"])
-            do = run.combine(p + "do", mine["wo"], (1, n, c), ROWS, place=(1, t, heads, hd, c, 0))
-            mine["pv"] = run.pair(p + "pv", do, (slices, t, hd, 2), operands[p + "pv"])
-            dp = run.combine(p + "dp", mine["pv"], (slices, t, t), ROWS)
-            ds = run.softmax_backward(p + "ds", dp, w.p, slices * t, t, scale)
-            mine["qk"] = run.pair(p + "qk", ds, (slices, t, t, 2), operands[p + "qk"])
-            dqkv = run.made(p + "dqkv", n * 3 * c * 4)
-            run.combine(p + "dq", mine["qk"], (slices, t, hd), ROWS, dqkv, (2, t, heads, hd, c, 0))
-            run.combine(p + "dk", mine["qk"], (slices, hd, t), COLUMNS, dqkv,
-                        (2, t, heads, hd, c, 1), transposed=True)  # fmt: skip
-            run.combine(p + "dv", mine["pv"], (slices, t, hd), COLUMNS, dqkv,
-                        (2, t, heads, hd, c, 2))  # fmt: skip
-            mine["qkv"] = run.pair(p + "qkv", dqkv, (1, n, 3 * c, 2), operands[p + "qkv"])
-            dan = run.combine(p + "dan", mine["qkv"], (1, n, c), ROWS)
-            dh = run.norm_backward(p + "dh.1", dan, w.norm1, dh, n, c)
-            pairs[i] = mine
-        out = run.rec.run()
+        rec = Recording(self.gemm.gpu, self.gemm.pool)
+        r = Recorder(self, rec, floats)
+        src = _uploaded(rec, dlogits, hq, wte, normf, blocks)
+        logits, pairs = record_backward(r, src, Shape(n, c, f, vocab, batch, heads, scale))
+        out = rec.run()
         return BackwardChainOut(
-            run.read(out, logits),
+            PairOut(**r.read(out, logits)),
             tuple(
-                BlockBackOut(**{k: run.read(out, v) for k, v in pairs[i].items()})
+                BlockBackOut(**{k: PairOut(**r.read(out, v)) for k, v in pairs[i].items()})
                 for i in range(len(blocks))
             ),
-            tuple(out.words(name, "<f4").copy() for name in run.floats),
+            tuple(out.words(name, "<f4").copy() for name in r.floats),
         )
 
 
@@ -294,196 +270,50 @@ def pair_operands(
     return out
 
 
-@dataclass
-class _Pair:
-    """A recorded pair: its shape and the names of its outputs."""
+def _uploaded(
+    rec: Recording,
+    dlogits: F32Array,
+    hq: Quantized,
+    wte: Quantized,
+    normf: Norm,
+    blocks: Sequence[BlockForward],
+) -> Sources:
+    """The backward's inputs uploaded from the host's forward."""
 
-    name: str
-    slices: int
-    m: int
-    n: int
-    limbs: int
-    k: int  # dA's columns
-    k2: int  # dB's rows
-    rows_stride: int
-    cols_stride: int
-    acc_a: Any
-    rows_status: Any
-    cols_status: Any
+    def pair(name: str, op: PairOperands) -> PairSources:
+        def packed(tag: str, x: Int8Array) -> Packed:
+            stride = aligned_words(-(-x.shape[2] // 4) * 4 * -(-x.shape[1] // 4))
+            return Packed(rec.upload(f"{name}.{tag}", _packed(x, stride)), stride, x.shape[0])
 
+        def fold(tag: str, e: Exps, per: int) -> Fold:
+            flat = np.ascontiguousarray(np.ravel(e), dtype="<i4")
+            return Fold(rec.upload(f"{name}.{tag}", flat), per_slice=flat.size > per)
 
-class _Run:
-    """One run's recording: the pairs, combines and norms as the chain calls them."""
+        b_t, a = np.ascontiguousarray(op.b_t), np.ascontiguousarray(op.a)
+        return PairSources(
+            fold("fold_a", op.fold_a, b_t.shape[2]), packed("b", b_t), op.k,
+            fold("fold_b", op.fold_b, a.shape[2]), packed("a", a), op.k2,
+        )  # fmt: skip
 
-    def __init__(self, chain: BackwardChain, rec: Recording, floats: bool) -> None:
-        self.chain, self.rec = chain, rec
-        self.keep_floats = floats
-        self.floats: list[str] = []  # the float gradients read back, in order
-        gemm = chain.gemm
-        self.lut = [gemm._lut] if gemm._lut is not None else []
-        self.tile = gemm.tile
+    def norm(name: str, x: Norm) -> NormSources:
+        return NormSources(
+            rec.upload(name + ".g", f32_words(x.g)), rec.upload(name + ".xhat", f32_words(x.xhat)),
+            rec.upload(name + ".inv", f32_words(x.inv)),
+        )  # fmt: skip
 
-    def made(self, name: str, size: int) -> Any:
-        """The buffer of a float gradient the chain makes (read back with ``floats``)."""
-        if not self.keep_floats:
-            return self.rec.scratch(name, size)
-        self.floats.append(name)
-        return self.rec.output(name, size)
-
-    def _gemm(self, name: str, m: int, n: int, k: int, a: Span, b: Span, out: Span) -> None:
-        params = self.rec.upload(name, slot((m, n, max(1, -(-k // 4)), 0)), uniform=True)
-        tm, tn = self.tile
-        self.rec.steps.append((self.chain.gemm.kernel, [Span(params, 0, 16), a, b, out, *self.lut],
-                               (-(-n // tn), -(-m // tm), 1)))  # fmt: skip
-
-    def pair(
-        self,
-        name: str,
-        g: Any,
-        shape: tuple[int, int, int, int],
-        operands: PairOperands,
-    ) -> _Pair:
-        """The pair of the gradient in ``g`` (slices x m x n floats, ``limbs`` limbs): its limbs
-        both ways and both products."""
-        slices, m, n, limbs = shape
-        fold_a, b_op, k = np.ravel(operands.fold_a), np.ascontiguousarray(operands.b_t), operands.k
-        fold_b, a_op, k2 = np.ravel(operands.fold_b), np.ascontiguousarray(operands.a), operands.k2
-        rec = self.rec
-        rows_kw, cols_kw = -(-n // 4), -(-m // 4)
-        m4, n4 = 4 * -(-m // 4), 4 * -(-n // 4)
-        rows_stride, cols_stride = aligned_words(rows_kw * m4), aligned_words(cols_kw * n4)
-        regions = limbs * slices
-        rows = rec.output(name + ".rows", regions * rows_stride * 4)
-        cols = rec.output(name + ".cols", regions * cols_stride * 4)
-        rows_status = rec.output(name + ".rows_status", 2 * slices * m * 4)
-        cols_status = rec.output(name + ".cols_status", 2 * slices * n * 4)
-        for mode, fold, out, status, kw, width, stride, blocks in (
-            (ROWS, fold_a, rows, rows_status, rows_kw, m4, rows_stride, slices * m),
-            (COLUMNS, fold_b, cols, cols_status, cols_kw, n4, cols_stride, slices * n),
-        ):
-            per = n if mode == ROWS else m
-            fold_stride = per if fold.size == slices * per else 0
-            params = rec.upload(f"{name}.limbs{mode}", slot((
-                slices, m, n, limbs, mode, m * n, fold_stride, stride, kw, width, blocks, 0,
-            )), uniform=True)  # fmt: skip
-            folds = rec.upload(f"{name}.fold{mode}", np.ascontiguousarray(fold, dtype="<i4"))
-            rec.steps.append((self.chain.limbs, [Span(params, 0, 48), g, folds, out, status],
-                              rows_grid(blocks)))  # fmt: skip
-        # dA = limbs (m, n) @ B (n, k): B packed from its transpose b_op (k, n) per slice
-        b_slices, acc_a_stride = b_op.shape[0], aligned_words(m * k)
-        b_stride = aligned_words(-(-n // 4) * 4 * -(-k // 4))
-        b_buf = rec.upload(name + ".b", _packed(b_op, b_stride))
-        acc_a = rec.output(name + ".acc_a", regions * acc_a_stride * 4)
-        # dB = A (k2, m) @ limbs (m, n): A packed per slice from a_op (k2, m)
-        a_slices, acc_b_stride = a_op.shape[0], aligned_words(k2 * n)
-        a_stride = aligned_words(-(-m // 4) * 4 * -(-k2 // 4))
-        a_buf = rec.upload(name + ".a", _packed(a_op, a_stride))
-        acc_b = rec.output(name + ".acc_b", regions * acc_b_stride * 4)
-        for limb in range(limbs):
-            for s in range(slices):
-                r = limb * slices + s
-                bs, as_ = s % b_slices, s % a_slices
-                self._gemm(f"{name}.ga{r}", m, k, n,
-                           Span(rows, r * rows_stride * 4, rows_stride * 4),
-                           Span(b_buf, bs * b_stride * 4, b_stride * 4),
-                           Span(acc_a, r * acc_a_stride * 4, acc_a_stride * 4))  # fmt: skip
-                self._gemm(f"{name}.gb{r}", k2, n, m,
-                           Span(a_buf, as_ * a_stride * 4, a_stride * 4),
-                           Span(cols, r * cols_stride * 4, cols_stride * 4),
-                           Span(acc_b, r * acc_b_stride * 4, acc_b_stride * 4))  # fmt: skip
-        return _Pair(name, slices, m, n, limbs, k, k2, rows_stride, cols_stride, acc_a,
-                     rows_status, cols_status)  # fmt: skip
-
-    def combine(
-        self,
-        name: str,
-        pair: _Pair,
-        shape: tuple[int, int, int],
-        mode: int,
-        out: Any = None,
-        place: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0),
-        *,
-        mask: Any = None,
-        transposed: bool = False,
-    ) -> Any:
-        """The float gradient of one of ``pair``'s products (``shape`` = slices x m x k), its
-        exponents per row (``ROWS``: dA) or per column (``COLUMNS``: dB), into ``out`` (a new
-        buffer by default) at ``place`` = (place, t, heads, hd, c, part)."""
-        slices, m, k = shape
-        rec = self.rec
-        if mode == ROWS:
-            acc, stride, status = pair.acc_a, aligned_words(m * k), pair.rows_status
-        else:
-            acc, status = rec.owned[pair.name + ".acc_b"], pair.cols_status
-            stride = aligned_words(m * k)
-        total = slices * m * k
-        out = self.made(name, total * 4) if out is None else out
-        params = rec.upload(name + ".params", slot((
-            slices, m, k, pair.limbs, mode, stride, *place[:1], *place[1:5], place[5],
-            int(transposed), int(mask is not None), 0, 0,
-        )), uniform=True)  # fmt: skip
-        mask_buf = mask if mask is not None else status  # bound, never read
-        groups = -(-total // 64)
-        rec.steps.append((self.chain.combine, [Span(params, 0, 64), acc, status, mask_buf, out],
-                          (min(groups, 65535), -(-groups // 65535), 1)))  # fmt: skip
-        return out
-
-    def norm_backward(self, name: str, dy: Any, norm: Norm, dh: Any, n: int, c: int) -> Any:
-        """RMSNorm's backward of ``dy`` (n x c), added to ``dh`` unless it is None."""
-        rec = self.rec
-        params = rec.upload(name + ".params", slot((
-            n, c, 1 << (c - 1).bit_length(), f32_bits(c), int(dh is not None), 0, 0, 0,
-        )), uniform=True)  # fmt: skip
-        g = rec.upload(name + ".g", f32_words(norm.g))
-        xhat = rec.upload(name + ".xhat", f32_words(norm.xhat))
-        inv = rec.upload(name + ".inv", f32_words(norm.inv))
-        out = self.made(name, n * c * 4)
-        rec.steps.append((self.chain.grad_norm, [
-            Span(params, 0, 32), dy, g, xhat, inv, dh if dh is not None else dy, out,
-        ], rows_grid(n)))  # fmt: skip
-        return out
-
-    def softmax_backward(
-        self, name: str, dp: Any, p: F32Array, rows: int, t: int, scale: np.float32
-    ) -> Any:
-        rec = self.rec
-        params = rec.upload(name + ".params", slot((
-            rows, t, 1 << (t - 1).bit_length(), f32_bits(scale),
-        )), uniform=True)  # fmt: skip
-        p_buf = rec.upload(name + ".p", f32_words(p))
-        out = self.made(name, rows * t * 4)
-        rec.steps.append((self.chain.grad_softmax, [Span(params, 0, 16), dp, p_buf, out],
-                          rows_grid(rows)))  # fmt: skip
-        return out
-
-    def read(self, out: Outputs, pair: _Pair) -> PairOut:
-        s, m, n, limbs, k, k2 = pair.slices, pair.m, pair.n, pair.limbs, pair.k, pair.k2
-        words = out.words
-        rows_w = words(pair.name + ".rows", "<u4").reshape(limbs * s, pair.rows_stride)
-        cols_w = words(pair.name + ".cols", "<u4").reshape(limbs * s, pair.cols_stride)
-        m4, n4 = 4 * -(-m // 4), 4 * -(-n // 4)
-        rows8 = np.stack([
-            unpack_k_major(rows_w[r, : -(-n // 4) * m4].reshape(-1, m4), m, n)
-            for r in range(limbs * s)
-        ]).reshape(limbs, s, m, n)  # fmt: skip
-        cols8 = np.stack([
-            unpack_k_major(cols_w[r, : -(-m // 4) * n4].reshape(-1, n4), n, m).T
-            for r in range(limbs * s)
-        ]).reshape(limbs, s, m, n)  # fmt: skip
-        rows_st = words(pair.name + ".rows_status", "<u4").reshape(s, m, 2)
-        cols_st = words(pair.name + ".cols_status", "<u4").reshape(s, n, 2)
-        acc_a = words(pair.name + ".acc_a", "<i4").reshape(limbs * s, -1)[:, : m * k]
-        acc_b = words(pair.name + ".acc_b", "<i4").reshape(limbs * s, -1)[:, : k2 * n]
-        return PairOut(
-            rows8=np.ascontiguousarray(rows8),
-            rows_e=rows_st[..., 0].view(np.int32).copy(),
-            rows_status=rows_st[..., 1].astype(np.uint32),
-            cols8=np.ascontiguousarray(cols8),
-            cols_e=cols_st[..., 0].view(np.int32).copy(),
-            cols_status=cols_st[..., 1].astype(np.uint32),
-            acc_a=acc_a.reshape(limbs, s, m, k).astype(np.int32),
-            acc_b=acc_b.reshape(limbs, s, k2, n).astype(np.int32),
-        )
+    operands = pair_operands(hq, wte, blocks)
+    made = []
+    for i, w in enumerate(blocks):
+        p = f"{i}."
+        made.append(BlockSources(
+            {name: pair(p + name, operands[p + name]) for name in BLOCK_PAIRS},
+            rec.upload(p + "relu", w.relu.astype("<u4")), rec.upload(p + "p", f32_words(w.p)),
+            norm(p + "norm1", w.norm1), norm(p + "norm2", w.norm2),
+        ))  # fmt: skip
+    return Sources(
+        rec.upload("dlogits", f32_words(dlogits)), pair("logits", operands["logits"]),
+        norm("normf", normf), made, np.float32(0.0),
+    )  # fmt: skip
 
 
 def _packed(x: Int8Array, stride: int) -> U32Array:

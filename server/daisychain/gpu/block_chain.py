@@ -142,6 +142,7 @@ class BlockChain:
             "b_w2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
             "next2": pool.acquire(m * 4),  # r_e for a dequantization on the GPU: unused here
             "h_out": pool.acquire(m * c * 4),  # the residual after the add: unused here
+            "relu": pool.acquire(m * f * 4),  # the ReLU's mask: unused here
             **{name: pool.acquire(size) for name, size in layout.sizes().items()},
         }
         out = run_and_read(self.gemm.gpu, pool, layout.steps(self, bufs), bufs, layout.sizes())
@@ -189,7 +190,8 @@ class BlockLayout:
 
     def steps(self, chain: BlockChain, bufs: dict[str, Any]) -> list[Step]:
         """The five dispatches on ``bufs``: "params" (``params``), "a_o", "b_wo", "scales_o",
-        "h", "g", "next", "b_w1", "b_w2", "next2", "h_out" and the outputs (``sizes``)."""
+        "h", "g", "next", "b_w1", "b_w2", "next2", "h_out", "relu" and the outputs
+        (``sizes``)."""
         m, c, f = self.m, self.c, self.f
         gemm = chain.gemm
         lut = [gemm._lut] if gemm._lut is not None else []
@@ -208,7 +210,7 @@ class BlockLayout:
             (gemm.kernel, [params_at(2), bufs["b_packed"], bufs["b_w1"], bufs["acc1"], *lut],
              (-(-f // tn), -(-m // tm), 1)),
             (chain.mlp.epilogue, [params_at(3), bufs["acc1"], bufs["next"], bufs["r_packed"],
-                                  bufs["r_status"], bufs["next2"]],
+                                  bufs["r_status"], bufs["next2"], bufs["relu"]],
              rows_grid(m)),
             (gemm.kernel, [params_at(4), bufs["r_packed"], bufs["b_w2"], bufs["acc2"], *lut],
              (-(-c // tn), -(-m // tm), 1)),

@@ -194,6 +194,7 @@ class ForwardChain:
                 "w_in": upload(p + "wqkv", pack_k_major(np.ascontiguousarray(w.wqkv8.T))),
                 "scales_in": scales_in,
                 "scales": scratch(p + "qkv.scales", qkv.scratch()),
+                "p_out": scratch(p + "p", qkv.core.scratch()["p_out"]),
                 **{k: output(p + "qkv." + k, size) for k, size in qkv.sizes().items()},
             }
             steps += qkv.steps(self.qkv, q)
@@ -219,6 +220,7 @@ class ForwardChain:
                 "b_w2": upload(p + "w2", pack_k_major(np.ascontiguousarray(w.w2_8.T))),
                 "next2": upload(p + "tail.next2", exps(n, w.w2_e)),
                 "h_out": scratch(p + "h1", n * c * 4),
+                "relu": scratch(p + "relu", n * f * 4),
                 **{k: output(p + "tail." + k, size) for k, size in tail.sizes().items()},
             }
             steps += tail.steps(self.block, b)

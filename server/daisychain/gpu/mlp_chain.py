@@ -62,8 +62,8 @@ class MlpChainOut:
 
 
 # The MLP epilogue's bindings (kernels/mlp_epilogue.wgsl): params, acc, scales, then packed,
-# status and next written.
-MLP_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write", "write", "write"]
+# status, next and the ReLU's mask written.
+MLP_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "write", "write", "write", "write"]
 
 
 class MlpChain:
@@ -122,6 +122,7 @@ class MlpChain:
             "scales": pool.upload(scales),
             "b2": pool.upload(pack_k_major(np.ascontiguousarray(w2_8.T))),
             "next": pool.acquire(m * 4),  # r_e for a dequantization on the GPU: unused here
+            "relu": pool.acquire(m * f * 4),  # the mask for the backward chain: unused here
             **{name: pool.acquire(size) for name, size in sizes.items()},
         }
         lut = [gemm._lut] if gemm._lut is not None else []
@@ -141,6 +142,7 @@ class MlpChain:
                     bufs["packed"],
                     bufs["status"],
                     bufs["next"],
+                    bufs["relu"],
                 ],
                 rows_grid(m),
             ),

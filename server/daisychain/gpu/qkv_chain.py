@@ -117,6 +117,7 @@ class QkvChain:
                 np.concatenate([a_e.reshape(-1), w_e.reshape(-1)]).astype("<i4")
             ),
             "scales": pool.acquire(layout.scratch()),
+            **{name: pool.acquire(size) for name, size in layout.core.scratch().items()},
             **{name: pool.acquire(size) for name, size in layout.sizes().items()},
         }
         out = run_and_read(self.gemm.gpu, pool, layout.steps(self, bufs), bufs, layout.sizes())
