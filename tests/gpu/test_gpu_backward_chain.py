@@ -59,7 +59,8 @@ def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
 PLANTS = {
     "limbs_epilogue": {
         "the fold dropped": (
-            "    return sf_mul(v, lb_pow2(fold[lp.fold_at + lp.fold_step * (s * lp.fold_stride + f)]));",
+            "    return sf_mul(v, lb_pow2(fold[lp.fold_at + lp.fold_step * "
+            "(s * lp.fold_stride + f)]));",
             "    return v;",
         ),
         "the fold of another slice": (
