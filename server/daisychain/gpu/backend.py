@@ -31,6 +31,8 @@ from daisychain.gpu.pool import BufferPool
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
 from daisychain.gpu.qkv_chain import QkvChain, run_qkv_chain_gates
 from daisychain.gpu.quantize import GpuQuantize
+from daisychain.gpu.step_chain import EPILOGUES as STEP_EPILOGUES
+from daisychain.gpu.step_chain import StepChain, run_step_chain_gates
 from daisychain.numerics.gemm import int_matmul, qmatmul
 from daisychain.numerics.quant import FloatArray, IntArray
 
@@ -132,12 +134,13 @@ def evaluate_gpu(
             ("qkv", attach_qkv_chain(gemm)),
             ("forward", attach_forward_chain(gemm)),
             ("backward", attach_backward_chain(gemm)),
+            ("step", attach_step_chain(gemm)),
         )
         gemm.chain_failures = {attr: reason for attr, reason in attached if reason}
     return (gemm, None) if why is None else (None, why)
 
 
-CHAINS = ("mlp", "attention", "block", "qkv", "forward", "backward")
+CHAINS = ("mlp", "attention", "block", "qkv", "forward", "backward", "step")
 
 
 def chains_in_use(gemm: object) -> str:
@@ -151,7 +154,8 @@ def epilogue_dispatches(gemm: object, layers: int) -> int:
     """The epilogue dispatches the chains in use on ``gemm`` add to a training step of
     ``layers`` blocks (the GEMM's own dispatches are the same slices with or without chains):
     one per block each for the MLP, attention, block and qkv chains, two more per block for the
-    forward chain (the merge, the norm after the MLP), and the backward chain's."""
+    forward chain (the merge, the norm after the MLP), the backward chain's, and the step
+    chain's (the cross-entropy and the transposes of the forward's operands)."""
 
     def used(attr: str) -> bool:
         return getattr(gemm, attr, None) is not None
@@ -160,6 +164,9 @@ def epilogue_dispatches(gemm: object, layers: int) -> int:
     per_block += FORWARD_EPILOGUES if used("forward") else 0
     first = BACKWARD_EPILOGUES[0] if used("backward") else 0
     per_block += BACKWARD_EPILOGUES[1] if used("backward") else 0
+    if used("step"):
+        first += STEP_EPILOGUES[0]
+        per_block += STEP_EPILOGUES[1]
     return first + layers * per_block
 
 
@@ -221,6 +228,18 @@ def attach_backward_chain(gemm: GpuGemm, sources: dict[str, str] | None = None) 
     modules by kernel name)."""
     return chain.attach(
         gemm, "backward", lambda: BackwardChain(gemm, sources=sources), run_backward_chain_gates
+    )
+
+
+def attach_step_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+    """``attach_mlp_chain`` for a whole training step (``gemm.step``), which extends the forward
+    and backward chains (``source``: the cross-entropy epilogue's module): none without both."""
+    forward, backward = gemm.forward, gemm.backward
+    if forward is None or backward is None:
+        gemm.step = None
+        return f"{gemm.name}-step: no forward and backward chains to extend"
+    return chain.attach(
+        gemm, "step", lambda: StepChain(forward, backward, source=source), run_step_chain_gates
     )
 
 

@@ -283,7 +283,7 @@ def _uploaded(
     def pair(name: str, op: PairOperands) -> PairSources:
         def packed(tag: str, x: Int8Array) -> Packed:
             stride = aligned_words(-(-x.shape[2] // 4) * 4 * -(-x.shape[1] // 4))
-            return Packed(rec.upload(f"{name}.{tag}", _packed(x, stride)), stride, x.shape[0])
+            return Packed(rec.upload(f"{name}.{tag}", packed_slices(x, stride)), stride, x.shape[0])
 
         def fold(tag: str, e: Exps, per: int) -> Fold:
             flat = np.ascontiguousarray(np.ravel(e), dtype="<i4")
@@ -316,7 +316,7 @@ def _uploaded(
     )  # fmt: skip
 
 
-def _packed(x: Int8Array, stride: int) -> U32Array:
+def packed_slices(x: Int8Array, stride: int) -> U32Array:
     """Each slice of ``x`` (S, R, K) packed K-major, slices ``stride`` words apart."""
     out = np.zeros((x.shape[0], stride), dtype="<u4")
     for s in range(x.shape[0]):

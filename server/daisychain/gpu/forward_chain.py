@@ -20,7 +20,7 @@ product differs, before that product is trusted; every product is audited.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from daisychain.gpu.block_chain import (
 from daisychain.gpu.block_chain import reference as block_reference
 from daisychain.gpu.chain import (
     ROW_MAX,
+    Outputs,
     Recording,
     epilogue_module,
     epilogue_width,
@@ -165,10 +166,31 @@ class ForwardChain:
             raise ValueError("forward chain: the residual, exponents, gain or wte do not fit")
         if n % batch or c % heads or not self.fits(n, c, f, heads, n // batch, vocab):
             raise ValueError(f"forward chain: ({n}, {c}, {f}, {heads}, {vocab}) does not fit")
-        pool, gemm = self.gemm.pool, self.gemm
+        rec = Recording(self.gemm.gpu, self.gemm.pool)
+        made = self.record(rec, a8, a_e, h, blocks, gf, eps, wte8, batch, heads, scale)
+        return made.read(rec.run())
+
+    def record(
+        self,
+        rec: Recording,
+        a8: Int8Array,
+        a_e: Exps,
+        h: F32Array,
+        blocks: Sequence[BlockWeights],
+        gf: F32Array,
+        eps: np.float32,
+        wte8: Int8Array,
+        batch: int,
+        heads: int,
+        scale: np.float32,
+    ) -> Recorded:
+        """``run``'s dispatches into ``rec`` (the step chain records its backward after them):
+        the buffers of every block, for reading the outputs and for the backward."""
+        n, c = a8.shape
+        f, vocab = blocks[0].w1_8.shape[1], wte8.shape[0]
+        gemm = self.gemm
         qkv, tail = QkvLayout(n, c, batch, heads, scale), BlockLayout(n, c, f)
         c4, m4 = -(-c // 4), 4 * -(-n // 4)
-        rec = Recording(gemm.gpu, pool)
         upload, scratch, output, words = rec.upload, rec.scratch, rec.output, f32_words
 
         def exps(row: int, tail_e: Exps) -> npt.NDArray[np.int32]:
@@ -180,6 +202,7 @@ class ForwardChain:
         a_in = upload("a0", pack_k_major(a8))
         scales_in = upload("a0.e", exps(0, np.concatenate([a_e.reshape(-1), blocks[0].wqkv_e])))
         h_in = upload("h0", words(h))
+        made = Recorded(n, c, vocab, qkv, tail, a_in, scales_in, h_in)
         steps = rec.steps
         lut = [gemm._lut] if gemm._lut is not None else []
         tm, tn = gemm.tile
@@ -239,13 +262,46 @@ class ForwardChain:
                 Span(norm["params"], 0, 32), b["acc2"], b["next2"], b["h_out"], norm["g"],
                 norm["packed"], norm["status"], norm["next"], norm["h_out"],
             ], rows_grid(n)))  # fmt: skip
+            made.blocks.append(BlockBuffers(q, merge, b, norm))
             a_in, scales_in, h_in = norm["packed"], norm["next"], norm["h_out"]
+        made.logits = output("logits", n * vocab * 4)
         logits = upload("logits.params", slot((n, vocab, c4, 0)), uniform=True)
         steps.append((gemm.kernel, [
-            Span(logits, 0, 16), a_in, upload("wte", pack_k_major(wte8)),
-            output("logits", n * vocab * 4), *lut,
+            Span(logits, 0, 16), a_in, upload("wte", pack_k_major(wte8)), made.logits, *lut,
         ], (-(-vocab // tn), -(-n // tm), 1)))  # fmt: skip
-        out = rec.run()
+        return made
+
+
+@dataclass
+class BlockBuffers:
+    """One block's buffers in a recording, by the names its layouts use: the qkv chain's, the
+    merge's, the block chain's and the norm's after the MLP."""
+
+    qkv: dict[str, Any]
+    merge: dict[str, Any]
+    tail: dict[str, Any]
+    norm: dict[str, Any]
+
+
+@dataclass
+class Recorded:
+    """A recorded forward: its layouts, the first block's inputs, every block's buffers and the
+    logits product's, and how to read its outputs."""
+
+    n: int
+    c: int
+    vocab: int
+    qkv: QkvLayout
+    tail: BlockLayout
+    a0: Any  # the first block's operand, packed
+    a0_e: Any  # its exponents, then wqkv's
+    h0: Any  # the residual stream before the first block
+    blocks: list[BlockBuffers] = field(default_factory=list)
+    logits: Any = None
+
+    def read(self, out: Outputs) -> ForwardChainOut:
+        n, c = self.n, self.c
+        c4, m4 = -(-c // 4), 4 * -(-n // 4)
 
         def named(prefix: str) -> Callable[[str, str], npt.NDArray[Any]]:
             return lambda name, dtype: out.words(prefix + name, dtype)
@@ -263,14 +319,14 @@ class ForwardChain:
 
         made = tuple(
             ForwardBlockOut(
-                qkv.read(named(f"{i}.qkv.")),
+                self.qkv.read(named(f"{i}.qkv.")),
                 operand(f"{i}.o", 2),
-                tail.read(named(f"{i}.tail.")),
+                self.tail.read(named(f"{i}.tail.")),
                 operand(f"{i}.a", 3),
             )
-            for i in range(len(blocks))
+            for i in range(len(self.blocks))
         )
-        acc = out.words("logits", "<i4").reshape(n, vocab).astype(np.int32)
+        acc = out.words("logits", "<i4").reshape(n, self.vocab).astype(np.int32)
         return ForwardChainOut(made, acc)
 
 
@@ -355,24 +411,26 @@ def _blocks(case: int, layers: int, c: int, f: int) -> list[BlockWeights]:
 Case = tuple[str, dict[str, Any]]
 
 
+def forward_case(
+    i: int, batch: int, t: int, c: int, heads: int, f: int, vocab: int, layers: int
+) -> Case:
+    """Case ``i`` of these sizes: random operands, weights and gains at the model's ranges."""
+    n, eps = batch * t, np.float32(1e-5)
+    return (f"{layers} blocks, {batch}x{t} tokens, width {c}, vocabulary {vocab}", {
+        "a8": random_int8(16, 2 * i, (n, c)), "a_e": gate_exps(17, i, n, -9, -5),
+        "h": (random_f32(18, i, (n, c)) * np.float32(2.0)).astype(np.float32),
+        "blocks": _blocks(i, layers, c, f),
+        "gf": (random_f32(19, i, (c,)) * np.float32(1.5)).astype(np.float32), "eps": eps,
+        "wte8": random_int8(16, 2 * i + 1, (vocab, c)), "batch": batch, "heads": heads,
+        "scale": np.float32(1.0 / np.sqrt(c // heads)),
+    })  # fmt: skip
+
+
 def forward_chain_cases() -> list[Case]:
     """(name, the run's keyword arguments): two blocks at odd sizes (tokens that fill no tile,
     a sequence that is no multiple of 4, a head of 4 channels), at the model's exponent ranges;
     one block at a tile's edge; and a non-finite residual (refused)."""
-    cases: list[Case] = []
-    eps = np.float32(1e-5)
-    for i, (batch, t, c, heads, f, vocab, layers) in enumerate(
-        [(2, 5, 16, 4, 32, 24, 2), (1, 32, 32, 2, 64, 40, 1)]
-    ):
-        n = batch * t
-        cases.append((f"{layers} blocks, {batch}x{t} tokens, width {c}, vocabulary {vocab}", {
-            "a8": random_int8(16, 2 * i, (n, c)), "a_e": gate_exps(17, i, n, -9, -5),
-            "h": (random_f32(18, i, (n, c)) * np.float32(2.0)).astype(np.float32),
-            "blocks": _blocks(i, layers, c, f),
-            "gf": (random_f32(19, i, (c,)) * np.float32(1.5)).astype(np.float32), "eps": eps,
-            "wte8": random_int8(16, 2 * i + 1, (vocab, c)), "batch": batch, "heads": heads,
-            "scale": np.float32(1.0 / np.sqrt(c // heads)),
-        }))  # fmt: skip
+    cases = [forward_case(0, 2, 5, 16, 4, 32, 24, 2), forward_case(1, 1, 32, 32, 2, 64, 40, 1)]
     broken = cases[0][1]["h"].copy()
     broken[3, 0] = np.float32(np.inf)  # inf * 0 is NaN in the norm: refused
     cases.append(("a non-finite residual", {**cases[0][1], "h": broken}))

@@ -204,6 +204,8 @@ class GpuGemm:
         self.forward: Any = None
         # And a whole backward (gpu.backward_chain): every pair and the work between them.
         self.backward: Any = None
+        # And a whole step (gpu.step_chain): the two above and the cross-entropy between.
+        self.step: Any = None
         # Why a chain is not in use, by its attribute name (shown by ``daisychain selftest``).
         self.chain_failures: dict[str, str] = {}
         if kind == "lut":

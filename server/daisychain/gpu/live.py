@@ -26,8 +26,14 @@ from daisychain import cpufused
 from daisychain.gpu.attention_chain import bits_sum
 from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
-from daisychain.gpu.backward_chain import BlockForward, Norm, Quantized, pair_operands
-from daisychain.gpu.forward_chain import BlockWeights, GpuOperand
+from daisychain.gpu.backward_chain import (
+    BlockForward,
+    Norm,
+    PairOperands,
+    Quantized,
+    pair_operands,
+)
+from daisychain.gpu.forward_chain import BlockWeights, ForwardChainOut, GpuOperand
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.probe import step_probe_hash
 from daisychain.gpu.replay import BackwardReplay, ForwardReplay, Inputs
@@ -156,8 +162,10 @@ class AuditedBatchedMatmul:
         self._outstanding: list[Future[None]] = []
         # The last forward chain's outputs, answering the forward's calls in order (``forward``)
         self._replay: ForwardReplay | None = None
-        # The last backward chain's, answering the backward's pairs in order (``backward``)
+        # The last backward chain's, answering the backward's pairs in order (``backward``),
+        # and one the step chain made with the forward, waiting for the backward's start
         self._back: BackwardReplay | None = None
+        self._pending_back: BackwardReplay | None = None
 
     def __call__(
         self,
@@ -207,7 +215,7 @@ class AuditedBatchedMatmul:
         instead of running their own chains (``gpu.replay``). Each is audited and its operand
         checked against the host's when it is taken, as if it had just been computed. A shape
         the chain cannot hold leaves every call to compute as before."""
-        self._replay = None
+        self._replay, self._back, self._pending_back = None, None, None
         chain = self.gemm.forward  # type: ignore[attr-defined]
         a, a_e, a8 = plan.a
         n, c = a.shape
@@ -226,10 +234,20 @@ class AuditedBatchedMatmul:
         )  # fmt: skip
         a8 = int8_operand(a, a8)
         wte8 = int8_operand(plan.wte[0], plan.wte[2])
-        out = chain.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.batch,
-                        plan.heads, plan.scale)  # fmt: skip
         zeros = np.zeros(n, np.uint32)
         first = GpuOperand(a8, a_e.reshape(n, 1).astype(np.int32), zeros, zeros)
+        step = getattr(self.gemm, "step", None) if plan.targets is not None else None
+        if step is not None and step.fits(n, c, f, plan.heads, n // plan.batch, vocab):
+            # the whole step: the backward's pairs wait for the backward (``backward``)
+            got = step.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.wte[1],
+                           plan.batch, plan.heads, plan.scale, plan.targets)  # fmt: skip
+            self._replay = ForwardReplay(got.forward, Inputs(first, blocks, wte8))
+            self._pending_back = BackwardReplay(
+                got.backward, _made_operands(got.forward, first, blocks, wte8, plan.wte[1])
+            )
+            return
+        out = chain.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.batch,
+                        plan.heads, plan.scale)  # fmt: skip
         self._replay = ForwardReplay(out, Inputs(first, blocks, wte8))
 
     def backward(self, plan: BackwardPlan) -> None:
@@ -238,7 +256,10 @@ class AuditedBatchedMatmul:
         ``many`` calls, which take them in order (``gpu.replay``): each pair's limbs checked
         against the host's, each product audited as if it had just been computed. A shape the
         chain cannot hold leaves every pair to compute as before."""
-        self._back = None
+        self._back, pending, self._pending_back = None, self._pending_back, None
+        if pending is not None:  # the step chain ran it with the forward
+            self._back = pending
+            return
         chain = self.gemm.backward  # type: ignore[attr-defined]
         n, vocab = plan.dlogits.shape
         c = plan.hq[0].shape[1]
@@ -498,8 +519,6 @@ class AuditedBatchedMatmul:
         """Wait for every audit submitted so far (all of them, even past a failure, so none is
         left running) and raise the first failure in product order. A no-op in the foreground
         mode, where each product was audited before it returned."""
-        self._replay = None  # a chain's outputs serve only the pass it ran for
-        self._back = None
         outstanding, self._outstanding = self._outstanding, []
         failures = [f.exception() for f in outstanding]  # waits for each
         first = next((e for e in failures if e is not None), None)
@@ -518,6 +537,40 @@ def _softmax_differs(
     wrong |= out.p_sum.reshape(-1) != bits_sum(p.reshape(slices, t, t)).reshape(-1)
     result: npt.NDArray[np.bool_] = wrong
     return result
+
+
+def _made_operands(
+    fw: ForwardChainOut,
+    first: GpuOperand,
+    blocks: Sequence[BlockWeights],
+    wte8: Int8Array,
+    wte_e: IntArray,
+) -> dict[str, PairOperands]:
+    """The backward's pair operands as the step chain's forward made them (each checked against
+    the host's by the forward's replay before the backward starts)."""
+
+    def q(x: GpuOperand) -> Quantized:
+        return Quantized(x.q8, x.e)
+
+    back = []
+    for i, (w, made) in enumerate(zip(blocks, fw.blocks, strict=True)):
+        a = first if i == 0 else fw.blocks[i - 1].a_next
+        t, qkv = made.tail, made.qkv
+        back.append(BlockForward(
+            _NO_NORM, q(a), Quantized(w.wqkv8, w.wqkv_e), Quantized(qkv.q8, qkv.q_e),
+            Quantized(qkv.k8, qkv.k_e), Quantized(qkv.v8, qkv.v_e), _NO_P,
+            Quantized(qkv.p8, qkv.p_e), q(made.o), Quantized(w.wo8, w.wo_e), _NO_NORM,
+            Quantized(t.b8, t.b_e), Quantized(w.w1_8, w.w1_e), _NO_MASK,
+            Quantized(t.r8, t.r_e), Quantized(w.w2_8, w.w2_e),
+        ))  # fmt: skip
+    hq = q(fw.blocks[-1].a_next)
+    return pair_operands(hq, Quantized(wte8, np.ravel(wte_e).reshape(-1, 1)), back)
+
+
+# What pair_operands does not read (the norms, P, the mask) for ``_made_operands``.
+_NO_NORM = Norm(np.zeros((0, 0), np.float32), np.zeros((0, 1), np.float32), np.zeros(0, np.float32))
+_NO_P = np.zeros((0, 0, 0), np.float32)
+_NO_MASK = np.zeros((0, 0), np.bool_)
 
 
 def training_ops(

@@ -259,9 +259,15 @@ def _check_inputs(params: Params, cfg: ModelConfig, x: TokenArray) -> tuple[int,
 
 
 def _forward(
-    params: Params, cfg: ModelConfig, x: TokenArray, keep: bool, ops: GemmOps
+    params: Params,
+    cfg: ModelConfig,
+    x: TokenArray,
+    keep: bool,
+    ops: GemmOps,
+    targets: TokenArray | None = None,
 ) -> tuple[FloatArray, Weights, list[BlockCache], NormCache, QTensor]:
-    """Shared forward: logits (N, V) plus what the backward needs (when ``keep``)."""
+    """Shared forward: logits (N, V) plus what the backward needs (when ``keep``); ``targets``
+    (a training step's next tokens) only tell the ops what follows."""
     b, t = _check_inputs(params, cfg, x)
     n, c = b * t, cfg.width
     w = Weights.of(params, cfg, ops)
@@ -276,7 +282,7 @@ def _forward(
         an, norm1 = rmsnorm_forward(h, params[p + "g1"], cfg.norm_eps)  # (N, C)
         a = QTensor.of(an, -1, ops)
         if i == 0:  # a GPU may run the whole forward from here in one submit (ops.forward_chain)
-            ops.forward_chain(_plan(params, cfg, w, a, h, b))
+            ops.forward_chain(_plan(params, cfg, w, a, h, b, targets))
         merged, attn = attention_forward(a, w.wqkv[i], cfg, b, t, ops)  # (N, C)
         o = QTensor.of(merged, -1, ops)
         g2, wo, w1, w2 = params[p + "g2"], w.wo[i], w.w1[i], w.w2[i]
@@ -299,7 +305,13 @@ def _forward(
 
 
 def _plan(
-    params: Params, cfg: ModelConfig, w: Weights, a: QTensor, h: FloatArray, b: int
+    params: Params,
+    cfg: ModelConfig,
+    w: Weights,
+    a: QTensor,
+    h: FloatArray,
+    b: int,
+    targets: TokenArray | None,
 ) -> ForwardPlan:
     """What the forward's products depend on from the first block's operand ``a`` on."""
 
@@ -312,7 +324,7 @@ def _plan(
         [parts(x) for x in w.w1], [parts(x) for x in w.w2],
         [params[f"h.{i}.g1"] for i in layers], [params[f"h.{i}.g2"] for i in layers],
         params["gf"], cfg.norm_eps, parts(w.wte), b, cfg.heads,
-        F32(1.0) / np.sqrt(F32(cfg.head_dim)),
+        F32(1.0) / np.sqrt(F32(cfg.head_dim)), None if targets is None else targets.reshape(-1),
     )  # fmt: skip
 
 
@@ -475,7 +487,7 @@ def forward_backward(
     b, t = x.shape
     n, c = b * t, cfg.width
     with settled(ops):  # every audit done, even when the step fails
-        logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True, ops=ops)
+        logits, w, caches, normf, hq = _forward(params, cfg, x, keep=True, ops=ops, targets=y)
         loss, dlogits = cross_entropy(logits, y.reshape(n).astype(np.intp))  # (N, V) in place
 
         grads: dict[str, FloatArray] = _Grads(on_grad, ops) if on_grad is not None else {}

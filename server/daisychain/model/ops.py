@@ -212,6 +212,9 @@ class ForwardPlan:
     batch: int
     heads: int
     scale: np.float32  # the attention scores' scale
+    # The next tokens (N,) when a training step follows (its cross-entropy and backward): a GPU
+    # may then run the whole step in one submit; None for a forward alone.
+    targets: npt.NDArray[np.integer] | None = None
 
 
 @dataclass(frozen=True)
