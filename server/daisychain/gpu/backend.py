@@ -231,15 +231,15 @@ def attach_backward_chain(gemm: GpuGemm, sources: dict[str, str] | None = None) 
     )
 
 
-def attach_step_chain(gemm: GpuGemm, source: str | None = None) -> str | None:
+def attach_step_chain(gemm: GpuGemm, sources: dict[str, str] | None = None) -> str | None:
     """``attach_mlp_chain`` for a whole training step (``gemm.step``), which extends the forward
-    and backward chains (``source``: the cross-entropy epilogue's module): none without both."""
+    and backward chains (``sources``: its kernels' modules by name): none without both."""
     forward, backward = gemm.forward, gemm.backward
     if forward is None or backward is None:
         gemm.step = None
         return f"{gemm.name}-step: no forward and backward chains to extend"
     return chain.attach(
-        gemm, "step", lambda: StepChain(forward, backward, source=source), run_step_chain_gates
+        gemm, "step", lambda: StepChain(forward, backward, sources=sources), run_step_chain_gates
     )
 
 

@@ -99,22 +99,26 @@ class StepChain:
     """The chain on a forward and a backward chain's GEMM (the same GEMM, pool and tile)."""
 
     def __init__(
-        self, forward: ForwardChain, backward: BackwardChain, *, source: str | None = None
+        self,
+        forward: ForwardChain,
+        backward: BackwardChain,
+        *,
+        sources: dict[str, str] | None = None,
     ) -> None:
-        """``source`` replaces the cross-entropy epilogue's whole module (the planted-bug
-        tests)."""
+        """``sources`` replaces a kernel's whole module by its name (the planted-bug tests)."""
         if forward.gemm is not backward.gemm:
             raise ValueError("step chain: the forward and backward chains must share one GEMM")
         self.forward, self.backward, self.gemm = forward, backward, forward.gemm
         self.name = f"{self.gemm.name}-step"
-        gpu = self.gemm.gpu
-        module = epilogue_module("cross_entropy_epilogue") if source is None else source
-        self.cross_entropy = compile_kernel(gpu, "cross_entropy_epilogue",
-                                            CROSS_ENTROPY_BINDINGS, module,
-                                            {"EP_WG": epilogue_width(gpu)})  # fmt: skip
-        self.transpose = compile_kernel(
-            gpu, "transpose_pack", TRANSPOSE_BINDINGS, epilogue_module("transpose_pack"), {}
-        )
+        gpu, sources = self.gemm.gpu, sources or {}
+
+        def kernel(name: str, bindings: list[BindingKind], constants: dict[str, int]) -> Any:
+            source = sources.get(name, epilogue_module(name))
+            return compile_kernel(gpu, name, bindings, source, constants)
+
+        self.cross_entropy = kernel("cross_entropy_epilogue", CROSS_ENTROPY_BINDINGS,
+                                    {"EP_WG": epilogue_width(gpu)})  # fmt: skip
+        self.transpose = kernel("transpose_pack", TRANSPOSE_BINDINGS, {})
 
     @staticmethod
     def fits(n: int, c: int, f: int, heads: int, t: int, vocab: int) -> bool:

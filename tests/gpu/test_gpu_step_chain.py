@@ -1,0 +1,202 @@
+"""The step chain (``gpu/step_chain.py``, ``kernels/cross_entropy_epilogue.wgsl``,
+``kernels/transpose_pack.wgsl``): a whole training step's products in one submit and one readback
+(issue 20, Must show 3), with the reference's bits; its gate refuses each planted bug of the
+cross-entropy and the transposes; in training a wrong operand or product anywhere stops the step,
+and the backward's replay survives the settles a peer's early gradients make (docs/KERNELS.md,
+"The step chain")."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chain_steps import one_tiny_step
+from daisychain import training
+from daisychain.gpu import backend as gpu_backend
+from daisychain.gpu.backend import Backend, attach_step_chain
+from daisychain.gpu.backward_chain import BackwardChain
+from daisychain.gpu.chain import epilogue_module
+from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.device import GpuDevice
+from daisychain.gpu.gemm import GpuGemm
+from daisychain.gpu.live import KernelAuditError, training_ops
+from daisychain.gpu.step_chain import StepChain, StepChainOut, run_step_chain_gates
+from daisychain.gpu.step_chain import step_chain_cases as cases
+from daisychain.harness.steps import token_stream
+from daisychain.model import gpt
+from daisychain.model.config import preset
+from daisychain.model.ops import NUMPY_OPS
+from daisychain.optim import AdamWConfig
+
+BELOW = (gpu_backend.attach_mlp_chain, gpu_backend.attach_attention_chain,
+         gpu_backend.attach_block_chain, gpu_backend.attach_qkv_chain,
+         gpu_backend.attach_forward_chain, gpu_backend.attach_backward_chain)  # fmt: skip
+
+
+def _attached(gpu: GpuDevice) -> GpuGemm:
+    gemm = GpuGemm(gpu, "dp4a")
+    for attach in BELOW:
+        assert attach(gemm) is None
+    return gemm
+
+
+def test_the_gate_passes_on_each_kernel(fresh_gemm: GpuGemm) -> None:
+    for attach in BELOW:
+        assert attach(fresh_gemm) is None
+    report = run_step_chain_gates(StepChain(fresh_gemm.forward, BackwardChain(fresh_gemm)))
+    assert report.failure is None, report.failure.describe()
+    assert report.cases_passed == len(cases()) == 4
+
+
+PLANTS = {
+    "cross_entropy_epilogue": {
+        "the target's one not subtracted": ("        g = sf_sub(g, SF_ONE);", ""),
+        "the mean not divided by N": ("    return sf_div(g, ce.n_bits);", "    return g;"),
+        "the max not subtracted": (
+            "    let p = sf_exp(sf_sub(ce_z(n, j), m));",
+            "    let p = sf_exp(ce_z(n, j));",
+        ),
+        # (the first level's two terms swapped would be an equivalent mutant: a + b is b + a)
+        "the second half of a long row left out of the sum": (
+            "            ep_tree[i] = sf_add(ce_p(n, i, m), ce_p(n, i + half, m));",
+            "            ep_tree[i] = sf_add(ce_p(n, i, m), sf_mul(ce_p(n, i + half, m), 0u));",
+        ),
+        "the row exponent dropped": (
+            "    return ep_scaled(acc[n * ce.v + j], row_e[n] + col_e[j]);",
+            "    return ep_scaled(acc[n * ce.v + j], col_e[j]);",
+        ),
+    },
+    "transpose_pack": {
+        "the last row of a word dropped": (
+            "        if (r < tp.r) {",
+            "        if (r + 1u < tp.r) {",
+        ),
+        "the byte of the wrong lane": (
+            "    return (word >> (8u * (k % 4u))) & 0xFFu;",
+            "    return (word >> (8u * (3u - k % 4u))) & 0xFFu;",
+        ),
+        "every slice from the first": (
+            "    let word = src[s * tp.in_stride + (k / 4u) * tp.in_m4 + r];",
+            "    let word = src[(k / 4u) * tp.in_m4 + r];",
+        ),
+    },
+}
+PLANTED = [(kernel, bug) for kernel, bugs in PLANTS.items() for bug in bugs]
+
+
+@pytest.mark.parametrize(("kernel", "bug"), PLANTED)
+def test_the_gate_refuses_a_planted_bug(gpu: GpuDevice, kernel: str, bug: str) -> None:
+    old, new = PLANTS[kernel][bug]
+    source = epilogue_module(kernel)
+    assert source.count(old) == 1, f"planting target {old!r} must occur once"
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm, {kernel: source.replace(old, new)}) is not None, bug
+    assert gemm.step is None and gemm.forward is not None and gemm.backward is not None
+
+
+def test_no_step_chain_without_the_chains_it_extends(gpu: GpuDevice) -> None:
+    gemm = GpuGemm(gpu, "dp4a")
+    assert "no forward and backward chains" in (attach_step_chain(gemm) or "")
+
+
+def test_a_step_through_the_step_chain_makes_one_readback(gpu: GpuDevice) -> None:
+    gemm = _attached(gpu)
+    two = one_tiny_step(gemm)
+    assert attach_step_chain(gemm) is None
+    one = one_tiny_step(gemm)
+    assert one[0] == two[0] == one_tiny_step(None)[0]
+    assert (two[1].readbacks, one[1].readbacks) == (2, 1)  # tiny (docs/BENCHMARKS.md)
+    assert one[1].submits == 1
+    assert one[1].dispatches == two[1].dispatches + 2 + 8 * preset("tiny").layers - 0
+    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 80
+
+
+def test_early_gradients_keep_the_one_readback_and_the_bits(gpu: GpuDevice) -> None:
+    """A peer hands each gradient to the network as soon as it is final (``on_grad``), which
+    settles the audits between the backward's pairs: the step's replay must outlive them."""
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm) is None
+    cfg = preset("tiny")
+    state = training.init(cfg, AdamWConfig(), 1)
+    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+    ops = training_ops(Backend(gemm, "test"))
+    seen: list[str] = []
+    ROUND_TRIPS.reset()
+    loss, grads = gpt.forward_backward(state.params, cfg, x, y, ops,
+                                       on_grad=lambda name, _: seen.append(name))  # fmt: skip
+    assert ROUND_TRIPS.snapshot().readbacks == 1
+    want_loss, want = gpt.forward_backward(state.params, cfg, x, y, NUMPY_OPS)
+    assert loss == want_loss and len(seen) == len(want)
+    for name, value in want.items():
+        assert np.array_equal(grads[name].view(np.uint32), value.view(np.uint32)), name
+
+
+def _changed(out: Any, path: str) -> Any:
+    """``out`` with one value of the array at ``path`` (``backward.logits.rows8``) changed."""
+    head, _, rest = path.partition(".")
+    if isinstance(out, tuple):
+        parts = list(out)
+        parts[int(head)] = _changed(parts[int(head)], rest)
+        return tuple(parts)
+    value = getattr(out, head)
+    if rest:
+        return dataclasses.replace(out, **{head: _changed(value, rest)})
+    value = value.copy()
+    value.reshape(-1)[7] += 1
+    return dataclasses.replace(out, **{head: value})
+
+
+class _Wrong:
+    """The real chain with one value of one output changed."""
+
+    def __init__(self, chain: StepChain, path: str) -> None:
+        self.chain, self.name, self.path = chain, chain.name, path
+        self.fits = chain.fits
+
+    def run(self, *args: Any) -> StepChainOut:
+        return _changed(self.chain.run(*args), self.path)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("forward.blocks.0.a_next.q8", "norm epilogue's operand differs"),
+        ("forward.blocks.1.o.q8", "merge epilogue's operand differs"),
+        ("forward.logits", "live audit failed"),
+        ("backward.logits.rows8", "limbs epilogue's operand differs"),
+        ("backward.blocks.0.pv.cols8", "limbs epilogue's operand differs"),
+        ("backward.blocks.1.w2.acc_b", "live audit failed"),
+    ],
+)
+def test_a_wrong_value_anywhere_stops_the_step(gpu: GpuDevice, path: str, message: str) -> None:
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm) is None
+    gemm.step = _Wrong(gemm.step, path)
+    with pytest.raises(KernelAuditError, match=message):
+        one_tiny_step(gemm)
+
+
+def test_a_shape_the_step_chain_cannot_hold_is_run_pass_by_pass(
+    gpu: GpuDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm) is None
+    monkeypatch.setattr(StepChain, "fits", staticmethod(lambda *shape: False))
+    digest, counts = one_tiny_step(gemm)
+    assert digest == one_tiny_step(None)[0]
+    assert counts.readbacks == 2  # the forward chain, then the backward chain
+
+
+@pytest.mark.parametrize("width", [1, 8, 64])
+def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
+    gpu: GpuDevice, width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daisychain.gpu import step_chain
+
+    gemm = _attached(gpu)
+    monkeypatch.setattr(step_chain, "epilogue_width", lambda _gpu: width)
+    report = run_step_chain_gates(StepChain(gemm.forward, gemm.backward))
+    assert report.failure is None, report.failure.describe()
