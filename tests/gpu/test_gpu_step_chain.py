@@ -110,8 +110,9 @@ def test_a_step_through_the_step_chain_makes_one_readback(gpu: GpuDevice) -> Non
     assert one[0] == two[0] == one_tiny_step(None)[0]
     assert (two[1].readbacks, one[1].readbacks) == (2, 1)  # tiny (docs/BENCHMARKS.md)
     assert one[1].submits == 1
-    assert one[1].dispatches == two[1].dispatches + 2 + 8 * preset("tiny").layers - 0
-    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 80
+    # the cross-entropy, the transposes and the kernel probe's product
+    assert one[1].dispatches == two[1].dispatches + 3 + 8 * preset("tiny").layers
+    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 81
 
 
 def test_early_gradients_keep_the_one_readback_and_the_bits(gpu: GpuDevice) -> None:
@@ -200,3 +201,32 @@ def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
     monkeypatch.setattr(step_chain, "epilogue_width", lambda _gpu: width)
     report = run_step_chain_gates(StepChain(gemm.forward, gemm.backward))
     assert report.failure is None, report.failure.describe()
+
+
+def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
+    """The kernel probe a peer publishes after each step is computed in the step's own submit,
+    gives the reference's hash, and is taken once: the next probe runs the kernel again."""
+    from daisychain.gpu.live import step_probe
+    from daisychain.gpu.probe import reference_step_probe
+
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm) is None
+    backend = Backend(gemm, "test")
+    cfg = preset("tiny")
+    state = training.init(cfg, AdamWConfig(), 1)
+    state.ops = training_ops(backend)
+    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+    ROUND_TRIPS.reset()
+    training.train_step(state, x, y)
+    assert step_probe(backend) == reference_step_probe()
+    assert ROUND_TRIPS.snapshot().readbacks == 1
+    assert step_probe(backend) == reference_step_probe()  # the kernel again: one more
+    assert ROUND_TRIPS.snapshot().readbacks == 2
+    planted = _attached(gpu)
+    assert attach_step_chain(planted) is None
+    state.ops = training_ops(Backend(planted, "test"))
+    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+    training.train_step(state, x, y)
+    planted.step_probe = planted.step_probe.copy()
+    planted.step_probe[3, 4] += 1  # one unit in one cell of the step's probe product
+    assert step_probe(Backend(planted, "test")) != reference_step_probe()

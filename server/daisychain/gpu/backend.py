@@ -155,7 +155,8 @@ def epilogue_dispatches(gemm: object, layers: int) -> int:
     ``layers`` blocks (the GEMM's own dispatches are the same slices with or without chains):
     one per block each for the MLP, attention, block and qkv chains, two more per block for the
     forward chain (the merge, the norm after the MLP), the backward chain's, and the step
-    chain's (the cross-entropy and the transposes of the forward's operands)."""
+    chain's (the cross-entropy, the transposes of the forward's operands, and the kernel probe's
+    product, which the step computes for the peer's probe)."""
 
     def used(attr: str) -> bool:
         return getattr(gemm, attr, None) is not None

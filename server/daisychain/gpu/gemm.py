@@ -206,6 +206,9 @@ class GpuGemm:
         self.backward: Any = None
         # And a whole step (gpu.step_chain): the two above and the cross-entropy between.
         self.step: Any = None
+        # The kernel probe's product the last step chain run computed, until a step probe
+        # takes it (gpu.live.step_probe): a peer's step and its probe in one readback.
+        self.step_probe: Any = None
         # Why a chain is not in use, by its attribute name (shown by ``daisychain selftest``).
         self.chain_failures: dict[str, str] = {}
         if kind == "lut":

@@ -242,6 +242,7 @@ class AuditedBatchedMatmul:
             got = step.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.wte[1],
                            plan.batch, plan.heads, plan.scale, plan.targets)  # fmt: skip
             self._replay = ForwardReplay(got.forward, Inputs(first, blocks, wte8))
+            self.gemm.step_probe = got.probe  # type: ignore[attr-defined]  # (``step_probe``)
             self._pending_back = BackwardReplay(
                 got.backward, _made_operands(got.forward, first, blocks, wte8, plan.wte[1])
             )
@@ -637,5 +638,16 @@ def _passes(backend: Backend, passes: Passes | Literal["proven"] | None) -> Pass
 
 def step_probe(backend: Backend, passes: Passes | Literal["proven"] | None = "proven") -> str:
     """The step probe through the live kernel and the live quantizer, as ``training_ops`` picks
-    them (equal on every honest device; ``probe.py``)."""
-    return step_probe_hash(backend.gemm.matmul_int, _passes(backend, passes))
+    them (equal on every honest device; ``probe.py``). Where the step just ran through the
+    GEMM's step chain, the probe's product is the one that chain computed in the step's own
+    submit (``GpuGemm.step_probe``, taken once: a later probe runs the kernel again)."""
+    gemm = backend.gemm
+    acc = getattr(gemm, "step_probe", None)
+    if acc is None:
+        return step_probe_hash(gemm.matmul_int, _passes(backend, passes))
+    gemm.step_probe = None  # type: ignore[attr-defined]
+
+    def computed(a: Int8Array, b: Int8Array) -> Int32Array:
+        return acc  # type: ignore[no-any-return]  # the probe's own operands, in the step
+
+    return step_probe_hash(computed, _passes(backend, passes))

@@ -16,8 +16,9 @@ chain"):
 
 The host uploads the first block's operand, the residual stream, the weights (in both packings),
 the gains and the targets; one readback brings back every product and every operand the GPU made,
-forward and backward. Proof as for every chain: ``run_step_chain_gates`` at backend start; in
-training the forward's and the backward's replays check every operand against the host's.
+forward and backward, and the kernel probe's product (what the peer publishes after the step).
+Proof as for every chain: ``run_step_chain_gates`` at backend start; in training the forward's
+and the backward's replays check every operand against the host's.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ from daisychain.gpu.forward_chain import (
 )
 from daisychain.gpu.forward_chain import reference as forward_reference
 from daisychain.gpu.gates import GateReport
-from daisychain.gpu.gemm import aligned_words
+from daisychain.gpu.gemm import aligned_words, pack_k_major
 from daisychain.gpu.kernels import BindingKind, Span, compile_kernel
+from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
 from daisychain.model.gpt import NormCache, cross_entropy, rmsnorm_forward, softmax_causal
 from daisychain.numerics.gemm import round_scaled
 
@@ -83,9 +85,10 @@ Exps = npt.NDArray[np.integer]
 
 CROSS_ENTROPY_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "read", "read", "write"]
 TRANSPOSE_BINDINGS: list[BindingKind] = ["uniform", "read", "write"]
-# Epilogue dispatches beyond the forward and backward chains': the cross-entropy and the final
-# operand's transpose, then per block the transposes of r, b, o, v, P, k, q and a.
-EPILOGUES = (2, 8)
+# Dispatches beyond the forward and backward chains' (besides the step's products): the
+# cross-entropy, the final operand's transpose and the kernel probe's product, then per block the
+# transposes of r, b, o, v, P, k, q and a.
+EPILOGUES = (3, 8)
 VOCAB_MAX = 2048  # the longest vocabulary row the cross-entropy epilogue holds (2 EP_ROW_MAX)
 
 
@@ -93,6 +96,7 @@ VOCAB_MAX = 2048  # the longest vocabulary row the cross-entropy epilogue holds 
 class StepChainOut:
     forward: ForwardChainOut
     backward: BackwardChainOut  # its floats: the logits' gradient first, with ``floats``
+    probe: npt.NDArray[np.int32]  # the kernel probe's product (``probe.probe_operands``)
 
 
 class StepChain:
@@ -167,6 +171,7 @@ class StepChain:
         ], rows_grid(n)))  # fmt: skip
         src = self._sources(rec, fw, dlogits, col_e, blocks, gf, wte8, eps)
         logits, pairs = record_backward(r, src, Shape(n, c, f, vocab, batch, heads, scale))
+        self._probe(rec)
         out = rec.run()
         backward = BackwardChainOut(
             PairOut(**r.read(out, logits)),
@@ -176,7 +181,25 @@ class StepChain:
             ),
             tuple(out.words(name, "<f4").copy() for name in r.floats),
         )
-        return StepChainOut(fw.read(out), backward)
+        pm, _, pn = PROBE_SHAPE
+        acc = out.words("probe", "<i4").reshape(pm, pn).astype(np.int32)
+        return StepChainOut(fw.read(out), backward, acc)
+
+    def _probe(self, rec: Recording) -> None:
+        """The kernel probe's product (``gpu.probe``) in the same submit: what a peer publishes
+        after the step is then computed by the step's own kernel with no round trip of its
+        own."""
+        a, b = probe_operands()
+        m, k, n = PROBE_SHAPE
+        gemm = self.gemm
+        out = rec.output("probe", m * n * 4)
+        params = rec.upload("probe.params", slot((m, n, -(-k // 4), 0)), uniform=True)
+        lut = [gemm._lut] if gemm._lut is not None else []
+        tm, tn = gemm.tile
+        rec.steps.append((gemm.kernel, [
+            Span(params, 0, 16), rec.upload("probe.a", pack_k_major(a)),
+            rec.upload("probe.b", pack_k_major(np.ascontiguousarray(b.T))), out, *lut,
+        ], (-(-n // tn), -(-m // tm), 1)))  # fmt: skip
 
     def _transposed(
         self, rec: Recording, name: str, src: Any, slices: int, rows: int, k: int, stride: int
@@ -333,7 +356,9 @@ def reference(
         return None
     if floats:
         bw = replace(bw, floats=(dlogits.reshape(-1), *bw.floats))
-    return StepChainOut(fw, bw)
+    pa, pb = probe_operands()
+    probe = np.matmul(pa.astype(np.int64), pb.astype(np.int64)).astype(np.int32)
+    return StepChainOut(fw, bw, probe)
 
 
 def _norm(x: F32Array, g: F32Array, eps: np.float32) -> Norm:
