@@ -7,13 +7,12 @@ backward chain")."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 
-from chain_steps import one_tiny_step
+from chain_steps import Wrong, one_tiny_step
 from daisychain.gpu import backward_chain
 from daisychain.gpu.backend import (
     attach_attention_chain,
@@ -25,7 +24,6 @@ from daisychain.gpu.backend import (
 )
 from daisychain.gpu.backward_chain import (
     BackwardChain,
-    BackwardChainOut,
     backward_chain_cases,
     pair_operands,
     reference,
@@ -161,32 +159,6 @@ def test_a_step_through_both_chains_makes_two_readbacks(gpu: GpuDevice) -> None:
     assert (forward[1].readbacks, both[1].readbacks) == (14, 2)
 
 
-def _changed(out: Any, path: str) -> Any:
-    """``out`` with one value of the array at ``path`` (``blocks.1.w2.rows8``) changed."""
-    head, _, rest = path.partition(".")
-    if isinstance(out, tuple):
-        parts = list(out)
-        parts[int(head)] = _changed(parts[int(head)], rest)
-        return tuple(parts)
-    value = getattr(out, head)
-    if rest:
-        return dataclasses.replace(out, **{head: _changed(value, rest)})
-    value = value.copy()
-    value.reshape(-1)[7] += 1
-    return dataclasses.replace(out, **{head: value})
-
-
-class _Wrong:
-    """The real chain with one value of one output changed."""
-
-    def __init__(self, chain: BackwardChain, path: str) -> None:
-        self.chain, self.name, self.path = chain, chain.name, path
-        self.fits = chain.fits
-
-    def run(self, *args: Any) -> BackwardChainOut:
-        return _changed(self.chain.run(*args), self.path)  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(
     ("path", "message"),
     [
@@ -204,7 +176,7 @@ class _Wrong:
 def test_a_wrong_value_anywhere_stops_the_step(gpu: GpuDevice, path: str, message: str) -> None:
     gemm = _attached(gpu)
     assert attach_backward_chain(gemm) is None
-    gemm.backward = _Wrong(gemm.backward, path)
+    gemm.backward = Wrong(gemm.backward, path)
     with pytest.raises(KernelAuditError, match=message):
         one_tiny_step(gemm)
 

@@ -8,13 +8,10 @@ forward chain")."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import numpy as np
 import pytest
 
-from chain_steps import one_tiny_step
+from chain_steps import Wrong, one_tiny_step
 from daisychain.gpu import forward_chain
 from daisychain.gpu.attention_chain import AttentionChain
 from daisychain.gpu.backend import (
@@ -29,7 +26,6 @@ from daisychain.gpu.chain import epilogue_module
 from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.forward_chain import (
     ForwardChain,
-    ForwardChainOut,
     forward_chain_cases,
     reference,
     run_forward_chain_gates,
@@ -160,32 +156,6 @@ def test_a_step_through_the_forward_chain_makes_fourteen_readbacks(gpu: GpuDevic
     assert (four[1].readbacks, five[1].readbacks) == (18, 14)
 
 
-def _changed(out: Any, path: str) -> Any:
-    """``out`` with one value of the array at ``path`` (``blocks.1.o.q8``) changed."""
-    head, _, rest = path.partition(".")
-    if isinstance(out, tuple):
-        parts = list(out)
-        parts[int(head)] = _changed(parts[int(head)], rest)
-        return tuple(parts)
-    value = getattr(out, head)
-    if rest:
-        return dataclasses.replace(out, **{head: _changed(value, rest)})
-    value = value.copy()
-    value.reshape(value.shape[0], -1)[5, -1] += 1
-    return dataclasses.replace(out, **{head: value})
-
-
-class _Wrong:
-    """The real chain with one value of one output changed."""
-
-    def __init__(self, chain: ForwardChain, path: str) -> None:
-        self.chain, self.name, self.path = chain, chain.name, path
-        self.fits = chain.fits
-
-    def run(self, *args: Any) -> ForwardChainOut:
-        return _changed(self.chain.run(*args), self.path)  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(
     ("path", "message"),
     [
@@ -204,7 +174,7 @@ class _Wrong:
 def test_a_wrong_value_anywhere_stops_the_step(gpu: GpuDevice, path: str, message: str) -> None:
     gemm = _attached(gpu)
     assert attach_forward_chain(gemm) is None
-    gemm.forward = _Wrong(gemm.forward, path)
+    gemm.forward = Wrong(gemm.forward, path)
     with pytest.raises(KernelAuditError, match=message):
         one_tiny_step(gemm)
 

@@ -7,13 +7,10 @@ and the backward's replay survives the settles a peer's early gradients make (do
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import numpy as np
 import pytest
 
-from chain_steps import one_tiny_step
+from chain_steps import Wrong, changed, one_tiny_step
 from daisychain import training
 from daisychain.gpu import backend as gpu_backend
 from daisychain.gpu.backend import Backend, attach_step_chain
@@ -23,7 +20,7 @@ from daisychain.gpu.counters import ROUND_TRIPS
 from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
-from daisychain.gpu.step_chain import StepChain, StepChainOut, run_step_chain_gates
+from daisychain.gpu.step_chain import StepChain, run_step_chain_gates
 from daisychain.gpu.step_chain import step_chain_cases as cases
 from daisychain.harness.steps import token_stream
 from daisychain.model import gpt
@@ -110,9 +107,9 @@ def test_a_step_through_the_step_chain_makes_one_readback(gpu: GpuDevice) -> Non
     assert one[0] == two[0] == one_tiny_step(None)[0]
     assert (two[1].readbacks, one[1].readbacks) == (2, 1)  # tiny (docs/BENCHMARKS.md)
     assert one[1].submits == 1
-    # the cross-entropy, the transposes and the kernel probe's product
-    assert one[1].dispatches == two[1].dispatches + 3 + 8 * preset("tiny").layers
-    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 81
+    # the cross-entropy, the transposes, the kernel probe's product and its matrix's limbs
+    assert one[1].dispatches == two[1].dispatches + 9 + 8 * preset("tiny").layers
+    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 87
 
 
 def test_early_gradients_keep_the_one_readback_and_the_bits(gpu: GpuDevice) -> None:
@@ -135,32 +132,6 @@ def test_early_gradients_keep_the_one_readback_and_the_bits(gpu: GpuDevice) -> N
         assert np.array_equal(grads[name].view(np.uint32), value.view(np.uint32)), name
 
 
-def _changed(out: Any, path: str) -> Any:
-    """``out`` with one value of the array at ``path`` (``backward.logits.rows8``) changed."""
-    head, _, rest = path.partition(".")
-    if isinstance(out, tuple):
-        parts = list(out)
-        parts[int(head)] = _changed(parts[int(head)], rest)
-        return tuple(parts)
-    value = getattr(out, head)
-    if rest:
-        return dataclasses.replace(out, **{head: _changed(value, rest)})
-    value = value.copy()
-    value.reshape(-1)[7] += 1
-    return dataclasses.replace(out, **{head: value})
-
-
-class _Wrong:
-    """The real chain with one value of one output changed."""
-
-    def __init__(self, chain: StepChain, path: str) -> None:
-        self.chain, self.name, self.path = chain, chain.name, path
-        self.fits = chain.fits
-
-    def run(self, *args: Any) -> StepChainOut:
-        return _changed(self.chain.run(*args), self.path)  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(
     ("path", "message"),
     [
@@ -175,7 +146,7 @@ class _Wrong:
 def test_a_wrong_value_anywhere_stops_the_step(gpu: GpuDevice, path: str, message: str) -> None:
     gemm = _attached(gpu)
     assert attach_step_chain(gemm) is None
-    gemm.step = _Wrong(gemm.step, path)
+    gemm.step = Wrong(gemm.step, path)
     with pytest.raises(KernelAuditError, match=message):
         one_tiny_step(gemm)
 
@@ -204,8 +175,9 @@ def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
 
 
 def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
-    """The kernel probe a peer publishes after each step is computed in the step's own submit,
-    gives the reference's hash, and is taken once: the next probe runs the kernel again."""
+    """The step probe a peer publishes after each step (the kernel probe's product and the
+    probe matrix's limbs) is computed in the step's own submit, gives the reference's hash,
+    and is taken once: the next probe runs the kernel again."""
     from daisychain.gpu.live import step_probe
     from daisychain.gpu.probe import reference_step_probe
 
@@ -222,11 +194,10 @@ def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
     assert ROUND_TRIPS.snapshot().readbacks == 1
     assert step_probe(backend) == reference_step_probe()  # the kernel again: one more
     assert ROUND_TRIPS.snapshot().readbacks == 2
-    planted = _attached(gpu)
-    assert attach_step_chain(planted) is None
-    state.ops = training_ops(Backend(planted, "test"))
-    x, y = training.next_batch(state, token_stream(cfg.vocab_size))
-    training.train_step(state, x, y)
-    planted.step_probe = planted.step_probe.copy()
-    planted.step_probe[3, 4] += 1  # one unit in one cell of the step's probe product
-    assert step_probe(Backend(planted, "test")) != reference_step_probe()
+    # one unit in one cell of the step's probe product, or of one limb the step's limbs
+    # epilogue made of the probe matrix: another probe, and the device is named
+    for path in ("probe", "probe_limbs.3.0"):
+        x, y = training.next_batch(state, token_stream(cfg.vocab_size))
+        training.train_step(state, x, y)
+        gemm.step_probe = changed(gemm.step_probe, path)
+        assert step_probe(backend) != reference_step_probe(), path

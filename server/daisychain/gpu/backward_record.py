@@ -163,31 +163,37 @@ class Recorder:
             Span(params, 0, 16), a, b, out, *self.lut,
         ], (-(-n // tn), -(-m // tm), 1)))  # fmt: skip
 
+    def limbs(
+        self, name: str, g: Any, shape: tuple[int, int, int, int], fold: Fold, mode: int
+    ) -> tuple[Any, Any, int]:
+        """The limbs of the gradient in ``g`` (slices x m x n floats, ``limbs`` limbs) per row
+        (``ROWS``) or per column (``COLUMNS``), read back as ``name`` and ``name_status``:
+        (the packed limbs, their status buffer, words per (limb, slice) region)."""
+        slices, m, n, limbs = shape
+        rec = self.rec
+        kw, width, blocks = (-(-n // 4), 4 * -(-m // 4), slices * m) if mode == ROWS else (
+            -(-m // 4), 4 * -(-n // 4), slices * n)  # fmt: skip
+        stride = aligned_words(kw * width)
+        out = rec.output(name, limbs * slices * stride * 4)
+        status = rec.output(name + "_status", 2 * blocks * 4)
+        per = n if mode == ROWS else m
+        params = rec.upload(name + ".params", slot((
+            slices, m, n, limbs, mode, m * n, per if fold.per_slice else 0, stride, kw, width,
+            blocks, fold.at, fold.step, 0, 0, 0,
+        )), uniform=True)  # fmt: skip
+        rec.steps.append((self.kernels.limbs, [
+            Span(params, 0, 64), g, fold.buf, out, status,
+        ], rows_grid(blocks)))  # fmt: skip
+        return out, status, stride
+
     def pair(self, name: str, g: Any, shape: tuple[int, int, int, int], src: PairSources) -> Pair:
         """The pair of the gradient in ``g`` (slices x m x n floats, ``limbs`` limbs): its limbs
         both ways and both products for every limb and slice."""
         slices, m, n, limbs = shape
         rec = self.rec
-        rows_kw, cols_kw = -(-n // 4), -(-m // 4)
-        m4, n4 = 4 * -(-m // 4), 4 * -(-n // 4)
-        rows_stride, cols_stride = aligned_words(rows_kw * m4), aligned_words(cols_kw * n4)
         regions = limbs * slices
-        rows = rec.output(name + ".rows", regions * rows_stride * 4)
-        cols = rec.output(name + ".cols", regions * cols_stride * 4)
-        rows_status = rec.output(name + ".rows_status", 2 * slices * m * 4)
-        cols_status = rec.output(name + ".cols_status", 2 * slices * n * 4)
-        for mode, fold, out, status, kw, width, stride, blocks in (
-            (ROWS, src.fold_a, rows, rows_status, rows_kw, m4, rows_stride, slices * m),
-            (COLUMNS, src.fold_b, cols, cols_status, cols_kw, n4, cols_stride, slices * n),
-        ):
-            per = n if mode == ROWS else m
-            params = rec.upload(f"{name}.limbs{mode}", slot((
-                slices, m, n, limbs, mode, m * n, per if fold.per_slice else 0, stride, kw,
-                width, blocks, fold.at, fold.step, 0, 0, 0,
-            )), uniform=True)  # fmt: skip
-            rec.steps.append((self.kernels.limbs, [
-                Span(params, 0, 64), g, fold.buf, out, status,
-            ], rows_grid(blocks)))  # fmt: skip
+        rows, rows_status, rows_stride = self.limbs(name + ".rows", g, shape, src.fold_a, ROWS)
+        cols, cols_status, cols_stride = self.limbs(name + ".cols", g, shape, src.fold_b, COLUMNS)
         acc_a_stride, acc_b_stride = aligned_words(m * src.k), aligned_words(src.k2 * n)
         acc_a = rec.output(name + ".acc_a", regions * acc_a_stride * 4)
         acc_b = rec.output(name + ".acc_b", regions * acc_b_stride * 4)
@@ -272,32 +278,39 @@ class Recorder:
     def read(self, out: Outputs, pair: Pair) -> dict[str, npt.NDArray[Any]]:
         """A pair's outputs from the readback, as ``backward_chain.PairOut``'s fields."""
         s, m, n, limbs, k, k2 = pair.slices, pair.m, pair.n, pair.limbs, pair.k, pair.k2
-        words = out.words
-        rows_w = words(pair.name + ".rows", "<u4").reshape(limbs * s, pair.rows_stride)
-        cols_w = words(pair.name + ".cols", "<u4").reshape(limbs * s, pair.cols_stride)
-        m4, n4 = 4 * -(-m // 4), 4 * -(-n // 4)
-        rows8 = np.stack([
-            unpack_k_major(rows_w[r, : -(-n // 4) * m4].reshape(-1, m4), m, n)
-            for r in range(limbs * s)
-        ]).reshape(limbs, s, m, n)  # fmt: skip
-        cols8 = np.stack([
-            unpack_k_major(cols_w[r, : -(-m // 4) * n4].reshape(-1, n4), n, m).T
-            for r in range(limbs * s)
-        ]).reshape(limbs, s, m, n)  # fmt: skip
-        rows_st = words(pair.name + ".rows_status", "<u4").reshape(s, m, 2)
-        cols_st = words(pair.name + ".cols_status", "<u4").reshape(s, n, 2)
-        acc_a = words(pair.name + ".acc_a", "<i4").reshape(limbs * s, -1)[:, : m * k]
-        acc_b = words(pair.name + ".acc_b", "<i4").reshape(limbs * s, -1)[:, : k2 * n]
+        shape = (s, m, n, limbs)
+        rows8, rows_e, rows_status = read_limbs(out, pair.name + ".rows", shape, ROWS)
+        cols8, cols_e, cols_status = read_limbs(out, pair.name + ".cols", shape, COLUMNS)
+        acc_a = out.words(pair.name + ".acc_a", "<i4").reshape(limbs * s, -1)[:, : m * k]
+        acc_b = out.words(pair.name + ".acc_b", "<i4").reshape(limbs * s, -1)[:, : k2 * n]
         return {
-            "rows8": np.ascontiguousarray(rows8),
-            "rows_e": rows_st[..., 0].view(np.int32).copy(),
-            "rows_status": rows_st[..., 1].astype(np.uint32),
-            "cols8": np.ascontiguousarray(cols8),
-            "cols_e": cols_st[..., 0].view(np.int32).copy(),
-            "cols_status": cols_st[..., 1].astype(np.uint32),
+            "rows8": rows8, "rows_e": rows_e, "rows_status": rows_status,
+            "cols8": cols8, "cols_e": cols_e, "cols_status": cols_status,
             "acc_a": acc_a.reshape(limbs, s, m, k).astype(np.int32),
             "acc_b": acc_b.reshape(limbs, s, k2, n).astype(np.int32),
-        }
+        }  # fmt: skip
+
+
+def read_limbs(
+    out: Outputs, name: str, shape: tuple[int, int, int, int], mode: int
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32], npt.NDArray[np.uint32]]:
+    """``Recorder.limbs``' outputs from the readback: the limbs (L, S, M, N) as int8, and per
+    block (a row (S, M) or a column (S, N)) the exponent and the status."""
+    s, m, n, limbs = shape
+    m4, n4 = 4 * -(-m // 4), 4 * -(-n // 4)
+    kw, width = (-(-n // 4), m4) if mode == ROWS else (-(-m // 4), n4)
+    words = out.words(name, "<u4").reshape(limbs * s, aligned_words(kw * width))
+    regions = [words[r, : kw * width].reshape(kw, width) for r in range(limbs * s)]
+    if mode == ROWS:
+        values = np.stack([unpack_k_major(w, m, n) for w in regions])
+    else:
+        values = np.stack([unpack_k_major(w, n, m).T for w in regions])
+    status = out.words(name + "_status", "<u4").reshape(s, m if mode == ROWS else n, 2)
+    return (
+        np.ascontiguousarray(values.reshape(limbs, s, m, n)),
+        status[..., 0].view(np.int32).copy(),
+        status[..., 1].astype(np.uint32),
+    )
 
 
 def record_backward(

@@ -242,7 +242,7 @@ class AuditedBatchedMatmul:
             got = step.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.wte[1],
                            plan.batch, plan.heads, plan.scale, plan.targets)  # fmt: skip
             self._replay = ForwardReplay(got.forward, Inputs(first, blocks, wte8))
-            self.gemm.step_probe = got.probe  # type: ignore[attr-defined]  # (``step_probe``)
+            self.gemm.step_probe = got  # type: ignore[attr-defined]  # (``step_probe``)
             self._pending_back = BackwardReplay(
                 got.backward, _made_operands(got.forward, first, blocks, wte8, plan.wte[1])
             )
@@ -642,12 +642,32 @@ def step_probe(backend: Backend, passes: Passes | Literal["proven"] | None = "pr
     GEMM's step chain, the probe's product is the one that chain computed in the step's own
     submit (``GpuGemm.step_probe``, taken once: a later probe runs the kernel again)."""
     gemm = backend.gemm
-    acc = getattr(gemm, "step_probe", None)
-    if acc is None:
+    step = getattr(gemm, "step_probe", None)
+    if step is None:
         return step_probe_hash(gemm.matmul_int, _passes(backend, passes))
     gemm.step_probe = None  # type: ignore[attr-defined]
 
     def computed(a: Int8Array, b: Int8Array) -> Int32Array:
-        return acc  # type: ignore[no-any-return]  # the probe's own operands, in the step
+        return step.probe  # type: ignore[no-any-return]  # the probe's own operands, in the step
 
-    return step_probe_hash(computed, _passes(backend, passes))
+    return step_probe_hash(computed, cast(Passes, _StepLimbs(step.probe_limbs)))
+
+
+class _StepLimbs:
+    """The step probe's quantizer answered by the step chain's limbs epilogue on the probe
+    matrix (what ``probe.elementwise_parts`` asks of a quantizer, ``quantize_limbs``), so that
+    epilogue takes part in the probe a peer publishes."""
+
+    def __init__(self, limbs: Sequence[tuple[Any, Any, Any]]) -> None:
+        self._made = {
+            (count, axis): made
+            for (count, axis), made in zip(
+                ((c, a) for c in (1, 2, 3) for a in (-1, -2)), limbs, strict=True
+            )
+        }
+
+    def quantize_limbs(
+        self, x: FloatArray, fold: Any, axis: int, limbs: int, floats: bool = True
+    ) -> tuple[None, Any, Any]:
+        values, e, _ = self._made[(limbs, axis)]
+        return None, values, e

@@ -42,6 +42,8 @@ from daisychain.gpu.backward_chain import (
 )
 from daisychain.gpu.backward_chain import reference as backward_reference
 from daisychain.gpu.backward_record import (
+    COLUMNS,
+    ROWS,
     BlockSources,
     Fold,
     NormSources,
@@ -50,6 +52,7 @@ from daisychain.gpu.backward_record import (
     Recorder,
     Shape,
     Sources,
+    read_limbs,
     record_backward,
 )
 from daisychain.gpu.chain import (
@@ -75,9 +78,15 @@ from daisychain.gpu.forward_chain import reference as forward_reference
 from daisychain.gpu.gates import GateReport
 from daisychain.gpu.gemm import aligned_words, pack_k_major
 from daisychain.gpu.kernels import BindingKind, Span, compile_kernel
-from daisychain.gpu.probe import PROBE_SHAPE, probe_operands
+from daisychain.gpu.probe import (
+    ELEMENTWISE_SHAPE,
+    PROBE_SHAPE,
+    elementwise_operand,
+    probe_operands,
+)
 from daisychain.model.gpt import NormCache, cross_entropy, rmsnorm_forward, softmax_causal
 from daisychain.numerics.gemm import round_scaled
+from daisychain.numerics.quant import quantize, quantize2, quantize3
 
 Int8Array = npt.NDArray[np.int8]
 F32Array = npt.NDArray[np.float32]
@@ -86,10 +95,13 @@ Exps = npt.NDArray[np.integer]
 CROSS_ENTROPY_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "read", "read", "write"]
 TRANSPOSE_BINDINGS: list[BindingKind] = ["uniform", "read", "write"]
 # Dispatches beyond the forward and backward chains' (besides the step's products): the
-# cross-entropy, the final operand's transpose and the kernel probe's product, then per block the
-# transposes of r, b, o, v, P, k, q and a.
-EPILOGUES = (3, 8)
+# cross-entropy, the final operand's transpose, the kernel probe's product and the probe matrix's
+# six quantizations, then per block the transposes of r, b, o, v, P, k, q and a.
+EPILOGUES = (9, 8)
 VOCAB_MAX = 2048  # the longest vocabulary row the cross-entropy epilogue holds (2 EP_ROW_MAX)
+# The step probe's quantizations, in ``probe.elementwise_parts``' order: 1, 2, 3 limbs, each per
+# row then per column.
+PROBE_LIMBS = tuple((count, mode) for count in (1, 2, 3) for mode in (ROWS, COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,9 @@ class StepChainOut:
     forward: ForwardChainOut
     backward: BackwardChainOut  # its floats: the logits' gradient first, with ``floats``
     probe: npt.NDArray[np.int32]  # the kernel probe's product (``probe.probe_operands``)
+    # the step probe's matrix (``probe.elementwise_operand``) in 1, 2 and 3 limbs, per row then
+    # per column, by the limbs epilogue: (L, rows, cols) int8, the blocks' exponents, statuses
+    probe_limbs: tuple[tuple[Int8Array, npt.NDArray[np.int32], npt.NDArray[np.uint32]], ...]
 
 
 class StepChain:
@@ -171,7 +186,7 @@ class StepChain:
         ], rows_grid(n)))  # fmt: skip
         src = self._sources(rec, fw, dlogits, col_e, blocks, gf, wte8, eps)
         logits, pairs = record_backward(r, src, Shape(n, c, f, vocab, batch, heads, scale))
-        self._probe(rec)
+        self._probe(rec, r)
         out = rec.run()
         backward = BackwardChainOut(
             PairOut(**r.read(out, logits)),
@@ -183,12 +198,22 @@ class StepChain:
         )
         pm, _, pn = PROBE_SHAPE
         acc = out.words("probe", "<i4").reshape(pm, pn).astype(np.int32)
-        return StepChainOut(fw.read(out), backward, acc)
+        limbs = []
+        for count, mode in PROBE_LIMBS:
+            shape = (1, *ELEMENTWISE_SHAPE, count)
+            values, e, status = read_limbs(out, f"probe.{count}.{mode}", shape, mode)
+            limbs.append((values[:, 0], e.reshape(-1), status.reshape(-1)))
+        return StepChainOut(fw.read(out), backward, acc, tuple(limbs))
 
-    def _probe(self, rec: Recording) -> None:
-        """The kernel probe's product (``gpu.probe``) in the same submit: what a peer publishes
-        after the step is then computed by the step's own kernel with no round trip of its
+    def _probe(self, rec: Recording, r: Recorder) -> None:
+        """The step probe's GPU parts in the same submit (``gpu.probe``): the kernel probe's
+        product, and the probe matrix's quantizations by the limbs epilogue, so what a peer
+        publishes after the step comes from the step's own kernels with no round trip of its
         own."""
+        x = rec.upload("probe.x", f32_words(elementwise_operand()))
+        zero = Fold(rec.upload("probe.fold", np.zeros(max(ELEMENTWISE_SHAPE), dtype="<i4")))
+        for count, mode in PROBE_LIMBS:
+            r.limbs(f"probe.{count}.{mode}", x, (1, *ELEMENTWISE_SHAPE, count), zero, mode)
         a, b = probe_operands()
         m, k, n = PROBE_SHAPE
         gemm = self.gemm
@@ -358,7 +383,23 @@ def reference(
         bw = replace(bw, floats=(dlogits.reshape(-1), *bw.floats))
     pa, pb = probe_operands()
     probe = np.matmul(pa.astype(np.int64), pb.astype(np.int64)).astype(np.int32)
-    return StepChainOut(fw, bw, probe)
+    return StepChainOut(fw, bw, probe, probe_limbs_reference())
+
+
+def probe_limbs_reference() -> tuple[
+    tuple[Int8Array, npt.NDArray[np.int32], npt.NDArray[np.uint32]], ...
+]:
+    """The step probe matrix's quantizations as ``probe.elementwise_parts`` makes them."""
+    x = elementwise_operand()
+    made = []
+    for count, mode in PROBE_LIMBS:
+        *values, e = (quantize, quantize2, quantize3)[count - 1](x.copy(), 1 if mode == ROWS else 0)
+        blocks = ELEMENTWISE_SHAPE[0] if mode == ROWS else ELEMENTWISE_SHAPE[1]
+        made.append((
+            np.stack([v.astype(np.int8) for v in values]), e.astype(np.int32).reshape(-1),
+            np.zeros(blocks, np.uint32),
+        ))  # fmt: skip
+    return tuple(made)
 
 
 def _norm(x: F32Array, g: F32Array, eps: np.float32) -> Norm:
