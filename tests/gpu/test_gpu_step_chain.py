@@ -108,8 +108,8 @@ def test_a_step_through_the_step_chain_makes_one_readback(gpu: GpuDevice) -> Non
     assert (two[1].readbacks, one[1].readbacks) == (2, 1)  # tiny (docs/BENCHMARKS.md)
     assert one[1].submits == 1
     # the cross-entropy, the transposes, the kernel probe's product and its matrix's limbs
-    assert one[1].dispatches == two[1].dispatches + 9 + 8 * preset("tiny").layers
-    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 87
+    assert one[1].dispatches == two[1].dispatches + 10 + 8 * preset("tiny").layers
+    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 88
 
 
 def test_early_gradients_keep_the_one_readback_and_the_bits(gpu: GpuDevice) -> None:
@@ -175,9 +175,9 @@ def test_the_bits_do_not_depend_on_how_many_invocations_share_a_row(
 
 
 def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
-    """The step probe a peer publishes after each step (the kernel probe's product and the
-    probe matrix's limbs) is computed in the step's own submit, gives the reference's hash,
-    and is taken once: the next probe runs the kernel again."""
+    """The step probe a peer publishes after each step (the kernel probe's product, the probe
+    matrix's limbs and the probe's cross-entropy) is computed in the step's own submit, gives
+    the reference's hash, and is taken once: the next probe runs the kernel again."""
     from daisychain.gpu.live import step_probe
     from daisychain.gpu.probe import reference_step_probe
 
@@ -194,9 +194,10 @@ def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
     assert ROUND_TRIPS.snapshot().readbacks == 1
     assert step_probe(backend) == reference_step_probe()  # the kernel again: one more
     assert ROUND_TRIPS.snapshot().readbacks == 2
-    # one unit in one cell of the step's probe product, or of one limb the step's limbs
-    # epilogue made of the probe matrix: another probe, and the device is named
-    for path in ("probe", "probe_limbs.3.0"):
+    # one unit in one cell of the step's probe product, in one limb the step's limbs epilogue
+    # made of the probe matrix, or in one dlogit of its cross-entropy epilogue (one ulp): another
+    # probe, and the device is named
+    for path in ("probe", "probe_limbs.3.0", "probe_dlogits"):
         x, y = training.next_batch(state, token_stream(cfg.vocab_size))
         training.train_step(state, x, y)
         gemm.step_probe = changed(gemm.step_probe, path)

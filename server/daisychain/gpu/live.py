@@ -640,7 +640,8 @@ def step_probe(backend: Backend, passes: Passes | Literal["proven"] | None = "pr
     """The step probe through the live kernel and the live quantizer, as ``training_ops`` picks
     them (equal on every honest device; ``probe.py``). Where the step just ran through the
     GEMM's step chain, the probe's product is the one that chain computed in the step's own
-    submit (``GpuGemm.step_probe``, taken once: a later probe runs the kernel again)."""
+    submit, with the probe matrix's limbs and the probe's cross-entropy by its epilogues
+    (``GpuGemm.step_probe``, taken once: a later probe runs the kernel and numpy again)."""
     gemm = backend.gemm
     step = getattr(gemm, "step_probe", None)
     if step is None:
@@ -650,7 +651,8 @@ def step_probe(backend: Backend, passes: Passes | Literal["proven"] | None = "pr
     def computed(a: Int8Array, b: Int8Array) -> Int32Array:
         return step.probe  # type: ignore[no-any-return]  # the probe's own operands, in the step
 
-    return step_probe_hash(computed, cast(Passes, _StepLimbs(step.probe_limbs)))
+    limbs = cast(Passes, _StepLimbs(step.probe_limbs))
+    return step_probe_hash(computed, limbs, step.probe_dlogits)
 
 
 class _StepLimbs:

@@ -100,14 +100,27 @@ def xent_operands() -> tuple[FloatArray, npt.NDArray[np.intp]]:
     return logits, targets.astype(np.intp)
 
 
+def xent_as_product() -> tuple[Int32Array, int]:
+    """The cross-entropy part's logits as an exact integer product and one power of two
+    (``logits = acc * 2^e``), the form a GPU's cross-entropy epilogue reads: each logit's
+    significand shifted by its exponent (magnitudes in [0.5, 8): at most 27 bits)."""
+    logits, _ = xent_operands()
+    bits = logits.view(np.uint32)
+    mantissa = ((bits & np.uint32(0x7FFFFF)) | np.uint32(0x800000)).astype(np.int64)
+    shift = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64) - 126  # 0 .. 3
+    acc = np.where((bits >> np.uint32(31)) == 1, -1, 1) * (mantissa << shift)
+    return acc.astype(np.int32), -24
+
+
 def elementwise_parts(
-    x: FloatArray, quantizer: Passes | None = None
+    x: FloatArray, quantizer: Passes | None = None, dlogits: FloatArray | None = None
 ) -> list[npt.NDArray[np.generic]]:
     """What the step probe hashes after the product, in order: for 1, 2 and 3 limbs, the blocks
     of ``x`` along rows then along columns, each limb as int8 and then its exponents as int32;
     then the cross-entropy of ``xent_operands``: its mean loss (one float32) and its dlogits
     (the browser's ``probe.js`` produces the same arrays in the same order). ``quantizer``: the
-    live quantizer when training uses one other than numpy's (its int8 limbs are hashed)."""
+    live quantizer when training uses one other than numpy's (its int8 limbs are hashed);
+    ``dlogits``: the live cross-entropy's, where a GPU computed them (``xent_as_product``)."""
     parts: list[npt.NDArray[np.generic]] = []
     for limbs in (1, 2, 3):
         for axis in (1, 0):
@@ -119,21 +132,22 @@ def elementwise_parts(
                 parts += [v.astype(np.int8) for v in values]
             parts.append(np.ascontiguousarray(e, dtype=np.int32).ravel())
     logits, targets = xent_operands()
-    loss, dlogits = cross_entropy(logits.copy(), targets)
-    parts += [np.array([loss], dtype=np.float32), dlogits.ravel()]
+    loss, mine = cross_entropy(logits.copy(), targets)
+    parts += [np.array([loss], dtype=np.float32), (mine if dlogits is None else dlogits).ravel()]
     return parts
 
 
 def step_probe_hash(
     matmul_int: Callable[[Int8Array, Int8Array], Int32Array],
     quantizer: Passes | None = None,
+    dlogits: FloatArray | None = None,
 ) -> str:
     """What a peer publishes after every step: the probe product through ``matmul_int`` (the
     live kernel) and the elementwise part through ``quantizer`` (the live quantizer, or
     numpy's), hashed together (SHA-256 of the int32 accumulator's bytes, then every part's)."""
     a, b = probe_operands()
     acc = np.ascontiguousarray(matmul_int(a, b), dtype=np.int32)
-    return sha256_arrays([acc, *elementwise_parts(elementwise_operand(), quantizer)])
+    return sha256_arrays([acc, *elementwise_parts(elementwise_operand(), quantizer, dlogits)])
 
 
 def reference_step_probe() -> str:

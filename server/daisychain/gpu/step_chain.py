@@ -81,8 +81,11 @@ from daisychain.gpu.kernels import BindingKind, Span, compile_kernel
 from daisychain.gpu.probe import (
     ELEMENTWISE_SHAPE,
     PROBE_SHAPE,
+    XENT_SHAPE,
     elementwise_operand,
     probe_operands,
+    xent_as_product,
+    xent_operands,
 )
 from daisychain.model.gpt import NormCache, cross_entropy, rmsnorm_forward, softmax_causal
 from daisychain.numerics.gemm import round_scaled
@@ -95,9 +98,9 @@ Exps = npt.NDArray[np.integer]
 CROSS_ENTROPY_BINDINGS: list[BindingKind] = ["uniform", "read", "read", "read", "read", "write"]
 TRANSPOSE_BINDINGS: list[BindingKind] = ["uniform", "read", "write"]
 # Dispatches beyond the forward and backward chains' (besides the step's products): the
-# cross-entropy, the final operand's transpose, the kernel probe's product and the probe matrix's
-# six quantizations, then per block the transposes of r, b, o, v, P, k, q and a.
-EPILOGUES = (9, 8)
+# cross-entropy, the final operand's transpose, and the step probe's product, six quantizations
+# and cross-entropy; then per block the transposes of r, b, o, v, P, k, q and a.
+EPILOGUES = (10, 8)
 VOCAB_MAX = 2048  # the longest vocabulary row the cross-entropy epilogue holds (2 EP_ROW_MAX)
 # The step probe's quantizations, in ``probe.elementwise_parts``' order: 1, 2, 3 limbs, each per
 # row then per column.
@@ -112,6 +115,8 @@ class StepChainOut:
     # the step probe's matrix (``probe.elementwise_operand``) in 1, 2 and 3 limbs, per row then
     # per column, by the limbs epilogue: (L, rows, cols) int8, the blocks' exponents, statuses
     probe_limbs: tuple[tuple[Int8Array, npt.NDArray[np.int32], npt.NDArray[np.uint32]], ...]
+    # the probe's cross-entropy gradient (``probe.xent_as_product``) by the step's epilogue
+    probe_dlogits: F32Array
 
 
 class StepChain:
@@ -203,7 +208,8 @@ class StepChain:
             shape = (1, *ELEMENTWISE_SHAPE, count)
             values, e, status = read_limbs(out, f"probe.{count}.{mode}", shape, mode)
             limbs.append((values[:, 0], e.reshape(-1), status.reshape(-1)))
-        return StepChainOut(fw.read(out), backward, acc, tuple(limbs))
+        xent = out.words("probe.dlogits", "<f4").reshape(XENT_SHAPE).copy()
+        return StepChainOut(fw.read(out), backward, acc, tuple(limbs), xent)
 
     def _probe(self, rec: Recording, r: Recorder) -> None:
         """The step probe's GPU parts in the same submit (``gpu.probe``): the kernel probe's
@@ -214,6 +220,18 @@ class StepChain:
         zero = Fold(rec.upload("probe.fold", np.zeros(max(ELEMENTWISE_SHAPE), dtype="<i4")))
         for count, mode in PROBE_LIMBS:
             r.limbs(f"probe.{count}.{mode}", x, (1, *ELEMENTWISE_SHAPE, count), zero, mode)
+        acc, e = xent_as_product()
+        rows, vocab = XENT_SHAPE
+        params = rec.upload("probe.ce.params", slot((
+            rows, vocab, 1 << (vocab - 1).bit_length(), f32_bits(rows),
+        )), uniform=True)  # fmt: skip
+        rec.steps.append((self.cross_entropy, [
+            Span(params, 0, 16), rec.upload("probe.logits", acc.view("<u4")),
+            rec.upload("probe.row_e", np.full(rows, e, dtype="<i4")),
+            rec.upload("probe.col_e", np.zeros(vocab, dtype="<i4")),
+            rec.upload("probe.targets", xent_operands()[1].astype("<u4")),
+            rec.output("probe.dlogits", rows * vocab * 4),
+        ], rows_grid(rows)))  # fmt: skip
         a, b = probe_operands()
         m, k, n = PROBE_SHAPE
         gemm = self.gemm
@@ -383,7 +401,9 @@ def reference(
         bw = replace(bw, floats=(dlogits.reshape(-1), *bw.floats))
     pa, pb = probe_operands()
     probe = np.matmul(pa.astype(np.int64), pb.astype(np.int64)).astype(np.int32)
-    return StepChainOut(fw, bw, probe, probe_limbs_reference())
+    logits, targets = xent_operands()
+    _, xent = cross_entropy(logits.copy(), targets)
+    return StepChainOut(fw, bw, probe, probe_limbs_reference(), xent)
 
 
 def probe_limbs_reference() -> tuple[
