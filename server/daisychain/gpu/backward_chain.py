@@ -155,15 +155,10 @@ class BlockBackOut:
 class BackwardChainOut:
     logits: PairOut  # g = dlogits (three limbs): dhf, dwte^T
     blocks: tuple[BlockBackOut, ...]  # by block number
-    # With ``floats``: every float gradient between the pairs, in the order they are made
-    # (``FLOATS``); the gate compares them, training does not read them back.
+    # With ``floats``: every float gradient between the pairs, in the order
+    # ``backward_record.record_backward`` makes them; the gate compares them, training does not
+    # read them back.
     floats: tuple[F32Array, ...] = ()
-
-
-# The float gradients the chain makes, in order: after the logits' pair, then per block from
-# the last.
-FLOATS_FIRST = ("dhf", "dh.f")
-FLOATS_PER_BLOCK = ("du", "dbn", "dh.2", "do", "dp", "ds", "dqkv", "dan", "dh.1")
 
 
 class BackwardChain:
@@ -372,7 +367,7 @@ def reference(
 ) -> BackwardChainOut | None:
     """The chain from numpy and the model's own norm and softmax backward: None where the
     reference refuses (a gradient that is not finite or has diverged)."""
-    made: list[F32Array] = []  # the float gradients, in the chain's order (FLOATS_*)
+    made: list[F32Array] = []  # the float gradients, in the chain's order (record_backward)
     n = dlogits.shape[0]
     c = hq.q8.shape[1]
     t, slices, hd = n // batch, batch * heads, c // heads
@@ -411,7 +406,7 @@ def reference(
                     do, w.v.e.reshape(slices, 1, hd), w.v.q8.swapaxes(1, 2),
                     w.pq.e.reshape(slices, t, 1), w.pq.q8.swapaxes(1, 2), 2,
                 )  # fmt: skip
-                ds = (w.p * (dp - _tree_rows(dp * w.p))) * scale
+                ds = (w.p * (dp - tree_sum(dp * w.p, -1, keepdims=True))) * scale
                 made += [do, dp, ds]
                 qk, dq, dkt = _pair_reference(
                     ds, w.k.e.reshape(slices, 1, t), w.k.q8, w.q.e.reshape(slices, t, 1),
@@ -431,10 +426,6 @@ def reference(
     return BackwardChainOut(
         logits, tuple(pairs[i] for i in range(len(blocks))), kept if floats else ()
     )
-
-
-def _tree_rows(x: F32Array) -> F32Array:
-    return tree_sum(x, -1, keepdims=True)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -129,8 +129,6 @@ class Pair:
     limbs: int
     k: int  # dA's columns
     k2: int  # dB's rows
-    rows_stride: int
-    cols_stride: int
     acc_a: Any
     acc_b: Any
     rows_status: Any
@@ -212,8 +210,8 @@ class Recorder:
                            Span(a.buf, as_ * a.stride * 4, a.stride * 4),
                            Span(cols, r * cols_stride * 4, cols_stride * 4),
                            Span(acc_b, r * acc_b_stride * 4, acc_b_stride * 4))  # fmt: skip
-        return Pair(name, slices, m, n, limbs, src.k, src.k2, rows_stride, cols_stride, acc_a,
-                    acc_b, rows_status, cols_status)  # fmt: skip
+        return Pair(name, slices, m, n, limbs, src.k, src.k2, acc_a, acc_b, rows_status,
+                    cols_status)  # fmt: skip
 
     def combine(
         self,

@@ -189,7 +189,7 @@ class StepChain:
             Span(params, 0, 16), fw.logits, fw.blocks[-1].norm["next"], col_e,
             rec.upload("targets", np.ascontiguousarray(np.ravel(targets), dtype="<u4")), dlogits,
         ], rows_grid(n)))  # fmt: skip
-        src = self._sources(rec, fw, dlogits, col_e, blocks, gf, wte8, eps)
+        src = self._sources(rec, fw, dlogits, col_e, blocks, wte8, eps)
         logits, pairs = record_backward(r, src, Shape(n, c, f, vocab, batch, heads, scale))
         self._probe(rec, r)
         out = rec.run()
@@ -266,7 +266,6 @@ class StepChain:
         dlogits: Any,
         col_e: Any,
         blocks: Sequence[BlockWeights],
-        gf: F32Array,
         wte8: Int8Array,
         eps: np.float32,
     ) -> Sources:
