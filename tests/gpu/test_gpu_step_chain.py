@@ -202,3 +202,27 @@ def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
         training.train_step(state, x, y)
         gemm.step_probe = changed(gemm.step_probe, path)
         assert step_probe(backend) != reference_step_probe(), path
+
+
+def test_the_chains_hold_tiny_and_small_and_refuse_what_their_epilogues_cannot_hold() -> None:
+    from daisychain.gpu.forward_chain import ForwardChain
+
+    for name in ("tiny", "small"):
+        c = preset(name)
+        n, f = c.batch * c.seq_len, c.mlp_mult * c.width
+        assert StepChain.fits(n, c.width, f, c.heads, c.seq_len, c.vocab_size), name
+    # a vocabulary row past twice the workgroup memory (the cross-entropy's long rows)
+    assert ForwardChain.fits(256, 64, 256, 4, 64, 2049)
+    assert not StepChain.fits(256, 64, 256, 4, 64, 2049)
+    # a token row of the norms' backward past the workgroup memory; a query row likewise
+    assert not BackwardChain.fits(8, 1028, 4112, 64, 2048, 4)
+    assert not BackwardChain.fits(2048, 64, 256, 1025, 2048, 8)
+
+
+def test_a_step_whose_targets_do_not_fit_is_refused(gpu: GpuDevice) -> None:
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm) is None
+    kwargs = dict(cases()[0][1])
+    kwargs["targets"] = kwargs["targets"][:-1]  # one token short
+    with pytest.raises(ValueError, match="targets"):
+        gemm.step.run(**kwargs)
