@@ -62,7 +62,8 @@ async ([opts]) => {
     try { await w.init({ model: { ...c.params.model, heads: 3 }, seed: 1 }); }
     catch (exc) { out.badInit = { name: exc.remoteName, message: exc.message, hint: exc.hint }; }
     out.selection = await w.init({ model: c.params.model, optim: c.params.optim,
-      seed: c.params.seed, backend: opts.backend, measure: opts.measure });
+      seed: c.params.seed, backend: opts.backend, measure: opts.measure,
+      ...(opts.chains ? { chains: opts.chains } : {}) });
     // A malformed request through the real worker: refused with a hint, nothing changes.
     try { await w.request('step', { x: [1, 2], y: [1, 2] }); out.refusal = null; }
     catch (exc) { out.refusal = { name: exc.remoteName, message: exc.message, hint: exc.hint,
@@ -120,7 +121,12 @@ async def _blank(route: Any) -> None:
 
 
 async def train(
-    *, webgpu: bool, backend: str, measure: bool = True, faults: dict[str, Any] | None = None
+    *,
+    webgpu: bool,
+    backend: str,
+    measure: bool = True,
+    faults: dict[str, Any] | None = None,
+    chains: str | None = None,
 ) -> dict[str, Any]:
     async with browser_tab(webgpu=webgpu) as tab:
         await tab.page.route("**" + HARNESS, _blank)
@@ -131,6 +137,7 @@ async def train(
             "steps": STEPS,
             "faults": faults or {},
             "hideAt": 3,
+            "chains": chains,
         }
         result: dict[str, Any] = await tab.page.evaluate(_PAGE_TRAIN, [opts])
         assert not tab.errors, f"console errors: {tab.errors}"
@@ -227,6 +234,32 @@ async def test_worker_webgpu_golden_hashes_through_device_loss_rebuild_and_fallb
     assert fallback["from"] == "webgpu-dp4a" and fallback["to"] == "js-cpu"
     reason = fallback["reason"]
     assert "the rebuilt device failed its gates: webgpu-dp4a failed gate '1x1x1'" in reason
+
+
+async def test_worker_webgpu_forward_chain_golden_hashes_through_device_loss() -> None:
+    """DP4A in the worker with the forward chain turned on (SwiftShader is emulated, where
+    'auto' leaves it off): every forward in one submit, the golden hashes, and the device
+    destroyed mid-step 3 (rebuilt, gated, the chain gated again and used on)."""
+    result = await train(
+        webgpu=True, backend="webgpu-dp4a", chains="on", faults={"2": {"after": 20}}
+    )
+    chain = result["selection"]["chain"]
+    assert chain["used"] is True and chain["name"] == "forward", chain
+    assert "gate cases passed" in chain["reason"], chain
+    check_golden(result["steps"])
+    done = [s for s in result["steps"] if "hash" in s]
+    assert {s["backend"] for s in done} == {"webgpu-dp4a"}
+    kinds = [e["kind"] for e in result["events"] if e["kind"] in ("device-lost", "device-rebuilt")]
+    assert kinds == ["device-lost", "device-rebuilt"], kinds
+    shown = [e["message"] for e in result["events"] if e["kind"] == "progress"]
+    assert shown.count("gating the forward chain") == 2  # at start and after the rebuild
+
+
+async def test_worker_auto_leaves_the_forward_chain_off_on_an_emulated_adapter() -> None:
+    result = await train(webgpu=True, backend="webgpu-dp4a", measure=False)
+    chain = result["selection"]["chain"]
+    assert chain["used"] is False and "is emulated" in chain["reason"], chain
+    check_golden(result["steps"])
 
 
 async def test_worker_choice_is_the_fastest_correct_backend() -> None:

@@ -72,6 +72,17 @@ export class GpuDevice {
     return this.device.queue;
   }
 
+  /**
+   * Whether the "GPU" is the CPU pretending (SwiftShader, llvmpipe, a fallback adapter): parallel
+   * work there runs on the same few cores and every workgroup barrier is expensive, so the
+   * chains' epilogues run narrow (gpu/chain.js epilogueWidth).
+   */
+  get emulated() {
+    const info = this.adapter.info ?? {};
+    if (info.isFallbackAdapter ?? this.adapter.isFallbackAdapter) return true;
+    return /swiftshader|llvmpipe|lavapipe|\(cpu,/i.test(this.adapterName);
+  }
+
   /** Whether WGSL's dot4I8Packed is available (the DP4A path). */
   get hasDp4a() {
     return this.wgslFeatures.includes(DP4A_FEATURE);

@@ -9,6 +9,7 @@
 // (../numerics/gemm.js), so no float arithmetic of the device is ever in the contract.
 
 import { compileKernel } from './kernels.js';
+import { ForwardReplay } from './replay.js';
 import { BufferPool } from './pool.js';
 import { sha256Hex } from '../numerics/hash.js';
 import {
@@ -212,19 +213,60 @@ export class CpuGemm {
  * the CPU kernel accumulates directly. Three limbs (the logits gradient, contract v2) stack hi,
  * mid and lo the same way and combine (256 * acc_hi + acc_mid) * 256 + acc_lo, exact too.
  */
-export function productOps(gemm, { audit } = {}) {
+export function productOps(gemm, { audit, chain = null } = {}) {
   let comb = new Float64Array(0);
   const scratch = (n) => (comb.length >= n ? comb : (comb = new Float64Array(n)));
+  let replay = null; // answering the current forward's products
+  let lastReplay = null; // the latest forward's, kept for its counts
   async function product(p) {
     const acc = await gemm.matmulInt(p.a, p.b, p.M, p.K, p.N, p);
     audit?.(p, acc);
     return acc;
   }
-  return {
+  /** The forward chain's accumulators for this request (audited), or null. */
+  function replayed(p, ae, be) {
+    if (replay === null) return null;
+    let acc;
+    try {
+      acc = replay.take(p.a, ae, p.b, be, p.M, p.K, p.N, p);
+    } catch (exc) {
+      replay = null;
+      ops.chain = null; // a chain that made other bits is not used again
+      throw exc;
+    }
+    if (acc === null) {
+      replay = null;
+      return null;
+    }
+    audit?.(p, acc);
+    return acc;
+  }
+  const ops = {
+    chain,
+    /** The latest forward's replay (answered, expected, dropped), or null. */
+    get replay() {
+      return lastReplay;
+    },
+
+    /**
+     * The model's forward plan (model/gpt.js): with a forward chain that fits it, the whole
+     * forward runs here in one submit and one readback, and the forward's products are then
+     * answered from it (gpu/replay.js); otherwise nothing happens.
+     */
+    async plan(p) {
+      replay = null;
+      lastReplay = null;
+      const ch = ops.chain;
+      if (ch === null || !ch.fits(planShape(p))) return null;
+      replay = lastReplay = new ForwardReplay(p, await ch.run(p));
+      return null;
+    },
+
     async qmatmul(aq, ae, bq, be, M, K, N, opts = {}) {
       const { transA = false, transB = false, batch = 1 } = opts;
       const out = opts.out ?? new Float32Array(batch * M * N);
-      const acc = await product({ a: aq, b: bq, M, K, N, transA, transB, batch });
+      const p = { a: aq, b: bq, M, K, N, transA, transB, batch };
+      const acc = replayed(p, ae, be) ?? (await product(p));
       for (let t = 0; t < batch; t++) {
         dequantizeProduct(acc.subarray(t * M * N), ae, be, M, N, t, out);
       }
@@ -297,4 +339,11 @@ export function productOps(gemm, { audit } = {}) {
       return out;
     },
   };
+  return ops;
+}
+
+/** The sizes ForwardChain.fits reads, from a model's plan. */
+function planShape(p) {
+  return { n: p.a.e.length, c: p.width, f: p.hidden, heads: p.heads,
+    t: p.a.e.length / p.batch, vocab: p.vocab };
 }

@@ -39,11 +39,19 @@ export class ComputeKernel {
     this.layout = layout;
   }
 
-  /** Encodes one dispatch into `pass` with `buffers` bound to bindings 0, 1, ... in order. */
+  /**
+   * Encodes one dispatch into `pass` with `buffers` bound to bindings 0, 1, ... in order: each a
+   * GPUBuffer (bound whole) or a span {buffer, offset, size} of one (how a chain's slices and
+   * params slots share a buffer; offsets are multiples of 256 bytes, gpu/chain.js).
+   */
   encode(pass, buffers, groups) {
     const bindGroup = this.gpu.device.createBindGroup({
       layout: this.layout,
-      entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })),
+      entries: buffers.map((b, binding) => ({
+        binding,
+        resource: b instanceof GPUBuffer ? { buffer: b } : { buffer: b.buffer, offset: b.offset,
+          size: b.size },
+      })),
     });
     pass.setPipeline(this.pipeline);
     pass.setBindGroup(0, bindGroup);

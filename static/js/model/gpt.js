@@ -302,6 +302,7 @@ function* forward(ws, params, cfg, x, B, T, keep, logits) {
     const norm1 = { xhat: ws.f32(pre + 'xhat1', N * C), inv: ws.f32(pre + 'inv1', N) };
     rmsnormForward(h, params.get(p + 'g1'), eps, N, C, y, norm1.xhat, norm1.inv, sq, ss);
     const a = quantizeRows(y, N, C, ws.qt(pre + 'a', N * C, N));
+    if (l === 0) yield request('plan', forwardPlan(params, cfg, w, a, h, B));
     yield request('qmatmul', a.q, a.e, w.wqkv[l].q, w.wqkv[l].e, N, C, 3 * C, { out: qkv });
     const attn = yield* attentionForward(ws, pre, qkv, cfg, B, T, merged);
     const o = quantizeRows(merged, N, C, ws.qt(pre + 'o', N * C, N));
@@ -329,6 +330,23 @@ function* forward(ws, params, cfg, x, B, T, keep, logits) {
   const hq = quantizeRows(y, N, C, ws.qt('hf', N * C, N));
   yield request('qmatmul', hq.q, hq.e, w.wte.q, w.wte.e, N, C, V, { transB: true, out: logits });
   return { w, caches, normf, hq };
+}
+
+/**
+ * What the whole forward depends on, told to the provider once before its first product (a GPU
+ * provider may run the forward in one submit from it: gpu/forward_chain.js; the CPU mirror
+ * ignores it): the first block's operand, the residual stream, the quantized weights, the gains
+ * and the shapes. Every product is still asked for after it, in order, with the host's operands.
+ */
+function forwardPlan(params, cfg, w, a, h, B) {
+  const g = (name) => params.get(name);
+  const layers = [...Array(cfg.layers).keys()];
+  return {
+    a, h, w, batch: B, heads: cfg.heads, scale: f32(1 / f32(Math.sqrt(cfg.headDim))),
+    eps: cfg.normEps, width: cfg.width, hidden: cfg.hidden, vocab: cfg.vocabSize,
+    layers: cfg.layers, g1: layers.map((l) => g(`h.${l}.g1`)),
+    g2: layers.map((l) => g(`h.${l}.g2`)), gf: g('gf'),
+  };
 }
 
 /**

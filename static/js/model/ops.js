@@ -19,6 +19,10 @@ import { qmatmul, gradMatmulLeft, gradMatmulRight } from '../numerics/gemm.js';
 /** The CPU mirror as a provider (synchronous; also accepted by runAsync). */
 export const CPU_OPS = Object.freeze({ qmatmul, gradMatmulLeft, gradMatmulRight });
 
+// Besides products, the forward yields one `request('plan', {...})` before its first product
+// (model/gpt.js forwardPlan): what the whole forward depends on, for a provider that records it
+// in one submit (gpu/forward_chain.js). The CPU mirror and any provider without `plan` skip it.
+
 /** A product request yielded by the model's generators. */
 export function request(op, ...args) {
   return { op, args };
@@ -40,6 +44,10 @@ export function runSync(steps) {
   let r = steps.next();
   while (!r.done) {
     const { op, args } = r.value;
+    if (op === 'plan') {
+      r = steps.next(null);
+      continue;
+    }
     r = steps.next(op === 'pair'
       ? args.map((q) => CPU_OPS[q.op](...q.args))
       : CPU_OPS[op](...args));
@@ -58,7 +66,10 @@ export async function runAsync(steps, ops = CPU_OPS) {
   let r = steps.next();
   while (!r.done) {
     const { op, args } = r.value;
-    if (op === 'pair') {
+    if (op === 'plan') {
+      // A provider without a forward chain (the CPU mirror) has nothing to do with a plan.
+      r = steps.next(typeof ops.plan === 'function' ? await ops.plan(...args) : null);
+    } else if (op === 'pair') {
       // Both started before either is awaited; every one settles before a failure is thrown
       // (a product left running after its pair failed would reject unheard).
       const settled = await Promise.allSettled(args.map(async (q) => call(ops, q)));

@@ -5,8 +5,10 @@
 //
 // Page -> worker: {id, type, ...fields}; `id` is the page's request number, echoed in the reply.
 //   init          {model, optim?, seed, backend?, measure?, audit?, state?, sources?, kernelBase?,
-//                  lutBase?}                        -> {backend, adapter, onGpu, choice, rows,
-//                                                       demotions, step, hash}
+//                  lutBase?, chains?}               -> {backend, adapter, onGpu, choice, rows,
+//                                                       demotions, chain, step, hash}
+//                 (chains: 'auto' (default: a GPU tier records its forward in one submit on a
+//                 real GPU, not on an emulated one), 'on', 'off'; gpu/forward_chain.js)
 //   grads         {x, y, batch?, early?}            -> {loss, grads, backend, products, ms}
 //                 (early: each parameter's gradient also comes alone as soon as it is final,
 //                 {type: 'grad', id, name, values}, before the result; p2p/early.js)
@@ -139,9 +141,11 @@ export function parseState(v, name = 'state') {
   return v;
 }
 
+export const CHAIN_CHOICES = Object.freeze(['auto', 'on', 'off']);
+
 const FIELDS = {
   init: ['model', 'optim', 'seed', 'backend', 'measure', 'audit', 'state', 'sources',
-    'kernelBase', 'lutBase'],
+    'kernelBase', 'lutBase', 'chains'],
   grads: ['x', 'y', 'batch', 'early'],
   apply: ['grads'],
   step: ['x', 'y', 'batch', 'hash'],
@@ -246,6 +250,11 @@ export function parseRequest(msg) {
     out.sources = sources(fields.sources, 'init: sources');
     base(fields.kernelBase, 'init: kernelBase');
     base(fields.lutBase, 'init: lutBase');
+    out.chains = fields.chains ?? 'auto';
+    if (!CHAIN_CHOICES.includes(out.chains)) {
+      refuse(`init: chains ${JSON.stringify(out.chains)?.slice(0, 40)} is not one of ` +
+        CHAIN_CHOICES.join(', '), "omit it ('auto': the forward chain on a real GPU only)");
+    }
   } else if (type === 'grads' || type === 'step') {
     tokens(fields.x, `${type}: x`);
     tokens(fields.y, `${type}: y`);

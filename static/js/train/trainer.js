@@ -26,6 +26,8 @@ import { enableWasmGemm, wasmGemmStatus } from '../numerics/wasmgate.js';
 import { enableWasmElementwise, wasmElementwiseStatus } from '../numerics/wasmeltgate.js';
 import { acquireGpu } from '../gpu/device.js';
 import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
+import { ForwardChain } from '../gpu/forward_chain.js';
+import { runForwardChainGate } from '../gpu/chain_gate.js';
 import { Auditor } from '../gpu/audit.js';
 import { stepProbeHash } from '../gpu/probe.js';
 import { stepTimer } from './timing.js';
@@ -139,7 +141,7 @@ export class Trainer {
       const run = M.init(cfg, req.optim, req.seed);
       if (req.state) this.loadInto(run, req.state);
       this.options = { sources: req.sources, kernelBase: req.kernelBase, lutBase: req.lutBase,
-        audit: req.audit };
+        audit: req.audit, chains: req.chains ?? 'auto' };
       // The CPU tier's integer products in WebAssembly SIMD where its gates pass on this engine
       // (the JS GEMM otherwise; the same bits either way): before the backends are gated and
       // timed, so the CPU row is measured as it will compute. `wasm: false` keeps the JS GEMM.
@@ -156,7 +158,9 @@ export class Trainer {
       const sel = await this.select(cfg, run, req);
       this.run = run;
       this.tier = this.makeTier(sel.selected, sel.gemm, sel.gpu, sel.adapter);
+      await this.attachChain(this.tier);
       const selection = {
+        chain: this.tier.chainStatus,
         backend: sel.selected, adapter: sel.adapter, onGpu: sel.onGpu, choice: sel.choice,
         rows: sel.rows, demotions: sel.demotions, device: sel.device, wasm: wasmGemmStatus(),
         elementwise: wasmElementwiseStatus(),
@@ -203,6 +207,39 @@ export class Trainer {
     return tier;
   }
 
+  /**
+   * The forward chain for a GPU tier (gpu/forward_chain.js): compiled and gated on this device,
+   * then used by the tier's products, per `chains` ('auto': on a real GPU only; on an emulated
+   * adapter its soft-float epilogues cost more than the round trips they save, docs/
+   * BENCHMARKS.md). `tier.chainStatus` says which and why: {used, name, reason}.
+   */
+  async attachChain(tier) {
+    const mode = this.options.chains;
+    const status = (used, reason) => { tier.chainStatus = { used, name: 'forward', reason }; };
+    if (!tier.onGpu) return status(false, 'the CPU tier has no chains');
+    if (mode === 'off') return status(false, "turned off (chains: 'off')");
+    if (mode === 'auto' && tier.gpu.emulated) {
+      return status(false, `${tier.adapter} is emulated: its epilogues cost more than the ` +
+        "round trips they save (chains: 'on' uses it anyway)");
+    }
+    this.emit({ kind: 'progress', message: 'gating the forward chain' });
+    let why;
+    try {
+      const chain = await ForwardChain.create(tier.gemm, { sources: this.options.sources,
+        base: this.options.kernelBase });
+      const gate = await runForwardChainGate(chain);
+      if (gate.failure === null) {
+        tier.ops.chain = chain;
+        return status(true, `every forward in one submit and one readback (${gate.passed} ` +
+          'gate cases passed)');
+      }
+      why = `its gate failed: ${gate.failure.case}: ${gate.failure.reason}`;
+    } catch (exc) {
+      why = `it could not be built: ${exc.message}`;
+    }
+    return status(false, why);
+  }
+
   afterGpuProduct(tier) {
     this.gpuProducts += 1;
     if (this.fault === null || tier !== this.tier) return;
@@ -245,6 +282,7 @@ export class Trainer {
         const row = await evaluateGemm(gemm, gpu.adapterName, { pool: gemm.pool });
         if (row.gates_passed) {
           this.tier = this.makeTier(tier.name, gemm, gpu, gpu.adapterName);
+          await this.attachChain(this.tier);
           this.emit({ kind: 'device-rebuilt', backend: tier.name, adapter: gpu.adapterName,
             cases_passed: row.cases_passed, probe_hash: row.probe_hash, rebuilds: this.rebuilds });
           return;
