@@ -74,6 +74,12 @@ def test_every_step_backend_has_a_time_or_a_reason(report: dict[str, Any]) -> No
     for backend in STEP_BACKENDS:
         _check_figure(row[backend], "step_ms", f"steps/tiny/{backend}")
     _check_ratios(row, STEP_BACKENDS, "steps/tiny")
+    # The page's step chain: one readback for the step (the forward's 6 products per block and
+    # the logits', and two per backward pair, one each without it).
+    plain, chained = row["chromium_webgpu_round_trips"], row["chromium_webgpu_chain_round_trips"]
+    if "skipped" not in row["chromium_webgpu_chain"]:
+        assert plain == 3 * (6 * row["config"]["layers"] + 1) and chained == 1, (plain, chained)
+        assert row["chromium_webgpu_chain_dispatches"] > 0
 
 
 def test_backends_say_what_ran(report: dict[str, Any]) -> None:

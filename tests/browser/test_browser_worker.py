@@ -236,15 +236,15 @@ async def test_worker_webgpu_golden_hashes_through_device_loss_rebuild_and_fallb
     assert "the rebuilt device failed its gates: webgpu-dp4a failed gate '1x1x1'" in reason
 
 
-async def test_worker_webgpu_forward_chain_golden_hashes_through_device_loss() -> None:
-    """DP4A in the worker with the forward chain turned on (SwiftShader is emulated, where
-    'auto' leaves it off): every forward in one submit, the golden hashes, and the device
-    destroyed mid-step 3 (rebuilt, gated, the chain gated again and used on)."""
+async def test_worker_webgpu_step_chain_golden_hashes_through_device_loss() -> None:
+    """DP4A in the worker with the chains turned on (SwiftShader is emulated, where 'auto'
+    leaves them off): every step in one submit, the golden hashes and step probes, and the
+    device destroyed mid-step 3 (rebuilt, gated, the chains gated again and used on)."""
     result = await train(
         webgpu=True, backend="webgpu-dp4a", chains="on", faults={"2": {"after": 20}}
     )
     chain = result["selection"]["chain"]
-    assert chain["used"] is True and chain["name"] == "forward", chain
+    assert chain["used"] is True and chain["name"] == "step", chain
     assert "gate cases passed" in chain["reason"], chain
     check_golden(result["steps"])
     done = [s for s in result["steps"] if "hash" in s]
@@ -252,10 +252,10 @@ async def test_worker_webgpu_forward_chain_golden_hashes_through_device_loss() -
     kinds = [e["kind"] for e in result["events"] if e["kind"] in ("device-lost", "device-rebuilt")]
     assert kinds == ["device-lost", "device-rebuilt"], kinds
     shown = [e["message"] for e in result["events"] if e["kind"] == "progress"]
-    assert shown.count("gating the forward chain") == 2  # at start and after the rebuild
+    assert shown.count("gating the step chain") == 2  # at start and after the rebuild
 
 
-async def test_worker_auto_leaves_the_forward_chain_off_on_an_emulated_adapter() -> None:
+async def test_worker_auto_leaves_the_chains_off_on_an_emulated_adapter() -> None:
     result = await train(webgpu=True, backend="webgpu-dp4a", measure=False)
     chain = result["selection"]["chain"]
     assert chain["used"] is False and "is emulated" in chain["reason"], chain

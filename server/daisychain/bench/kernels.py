@@ -21,7 +21,12 @@ Steps: training step time (``bench/steps.py``) of each preset in ``--presets`` f
 Python reference), ``wgpu_dp4a`` (Python, products through ``training_ops``, audited; a batched
 product is one submit and one readback, ``GpuGemm.matmul_int_batched``), ``wgpu_dp4a_per_slice``
 (the same kernel behind ``PerSliceGemm``: one round trip per slice, the baseline), ``node_js``,
-``chromium_webgpu`` (the best gated WebGPU kernel, audited) and ``chromium_cpu`` (the CPU tier).
+``chromium_webgpu`` (the best gated WebGPU kernel, audited), ``chromium_webgpu_chain`` (the same
+with the page's step chain: every step in one submit and one readback,
+``static/js/gpu/step_chain.js``) and ``chromium_cpu`` (the CPU tier);
+``chromium_webgpu_round_trips`` and ``chromium_webgpu_chain_round_trips`` count the readbacks of
+one step of each (the GEMM's, plus one per chain run), ``chromium_webgpu_chain_dispatches`` the
+step chain's dispatches.
 ``wgpu_dp4a_round_trips`` counts what one step of each wgpu path asks of the device
 (``gpu/counters.py``: submits, dispatches, uploads, readbacks, bytes), and
 ``wgpu_dp4a_batched_vs_per_slice_ratio`` is the per-slice step time over the batched one.
@@ -79,6 +84,7 @@ STEP_BACKENDS = (
     "wgpu_dp4a_per_slice",
     "node_js",
     "chromium_webgpu",
+    "chromium_webgpu_chain",
     "chromium_cpu",
 )
 _PAGE_GEMM_NAMES = {
@@ -332,11 +338,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             figures["node_js"] = _guarded(
                 "node_step.mjs", time_node_steps, name, args.vocab, policy
             )
-        for tier in ("webgpu", "cpu"):
-            figures[f"chromium_{tier}"] = (
+        for tier in ("webgpu", "webgpu-chain", "cpu"):
+            figures["chromium_" + tier.replace("-", "_")] = (
                 _page_steps(page["steps"][name][tier], policy) if "steps" in page else page
             )
         steps[name] = _step_row(name, args.vocab, figures)
+        for tier in ("webgpu", "webgpu-chain"):
+            raw = page["steps"][name][tier] if "steps" in page else {}
+            key = "chromium_" + tier.replace("-", "_") + "_round_trips"
+            steps[name][key] = raw.get("round_trips")
+        raw = page["steps"][name]["webgpu-chain"] if "steps" in page else {}
+        steps[name]["chromium_webgpu_chain_dispatches"] = raw.get("dispatches")
         steps[name]["wgpu_dp4a_round_trips"] = round_trips
         batched_ms = figures["wgpu_dp4a"].get("step_ms")
         per_slice_ms = figures["wgpu_dp4a_per_slice"].get("step_ms")

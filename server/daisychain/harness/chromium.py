@@ -86,7 +86,10 @@ async ([shapes, repeats]) => {
 
 # Training steps in the page, the loop of harness/node_step.mjs with the products on the selected
 # backend (tier 'webgpu': the best gated WebGPU kernel, every product audited as in
-# /train-check; tier 'cpu': the CPU mirror, what a browser without WebGPU runs).
+# /train-check; 'webgpu-chain': the same with the step chain gated and used, every step in one
+# submit (gpu/step_chain.js); tier 'cpu': the CPU mirror, what a browser without WebGPU runs).
+# Also counts the readbacks of one step (the GEMM's own and the chains'), and the step chain's
+# dispatches.
 # Resolves to {backend, adapter, warmup_ms, step_ms: [...]} or {skipped: reason}.
 _PAGE_STEPS = """
 async ([presetName, vocab, tier, maxSteps, budgetS, slowS]) => {
@@ -95,12 +98,27 @@ async ([presetName, vocab, tier, maxSteps, budgetS, slowS]) => {
   const { selectBackend, modelOps } = await import('/js/gpu/backend.js');
   const { Auditor } = await import('/js/gpu/audit.js');
   const backend = await selectBackend({ order: tier === 'cpu' ? [] : undefined });
-  if (tier === 'webgpu' && !backend.onGpu) {
+  if (tier !== 'cpu' && !backend.onGpu) {
     const why = backend.demotions.map((d) => `${d.name}: ${d.reason}`).join('; ');
     return { skipped: `no WebGPU kernel passed its gates (${why})` };
   }
   const auditor = new Auditor({ samples: 16 });
   const ops = modelOps(backend, { audit: (p, acc) => auditor.check(p, acc) });
+  let chain = null;
+  let stepChain = null;
+  if (tier === 'webgpu-chain') {
+    const { ForwardChain } = await import('/js/gpu/forward_chain.js');
+    const { StepChain } = await import('/js/gpu/step_chain.js');
+    const { runStepChainGate } = await import('/js/gpu/chain_gate.js');
+    chain = await ForwardChain.create(backend.gemm);
+    stepChain = await StepChain.create(chain);
+    const gate = await runStepChainGate(stepChain);
+    if (gate.failure) return { skipped: `step chain gate: ${JSON.stringify(gate.failure)}` };
+    ops.chain = chain;
+    ops.stepChain = stepChain;
+  }
+  const trips = () => (backend.gemm.products ?? 0) + (chain?.runs ?? 0) + (stepChain?.runs ?? 0);
+  const dispatches = () => stepChain?.dispatches ?? null;
   const cfg = M.preset(presetName, { vocabSize: vocab });
   const state = M.init(cfg, {}, 1);
   const tokens = new Int32Array(200000);
@@ -113,7 +131,10 @@ async ([presetName, vocab, tier, maxSteps, budgetS, slowS]) => {
     M.applyGrads(state, grads);
     return performance.now() - t0;
   };
+  const before = [trips(), dispatches()];
   const warmupMs = await step();
+  const roundTrips = trips() - before[0];
+  const chainDispatches = stepChain ? dispatches() - before[1] : null;
   const stepMs = [];
   if (warmupMs <= slowS * 1e3) {
     let spent = 0;
@@ -123,7 +144,8 @@ async ([presetName, vocab, tier, maxSteps, budgetS, slowS]) => {
     }
   }
   return { backend: backend.selected, adapter: backend.adapter, warmup_ms: warmupMs,
-           step_ms: stepMs };
+           step_ms: stepMs, round_trips: backend.onGpu ? roundTrips : null,
+           dispatches: chainDispatches };
 }
 """
 
@@ -181,7 +203,8 @@ async def chromium_session(
     times of each preset in the WebGPU and CPU tiers.
 
     Returns {adapter, user_agent, gemm: {name: {backend: GOP/s | reason}},
-    steps: {preset: {"webgpu": ..., "cpu": ...}}} (raw page results, times in ms).
+    steps: {preset: {"webgpu": ..., "webgpu-chain": ..., "cpu": ...}}} (raw page results,
+    times in ms).
     """
     async with app_page(FLAGS) as (base, page):
         # Any page of the app's origin: the scripts import the modules it serves. The
@@ -194,7 +217,7 @@ async def chromium_session(
             for name in presets:
                 steps[name] = {
                     tier: await page.evaluate(_PAGE_STEPS, [name, vocab, tier, *limits])
-                    for tier in ("webgpu", "cpu")
+                    for tier in ("webgpu", "webgpu-chain", "cpu")
                 }
         return {
             "adapter": gemm["adapter"],

@@ -8,7 +8,10 @@
 // token, one and two layers, head dims 16 and 64, vocabularies that are not multiples of 4, and
 // gains that are not all 1 (so the norms' products with the gain show).
 
-import { initParams, modelConfig, forwardLogits, forwardLogitsAsync } from '../model/index.js';
+import {
+  initParams, modelConfig, forwardLogits, forwardLogitsAsync, forwardBackward,
+  forwardBackwardAsync,
+} from '../model/index.js';
 import { Workspace } from '../model/gpt.js';
 import { productOps } from './gemm.js';
 import { Auditor } from './audit.js';
@@ -34,9 +37,10 @@ export function gateInputs({ cfg: fields, seq, seed }) {
     if (!/(^|\.)g[12f]?$/.test(name)) continue;
     for (let i = 0; i < g.length; i++) g[i] = Math.fround(1 + ((i * 5 + seed) % 9) / 8 - 0.5);
   }
-  const words = bits(key(0x6a7e, seed), cfg.batch * seq);
-  const x = Int32Array.from(words, (w) => w % cfg.vocabSize);
-  return { cfg, params, x };
+  const words = bits(key(0x6a7e, seed), 2 * cfg.batch * seq);
+  const x = Int32Array.from(words.subarray(0, cfg.batch * seq), (w) => w % cfg.vocabSize);
+  const y = Int32Array.from(words.subarray(cfg.batch * seq), (w) => w % cfg.vocabSize);
+  return { cfg, params, x, y };
 }
 
 /**
@@ -83,4 +87,49 @@ function firstBitDiff(want, got) {
     }
   }
   return null;
+}
+
+/**
+ * Every case's training step through `step` (a StepChain, with its ForwardChain) on a poisoned
+ * pool: {passed, failure}. A case fails when the chain throws, when it does not run exactly
+ * once, when a replay ends before its last product (the forward's 6 L + 1, the backward's two
+ * per pair), when a limb, operand or product differs, or when the loss or a gradient differs
+ * from the CPU mirror's in one bit.
+ */
+export async function runStepChainGate(step, cases = GATE_CASES) {
+  let passed = 0;
+  const { forward } = step;
+  for (const c of cases) {
+    const { cfg, params, x, y } = gateInputs(c);
+    const want = forwardBackward(params, cfg, x, y, { workspace: new Workspace() });
+    const auditor = new Auditor();
+    const ops = productOps(step.gemm, { chain: forward, stepChain: step,
+      audit: (p, acc) => auditor.check(p, acc) });
+    const runs = step.runs;
+    let got;
+    try {
+      got = await step.gemm.pool.poisoned(() => forwardBackwardAsync(params, cfg, x, y,
+        { workspace: new Workspace(), ops }));
+    } catch (exc) {
+      return { passed, failure: { case: c.name, reason: `${exc.name}: ${exc.message}` } };
+    } finally {
+      step.gemm.pendingProbe = null;
+    }
+    const fw = ops.replay;
+    const back = ops.backReplay;
+    const unanswered = (r, what) => (r === null || r.answered !== r.expected.length ?
+      `the chain answered ${r?.answered ?? 0} of the ${what}'s ${r?.expected.length ?? '?'} ` +
+      `products${r?.dropped ? ` (${r.dropped})` : ''}` : null);
+    let reason = step.runs !== runs + 1 ? `${step.runs - runs} step chain runs, not 1` :
+      unanswered(fw, 'forward') ?? unanswered(back, 'backward') ??
+      (Object.is(want.loss, got.loss) ? null : `loss ${got.loss}, the CPU mirror's ${want.loss}`);
+    for (const [name, g] of want.grads) {
+      if (reason) break;
+      const d = firstBitDiff(g, got.grads.get(name));
+      if (d) reason = `gradient ${name}: ${d}`;
+    }
+    if (reason) return { passed, failure: { case: c.name, reason } };
+    passed += 1;
+  }
+  return { passed, failure: null };
 }

@@ -406,7 +406,7 @@ export class ForwardChain {
       };
       rec.dispatch(this.kernels.norm, [span(norm.params, 0, 32), b.acc2, b.next2, b.h_out,
         norm.g, norm.packed, norm.status, norm.next, norm.h_out], rowsGrid(n));
-      blocks.push(l);
+      blocks.push({ q, merge, b, norm });
       aIn = norm.packed;
       scalesIn = norm.next;
       hIn = norm.h_out;
@@ -415,11 +415,17 @@ export class ForwardChain {
     rec.dispatch(gemm.kernel, [span(up('logits.params', slot([n, vocab, c4, 0]), 'uniform'), 0,
       16), aIn, up('wte', packKMajor(w.wte.q, 0, vocab, c, false)), logits, ...lut],
     [cdiv(vocab, tn), cdiv(n, tm), 1]);
+    // What the step chain records its backward on (gpu/step_chain.js): every block's buffers
+    // by the names its layouts use, the first block's inputs, and the logits product's.
     return {
+      n, c, f, vocab, qkv, tail, blocks, logits,
+      a0: blocks.length ? blocks[0].q.a_in : null,
+      a0e: blocks.length ? blocks[0].q.scales_in : null,
+      h0: blocks.length ? blocks[0].b.h : null,
       read(out) {
         const named = (prefix) => (name, Type) => out.words(prefix + name, Type);
         return {
-          blocks: blocks.map((l) => ({
+          blocks: blocks.map((_, l) => ({
             qkv: qkv.read(named(`${l}.qkv.`)),
             o: operandOf(out.words(`${l}.o.status`), out.words(`${l}.o.packed`), 2, c4, m4, n, c),
             tail: tail.read(named(`${l}.tail.`)),

@@ -9,7 +9,7 @@
 // (../numerics/gemm.js), so no float arithmetic of the device is ever in the contract.
 
 import { compileKernel } from './kernels.js';
-import { ForwardReplay } from './replay.js';
+import { BackwardReplay, ForwardReplay } from './replay.js';
 import { BufferPool } from './pool.js';
 import { sha256Hex } from '../numerics/hash.js';
 import {
@@ -110,6 +110,7 @@ export class GpuGemm {
     this.pool = pool;
     this.lut = lut;
     this.products = 0;
+    this.pendingProbe = null; // the step probe's product a step chain made (gpu/probe.js)
   }
 
   /** Compiles the kind's kernel ("dp4a" or "lut"); `source` replaces the file's WGSL. */
@@ -213,15 +214,25 @@ export class CpuGemm {
  * the CPU kernel accumulates directly. Three limbs (the logits gradient, contract v2) stack hi,
  * mid and lo the same way and combine (256 * acc_hi + acc_mid) * 256 + acc_lo, exact too.
  */
-export function productOps(gemm, { audit, chain = null } = {}) {
+export function productOps(gemm, { audit, chain = null, stepChain = null } = {}) {
   let comb = new Float64Array(0);
   const scratch = (n) => (comb.length >= n ? comb : (comb = new Float64Array(n)));
   let replay = null; // answering the current forward's products
   let lastReplay = null; // the latest forward's, kept for its counts
+  let backReplay = null; // answering the current step's backward products
+  let lastBackReplay = null;
   async function product(p) {
     const acc = await gemm.matmulInt(p.a, p.b, p.M, p.K, p.N, p);
     audit?.(p, acc);
     return acc;
+  }
+  /** A chain that made other bits is not used again. */
+  function refuse(exc) {
+    replay = null;
+    backReplay = null;
+    ops.chain = null;
+    ops.stepChain = null;
+    throw exc;
   }
   /** The forward chain's accumulators for this request (audited), or null. */
   function replayed(p, ae, be) {
@@ -230,9 +241,7 @@ export function productOps(gemm, { audit, chain = null } = {}) {
     try {
       acc = replay.take(p.a, ae, p.b, be, p.M, p.K, p.N, p);
     } catch (exc) {
-      replay = null;
-      ops.chain = null; // a chain that made other bits is not used again
-      throw exc;
+      refuse(exc);
     }
     if (acc === null) {
       replay = null;
@@ -241,11 +250,33 @@ export function productOps(gemm, { audit, chain = null } = {}) {
     audit?.(p, acc);
     return acc;
   }
+  /** The step chain's accumulators for a backward product (audited), or null. Synchronous:
+   * a pair's two products are taken in the order the model yields them. */
+  function backReplayed(p, kind, x, xe, limbs, dims) {
+    if (backReplay === null) return null;
+    let acc;
+    try {
+      acc = backReplay.take(kind, x, xe, limbs, dims);
+    } catch (exc) {
+      refuse(exc);
+    }
+    if (acc === null) {
+      backReplay = null;
+      return null;
+    }
+    audit?.(p, acc);
+    return acc;
+  }
   const ops = {
     chain,
+    stepChain,
     /** The latest forward's replay (answered, expected, dropped), or null. */
     get replay() {
       return lastReplay;
+    },
+    /** The latest step's backward replay, or null. */
+    get backReplay() {
+      return lastBackReplay;
     },
 
     /**
@@ -254,10 +285,18 @@ export function productOps(gemm, { audit, chain = null } = {}) {
      * answered from it (gpu/replay.js); otherwise nothing happens.
      */
     async plan(p) {
-      replay = null;
-      lastReplay = null;
+      replay = lastReplay = backReplay = lastBackReplay = null;
+      const shape = planShape(p);
+      const step = ops.stepChain;
+      if (p.targets && step !== null && ops.chain !== null && step.fits(shape)) {
+        const out = await step.run(p);
+        replay = lastReplay = new ForwardReplay(p, out.forward);
+        backReplay = lastBackReplay = new BackwardReplay(replay, out.backward);
+        gemm.pendingProbe = out.probe; // the step probe's product (gpu/probe.js), taken once
+        return null;
+      }
       const ch = ops.chain;
-      if (ch === null || !ch.fits(planShape(p))) return null;
+      if (ch === null || !ch.fits(shape)) return null;
       replay = lastReplay = new ForwardReplay(p, await ch.run(p));
       return null;
     },
@@ -286,7 +325,9 @@ export function productOps(gemm, { audit, chain = null } = {}) {
       for (let t = 0; t < batch; t++) {
         parts.forEach((p, l) => stacked.set(p.subarray(t * mk, (t + 1) * mk), (n * t + l) * mk));
       }
-      const acc = await product({ a: stacked, b: bq, M: n * M, K, N, transB, batch });
+      const p = { a: stacked, b: bq, M: n * M, K, N, transB, batch };
+      const acc = backReplayed(p, 'left', bq, foldE, limbs, [M, K, N, batch, n, transB]) ??
+        (await product(p));
       const mn = M * N;
       const c = scratch(mn);
       for (let t = 0; t < batch; t++) {
@@ -319,7 +360,9 @@ export function productOps(gemm, { audit, chain = null } = {}) {
           parts.forEach((p, l) => stacked.set(p.subarray(src, src + N), dst + l * N));
         }
       }
-      const acc = await product({ a: aq, b: stacked, M, K, N: n * N, transA, batch });
+      const p = { a: aq, b: stacked, M, K, N: n * N, transA, batch };
+      const acc = backReplayed(p, 'right', aq, foldE, limbs, [M, K, N, batch, n, transA]) ??
+        (await product(p));
       const mn = M * N;
       const c = scratch(mn);
       for (let t = 0; t < batch; t++) {

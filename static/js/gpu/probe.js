@@ -128,7 +128,10 @@ export function elementwiseParts(x) {
 export async function stepProbeHash(gemm) {
   const [m, k, n] = PROBE_SHAPE;
   const { a, b } = probeOperands();
-  const out = await gemm.matmulInt(a, b, m, k, n);
+  // A step chain computed the product in the step's own submit (gpu/step_chain.js): taken once.
+  const pending = gemm.pendingProbe ?? null;
+  gemm.pendingProbe = null;
+  const out = pending ?? (await gemm.matmulInt(a, b, m, k, n));
   const acc = out instanceof Int32Array ? out : Int32Array.from(out); // int32 bytes, as probe.py
   return sha256Arrays([acc, ...elementwiseParts(elementwiseOperand())]);
 }

@@ -110,3 +110,100 @@ export class ForwardReplay {
     return want.acc;
   }
 }
+
+// The backward's products in the model's order (gpt.js gradientSteps): the logits' pair, then
+// per block from the last its six pairs; within a pair the order the model yields them. `fw`
+// names the forward product whose operand the backward product reads (ForwardReplay's order
+// per block: qkv, scores, P v, output, mlp in, mlp out), `side` which of its operands.
+const BACKWARD_ORDER = Object.freeze([
+  ['w2', [['right', 5, 'a'], ['left', 5, 'b']]],
+  ['w1', [['right', 4, 'a'], ['left', 4, 'b']]],
+  ['wo', [['right', 3, 'a'], ['left', 3, 'b']]],
+  ['pv', [['right', 2, 'a'], ['left', 2, 'b']]],
+  ['qk', [['left', 1, 'b'], ['right', 1, 'a']]],
+  ['qkv', [['right', 0, 'a'], ['left', 0, 'b']]],
+]);
+const TRANS_B = Object.freeze({ logits: false, w2: true, w1: true, wo: true, pv: true, qk: false,
+  qkv: true });
+
+/**
+ * Answering the model's backward products from one step-chain run (docs/KERNELS.md "On the
+ * page"; replay.py's BackwardReplay): each product's forward operand must be the one the
+ * forward used (else the replay ends and the rest compute on their own), and the host's limbs
+ * of the gradient must equal the ones the GPU made (else ChainMismatch: the GPU's gradient
+ * drifted from the host's, and the step stops).
+ */
+export class BackwardReplay {
+  constructor(forward, back) {
+    const fw = forward.expected;
+    const perBlock = 6;
+    this.expected = [];
+    const add = (pair, name, what, kind, operand) => {
+      this.expected.push({ what, kind, pair, operand, trans: kind === 'right' || TRANS_B[name] });
+    };
+    const logitsFw = fw[fw.length - 1];
+    add(back.logits, 'logits', 'logits', 'left', logitsFw.b);
+    add(back.logits, 'logits', 'logits', 'right', logitsFw.a);
+    for (let l = back.blocks.length - 1; l >= 0; l--) {
+      for (const [name, order] of BACKWARD_ORDER) {
+        for (const [kind, at, side] of order) {
+          add(back.blocks[l][name], name, `block ${l} ${name}`, kind, fw[l * perBlock + at][side]);
+        }
+      }
+    }
+    this.next = 0;
+    this.answered = 0;
+    this.dropped = null;
+  }
+
+  get done() {
+    return this.dropped !== null || this.next >= this.expected.length;
+  }
+
+  /**
+   * The stacked accumulators for a backward product (kind 'left': gradMatmulLeft, forward
+   * operand `x` = B with exponents `xe`; 'right': gradMatmulRight, `x` = A; `limbs` the host's
+   * {hi, (mid,) lo, e}; `dims` [M, K, N, batch, limbCount, trans]), or null (the replay ends,
+   * and that product and every later one compute on their own). Throws ChainMismatch where
+   * the host's limbs differ from the GPU's.
+   */
+  take(kind, x, xe, limbs, dims) {
+    if (this.done) return null;
+    const want = this.expected[this.next];
+    const { pair } = want;
+    const [M, K, N, batch, count, trans] = dims;
+    const L = pair.limbs;
+    // the gradient is batch x m x n: (M, K) for dA = g @ B (k = N), (K, N) for dB = A @ g
+    const [m, n, out] = kind === 'left' ? [M, K, M * N] : [K, N, M * N];
+    const fits = kind === want.kind && count === L && trans === want.trans &&
+      pair.rows.e.length === batch * m && pair.cols.e.length === batch * n &&
+      (kind === 'left' ? pair.accA : pair.accB).length === batch * L * out;
+    if (!fits) {
+      this.dropped = `${want.what} ${want.kind}: the model asked for another product`;
+      return null;
+    }
+    if (firstDiff(want.operand.q, x) !== -1 || firstDiff(want.operand.e, xe) !== -1) {
+      this.dropped = `${want.what} ${kind}: its forward operand is not the forward's`;
+      return null;
+    }
+    const made = kind === 'left' ? pair.rows : pair.cols;
+    const how = kind === 'left' ? 'by rows' : 'by columns';
+    const mine = L === 3 ? [limbs.hi, limbs.mid, limbs.lo] : [limbs.hi, limbs.lo];
+    for (let l = 0; l < L; l++) {
+      const at = firstDiff(made.values[l], mine[l]);
+      if (at !== -1) {
+        throw new ChainMismatch(`step chain: ${want.what}'s gradient limb ${l} (${how}) ` +
+          `differs from the host's at index ${at}: the GPU's ${made.values[l][at]}, the ` +
+          `host's ${mine[l][at]}; the chain's epilogues compute other bits`);
+      }
+    }
+    const at = firstDiff(made.e, limbs.e);
+    if (at !== -1) {
+      throw new ChainMismatch(`step chain: ${want.what}'s gradient exponents (${how}) differ ` +
+        `from the host's at index ${at}: the GPU's ${made.e[at]}, the host's ${limbs.e[at]}`);
+    }
+    this.next += 1;
+    this.answered += 1;
+    return kind === 'left' ? pair.accA : pair.accB;
+  }
+}

@@ -277,7 +277,7 @@ function checkInputs(params, cfg, x, batch) {
 }
 
 // Shared forward: logits (N, V) into `logits`, plus what the backward needs when `keep`.
-function* forward(ws, params, cfg, x, B, T, keep, logits) {
+function* forward(ws, params, cfg, x, B, T, keep, logits, targets = null) {
   const { width: C, hidden: F, vocabSize: V, normEps: eps } = cfg;
   const N = B * T;
   const w = quantizeWeights(ws, params, cfg);
@@ -302,7 +302,7 @@ function* forward(ws, params, cfg, x, B, T, keep, logits) {
     const norm1 = { xhat: ws.f32(pre + 'xhat1', N * C), inv: ws.f32(pre + 'inv1', N) };
     rmsnormForward(h, params.get(p + 'g1'), eps, N, C, y, norm1.xhat, norm1.inv, sq, ss);
     const a = quantizeRows(y, N, C, ws.qt(pre + 'a', N * C, N));
-    if (l === 0) yield request('plan', forwardPlan(params, cfg, w, a, h, B));
+    if (l === 0) yield request('plan', forwardPlan(params, cfg, w, a, h, B, targets));
     yield request('qmatmul', a.q, a.e, w.wqkv[l].q, w.wqkv[l].e, N, C, 3 * C, { out: qkv });
     const attn = yield* attentionForward(ws, pre, qkv, cfg, B, T, merged);
     const o = quantizeRows(merged, N, C, ws.qt(pre + 'o', N * C, N));
@@ -334,18 +334,20 @@ function* forward(ws, params, cfg, x, B, T, keep, logits) {
 
 /**
  * What the whole forward depends on, told to the provider once before its first product (a GPU
- * provider may run the forward in one submit from it: gpu/forward_chain.js; the CPU mirror
- * ignores it): the first block's operand, the residual stream, the quantized weights, the gains
- * and the shapes. Every product is still asked for after it, in order, with the host's operands.
+ * provider may run the forward in one submit from it: gpu/forward_chain.js, and with `targets`,
+ * a training step's, the whole step: gpu/step_chain.js; the CPU mirror ignores it): the first
+ * block's operand, the residual stream, the quantized weights, the gains, the shapes and the
+ * targets (null outside training). Every product is still asked for after it, in order, with
+ * the host's operands.
  */
-function forwardPlan(params, cfg, w, a, h, B) {
+function forwardPlan(params, cfg, w, a, h, B, targets) {
   const g = (name) => params.get(name);
   const layers = [...Array(cfg.layers).keys()];
   return {
     a, h, w, batch: B, heads: cfg.heads, scale: f32(1 / f32(Math.sqrt(cfg.headDim))),
     eps: cfg.normEps, width: cfg.width, hidden: cfg.hidden, vocab: cfg.vocabSize,
     layers: cfg.layers, g1: layers.map((l) => g(`h.${l}.g1`)),
-    g2: layers.map((l) => g(`h.${l}.g2`)), gf: g('gf'),
+    g2: layers.map((l) => g(`h.${l}.g2`)), gf: g('gf'), targets,
   };
 }
 
@@ -436,7 +438,7 @@ function* gradientSteps(params, cfg, x, y, batch, workspace, onGrad = () => {}) 
   const N = B * T;
   const { width: C, hidden: F, vocabSize: V } = cfg;
   const logits = ws.f32('logits', N * V);
-  const { w, caches, normf, hq } = yield* forward(ws, params, cfg, x, B, T, true, logits);
+  const { w, caches, normf, hq } = yield* forward(ws, params, cfg, x, B, T, true, logits, y);
   const loss = crossEntropy(ws, logits, y, N, V);
   const dlogits = logits;
 

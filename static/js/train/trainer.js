@@ -27,7 +27,8 @@ import { enableWasmElementwise, wasmElementwiseStatus } from '../numerics/wasmel
 import { acquireGpu } from '../gpu/device.js';
 import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
 import { ForwardChain } from '../gpu/forward_chain.js';
-import { runForwardChainGate } from '../gpu/chain_gate.js';
+import { StepChain } from '../gpu/step_chain.js';
+import { runForwardChainGate, runStepChainGate } from '../gpu/chain_gate.js';
 import { Auditor } from '../gpu/audit.js';
 import { stepProbeHash } from '../gpu/probe.js';
 import { stepTimer } from './timing.js';
@@ -208,32 +209,37 @@ export class Trainer {
   }
 
   /**
-   * The forward chain for a GPU tier (gpu/forward_chain.js): compiled and gated on this device,
-   * then used by the tier's products, per `chains` ('auto': on a real GPU only; on an emulated
-   * adapter its soft-float epilogues cost more than the round trips they save, docs/
-   * BENCHMARKS.md). `tier.chainStatus` says which and why: {used, name, reason}.
+   * The chains for a GPU tier (gpu/forward_chain.js, gpu/step_chain.js): compiled and gated on
+   * this device, then used by the tier's products, per `chains` ('auto': on a real GPU only; on
+   * an emulated adapter their soft-float epilogues cost more than the round trips they save,
+   * docs/BENCHMARKS.md). `tier.chainStatus` says which and why: {used, name, reason}. The
+   * planted-bug tests replace an epilogue through gpu/chain_gate.js, not here: `sources` only
+   * carries GEMM kernels.
    */
   async attachChain(tier) {
     const mode = this.options.chains;
-    const status = (used, reason) => { tier.chainStatus = { used, name: 'forward', reason }; };
+    const status = (used, reason) => { tier.chainStatus = { used, name: 'step', reason }; };
     if (!tier.onGpu) return status(false, 'the CPU tier has no chains');
     if (mode === 'off') return status(false, "turned off (chains: 'off')");
     if (mode === 'auto' && tier.gpu.emulated) {
       return status(false, `${tier.adapter} is emulated: its epilogues cost more than the ` +
         "round trips they save (chains: 'on' uses it anyway)");
     }
-    this.emit({ kind: 'progress', message: 'gating the forward chain' });
+    this.emit({ kind: 'progress', message: 'gating the step chain' });
     let why;
     try {
-      const chain = await ForwardChain.create(tier.gemm, { sources: this.options.sources,
-        base: this.options.kernelBase });
-      const gate = await runForwardChainGate(chain);
-      if (gate.failure === null) {
+      const base = this.options.kernelBase;
+      const chain = await ForwardChain.create(tier.gemm, { base });
+      const step = await StepChain.create(chain, { base });
+      const gates = [await runForwardChainGate(chain), await runStepChainGate(step)];
+      const failed = gates.find((g) => g.failure !== null);
+      if (!failed) {
         tier.ops.chain = chain;
-        return status(true, `every forward in one submit and one readback (${gate.passed} ` +
-          'gate cases passed)');
+        tier.ops.stepChain = step;
+        return status(true, 'every training step in one submit and one readback, every ' +
+          `forward alone in one (${gates[0].passed} + ${gates[1].passed} gate cases passed)`);
       }
-      why = `its gate failed: ${gate.failure.case}: ${gate.failure.reason}`;
+      why = `its gate failed: ${failed.failure.case}: ${failed.failure.reason}`;
     } catch (exc) {
       why = `it could not be built: ${exc.message}`;
     }
