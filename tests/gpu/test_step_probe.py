@@ -27,7 +27,7 @@ from gpu_plant import OneCellPlant
 
 ROOT = Path(__file__).resolve().parents[2]
 # Pinned: changing the step probe's definition must be a deliberate, visible edit.
-STEP_PROBE = "7c794d54a8411f24a2ff9a10ced9f370a979754f2ccffd0a98dec17118a30ec2"
+STEP_PROBE = "a3cb5679bf27de938f3229024ecaed4620b060dc524e6e7de85e3c07b738aa19"
 
 
 def _js_constant(name: str) -> str:

@@ -8,11 +8,13 @@ computing different bits and must stop (docs/KERNELS.md, "Kernel probe").
 
 The **step probe** is what peers publish after every step and compare with one reference: the
 same product's accumulator, then the block quantizations of a fixed float32 matrix (one-, two-
-and three-limb, by rows and by columns) and the cross-entropy of fixed logits, all through the
-live elementwise code, hashed together. A device whose GEMM or whose elementwise kernels (the
-browser's WebAssembly SIMD quantizer and cross-entropy) drifted publishes another step probe and
-is named. The headless peer computes both with numpy, the reference, so its elementwise part is
-the reference's on every backend.
+and three-limb, by rows and by columns), the cross-entropy of fixed logits, and the loss and
+every gradient of one training step of a fixed small model (the **probe step**, ``PROBE_MODEL``:
+every epilogue of a step chain takes part in it), all through the live code, hashed together. A
+device whose GEMM, elementwise kernels (the browser's WebAssembly SIMD quantizer and cross-
+entropy) or chain epilogues drifted publishes another step probe and is named. The headless peer
+computes the elementwise part with numpy, the reference, so that part is the reference's on
+every backend.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.model.gpt import cross_entropy
-from daisychain.model.ops import Passes
+from daisychain.model.config import ModelConfig
+from daisychain.model.gpt import cross_entropy, forward_backward
+from daisychain.model.ops import NUMPY_OPS, GemmOps, Passes
+from daisychain.model.params import Params, init_params, is_gain, param_names
 from daisychain.numerics import prng, sha256_arrays
 from daisychain.numerics.quant import FloatArray, quantize, quantize2, quantize3
 
@@ -35,6 +39,11 @@ PROBE_SHAPE = (64, 96, 80)  # M, K, N
 ELEMENTWISE_SHAPE = (24, 64)
 # The cross-entropy part's logits: N rows of V, V odd so a SIMD kernel's padded last lanes count.
 XENT_SHAPE = (8, 131)
+
+# The probe step's model: small enough to cost little on every step, and every part of a step
+# chain in it (two blocks, so a norm feeds the next block; a head of 16; an MLP of 32).
+PROBE_MODEL = ModelConfig(vocab_size=40, width=16, layers=2, heads=1, seq_len=6, batch=2,
+                          mlp_mult=2)  # fmt: skip
 
 Int8Array = npt.NDArray[np.int8]
 Int32Array = npt.NDArray[np.int32]
@@ -137,17 +146,49 @@ def elementwise_parts(
     return parts
 
 
+def probe_step_inputs() -> tuple[Params, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The probe step's parameters and tokens: the contract's init of ``PROBE_MODEL`` under
+    ``PROBE_SEED``, every gain moved off 1 (gain k, element i: 0.5 + ((5 i + 3 k) mod 9) / 8,
+    exact in float32, so a norm that drops its gain shows), and inputs and targets (B, T) from
+    PRNG words (stream (2, 5)) modulo the vocabulary."""
+    cfg = PROBE_MODEL
+    params = init_params(cfg, PROBE_SEED)
+    gains = [name for name in param_names(cfg) if is_gain(name)]
+    for k, name in enumerate(gains):
+        i = np.arange(params[name].size, dtype=np.int64)
+        params[name] = (0.5 + ((5 * i + 3 * k) % 9) / 8).astype(np.float32)
+    count = cfg.batch * cfg.seq_len
+    words = prng.bits(prng.key(PROBE_SEED, 2, 5), 2 * count) % np.uint32(cfg.vocab_size)
+    tokens = words.astype(np.int64).reshape(2, cfg.batch, cfg.seq_len)
+    return params, tokens[0], tokens[1]
+
+
+def probe_step_parts(ops: GemmOps = NUMPY_OPS) -> list[npt.NDArray[np.generic]]:
+    """What the step probe hashes last: the probe step's loss (one float32), then every
+    gradient in parameter order, computed through ``ops`` (the live ones: a GPU's step chain
+    computes the whole step with its epilogues, ``gpu.live.step_probe``)."""
+    params, x, y = probe_step_inputs()
+    loss, grads = forward_backward(params, PROBE_MODEL, x, y, ops)
+    parts: list[npt.NDArray[np.generic]] = [np.array([loss], dtype=np.float32)]
+    parts += [np.ascontiguousarray(grads[name], dtype=np.float32).ravel()
+              for name in param_names(PROBE_MODEL)]  # fmt: skip
+    return parts
+
+
 def step_probe_hash(
     matmul_int: Callable[[Int8Array, Int8Array], Int32Array],
     quantizer: Passes | None = None,
     dlogits: FloatArray | None = None,
+    step: list[npt.NDArray[np.generic]] | None = None,
 ) -> str:
     """What a peer publishes after every step: the probe product through ``matmul_int`` (the
-    live kernel) and the elementwise part through ``quantizer`` (the live quantizer, or
-    numpy's), hashed together (SHA-256 of the int32 accumulator's bytes, then every part's)."""
+    live kernel), the elementwise part through ``quantizer`` (the live quantizer, or numpy's)
+    and the probe step's parts (``step``: through the live ops; numpy's by default), hashed
+    together (SHA-256 of the int32 accumulator's bytes, then every part's)."""
     a, b = probe_operands()
     acc = np.ascontiguousarray(matmul_int(a, b), dtype=np.int32)
-    return sha256_arrays([acc, *elementwise_parts(elementwise_operand(), quantizer, dlogits)])
+    parts = elementwise_parts(elementwise_operand(), quantizer, dlogits)
+    return sha256_arrays([acc, *parts, *(probe_step_parts() if step is None else step)])
 
 
 def reference_step_probe() -> str:

@@ -10,8 +10,11 @@
 // compares with REFERENCE_STEP_PROBE: that accumulator, then the block quantizations of a fixed
 // float32 matrix (one-, two- and three-limb, by rows and by columns) through quant.js, and the
 // cross-entropy of fixed logits through xent.js, that is through the WebAssembly SIMD kernels
-// where they are installed, hashed together. A device whose elementwise kernel drifted after
-// its gate is named by it, as one whose GEMM drifted is.
+// where they are installed, then the loss and every gradient of one training step of a fixed
+// small model (the probe step, PROBE_MODEL) through the live products (a GPU tier's step chain
+// computes it with every epilogue in the training step's own submit: gpu/step_chain.js), hashed
+// together. A device whose elementwise kernel or chain epilogue drifted after its gate is named
+// by it, as one whose GEMM drifted is.
 
 import { bits, key } from '../numerics/prng.js';
 import { sha256Arrays } from '../numerics/hash.js';
@@ -19,6 +22,10 @@ import {
   quantize2Cols, quantize2Rows, quantize3Cols, quantize3Rows, quantizeCols, quantizeRows,
 } from '../numerics/quant.js';
 import { crossEntropy } from '../numerics/xent.js';
+import { modelConfig } from '../model/config.js';
+import { initParams, isGain, paramNames } from '../model/params.js';
+import { forwardBackwardAsync, Workspace } from '../model/gpt.js';
+import { CPU_OPS } from '../model/ops.js';
 
 export const PROBE_SEED = 0x9b0be;
 export const PROBE_SHAPE = [64, 96, 80]; // M, K, N
@@ -30,7 +37,7 @@ export const ELEMENTWISE_SHAPE = [24, 64];
 // The cross-entropy part's logits: N rows of V, V odd so a SIMD kernel's padded lanes count.
 export const XENT_SHAPE = [8, 131];
 export const REFERENCE_STEP_PROBE =
-  '7c794d54a8411f24a2ff9a10ced9f370a979754f2ccffd0a98dec17118a30ec2';
+  'a3cb5679bf27de938f3229024ecaed4620b060dc524e6e7de85e3c07b738aa19';
 
 function draw(stream, n) {
   const words = bits(key(PROBE_SEED, 2, stream), n);
@@ -121,11 +128,53 @@ export function elementwiseParts(x) {
   return parts;
 }
 
+// The probe step's model (probe.py PROBE_MODEL): two blocks, a head of 16, an MLP of 32.
+export const PROBE_MODEL = modelConfig({ vocabSize: 40, width: 16, layers: 2, heads: 1,
+  seqLen: 6, batch: 2, mlpMult: 2 });
+
+/**
+ * The probe step's parameters and tokens, as probe.py's probe_step_inputs: the contract's init
+ * under PROBE_SEED, gain k's element i set to 0.5 + ((5 i + 3 k) mod 9) / 8, and inputs and
+ * targets from PRNG words (stream (2, 5)) modulo the vocabulary.
+ */
+export function probeStepInputs() {
+  const cfg = PROBE_MODEL;
+  const params = initParams(cfg, PROBE_SEED);
+  let k = 0;
+  for (const name of paramNames(cfg)) {
+    if (!isGain(name)) continue;
+    const g = params.get(name);
+    for (let i = 0; i < g.length; i++) g[i] = 0.5 + ((5 * i + 3 * k) % 9) / 8;
+    k += 1;
+  }
+  const count = cfg.batch * cfg.seqLen;
+  const words = bits(key(PROBE_SEED, 2, 5), 2 * count);
+  const token = (w) => (w >>> 0) % cfg.vocabSize;
+  return {
+    params,
+    x: Int32Array.from(words.subarray(0, count), token),
+    y: Int32Array.from(words.subarray(count), token),
+  };
+}
+
+/**
+ * The probe step's loss (one float32) and every gradient in parameter order, through `ops` (a
+ * product provider: the tier's own where a step chain computes the step, the CPU mirror
+ * otherwise).
+ */
+export async function probeStepParts(ops = CPU_OPS) {
+  const { params, x, y } = probeStepInputs();
+  const r = await forwardBackwardAsync(params, PROBE_MODEL, x, y,
+    { workspace: new Workspace(), ops });
+  return [Float32Array.of(r.loss), ...paramNames(PROBE_MODEL).map((n) => r.grads.get(n))];
+}
+
 /**
  * What a peer publishes after every step: the probe product through `gemm.matmulInt` (the live
- * kernel) and the elementwise part through quant.js's installed kernel, hashed together.
+ * kernel), the elementwise part through quant.js's installed kernel and the probe step through
+ * `ops` (the CPU mirror by default), hashed together.
  */
-export async function stepProbeHash(gemm) {
+export async function stepProbeHash(gemm, { ops = CPU_OPS } = {}) {
   const [m, k, n] = PROBE_SHAPE;
   const { a, b } = probeOperands();
   // A step chain computed the product in the step's own submit (gpu/step_chain.js): taken once.
@@ -133,5 +182,6 @@ export async function stepProbeHash(gemm) {
   gemm.pendingProbe = null;
   const out = pending ?? (await gemm.matmulInt(a, b, m, k, n));
   const acc = out instanceof Int32Array ? out : Int32Array.from(out); // int32 bytes, as probe.py
-  return sha256Arrays([acc, ...elementwiseParts(elementwiseOperand())]);
+  const parts = elementwiseParts(elementwiseOperand());
+  return sha256Arrays([acc, ...parts, ...(await probeStepParts(ops))]);
 }

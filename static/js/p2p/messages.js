@@ -24,7 +24,7 @@ import { MAX_GLOBAL_BATCH } from './shares.js';
 export { MAX_GLOBAL_BATCH };
 // The versions a peer states in `hello` (daisychain/p2p/versions.py; docs/PROTOCOL.md
 // "Version handshake"): the data-channel protocol's and the numerical contract's.
-export const DATA_PROTOCOL_VERSION = 4;
+export const DATA_PROTOCOL_VERSION = 5;
 export { CONTRACT_VERSION };
 export const MAX_MESSAGE_BYTES = 16 * 1024;
 export const MAX_ROSTER = 64;
