@@ -39,6 +39,8 @@ async ([forwardSources, stepSources]) => {
   const forwardGate = await gates.runForwardChainGate(chain);
   const stepGate = await gates.runStepChainGate(step);
   const cfg = M.preset('tiny');
+  const count = (r) => r && { answered: r.answered, expected: r.expected.length,
+    dropped: r.dropped };
   const train = async (ops) => {
     const state = M.init(cfg, {}, 1);
     const tokens = new Int32Array(50000);
@@ -49,12 +51,23 @@ async ([forwardSources, stepSources]) => {
     const r = await forwardBackwardAsync(state.params, cfg, x, y,
       { workspace: new Workspace(), ops });
     const readbacks = gemm.products - products + chain.runs - runs[0] + step.runs - runs[1];
-    const probe = await stepProbeHash(gemm); // the chain's product, taken once: no readback
+    const replays = [count(ops.replay), count(ops.backReplay)];
+    // the step probe: with the chains, its product and its probe step come from the step's own
+    // submit (no readback of its own); without them, the GEMM and the CPU mirror compute it
+    let probe;
+    try {
+      probe = await stepProbeHash(gemm, { ops: ops.stepChain ? ops : CPU_OPS });
+    } catch (exc) {
+      probe = `${exc.name}: ${exc.message}`;
+    }
+    const probeReadbacks = gemm.products - products + chain.runs - runs[0] + step.runs -
+      runs[1] - readbacks;
     const bits = [...r.grads.values()].map((g) => [...new Uint32Array(g.buffer, g.byteOffset,
       g.length)]);
     // products: the step's own and the probe's
     return { loss: r.loss, bits, products: gemm.products - products, stepRuns: step.runs - runs[1],
-      readbacks, probe };
+      readbacks, probe, probeReadbacks, replays,
+      probeReplays: [count(ops.replay), count(ops.backReplay)] };
   };
   const cpu = await train(CPU_OPS);
   const plain = await train(productOps(gemm));
@@ -68,15 +81,15 @@ async ([forwardSources, stepSources]) => {
   }
   const same = (a, b) => a !== null && a.loss === b.loss &&
     JSON.stringify(a.bits) === JSON.stringify(b.bits);
-  const count = (r) => r && { answered: r.answered, expected: r.expected.length,
-    dropped: r.dropped };
   return {
     adapter: gpu.adapterName, cases: gates.GATE_CASES.length, forwardGate, stepGate,
     plain: { products: plain.products, readbacks: plain.readbacks, same: same(plain, cpu),
-      probe: plain.probe },
+      probe: plain.probe, probeReadbacks: plain.probeReadbacks },
     chained: chained && { products: chained.products, readbacks: chained.readbacks,
-      stepRuns: chained.stepRuns, same: same(chained, cpu), probe: chained.probe },
-    forward: count(ops.replay), backward: count(ops.backReplay), error,
+      stepRuns: chained.stepRuns, same: same(chained, cpu), probe: chained.probe,
+      probeReadbacks: chained.probeReadbacks },
+    forward: chained?.replays[0], backward: chained?.replays[1], error,
+    probeReplays: chained?.probeReplays,
     chainAfter: ops.stepChain === null ? null : ops.stepChain.name, layers: cfg.layers,
   };
 }
@@ -131,10 +144,17 @@ async def test_a_tiny_step_in_one_readback_gives_the_mirrors_bits_and_probe() ->
                                   "dropped": None}  # fmt: skip
     assert chained["stepRuns"] == 1 and chained["readbacks"] == 1
     assert plain["readbacks"] == 3 * forward
-    # the published step probe: the reference's, its product from the step's own submit (no
-    # product of its own, where the plain step's probe makes one)
+    # the published step probe: the reference's, its product and its probe step (every
+    # epilogue on the probe model's inputs) from the step's own submit, where the plain step's
+    # probe makes a product of its own
     assert chained["probe"] == plain["probe"] == reference_step_probe()
-    assert chained["products"] == 0 and plain["products"] == 3 * forward + 1
+    assert chained["products"] == 0 and chained["probeReadbacks"] == 0
+    assert plain["products"] == 3 * forward + 1 and plain["probeReadbacks"] == 1
+    probe_forward = 6 * 2 + 1  # the probe model's two blocks: every product replayed
+    assert result["probeReplays"] == [
+        {"answered": probe_forward, "expected": probe_forward, "dropped": None},
+        {"answered": 2 * probe_forward, "expected": 2 * probe_forward, "dropped": None},
+    ]
 
 
 async def test_the_pages_gates_refuse_a_planted_merge_and_a_planted_softmax_backward() -> None:
@@ -172,3 +192,17 @@ async def test_a_bug_only_at_the_training_shape_stops_the_step_and_drops_the_cha
     # block 1's MLP norm is the first to add the residual; the wo pair reads its output
     assert result["error"].startswith("ChainMismatch: step chain: block 1 wo's gradient limb 0")
     assert result["chainAfter"] is None  # the chains are not used again
+
+
+async def test_a_bug_only_at_the_probe_models_shape_stops_the_probe_not_the_step() -> None:
+    # the probe model's N = 2 x 6 = 12 tokens: neither the gates' nor tiny's
+    merge = planted("merge_epilogue", _SCALE, _SCALE.replace("p_e + v_e", "p_e + v_e + "
+                                                              "i32(mg.m == 12u)"))  # fmt: skip
+    result = await run_page({"merge": merge}, {})
+    cases = result["cases"]
+    assert result["forwardGate"] == result["stepGate"] == {"passed": cases, "failure": None}
+    chained = result["chained"]
+    assert chained is not None and chained["same"], result["error"]
+    # the training step's bits are right; the probe step, recorded in its submit, is refused
+    assert chained["probe"].startswith("ChainMismatch: forward chain: block 0 output"), chained
+    assert result["chainAfter"] is None

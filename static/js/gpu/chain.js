@@ -117,6 +117,11 @@ export class Outputs {
     if (start === undefined) throw new Error(`chain output ${name} was not recorded`);
     return new Type(this.bytes.buffer, start, this.sizes.get(name) / Type.BYTES_PER_ELEMENT);
   }
+
+  /** The outputs a Recording.scoped(prefix) recorded, by their names without the prefix. */
+  scoped(prefix) {
+    return { words: (name, Type) => this.words(prefix + name, Type) };
+  }
 }
 
 /**
@@ -155,6 +160,24 @@ export class Recording {
 
   dispatch(kernel, bindings, groups) {
     this.steps.push([kernel, bindings, groups]);
+  }
+
+  /**
+   * The same recording under names that start with `prefix`: a second chain recorded into the
+   * same submit (the probe step beside the training step, gpu/step_chain.js) with the first
+   * one's layouts and names; read it back with Outputs.scoped(prefix).
+   */
+  scoped(prefix) {
+    const rec = this;
+    return {
+      gpu: rec.gpu,
+      pool: rec.pool,
+      get steps() { return rec.steps; },
+      upload: (name, array, kind) => rec.upload(prefix + name, array, kind),
+      scratch: (name, size) => rec.scratch(prefix + name, size),
+      output: (name, size) => rec.output(prefix + name, size),
+      dispatch: (kernel, bindings, groups) => rec.dispatch(kernel, bindings, groups),
+    };
   }
 
   /** One encoder, one compute pass of every dispatch in order, the copies, one readback. */

@@ -24,7 +24,7 @@ import {
 import { crossEntropy } from '../numerics/xent.js';
 import { modelConfig } from '../model/config.js';
 import { initParams, isGain, paramNames } from '../model/params.js';
-import { forwardBackwardAsync, Workspace } from '../model/gpt.js';
+import { forwardBackwardAsync, stepPlan, Workspace } from '../model/gpt.js';
 import { CPU_OPS } from '../model/ops.js';
 
 export const PROBE_SEED = 0x9b0be;
@@ -155,6 +155,18 @@ export function probeStepInputs() {
     x: Int32Array.from(words.subarray(0, count), token),
     y: Int32Array.from(words.subarray(count), token),
   };
+}
+
+let probePlan = null;
+/** The probe step's plan (gpt.js stepPlan), made once: what a step chain records beside every
+ * training step (gpu/step_chain.js), and what the probe step's own plan must equal to be
+ * answered from it. Its arrays are this module's: nothing else computes in its workspace. */
+export function probeStepPlan() {
+  if (probePlan === null) {
+    const { params, x, y } = probeStepInputs();
+    probePlan = stepPlan(params, PROBE_MODEL, x, y);
+  }
+  return probePlan;
 }
 
 /**

@@ -39,6 +39,7 @@ export const STEP_EPILOGUES = Object.freeze({
   transpose: ['transpose_pack', ['uniform', 'read', 'write']],
 });
 
+const PROBE_STEP = 'probe.step.'; // the probe step's names in a training step's recording
 const cdiv = (a, b) => Math.ceil(a / b);
 const pow2At = (n) => { let w = 1; while (w < n) w *= 2; return w; };
 const grid64 = (count) => {
@@ -79,7 +80,7 @@ class Recorder {
       f.perSlice ? per : 0, stride, kw, width, blocks, f.at, f.step, 0, 0, 0]), 'uniform');
     rec.dispatch(this.chain.kernels.limbs, [span(params, 0, 64), g, f.buf, out, status],
       rowsGrid(blocks));
-    return { out, stride };
+    return { out, stride, status };
   }
 
   pair(name, g, shape, src) {
@@ -107,8 +108,7 @@ class Recorder {
       }
     }
     return { name, slices, m, n, limbs, k: src.k, k2: src.k2, accA, accB,
-      rowsStatus: rec.owned.get(name + '.rows_status'),
-      colsStatus: rec.owned.get(name + '.cols_status') };
+      rowsStatus: rows.status, colsStatus: cols.status };
   }
 
   combine(name, pair, [slices, m, k], mode, { out = null, place = [0, 0, 0, 0, 0, 0],
@@ -272,10 +272,35 @@ export class StepChain {
       widest <= limit;
   }
 
-  /** The forward, the cross-entropy's gradient, the backward and the kernel probe's product
-   * of `plan` (with its targets): one submit, one readback. */
-  async run(plan) {
+  /**
+   * The forward, the cross-entropy's gradient, the backward and the kernel probe's product of
+   * `plan` (with its targets), and with `probeStep` (the probe step's plan, gpu/probe.js) that
+   * whole step too: one submit, one readback. Resolves to {forward, backward, probe,
+   * probeStep: {forward, backward} | null}.
+   */
+  async run(plan, probeStep = null) {
     const rec = new Recording(this.gemm.gpu, this.gemm.pool);
+    const made = this.record(rec, plan);
+    const probeMade = probeStep === null ? null : this.record(rec.scoped(PROBE_STEP), probeStep);
+    const [pm, pk, pn] = PROBE_SHAPE;
+    const { a, b } = probeOperands();
+    const probe = rec.output('probe', pm * pn * 4);
+    new Recorder(this, rec).product('probe.params', pm, pn, pk,
+      rec.upload('probe.a', packKMajor(a, 0, pm, pk, false)),
+      rec.upload('probe.b', packKMajor(b, 0, pn, pk, true)), probe);
+    const out = await rec.run();
+    this.runs += 1;
+    this.dispatches += rec.steps.length;
+    return {
+      ...made.read(out),
+      probe: out.words('probe', Int32Array).slice(),
+      probeStep: probeMade === null ? null : probeMade.read(out.scoped(PROBE_STEP)),
+    };
+  }
+
+  /** One training step's dispatches into `rec` (a Recording or a scoped one); returns how to
+   * read its outputs. */
+  record(rec, plan) {
     const fw = this.forward.record(rec, plan);
     const { n, c, f, vocab } = fw;
     const { w, eps, batch, heads, scale } = plan;
@@ -290,20 +315,15 @@ export class StepChain {
     const r = new Recorder(this, rec);
     const back = recordBackward(r, src, { n, c, f, vocab, t, heads, hd: c / heads,
       slices: batch * heads, scale });
-    const [pm, pk, pn] = PROBE_SHAPE;
-    const { a, b } = probeOperands();
-    const probe = rec.output('probe', pm * pn * 4);
-    r.product('probe.params', pm, pn, pk, rec.upload('probe.a', packKMajor(a, 0, pm, pk, false)),
-      rec.upload('probe.b', packKMajor(b, 0, pn, pk, true)), probe);
-    const out = await rec.run();
-    this.runs += 1;
-    this.dispatches += rec.steps.length;
-    const pairs = back.pairs.map((mine) => Object.fromEntries(
-      BLOCK_PAIRS.map((name) => [name, readPair(out, mine[name])])));
     return {
-      forward: fw.read(out),
-      backward: { logits: readPair(out, back.logits), blocks: pairs },
-      probe: out.words('probe', Int32Array).slice(),
+      read: (out) => ({
+        forward: fw.read(out),
+        backward: {
+          logits: readPair(out, back.logits),
+          blocks: back.pairs.map((mine) => Object.fromEntries(
+            BLOCK_PAIRS.map((name) => [name, readPair(out, mine[name])]))),
+        },
+      }),
     };
   }
 

@@ -352,6 +352,23 @@ function forwardPlan(params, cfg, w, a, h, B, targets) {
 }
 
 /**
+ * A training step's plan (forwardPlan, with its targets) without the step: the model runs up to
+ * the plan and stops there. The plan's arrays live in `workspace` (a fresh one by default) and
+ * stay valid until that workspace computes again. gpu/probe.js takes the probe step's plan this
+ * way, for a step chain that records the probe step beside every training step.
+ */
+export function stepPlan(params, cfg, x, y, { batch = cfg.batch, workspace } = {}) {
+  const steps = gradientSteps(params, cfg, x, y, batch, workspace ?? new Workspace());
+  for (let r = steps.next(); !r.done; r = steps.next(null)) {
+    if (r.value.op === 'plan') {
+      steps.return();
+      return r.value.args[0];
+    }
+  }
+  throw new Error('the model made no plan');
+}
+
+/**
  * Logits for tokens x (B * T ids, (b, t) order): a fresh Float32Array (B * T * V), row-major
  * (B, T, V). The same forward path as training.
  */

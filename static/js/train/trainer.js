@@ -414,7 +414,10 @@ export class Trainer {
    * tier) and the quantizer installed in this worker (gpu/probe.js stepProbeHash).
    */
   probe() {
-    return this.onTier((tier) => stepProbeHash(tier.gemm));
+    // With the chains in use, the probe step is the one the training step's submit computed
+    // (every epilogue takes part); otherwise the CPU mirror computes it.
+    return this.onTier((tier) => stepProbeHash(tier.gemm,
+      { ops: tier.ops.stepChain ? tier.ops : CPU_OPS }));
   }
 
   exportState() {
