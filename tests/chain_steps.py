@@ -50,5 +50,5 @@ class Wrong:
         self.chain, self.name, self.path = chain, chain.name, path
         self.fits = chain.fits
 
-    def run(self, *args: Any) -> Any:
-        return changed(self.chain.run(*args), self.path)
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return changed(self.chain.run(*args, **kwargs), self.path)

@@ -107,9 +107,12 @@ def test_a_step_through_the_step_chain_makes_one_readback(gpu: GpuDevice) -> Non
     assert one[0] == two[0] == one_tiny_step(None)[0]
     assert (two[1].readbacks, one[1].readbacks) == (2, 1)  # tiny (docs/BENCHMARKS.md)
     assert one[1].submits == 1
-    # the cross-entropy, the transposes, the kernel probe's product and its matrix's limbs
-    assert one[1].dispatches == two[1].dispatches + 10 + 8 * preset("tiny").layers
-    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 88
+    # the cross-entropy, the transposes, the kernel probe's product and its matrix's limbs, and
+    # the whole probe step (its products and epilogues: 167)
+    probe_step = gpu_backend.probe_step_dispatches()
+    assert probe_step == 167
+    assert one[1].dispatches == two[1].dispatches + 10 + 8 * preset("tiny").layers + probe_step
+    assert gpu_backend.epilogue_dispatches(gemm, preset("tiny").layers) == 88 + probe_step
 
 
 def test_early_gradients_keep_the_one_readback_and_the_bits(gpu: GpuDevice) -> None:
@@ -202,6 +205,41 @@ def test_a_peers_step_and_its_probe_make_one_readback(gpu: GpuDevice) -> None:
         training.train_step(state, x, y)
         gemm.step_probe = changed(gemm.step_probe, path)
         assert step_probe(backend) != reference_step_probe(), path
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("probe_step.0.blocks.1.o.q8", "merge epilogue's operand differs"),
+        ("probe_step.0.blocks.0.qkv.p8", "operand differs"),
+        ("probe_step.1.blocks.0.qk.rows8", "limbs epilogue's operand differs"),
+        ("probe_step.1.logits.acc_a", "live audit failed"),
+    ],
+)
+def test_the_probe_step_rides_in_the_steps_submit_and_a_wrong_value_stops_the_probe(
+    gpu: GpuDevice, path: str, message: str
+) -> None:
+    """The probe step (``gpu.probe.PROBE_MODEL``) is recorded beside the training step: the
+    step probe takes it from there with no readback of its own (every epilogue on the probe
+    model's inputs, the same hash), and one value wrong in it, where the training step's own
+    values are right, stops the probe, not the step."""
+    from daisychain.gpu.live import step_probe
+    from daisychain.gpu.probe import reference_step_probe
+
+    gemm = _attached(gpu)
+    assert attach_step_chain(gemm) is None
+    backend = Backend(gemm, "test")
+    digest, counts = one_tiny_step(gemm)
+    assert digest == one_tiny_step(None)[0] and counts.readbacks == 1
+    assert getattr(gemm, "probe_step", None) is not None
+    ROUND_TRIPS.reset()
+    assert step_probe(backend) == reference_step_probe()
+    assert ROUND_TRIPS.snapshot().readbacks == 0 and gemm.probe_step is None
+    gemm.step = Wrong(gemm.step, path)
+    digest, _ = one_tiny_step(gemm)
+    assert digest == one_tiny_step(None)[0]  # the training step's bits are right
+    with pytest.raises(KernelAuditError, match=message):
+        step_probe(backend)
 
 
 def test_the_chains_hold_tiny_and_small_and_refuse_what_their_epilogues_cannot_hold() -> None:

@@ -28,7 +28,7 @@ from daisychain.gpu.gates import IntGemm, run_gemm_gates, run_quantize_gates
 from daisychain.gpu.gemm import GemmKind, GpuGemm, Int8Array, Int32Array
 from daisychain.gpu.mlp_chain import MlpChain, run_mlp_chain_gates
 from daisychain.gpu.pool import BufferPool
-from daisychain.gpu.probe import probe_hash, reference_probe_hash
+from daisychain.gpu.probe import PROBE_MODEL, probe_hash, reference_probe_hash
 from daisychain.gpu.qkv_chain import QkvChain, run_qkv_chain_gates
 from daisychain.gpu.quantize import GpuQuantize
 from daisychain.gpu.step_chain import EPILOGUES as STEP_EPILOGUES
@@ -156,7 +156,8 @@ def epilogue_dispatches(gemm: object, layers: int) -> int:
     one per block each for the MLP, attention, block and qkv chains, two more per block for the
     forward chain (the merge, the norm after the MLP), the backward chain's, and the step
     chain's (the cross-entropy, the transposes of the forward's operands, and the kernel probe's
-    product, which the step computes for the peer's probe)."""
+    product, which the step computes for the peer's probe, with the whole probe step:
+    ``probe_step_dispatches``)."""
 
     def used(attr: str) -> bool:
         return getattr(gemm, attr, None) is not None
@@ -166,9 +167,24 @@ def epilogue_dispatches(gemm: object, layers: int) -> int:
     first = BACKWARD_EPILOGUES[0] if used("backward") else 0
     per_block += BACKWARD_EPILOGUES[1] if used("backward") else 0
     if used("step"):
-        first += STEP_EPILOGUES[0]
+        first += STEP_EPILOGUES[0] + probe_step_dispatches()
         per_block += STEP_EPILOGUES[1]
     return first + layers * per_block
+
+
+def probe_step_dispatches() -> int:
+    """What the step chain records for the probe step beside every training step (``gpu.probe``
+    ``PROBE_MODEL``): the whole step's GEMM slices (per block the qkv, output and MLP products,
+    the scores and ``P v`` per head of the batch, their backward pairs in two limbs; the logits
+    product and its pair in three) and its epilogues (per block the four block chains', the
+    forward chain's two, the backward's and the transposes; the cross-entropy, the final
+    operand's transpose and the backward's first)."""
+    cfg = PROBE_MODEL
+    slices, layers = cfg.batch * cfg.heads, cfg.layers
+    gemms = 1 + 2 * 3 + layers * ((4 + 2 * slices) + 2 * 2 * (4 + 2 * slices))
+    per_block = 4 + FORWARD_EPILOGUES + BACKWARD_EPILOGUES[1] + STEP_EPILOGUES[1]
+    epilogues = 2 + BACKWARD_EPILOGUES[0] + layers * per_block
+    return gemms + epilogues
 
 
 def attach_mlp_chain(gemm: GpuGemm, source: str | None = None) -> str | None:

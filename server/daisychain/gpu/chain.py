@@ -92,6 +92,15 @@ class Outputs:
         start = self._offsets[name]
         return self._raw[start : start + self._sizes[name]].view(dtype)
 
+    def scoped(self, prefix: str) -> Outputs:
+        """The outputs a ``Recording.scoped(prefix)`` recorded, by their names without it."""
+        names = [n for n in self._offsets if n.startswith(prefix)]
+        return Outputs(
+            self._raw,
+            {n[len(prefix) :]: self._offsets[n] for n in names},
+            {n[len(prefix) :]: self._sizes[n] for n in names},
+        )
+
 
 def run_and_read(
     gpu: Any, pool: Any, steps: Sequence[Step], bufs: dict[str, Any], sizes: dict[str, int]
@@ -155,6 +164,32 @@ class Recording:
 
     def run(self) -> Outputs:
         return run_and_read(self.gpu, self.pool, self.steps, self.owned, self.sizes)
+
+    def scoped(self, prefix: str) -> Recording:
+        """This recording under names that start with ``prefix``: a second chain recorded into
+        the same submit with the first one's layouts and names (the probe step beside a training
+        step, ``step_chain.StepChain.run``); read it back with ``Outputs.scoped(prefix)``."""
+        return _Scoped(self, prefix)
+
+
+class _Scoped(Recording):
+    """A ``Recording``'s view whose names carry a prefix (``Recording.scoped``)."""
+
+    def __init__(self, parent: Recording, prefix: str) -> None:
+        self.gpu, self.pool, self._parent, self._prefix = parent.gpu, parent.pool, parent, prefix
+        self.owned, self.sizes, self.steps = parent.owned, parent.sizes, parent.steps
+
+    def upload(self, name: str, array: npt.NDArray[Any], *, uniform: bool = False) -> Any:
+        return self._parent.upload(self._prefix + name, array, uniform=uniform)
+
+    def scratch(self, name: str, size: int) -> Any:
+        return self._parent.scratch(self._prefix + name, size)
+
+    def output(self, name: str, size: int) -> Any:
+        return self._parent.output(self._prefix + name, size)
+
+    def run(self) -> Outputs:
+        raise RuntimeError("a scoped recording runs with the recording it is part of")
 
 
 def slot(values: Sequence[int]) -> npt.NDArray[np.uint32]:

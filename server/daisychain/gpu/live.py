@@ -14,6 +14,7 @@ kernel drifted is named, not just detected.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Literal, Protocol, cast
@@ -35,8 +36,9 @@ from daisychain.gpu.backward_chain import (
 )
 from daisychain.gpu.forward_chain import BlockWeights, ForwardChainOut, GpuOperand
 from daisychain.gpu.gates import IntGemm
-from daisychain.gpu.probe import step_probe_hash
+from daisychain.gpu.probe import probe_step_parts, probe_step_plan, same_plan, step_probe_hash
 from daisychain.gpu.replay import BackwardReplay, ForwardReplay, Inputs
+from daisychain.gpu.step_chain import StepInputs
 from daisychain.model.ops import (
     NUMPY_OPS,
     BackwardPlan,
@@ -216,40 +218,37 @@ class AuditedBatchedMatmul:
         checked against the host's when it is taken, as if it had just been computed. A shape
         the chain cannot hold leaves every call to compute as before."""
         self._replay, self._back, self._pending_back = None, None, None
+        pending = getattr(self.gemm, "probe_step", None)
+        self.gemm.probe_step = None  # type: ignore[attr-defined]  # taken once, or dropped
+        if pending is not None and same_plan(plan, pending[0]):
+            # the probe step, recorded in the last training step's submit: no run of its own
+            self._replay, self._pending_back = pending[1], pending[2]
+            return
         chain = self.gemm.forward  # type: ignore[attr-defined]
-        a, a_e, a8 = plan.a
-        n, c = a.shape
+        n, c = plan.a[0].shape
         f, vocab = plan.w1[0][0].shape[1], plan.wte[0].shape[0]
         if n % plan.batch or not chain.fits(n, c, f, plan.heads, n // plan.batch, vocab):
             return
-        blocks = tuple(
-            BlockWeights(
-                int8_operand(wqkv[0], wqkv[2]), wqkv[1].reshape(-1), int8_operand(wo[0], wo[2]),
-                wo[1].reshape(-1), int8_operand(w1[0], w1[2]), w1[1].reshape(-1),
-                int8_operand(w2[0], w2[2]), w2[1].reshape(-1), g1, g2,
-            )
-            for wqkv, wo, w1, w2, g1, g2 in zip(
-                plan.wqkv, plan.wo, plan.w1, plan.w2, plan.g1, plan.g2, strict=True
-            )
-        )  # fmt: skip
-        a8 = int8_operand(a, a8)
-        wte8 = int8_operand(plan.wte[0], plan.wte[2])
-        zeros = np.zeros(n, np.uint32)
-        first = GpuOperand(a8, a_e.reshape(n, 1).astype(np.int32), zeros, zeros)
+        inputs, first = _step_inputs(plan)
         step = getattr(self.gemm, "step", None) if plan.targets is not None else None
         if step is not None and step.fits(n, c, f, plan.heads, n // plan.batch, vocab):
-            # the whole step: the backward's pairs wait for the backward (``backward``)
-            got = step.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.wte[1],
-                           plan.batch, plan.heads, plan.scale, plan.targets)  # fmt: skip
-            self._replay = ForwardReplay(got.forward, Inputs(first, blocks, wte8))
+            # the whole step: the backward's pairs wait for the backward (``backward``); the
+            # probe step (``gpu.probe``) in the same submit, for the step probe that follows
+            probe_plan = probe_step_plan()
+            probe, probe_first = _step_inputs(probe_plan)
+            got = step.run(*astuple_shallow(inputs), probe_step=probe)
+            self._replay, self._pending_back = _replays(got.forward, got.backward, inputs, first)
             self.gemm.step_probe = got  # type: ignore[attr-defined]  # (``step_probe``)
-            self._pending_back = BackwardReplay(
-                got.backward, _made_operands(got.forward, first, blocks, wte8, plan.wte[1])
-            )
+            if got.probe_step is not None:
+                forward, backward = got.probe_step
+                self.gemm.probe_step = (  # type: ignore[attr-defined]
+                    probe_plan,
+                    *_replays(forward, backward, probe, probe_first),
+                )
             return
-        out = chain.run(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.batch,
-                        plan.heads, plan.scale)  # fmt: skip
-        self._replay = ForwardReplay(out, Inputs(first, blocks, wte8))
+        out = chain.run(inputs.a8, inputs.a_e, plan.h, inputs.blocks, plan.gf, plan.eps,
+                        inputs.wte8, plan.batch, plan.heads, plan.scale)  # fmt: skip
+        self._replay = ForwardReplay(out, Inputs(first, inputs.blocks, inputs.wte8))
 
     def backward(self, plan: BackwardPlan) -> None:
         """Run the whole backward of ``plan`` through the GEMM's backward chain (``gpu.
@@ -540,6 +539,47 @@ def _softmax_differs(
     return result
 
 
+def _step_inputs(plan: ForwardPlan) -> tuple[StepInputs, GpuOperand]:
+    """What a step (or forward) chain records from ``plan``, and the first block's operand as
+    the replays check it."""
+    a, a_e, a8 = plan.a
+    n = a.shape[0]
+    blocks = tuple(
+        BlockWeights(
+            int8_operand(wqkv[0], wqkv[2]), wqkv[1].reshape(-1), int8_operand(wo[0], wo[2]),
+            wo[1].reshape(-1), int8_operand(w1[0], w1[2]), w1[1].reshape(-1),
+            int8_operand(w2[0], w2[2]), w2[1].reshape(-1), g1, g2,
+        )
+        for wqkv, wo, w1, w2, g1, g2 in zip(
+            plan.wqkv, plan.wo, plan.w1, plan.w2, plan.g1, plan.g2, strict=True
+        )
+    )  # fmt: skip
+    a8 = int8_operand(a, a8)
+    wte8 = int8_operand(plan.wte[0], plan.wte[2])
+    zeros = np.zeros(n, np.uint32)
+    first = GpuOperand(a8, a_e.reshape(n, 1).astype(np.int32), zeros, zeros)
+    targets = plan.targets if plan.targets is not None else np.zeros(n, np.int64)
+    inputs = StepInputs(a8, a_e, plan.h, blocks, plan.gf, plan.eps, wte8, plan.wte[1],
+                        plan.batch, plan.heads, plan.scale, targets)  # fmt: skip
+    return inputs, first
+
+
+def astuple_shallow(inputs: StepInputs) -> tuple[Any, ...]:
+    """``inputs``' fields in order, not copied (``dataclasses.astuple`` would deep-copy)."""
+    return tuple(getattr(inputs, f.name) for f in dataclasses.fields(inputs))
+
+
+def _replays(
+    forward: ForwardChainOut, backward: Any, inputs: StepInputs, first: GpuOperand
+) -> tuple[ForwardReplay, BackwardReplay]:
+    """A step chain run's replays: the forward's products, then the backward's pairs."""
+    made = Inputs(first, inputs.blocks, inputs.wte8)
+    wte_e = np.asarray(inputs.wte_e, dtype=np.int32)
+    return ForwardReplay(forward, made), BackwardReplay(
+        backward, _made_operands(forward, first, inputs.blocks, inputs.wte8, wte_e)
+    )
+
+
 def _made_operands(
     fw: ForwardChainOut,
     first: GpuOperand,
@@ -652,7 +692,12 @@ def step_probe(backend: Backend, passes: Passes | Literal["proven"] | None = "pr
         return step.probe  # type: ignore[no-any-return]  # the probe's own operands, in the step
 
     limbs = cast(Passes, _StepLimbs(step.probe_limbs))
-    return step_probe_hash(computed, limbs, step.probe_dlogits)
+    # The probe step through the live ops: its plan meets the run the training step's submit
+    # made of it (``AuditedBatchedMatmul.forward``), so every epilogue takes part with no
+    # readback of its own; where there was none, numpy's
+    made = probe_step_parts(training_ops(backend, background=False, passes=passes)) if getattr(
+        gemm, "probe_step", None) is not None else None  # fmt: skip
+    return step_probe_hash(computed, limbs, step.probe_dlogits, made)
 
 
 class _StepLimbs:

@@ -19,15 +19,17 @@ every backend.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.gpt import cross_entropy, forward_backward
-from daisychain.model.ops import NUMPY_OPS, GemmOps, Passes
+from daisychain.model.ops import NUMPY_OPS, ForwardPlan, GemmOps, NumpyOps, Passes
 from daisychain.model.params import Params, init_params, is_gain, param_names
 from daisychain.numerics import prng, sha256_arrays
 from daisychain.numerics.quant import FloatArray, quantize, quantize2, quantize3
@@ -173,6 +175,59 @@ def probe_step_parts(ops: GemmOps = NUMPY_OPS) -> list[npt.NDArray[np.generic]]:
     parts += [np.ascontiguousarray(grads[name], dtype=np.float32).ravel()
               for name in param_names(PROBE_MODEL)]  # fmt: skip
     return parts
+
+
+class _Planned(Exception):
+    """The model reached its plan (``_PlanOnly``)."""
+
+    def __init__(self, plan: ForwardPlan) -> None:
+        super().__init__("planned")
+        self.plan = plan
+
+
+class _PlanOnly(NumpyOps):
+    """The reference's products, stopping the model at its forward's plan."""
+
+    def forward_chain(self, plan: ForwardPlan) -> None:
+        raise _Planned(plan)
+
+
+@functools.cache
+def probe_step_plan() -> ForwardPlan:
+    """The probe step's plan (``GemmOps.forward_chain``), made once: what a step chain records
+    beside every training step, and what the probe step's own plan must equal to be answered
+    from it (``same_plan``). Its arrays are this module's: nothing changes them."""
+    params, x, y = probe_step_inputs()
+    try:
+        forward_backward(params, PROBE_MODEL, x, y, _PlanOnly())
+    except _Planned as planned:
+        return planned.plan
+    raise RuntimeError("the probe model made no plan")
+
+
+def same_plan(p: ForwardPlan, q: ForwardPlan) -> bool:
+    """Whether two plans are the same forward: every value equal, bit for bit (the int8 copies
+    of the quantized values aside: they are the values again)."""
+
+    def same(x: Any, y: Any) -> bool:
+        if x is None or y is None:
+            return x is y
+        x, y = np.asarray(x), np.asarray(y)
+        return bool(x.shape == y.shape and x.tobytes() == y.astype(x.dtype).tobytes())
+
+    def quantized(x: Any, y: Any) -> bool:
+        return same(x[0], y[0]) and same(x[1], y[1])
+
+    def each(xs: Any, ys: Any, eq: Callable[[Any, Any], bool]) -> bool:
+        return len(xs) == len(ys) and all(eq(x, y) for x, y in zip(xs, ys, strict=True))
+
+    return (
+        (p.batch, p.heads, p.eps, p.scale) == (q.batch, q.heads, q.eps, q.scale)
+        and quantized(p.a, q.a) and same(p.h, q.h) and same(p.targets, q.targets)
+        and same(p.gf, q.gf) and each(p.g1, q.g1, same) and each(p.g2, q.g2, same)
+        and quantized(p.wte, q.wte)
+        and all(each(getattr(p, k), getattr(q, k), quantized) for k in ("wqkv", "wo", "w1", "w2"))
+    )  # fmt: skip
 
 
 def step_probe_hash(

@@ -23,7 +23,7 @@ and the backward's replays check every operand against the host's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,6 +56,7 @@ from daisychain.gpu.backward_record import (
     record_backward,
 )
 from daisychain.gpu.chain import (
+    Outputs,
     Recording,
     epilogue_module,
     epilogue_width,
@@ -105,6 +106,7 @@ VOCAB_MAX = 2048  # the longest vocabulary row the cross-entropy epilogue holds 
 # The step probe's quantizations, in ``probe.elementwise_parts``' order: 1, 2, 3 limbs, each per
 # row then per column.
 PROBE_LIMBS = tuple((count, mode) for count in (1, 2, 3) for mode in (ROWS, COLUMNS))
+PROBE_STEP = "probe.step."  # the probe step's names in a training step's recording
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,27 @@ class StepChainOut:
     probe_limbs: tuple[tuple[Int8Array, npt.NDArray[np.int32], npt.NDArray[np.uint32]], ...]
     # the probe's cross-entropy gradient (``probe.xent_as_product``) by the step's epilogue
     probe_dlogits: F32Array
+    # the probe step's forward and backward (``probe.probe_step_parts``), recorded in the same
+    # submit, when the run was given its inputs
+    probe_step: tuple[ForwardChainOut, BackwardChainOut] | None = None
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What ``StepChain.run`` records one training step from."""
+
+    a8: Int8Array
+    a_e: Exps
+    h: F32Array
+    blocks: tuple[BlockWeights, ...]
+    gf: F32Array
+    eps: np.float32
+    wte8: Int8Array
+    wte_e: Exps
+    batch: int
+    heads: int
+    scale: np.float32
+    targets: npt.NDArray[np.integer]
 
 
 class StepChain:
@@ -167,17 +190,56 @@ class StepChain:
         scale: np.float32,
         targets: npt.NDArray[np.integer],
         floats: bool = False,
+        probe_step: StepInputs | None = None,
     ) -> StepChainOut:
         """The forward chain's inputs, wte's exponents (V) and the ``targets`` (N): the
         forward, the cross-entropy's gradient and the backward in one submit and one readback
-        (with ``floats``, the backward's float gradients too, the logits' first)."""
+        (with ``floats``, the backward's float gradients too, the logits' first); with
+        ``probe_step`` (``StepInputs``: the probe step's, ``gpu.probe``) that whole step too,
+        in the same submit (``StepChainOut.probe_step``)."""
+        inputs = StepInputs(a8, a_e, h, tuple(blocks), gf, eps, wte8, wte_e, batch, heads, scale,
+                            targets)  # fmt: skip
+        rec = Recording(self.gemm.gpu, self.gemm.pool)
+        read = self._record(rec, inputs, floats)
+        read_probe = None
+        if probe_step is not None:
+            read_probe = self._record(rec.scoped(PROBE_STEP), probe_step, False)
+        r = Recorder(self.backward, rec, False)
+        self._probe(rec, r)
+        out = rec.run()
+        forward, backward = read(out)
+        pm, _, pn = PROBE_SHAPE
+        acc = out.words("probe", "<i4").reshape(pm, pn).astype(np.int32)
+        limbs = []
+        for count, mode in PROBE_LIMBS:
+            shape = (1, *ELEMENTWISE_SHAPE, count)
+            values, e, status = read_limbs(out, f"probe.{count}.{mode}", shape, mode)
+            limbs.append((values[:, 0], e.reshape(-1), status.reshape(-1)))
+        xent = out.words("probe.dlogits", "<f4").reshape(XENT_SHAPE).copy()
+        made = None if read_probe is None else read_probe(out.scoped(PROBE_STEP))
+        return StepChainOut(forward, backward, acc, tuple(limbs), xent, made)
+
+    def _record(
+        self, rec: Recording, inputs: StepInputs, floats: bool
+    ) -> Callable[[Outputs], tuple[ForwardChainOut, BackwardChainOut]]:
+        """One training step's dispatches into ``rec`` (a recording or a scoped one): how to
+        read its forward's and backward's outputs."""
+        a8, a_e, h, blocks, gf, eps = (
+            inputs.a8,
+            inputs.a_e,
+            inputs.h,
+            inputs.blocks,
+            inputs.gf,
+            inputs.eps,
+        )
+        wte8, wte_e, batch, heads = inputs.wte8, inputs.wte_e, inputs.batch, inputs.heads
+        scale, targets = inputs.scale, inputs.targets
         n, c = a8.shape
         f, vocab = blocks[0].w1_8.shape[1], wte8.shape[0]
         if targets.size != n or wte_e.size != vocab or not blocks:
             raise ValueError("step chain: the targets or wte's exponents do not fit")
         if n % batch or c % heads or not self.fits(n, c, f, heads, n // batch, vocab):
             raise ValueError(f"step chain: ({n}, {c}, {f}, {heads}, {vocab}) does not fit")
-        rec = Recording(self.gemm.gpu, self.gemm.pool)
         fw = self.forward.record(rec, a8, a_e, h, blocks, gf, eps, wte8, batch, heads, scale)
         r = Recorder(self.backward, rec, floats)
         dlogits = r.made("dlogits", n * vocab * 4)
@@ -191,25 +253,19 @@ class StepChain:
         ], rows_grid(n)))  # fmt: skip
         src = self._sources(rec, fw, dlogits, col_e, blocks, wte8, eps)
         logits, pairs = record_backward(r, src, Shape(n, c, f, vocab, batch, heads, scale))
-        self._probe(rec, r)
-        out = rec.run()
-        backward = BackwardChainOut(
-            PairOut(**r.read(out, logits)),
-            tuple(
-                BlockBackOut(**{k: PairOut(**r.read(out, v)) for k, v in pairs[i].items()})
-                for i in range(len(blocks))
-            ),
-            tuple(out.words(name, "<f4").copy() for name in r.floats),
-        )
-        pm, _, pn = PROBE_SHAPE
-        acc = out.words("probe", "<i4").reshape(pm, pn).astype(np.int32)
-        limbs = []
-        for count, mode in PROBE_LIMBS:
-            shape = (1, *ELEMENTWISE_SHAPE, count)
-            values, e, status = read_limbs(out, f"probe.{count}.{mode}", shape, mode)
-            limbs.append((values[:, 0], e.reshape(-1), status.reshape(-1)))
-        xent = out.words("probe.dlogits", "<f4").reshape(XENT_SHAPE).copy()
-        return StepChainOut(fw.read(out), backward, acc, tuple(limbs), xent)
+
+        def read(out: Outputs) -> tuple[ForwardChainOut, BackwardChainOut]:
+            backward = BackwardChainOut(
+                PairOut(**r.read(out, logits)),
+                tuple(
+                    BlockBackOut(**{k: PairOut(**r.read(out, v)) for k, v in pairs[i].items()})
+                    for i in range(len(blocks))
+                ),
+                tuple(out.words(name, "<f4").copy() for name in r.floats),
+            )
+            return fw.read(out), backward
+
+        return read
 
     def _probe(self, rec: Recording, r: Recorder) -> None:
         """The step probe's GPU parts in the same submit (``gpu.probe``): the kernel probe's
