@@ -8,6 +8,9 @@ corpus's training part for ``--steps`` steps (default 1000) on each path of ``--
   machine without a GPU);
 - ``node``: the JavaScript CPU mirror under Node (``node_identity.mjs``);
 - ``chromium-webgpu``: the page's training worker on WebGPU (DP4A kernel; SwiftShader here);
+- ``chromium-webgpu-chain``: the same with the chains turned on (``chains: 'on'``; 'auto' leaves
+  them off on an emulated adapter): every step and its probe step in one submit
+  (docs/KERNELS.md "On the page");
 - ``chromium-cpu``: the training worker's CPU tier, in a Chromium started without WebGPU.
 
 Every path publishes the state hash after every step (docs/NUMERICS.md section 8); the report
@@ -32,19 +35,21 @@ from typing import Any
 
 import numpy as np
 
-PATHS = ("numpy", "wgpu", "node", "chromium-webgpu", "chromium-cpu")
+PATHS = ("numpy", "wgpu", "node", "chromium-webgpu", "chromium-webgpu-chain", "chromium-cpu")
 TOKENS_URL = "/bench-identity/tokens.bin"
 
 # In the page: a TrainWorker on `backend` trains `steps` steps of the run; returns the hashes.
 _PAGE_TRAIN = """
-async ([run, backend, steps, tokensUrl]) => {
+async ([run, backend, steps, tokensUrl, chains]) => {
   const { TrainWorker } = await import('/js/train/client.js');
   const M = await import('/js/model/index.js');
   const tokens = new Int32Array(await (await fetch(tokensUrl)).arrayBuffer());
   const cfg = M.modelConfig(run.model);
   const w = new TrainWorker();
   try {
-    const sel = await w.init({ model: run.model, optim: run.optim, seed: run.seed, backend });
+    const sel = await w.init({ model: run.model, optim: run.optim, seed: run.seed, backend,
+      chains });
+    if (chains === 'on' && !sel.chain.used) throw new Error(`chains not used: ${sel.chain.reason}`);
     const hashes = [];
     for (let s = 0; s < steps; s++) {
       const { x, y } = M.sampleBatch(tokens, cfg.batch, cfg.seqLen, run.seed, s);
@@ -135,7 +140,9 @@ def _node(run_file: Path, tokens_file: Path, steps: int) -> list[str]:
     return [json.loads(line)["hash"] for line in proc.stdout.splitlines()]
 
 
-async def _chromium(run: dict[str, Any], tokens_file: Path, steps: int, webgpu: bool) -> list[str]:
+async def _chromium(
+    run: dict[str, Any], tokens_file: Path, steps: int, webgpu: bool, chains: str = "auto"
+) -> list[str]:
     from aiohttp import web
     from playwright.async_api import Route, async_playwright
 
@@ -168,7 +175,7 @@ async def _chromium(run: dict[str, Any], tokens_file: Path, steps: int, webgpu: 
                 await page.goto(f"{base}/train-check.html?vectors=/none")
                 backend = "webgpu-dp4a" if webgpu else "js-cpu"
                 result: dict[str, Any] = await page.evaluate(
-                    _PAGE_TRAIN, [run, backend, steps, TOKENS_URL]
+                    _PAGE_TRAIN, [run, backend, steps, TOKENS_URL, chains]
                 )
                 if result["backend"] != backend:
                     raise RuntimeError(f"the worker chose {result['backend']}, not {backend}")
@@ -210,8 +217,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 elif path == "node":
                     got = _node(run_file, tokens_file, args.steps)
                 else:
-                    webgpu = path == "chromium-webgpu"
-                    got = asyncio.run(_chromium(run, tokens_file, args.steps, webgpu))
+                    webgpu = path.startswith("chromium-webgpu")
+                    chains = "on" if path == "chromium-webgpu-chain" else "auto"
+                    got = asyncio.run(_chromium(run, tokens_file, args.steps, webgpu, chains))
             except RuntimeError as exc:
                 out["paths"][path] = {"ran": False, "reason": str(exc)}
                 continue

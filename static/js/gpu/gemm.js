@@ -236,37 +236,30 @@ export function productOps(gemm, { audit, chain = null, stepChain = null } = {})
     ops.stepChain = null;
     throw exc;
   }
-  /** The forward chain's accumulators for this request (audited), or null. */
-  function replayed(p, ae, be) {
-    if (replay === null) return null;
-    let acc;
+  /** A replay's accumulators for product `p` (`take()` asks it), audited, or null. */
+  function answered(p, take) {
+    let acc = null;
     try {
-      acc = replay.take(p.a, ae, p.b, be, p.M, p.K, p.N, p);
+      acc = take();
     } catch (exc) {
       refuse(exc);
     }
-    if (acc === null) {
-      replay = null;
-      return null;
-    }
-    audit?.(p, acc);
+    if (acc !== null) audit?.(p, acc);
     return acc;
   }
-  /** The step chain's accumulators for a backward product (audited), or null. Synchronous:
-   * a pair's two products are taken in the order the model yields them. */
+  /** The forward chain's accumulators for this request, or null (and the replay ends). */
+  function replayed(p, ae, be) {
+    if (replay === null) return null;
+    const acc = answered(p, () => replay.take(p.a, ae, p.b, be, p.M, p.K, p.N, p));
+    if (acc === null) replay = null;
+    return acc;
+  }
+  /** The step chain's accumulators for a backward product, or null. Synchronous: a pair's two
+   * products are taken in the order the model yields them. */
   function backReplayed(p, kind, x, xe, limbs, dims) {
     if (backReplay === null) return null;
-    let acc;
-    try {
-      acc = backReplay.take(kind, x, xe, limbs, dims);
-    } catch (exc) {
-      refuse(exc);
-    }
-    if (acc === null) {
-      backReplay = null;
-      return null;
-    }
-    audit?.(p, acc);
+    const acc = answered(p, () => backReplay.take(kind, x, xe, limbs, dims));
+    if (acc === null) backReplay = null;
     return acc;
   }
   const ops = {
