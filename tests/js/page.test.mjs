@@ -70,6 +70,21 @@ test('readiness: passed, failed, and not available are three different lines', (
   assert.ok(long[0][1].length < 200 && long[0][2].length === 500, 'shortened on the line, whole in the title');
 });
 
+test('readiness: a GPU tier says whether its step chain is used, and why not', () => {
+  const gpu = (chain) => ({ backend: 'webgpu-dp4a', onGpu: true, chain,
+    rows: [row('webgpu-dp4a')] });
+  const used = backendLines(gpu({ used: true, name: 'step', reason: '3 + 3 gate cases passed' }));
+  assert.deepEqual(used[1], ['✓', 'step chain: every training step in one submit and one readback',
+    '3 + 3 gate cases passed']);
+  const why = 'google swiftshader is emulated: its epilogues cost more than the round trips';
+  const off = backendLines(gpu({ used: false, name: 'step', reason: why }));
+  assert.deepEqual(off[1], ['–', `step chain: not used, ${why}`, why]);
+  // the CPU tier has no chains: no line
+  assert.equal(backendLines({ backend: 'js-cpu', onGpu: false,
+    chain: { used: false, name: 'step', reason: 'the CPU tier has no chains' },
+    rows: [row('js-cpu')] }).length, 1);
+});
+
 test('readiness: the speed is one tiny step of the chosen backend, only when measured in full', () => {
   const tokens = PRESETS.tiny.batch * PRESETS.tiny.seqLen;
   const sel = (fields) => ({ backend: 'js-cpu', rows: [row('js-cpu', fields)] });

@@ -6,6 +6,7 @@
 // - every backend tried: passed its exact gates (✓), or why it is not used, said apart from a
 //   failure: "no WebGPU here" (no adapter) or "this GPU lacks …" (a missing feature) is not a
 //   failed gate;
+// - on a GPU tier, whether its step chain is used (a whole step in one readback) or why not;
 // - the kernel probe of the chosen backend against the reference hash (✓ when equal: only then
 //   does this device train);
 // - the measured speed: tokens per second of one `tiny` training step (the selection times one
@@ -87,6 +88,12 @@ export function backendLines(selection, secureContext = true) {
   if (elt && elt.name !== null && !elt.enabled) { // tried, refused: the JS quantizers compute
     lines.push(['–', `WebAssembly SIMD elementwise kernel: not used, ${short(elt.reason)}`,
       elt.reason]);
+  }
+  const chain = selection?.onGpu ? selection.chain : null;
+  if (chain) { // a GPU tier's chains (docs/KERNELS.md "On the page"): used, or why not
+    lines.push(chain.used
+      ? ['✓', 'step chain: every training step in one submit and one readback', chain.reason]
+      : ['–', `step chain: not used, ${short(chain.reason)}`, chain.reason]);
   }
   if (noGpu.length > 0) {
     const why = secureContext ? 'no WebGPU on this browser' : 'browsers offer WebGPU only over https';
