@@ -17,6 +17,7 @@ The app, Chromium flags, vector routing and console collection are tests/selftes
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -259,6 +260,19 @@ async def test_worker_auto_leaves_the_chains_off_on_an_emulated_adapter() -> Non
     result = await train(webgpu=True, backend="webgpu-dp4a", measure=False)
     chain = result["selection"]["chain"]
     assert chain["used"] is False and "is emulated" in chain["reason"], chain
+    check_golden(result["steps"])
+
+
+async def test_worker_measure_keeps_the_chains_only_where_a_step_is_faster() -> None:
+    """'measure' (what 'auto' does on a real GPU) times a step with and without the chains and
+    keeps the faster: on SwiftShader, without (BENCHMARKS.md, "The page's chains"); the bits
+    are the golden ones either way."""
+    result = await train(webgpu=True, backend="webgpu-dp4a", measure=False, chains="measure")
+    chain = result["selection"]["chain"]
+    assert chain["used"] is False and chain["reason"].startswith("measured slower: "), chain
+    assert re.search(r"[\d.]+ ms per step with them, [\d.]+ ms without", chain["reason"]), chain
+    shown = [e["message"] for e in result["events"] if e["kind"] == "progress"]
+    assert "timing a step with and without the chains" in shown
     check_golden(result["steps"])
 
 

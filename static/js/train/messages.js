@@ -7,8 +7,9 @@
 //   init          {model, optim?, seed, backend?, measure?, audit?, state?, sources?, kernelBase?,
 //                  lutBase?, chains?}               -> {backend, adapter, onGpu, choice, rows,
 //                                                       demotions, chain, step, hash}
-//                 (chains: 'auto' (default: a GPU tier records a whole step in one submit on a
-//                 real GPU, not on an emulated one), 'on', 'off'; gpu/step_chain.js)
+//                 (chains: 'auto' (default: on a real GPU a GPU tier records a whole step in
+//                 one submit where a measured step is faster so; not on an emulated one),
+//                 'measure' (that measurement on any adapter), 'on', 'off'; gpu/step_chain.js)
 //   grads         {x, y, batch?, early?}            -> {loss, grads, backend, products, ms}
 //                 (early: each parameter's gradient also comes alone as soon as it is final,
 //                 {type: 'grad', id, name, values}, before the result; p2p/early.js)
@@ -141,7 +142,7 @@ export function parseState(v, name = 'state') {
   return v;
 }
 
-export const CHAIN_CHOICES = Object.freeze(['auto', 'on', 'off']);
+export const CHAIN_CHOICES = Object.freeze(['auto', 'on', 'off', 'measure']);
 
 const FIELDS = {
   init: ['model', 'optim', 'seed', 'backend', 'measure', 'audit', 'state', 'sources',
@@ -253,7 +254,7 @@ export function parseRequest(msg) {
     out.chains = fields.chains ?? 'auto';
     if (!CHAIN_CHOICES.includes(out.chains)) {
       refuse(`init: chains ${JSON.stringify(out.chains)?.slice(0, 40)} is not one of ` +
-        CHAIN_CHOICES.join(', '), "omit it ('auto': the chains on a real GPU only)");
+        CHAIN_CHOICES.join(', '), "omit it ('auto': the chains on a real GPU, if faster)");
     }
   } else if (type === 'grads' || type === 'step') {
     tokens(fields.x, `${type}: x`);

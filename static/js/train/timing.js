@@ -78,3 +78,26 @@ function auditorFor(samples) {
   const auditor = new Auditor({ samples });
   return { check: (p, acc) => auditor.check(p, acc) };
 }
+
+/**
+ * [with, without]: the best of `rounds` interleaved timings of one forward-backward of `cfg` on
+ * `params` through `gemm` with the chains (`chain`, `step`) and without them, in ms. What the
+ * training worker keeps the chains by (trainer.js attachChain): a real GPU gains a readback per
+ * product from them, an emulated one loses the epilogues' soft-float work.
+ */
+export async function timeChains(gemm, cfg, params, chain, step, rounds = 2) {
+  const { x, y } = timingBatch(cfg);
+  const time = async (ops) => {
+    const t0 = performance.now();
+    await forwardBackwardAsync(params, cfg, x, y, { batch: cfg.batch, workspace: new Workspace(),
+      ops });
+    return performance.now() - t0;
+  };
+  const best = [Infinity, Infinity];
+  for (let r = 0; r < rounds; r++) {
+    best[0] = Math.min(best[0], await time(productOps(gemm, { chain, stepChain: step })));
+    best[1] = Math.min(best[1], await time(productOps(gemm)));
+  }
+  gemm.pendingProbe = null; // the timed steps' probe products are nobody's
+  return best;
+}

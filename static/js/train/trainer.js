@@ -29,6 +29,9 @@ import { CpuGemm, GpuGemm, productOps } from '../gpu/gemm.js';
 import { ForwardChain } from '../gpu/forward_chain.js';
 import { StepChain } from '../gpu/step_chain.js';
 import { runForwardChainGate, runStepChainGate } from '../gpu/chain_gate.js';
+import { timeChains } from './timing.js';
+
+const fmtMs = (ms) => `${ms.toFixed(ms < 100 ? 1 : 0)} ms`;
 import { Auditor } from '../gpu/audit.js';
 import { stepProbeHash } from '../gpu/probe.js';
 import { stepTimer } from './timing.js';
@@ -210,9 +213,11 @@ export class Trainer {
 
   /**
    * The chains for a GPU tier (gpu/forward_chain.js, gpu/step_chain.js): compiled and gated on
-   * this device, then used by the tier's products, per `chains` ('auto': on a real GPU only; on
-   * an emulated adapter their soft-float epilogues cost more than the round trips they save,
-   * docs/BENCHMARKS.md). `tier.chainStatus` says which and why: {used, name, reason}. The
+   * this device, then used by the tier's products, per `chains`: 'auto' on a real GPU and
+   * 'measure' anywhere keep them only where a measured step is faster with them ('auto' leaves
+   * them off on an emulated adapter unmeasured: their soft-float epilogues cost more than the
+   * round trips they save there, docs/BENCHMARKS.md); 'on' always, 'off' never.
+   * `tier.chainStatus` says which and why: {used, name, reason}. The
    * planted-bug tests replace an epilogue through gpu/chain_gate.js, not here: `sources` only
    * carries GEMM kernels.
    */
@@ -233,17 +238,34 @@ export class Trainer {
       const step = await StepChain.create(chain, { base });
       const gates = [await runForwardChainGate(chain), await runStepChainGate(step)];
       const failed = gates.find((g) => g.failure !== null);
+      const passed = `${gates[0].passed} + ${gates[1].passed} gate cases passed`;
+      if (!failed && mode !== 'on') {
+        // 'auto' on a real GPU and 'measure': kept only if a measured step is faster with them
+        this.emit({ kind: 'progress', message: 'timing a step with and without the chains' });
+        const [withChains, without] = await timeChains(tier.gemm, this.cfg, this.run.params,
+          chain, step);
+        const figures = `${fmtMs(withChains)} per step with them, ${fmtMs(without)} without`;
+        if (withChains >= without) return status(false, `measured slower: ${figures}`);
+        tier.ops.chain = chain;
+        tier.ops.stepChain = step;
+        return status(true, `every training step in one submit and one readback, ${figures} ` +
+          `(${passed})`);
+      }
       if (!failed) {
         tier.ops.chain = chain;
         tier.ops.stepChain = step;
         return status(true, 'every training step in one submit and one readback, every ' +
-          `forward alone in one (${gates[0].passed} + ${gates[1].passed} gate cases passed)`);
+          `forward alone in one (${passed})`);
       }
       why = `its gate failed: ${failed.failure.case}: ${failed.failure.reason}`;
     } catch (exc) {
       why = `it could not be built: ${exc.message}`;
     }
     return status(false, why);
+  }
+
+  get cfg() {
+    return this.run.cfg;
   }
 
   afterGpuProduct(tier) {
