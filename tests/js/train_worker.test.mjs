@@ -37,6 +37,10 @@ test('parseRequest accepts the declared messages and fills defaults', () => {
   assert.equal(init.measure, true);
   assert.equal(init.audit, 16);
   assert.deepEqual(init.optim, {});
+  assert.equal(init.chains, 'auto');
+  for (const chains of ['auto', 'on', 'off', 'measure']) {
+    assert.equal(parseRequest({ id: 1, type: 'init', model: {}, seed: 1, chains }).chains, chains);
+  }
   assert.equal(parseRequest({ id: 2, type: 'step', x, y }).hash, true);
   parseRequest({ id: 3, type: 'grads', x, y, batch: 2 });
   assert.equal(parseRequest({ id: 3, type: 'grads', x, y }).early, false);
@@ -59,6 +63,9 @@ test('parseRequest refuses each malformed request with a hint', () => {
   refused({ id: 1, type: 'init', model: {}, seed: 2 ** 32 }, /seed must be an integer/);
   refused({ id: 1, type: 'init', model: {}, seed: 1, backend: 'cuda' }, /backend "cuda"/);
   refused({ id: 1, type: 'init', model: {}, seed: 1, measure: 'yes' }, /measure must be/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, chains: 'sometimes' },
+    /chains "sometimes" is not one of auto, on, off, measure/);
+  refused({ id: 1, type: 'init', model: {}, seed: 1, chains: true }, /chains true is not/);
   refused({ id: 1, type: 'init', model: {}, seed: 1, audit: 5000 }, /audit must be/);
   refused({ id: 1, type: 'init', model: {}, seed: 1, optim: 3 }, /optim must be/);
   refused({ id: 1, type: 'init', model: {}, seed: 1, sources: { cuda: 'x' } }, /sources.cuda/);
