@@ -227,8 +227,8 @@ export class Trainer {
     if (!tier.onGpu) return status(false, 'the CPU tier has no chains');
     if (mode === 'off') return status(false, "turned off (chains: 'off')");
     if (mode === 'auto' && tier.gpu.emulated) {
-      return status(false, `${tier.adapter} is emulated: its epilogues cost more than the ` +
-        "round trips they save (chains: 'on' uses it anyway)");
+      return status(false, `${tier.adapter} is emulated on the CPU, where a step in one trip ` +
+        'is slower than one trip per product');
     }
     this.emit({ kind: 'progress', message: 'gating the step chain' });
     let why;
