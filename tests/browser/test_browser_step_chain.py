@@ -206,3 +206,58 @@ async def test_a_bug_only_at_the_probe_models_shape_stops_the_probe_not_the_step
     # the training step's bits are right; the probe step, recorded in its submit, is refused
     assert chained["probe"].startswith("ChainMismatch: forward chain: block 0 output"), chained
     assert result["chainAfter"] is None
+
+
+_PAGE_SMALL = """
+async () => {
+  const M = await import('/js/model/index.js');
+  const { forwardBackwardAsync, Workspace } = await import('/js/model/gpt.js');
+  const { acquireGpu } = await import('/js/gpu/device.js');
+  const { GpuGemm, productOps } = await import('/js/gpu/gemm.js');
+  const { ForwardChain } = await import('/js/gpu/forward_chain.js');
+  const { StepChain } = await import('/js/gpu/step_chain.js');
+  const { CPU_OPS } = await import('/js/model/ops.js');
+  const gpu = await acquireGpu();
+  const gemm = await GpuGemm.create(gpu, 'dp4a');
+  const chain = await ForwardChain.create(gemm);
+  const step = await StepChain.create(chain);
+  const cfg = M.preset('small');
+  const state = M.init(cfg, {}, 1);
+  const tokens = new Int32Array(50000);
+  for (let i = 0; i < tokens.length; i++) tokens[i] = (i * 7919 + 13) % cfg.vocabSize;
+  const { x, y } = M.nextBatch(state, tokens);
+  const grads = async (ops) => {
+    const r = await forwardBackwardAsync(state.params, cfg, x, y,
+      { workspace: new Workspace(), ops });
+    return { loss: r.loss, bits: [...r.grads.values()].map((g) =>
+      [...new Uint32Array(g.buffer, g.byteOffset, g.length)].join(',')) };
+  };
+  const want = await grads(CPU_OPS);
+  const ops = productOps(gemm, { chain, stepChain: step });
+  const got = await grads(ops);
+  return { same: got.loss === want.loss && got.bits.every((b, i) => b === want.bits[i]),
+    products: gemm.products, runs: step.runs, answered: [ops.replay.answered,
+      ops.backReplay.answered], limit: gpu.limits.maxBufferSize, faults: gpu.faults };
+}
+"""
+
+
+async def test_a_small_step_in_one_readback_past_webgpus_default_buffer_limit() -> None:
+    """``small``'s step reads back ~271 MB in one buffer, past WebGPU's default 256 MiB: the
+    device asks for the adapter's own limit (device.js), and the step is one readback with the
+    CPU mirror's bits (a device with less would compute it without the chain:
+    tests/js/chain_fallback.test.mjs)."""
+    async with browser_tab(webgpu=True) as tab:
+
+        async def blank(route: Any) -> None:
+            await route.fulfill(
+                status=200, body="<!doctype html><title>chain</title>", content_type="text/html"
+            )
+
+        await tab.page.route("**" + HARNESS, blank)
+        await tab.page.goto(tab.base + HARNESS)
+        result: dict[str, Any] = await tab.page.evaluate(_PAGE_SMALL)
+        assert tab.errors == [], tab.errors
+    assert result["faults"] == [] and result["limit"] > 2**28, result
+    assert result["same"] and result["runs"] == 1 and result["products"] == 0, result
+    assert result["answered"] == [6 * 4 + 1, 2 * (6 * 4 + 1)]  # small's four blocks

@@ -103,6 +103,14 @@ export function span(buffer, offset, size) {
   return { buffer, offset, size };
 }
 
+/** A chain's one readback would exceed the device's largest buffer: run it another way. */
+export class ChainTooLarge extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ChainTooLarge';
+  }
+}
+
 /** The named outputs of one run, read back together. */
 export class Outputs {
   constructor(bytes, offsets, sizes) {
@@ -188,6 +196,13 @@ export class Recording {
     for (const [name, size] of this.sizes) {
       offsets.set(name, total);
       total += Math.ceil(size / 16) * 16;
+    }
+    const most = gpu.device.limits.maxBufferSize;
+    const widest = Math.max(0, ...[...this.owned.values()].map((b) => b.size));
+    if (total > most || widest > most) {
+      pool.release(...this.owned.values());
+      throw new ChainTooLarge(`a chain of ${this.steps.length} dispatches reads back ` +
+        `${total} bytes in one buffer, past this device's ${most}`);
     }
     const staging = pool.acquire(Math.max(total, 16), 'staging');
     try {

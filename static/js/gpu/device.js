@@ -139,9 +139,27 @@ export async function acquireGpu({ onEvent } = {}) {
   }
   let device;
   try {
-    device = await adapter.requestDevice();
-  } catch (exc) {
-    throw new GpuUnavailable(`the adapter refused a device (${exc.message}); ${HINT}`);
+    device = await adapter.requestDevice({ requiredLimits: largest(adapter) });
+  } catch {
+    try { // an adapter that refuses its own limits: the defaults still run every kernel
+      device = await adapter.requestDevice();
+    } catch (exc) {
+      throw new GpuUnavailable(`the adapter refused a device (${exc.message}); ${HINT}`);
+    }
   }
   return new GpuDevice(adapter, device, onEvent);
+}
+
+/**
+ * The buffer limits to ask for: the adapter's own. A device gets WebGPU's defaults (256 MiB
+ * buffers, 128 MiB storage bindings) unless it asks; a step chain reads a whole `small` step back
+ * in one buffer of ~270 MB (gpu/step_chain.js), and checks what it got before it records one.
+ */
+function largest(adapter) {
+  const want = {};
+  for (const name of ['maxBufferSize', 'maxStorageBufferBindingSize']) {
+    const most = adapter.limits?.[name];
+    if (typeof most === 'number' && most > 0) want[name] = most;
+  }
+  return want;
 }

@@ -10,6 +10,7 @@
 
 import { compileKernel } from './kernels.js';
 import { BackwardReplay, ForwardReplay } from './replay.js';
+import { ChainTooLarge } from './chain.js';
 import { probeStepPlan } from './probe.js';
 import { BufferPool } from './pool.js';
 import { sha256Hex } from '../numerics/hash.js';
@@ -223,6 +224,18 @@ export function productOps(gemm, { audit, chain = null, stepChain = null } = {})
   let backReplay = null; // answering the current step's backward products
   let lastBackReplay = null;
   let probeStep = null; // the probe step a training step's chain ran: {plan, out}, taken once
+  const tooLarge = new Set(); // chains and shapes whose one readback this device cannot hold
+  /** `run()`'s result, or null where the chain's readback is past the device's largest buffer
+   * (remembered under `key`: that shape then computes without it). */
+  async function runOr(run, key) {
+    try {
+      return await run();
+    } catch (exc) {
+      if (!(exc instanceof ChainTooLarge)) throw exc;
+      tooLarge.add(key);
+      return null;
+    }
+  }
   async function product(p) {
     const acc = await gemm.matmulInt(p.a, p.b, p.M, p.K, p.N, p);
     audit?.(p, acc);
@@ -291,19 +304,24 @@ export function productOps(gemm, { audit, chain = null, stepChain = null } = {})
         backReplay = lastBackReplay = new BackwardReplay(replay, pending.out.backward);
         return null;
       }
-      if (p.targets && step !== null && ops.chain !== null && step.fits(shape)) {
+      const key = JSON.stringify(shape);
+      if (p.targets && step !== null && ops.chain !== null && step.fits(shape) &&
+          !tooLarge.has(`step ${key}`)) {
         const probePlan = probeStepPlan();
         const withProbe = step.fits(planShape(probePlan)) ? probePlan : null;
-        const out = await step.run(p, withProbe);
-        replay = lastReplay = new ForwardReplay(p, out.forward);
-        backReplay = lastBackReplay = new BackwardReplay(replay, out.backward);
-        gemm.pendingProbe = out.probe; // the step probe's product (gpu/probe.js), taken once
-        if (out.probeStep !== null) probeStep = { plan: probePlan, out: out.probeStep };
-        return null;
+        const out = await runOr(() => step.run(p, withProbe), `step ${key}`);
+        if (out !== null) {
+          replay = lastReplay = new ForwardReplay(p, out.forward);
+          backReplay = lastBackReplay = new BackwardReplay(replay, out.backward);
+          gemm.pendingProbe = out.probe; // the step probe's product (gpu/probe.js), taken once
+          if (out.probeStep !== null) probeStep = { plan: probePlan, out: out.probeStep };
+          return null;
+        }
       }
       const ch = ops.chain;
-      if (ch === null || !ch.fits(shape)) return null;
-      replay = lastReplay = new ForwardReplay(p, await ch.run(p));
+      if (ch === null || !ch.fits(shape) || tooLarge.has(`forward ${key}`)) return null;
+      const out = await runOr(() => ch.run(p), `forward ${key}`);
+      if (out !== null) replay = lastReplay = new ForwardReplay(p, out);
       return null;
     },
 
