@@ -69,3 +69,27 @@ test('the provider computes a shape its chains cannot read back without them, sa
   assert.notEqual(ops.chain, null);
   assert.notEqual(ops.stepChain, null);
 });
+
+test('the chains refuse shapes their epilogues or bindings cannot hold', async () => {
+  const { ForwardChain } = await import('../../static/js/gpu/forward_chain.js');
+  const { StepChain, VOCAB_MAX } = await import('../../static/js/gpu/step_chain.js');
+  const gemm = { name: 'fake', gpu: { limits: { maxStorageBufferBindingSize: 2 ** 27 } } };
+  const forward = new ForwardChain(gemm, {});
+  const step = new StepChain(forward, {});
+  const tiny = { n: 256, c: 64, f: 256, heads: 4, t: 64, vocab: 2048 };
+  const small = { n: 1024, c: 256, f: 1024, heads: 4, t: 128, vocab: 2048 };
+  for (const shape of [tiny, small]) assert.ok(step.fits(shape) && forward.fits(shape));
+  // a vocabulary row past the cross-entropy's reach: the forward chain only
+  assert.equal(step.fits({ ...tiny, vocab: VOCAB_MAX + 1 }), false);
+  assert.equal(forward.fits({ ...tiny, vocab: VOCAB_MAX + 1 }), true);
+  // a token's row or a query's keys past an epilogue's workgroup memory, heads that do not
+  // divide the width, a sequence that does not divide the tokens: neither
+  for (const wrong of [{ c: 1028, f: 4 * 1028 }, { t: 1025, n: 2050 }, { heads: 3 }, { t: 60 }]) {
+    const shape = { ...tiny, ...wrong };
+    assert.equal(forward.fits(shape), false, JSON.stringify(wrong));
+    assert.equal(step.fits(shape), false, JSON.stringify(wrong));
+  }
+  // a buffer past the device's storage binding
+  const narrow = new ForwardChain({ ...gemm, gpu: { limits: { maxStorageBufferBindingSize: 2 ** 20 } } }, {});
+  assert.equal(narrow.fits(tiny), false);
+});
