@@ -96,9 +96,9 @@ async ([forwardSources, stepSources]) => {
 """
 
 
-async def run_page(
-    forward: dict[str, str] | None = None, step: dict[str, str] | None = None
-) -> dict[str, Any]:
+async def evaluate(script: str, args: Any = None) -> dict[str, Any]:
+    """``script`` in a fresh WebGPU tab on a blank page of the app's origin; no console error,
+    no request leaving loopback."""
     async with browser_tab(webgpu=True) as tab:
 
         async def blank(route: Any) -> None:
@@ -108,10 +108,16 @@ async def run_page(
 
         await tab.page.route("**" + HARNESS, blank)
         await tab.page.goto(tab.base + HARNESS)
-        result: dict[str, Any] = await tab.page.evaluate(_PAGE, [forward or {}, step or {}])
+        result: dict[str, Any] = await tab.page.evaluate(script, args)
         assert tab.errors == [], tab.errors
         assert tab.foreign == [], tab.foreign
     return result
+
+
+async def run_page(
+    forward: dict[str, str] | None = None, step: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return await evaluate(_PAGE, [forward or {}, step or {}])
 
 
 def planted(kernel: str, old: str, new: str) -> str:
@@ -247,17 +253,7 @@ async def test_a_small_step_in_one_readback_past_webgpus_default_buffer_limit() 
     device asks for the adapter's own limit (device.js), and the step is one readback with the
     CPU mirror's bits (a device with less would compute it without the chain:
     tests/js/chain_fallback.test.mjs)."""
-    async with browser_tab(webgpu=True) as tab:
-
-        async def blank(route: Any) -> None:
-            await route.fulfill(
-                status=200, body="<!doctype html><title>chain</title>", content_type="text/html"
-            )
-
-        await tab.page.route("**" + HARNESS, blank)
-        await tab.page.goto(tab.base + HARNESS)
-        result: dict[str, Any] = await tab.page.evaluate(_PAGE_SMALL)
-        assert tab.errors == [], tab.errors
+    result = await evaluate(_PAGE_SMALL)
     assert result["faults"] == [] and result["limit"] > 2**28, result
     assert result["same"] and result["runs"] == 1 and result["products"] == 0, result
     assert result["answered"] == [6 * 4 + 1, 2 * (6 * 4 + 1)]  # small's four blocks
