@@ -71,6 +71,27 @@ def test_the_outer_run_is_deterministic(capsys: pytest.CaptureFixture[str]) -> N
     assert hashes[0] == hashes[1]
 
 
+def test_unequal_shares_train_the_same_sequences_in_inner_steps_of_the_batch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--shares: the outer peers' inner work is unequal (a slow device's small share), per-step
+    mode is untouched. Shares of one batch each are the default run, bit for bit; 7 and 1 of
+    tiny's 4 + 4 are another outer run (the token weights and the inner steps differ), with the
+    same per-step run."""
+    args = ("--H", "3", "--compress", "int8")
+    default, even, uneven = (
+        _run(capsys, *args, *extra) for extra in ((), ("--shares", "4,4"), ("--shares", "7,1"))
+    )
+    assert default["shares"] == even["shares"] == [4, 4] and uneven["shares"] == [7, 1]
+    for doc in (even, uneven):
+        assert doc["runs"][0]["per_step"] == {
+            **default["runs"][0]["per_step"],
+            "seconds": doc["runs"][0]["per_step"]["seconds"],
+        }
+    hashes = [doc["runs"][0]["outer"][0]["outer_hash"] for doc in (default, even, uneven)]
+    assert hashes[0] == hashes[1] != hashes[2]
+
+
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
@@ -91,7 +112,8 @@ def test_bad_outer_options_are_refused_with_a_hint(
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
-        (["--shares", "4,4"], "--shares is for --sync step"),
+        (["--shares", "4,3"], "--shares with --sync outer: they must sum to peers x batch = 8"),
+        (["--shares", "8"], "--shares: 2 integers >= 0 \\(one per peer\\)"),
         (["--outer-momentum", "1.0"], "outer momentum must lie in \\[0, 1\\)"),
         (["--outer-lr", "0"], "outer lr must be finite and > 0"),
         (["--curve-points", "0"], "--curve-points: at least 1"),

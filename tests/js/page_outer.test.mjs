@@ -3,9 +3,10 @@
 // ModelReplica with set_outer, inner_start / adopt_inner, and p2p/inner.py inner_round),
 // computed by the Python reference at test time on the same tokens and seed: every round's
 // chunk payloads and loss, the outer hash after every outer step, and the checkpoint bytes.
-// Rounds: a share of two lane pieces, then a share of 0 (no inner steps: the inner AdamW state
-// must stay as it was), then the first share again (it must continue from round 1's inner
-// state). The applied mean is the peer's own dequantized pseudo-gradient (a group of one); the
+// Rounds: a share of two lane pieces (5 sequences of each of H = 3 batch indices, so 4 inner
+// steps of the batch, 4, 4, 4 and 3 sequences, cut across lanes and indices), then a share of 0
+// (no inner steps: the inner AdamW state must stay as it was), then the first share again (it
+// must continue from round 1's inner state). The applied mean is the peer's own dequantized pseudo-gradient (a group of one); the
 // reduction across peers is the machine's and has its own traces (protocol_outer.test.mjs).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -52,16 +53,16 @@ for s, (sh, rank) in enumerate(inp["rounds"], start=1):
     count = sh[rank]
     work = rep.inner_start()
     outer_params = {k: w.copy() for k, w in work.params.items()}
-    parts = shares.pieces(shares.offsets(sh)[rank], count, cfg.batch)
+    plan = shares.round_steps(inner.round_indices(s, h), shares.offsets(sh)[rank], count, cfg.batch)
     rows = []
-    for j in range(h if count else 0):
+    for step in plan:
         step_rows = []
-        for p in parts:
-            x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, work.seed, inner.batch_index(s, h, j), p.lane)
+        for p in step:
+            x, y = sample_batch(tokens, cfg.batch, cfg.seq_len, work.seed, p.index, p.lane)
             step_rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
         rows.append(step_rows)
     if count:
-        loss, payloads, opt = inner.inner_round(work, outer_params, rows, count, sh)
+        loss, payloads, opt = inner.inner_round(work, outer_params, rows, sh)
         total = codec.n_blocks(sum(w.size for w in outer_params.values()))
         mean = np.concatenate([codec.decode(p, len(p) // (codec.BLOCK + 1)) for p in payloads if p])
         assert mean.size == total * codec.BLOCK
@@ -127,7 +128,7 @@ test('outer rounds on the page: payloads, losses, outer hashes and the checkpoin
     assert.equal(got[i].step, want.step, `${what}: rounds done`);
     assert.equal(got[i].count, ROUNDS[i][0][ROUNDS[i][1]] * H, `${what}: sequences of the round`);
   }
-  // Inner step j of step s reads batch index (s - 1) * H + j, both lanes of the share.
+  // Step s's round reads batch indices (s - 1) * H + j, both lanes of the share, each once.
   const want = [];
   for (const s of [1, 3]) for (let j = 0; j < H; j++) for (const lane of [0, 1]) want.push([s, lane, (s - 1) * H + j]);
   assert.deepEqual(indices, want);
@@ -169,16 +170,22 @@ function newOuter() {
   return r;
 }
 
-test('the worker refuses a round of another H, and per-step requests in an outer run', async () => {
+test('the worker refuses a round not cut as the run cuts it, and per-step requests in an outer run', async () => {
   const w = new LocalWorker();
   await w.init({ model: MODEL, seed: SEED, backend: 'js-cpu', measure: false });
   await w.outer(OUTER);
   const x = new Int32Array(8).fill(1);
   const piece = [{ x, y: x, rows: 1 }];
-  await assert.rejects(w.round([piece, piece], 1, 1), /a round of 2 inner steps; this run takes 3/);
+  // Not H times a share.
+  await assert.rejects(w.round([piece, piece], 2, 1),
+    /a round of 2 sequences in inner steps of 1, 1; this run takes H = 3 times a share, in inner steps of 4/);
+  // H times a share of 2, but in three steps of 2 instead of the batch's 4 and 2.
+  const x2 = new Int32Array(16).fill(1);
+  const two = [{ x: x2, y: x2, rows: 2 }];
+  await assert.rejects(w.round([two, two, two], 6, 1), /in inner steps of 2, 2, 2; this run takes/);
   await assert.rejects(w.request('step', { x, y: x, batch: 1 }), /cannot step in an outer run/);
   await assert.rejects(w.request('round', { steps: [piece], count: 2, token: 1 }),
-    /holds 1 sequences, count is 2/);
+    /the inner steps hold 1 sequences, count is 2/);
 });
 
 test('a page continues an outer checkpoint as an outer run (resumeConfig), the run rules accept it', async () => {

@@ -22,9 +22,9 @@ test('innerStepsOf: H of an outer run, 1 otherwise (a malformed outer counts as 
 
 test('syncLine: the round, H and the inner steps done', () => {
   assert.equal(F.syncLine(OUTER, 3),
-    'round 3 of 10: 4 inner steps per device per round (12 of 40 inner steps done)');
+    'round 3 of 10: 4 inner steps per round at an even share, more on faster devices (12 of 40 done)');
   assert.equal(F.syncLine({ ...OUTER, outer: { steps: 1 } }, 1),
-    'round 1 of 10: 1 inner step per device per round (1 of 10 inner steps done)');
+    'round 1 of 10: 1 inner step per round at an even share, more on faster devices (1 of 10 done)');
   assert.equal(F.syncLine(PER_STEP, 3), 'every step (per-step exchange)');
 });
 
@@ -69,7 +69,9 @@ test('the worker\'s outer requests: each malformed one refused with a hint', () 
     [{ ...ok, steps: [[]] }, /non-empty list of pieces/],
     [{ ...ok, steps: [[{ x, y: x, rows: 3 }]] }, /8 inputs, 8 targets for 3 rows/],
     [{ ...ok, steps: [[{ x, y: x.subarray(1), rows: 1 }]] }, /8 inputs, 7 targets/],
-    [{ ...ok, count: 2 }, /holds 1 sequences, count is 2/],
+    [{ ...ok, count: 2 }, /the inner steps hold 1 sequences, count is 2/],
+    [{ ...ok, steps: [ok.steps[0], ok.steps[0]] }, /steps must be a list of 1 to count \(1\) inner steps/],
+    [{ ...ok, count: 4096 * 4096 + 1 }, /count must be an integer/],
     [{ ...ok, token: -1 }, /token must be an integer/],
     [{ ...ok, extra: 1 }, /unknown field 'extra'/],
     [{ id: 1, type: 'outer', outer: { innerSteps: 0, lr: 0.7, momentum: 0.9 } }, /innerSteps must be/],

@@ -20,6 +20,9 @@ out = {
     "offsets": [list(shares.offsets(s)) for s in inp["offsets"]],
     "pieces": [[[p.lane, p.row, p.rows] for p in shares.pieces(*c)] for c in inp["pieces"]],
     "check": [shares.check(*c) for c in inp["check"]],
+    "round": [[[[p.index, p.lane, p.row, p.rows] for p in step]
+               for step in shares.round_steps(c["indices"], c["first"], c["count"], c["batch"])]
+              for c in inp["round"]],
     "chunks": [[list(allreduce.chunk_blocks(c["blocks"], c["shares"], k)) for k in range(len(c["shares"]))]
                for c in inp["chunks"]],
     "exchange": [],
@@ -55,6 +58,19 @@ function cases() {
   const offsets = [[], [5], [13, 3], [0, 4, 0, 9]];
   const pieces = [[0, 0, 4], [0, 4, 4], [3, 4, 4], [13, 3, 4], [2, 17, 5], [5, 1, 1], [7, 9, 3]];
   const check = [[[13, 3], 2, 16], [[13, 3], 3, 16], [[17, -1], 2, 16], [[13, 4], 2, 16], [[0, 16], 2, 16]];
+  const round = [
+    { indices: [0, 1, 2], first: 4, count: 4, batch: 4 }, // one lane: H steps of one piece
+    { indices: [3, 4, 5], first: 0, count: 5, batch: 4 }, // a bigger share: more steps
+    { indices: [6, 7, 8], first: 5, count: 3, batch: 4 }, // a small share: indices share a step
+    { indices: [10, 11], first: 3, count: 7, batch: 4 }, // across lanes and indices
+    { indices: [0, 1, 2, 3, 4], first: 2, count: 0, batch: 4 }, // a share of 0: no steps
+  ];
+  for (let i = 0; i < 20; i++) {
+    const batch = rng.int(1, 9);
+    const h = rng.int(1, 7);
+    round.push({ indices: Array.from({ length: h }, (_, j) => 3 * h + j), first: rng.int(0, 30),
+      count: rng.int(0, 25), batch });
+  }
   const chunks = [
     { blocks: 11, shares: [2, 2, 2] }, { blocks: 11, shares: [13, 3] }, { blocks: 11, shares: [5, 0, 11] },
     { blocks: 3, shares: [1, 1, 1, 1, 1, 11] }, { blocks: 1000003, shares: [4000, 90, 6] },
@@ -69,7 +85,7 @@ function cases() {
     });
     exchange.push({ shares: s, grads });
   }
-  return { allot, offsets, pieces, check, chunks, exchange };
+  return { allot, offsets, pieces, check, round, chunks, exchange };
 }
 
 let inputs = null;
@@ -106,6 +122,18 @@ test('offsets, pieces and check give the Python reference\'s answers', () => {
   I.pieces.forEach((c, i) => assert.deepEqual(
     shares.pieces(...c).map((p) => [p.lane, p.row, p.rows]), E.pieces[i], `pieces(${c})`));
   I.check.forEach((c, i) => assert.equal(shares.check(...c), E.check[i], `check(${JSON.stringify(c)})`));
+});
+
+test('an outer round\'s inner steps (roundSteps) are the Python reference\'s pieces', () => {
+  const { inputs: I, expected: E } = reference();
+  I.round.forEach((c, i) => {
+    const got = shares.roundSteps(c.indices, c.first, c.count, c.batch);
+    assert.deepEqual(got.map((step) => step.map((p) => [p.index, p.lane, p.row, p.rows])), E.round[i],
+      `roundSteps(${JSON.stringify(c)})`);
+    // Every step but the last holds a whole batch.
+    got.slice(0, -1).forEach((step) => assert.equal(step.reduce((n, p) => n + p.rows, 0), c.batch));
+  });
+  assert.throws(() => shares.roundSteps([0], 0, 4, 0), RangeError);
 });
 
 test('chunk bounds by shares give the Python reference\'s blocks', () => {

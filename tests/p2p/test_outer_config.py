@@ -61,6 +61,15 @@ CASES: list[tuple[str, dict[str, Any], Any]] = [
     ("H-float", raw_config(sync="outer", outer=outer(3.0)), ("bad-message", "config.outer.steps")),
     ("H-negative", raw_config(sync="outer", outer=outer(-1)), ("bad-message", "outer.steps")),
     ("H-times-steps", raw_config(sync="outer", outer=outer(600_000)), ("outer-steps", "600000")),
+    # A peer with the whole global batch (8 at a batch of 4) takes 2 H inner steps a round: 30
+    # rounds x 2 H must stay below 2^24, so H = 279,620 is the most (300,000 was not refused
+    # when a round was H inner steps at every peer).
+    ("H-max", raw_config(sync="outer", outer=outer(279_620)), "ok"),
+    (
+        "H-times-lanes",
+        raw_config(sync="outer", outer=outer(300_000)),
+        ("outer-steps", "300000 outside [1, 279620] for a run of 30 rounds of 8 sequences at a"),
+    ),
     ("lr-zero", raw_config(sync="outer", outer=outer(lr=0.0)), ("outer-lr", "outer learning")),
     ("lr-negative", raw_config(sync="outer", outer=outer(lr=-0.7)), ("outer-lr", "-0.7")),
     ("lr-huge", raw_config(sync="outer", outer=outer(lr=11.0)), ("outer-lr", "11.0")),
@@ -185,7 +194,7 @@ def test_javascript_mirror_refuses_the_same_and_the_page_stays_out(tmp_path: Pat
         if py["rule"] not in ("bad-message",):
             parsed = messages.parse(texts[name])
             assert js[name]["encoded"] == messages.encode(parsed), name
-    assert pages_refused == 2, pages_refused
+    assert pages_refused == 3, pages_refused  # outer, outer-H1, H-max
 
 
 def test_an_outer_run_counts_its_extra_state_against_the_memory_cap() -> None:

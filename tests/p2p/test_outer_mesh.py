@@ -44,9 +44,11 @@ LONG = 500  # rounds: the test ends the run itself once it has seen what it need
 
 def expected_first_round(peers: int, share: int) -> str:
     """The outer hash after round 1 computed in one process with daisychain.outer: peer k
-    (equal shares of ``share`` sequences: lanes share*k ..) takes H inner AdamW steps with a
-    fresh optimizer on its lanes of batch indices 0 .. H-1, then the int8 round with token
-    weights (3 sequences each: the gcd rule of outer.mean is not the per-step exchange's)."""
+    (equal shares of ``share`` sequences: lanes share*k .., one sequence each at the tests'
+    batch of 1) takes one inner AdamW step per sequence (inner steps of the run's batch), with
+    a fresh optimizer, on its lanes of batch indices 0 .. H-1 in order, then the int8 round with
+    token weights (3 sequences each: the gcd rule of outer.mean is not the per-step exchange's)."""
+    assert TEST_BATCH == 1
     tokens, _, vocab = corpus()
     lead = lead_config()
     cfg = preset("tiny", vocab_size=vocab, batch=TEST_BATCH, seq_len=TEST_SEQ)
@@ -55,13 +57,12 @@ def expected_first_round(peers: int, share: int) -> str:
     for k in range(peers):
         state = training.init(cfg, start.opt_cfg, lead.seed)
         for j in range(H):
-            rows = [
-                batches.sample_batch(tokens, cfg.batch, cfg.seq_len, lead.seed, j, lane)
-                for lane in range(share * k, share * (k + 1))
-            ]
-            _, flat = training.mean_gradient(state, rows, share)
-            assert flat is not None
-            training.apply_grads(state, codec.unflatten(flat, param_shapes(cfg)))
+            for lane in range(share * k, share * (k + 1)):
+                rows = [batches.sample_batch(tokens, cfg.batch, cfg.seq_len, lead.seed, j, lane)]
+                _, flat = training.mean_gradient(state, rows, 1)
+                assert flat is not None
+                training.apply_grads(state, codec.unflatten(flat, param_shapes(cfg)))
+        assert state.opt_state.step == H * share
         local.append(state.params)
     outer = init_outer(start.params)
     how = Compression.parse("int8")
@@ -92,17 +93,18 @@ async def test_three_peers_outer_rounds_identical_and_right_then_a_join() -> Non
     assert first.step == 1 and first.inner_steps == H and len(first.roster) == 3
     assert first.shares == (3, 3, 3)
     assert first.hash == expected_first_round(3, 3)
-    # Each peer took H inner steps per round: tokens of the group's round.
+    # The group's round: its share of H batch indices at every peer.
     assert first.tokens == 9 * TEST_SEQ * H
     # The joiner synced at a round boundary (outer weights and momentum) and computed from its
     # first round on, in the roster, with the others' hashes.
     joined = min(late.hashes)
     assert 2 <= joined <= last and late.node.id in late.records[0].roster
     assert late.node.replica.outer is not None and late.node.replica.outer.step == last
-    # Its inner optimizer is its own (fresh at the join): steps taken only since it joined.
-    assert late.node.state is not None
-    assert late.node.state.opt_state.step == H * len(late.records)
-    assert leader.node.state is not None and leader.node.state.opt_state.step == H * last
+    # Its inner optimizer is its own (fresh at the join): steps taken only since it joined,
+    # one per sequence of its shares at the tests' batch of 1.
+    assert late.node.state is not None and leader.node.state is not None
+    assert late.node.state.opt_state.step == H * sum(r.share for r in late.records)
+    assert leader.node.state.opt_state.step == H * sum(r.share for r in leader.records)
     # Not a per-step run in disguise: the outer momentum is live.
     momentum = leader.node.replica.outer.momentum  # type: ignore[union-attr]
     assert any(np.any(m != 0) for m in momentum.values())
@@ -209,9 +211,11 @@ async def test_leader_leaving_an_outer_run_its_successor_leads_to_the_end() -> N
     assert max(a.hashes) == max(b.hashes) == rounds
     assert_identical([leader, a, b], range(1, rounds + 1))
     assert a.records[-1].leader != leader.node.id and len(a.records[-1].roster) == 2
-    # Neither survivor was re-synced: their inner optimizers took H steps in every round.
+    # Neither survivor was re-synced: their inner optimizers took every round's inner steps,
+    # one per sequence of their shares at the tests' batch of 1.
     for p in (a, b):
-        assert p.node.state is not None and p.node.state.opt_state.step == H * rounds
+        assert len(p.records) == rounds and p.node.state is not None
+        assert p.node.state.opt_state.step == H * sum(r.share for r in p.records)
 
 
 async def test_a_leader_with_a_wrong_outer_loop_stops_with_the_rule_and_hint() -> None:

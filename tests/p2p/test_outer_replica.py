@@ -13,7 +13,7 @@ from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
 from daisychain.outer import OuterConfig, apply_outer, init_outer, outer_hash
 from daisychain.outer.mean import weighted_mean
-from daisychain.p2p import allreduce, codec, inner
+from daisychain.p2p import allreduce, codec, inner, shares
 from daisychain.p2p.machine.attempt import Attempt
 from daisychain.p2p.machine.replica import ReplicaRefused
 from daisychain.p2p.replica import ModelReplica
@@ -53,15 +53,52 @@ def test_the_machine_reduces_an_outer_round_with_outer_mean(outer: bool) -> None
 def test_inner_chunks_are_one_encode_cut_at_chunk_boundaries() -> None:
     rng = np.random.default_rng(5)
     flat = rng.standard_normal(7 * codec.BLOCK).astype(np.float32)
-    for shares in [(1, 1, 1), (4, 1, 3), (0, 2, 2), (5,)]:
-        parts = inner.chunk_payloads(flat, shares, 7)
+    for of in [(1, 1, 1), (4, 1, 3), (0, 2, 2), (5,)]:
+        parts = inner.chunk_payloads(flat, of, 7)
         whole = codec.encode(flat)[0]
         for k, part in enumerate(parts):
-            first, end = allreduce.chunk_blocks(7, shares, k)
+            first, end = allreduce.chunk_blocks(7, of, k)
             assert part == whole[first:end] + whole[7 + first * 256 : 7 + end * 256] or (
                 first == end and part == b""
             )
     assert inner.batch_index(1, 3, 0) == 0 and inner.batch_index(4, 3, 2) == 11
+    assert inner.round_indices(4, 3) == range(9, 12)
+
+
+def positions(
+    steps: tuple[tuple[shares.RoundPiece, ...], ...], batch: int
+) -> list[tuple[int, int]]:
+    """Every sequence a round's steps train, as (batch index, position), in training order."""
+    return [
+        (p.index, p.lane * batch + p.row + r) for step in steps for p in step for r in range(p.rows)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "batch", "sizes"),
+    [
+        (4, 4, 4, [4, 4, 4]),  # a share of one whole lane: H steps of one piece, as a per-step run
+        (0, 5, 4, [4, 4, 4, 3]),  # a bigger share: more inner steps of the same size
+        (5, 3, 4, [4, 4, 1]),  # a share below the batch: several batch indices make one step
+        (3, 7, 4, [4, 4, 4, 4, 4, 1]),  # across a lane boundary, and across batch indices
+        (2, 0, 4, []),  # a share of 0 takes no inner steps
+        # PROTOCOL.md's example, b = 4, H = 3, shares 7, 4, 1:
+        (0, 7, 4, [4, 4, 4, 4, 4, 1]),
+        (7, 4, 4, [4, 4, 4]),
+        (11, 1, 4, [3]),
+    ],
+)
+def test_round_steps_cut_a_share_into_inner_steps_of_the_batch(
+    first: int, count: int, batch: int, sizes: list[int]
+) -> None:
+    indices = inner.round_indices(2, 3)
+    steps = shares.round_steps(indices, first, count, batch)
+    assert [sum(p.rows for p in step) for step in steps] == sizes
+    # Exactly the share's positions of every batch index, in order, none twice.
+    want = [(i, q) for i in indices for q in range(first, first + count)]
+    assert positions(steps, batch) == want
+    for step in steps:  # pieces never cross a lane
+        assert all(p.row >= 0 and p.row + p.rows <= batch for p in step)
 
 
 def outer_replica() -> ModelReplica:
@@ -82,7 +119,7 @@ def test_outer_replica_hash_apply_and_inner_state() -> None:
     x, y = batches.sample_batch(tokens, 1, 32, 7, 0, 0)
     rows = [[(x, y)], [batches.sample_batch(tokens, 1, 32, 7, 1, 0)]]
     before = {k: w.copy() for k, w in replica.outer.params.items()}
-    loss, payloads, opt = inner.inner_round(work, before, rows, 1, (1,))
+    loss, payloads, opt = inner.inner_round(work, before, rows, (1,))
     assert np.isfinite(loss) and opt.step == 2
     # The inner steps ran on a copy: the shared state did not move.
     assert all(np.array_equal(before[k], w) for k, w in replica.outer.params.items())

@@ -108,7 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shares", default="",
         help="with --peers: sequences per peer per step, comma-separated (default: the "
-        "preset's batch each)",
+        "preset's batch each); with --sync outer: each outer peer's sequences of every batch "
+        "index, summing to peers x batch (a slow device's small share: it takes fewer inner "
+        "steps of the batch)",
     )  # fmt: skip
     parser.add_argument(
         "--sync", choices=("step", "outer"), default="step",
@@ -406,6 +408,9 @@ class _Setup:
     val_batches: int
     points: list[int]  # steps (per peer) at or after which the curve takes a validation loss
     warm_start: int = 0  # per-step steps both modes start from (not counted in steps or bytes)
+    # Sequences of every batch index each outer peer trains (--shares; default the batch each):
+    # they sum to peers x batch, so both modes train the same sequences.
+    shares: tuple[int, ...] = ()
 
     @property
     def tokens_per_step(self) -> int:
@@ -423,11 +428,6 @@ def _outer_setup(args: argparse.Namespace) -> _Setup:
     peers = args.peers or 4
     if peers < 1:
         raise SystemExit(f"--peers: at least 1, got {args.peers}")
-    if args.shares:
-        raise SystemExit(
-            "--shares is for --sync step; --sync outer gives every peer one lane per inner step "
-            "(unequal inner work is weighted by tokens in daisychain.outer, not simulated here)"
-        )
     if args.val_batches < 1:
         raise SystemExit(f"--val-batches: at least 1, got {args.val_batches}")
     if args.curve_points < 1:
@@ -458,7 +458,15 @@ def _outer_setup(args: argparse.Namespace) -> _Setup:
     )
     count = min(args.curve_points, args.steps)
     points = sorted({-(-args.steps * i // count) for i in range(1, count + 1)})
-    return _Setup(cfg, opt, train, val, peers, args.steps, args.val_batches, points, warm)
+    args.peers = peers
+    of = _group_shares(args, cfg.batch)
+    if sum(of) != peers * cfg.batch:
+        raise SystemExit(
+            f"--shares with --sync outer: they must sum to peers x batch = {peers * cfg.batch} "
+            f"(the sequences per-step mode trains), got {sum(of)}; e.g. --shares "
+            f"{','.join([str(cfg.batch)] * peers)}"
+        )
+    return _Setup(cfg, opt, train, val, peers, args.steps, args.val_batches, points, warm, of)
 
 
 def _outer_config(h: int, args: argparse.Namespace) -> Any:
@@ -522,11 +530,15 @@ def _per_step_run(setup: _Setup, seed: int, start: Any) -> dict[str, Any]:
 def _outer_run(
     setup: _Setup, seed: int, h: int, spec: str, args: argparse.Namespace, start: Any
 ) -> Any:
-    """Every peer ``h`` inner AdamW steps on its own lanes (lane k of inner step s: the batch of
-    ``(seed, s, k)``, as per-step mode's peer k at step s), each keeping its own AdamW state;
-    then one outer round. A last, shorter round keeps the tokens equal to per-step mode's."""
-    from daisychain import outer, training
+    """Rounds of ``h`` batch indices: peer k trains its share's positions of each (the batch of
+    ``(seed, s, lane)``, the sequences per-step mode trains at step s) in inner AdamW steps of the
+    batch, as a run's peer does (``shares.round_steps``; equal shares of one batch: ``h`` steps
+    on lane k), each keeping its own AdamW state; then one outer round weighted by the tokens
+    each trained. A last, shorter round keeps the tokens equal to per-step mode's."""
+    from daisychain import batches, outer, training
+    from daisychain.model.params import param_shapes
     from daisychain.optim import learning_rate
+    from daisychain.p2p import codec, shares
 
     how = outer.Compression.parse(spec)
     ocfg = _outer_config(h, args)
@@ -535,20 +547,32 @@ def _outer_run(
     state = outer.init_outer({name: w.copy() for name, w in start.params.items()})
     residuals: list[Any] = [None] * setup.peers
     sent, losses, curve, last, digest = 0, [], [], 0, ""
+    cfg, shapes, first = setup.cfg, param_shapes(setup.cfg), shares.offsets(setup.shares)
     t0 = time.perf_counter()
     for step in range(setup.steps):
-        parts = []
-        for k, peer in enumerate(peers):
-            x, y = training.next_batch(peer, setup.train, k)
-            parts.append(float(training.train_step(peer, x, y, with_hash=False).loss))
-        losses.append(float(np.mean(parts)))
         done = step + 1
         if done % h and done != setup.steps:
             continue
-        tokens = [(done - last) * setup.tokens_per_step] * setup.peers
+        indices = range(setup.warm_start + last, setup.warm_start + done)
+        parts = []
+        for k, peer in enumerate(peers):
+            plan = shares.round_steps(indices, first[k], setup.shares[k], cfg.batch)
+            for pieces in plan:
+                rows = []
+                for p in pieces:
+                    x, y = batches.sample_batch(
+                        setup.train, cfg.batch, cfg.seq_len, seed, p.index, p.lane
+                    )
+                    rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
+                loss, flat = training.mean_gradient(peer, rows, sum(p.rows for p in pieces))
+                assert flat is not None
+                training.apply_grads(peer, codec.unflatten(flat, shapes))
+                parts.append(loss)
+        losses.extend([float(np.mean(parts))] * (done - last) if parts else [])
+        tokens = [(done - last) * s * cfg.seq_len for s in setup.shares]
         if args.outer_schedule == "inner":
-            # the round's middle inner step, counted as the peers' optimizer counts it
-            middle = peers[0].step - (done - last) // 2
+            # the round's middle inner step, counted as the first peer's optimizer counts it
+            middle = peers[0].opt_state.step - (done - last) // 2
             scale = float(learning_rate(setup.opt, max(1, middle))) / setup.opt.lr
             ocfg = outer.OuterConfig(h, max(args.outer_lr * scale, 1e-6), args.outer_momentum)
         result = outer.outer_round(state, ocfg, how, [p.params for p in peers], tokens, residuals)
@@ -612,7 +636,7 @@ def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
         "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,
         "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
-        "warm_start": setup.warm_start, "batch": setup.cfg.batch,
+        "warm_start": setup.warm_start, "batch": setup.cfg.batch, "shares": list(setup.shares),
         "targets": {"val_loss_ratio_max": OUTER_LOSS_RATIO_MAX,
                     "bytes_ratio_min": OUTER_BYTES_RATIO_MIN},
         "runs": [],

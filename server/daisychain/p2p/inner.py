@@ -1,15 +1,16 @@
 """An outer run's round at one peer: its inner AdamW steps and its pseudo-gradient's chunks.
 
 docs/PROTOCOL.md, "Outer runs": protocol step ``s`` of an outer run is outer round ``s - 1``.
-The peer takes ``H`` inner steps from the outer weights; inner step ``j`` trains the sequences
-at its roster positions ``[o[rank], o[rank] + shares[rank])`` of global batch index
-``(s - 1) * H + j``, exactly the positions a per-step run's step of that index gives it, so no
-two peers train the same sequences and a peer with a bigger share trains more tokens. Each inner
-step is a contributor's mean gradient over those sequences (``training.mean_gradient``: lane
-pieces combined in piece order) and one AdamW step with this peer's own inner state. Then the
-pseudo-gradient ``W - w`` (``outer.pseudo_gradient``) is cut into the roster's chunks and each
-chunk quantized with the exchange codec, exactly as a gradient is (``early.ChunkWatch``'s
-layout): the group's reduction and apply follow from there.
+The round's sequences at a peer are its roster positions ``[o[rank], o[rank] + shares[rank])``
+of global batch indices ``(s - 1) * H + j``, ``j = 0 .. H-1``, exactly the positions a per-step
+run's steps of those indices give it, so no two peers train the same sequences. It trains them
+from the outer weights in inner steps of the run's batch (``shares.round_steps``): a peer with a
+bigger share takes more inner steps, not bigger ones, so a slow device (a small share) takes few
+full-sized steps instead of ``H`` tiny ones. Each inner step is a contributor's mean gradient over
+its pieces (``training.mean_gradient``: pieces combined in piece order) and one AdamW step with
+this peer's own inner state. Then the pseudo-gradient ``W - w`` (``outer.pseudo_gradient``) is cut
+into the roster's chunks and each chunk quantized with the exchange codec, exactly as a gradient is
+(``early.ChunkWatch``'s layout): the group's reduction and apply follow from there.
 
 Runs on the compute thread, on a private copy of the state (``ModelReplica.inner_start``).
 """
@@ -31,8 +32,14 @@ Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 def batch_index(step: int, inner_steps: int, j: int) -> int:
-    """The global batch index inner step ``j`` of protocol step ``step`` (1-based) trains."""
+    """The ``j``-th global batch index (``j < inner_steps``) of protocol step ``step``'s round
+    (1-based): the round's sequences are the peer's positions of every such index."""
     return (step - 1) * inner_steps + j
+
+
+def round_indices(step: int, inner_steps: int) -> range:
+    """The global batch indices of protocol step ``step``'s round, in order."""
+    return range(batch_index(step, inner_steps, 0), batch_index(step, inner_steps, inner_steps))
 
 
 def chunk_payloads(
@@ -52,16 +59,16 @@ def inner_round(
     work: training.TrainState,
     outer: Params,
     rows: Sequence[list[Rows]],
-    count: int,
     shares: Sequence[int],
 ) -> tuple[float, tuple[bytes, ...], AdamWState]:
-    """Take the inner steps (``rows[j]``: inner step j's lane pieces, ``count`` sequences) on
+    """Take the inner steps (``rows[j]``: inner step j's pieces, ``shares.round_steps``) on
     ``work`` in place; returns the mean inner loss, the pseudo-gradient's chunk payloads and
     the inner AdamW state after the round. ``outer`` are the round's outer weights (unchanged)."""
-    assert count > 0 and rows, "a share of 0 takes no inner steps"
+    assert rows and all(rows), "a share of 0 takes no inner steps"
     shapes = param_shapes(work.cfg)
     total = np.float32(0)
     for pieces in rows:
+        count = sum(len(x) for x, _ in pieces)
         loss, flat = training.mean_gradient(work, pieces, count)
         assert flat is not None
         training.apply_grads(work, codec.unflatten(flat, shapes))

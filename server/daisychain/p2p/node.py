@@ -471,7 +471,8 @@ class Node:
         return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
 
     def _start_outer_compute(self, c: fx.Compute, h: int) -> None:
-        """An outer run's round (p2p/inner.py): ``h`` inner steps on a copy of the outer state,
+        """An outer run's round (p2p/inner.py): this peer's positions of ``h`` batch indices,
+        in inner steps of the run's batch (``shares.round_steps``) on a copy of the outer state,
         answered with the pseudo-gradient's chunks as a gradient's would be."""
         config = self.machine.config
         assert config is not None
@@ -482,17 +483,25 @@ class Node:
         count = c.shares[c.rank]
         key = (c.step, c.round)
         self._computing.add(key)
-        parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
+        first = shares.offsets(c.shares)[c.rank]
+        plan = shares.round_steps(inner.round_indices(c.step, h), first, count, cfg.batch)
+        lanes: dict[tuple[int, int], inner.Rows] = {}
 
-        async def lane(index: int, piece: shares.Piece) -> inner.Rows:
-            return await self._piece_rows(revision, cfg, work.seed, index, piece)
+        async def rows_of(p: shares.RoundPiece) -> inner.Rows:
+            # Each (index, lane) is read once; an inner step's cut may split its rows.
+            key = (p.index, p.lane)
+            if key not in lanes:
+                whole = shares.Piece(p.lane, 0, cfg.batch)
+                lanes[key] = await self._piece_rows(revision, cfg, work.seed, p.index, whole)
+            x, y = lanes[key]
+            return x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]
 
         def compute(
             rows: list[list[inner.Rows]], probe: Callable[[], str]
         ) -> tuple[float, tuple[bytes, ...], AdamWState | None, str, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()
             if count:
-                loss, payloads, opt = inner.inner_round(work, outer_params, rows, count, c.shares)
+                loss, payloads, opt = inner.inner_round(work, outer_params, rows, c.shares)
             else:  # a share of 0 takes no inner steps and sends nothing (the probe only)
                 loss, payloads, opt = 0.0, (b"",) * c.peers, None
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -500,10 +509,7 @@ class Node:
 
         async def task() -> None:
             try:
-                rows = [
-                    [await lane(inner.batch_index(c.step, h, j), piece) for piece in parts]
-                    for j in range(h if count else 0)
-                ]
+                rows = [[await rows_of(p) for p in pieces] for pieces in plan]
             except DataUnavailable as exc:
                 self.data_error = exc
                 reason = f"cannot read the run's training data: {exc.message}"

@@ -160,7 +160,7 @@ def parse(
     _check_global_batch(cfg)
     _check_preset(cfg.preset, model)
     _check_run(cfg)
-    _check_sync(cfg)
+    _check_sync(cfg, model.batch)
     optim = _optim(cfg.optim, cfg.steps)
     footprint = estimate(model)
     if cfg.sync == messages.SYNC_OUTER:
@@ -289,8 +289,9 @@ def _check_run(cfg: messages.Config) -> None:
         )
 
 
-def _check_sync(cfg: messages.Config) -> None:
-    """``sync`` and, for an outer run, ``outer`` (docs/PROTOCOL.md, "Outer runs")."""
+def _check_sync(cfg: messages.Config, batch: int) -> None:
+    """``sync`` and, for an outer run, ``outer`` (docs/PROTOCOL.md, "Outer runs"); ``batch``
+    the model's sequences per inner step."""
     if cfg.sync not in SYNC_MODES:
         raise Incompatible(
             "sync",
@@ -300,15 +301,18 @@ def _check_sync(cfg: messages.Config) -> None:
     spec = cfg.outer
     if cfg.sync != messages.SYNC_OUTER or spec is None:
         return
-    # H inner steps per round: every inner step counter (AdamW's, and the batch index
-    # round * H + j) must stay exact in float32 like a step count.
-    most = MAX_EXACT_STEPS // max(cfg.steps, 1)
+    # A peer's round is its share of H batch indices in inner steps of the batch: at most
+    # H * ceil(global batch / batch) of them (the whole global batch). Every inner step counter
+    # (AdamW's, and the batch index round * H + j) must stay exact in float32 like a step count.
+    lanes = -(-cfg.global_batch // batch)
+    most = MAX_EXACT_STEPS // (max(cfg.steps, 1) * lanes)
     if not 1 <= spec.steps <= most:
         raise Incompatible(
             "outer-steps",
             f"outer.steps (inner steps per round) {spec.steps} outside [1, {most}] for a run "
-            f"of {cfg.steps} rounds",
-            "lead with --outer-steps of at least 1, and rounds x inner steps below 2^24",
+            f"of {cfg.steps} rounds of {cfg.global_batch} sequences at a batch of {batch}",
+            "lead with --outer-steps of at least 1, and rounds x inner steps x (global batch / "
+            "batch) below 2^24",
         )
     lr = spec.lr
     if not (math.isfinite(lr) and 0.0 < lr <= MAX_OUTER_LR and np.float32(lr) > 0):

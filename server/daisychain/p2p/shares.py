@@ -78,6 +78,44 @@ def pieces(first: int, count: int, lane_size: int) -> tuple[Piece, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class RoundPiece:
+    """Rows ``[row, row + rows)`` of lane ``lane`` of global batch index ``index``: one slice
+    of an outer round's inner step."""
+
+    index: int
+    lane: int
+    row: int
+    rows: int
+
+
+def round_steps(
+    indices: Sequence[int], first: int, count: int, batch: int
+) -> tuple[tuple[RoundPiece, ...], ...]:
+    """An outer round's inner steps at one peer (docs/PROTOCOL.md, "A round at a peer"): its
+    positions ``[first, first + count)`` of every batch index in ``indices``, in that order,
+    cut into inner steps of ``batch`` sequences (the last takes what is left) and, within a
+    step, at lane and batch-index boundaries. A peer with a bigger share takes more inner
+    steps of the same size, not bigger ones: ``ceil(len(indices) * count / batch)`` of them."""
+    assert batch >= 1 and count >= 0, (batch, count)
+    out: list[tuple[RoundPiece, ...]] = []
+    step: list[RoundPiece] = []
+    filled = 0
+    for index in indices:
+        for p in pieces(first, count, batch):
+            row, left = p.row, p.rows
+            while left:
+                take = min(left, batch - filled)
+                step.append(RoundPiece(index, p.lane, row, take))
+                row, left, filled = row + take, left - take, filled + take
+                if filled == batch:
+                    out.append(tuple(step))
+                    step, filled = [], 0
+    if step:
+        out.append(tuple(step))
+    return tuple(out)
+
+
 def check(shares: Sequence[int], peers: int, global_batch: int) -> str | None:
     """Why a roster's shares are not acceptable for the run, or None."""
     if len(shares) != peers:

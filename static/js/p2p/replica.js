@@ -30,7 +30,7 @@ import { paramShapes } from '../model/params.js';
 import { BLOCK, encode, flatten, nBlocks, unflatten } from './codec.js';
 import { chunkSlice } from './allreduce.js';
 import { ChunkWatch } from './early.js';
-import { offsets, pieces } from './shares.js';
+import { offsets, pieces, roundSteps } from './shares.js';
 import { decodeCheckpoint, encodeCheckpoint, encodeOuterCheckpoint, stepOf } from './checkpoint.js';
 import { ReplicaRefused } from './machine/replica.js';
 import { PieceMean } from '../train/piecemean.js';
@@ -279,14 +279,15 @@ export class WorkerReplica {
 
   /**
    * An outer run's `compute` (docs/PROTOCOL.md, "Outer runs"; Python's node.py
-   * _start_outer_compute and p2p/inner.py): for protocol step `step`, inner step j = 0 .. H-1
-   * trains batch index (step - 1) * H + j at this replica's positions (the lanes `laneOf(lane,
-   * index)` gives, cut into the same pieces as a per-step step's), one AdamW step each, on a copy
-   * of the outer weights with this peer's inner state; the pseudo-gradient W - w is cut into the
-   * roster's chunks, each quantized with the exchange codec. Resolves to compute's record;
-   * `count` is the sequences of all inner steps (what seconds per sequence are measured on). A
-   * share of 0 takes no inner steps and sends nothing (the probe only). Chunks leave only when
-   * the round is done: the pseudo-gradient exists only after the last inner step.
+   * _start_outer_compute and p2p/inner.py): for protocol step `step`, the round trains this
+   * replica's positions of batch indices (step - 1) * H + j, j = 0 .. H-1 (the lanes
+   * `laneOf(lane, index)` gives, each read once), in inner steps of the run's batch
+   * (shares.js roundSteps), one AdamW step each, on a copy of the outer weights with this peer's
+   * inner state; the pseudo-gradient W - w is cut into the roster's chunks, each quantized with
+   * the exchange codec. Resolves to compute's record; `count` is the sequences of the whole round
+   * (what seconds per sequence are measured on). A share of 0 takes no inner steps and sends
+   * nothing (the probe only). Chunks leave only when the round is done: the pseudo-gradient
+   * exists only after the last inner step.
    */
   async computeRound({ step, rank, shares }, laneOf) {
     const H = this.outer.innerSteps;
@@ -299,14 +300,18 @@ export class WorkerReplica {
     let backend = this.selection?.backend ?? this.backend;
     let products = 0;
     if (count > 0) {
-      const parts = this.piecesOf({ rank, shares });
-      const steps = [];
-      for (let j = 0; j < H; j++) {
-        const index = (step - 1) * H + j;
-        const lanes = await Promise.all(parts.map((p) => laneOf(p.lane, index)));
-        steps.push(parts.map((p, i) => this.rowsOf(lanes[i], p)));
+      const indices = Array.from({ length: H }, (_, j) => (step - 1) * H + j);
+      const plan = roundSteps(indices, offsets(shares)[rank], count, this.model.batch);
+      const lanes = new Map(); // `${index}:${lane}` -> its batch, read once
+      for (const pieces of plan) {
+        for (const p of pieces) {
+          const key = `${p.index}:${p.lane}`;
+          if (!lanes.has(key)) lanes.set(key, laneOf(p.lane, p.index));
+        }
       }
-      const r = await this.worker.round(steps, count, token);
+      const read = new Map(await Promise.all([...lanes].map(async ([k, v]) => [k, await v])));
+      const steps = plan.map((pieces) => pieces.map((p) => this.rowsOf(read.get(`${p.index}:${p.lane}`), p)));
+      const r = await this.worker.round(steps, count * H, token);
       ({ loss, backend } = r);
       products = r.products ?? 0;
       payloads = this.chunkPayloads(r.delta, shares);

@@ -91,7 +91,7 @@ export function parse(cfg, {
   checkGlobalBatch(cfg);
   checkPreset(cfg.preset, model);
   checkRun(cfg);
-  checkSync(cfg);
+  checkSync(cfg, model.batch);
   const optim = buildOptim(cfg.optim, cfg.steps);
   const footprint = withOuterState(estimate(model), cfg);
   checkTransfer(footprint);
@@ -233,8 +233,9 @@ function checkRun(cfg) {
   }
 }
 
-// `sync` and, for an outer run, `outer`: the same rules, messages and hints as Python's.
-function checkSync(cfg) {
+// `sync` and, for an outer run, `outer`: the same rules, messages and hints as Python's; `batch`
+// the model's sequences per inner step.
+function checkSync(cfg, batch) {
   const sync = cfg.sync ?? SYNC_STEP;
   if (!SYNC_MODES.includes(sync)) {
     throw new Incompatible('sync', `sync mode ${strRepr(pySlice(sync, 16))} is not one this version trains`,
@@ -242,13 +243,16 @@ function checkSync(cfg) {
   }
   const spec = cfg.outer;
   if (sync !== SYNC_OUTER || spec == null) return;
-  // H inner steps per round: every inner step counter must stay exact in float32.
-  const most = Math.floor(MAX_EXACT_STEPS / Math.max(cfg.steps, 1));
+  // A peer's round: at most H * ceil(global batch / batch) inner steps; every inner step
+  // counter must stay exact in float32.
+  const lanes = Math.ceil(cfg.global_batch / batch);
+  const most = Math.floor(MAX_EXACT_STEPS / (Math.max(cfg.steps, 1) * lanes));
   if (!(spec.steps >= 1 && spec.steps <= most)) {
     throw new Incompatible('outer-steps',
       `outer.steps (inner steps per round) ${spec.steps} outside [1, ${most}] for a run of ` +
-      `${cfg.steps} rounds`,
-      'lead with --outer-steps of at least 1, and rounds x inner steps below 2^24');
+      `${cfg.steps} rounds of ${cfg.global_batch} sequences at a batch of ${batch}`,
+      'lead with --outer-steps of at least 1, and rounds x inner steps x (global batch / ' +
+      'batch) below 2^24');
   }
   const lr = spec.lr;
   if (!(Number.isFinite(lr) && lr > 0 && lr <= MAX_OUTER_LR && Math.fround(lr) > 0)) {

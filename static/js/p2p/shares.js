@@ -68,6 +68,39 @@ export function pieces(first, count, laneSize) {
   return out;
 }
 
+/**
+ * An outer round's inner steps at one peer (Python's shares.round_steps; docs/PROTOCOL.md, "A
+ * round at a peer"): its positions [first, first + count) of every batch index in `indices`, in
+ * that order, cut into inner steps of `batch` sequences (the last takes what is left) and, within
+ * a step, at lane and batch-index boundaries: a list of steps, each a list of pieces
+ * {index, lane, row, rows}. A bigger share takes more inner steps of the same size.
+ */
+export function roundSteps(indices, first, count, batch) {
+  if (!(batch >= 1 && count >= 0)) throw new RangeError(`roundSteps(batch ${batch}, count ${count})`);
+  const out = [];
+  let step = [];
+  let filled = 0;
+  for (const index of indices) {
+    for (const p of pieces(first, count, batch)) {
+      let { row, rows: left } = p;
+      while (left > 0) {
+        const take = Math.min(left, batch - filled);
+        step.push(Object.freeze({ index, lane: p.lane, row, rows: take }));
+        row += take;
+        left -= take;
+        filled += take;
+        if (filled === batch) {
+          out.push(step);
+          step = [];
+          filled = 0;
+        }
+      }
+    }
+  }
+  if (step.length > 0) out.push(step);
+  return out;
+}
+
 /** Why a roster's shares are not acceptable for the run, or null. */
 export function check(shares, peers, globalBatch) {
   if (shares.length !== peers) return `${shares.length} shares for ${peers} roster peers`;

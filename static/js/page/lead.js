@@ -119,9 +119,9 @@ export function mount(root, page) {
           inputmode: 'decimal', step: 'any', value: 0.7 }), 'field outer'),
         field('Outer momentum', h('input', { name: 'outer_momentum', type: 'number',
           inputmode: 'decimal', step: 'any', value: 0.9 }), 'field outer'),
-        h('p', { class: 'note outer whole', text: 'Outer rounds: each device makes its inner ' +
-          'updates (AdamW steps) on its own, then the group exchanges once per round; Steps ' +
-          'counts rounds.' }))),
+        h('p', { class: 'note outer whole', text: 'Outer rounds: each device trains its share ' +
+          'of H batches on its own, in updates (AdamW steps) of its batch, so a faster device ' +
+          'makes more of them; then the group exchanges once per round. Steps counts rounds.' }))),
     h('p', { class: 'note size', role: 'status', 'aria-label': 'Model size and memory' }),
     h('div', { class: 'actions' }, start));
   const sizeNote = form.querySelector('.size');

@@ -114,14 +114,16 @@ export function innerStepsOf(config) {
 
 /**
  * How the run exchanges, for the live panel: "every step" for a per-step run; for an outer run
- * "round 3 of 10: 2 inner steps per device per round (6 of 20 inner steps done)".
+ * "round 3 of 10: 2 inner steps per round at an even share, more on faster devices (6 of 20
+ * done)". A device trains its share of H batches per round in inner steps of its batch
+ * (docs/PROTOCOL.md, "A round at a peer"), so H is the count of a device whose share is one batch.
  */
 export function syncLine(config, round) {
   const h = innerStepsOf(config);
   if (config?.sync !== 'outer') return 'every step (per-step exchange)';
   const steps = config.steps;
-  return `round ${round} of ${steps}: ${h} inner step${h === 1 ? '' : 's'} per device per round ` +
-    `(${round * h} of ${steps * h} inner steps done)`;
+  return `round ${round} of ${steps}: ${h} inner step${h === 1 ? '' : 's'} per round at an even ` +
+    `share, more on faster devices (${round * h} of ${steps * h} done)`;
 }
 
 /**

@@ -164,9 +164,9 @@ export class TrainWorker extends EventTarget {
   }
 
   /**
-   * An outer round's H inner steps (`steps[j]`: inner step j's pieces [{x, y, rows}], `count`
-   * sequences each): {loss, delta (the flat pseudo-gradient), backend, products, ms}; the round's
-   * inner state is kept under `token`.
+   * An outer round's inner steps (`steps[j]`: inner step j's pieces [{x, y, rows}], `count`
+   * sequences in all): {loss, delta (the flat pseudo-gradient), backend, products, ms}; the
+   * round's inner state is kept under `token`.
    */
   round(steps, count, token) {
     return this.request('round', { steps, count, token });

@@ -28,7 +28,8 @@
 //                 docs/PROTOCOL.md "Outer runs"; `shared`: a checkpoint's rounds and momentum)
 //   round         {steps: [[{x, y, rows}]], count, token}
 //                                                   -> {loss, delta, backend, products, ms}
-//                 (H inner steps on a copy of the outer weights; delta: the flat W - w)
+//                 (the inner steps on a copy of the outer weights, `count` sequences in all;
+//                 delta: the flat W - w)
 //   outer-apply   {mean, token}                     -> {step, hash}  (the outer step; the inner
 //                 state of round `token` (null: none) becomes this peer's)
 //   export        in an outer run also `outer` {step, momentum} beside `state`
@@ -44,9 +45,11 @@ export const REQUEST_TYPES = Object.freeze([
   'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'inject-fault', 'eval',
   'outer', 'round', 'outer-apply',
 ]);
-// A round's inner steps (H): runconfig's rule `outer-steps` bounds rounds x H below 2^24; one
-// request carries every inner step's tokens, so a page refuses more than this many.
+// A round's H: runconfig's rule `outer-steps` bounds rounds x H below 2^24; one request carries
+// every inner step's tokens, so a page refuses more than this many.
 export const MAX_INNER_STEPS = 4096;
+// A round's sequences (H times a share of at most 4096), and so its inner steps.
+const MAX_ROUND_SEQUENCES = MAX_INNER_STEPS * 4096;
 export const BACKEND_CHOICES = Object.freeze(['auto', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu']);
 export const EVENT_KINDS = Object.freeze([
   'state', 'progress', 'selection', 'device-lost', 'device-rebuilt', 'fallback',
@@ -180,17 +183,17 @@ function outerFields(msg) {
 }
 
 function roundFields(msg) {
-  integer(msg.count, 'round: count', 1, 4096);
+  integer(msg.count, 'round: count', 1, MAX_ROUND_SEQUENCES);
   integer(msg.token, 'round: token', 0, Number.MAX_SAFE_INTEGER);
-  if (!Array.isArray(msg.steps) || msg.steps.length === 0 || msg.steps.length > MAX_INNER_STEPS) {
-    refuse(`round: steps must be a list of 1 to ${MAX_INNER_STEPS} inner steps`,
+  if (!Array.isArray(msg.steps) || msg.steps.length === 0 || msg.steps.length > msg.count) {
+    refuse(`round: steps must be a list of 1 to count (${msg.count}) inner steps`,
       'send each inner step\'s lane pieces [{x, y, rows}]');
   }
+  let rows = 0;
   msg.steps.forEach((pieces, j) => {
     if (!Array.isArray(pieces) || pieces.length === 0) {
       refuse(`round: steps[${j}] must be a non-empty list of pieces`, 'send {x, y, rows} per piece');
     }
-    let rows = 0;
     pieces.forEach((p, i) => {
       const what = `round: steps[${j}][${i}]`;
       if (!isObject(p)) refuse(`${what} must be {x, y, rows}`, 'send {x, y, rows} per piece');
@@ -204,11 +207,11 @@ function roundFields(msg) {
       }
       rows += p.rows;
     });
-    if (rows !== msg.count) {
-      refuse(`round: steps[${j}] holds ${rows} sequences, count is ${msg.count}`,
-        'send every inner step with the same pieces: the share\'s sequences');
-    }
   });
+  if (rows !== msg.count) {
+    refuse(`round: the inner steps hold ${rows} sequences, count is ${msg.count}`,
+      'send count as the round\'s sequences: every inner step\'s pieces together');
+  }
 }
 
 function base(v, name) {

@@ -6,7 +6,7 @@
 // (the same Maps as the outer state's, as in Python) and this peer's own inner AdamW state as
 // its optState; beside it the outer momentum M (+0 at the start) and the rounds done. A round
 // never touches either: it trains a copy of W with a copy of the inner state, and what it
-// produces (the inner state after its H steps) is kept under the round's token until the round
+// produces (the inner state after its inner steps) is kept under the round's token until the round
 // is applied. So a checkpoint export or a hash between the requests of a round sees W and M,
 // and a round computed again after a roster change starts from the same bits.
 
@@ -65,25 +65,30 @@ export class OuterLoop {
   }
 
   /**
-   * One round: `steps[j]` are inner step j's lane pieces [{x, y, rows}] (`count` sequences in
-   * all); `gradsOf(work, x, y, rows)` resolves to {loss, grads} of the work copy's weights. Each
-   * inner step is the pieces' mean gradient and one AdamW step on the copy; resolves to {loss
-   * (the mean of the inner losses), delta (the flat pseudo-gradient W - w, padded)} and keeps the
-   * copy's inner state under `token` for apply.
+   * One round: `steps[j]` are inner step j's pieces [{x, y, rows}] (shares.js roundSteps; `count`
+   * sequences in all); `gradsOf(work, x, y, rows)` resolves to {loss, grads} of the work copy's
+   * weights. Each inner step is its pieces' mean gradient and one AdamW step on the copy; resolves
+   * to {loss (the mean of the inner losses), delta (the flat pseudo-gradient W - w, padded)} and
+   * keeps the copy's inner state under `token` for apply.
    */
   async round(steps, count, token, gradsOf) {
-    if (steps.length !== this.cfg.innerSteps) {
-      // The machine asks exactly H inner steps of every contributor: fewer would fork the run.
-      throw new RangeError(`a round of ${steps.length} inner steps; this run takes ` +
-        `${this.cfg.innerSteps}`);
+    const H = this.cfg.innerSteps;
+    const batch = this.run.cfg.batch;
+    const sizes = steps.map((pieces) => pieces.reduce((n, p) => n + p.rows, 0));
+    const last = sizes.length - 1;
+    if (count % H !== 0 || sizes.some((n, j) => (j === last ? n < 1 || n > batch : n !== batch))) {
+      // The machine asks H times a share, in inner steps of the run's batch: any other cut would
+      // fork the run.
+      throw new RangeError(`a round of ${count} sequences in inner steps of ${sizes.join(', ')}; ` +
+        `this run takes H = ${H} times a share, in inner steps of ${batch} (the last takes the rest)`);
     }
     const work = { ...this.run, params: copyMap(this.state.params),
       optState: copyOptState(this.run.optState) };
     let total = 0;
-    for (const pieces of steps) {
+    for (const [j, pieces] of steps.entries()) {
       const parts = [];
       for (const { x, y, rows } of pieces) parts.push({ ...(await gradsOf(work, x, y, rows)), rows });
-      const { loss, grads } = combinePieces(parts, count);
+      const { loss, grads } = combinePieces(parts, sizes[j]);
       M.applyGrads(work, grads);
       total = Math.fround(total + Math.fround(loss));
     }
