@@ -36,14 +36,25 @@ def test_h_lists_are_read_in_order() -> None:
     assert lowcomm.parse_h("5, 20,1") == [5, 20, 1]
 
 
+@pytest.mark.parametrize("spec", ["", "-0.1", "1.5", "half", "0,,x"])
+def test_a_bad_overlap_is_refused_with_an_example(spec: str) -> None:
+    with pytest.raises(SystemExit, match=r"e\.g\. --overlap 0,0\.5"):
+        lowcomm.parse_overlap(spec)
+
+
+def test_overlap_lists_are_read_in_order() -> None:
+    assert lowcomm.parse_overlap("0") == [0.0]
+    assert lowcomm.parse_overlap("0, 0.5,1") == [0.0, 0.5, 1.0]
+
+
 def test_bytes_per_token_is_the_most_any_peer_sent() -> None:
     summary = {"peers": [{"bytes_sent_per_step": 300}, {"bytes_sent_per_step": 900}]}
     assert lowcomm.bytes_per_token(summary, 3.0) == 300.0
 
 
 def _args(**changes: object) -> argparse.Namespace:
-    base = dict(preset="tiny", peers=3, cores=0.5, link="10mbit", batch=2, H="2", steps=1,
-                warmup=1, rounds=1, warmup_rounds=1, address="127.0.0.2",
+    base = dict(preset="tiny", peers=3, cores=0.5, link="10mbit", batch=2, H="2", overlap="0",
+                steps=1, warmup=1, rounds=1, warmup_rounds=1, address="127.0.0.2",
                 timeout_s=60.0)  # fmt: skip
     return argparse.Namespace(**{**base, **changes})
 
@@ -68,11 +79,12 @@ def test_bad_options_are_refused_before_anything_runs(
 
 
 def test_the_namespace_rerun_gets_every_option_back() -> None:
-    argv = lowcomm._argv(_args(H="2,5"))
+    argv = lowcomm._argv(_args(H="2,5", overlap="0,0.5"))
     parser = argparse.ArgumentParser()
     lowcomm.add_arguments(parser)
     again = parser.parse_args(argv)
     assert again.H == "2,5" and again.warmup_rounds == 1 and again.link == "10mbit"
+    assert again.overlap == "0,0.5"
     assert again.timeout_s == 60.0 and again.cores == 0.5
 
 
@@ -111,7 +123,7 @@ def test_bench_lowcomm_end_to_end_at_tiny() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "daisychain", "bench", "lowcomm", "--json", "--preset", "tiny",
          "--batch", "2", "--steps", "1", "--warmup", "1", "--rounds", "1", "--warmup-rounds",
-         "1", "--H", "2", "--link", "20mbit", "--timeout-s", "240"],
+         "1", "--H", "2", "--overlap", "0,0.5", "--link", "20mbit", "--timeout-s", "240"],
         capture_output=True, text=True, env=env, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -130,4 +142,11 @@ def test_bench_lowcomm_end_to_end_at_tiny() -> None:
     # and deflate make it inexact, so only the direction is checked).
     assert outer["bytes_per_token"] < per_step["bytes_per_token"]
     assert outer["tokens_per_s_ratio"] > 0
-    assert report["best_tokens_per_s_ratio"] == outer["tokens_per_s_ratio"]
+    # With overlap: the same run shape, replicas identical, compared with the run without.
+    lapped = report["outer"]["H=2 overlap=0.5"]
+    assert "error" not in lapped and lapped["replicas_identical_every_step"] is True
+    assert lapped["overlap"] == 0.5 and outer["overlap"] == 0.0
+    assert lapped["tokens_per_s_vs_no_overlap"] > 0
+    assert report["best_tokens_per_s_ratio"] == max(
+        outer["tokens_per_s_ratio"], lapped["tokens_per_s_ratio"]
+    )

@@ -92,6 +92,19 @@ def test_unequal_shares_train_the_same_sequences_in_inner_steps_of_the_batch(
     assert hashes[0] == hashes[1] != hashes[2]
 
 
+def test_overlap_changes_the_outer_run_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """--overlap 0.5: each peer's round of 3 inner steps is measured after 2, the third reaches
+    the outer weights a round later (the carry): another outer run, the same per-step run, the
+    same bytes (the same exchanges)."""
+    args = ("--H", "3", "--compress", "int8")
+    plain, lapped = _run(capsys, *args), _run(capsys, *args, "--overlap", "0.5")
+    assert lapped["overlap"] == 0.5 and plain["overlap"] == 0.0
+    a, b = plain["runs"][0], lapped["runs"][0]
+    assert a["per_step"]["val_loss"] == b["per_step"]["val_loss"]
+    assert a["outer"][0]["outer_hash"] != b["outer"][0]["outer_hash"]
+    assert a["outer"][0]["bytes_per_peer"] == b["outer"][0]["bytes_per_peer"]
+
+
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
@@ -115,6 +128,7 @@ def test_bad_outer_options_are_refused_with_a_hint(
         (["--shares", "4,3"], "--shares with --sync outer: they must sum to peers x batch = 8"),
         (["--shares", "8"], "--shares: 2 integers >= 0 \\(one per peer\\)"),
         (["--outer-momentum", "1.0"], "outer momentum must lie in \\[0, 1\\)"),
+        (["--overlap", "1.5"], "overlap must lie in \\[0, 1\\], got 1.5"),
         (["--outer-lr", "0"], "outer lr must be finite and > 0"),
         (["--curve-points", "0"], "--curve-points: at least 1"),
         (["--batch", "-2"], "--batch: sequences per peer, at least 1"),

@@ -60,12 +60,12 @@ OUTER_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "train" / "ou
 # Each plant: (what it breaks, the text of train/outer.js it replaces, its replacement).
 PLANTS = {
     "inner-step-skipped": (
-        "for (const [j, pieces] of steps.entries()) {",
-        "for (const [j, pieces] of steps.entries()) {\n      if (j === 0) continue;",
+        "      if (j === steps.length) break;\n",
+        "      if (j === steps.length) break;\n      if (j === 0) continue;\n",
     ),
     "inner-state-not-kept": (
-        "if (inner !== undefined) this.run.optState = inner;",
-        "void inner;",
+        "      this.run.optState = inner.optState;\n",
+        "      void inner.optState;\n",
     ),
     "per-step-apply": (
         "    applyOuter(this.state, this.cfg, mean);\n",

@@ -62,3 +62,19 @@ test('every wrong sync or outer field is refused with its rule', () => {
       JSON.stringify(extra));
   }
 });
+
+test('overlap: parsed and written only when not 0, its state counted, passed on as the run\'s', () => {
+  const o = M.parse(raw({ sync: 'outer', outer: { ...outer(), overlap: 0.5 } }));
+  assert.equal(o.outer.overlap, 0.5);
+  assert.ok(M.encode(o).includes('"outer":{"steps":3,"lr":0.7,"momentum":0.9,"overlap":0.5}'));
+  const plain = M.parse(raw({ sync: 'outer', outer: outer() }));
+  assert.equal(plain.outer.overlap, 0);
+  const args = { ...ARGS, outerRuns: true };
+  const [a, b] = [plain, o].map((cfg) => R.parse(cfg, args));
+  assert.equal(b.footprint.total - a.footprint.total,
+    R.OVERLAP_STATE_BYTES_PER_PARAM * a.footprint.params, 'the measured weights and the carry');
+  assert.equal(b.outer.overlap, 0.5);
+  assert.equal(a.outer.overlap, 0);
+  assert.throws(() => R.parse(M.parse(raw({ sync: 'outer', outer: { ...outer(), overlap: 2 } })), args),
+    (exc) => exc.rule === 'outer-overlap');
+});

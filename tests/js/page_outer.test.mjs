@@ -43,7 +43,7 @@ inp = json.load(sys.stdin)
 cfg = ModelConfig(**inp["model"])
 h = inp["H"]
 rep = ModelReplica("ab" * 32, cfg.vocab_size)
-rep.set_outer(OuterConfig(h, inp["lr"], inp["momentum"]))
+rep.set_outer(OuterConfig(h, inp["lr"], inp["momentum"], inp["overlap"]))
 rep.start(cfg, AdamWConfig(), inp["seed"])
 tokens = np.array(inp["tokens"], dtype=np.uint16)
 digest = lambda b: f"{len(b)}:{hashlib.sha256(b).hexdigest()}"
@@ -62,7 +62,8 @@ for s, (sh, rank) in enumerate(inp["rounds"], start=1):
             step_rows.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
         rows.append(step_rows)
     if count:
-        loss, payloads, opt = inner.inner_round(work, outer_params, rows, sh)
+        done = inner.inner_round(work, outer_params, rows, sh, inp["overlap"], rep.carry)
+        loss, payloads, opt, carry = done.loss, done.payloads, done.opt, done.carry
         total = codec.n_blocks(sum(w.size for w in outer_params.values()))
         mean = np.concatenate([codec.decode(p, len(p) // (codec.BLOCK + 1)) for p in payloads if p])
         assert mean.size == total * codec.BLOCK
@@ -70,7 +71,7 @@ for s, (sh, rank) in enumerate(inp["rounds"], start=1):
         loss, payloads, opt = 0.0, (b"",) * len(sh), None
     rep.apply(mean.copy())
     if opt is not None:
-        rep.adopt_inner(opt)
+        rep.adopt_inner(opt, carry)
     out["rounds"].append({"loss": float(loss), "payloads": [digest(p) for p in payloads],
                           "hash": rep.hash, "step": rep.step})
 out["checkpoint"] = digest(rep.checkpoint())
@@ -111,12 +112,20 @@ async function pageRounds(replica, toks, { onRound = () => {} } = {}) {
   return { got, indices };
 }
 
-test('outer rounds on the page: payloads, losses, outer hashes and the checkpoint are the Python peer\'s bytes', async () => {
+for (const overlap of [0, 0.5]) {
+  // overlap 0.5: round 1's 4 inner steps are measured after 2, round 3 starts from W plus the
+  // carry of round 1's last 2 (round 2's share of 0 leaves it as it was).
+  test(`outer rounds on the page (overlap ${overlap}): payloads, losses, outer hashes and the checkpoint are the Python peer's bytes`, async () => {
+    await pageMatchesPython(overlap);
+  });
+}
+
+async function pageMatchesPython(overlap) {
   const toks = tokens(V);
   const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], rounds: ROUNDS, H,
-    lr: OUTER.lr, momentum: OUTER.momentum });
+    lr: OUTER.lr, momentum: OUTER.momentum, overlap });
   const replica = newReplica();
-  replica.setOuter(OUTER);
+  replica.setOuter({ ...OUTER, overlap });
   await replica.start(modelConfig(MODEL), adamwConfig({}), SEED);
   assert.equal(replica.hash, expected.start, 'the outer hash at the start (W, M = +0)');
   const { got, indices } = await pageRounds(replica, toks);
@@ -134,7 +143,7 @@ test('outer rounds on the page: payloads, losses, outer hashes and the checkpoin
   assert.deepEqual(indices, want);
   assert.equal(digest(await replica.checkpoint()), expected.checkpoint, 'checkpoint bytes');
   replica.close();
-});
+}
 
 test('an outer checkpoint restores on another page replica with the same outer hash, and continues', async () => {
   const toks = tokens(V);
@@ -199,9 +208,9 @@ test('a page continues an outer checkpoint as an outer run (resumeConfig), the r
   const cfg = resumeConfig(ck, { steps: 10, tokenizerSha256: 'ab'.repeat(32) });
   assert.equal(cfg.resume_step, ROUNDS.length);
   assert.equal(cfg.resume_hash, a.hash);
-  assert.deepEqual([cfg.sync, cfg.outer], ['outer', { steps: H, lr: 0.7, momentum: 0.9 }]);
+  assert.deepEqual([cfg.sync, cfg.outer], ['outer', { steps: H, lr: 0.7, momentum: 0.9, overlap: 0 }]);
   const args = { tokenizerSha256: 'ab'.repeat(32), vocabSize: V };
-  assert.deepEqual(parseRunConfig(cfg, { ...args, outerRuns: true }).outer, OUTER);
+  assert.deepEqual(parseRunConfig(cfg, { ...args, outerRuns: true }).outer, { ...OUTER, overlap: 0 });
   assert.throws(() => parseRunConfig(cfg, args), (exc) => exc.rule === 'page-outer');
   a.close();
 });

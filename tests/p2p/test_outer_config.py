@@ -39,8 +39,8 @@ def raw_config(**top: Any) -> dict[str, Any]:
     return obj
 
 
-def outer(steps: Any = 3, lr: Any = 0.7, momentum: Any = 0.9) -> dict[str, Any]:
-    return {"steps": steps, "lr": lr, "momentum": momentum}
+def outer(steps: Any = 3, lr: Any = 0.7, momentum: Any = 0.9, **more: Any) -> dict[str, Any]:
+    return {"steps": steps, "lr": lr, "momentum": momentum, **more}
 
 
 BIG = {"vocab_size": VOCAB, "width": 1024, "layers": 4, "heads": 16, "seq_len": 256, "batch": 4,
@@ -78,6 +78,28 @@ CASES: list[tuple[str, dict[str, Any], Any]] = [
     ("mu-one", raw_config(sync="outer", outer=outer(momentum=1.0)), ("outer-momentum", "1.0")),
     ("mu-negative", raw_config(sync="outer", outer=outer(momentum=-0.1)), ("outer-momentum", "")),
     ("mu-bool", raw_config(sync="outer", outer=outer(momentum=True)), ("bad-message", "momentum")),
+    ("overlap", raw_config(sync="outer", outer=outer(overlap=0.5)), "ok"),
+    ("overlap-all", raw_config(sync="outer", outer=outer(overlap=1)), "ok"),
+    (
+        "overlap-negative",
+        raw_config(sync="outer", outer=outer(overlap=-0.25)),
+        ("outer-overlap", "outer overlap -0.25 outside [0, 1]"),
+    ),
+    (
+        "overlap-over-one",
+        raw_config(sync="outer", outer=outer(overlap=1.5)),
+        ("outer-overlap", "1.5"),
+    ),
+    (
+        "overlap-string",
+        raw_config(sync="outer", outer=outer(overlap="0.5")),
+        ("bad-message", "config.outer.overlap"),
+    ),
+    (
+        "overlap-null",
+        raw_config(sync="outer", outer=outer(overlap=None)),
+        ("bad-message", "config.outer.overlap"),
+    ),
     # An outer run with a wrong inner lr: the protocol's rule first, on both sides.
     (
         "outer-bad-inner-lr",
@@ -135,6 +157,12 @@ def test_per_step_config_bytes_unchanged() -> None:
         '"type":"config"}'
     )
     assert messages.parse(text) == out
+    # overlap is written only when not 0: an outer config without it keeps its bytes.
+    assert out.outer.overlap == 0.0
+    lapped = messages.parse(json.dumps(raw_config(sync="outer", outer=outer(overlap=0.5))))
+    assert isinstance(lapped, messages.Config) and lapped.outer is not None
+    assert lapped.outer.overlap == 0.5
+    assert '"outer":{"steps":3,"lr":0.7,"momentum":0.9,"overlap":0.5}' in messages.encode(lapped)
     accepted = runconfig.parse(out, tokenizer_sha256=SHA, vocab_size=VOCAB).outer
     assert accepted is not None and accepted.inner_steps == 3 and accepted.lr == 0.7
 
@@ -194,7 +222,7 @@ def test_javascript_mirror_refuses_the_same_and_the_page_stays_out(tmp_path: Pat
         if py["rule"] not in ("bad-message",):
             parsed = messages.parse(texts[name])
             assert js[name]["encoded"] == messages.encode(parsed), name
-    assert pages_refused == 3, pages_refused  # outer, outer-H1, H-max
+    assert pages_refused == 5, pages_refused  # outer, outer-H1, H-max, overlap, overlap-all
 
 
 def test_an_outer_run_counts_its_extra_state_against_the_memory_cap() -> None:
@@ -206,6 +234,11 @@ def test_an_outer_run_counts_its_extra_state_against_the_memory_cap() -> None:
     a = runconfig.parse(step, tokenizer_sha256=SHA, vocab_size=VOCAB).footprint
     b = runconfig.parse(out, tokenizer_sha256=SHA, vocab_size=VOCAB).footprint
     assert b.total - a.total == runconfig.OUTER_STATE_BYTES_PER_PARAM * a.params
+    # Overlap keeps the measured weights and the carry: 8 bytes a parameter more.
+    lapped = messages.parse(json.dumps(raw_config(sync="outer", outer=outer(overlap=0.5))))
+    assert isinstance(lapped, messages.Config)
+    c = runconfig.parse(lapped, tokenizer_sha256=SHA, vocab_size=VOCAB).footprint
+    assert c.total - b.total == runconfig.OVERLAP_STATE_BYTES_PER_PARAM * a.params
     cap = runconfig.Limits(max_memory_mb=-(-a.total // footprint.MIB))
     assert b.total > cap.max_memory_mb * footprint.MIB, "the test's cap must fall between them"
     runconfig.parse(step, tokenizer_sha256=SHA, vocab_size=VOCAB, limits=cap)

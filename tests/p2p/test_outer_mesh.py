@@ -15,7 +15,7 @@ from daisychain.model.config import preset
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
 from daisychain.outer import Compression, OuterConfig, init_outer, outer_hash, outer_round
-from daisychain.p2p import codec
+from daisychain.p2p import codec, inner, shares
 from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine.effects import SendPayload
 from daisychain.p2p.node import Node
@@ -42,27 +42,32 @@ OUTER: dict[str, Any] = {"sync": "outer", "outer_steps": H, "outer_lr": 0.7, "ou
 LONG = 500  # rounds: the test ends the run itself once it has seen what it needs
 
 
-def expected_first_round(peers: int, share: int) -> str:
+def expected_first_round(peers: int, share: int, overlap: float = 0.0) -> str:
     """The outer hash after round 1 computed in one process with daisychain.outer: peer k
     (equal shares of ``share`` sequences: lanes share*k .., one sequence each at the tests'
     batch of 1) takes one inner AdamW step per sequence (inner steps of the run's batch), with
     a fresh optimizer, on its lanes of batch indices 0 .. H-1 in order, then the int8 round with
-    token weights (3 sequences each: the gcd rule of outer.mean is not the per-step exchange's)."""
+    token weights (3 sequences each: the gcd rule of outer.mean is not the per-step exchange's).
+    With ``overlap`` each peer's contribution is measured after ``inner.sync_step`` of its
+    inner steps (the rest only shape the next round, through the carry)."""
     assert TEST_BATCH == 1
     tokens, _, vocab = corpus()
     lead = lead_config()
     cfg = preset("tiny", vocab_size=vocab, batch=TEST_BATCH, seq_len=TEST_SEQ)
     start = training.init(cfg, AdamWConfig(lr=lead.lr, warmup_steps=0), lead.seed)
     local = []
+    counted = inner.sync_step(H * share, overlap)
     for k in range(peers):
         state = training.init(cfg, start.opt_cfg, lead.seed)
         for j in range(H):
             for lane in range(share * k, share * (k + 1)):
+                if state.opt_state.step == counted:
+                    break
                 rows = [batches.sample_batch(tokens, cfg.batch, cfg.seq_len, lead.seed, j, lane)]
                 _, flat = training.mean_gradient(state, rows, 1)
                 assert flat is not None
                 training.apply_grads(state, codec.unflatten(flat, param_shapes(cfg)))
-        assert state.opt_state.step == H * share
+        assert state.opt_state.step == counted
         local.append(state.params)
     outer = init_outer(start.params)
     how = Compression.parse("int8")
@@ -70,6 +75,53 @@ def expected_first_round(peers: int, share: int) -> str:
     result = outer_round(outer, OuterConfig(H, 0.7, 0.9), how, local, tokens_each, [None] * peers)
     assert result.hash == outer_hash(outer)
     return result.hash
+
+
+def expected_overlap_rounds(peers: int, share: int, overlap: float, rounds: int) -> list[str]:
+    """The outer hashes of ``rounds`` rounds with overlap, in one process: each peer's round
+    through ``inner.inner_round`` (its own AdamW state and carry kept from round to round), its
+    contribution the weights ``inner_round`` measured (seen when its chunks are handed over),
+    then ``daisychain.outer``'s int8 round. What the node adds is the plumbing checked here: the
+    carry and the inner state adopted on apply, the measured chunks sent."""
+    tokens, _, vocab = corpus()
+    lead = lead_config()
+    cfg = preset("tiny", vocab_size=vocab, batch=TEST_BATCH, seq_len=TEST_SEQ)
+    start = training.init(cfg, AdamWConfig(lr=lead.lr, warmup_steps=0), lead.seed)
+    outer = init_outer({k: w.copy() for k, w in start.params.items()})
+    states = [training.init(cfg, start.opt_cfg, lead.seed) for _ in range(peers)]
+    carries: list[Any] = [None] * peers
+    hashes = []
+    for s in range(1, rounds + 1):
+        local = []
+        for k, state in enumerate(states):
+            state.params = {n: w.copy() for n, w in outer.params.items()}
+            plan = shares.round_steps(inner.round_indices(s, H), share * k, share, cfg.batch)
+            rows = []
+            for step in plan:
+                pieces = []
+                for p in step:
+                    x, y = batches.sample_batch(
+                        tokens, cfg.batch, cfg.seq_len, lead.seed, p.index, p.lane
+                    )
+                    pieces.append((x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]))
+                rows.append(pieces)
+            seen: dict[str, Any] = {}
+
+            def grab(_k: int, _payload: bytes, state: Any = state, seen: Any = seen) -> None:
+                seen.setdefault("w", {n: w.copy() for n, w in state.params.items()})
+
+            done = inner.inner_round(
+                state, outer.params, rows, [share] * peers, overlap, carries[k], grab
+            )
+            state.opt_state, carries[k] = done.opt, done.carry
+            local.append(seen["w"])
+        how = Compression.parse("int8")
+        tokens_each = [share * H * TEST_SEQ] * peers
+        result = outer_round(
+            outer, OuterConfig(H, 0.7, 0.9), how, local, tokens_each, [None] * peers
+        )
+        hashes.append(result.hash)
+    return hashes
 
 
 async def test_three_peers_outer_rounds_identical_and_right_then_a_join() -> None:
@@ -108,6 +160,34 @@ async def test_three_peers_outer_rounds_identical_and_right_then_a_join() -> Non
     # Not a per-step run in disguise: the outer momentum is live.
     momentum = leader.node.replica.outer.momentum  # type: ignore[union-attr]
     assert any(np.any(m != 0) for m in momentum.values())
+
+
+async def test_overlap_sends_each_round_at_its_sync_step_with_identical_replicas() -> None:
+    """overlap 0.5: each peer's round of 9 inner steps is measured after 5 and its chunks leave
+    then (bytes sent early), the other 4 run beside the exchange; every round's outer hash is
+    identical at every peer, and round 1's is daisychain.outer's in one process from the
+    contributions measured after 5 steps (later rounds start from W plus the carry)."""
+    rounds = 4
+    async with signaling_server() as url:
+        lead = lead_config(steps=rounds, global_batch=9, **OUTER, outer_overlap=0.5)
+        leader = await start_peer(url, "lead", lead=lead)
+        a = await start_peer(url, "a")
+        b = await start_peer(url, "b")
+        outcomes = await finish([leader, a, b], timeout=240)
+    assert [o.reason for o in outcomes] == ["done"] * 3, outcomes
+    assert_identical([leader, a, b], range(1, rounds + 1))
+    assert inner.sync_step(9, 0.5) == 5
+    assert leader.records[0].shares == (3, 3, 3)
+    assert leader.hashes[1] == expected_first_round(3, 3, overlap=0.5)
+    assert leader.hashes[1] != expected_first_round(3, 3)
+    # Every round, carry included, is the one-process group's.
+    want = expected_overlap_rounds(3, 3, 0.5, rounds)
+    assert [leader.hashes[s] for s in range(1, rounds + 1)] == want
+    # The chunks left at the sync step, while the remaining inner steps ran.
+    for p in (leader, a, b):
+        assert all(r.bytes_early > 0 for r in p.records), [r.bytes_early for r in p.records]
+    # The carry: every peer holds its own after the last round.
+    assert all(p.node.replica.carry is not None for p in (leader, a, b))
 
 
 class VanishingNode(Node):

@@ -13,6 +13,7 @@ from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
 from daisychain.outer import OuterConfig, apply_outer, init_outer, outer_hash
 from daisychain.outer.mean import weighted_mean
+from daisychain.outer.nesterov import pseudo_gradient
 from daisychain.p2p import allreduce, codec, inner, shares
 from daisychain.p2p.machine.attempt import Attempt
 from daisychain.p2p.machine.replica import ReplicaRefused
@@ -119,7 +120,8 @@ def test_outer_replica_hash_apply_and_inner_state() -> None:
     x, y = batches.sample_batch(tokens, 1, 32, 7, 0, 0)
     rows = [[(x, y)], [batches.sample_batch(tokens, 1, 32, 7, 1, 0)]]
     before = {k: w.copy() for k, w in replica.outer.params.items()}
-    loss, payloads, opt = inner.inner_round(work, before, rows, (1,))
+    done = inner.inner_round(work, before, rows, (1,))
+    loss, payloads, opt = done.loss, done.payloads, done.opt
     assert np.isfinite(loss) and opt.step == 2
     # The inner steps ran on a copy: the shared state did not move.
     assert all(np.array_equal(before[k], w) for k, w in replica.outer.params.items())
@@ -181,3 +183,72 @@ def test_sync_mode_is_set_before_the_state() -> None:
     replica = outer_replica()
     with pytest.raises(ValueError, match="before the replica holds a state"):
         replica.set_outer(None)
+
+
+@pytest.mark.parametrize(
+    ("n", "overlap", "sync"),
+    [(4, 0.0, 4), (4, 0.5, 2), (4, 1.0, 0), (3, 0.5, 2), (7, 0.3, 5), (1, 0.99, 1)],
+)
+def test_sync_step_leaves_floor_n_times_overlap_steps_beside_the_exchange(
+    n: int, overlap: float, sync: int
+) -> None:
+    assert inner.sync_step(n, overlap) == sync
+
+
+def _manual_steps(state: training.TrainState, rows: list[list[inner.Rows]]) -> None:
+    """The inner steps the plain way: one train_step per single-piece step."""
+    for [(x, y)] in rows:
+        training.train_step(state, x, y, with_hash=False)
+
+
+def test_overlap_measures_the_round_at_its_sync_step_and_carries_the_rest() -> None:
+    """overlap 0.5 over 4 inner steps: the chunks are W minus the weights after 2 steps, handed
+    over before step 3 runs; the carry is what steps 3 and 4 added; the next round starts from
+    the new outer weights plus the carry. Checked against the same steps taken one by one."""
+    replica = outer_replica()
+    assert replica.outer is not None and replica.state is not None
+    tokens, _, _ = corpus()
+    rows = [[batches.sample_batch(tokens, 1, 32, 7, j, 0)] for j in range(4)]
+    outer_w = {k: w.copy() for k, w in replica.outer.params.items()}
+    blocks = codec.n_blocks(sum(w.size for w in outer_w.values()))
+    heard: list[tuple[int, int]] = []
+    work = replica.inner_start()
+
+    def on_chunk(k: int, payload: bytes) -> None:
+        heard.append((k, work.opt_state.step))  # the steps taken when the chunk left
+
+    done = inner.inner_round(work, outer_w, rows, (1,), 0.5, None, on_chunk)
+    assert heard == [(0, 2)] and done.opt.step == 4
+    # The same steps one by one.
+    manual = replica.inner_start()
+    _manual_steps(manual, rows[:2])
+    at_sync = {k: w.copy() for k, w in manual.params.items()}
+    _manual_steps(manual, rows[2:])
+    assert done.payloads == inner.chunk_payloads(pseudo_gradient(outer_w, at_sync), (1,), blocks)
+    assert done.carry is not None
+    for k, c in done.carry.items():
+        assert np.array_equal(c, manual.params[k] - at_sync[k]), k
+    # Without overlap: measured after the last step, no carry, the plain round's bytes.
+    plain = inner.inner_round(replica.inner_start(), outer_w, rows, (1,))
+    assert plain.carry is None
+    assert plain.payloads == inner.chunk_payloads(
+        pseudo_gradient(outer_w, manual.params), (1,), blocks
+    )
+    # Applied: the next round starts from W' + carry, one float32 addition per element.
+    mean = codec.decode(done.payloads[0], blocks)
+    replica.apply(mean)
+    replica.adopt_inner(done.opt, done.carry)
+    assert replica.carry is done.carry
+    nxt = replica.inner_start()
+    seen: list[dict[str, np.ndarray]] = []
+
+    def grab(k: int, p: bytes) -> None:
+        seen.append({n: w.copy() for n, w in nxt.params.items()})
+
+    inner.inner_round(nxt, replica.outer.params, rows[:1], (1,), 1.0, replica.carry, grab)
+    [start] = seen  # overlap 1: measured before any step, i.e. at the round's start
+    for k, w in replica.outer.params.items():
+        assert np.array_equal(start[k], w + done.carry[k]), k
+    # A new state (a restore, a sync) starts without a carry.
+    replica.set_state(replica.state, replica.outer)
+    assert replica.carry is None

@@ -139,6 +139,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov lr")
     parser.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum")
     parser.add_argument(
+        "--overlap", type=float, default=0.0,
+        help="with --sync outer: the fraction of each peer's inner steps after its round is "
+        "measured (docs/OUTER.md, Overlap: they run beside the exchange and reach the outer "
+        "weights one round later)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--normalize-steps", action="store_true",
+        help="with --sync outer (an experiment, not in the protocol): each peer's pseudo-gradient "
+        "scaled by tau / its inner steps, tau the token-weighted mean of the peers' inner steps "
+        "(FedNova's normalization: peers that took more steps do not dominate the mean)",
+    )  # fmt: skip
+    parser.add_argument(
         "--outer-schedule", choices=("constant", "inner"), default="constant",
         help="with --sync outer: the outer lr constant (what a run does), or (an experiment, "
         "not in the protocol) scaled each round by the inner schedule's lr at the round's middle "
@@ -473,7 +485,7 @@ def _outer_config(h: int, args: argparse.Namespace) -> Any:
     from daisychain import outer
 
     try:
-        return outer.OuterConfig(h, args.outer_lr, args.outer_momentum)
+        return outer.OuterConfig(h, args.outer_lr, args.outer_momentum, args.overlap)
     except outer.OuterError as exc:
         raise SystemExit(f"--sync outer: {exc}") from None
 
@@ -534,11 +546,13 @@ def _outer_run(
     ``(seed, s, lane)``, the sequences per-step mode trains at step s) in inner AdamW steps of the
     batch, as a run's peer does (``shares.round_steps``; equal shares of one batch: ``h`` steps
     on lane k), each keeping its own AdamW state; then one outer round weighted by the tokens
-    each trained. A last, shorter round keeps the tokens equal to per-step mode's."""
+    each trained. A last, shorter round keeps the tokens equal to per-step mode's. With
+    ``--overlap`` a peer's round is measured after ``inner.sync_step`` of its steps and starts
+    from the outer weights plus its carry, as in a run (``p2p.inner``)."""
     from daisychain import batches, outer, training
     from daisychain.model.params import param_shapes
     from daisychain.optim import learning_rate
-    from daisychain.p2p import codec, shares
+    from daisychain.p2p import codec, inner, shares
 
     how = outer.Compression.parse(spec)
     ocfg = _outer_config(h, args)
@@ -546,6 +560,7 @@ def _outer_run(
     peers = [copy.deepcopy(start) for _ in range(setup.peers)]
     state = outer.init_outer({name: w.copy() for name, w in start.params.items()})
     residuals: list[Any] = [None] * setup.peers
+    carries: list[Any] = [None] * setup.peers
     sent, losses, curve, last, digest = 0, [], [], 0, ""
     cfg, shapes, first = setup.cfg, param_shapes(setup.cfg), shares.offsets(setup.shares)
     t0 = time.perf_counter()
@@ -554,10 +569,16 @@ def _outer_run(
         if done % h and done != setup.steps:
             continue
         indices = range(setup.warm_start + last, setup.warm_start + done)
-        parts = []
+        parts, local, counted = [], [], []
         for k, peer in enumerate(peers):
             plan = shares.round_steps(indices, first[k], setup.shares[k], cfg.batch)
-            for pieces in plan:
+            if carries[k] is not None and plan:  # a share of 0 keeps its carry for later
+                peer.params = outer.add_carry(peer.params, carries[k])
+            sync = inner.sync_step(len(plan), args.overlap)
+            measured = peer.params
+            for j, pieces in enumerate(plan):
+                if j == sync:
+                    measured = {name: w.copy() for name, w in peer.params.items()}
                 rows = []
                 for p in pieces:
                     x, y = batches.sample_batch(
@@ -568,14 +589,26 @@ def _outer_run(
                 assert flat is not None
                 training.apply_grads(peer, codec.unflatten(flat, shapes))
                 parts.append(loss)
+            local.append(measured)
+            counted.append(min(sync, len(plan)))
+            if sync < len(plan):
+                carries[k] = {name: peer.params[name] - w for name, w in measured.items()}
         losses.extend([float(np.mean(parts))] * (done - last) if parts else [])
         tokens = [(done - last) * s * cfg.seq_len for s in setup.shares]
+        if getattr(args, "normalize_steps", False):
+            tau = sum(t * n for t, n in zip(tokens, counted, strict=True)) / max(sum(tokens), 1)
+            for k, n in enumerate(counted):
+                if n:
+                    scale = np.float32(tau / n)
+                    local[k] = {
+                        name: w - (w - local[k][name]) * scale for name, w in state.params.items()
+                    }
         if args.outer_schedule == "inner":
             # the round's middle inner step, counted as the first peer's optimizer counts it
             middle = peers[0].opt_state.step - (done - last) // 2
             scale = float(learning_rate(setup.opt, max(1, middle))) / setup.opt.lr
             ocfg = outer.OuterConfig(h, max(args.outer_lr * scale, 1e-6), args.outer_momentum)
-        result = outer.outer_round(state, ocfg, how, [p.params for p in peers], tokens, residuals)
+        result = outer.outer_round(state, ocfg, how, local, tokens, residuals)
         residuals, digest = list(result.residuals), result.hash
         sent += max(result.bytes_sent)
         for peer in peers:  # every replica continues from the new outer weights
@@ -632,7 +665,8 @@ def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "converge", "mode": "outer", "preset": args.preset, "steps": args.steps,
         "lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "peers": setup.peers,
-        "outer_schedule": args.outer_schedule,
+        "outer_schedule": args.outer_schedule, "overlap": args.overlap,
+        "normalize_steps": getattr(args, "normalize_steps", False),
         "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
         "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,
         "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,

@@ -10,8 +10,10 @@ three (``--peers``) headless peers in processes of their own, each held to a CPU
 same preset, lane batch and links it trains
 
 1. a **per-step** group (the default run mode): tokens/s over the measured steps;
-2. one **outer** group per ``--H``: tokens/s over the measured rounds, a round being ``H``
-   inner steps of the whole global batch;
+2. one **outer** group per ``--H`` and ``--overlap``: tokens/s over the measured rounds, a round
+   being ``H`` inner steps of the whole global batch; with overlap (docs/OUTER.md, "Overlap")
+   that fraction of every round's inner steps runs while its exchange does, and the report
+   adds ``tokens_per_s_vs_no_overlap`` (against the same ``H`` without, when measured too);
 
 and reports ``tokens_per_s_ratio`` (outer / per-step), the bytes every peer sent per token in
 each mode, and whether the replicas held the same hash at every step (per-step) or round
@@ -39,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch", type=int, default=8, help="sequences per peer per step")
     parser.add_argument("--H", default="10", help="inner steps per outer round, comma-separated")
+    parser.add_argument(
+        "--overlap", default="0",
+        help="outer rounds' overlap, comma-separated fractions in [0, 1] (e.g. 0,0.5: each H "
+        "without and with half of every round's inner steps beside its exchange)",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=3, help="measured steps, per-step mode")
     parser.add_argument("--warmup", type=int, default=2, help="steps before measuring, per-step")
     parser.add_argument("--rounds", type=int, default=2, help="measured rounds, outer mode")
@@ -63,9 +70,24 @@ def parse_h(spec: str) -> list[int]:
     return values
 
 
+def parse_overlap(spec: str) -> list[float]:
+    """``--overlap 0,0.5``: fractions in [0, 1], else SystemExit with a hint."""
+    try:
+        values = [float(part) for part in spec.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise SystemExit(
+            f"daisychain bench lowcomm: --overlap {spec!r}: give fractions of a round in [0, 1], "
+            "comma-separated (e.g. --overlap 0,0.5)"
+        )
+    return values
+
+
 def _argv(args: argparse.Namespace) -> list[str]:
     """These options again, for the re-run inside the namespace."""
-    names = ("preset", "peers", "cores", "link", "batch", "H", "steps", "warmup", "rounds")
+    names = ("preset", "peers", "cores", "link", "batch", "H", "overlap", "steps", "warmup",
+             "rounds")  # fmt: skip
     out = [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in names]
     out += [f"--warmup-rounds={args.warmup_rounds}", f"--address={args.address}"]
     return [*out, f"--timeout-s={args.timeout_s}"]
@@ -77,7 +99,7 @@ def bytes_per_token(summary: dict[str, Any], tokens_per_step: float) -> float:
     return round(sent / tokens_per_step, 3)
 
 
-async def _run(args: argparse.Namespace, hs: list[int]) -> dict[str, Any]:
+async def _run(args: argparse.Namespace, hs: list[int], overlaps: list[float]) -> dict[str, Any]:
     from daisychain.model.config import PRESETS
 
     seq_len = PRESETS[args.preset].seq_len
@@ -100,11 +122,11 @@ async def _run(args: argparse.Namespace, hs: list[int]) -> dict[str, Any]:
         return out
     per_step["bytes_per_token"] = bytes_per_token(per_step, per_step["tokens_per_step"])
     out["outer"] = {}
-    for h in hs:
+    for h, overlap in [(h, o) for h in hs for o in overlaps]:
         outer_args = argparse.Namespace(**{
             **vars(step_args), "steps": args.rounds, "warmup": args.warmup_rounds,
         })  # fmt: skip
-        lead = ("--sync", "outer", "--outer-steps", str(h))
+        lead = ("--sync", "outer", "--outer-steps", str(h), "--outer-overlap", str(overlap))
         logs = await pool.run_group(cores, outer_args, args.batch, seq_len, g, lead_options=lead)
         group = pool.summarize(logs, outer_args, seq_len)
         if "error" not in group:
@@ -117,7 +139,12 @@ async def _run(args: argparse.Namespace, hs: list[int]) -> dict[str, Any]:
                 per_step["bytes_per_token"] / max(group["bytes_per_token"], 1e-9), 2
             )
             group["inner_steps_per_round"] = h
-        out["outer"][f"H={h}"] = group
+            group["overlap"] = overlap
+            plain = out["outer"].get(f"H={h}", {})
+            if overlap and "tokens_per_s" in plain:
+                ratio = group["tokens_per_s"] / plain["tokens_per_s"]
+                group["tokens_per_s_vs_no_overlap"] = round(ratio, 3)
+        out["outer"][f"H={h}" if not overlap else f"H={h} overlap={overlap:g}"] = group
     out["load_avg_at_end"] = os.getloadavg()[0]
     return out
 
@@ -137,6 +164,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "at least 1"
         )
     hs = parse_h(str(args.H))
+    overlaps = parse_overlap(str(args.overlap))
     args.link = shaping.parse_rate(args.link)
     why = cpubudget.unavailable() or shaping.unavailable()
     if why is not None:
@@ -146,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if os.environ.get("DAISYCHAIN_NETNS") != "1":
         browser.set_up_namespace()  # the re-run, inside its fresh namespace
     with shaping.shaped_loopback(args.link):
-        result = asyncio.run(_run(args, hs))
+        result = asyncio.run(_run(args, hs, overlaps))
     ratios = [g.get("tokens_per_s_ratio") for g in result.get("outer", {}).values()]
     result["best_tokens_per_s_ratio"] = max((r for r in ratios if r is not None), default=None)
     result["notes"] = (

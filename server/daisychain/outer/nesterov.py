@@ -39,11 +39,13 @@ class OuterError(ValueError):
 @dataclass(frozen=True)
 class OuterConfig:
     """The outer loop: ``inner_steps`` (H) per round, Nesterov ``lr`` and ``momentum`` (DiLoCo's
-    0.7 and 0.9)."""
+    0.7 and 0.9), and ``overlap``: the fraction of a peer's inner steps that run beside its
+    round's exchange (docs/OUTER.md, "Overlap"; 0: none)."""
 
     inner_steps: int = 50
     lr: float = 0.7
     momentum: float = 0.9
+    overlap: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.inner_steps, int) or self.inner_steps < 1:
@@ -57,6 +59,8 @@ class OuterConfig:
             raise OuterError(
                 f"outer momentum must lie in [0, 1), got {self.momentum} (DiLoCo: 0.9)"
             )
+        if not 0.0 <= self.overlap <= 1.0:
+            raise OuterError(f"overlap must lie in [0, 1], got {self.overlap} (0: none)")
 
 
 @dataclass
@@ -87,6 +91,15 @@ def init_outer(params: Params) -> OuterState:
         {n: np.array(w, dtype=np.float32) for n, w in params.items()},
         {n: np.zeros(w.shape, dtype=np.float32) for n, w in params.items()},
     )
+
+
+def add_carry(weights: Params, carry: Params) -> Params:
+    """``weights + carry`` per element, one float32 addition each (docs/OUTER.md, "Overlap": a
+    round starts from the outer weights plus the progress made after the last one was
+    measured)."""
+    if list(weights) != list(carry):
+        raise OuterError("a carry must list the weights' names in parameter order")
+    return {name: np.add(w, carry[name]) for name, w in weights.items()}
 
 
 def pseudo_gradient(outer: Params, local: Params) -> FloatArray:

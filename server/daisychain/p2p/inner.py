@@ -12,12 +12,18 @@ this peer's own inner state. Then the pseudo-gradient ``W - w`` (``outer.pseudo_
 into the roster's chunks and each chunk quantized with the exchange codec, exactly as a gradient is
 (``early.ChunkWatch``'s layout): the group's reduction and apply follow from there.
 
+With overlap (docs/OUTER.md, "Overlap") the round is measured after ``sync_step`` of its inner
+steps, its chunks leave then, and the steps after it run while the exchange does; their progress
+(the carry) is not lost: the next round starts from the new outer weights plus it.
+
 Runs on the compute thread, on a private copy of the state (``ModelReplica.inner_start``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +31,7 @@ import numpy.typing as npt
 from daisychain import training
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWState
-from daisychain.outer.nesterov import Params, pseudo_gradient
+from daisychain.outer.nesterov import Params, add_carry, pseudo_gradient
 from daisychain.p2p import allreduce, codec
 
 Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
@@ -55,24 +61,63 @@ def chunk_payloads(
     return tuple(out)
 
 
+def sync_step(inner_steps: int, overlap: float) -> int:
+    """How many of a round's ``inner_steps`` come before it is measured and its chunks leave:
+    ``n - floor(n * overlap)`` (float64, as JavaScript computes it); the rest run beside the
+    exchange. 0 overlap: all of them (no carry); 1: none (the round sends the last one's carry)."""
+    return inner_steps - math.floor(inner_steps * overlap)
+
+
+@dataclass(frozen=True)
+class Round:
+    """A round's result at one peer: its mean inner loss, its chunk payloads, and the private
+    inner state the next round starts from if this one is applied: the AdamW state and the
+    carry (the progress after the sync step; None without one)."""
+
+    loss: float
+    payloads: tuple[bytes, ...]
+    opt: AdamWState
+    carry: Params | None
+
+
 def inner_round(
     work: training.TrainState,
     outer: Params,
     rows: Sequence[list[Rows]],
     shares: Sequence[int],
-) -> tuple[float, tuple[bytes, ...], AdamWState]:
+    overlap: float = 0.0,
+    carry: Params | None = None,
+    on_chunk: Callable[[int, bytes], None] | None = None,
+) -> Round:
     """Take the inner steps (``rows[j]``: inner step j's pieces, ``shares.round_steps``) on
-    ``work`` in place; returns the mean inner loss, the pseudo-gradient's chunk payloads and
-    the inner AdamW state after the round. ``outer`` are the round's outer weights (unchanged)."""
+    ``work`` in place, from ``outer`` (the round's outer weights, unchanged; ``work`` holds a
+    copy) plus ``carry`` (the last applied round's). The round is measured after
+    ``sync_step(len(rows), overlap)`` steps: ``on_chunk(k, payload)`` hears every non-empty chunk
+    then, while the remaining steps run (the payloads returned are the same bytes)."""
     assert rows and all(rows), "a share of 0 takes no inner steps"
     shapes = param_shapes(work.cfg)
+    if carry is not None:
+        work.params = add_carry(work.params, carry)
+    sync = sync_step(len(rows), overlap)
     total = np.float32(0)
-    for pieces in rows:
-        count = sum(len(x) for x, _ in pieces)
-        loss, flat = training.mean_gradient(work, pieces, count)
+    payloads: tuple[bytes, ...] = ()
+    measured: Params | None = None
+    for j in range(len(rows) + 1):
+        if j == sync:
+            delta = pseudo_gradient(outer, work.params)
+            payloads = chunk_payloads(delta, shares, delta.size // codec.BLOCK)
+            if sync < len(rows):  # the weights the carry is counted from
+                measured = {k: w.copy() for k, w in work.params.items()}
+            for k, payload in enumerate(payloads):
+                if payload and on_chunk is not None:
+                    on_chunk(k, payload)
+        if j == len(rows):
+            break
+        count = sum(len(x) for x, _ in rows[j])
+        loss, flat = training.mean_gradient(work, rows[j], count)
         assert flat is not None
         training.apply_grads(work, codec.unflatten(flat, shapes))
         total = np.float32(total + np.float32(loss))
-    delta = pseudo_gradient(outer, work.params)
-    payloads = chunk_payloads(delta, shares, delta.size // codec.BLOCK)
-    return float(np.float32(total / np.float32(len(rows)))), payloads, work.opt_state
+    after = None if measured is None else {k: work.params[k] - w for k, w in measured.items()}
+    mean = float(np.float32(total / np.float32(len(rows))))
+    return Round(mean, payloads, work.opt_state, after)

@@ -97,12 +97,15 @@ class OptimSpec:
 
 @dataclass(frozen=True)
 class OuterSpec:
-    """config.outer of a ``sync: "outer"`` run: ``steps`` inner AdamW steps per outer round (H),
-    the outer Nesterov ``lr`` and ``momentum`` (docs/OUTER.md, "The outer step")."""
+    """config.outer of a ``sync: "outer"`` run: ``steps`` batch indices per outer round (H), the
+    outer Nesterov ``lr`` and ``momentum`` (docs/OUTER.md, "The outer step"), and ``overlap``:
+    the fraction of a peer's inner steps that run while its round's exchange does (docs/OUTER.md,
+    "Overlap"; written only when not 0, so a config without it keeps its bytes)."""
 
     steps: int
     lr: float
     momentum: float
+    overlap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,8 @@ def encode(message: Message) -> str:
     if isinstance(message, Config) and message.sync == SYNC_STEP:
         # A per-step run writes neither field: every existing trace and vector keeps its bytes.
         del obj["sync"], obj["outer"]
+    elif isinstance(message, Config) and message.outer is not None and not message.outer.overlap:
+        del obj["outer"]["overlap"]  # likewise an outer run without overlap
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
@@ -456,6 +461,7 @@ def _outer_spec(f: _Fields) -> OuterSpec:
         steps=o.integer("steps", 0, U32_MAX),
         lr=o.number("lr", -math.inf, math.inf),
         momentum=o.number("momentum", -math.inf, math.inf),
+        overlap=o.number("overlap", -math.inf, math.inf) if "overlap" in o.obj_ else 0.0,
     )
 
 

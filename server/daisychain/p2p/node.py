@@ -29,7 +29,7 @@ from daisychain import batches, fineweb, training
 from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.params import param_shapes
-from daisychain.optim import AdamWConfig, AdamWState
+from daisychain.optim import AdamWConfig
 from daisychain.outer.nesterov import OuterConfig, OuterError
 from daisychain.p2p import early, frames, inner, messages, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
@@ -165,9 +165,10 @@ class Node:
         self._bytes: dict[tuple[int, int], int] = {}
         self._early_bytes: dict[tuple[int, int], int] = {}
         self._computing: set[tuple[int, int]] = set()  # attempts whose compute-done is not in
-        # An outer run: each attempt's inner AdamW state after its inner steps, adopted by the
-        # replica when that attempt is applied (an abandoned round's is dropped).
-        self._inner: dict[tuple[int, int], AdamWState] = {}
+        # An outer run: each attempt's round (its inner AdamW state and carry after its inner
+        # steps), adopted by the replica when that attempt is applied (an abandoned one's is
+        # dropped).
+        self._inner: dict[tuple[int, int], inner.Round] = {}
         self.bytes_sent = 0
         # Seconds per sequence of this peer's steps, exchange work included (p2p/pace.py): what
         # the leader shares the step's sequences by.
@@ -473,12 +474,16 @@ class Node:
     def _start_outer_compute(self, c: fx.Compute, h: int) -> None:
         """An outer run's round (p2p/inner.py): this peer's positions of ``h`` batch indices,
         in inner steps of the run's batch (``shares.round_steps``) on a copy of the outer state,
-        answered with the pseudo-gradient's chunks as a gradient's would be."""
+        answered with the pseudo-gradient's chunks as a gradient's would be. With overlap the
+        chunks are handed over as ``compute-partial`` at the round's sync step, so the exchange
+        runs beside the inner steps after it (docs/OUTER.md, "Overlap")."""
         config = self.machine.config
-        assert config is not None
+        assert config is not None and config.outer is not None
+        overlap = config.outer.overlap
         revision = fineweb.revision_of(config.data)
         work = self.replica.inner_start()  # copied now: the outer state changes only on apply
         outer_params = {k: w.copy() for k, w in work.params.items()}
+        carry = self.replica.carry  # replaced, never changed in place, on apply
         cfg = work.cfg
         count = c.shares[c.rank]
         key = (c.step, c.round)
@@ -496,16 +501,25 @@ class Node:
             x, y = lanes[key]
             return x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]
 
+        loop = asyncio.get_running_loop()
+
+        def emit(chunk: int, payload: bytes) -> None:  # called on the compute thread
+            def partial(now: float) -> ev.ComputePartial:
+                return ev.ComputePartial(now, c.step, c.round, chunk, payload)
+
+            # Without overlap the round is measured after its last step: nothing to gain.
+            if self.early_chunks and overlap:
+                loop.call_soon_threadsafe(self.inbox.put_nowait, partial)
+
         def compute(
             rows: list[list[inner.Rows]], probe: Callable[[], str]
-        ) -> tuple[float, tuple[bytes, ...], AdamWState | None, str, float, float]:
+        ) -> tuple[inner.Round | None, str, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()
+            done = None  # a share of 0 takes no inner steps and sends nothing (the probe only)
             if count:
-                loss, payloads, opt = inner.inner_round(work, outer_params, rows, c.shares)
-            else:  # a share of 0 takes no inner steps and sends nothing (the probe only)
-                loss, payloads, opt = 0.0, (b"",) * c.peers, None
+                done = inner.inner_round(work, outer_params, rows, c.shares, overlap, carry, emit)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-            return loss, payloads, opt, probe(), seconds, cpu
+            return done, probe(), seconds, cpu
 
         async def task() -> None:
             try:
@@ -521,11 +535,13 @@ class Node:
                 error = repr(exc)
                 self.inbox.put_nowait(lambda now: ev.ComputeFailed(now, c.step, c.round, error))
                 return
-            loss, payloads, opt, probe_hash, seconds, cpu = result
+            computed, probe_hash, seconds, cpu = result
             self._compute_s[key] = seconds
             self._computed_at[key] = time.perf_counter()
-            if opt is not None:
-                self._inner[key] = opt
+            loss, payloads = 0.0, (b"",) * c.peers
+            if computed is not None:
+                loss, payloads = computed.loss, computed.payloads
+                self._inner[key] = computed
             # Seconds per sequence of one inner step: what the leader shares sequences by.
             seq_s = self.pace.computed(key, count * h, seconds, cpu, time.process_time())
 
@@ -573,9 +589,9 @@ class Node:
         if h:
             # This peer's inner optimizer carries on from the round that was applied; rounds
             # abandoned before it leave nothing behind.
-            opt = self._inner.pop(key, None)
-            if opt is not None:
-                self.replica.adopt_inner(opt)
+            computed = self._inner.pop(key, None)
+            if computed is not None:
+                self.replica.adopt_inner(computed.opt, computed.carry)
             for old in [k for k in self._inner if k <= key]:
                 del self._inner[old]
         record = StepRecord(

@@ -46,13 +46,14 @@ class LeadConfig:
     outer_steps: int = 10
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    outer_overlap: float = 0.0  # config.outer.overlap (docs/OUTER.md, "Overlap")
 
     @property
     def outer_spec(self) -> OuterSpec | None:
         """config.outer of this lead (None for a per-step run)."""
         if self.sync != SYNC_OUTER:
             return None
-        return OuterSpec(self.outer_steps, self.outer_lr, self.outer_momentum)
+        return OuterSpec(self.outer_steps, self.outer_lr, self.outer_momentum, self.outer_overlap)
 
     @property
     def custom_model(self) -> bool:

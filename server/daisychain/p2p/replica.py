@@ -25,7 +25,7 @@ from daisychain.model.config import ModelConfig
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig, AdamWState
-from daisychain.outer.nesterov import OuterConfig, OuterState, apply_outer, outer_hash
+from daisychain.outer.nesterov import OuterConfig, OuterState, Params, apply_outer, outer_hash
 from daisychain.p2p import codec
 from daisychain.p2p.machine.replica import ReplicaRefused
 
@@ -47,6 +47,9 @@ class ModelReplica:
         self._hash = ""
         self.outer_cfg: OuterConfig | None = None  # the run's outer loop (None: per-step)
         self.outer: OuterState | None = None  # an outer run's shared state
+        # With overlap, the progress after the last applied round was measured (this peer's own,
+        # like its inner AdamW state: never exchanged, hashed or checkpointed).
+        self.carry: Params | None = None
 
     @property
     def step(self) -> int:
@@ -68,6 +71,7 @@ class ModelReplica:
         state.ops = self.ops  # who multiplies is never part of the identity (compare=False)
         self.state = state
         self.outer = outer
+        self.carry = None  # a new state (start, restore, sync) starts without one
         self._hash = training.state_hash(state) if outer is None else outer_hash(outer)
 
     def start(self, model: ModelConfig, optim: AdamWConfig, seed: int) -> None:
@@ -136,10 +140,11 @@ class ModelReplica:
                                    _copy_adamw(state.opt_state), state.seed, state.backend,
                                    self.ops)  # fmt: skip
 
-    def adopt_inner(self, opt: AdamWState) -> None:
-        """The inner AdamW state after the round just applied (this peer's own)."""
+    def adopt_inner(self, opt: AdamWState, carry: Params | None = None) -> None:
+        """The inner AdamW state and the carry after the round just applied (this peer's own)."""
         assert self.state is not None and self.outer is not None
         self.state.opt_state = opt
+        self.carry = carry
 
     def save(self, path: str) -> str:
         """Save atomically; returns ``path@step``."""

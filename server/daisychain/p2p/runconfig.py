@@ -60,6 +60,8 @@ MAX_OUTER_LR = 10.0
 # momentum M (4), and while a round computes, the copy it trains (weights 4, inner moments 8),
 # the round's outer weights (4) and the pseudo-gradient (4) (p2p/inner.py, p2p/replica.py).
 OUTER_STATE_BYTES_PER_PARAM = 24
+# With overlap: the weights where the round was measured (4) and the carry after it (4).
+OVERLAP_STATE_BYTES_PER_PARAM = 8
 
 
 class Incompatible(messages.MessageError):
@@ -129,7 +131,7 @@ class RunConfig:
         spec = self.message.outer
         if self.message.sync != messages.SYNC_OUTER or spec is None:
             return None
-        return OuterConfig(inner_steps=spec.steps, lr=spec.lr, momentum=spec.momentum)
+        return OuterConfig(spec.steps, spec.lr, spec.momentum, spec.overlap)
 
 
 # Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
@@ -164,7 +166,10 @@ def parse(
     optim = _optim(cfg.optim, cfg.steps)
     footprint = estimate(model)
     if cfg.sync == messages.SYNC_OUTER:
-        extra = OUTER_STATE_BYTES_PER_PARAM * footprint.params
+        per_param = OUTER_STATE_BYTES_PER_PARAM
+        if cfg.outer is not None and cfg.outer.overlap:
+            per_param += OVERLAP_STATE_BYTES_PER_PARAM
+        extra = per_param * footprint.params
         footprint = dataclasses.replace(footprint, state=footprint.state + extra)
     _check_transfer(footprint)
     _check_limits(model, cfg.steps, footprint, limits)
@@ -327,6 +332,13 @@ def _check_sync(cfg: messages.Config, batch: int) -> None:
             "outer-momentum",
             f"outer momentum {mu!r} outside [0, 1)",
             "lead with --outer-momentum in [0, 1), for example 0.9 (DiLoCo) or 0",
+        )
+    if not (math.isfinite(spec.overlap) and 0.0 <= spec.overlap <= 1.0):
+        raise Incompatible(
+            "outer-overlap",
+            f"outer overlap {spec.overlap!r} outside [0, 1] (the fraction of a round's inner "
+            "steps that run beside its exchange)",
+            "lead with --outer-overlap in [0, 1], for example 0.5, or 0 for none",
         )
 
 

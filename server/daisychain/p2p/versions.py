@@ -20,7 +20,7 @@ from __future__ import annotations
 from daisychain.numerics import CONTRACT_VERSION
 from daisychain.wire.signaling import PROTOCOL_VERSION as SIGNALING_VERSION
 
-DATA_PROTOCOL_VERSION = 5
+DATA_PROTOCOL_VERSION = 6
 FRAME_VERSION = 1
 
 __all__ = ["CONTRACT_VERSION", "DATA_PROTOCOL_VERSION", "FRAME_VERSION", "SIGNALING_VERSION"]

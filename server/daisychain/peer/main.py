@@ -120,11 +120,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "docs/PROTOCOL.md, Outer runs)",
     )  # fmt: skip
     lead.add_argument("--outer-steps", type=int, default=10, metavar="H",
-                      help="--sync outer: inner AdamW steps per round")  # fmt: skip
+                      help="--sync outer: batch indices per round (inner AdamW steps of a peer "
+                      "whose share is one batch; a bigger share takes more)")  # fmt: skip
     lead.add_argument("--outer-lr", type=float, default=0.7,
                       help="--sync outer: outer Nesterov learning rate (DiLoCo: 0.7)")  # fmt: skip
     lead.add_argument("--outer-momentum", type=float, default=0.9,
                       help="--sync outer: outer Nesterov momentum (DiLoCo: 0.9)")  # fmt: skip
+    lead.add_argument("--outer-overlap", type=float, default=0.0, metavar="F",
+                      help="--sync outer: the fraction of a round's inner steps that run while "
+                      "its exchange does (0: none; 0.5 hides an exchange as long as half a "
+                      "round; docs/OUTER.md, Overlap)")  # fmt: skip
     lead.add_argument("--seq-len", type=int, help="context length")
     for field, what in (
         ("width", "model width C"),
@@ -364,7 +369,7 @@ async def _main(args: argparse.Namespace) -> int:
             global_batch=args.global_batch, shares_by=args.shares_by,
             data=feed.data_name if feed is not None and args.data != "builtin" else "builtin",
             sync=args.sync, outer_steps=args.outer_steps, outer_lr=args.outer_lr,
-            outer_momentum=args.outer_momentum,
+            outer_momentum=args.outer_momentum, outer_overlap=args.outer_overlap,
         )  # fmt: skip
     node = Node(
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,

@@ -25,8 +25,11 @@ export class OuterError extends RangeError {
   }
 }
 
-/** The outer loop: `innerSteps` (H) per round, Nesterov `lr` and `momentum` (Python's OuterConfig). */
-export function outerConfig({ innerSteps = 50, lr = 0.7, momentum = 0.9 } = {}) {
+/**
+ * The outer loop: `innerSteps` (H) per round, Nesterov `lr` and `momentum`, and `overlap` (the
+ * fraction of a round's inner steps that run beside its exchange) (Python's OuterConfig).
+ */
+export function outerConfig({ innerSteps = 50, lr = 0.7, momentum = 0.9, overlap = 0 } = {}) {
   if (!Number.isSafeInteger(innerSteps) || innerSteps < 1) {
     throw new OuterError(`H (inner steps per outer step) must be an integer >= 1, got ${innerSteps}` +
       '; H = 1 with lr 1 and momentum 0 is per-step averaging of the updates');
@@ -37,7 +40,10 @@ export function outerConfig({ innerSteps = 50, lr = 0.7, momentum = 0.9 } = {}) 
   if (!(momentum >= 0 && momentum < 1)) {
     throw new OuterError(`outer momentum must lie in [0, 1), got ${momentum} (DiLoCo: 0.9)`);
   }
-  return Object.freeze({ innerSteps, lr, momentum });
+  if (!(overlap >= 0 && overlap <= 1)) {
+    throw new OuterError(`overlap must lie in [0, 1], got ${overlap} (0: none)`);
+  }
+  return Object.freeze({ innerSteps, lr, momentum, overlap });
 }
 
 /**

@@ -24,7 +24,7 @@ import { MAX_GLOBAL_BATCH } from './shares.js';
 export { MAX_GLOBAL_BATCH };
 // The versions a peer states in `hello` (daisychain/p2p/versions.py; docs/PROTOCOL.md
 // "Version handshake"): the data-channel protocol's and the numerical contract's.
-export const DATA_PROTOCOL_VERSION = 5;
+export const DATA_PROTOCOL_VERSION = 6;
 export { CONTRACT_VERSION };
 export const MAX_MESSAGE_BYTES = 16 * 1024;
 export const MAX_ROSTER = 64;
@@ -47,7 +47,8 @@ export const PIECES = Object.freeze(['contribution', 'reduced']);
 export const SYNC_STEP = 'step';
 export const SYNC_OUTER = 'outer';
 export const MAX_SYNC_CHARS = 16;
-const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float']];
+// `overlap` is written only when not 0 (Python's encode): a config without it keeps its bytes.
+const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float'], ['overlap', 'float0?']];
 export const MODEL_FIELDS = Object.freeze(
   ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
 const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
@@ -118,13 +119,15 @@ function encodeValue(value, kind, where) {
   };
   if (Array.isArray(kind)) {
     if (value === null || typeof value !== 'object') wrong();
-    return `{${kind.map(([f, k]) => `${jsonString(f)}:${encodeValue(value[f], k, `${where}.${f}`)}`).join(',')}}`;
+    const written = kind.filter(([f, k]) => !(k === 'float0?' && (value[f] ?? 0) === 0));
+    return `{${written.map(([f, k]) => `${jsonString(f)}:${encodeValue(value[f], k, `${where}.${f}`)}`).join(',')}}`;
   }
   switch (kind) {
     case 'int':
       if (!Number.isSafeInteger(value)) wrong();
       return String(value);
     case 'float':
+    case 'float0?':
       // allow_nan=False: Python refuses to write NaN or an infinity.
       if (typeof value !== 'number' || !Number.isFinite(value)) wrong();
       return floatRepr(value);
@@ -318,6 +321,7 @@ function outerSpec(f) {
     steps: o.integer('steps', 0, U32_MAX),
     lr: o.number('lr', -Infinity, Infinity),
     momentum: o.number('momentum', -Infinity, Infinity),
+    overlap: o.fields.has('overlap') ? o.number('overlap', -Infinity, Infinity) : 0,
   });
 }
 

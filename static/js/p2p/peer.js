@@ -113,13 +113,13 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
 
 /**
  * An outer run's `sync` and `outer` fields (docs/PROTOCOL.md, "Outer runs"; written after
- * `shares_by`, as node.py does) from {innerSteps, lr, momentum}; none for a per-step run (null),
- * whose config keeps its bytes.
+ * `shares_by`, as node.py does) from {innerSteps, lr, momentum, overlap?}; none for a per-step
+ * run (null), whose config keeps its bytes (and an outer run without overlap, its own).
  */
 function outerFields(outer) {
   if (outer === null) return {};
-  return { sync: 'outer',
-    outer: { steps: outer.innerSteps, lr: outer.lr, momentum: outer.momentum } };
+  return { sync: 'outer', outer: { steps: outer.innerSteps, lr: outer.lr,
+    momentum: outer.momentum, overlap: outer.overlap ?? 0 } };
 }
 
 /**

@@ -85,13 +85,13 @@ export class WorkerReplica {
   }
 
   /**
-   * The run's outer loop ({innerSteps, lr, momentum}; null: a per-step run), told by the machine
-   * before start or restore (machine/replica.js). Its presence is what lets the page's machine
-   * accept outer runs (runconfig `outerRuns`).
+   * The run's outer loop ({innerSteps, lr, momentum, overlap}; null: a per-step run), told by
+   * the machine before start or restore (machine/replica.js). Its presence is what lets the
+   * page's machine accept outer runs (runconfig `outerRuns`).
    */
   setOuter(outer) {
     this.outer = outer === null ? null : { innerSteps: outer.innerSteps, lr: outer.lr,
-      momentum: outer.momentum };
+      momentum: outer.momentum, overlap: outer.overlap ?? 0 };
   }
 
   get step() {

@@ -35,6 +35,8 @@ export const SYNC_MODES = Object.freeze([SYNC_STEP, SYNC_OUTER]);
 export const MAX_OUTER_LR = 10.0;
 // An outer run's extra state, bytes a parameter (Python's OUTER_STATE_BYTES_PER_PARAM).
 export const OUTER_STATE_BYTES_PER_PARAM = 24n;
+// With overlap, 8 more (Python's OVERLAP_STATE_BYTES_PER_PARAM).
+export const OVERLAP_STATE_BYTES_PER_PARAM = 8n;
 
 /** A well-formed config this peer will not train; `rule` names the check that failed. */
 export class Incompatible extends MessageError {
@@ -110,7 +112,8 @@ export function parse(cfg, {
 function outerOf(cfg) {
   const spec = cfg.outer;
   if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER || spec == null) return null;
-  return Object.freeze({ innerSteps: spec.steps, lr: spec.lr, momentum: spec.momentum });
+  return Object.freeze({ innerSteps: spec.steps, lr: spec.lr, momentum: spec.momentum,
+    overlap: spec.overlap ?? 0 });
 }
 
 /** The `error incompatible` reply to the leader. */
@@ -265,13 +268,21 @@ function checkSync(cfg, batch) {
     throw new Incompatible('outer-momentum', `outer momentum ${floatRepr(mu)} outside [0, 1)`,
       'lead with --outer-momentum in [0, 1), for example 0.9 (DiLoCo) or 0');
   }
+  const overlap = spec.overlap ?? 0;
+  if (!(Number.isFinite(overlap) && overlap >= 0 && overlap <= 1)) {
+    throw new Incompatible('outer-overlap',
+      `outer overlap ${floatRepr(overlap)} outside [0, 1] (the fraction of a round's inner ` +
+      'steps that run beside its exchange)',
+      'lead with --outer-overlap in [0, 1], for example 0.5, or 0 for none');
+  }
 }
 
 // An outer run holds the momentum and a round's working copies beside the state (Python's
 // runconfig.parse adds the same bytes to its estimate's state term).
 function withOuterState(footprint, cfg) {
   if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER) return footprint;
-  const extra = OUTER_STATE_BYTES_PER_PARAM * footprint.params;
+  const perParam = OUTER_STATE_BYTES_PER_PARAM + (cfg.outer?.overlap ? OVERLAP_STATE_BYTES_PER_PARAM : 0n);
+  const extra = perParam * footprint.params;
   const total = footprint.total + extra;
   return Object.freeze({
     ...footprint, state: footprint.state + extra, total, totalMb: Number(total) / MIB,

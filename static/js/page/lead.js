@@ -119,9 +119,13 @@ export function mount(root, page) {
           inputmode: 'decimal', step: 'any', value: 0.7 }), 'field outer'),
         field('Outer momentum', h('input', { name: 'outer_momentum', type: 'number',
           inputmode: 'decimal', step: 'any', value: 0.9 }), 'field outer'),
+        field('Overlap (0 to 1)', h('input', { name: 'outer_overlap', type: 'number',
+          inputmode: 'decimal', step: 'any', value: 0 }), 'field outer'),
         h('p', { class: 'note outer whole', text: 'Outer rounds: each device trains its share ' +
           'of H batches on its own, in updates (AdamW steps) of its batch, so a faster device ' +
-          'makes more of them; then the group exchanges once per round. Steps counts rounds.' }))),
+          'makes more of them; then the group exchanges once per round. Steps counts rounds. ' +
+          'Overlap: the share of each round\'s updates that run while its exchange does, so a ' +
+          'slow link costs less time (0: none).' }))),
     h('p', { class: 'note size', role: 'status', 'aria-label': 'Model size and memory' }),
     h('div', { class: 'actions' }, start));
   const sizeNote = form.querySelector('.size');
@@ -221,7 +225,8 @@ export function mount(root, page) {
     if (f.get('data') !== 'builtin') choices.data = f.get('data');
     // Checked by the run rules on Start (outer-steps, outer-lr, outer-momentum), as for Python.
     if (f.get('sync') === 'outer') {
-      choices.outer = { innerSteps: n('outer_steps'), lr: n('outer_lr'), momentum: n('outer_momentum') };
+      choices.outer = { innerSteps: n('outer_steps'), lr: n('outer_lr'), momentum: n('outer_momentum'),
+        overlap: n('outer_overlap') ?? 0 };
     }
     try {
       await peer.lead(choices);

@@ -122,8 +122,11 @@ export function syncLine(config, round) {
   const h = innerStepsOf(config);
   if (config?.sync !== 'outer') return 'every step (per-step exchange)';
   const steps = config.steps;
+  const overlap = config.outer?.overlap;
+  const beside = Number.isFinite(overlap) && overlap > 0
+    ? `; ${Math.round(overlap * 100)}% of each round's inner steps run beside its exchange` : '';
   return `round ${round} of ${steps}: ${h} inner step${h === 1 ? '' : 's'} per round at an even ` +
-    `share, more on faster devices (${round * h} of ${steps * h} done)`;
+    `share, more on faster devices (${round * h} of ${steps * h} done)${beside}`;
 }
 
 /**

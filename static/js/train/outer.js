@@ -20,6 +20,36 @@ function copyMap(map) {
   return out;
 }
 
+/** Python's inner.sync_step: of `n` inner steps, n - floor(n * overlap) come before the round is
+ * measured (float64 arithmetic in both). */
+export function syncStep(n, overlap) {
+  return n - Math.floor(n * overlap);
+}
+
+/** W + carry per element, one float32 addition each (Python's outer.add_carry). */
+function addCarry(weights, carry) {
+  const out = new Map();
+  for (const [name, w] of weights) {
+    const c = carry.get(name);
+    const s = new Float32Array(w.length);
+    for (let i = 0; i < s.length; i++) s[i] = Math.fround(w[i] + c[i]);
+    out.set(name, s);
+  }
+  return out;
+}
+
+/** a - b per element, one float32 subtraction each. */
+function subtractMaps(a, b) {
+  const out = new Map();
+  for (const [name, x] of a) {
+    const y = b.get(name);
+    const d = new Float32Array(x.length);
+    for (let i = 0; i < d.length; i++) d[i] = Math.fround(x[i] - y[i]);
+    out.set(name, d);
+  }
+  return out;
+}
+
 function copyOptState(s) {
   return { m: copyMap(s.m), v: copyMap(s.v), step: s.step, p1: s.p1, p2: s.p2 };
 }
@@ -47,13 +77,16 @@ export class OuterLoop {
    * Maps), M is `momentum` (a Map in parameter order) or +0, `step` the rounds done. `run`'s
    * optState is the inner AdamW state the first round starts from.
    */
-  constructor(run, { lr, momentum, innerSteps }, shared = null) {
-    this.cfg = outerConfig({ innerSteps, lr, momentum });
+  constructor(run, { lr, momentum, innerSteps, overlap = 0 }, shared = null) {
+    this.cfg = outerConfig({ innerSteps, lr, momentum, overlap });
     this.run = run;
     const zeros = () => new Map([...run.params].map(([k, w]) => [k, new Float32Array(w.length)]));
     this.state = shared === null ? outerState(run.params, zeros(), 0)
       : outerState(run.params, shared.momentum, shared.step);
-    this.rounds = new Map(); // token -> the inner AdamW state that round produced
+    // With overlap, the progress after the last applied round was measured (null: none); this
+    // peer's own, like the inner AdamW state (docs/OUTER.md, "Overlap").
+    this.carry = null;
+    this.rounds = new Map(); // token -> {optState, carry} that round produced
   }
 
   get step() {
@@ -67,9 +100,11 @@ export class OuterLoop {
   /**
    * One round: `steps[j]` are inner step j's pieces [{x, y, rows}] (shares.js roundSteps; `count`
    * sequences in all); `gradsOf(work, x, y, rows)` resolves to {loss, grads} of the work copy's
-   * weights. Each inner step is its pieces' mean gradient and one AdamW step on the copy; resolves
-   * to {loss (the mean of the inner losses), delta (the flat pseudo-gradient W - w, padded)} and
-   * keeps the copy's inner state under `token` for apply.
+   * weights. The copy starts at W plus the carry; each inner step is its pieces' mean gradient
+   * and one AdamW step on it. The round is measured after syncStep(steps, overlap) of them
+   * (Python's inner.inner_round); resolves to {loss (the mean of the inner losses), delta (the
+   * flat pseudo-gradient W - w there, padded)} and keeps the copy's inner state and carry under
+   * `token` for apply.
    */
   async round(steps, count, token, gradsOf) {
     const H = this.cfg.innerSteps;
@@ -82,18 +117,27 @@ export class OuterLoop {
       throw new RangeError(`a round of ${count} sequences in inner steps of ${sizes.join(', ')}; ` +
         `this run takes H = ${H} times a share, in inner steps of ${batch} (the last takes the rest)`);
     }
-    const work = { ...this.run, params: copyMap(this.state.params),
-      optState: copyOptState(this.run.optState) };
+    const start = this.carry === null ? copyMap(this.state.params)
+      : addCarry(this.state.params, this.carry);
+    const work = { ...this.run, params: start, optState: copyOptState(this.run.optState) };
+    const sync = syncStep(steps.length, this.cfg.overlap);
     let total = 0;
-    for (const [j, pieces] of steps.entries()) {
+    let delta = null;
+    let measured = null;
+    for (let j = 0; j <= steps.length; j++) {
+      if (j === sync) {
+        delta = pseudoGradient(this.state.params, work.params);
+        if (sync < steps.length) measured = copyMap(work.params); // the carry is counted from here
+      }
+      if (j === steps.length) break;
       const parts = [];
-      for (const { x, y, rows } of pieces) parts.push({ ...(await gradsOf(work, x, y, rows)), rows });
+      for (const { x, y, rows } of steps[j]) parts.push({ ...(await gradsOf(work, x, y, rows)), rows });
       const { loss, grads } = combinePieces(parts, sizes[j]);
       M.applyGrads(work, grads);
       total = Math.fround(total + Math.fround(loss));
     }
-    const delta = pseudoGradient(this.state.params, work.params);
-    this.rounds.set(token, work.optState);
+    const carry = measured === null ? null : subtractMaps(work.params, measured);
+    this.rounds.set(token, { optState: work.optState, carry });
     return { loss: Math.fround(total / Math.fround(steps.length)), delta };
   }
 
@@ -105,7 +149,10 @@ export class OuterLoop {
   async apply(mean, token) {
     applyOuter(this.state, this.cfg, mean);
     const inner = token === null ? undefined : this.rounds.get(token);
-    if (inner !== undefined) this.run.optState = inner;
+    if (inner !== undefined) {
+      this.run.optState = inner.optState;
+      this.carry = inner.carry;
+    }
     this.rounds.clear();
     return { step: this.state.step, hash: await this.hash() };
   }
