@@ -71,25 +71,26 @@ def test_the_outer_run_is_deterministic(capsys: pytest.CaptureFixture[str]) -> N
     assert hashes[0] == hashes[1]
 
 
-def test_unequal_shares_train_the_same_sequences_in_inner_steps_of_the_batch(
+def test_unequal_shares_train_the_same_sequences_cut_either_way(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """--shares: the outer peers' inner work is unequal (a slow device's small share), per-step
-    mode is untouched. Shares of one batch each are the default run, bit for bit; 7 and 1 of
-    tiny's 4 + 4 are another outer run (the token weights and the inner steps differ), with the
-    same per-step run."""
+    mode is untouched. Shares of one batch each are the default run, bit for bit, and the two
+    cuts of a round are the same steps there; 7 and 1 of tiny's 4 + 4 are another outer run (the
+    token weights and the inner steps differ), and there the cuts differ too."""
     args = ("--H", "3", "--compress", "int8")
-    default, even, uneven = (
-        _run(capsys, *args, *extra) for extra in ((), ("--shares", "4,4"), ("--shares", "7,1"))
-    )
-    assert default["shares"] == even["shares"] == [4, 4] and uneven["shares"] == [7, 1]
-    for doc in (even, uneven):
-        assert doc["runs"][0]["per_step"] == {
-            **default["runs"][0]["per_step"],
-            "seconds": doc["runs"][0]["per_step"]["seconds"],
-        }
-    hashes = [doc["runs"][0]["outer"][0]["outer_hash"] for doc in (default, even, uneven)]
-    assert hashes[0] == hashes[1] != hashes[2]
+    runs = {
+        extra: _run(capsys, *args, *extra)
+        for extra in ((), ("--shares", "4,4"), ("--shares", "4,4", "--cut", "batch"),
+                      ("--shares", "7,1"), ("--shares", "7,1", "--cut", "batch"))
+    }  # fmt: skip
+    default = runs[()]
+    assert default["shares"] == [4, 4] and default["cut"] == "share"
+    for doc in runs.values():
+        assert doc["runs"][0]["per_step"]["val_loss"] == default["runs"][0]["per_step"]["val_loss"]
+    h = {extra: doc["runs"][0]["outer"][0]["outer_hash"] for extra, doc in runs.items()}
+    assert h[()] == h[("--shares", "4,4")] == h[("--shares", "4,4", "--cut", "batch")]
+    assert len({h[()], h[("--shares", "7,1")], h[("--shares", "7,1", "--cut", "batch")]}) == 3
 
 
 def test_overlap_changes_the_outer_run_only(capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,7 +43,7 @@ inp = json.load(sys.stdin)
 cfg = ModelConfig(**inp["model"])
 h = inp["H"]
 rep = ModelReplica("ab" * 32, cfg.vocab_size)
-rep.set_outer(OuterConfig(h, inp["lr"], inp["momentum"], inp["overlap"]))
+rep.set_outer(OuterConfig(h, inp["lr"], inp["momentum"], inp["overlap"], inp["cut"]))
 rep.start(cfg, AdamWConfig(), inp["seed"])
 tokens = np.array(inp["tokens"], dtype=np.uint16)
 digest = lambda b: f"{len(b)}:{hashlib.sha256(b).hexdigest()}"
@@ -53,7 +53,7 @@ for s, (sh, rank) in enumerate(inp["rounds"], start=1):
     count = sh[rank]
     work = rep.inner_start()
     outer_params = {k: w.copy() for k, w in work.params.items()}
-    plan = shares.round_steps(inner.round_indices(s, h), shares.offsets(sh)[rank], count, cfg.batch)
+    plan = shares.round_steps(inner.round_indices(s, h), shares.offsets(sh)[rank], count, cfg.batch, inp["cut"])
     rows = []
     for step in plan:
         step_rows = []
@@ -112,20 +112,22 @@ async function pageRounds(replica, toks, { onRound = () => {} } = {}) {
   return { got, indices };
 }
 
-for (const overlap of [0, 0.5]) {
-  // overlap 0.5: round 1's 4 inner steps are measured after 2, round 3 starts from W plus the
-  // carry of round 1's last 2 (round 2's share of 0 leaves it as it was).
-  test(`outer rounds on the page (overlap ${overlap}): payloads, losses, outer hashes and the checkpoint are the Python peer's bytes`, async () => {
-    await pageMatchesPython(overlap);
+// Cut by shares (the default): 3 inner steps of 5 sequences; by the batch: 4 steps of 4, 4, 4
+// and 3 sequences, cut across lanes and indices. Overlap 0.5 cut by the batch: round 1 is
+// measured after 2 of its 4 steps, and round 3 starts from W plus the carry of round 1's last 2
+// (round 2's share of 0 leaves it as it was); by shares, after 2 of 3.
+for (const [cut, overlap] of [['share', 0], ['batch', 0], ['batch', 0.5], ['share', 0.5]]) {
+  test(`outer rounds on the page (cut ${cut}, overlap ${overlap}): payloads, losses, outer hashes and the checkpoint are the Python peer's bytes`, async () => {
+    await pageMatchesPython(cut, overlap);
   });
 }
 
-async function pageMatchesPython(overlap) {
+async function pageMatchesPython(cut, overlap) {
   const toks = tokens(V);
   const expected = python(PY, { model: MODEL, seed: SEED, tokens: [...toks], rounds: ROUNDS, H,
-    lr: OUTER.lr, momentum: OUTER.momentum, overlap });
+    lr: OUTER.lr, momentum: OUTER.momentum, overlap, cut });
   const replica = newReplica();
-  replica.setOuter({ ...OUTER, overlap });
+  replica.setOuter({ ...OUTER, overlap, cut });
   await replica.start(modelConfig(MODEL), adamwConfig({}), SEED);
   assert.equal(replica.hash, expected.start, 'the outer hash at the start (W, M = +0)');
   const { got, indices } = await pageRounds(replica, toks);
@@ -180,18 +182,25 @@ function newOuter() {
 }
 
 test('the worker refuses a round not cut as the run cuts it, and per-step requests in an outer run', async () => {
+  const x = new Int32Array(8).fill(1);
+  const piece = [{ x, y: x, rows: 1 }];
+  const x2 = new Int32Array(16).fill(1);
+  const two = [{ x: x2, y: x2, rows: 2 }];
+  const byBatch = new LocalWorker();
+  await byBatch.init({ model: MODEL, seed: SEED, backend: 'js-cpu', measure: false });
+  await byBatch.outer({ ...OUTER, cut: 'batch' });
+  // Not H times a share.
+  await assert.rejects(byBatch.round([piece, piece], 2, 1),
+    /a round of 2 sequences in inner steps of 1, 1; this run takes H = 3 times a share, in inner steps of 4/);
+  // H times a share of 2, but in three steps of 2 instead of the batch's 4 and 2.
+  await assert.rejects(byBatch.round([two, two, two], 6, 1), /in inner steps of 2, 2, 2; this run takes/);
+  // Cut by shares: H steps of the share each, so the batch's cut is refused there.
   const w = new LocalWorker();
   await w.init({ model: MODEL, seed: SEED, backend: 'js-cpu', measure: false });
   await w.outer(OUTER);
-  const x = new Int32Array(8).fill(1);
-  const piece = [{ x, y: x, rows: 1 }];
-  // Not H times a share.
-  await assert.rejects(w.round([piece, piece], 2, 1),
-    /a round of 2 sequences in inner steps of 1, 1; this run takes H = 3 times a share, in inner steps of 4/);
-  // H times a share of 2, but in three steps of 2 instead of the batch's 4 and 2.
-  const x2 = new Int32Array(16).fill(1);
-  const two = [{ x: x2, y: x2, rows: 2 }];
-  await assert.rejects(w.round([two, two, two], 6, 1), /in inner steps of 2, 2, 2; this run takes/);
+  const four = [{ x: new Int32Array(32).fill(1), y: new Int32Array(32).fill(1), rows: 4 }];
+  await assert.rejects(w.round([four, two], 6, 1),
+    /a round of 6 sequences in inner steps of 4, 2; this run takes H = 3 times a share, in H inner steps of the share/);
   await assert.rejects(w.request('step', { x, y: x, batch: 1 }), /cannot step in an outer run/);
   await assert.rejects(w.request('round', { steps: [piece], count: 2, token: 1 }),
     /the inner steps hold 1 sequences, count is 2/);
@@ -208,9 +217,11 @@ test('a page continues an outer checkpoint as an outer run (resumeConfig), the r
   const cfg = resumeConfig(ck, { steps: 10, tokenizerSha256: 'ab'.repeat(32) });
   assert.equal(cfg.resume_step, ROUNDS.length);
   assert.equal(cfg.resume_hash, a.hash);
-  assert.deepEqual([cfg.sync, cfg.outer], ['outer', { steps: H, lr: 0.7, momentum: 0.9, overlap: 0 }]);
+  assert.deepEqual([cfg.sync, cfg.outer],
+    ['outer', { steps: H, lr: 0.7, momentum: 0.9, overlap: 0, cut: 'share' }]);
   const args = { tokenizerSha256: 'ab'.repeat(32), vocabSize: V };
-  assert.deepEqual(parseRunConfig(cfg, { ...args, outerRuns: true }).outer, { ...OUTER, overlap: 0 });
+  assert.deepEqual(parseRunConfig(cfg, { ...args, outerRuns: true }).outer,
+    { ...OUTER, overlap: 0, cut: 'share' });
   assert.throws(() => parseRunConfig(cfg, args), (exc) => exc.rule === 'page-outer');
   a.close();
 });

@@ -22,13 +22,15 @@ test('innerStepsOf: H of an outer run, 1 otherwise (a malformed outer counts as 
 
 test('syncLine: the round, H and the inner steps done', () => {
   assert.equal(F.syncLine(OUTER, 3),
-    'round 3 of 10: 4 inner steps per round at an even share, more on faster devices (12 of 40 done)');
+    'round 3 of 10: 4 inner steps per device per round (12 of 40 inner steps done)');
   assert.equal(F.syncLine({ ...OUTER, outer: { steps: 1 } }, 1),
-    'round 1 of 10: 1 inner step per round at an even share, more on faster devices (1 of 10 done)');
+    'round 1 of 10: 1 inner step per device per round (1 of 10 inner steps done)');
+  assert.equal(F.syncLine({ ...OUTER, outer: { steps: 4, cut: 'batch' } }, 3),
+    'round 3 of 10: 4 inner steps per round at an even share, more on faster devices (12 of 40 done)');
   assert.equal(F.syncLine(PER_STEP, 3), 'every step (per-step exchange)');
   assert.equal(F.syncLine({ ...OUTER, outer: { steps: 4, overlap: 0.5 } }, 3),
-    'round 3 of 10: 4 inner steps per round at an even share, more on faster devices (12 of 40 ' +
-    'done); 50% of each round\'s inner steps run beside its exchange');
+    'round 3 of 10: 4 inner steps per device per round (12 of 40 inner steps done); 50% of each ' +
+    'round\'s inner steps run beside its exchange');
 });
 
 test('bytesPerToken: bytes sent over the tokens of this device\'s shares x H', () => {
@@ -58,9 +60,11 @@ test('the page\'s replica trains outer runs (the machine then accepts sync outer
     makeWorker: () => null });
   assert.ok(trainsOuterRuns(r));
   r.setOuter({ innerSteps: 3, lr: 0.7, momentum: 0.9 });
-  assert.deepEqual(r.outer, { innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0 }, 'none: 0');
-  r.setOuter({ innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0.5 });
+  assert.deepEqual(r.outer, { innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0, cut: 'share' },
+    'no overlap, cut by shares');
+  r.setOuter({ innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0.5, cut: 'batch' });
   assert.equal(r.outer.overlap, 0.5);
+  assert.equal(r.outer.cut, 'batch');
   r.setOuter(null);
   assert.equal(r.outer, null);
 });

@@ -136,6 +136,8 @@ const CASES = {
   'momentum-negative': raw({ sync: 'outer', outer: outer(3, 0.7, -0.25) }),
   'overlap-half': raw({ sync: 'outer', outer: { ...outer(), overlap: 0.5 } }),
   'overlap-past-1': raw({ sync: 'outer', outer: { ...outer(), overlap: 1.25 } }),
+  'cut-batch': raw({ sync: 'outer', outer: { ...outer(), cut: 'batch' } }),
+  'cut-unknown': raw({ sync: 'outer', outer: { ...outer(), cut: 'lanes' } }),
   'outer-memory-cap': raw({ sync: 'outer', outer: outer(),
     model: { vocab_size: 2048, width: 1024, layers: 8, heads: 16, seq_len: 256, batch: 4, mlp_mult: 4 } }),
 };
@@ -155,7 +157,7 @@ for name, obj in cases.items():
     o = run.outer
     out[name] = {"outer": None if o is None else
                  {"innerSteps": o.inner_steps, "lr": o.lr, "momentum": o.momentum,
-                  "overlap": o.overlap},
+                  "overlap": o.overlap, "cut": o.cut},
                  "mib": run.footprint.total / 2**20}
 print(json.dumps(out))
 `;
@@ -178,9 +180,12 @@ test('with outerRuns, runconfig accepts and refuses outer configs exactly as Pyt
     rules.add(py[name].rule ?? 'ok');
   }
   assert.deepEqual([...rules].sort(),
-    ['max-memory', 'ok', 'outer-lr', 'outer-momentum', 'outer-overlap', 'outer-steps', 'sync']);
-  assert.deepEqual(py.outer.outer, { innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0 });
-  assert.deepEqual(py['overlap-half'].outer, { innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0.5 });
+    ['max-memory', 'ok', 'outer-cut', 'outer-lr', 'outer-momentum', 'outer-overlap', 'outer-steps',
+      'sync']);
+  assert.deepEqual(py.outer.outer, { innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0, cut: 'share' });
+  assert.deepEqual(py['overlap-half'].outer,
+    { innerSteps: 3, lr: 0.7, momentum: 0.9, overlap: 0.5, cut: 'share' });
+  assert.equal(py['cut-batch'].outer.cut, 'batch');
   assert.ok(py['overlap-half'].mib > py.outer.mib, 'the measured weights and the carry');
 });
 

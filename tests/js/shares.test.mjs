@@ -21,7 +21,7 @@ out = {
     "pieces": [[[p.lane, p.row, p.rows] for p in shares.pieces(*c)] for c in inp["pieces"]],
     "check": [shares.check(*c) for c in inp["check"]],
     "round": [[[[p.index, p.lane, p.row, p.rows] for p in step]
-               for step in shares.round_steps(c["indices"], c["first"], c["count"], c["batch"])]
+               for step in shares.round_steps(c["indices"], c["first"], c["count"], c["batch"], c["cut"])]
               for c in inp["round"]],
     "chunks": [[list(allreduce.chunk_blocks(c["blocks"], c["shares"], k)) for k in range(len(c["shares"]))]
                for c in inp["chunks"]],
@@ -58,18 +58,21 @@ function cases() {
   const offsets = [[], [5], [13, 3], [0, 4, 0, 9]];
   const pieces = [[0, 0, 4], [0, 4, 4], [3, 4, 4], [13, 3, 4], [2, 17, 5], [5, 1, 1], [7, 9, 3]];
   const check = [[[13, 3], 2, 16], [[13, 3], 3, 16], [[17, -1], 2, 16], [[13, 4], 2, 16], [[0, 16], 2, 16]];
-  const round = [
-    { indices: [0, 1, 2], first: 4, count: 4, batch: 4 }, // one lane: H steps of one piece
-    { indices: [3, 4, 5], first: 0, count: 5, batch: 4 }, // a bigger share: more steps
-    { indices: [6, 7, 8], first: 5, count: 3, batch: 4 }, // a small share: indices share a step
-    { indices: [10, 11], first: 3, count: 7, batch: 4 }, // across lanes and indices
-    { indices: [0, 1, 2, 3, 4], first: 2, count: 0, batch: 4 }, // a share of 0: no steps
-  ];
-  for (let i = 0; i < 20; i++) {
-    const batch = rng.int(1, 9);
-    const h = rng.int(1, 7);
-    round.push({ indices: Array.from({ length: h }, (_, j) => 3 * h + j), first: rng.int(0, 30),
-      count: rng.int(0, 25), batch });
+  const round = [];
+  for (const cut of ['share', 'batch']) {
+    round.push(
+      { indices: [0, 1, 2], first: 4, count: 4, batch: 4, cut }, // one lane: H steps of one piece
+      { indices: [3, 4, 5], first: 0, count: 5, batch: 4, cut }, // a bigger share
+      { indices: [6, 7, 8], first: 5, count: 3, batch: 4, cut }, // a small share
+      { indices: [10, 11], first: 3, count: 7, batch: 4, cut }, // across lanes and indices
+      { indices: [0, 1, 2, 3, 4], first: 2, count: 0, batch: 4, cut }, // a share of 0: no steps
+    );
+    for (let i = 0; i < 20; i++) {
+      const batch = rng.int(1, 9);
+      const h = rng.int(1, 7);
+      round.push({ indices: Array.from({ length: h }, (_, j) => 3 * h + j), first: rng.int(0, 30),
+        count: rng.int(0, 25), batch, cut });
+    }
   }
   const chunks = [
     { blocks: 11, shares: [2, 2, 2] }, { blocks: 11, shares: [13, 3] }, { blocks: 11, shares: [5, 0, 11] },
@@ -127,13 +130,16 @@ test('offsets, pieces and check give the Python reference\'s answers', () => {
 test('an outer round\'s inner steps (roundSteps) are the Python reference\'s pieces', () => {
   const { inputs: I, expected: E } = reference();
   I.round.forEach((c, i) => {
-    const got = shares.roundSteps(c.indices, c.first, c.count, c.batch);
+    const got = shares.roundSteps(c.indices, c.first, c.count, c.batch, c.cut);
     assert.deepEqual(got.map((step) => step.map((p) => [p.index, p.lane, p.row, p.rows])), E.round[i],
       `roundSteps(${JSON.stringify(c)})`);
-    // Every step but the last holds a whole batch.
-    got.slice(0, -1).forEach((step) => assert.equal(step.reduce((n, p) => n + p.rows, 0), c.batch));
+    // Cut by the batch, every step but the last holds a whole batch; by shares, each the share.
+    const sizes = got.map((step) => step.reduce((n, p) => n + p.rows, 0));
+    if (c.cut === 'batch') sizes.slice(0, -1).forEach((n) => assert.equal(n, c.batch));
+    else assert.deepEqual(sizes, c.count ? c.indices.map(() => c.count) : []);
   });
   assert.throws(() => shares.roundSteps([0], 0, 4, 0), RangeError);
+  assert.throws(() => shares.roundSteps([0], 0, 4, 4, 'tokens'), RangeError);
 });
 
 test('chunk bounds by shares give the Python reference\'s blocks', () => {

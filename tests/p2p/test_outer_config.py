@@ -79,6 +79,18 @@ CASES: list[tuple[str, dict[str, Any], Any]] = [
     ("mu-negative", raw_config(sync="outer", outer=outer(momentum=-0.1)), ("outer-momentum", "")),
     ("mu-bool", raw_config(sync="outer", outer=outer(momentum=True)), ("bad-message", "momentum")),
     ("overlap", raw_config(sync="outer", outer=outer(overlap=0.5)), "ok"),
+    ("cut-batch", raw_config(sync="outer", outer=outer(cut="batch")), "ok"),
+    ("cut-share", raw_config(sync="outer", outer=outer(cut="share")), "ok"),
+    (
+        "cut-unknown",
+        raw_config(sync="outer", outer=outer(cut="tokens")),
+        ("outer-cut", "outer cut 'tokens' is not one this version takes"),
+    ),
+    (
+        "cut-number",
+        raw_config(sync="outer", outer=outer(cut=4)),
+        ("bad-message", "config.outer.cut"),
+    ),
     ("overlap-all", raw_config(sync="outer", outer=outer(overlap=1)), "ok"),
     (
         "overlap-negative",
@@ -163,6 +175,17 @@ def test_per_step_config_bytes_unchanged() -> None:
     assert isinstance(lapped, messages.Config) and lapped.outer is not None
     assert lapped.outer.overlap == 0.5
     assert '"outer":{"steps":3,"lr":0.7,"momentum":0.9,"overlap":0.5}' in messages.encode(lapped)
+    # cut likewise only when not "share".
+    assert out.outer.cut == "share"
+    both = messages.parse(
+        json.dumps(raw_config(sync="outer", outer=outer(overlap=0.5, cut="batch")))
+    )
+    assert isinstance(both, messages.Config)
+    text = messages.encode(both)
+    assert '"outer":{"steps":3,"lr":0.7,"momentum":0.9,"overlap":0.5,"cut":"batch"}' in text
+    shared = messages.parse(json.dumps(raw_config(sync="outer", outer=outer(cut="share"))))
+    assert isinstance(shared, messages.Config)
+    assert messages.encode(shared) == messages.encode(out)
     accepted = runconfig.parse(out, tokenizer_sha256=SHA, vocab_size=VOCAB).outer
     assert accepted is not None and accepted.inner_steps == 3 and accepted.lr == 0.7
 
@@ -222,7 +245,8 @@ def test_javascript_mirror_refuses_the_same_and_the_page_stays_out(tmp_path: Pat
         if py["rule"] not in ("bad-message",):
             parsed = messages.parse(texts[name])
             assert js[name]["encoded"] == messages.encode(parsed), name
-    assert pages_refused == 5, pages_refused  # outer, outer-H1, H-max, overlap, overlap-all
+    # outer, outer-H1, H-max, overlap, overlap-all, cut-batch, cut-share
+    assert pages_refused == 7, pages_refused
 
 
 def test_an_outer_run_counts_its_extra_state_against_the_memory_cap() -> None:

@@ -42,32 +42,35 @@ OUTER: dict[str, Any] = {"sync": "outer", "outer_steps": H, "outer_lr": 0.7, "ou
 LONG = 500  # rounds: the test ends the run itself once it has seen what it needs
 
 
-def expected_first_round(peers: int, share: int, overlap: float = 0.0) -> str:
+def expected_first_round(peers: int, share: int, overlap: float = 0.0, cut: str = "share") -> str:
     """The outer hash after round 1 computed in one process with daisychain.outer: peer k
     (equal shares of ``share`` sequences: lanes share*k .., one sequence each at the tests'
-    batch of 1) takes one inner AdamW step per sequence (inner steps of the run's batch), with
-    a fresh optimizer, on its lanes of batch indices 0 .. H-1 in order, then the int8 round with
-    token weights (3 sequences each: the gcd rule of outer.mean is not the per-step exchange's).
-    With ``overlap`` each peer's contribution is measured after ``inner.sync_step`` of its
-    inner steps (the rest only shape the next round, through the carry)."""
+    batch of 1), with a fresh optimizer, on its lanes of batch indices 0 .. H-1: cut "share",
+    H inner AdamW steps of its lanes' mean gradient; cut "batch", one inner step per sequence
+    (steps of the run's batch), in order; then the int8 round with token weights (3 sequences
+    each: the gcd rule of outer.mean is not the per-step exchange's). With ``overlap`` each
+    peer's contribution is measured after ``inner.sync_step`` of its inner steps (the rest
+    only shape the next round, through the carry)."""
     assert TEST_BATCH == 1
     tokens, _, vocab = corpus()
     lead = lead_config()
     cfg = preset("tiny", vocab_size=vocab, batch=TEST_BATCH, seq_len=TEST_SEQ)
     start = training.init(cfg, AdamWConfig(lr=lead.lr, warmup_steps=0), lead.seed)
     local = []
-    counted = inner.sync_step(H * share, overlap)
+    counted = inner.sync_step(H * share if cut == "batch" else H, overlap)
     for k in range(peers):
         state = training.init(cfg, start.opt_cfg, lead.seed)
-        for j in range(H):
-            for lane in range(share * k, share * (k + 1)):
-                if state.opt_state.step == counted:
-                    break
-                rows = [batches.sample_batch(tokens, cfg.batch, cfg.seq_len, lead.seed, j, lane)]
-                _, flat = training.mean_gradient(state, rows, 1)
-                assert flat is not None
-                training.apply_grads(state, codec.unflatten(flat, param_shapes(cfg)))
-        assert state.opt_state.step == counted
+        steps = [
+            [batches.sample_batch(tokens, cfg.batch, cfg.seq_len, lead.seed, j, lane)
+             for lane in range(share * k, share * (k + 1))]
+            for j in range(H)
+        ]  # fmt: skip
+        if cut == "batch":
+            steps = [[row] for rows in steps for row in rows]
+        for rows in steps[:counted]:
+            _, flat = training.mean_gradient(state, rows, len(rows))
+            assert flat is not None
+            training.apply_grads(state, codec.unflatten(flat, param_shapes(cfg)))
         local.append(state.params)
     outer = init_outer(start.params)
     how = Compression.parse("int8")
@@ -77,7 +80,9 @@ def expected_first_round(peers: int, share: int, overlap: float = 0.0) -> str:
     return result.hash
 
 
-def expected_overlap_rounds(peers: int, share: int, overlap: float, rounds: int) -> list[str]:
+def expected_overlap_rounds(
+    peers: int, share: int, overlap: float, rounds: int, cut: str
+) -> list[str]:
     """The outer hashes of ``rounds`` rounds with overlap, in one process: each peer's round
     through ``inner.inner_round`` (its own AdamW state and carry kept from round to round), its
     contribution the weights ``inner_round`` measured (seen when its chunks are handed over),
@@ -95,7 +100,7 @@ def expected_overlap_rounds(peers: int, share: int, overlap: float, rounds: int)
         local = []
         for k, state in enumerate(states):
             state.params = {n: w.copy() for n, w in outer.params.items()}
-            plan = shares.round_steps(inner.round_indices(s, H), share * k, share, cfg.batch)
+            plan = shares.round_steps(inner.round_indices(s, H), share * k, share, cfg.batch, cut)
             rows = []
             for step in plan:
                 pieces = []
@@ -152,24 +157,26 @@ async def test_three_peers_outer_rounds_identical_and_right_then_a_join() -> Non
     joined = min(late.hashes)
     assert 2 <= joined <= last and late.node.id in late.records[0].roster
     assert late.node.replica.outer is not None and late.node.replica.outer.step == last
-    # Its inner optimizer is its own (fresh at the join): steps taken only since it joined,
-    # one per sequence of its shares at the tests' batch of 1.
+    # Its inner optimizer is its own (fresh at the join): H steps a round since it joined.
     assert late.node.state is not None and leader.node.state is not None
-    assert late.node.state.opt_state.step == H * sum(r.share for r in late.records)
-    assert leader.node.state.opt_state.step == H * sum(r.share for r in leader.records)
+    assert late.node.state.opt_state.step == H * len(late.records)
+    assert leader.node.state.opt_state.step == H * last
     # Not a per-step run in disguise: the outer momentum is live.
     momentum = leader.node.replica.outer.momentum  # type: ignore[union-attr]
     assert any(np.any(m != 0) for m in momentum.values())
 
 
 async def test_overlap_sends_each_round_at_its_sync_step_with_identical_replicas() -> None:
-    """overlap 0.5: each peer's round of 9 inner steps is measured after 5 and its chunks leave
-    then (bytes sent early), the other 4 run beside the exchange; every round's outer hash is
-    identical at every peer, and round 1's is daisychain.outer's in one process from the
-    contributions measured after 5 steps (later rounds start from W plus the carry)."""
+    """overlap 0.5 with rounds cut by the batch (one sequence per inner step here): each peer's
+    round of 9 inner steps is measured after 5 and its chunks leave then (bytes sent early), the
+    other 4 run beside the exchange; every round's outer hash is identical at every peer, and is
+    daisychain.outer's in one process from the contributions measured after 5 steps (round 1),
+    carries included (later rounds)."""
     rounds = 4
     async with signaling_server() as url:
-        lead = lead_config(steps=rounds, global_batch=9, **OUTER, outer_overlap=0.5)
+        lead = lead_config(
+            steps=rounds, global_batch=9, **OUTER, outer_overlap=0.5, outer_cut="batch"
+        )
         leader = await start_peer(url, "lead", lead=lead)
         a = await start_peer(url, "a")
         b = await start_peer(url, "b")
@@ -178,10 +185,10 @@ async def test_overlap_sends_each_round_at_its_sync_step_with_identical_replicas
     assert_identical([leader, a, b], range(1, rounds + 1))
     assert inner.sync_step(9, 0.5) == 5
     assert leader.records[0].shares == (3, 3, 3)
-    assert leader.hashes[1] == expected_first_round(3, 3, overlap=0.5)
-    assert leader.hashes[1] != expected_first_round(3, 3)
+    assert leader.hashes[1] == expected_first_round(3, 3, overlap=0.5, cut="batch")
+    assert leader.hashes[1] != expected_first_round(3, 3, cut="batch")
     # Every round, carry included, is the one-process group's.
-    want = expected_overlap_rounds(3, 3, 0.5, rounds)
+    want = expected_overlap_rounds(3, 3, 0.5, rounds, "batch")
     assert [leader.hashes[s] for s in range(1, rounds + 1)] == want
     # The chunks left at the sync step, while the remaining inner steps ran.
     for p in (leader, a, b):
@@ -291,11 +298,9 @@ async def test_leader_leaving_an_outer_run_its_successor_leads_to_the_end() -> N
     assert max(a.hashes) == max(b.hashes) == rounds
     assert_identical([leader, a, b], range(1, rounds + 1))
     assert a.records[-1].leader != leader.node.id and len(a.records[-1].roster) == 2
-    # Neither survivor was re-synced: their inner optimizers took every round's inner steps,
-    # one per sequence of their shares at the tests' batch of 1.
+    # Neither survivor was re-synced: their inner optimizers took H steps in every round.
     for p in (a, b):
-        assert len(p.records) == rounds and p.node.state is not None
-        assert p.node.state.opt_state.step == H * sum(r.share for r in p.records)
+        assert p.node.state is not None and p.node.state.opt_state.step == H * rounds
 
 
 async def test_a_leader_with_a_wrong_outer_loop_stops_with_the_rule_and_hint() -> None:

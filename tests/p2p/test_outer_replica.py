@@ -93,8 +93,13 @@ def test_round_steps_cut_a_share_into_inner_steps_of_the_batch(
     first: int, count: int, batch: int, sizes: list[int]
 ) -> None:
     indices = inner.round_indices(2, 3)
-    steps = shares.round_steps(indices, first, count, batch)
+    steps = shares.round_steps(indices, first, count, batch, "batch")
     assert [sum(p.rows for p in step) for step in steps] == sizes
+    # Cut by shares (the default): one inner step per batch index, the whole share each.
+    by_share = shares.round_steps(indices, first, count, batch)
+    assert [sum(p.rows for p in step) for step in by_share] == [count] * (3 if count else 0)
+    assert [{p.index for p in step} for step in by_share] == [{i} for i in indices if count]
+    assert positions(by_share, batch) == positions(steps, batch)
     # Exactly the share's positions of every batch index, in order, none twice.
     want = [(i, q) for i in indices for q in range(first, first + count)]
     assert positions(steps, batch) == want

@@ -221,8 +221,7 @@ async def test_plain_http_at_the_network_address_follows_an_outer_run(tmp_path: 
         assert s["outcome"]["reason"] == "done", s
         got = {r["step"]: r["hash"] for r in s["records"]}
         assert sorted(got) == [1, 2, 3, 4] and got == lead.hashes
-        sync = r"round 4 of 4: 2 inner steps per round at an even share"
-        await shows(tab, "#live .live-sync", sync)
+        await shows(tab, "#live .live-sync", r"round 4 of 4: 2 inner steps per device per round")
         await page_helpers.check_page(tab, "an outer run over plain http")
         await screenshot(tab, "lan-outer-phone", tmp_path)
 

@@ -99,8 +99,8 @@ async def test_outer_rounds_from_the_form_train_with_a_python_peer(tmp_path: Pat
         await page_helpers.shows(tab, "#live .live-progress", rf"round {ROUNDS} of {ROUNDS}")
         await page_helpers.shows(
             tab, "#live .live-sync",
-            rf"^round {ROUNDS} of {ROUNDS}: {H} inner steps per round at an even share, "
-            rf"more on faster devices \({ROUNDS * H} of {ROUNDS * H} done\)$",
+            rf"^round {ROUNDS} of {ROUNDS}: {H} inner steps per device per round "
+            rf"\({ROUNDS * H} of {ROUNDS * H} inner steps done\)$",
         )  # fmt: skip
         await page_helpers.shows(tab, "#live .live-bytes", r"^[\d,.]+ bytes per token sent")
         for name, viewport in (("desktop", page_helpers.DESKTOP), ("phone", page_helpers.PHONE)):

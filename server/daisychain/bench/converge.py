@@ -145,6 +145,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "weights one round later)",
     )  # fmt: skip
     parser.add_argument(
+        "--cut", choices=("share", "batch"), default="share",
+        help="with --sync outer: how a peer's round is cut into inner steps (config outer.cut): "
+        "share, H steps of its share; batch, steps of the batch (a bigger share takes more)",
+    )  # fmt: skip
+    parser.add_argument(
         "--normalize-steps", action="store_true",
         help="with --sync outer (an experiment, not in the protocol): each peer's pseudo-gradient "
         "scaled by tau / its inner steps, tau the token-weighted mean of the peers' inner steps "
@@ -485,7 +490,7 @@ def _outer_config(h: int, args: argparse.Namespace) -> Any:
     from daisychain import outer
 
     try:
-        return outer.OuterConfig(h, args.outer_lr, args.outer_momentum, args.overlap)
+        return outer.OuterConfig(h, args.outer_lr, args.outer_momentum, args.overlap, args.cut)
     except outer.OuterError as exc:
         raise SystemExit(f"--sync outer: {exc}") from None
 
@@ -543,12 +548,12 @@ def _outer_run(
     setup: _Setup, seed: int, h: int, spec: str, args: argparse.Namespace, start: Any
 ) -> Any:
     """Rounds of ``h`` batch indices: peer k trains its share's positions of each (the batch of
-    ``(seed, s, lane)``, the sequences per-step mode trains at step s) in inner AdamW steps of the
-    batch, as a run's peer does (``shares.round_steps``; equal shares of one batch: ``h`` steps
-    on lane k), each keeping its own AdamW state; then one outer round weighted by the tokens
-    each trained. A last, shorter round keeps the tokens equal to per-step mode's. With
-    ``--overlap`` a peer's round is measured after ``inner.sync_step`` of its steps and starts
-    from the outer weights plus its carry, as in a run (``p2p.inner``)."""
+    ``(seed, s, lane)``, the sequences per-step mode trains at step s) in inner AdamW steps cut by
+    ``--cut``, as a run's peer does (``shares.round_steps``; equal shares of one batch: ``h``
+    steps on lane k either way), each keeping its own AdamW state; then one outer round weighted
+    by the tokens each trained. A last, shorter round keeps the tokens equal to per-step mode's.
+    With ``--overlap`` a peer's round is measured after ``inner.sync_step`` of its steps and
+    starts from the outer weights plus its carry, as in a run (``p2p.inner``)."""
     from daisychain import batches, outer, training
     from daisychain.model.params import param_shapes
     from daisychain.optim import learning_rate
@@ -571,7 +576,7 @@ def _outer_run(
         indices = range(setup.warm_start + last, setup.warm_start + done)
         parts, local, counted = [], [], []
         for k, peer in enumerate(peers):
-            plan = shares.round_steps(indices, first[k], setup.shares[k], cfg.batch)
+            plan = shares.round_steps(indices, first[k], setup.shares[k], cfg.batch, args.cut)
             if carries[k] is not None and plan:  # a share of 0 keeps its carry for later
                 peer.params = outer.add_carry(peer.params, carries[k])
             sync = inner.sync_step(len(plan), args.overlap)
@@ -665,7 +670,7 @@ def measure_outer(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "converge", "mode": "outer", "preset": args.preset, "steps": args.steps,
         "lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "peers": setup.peers,
-        "outer_schedule": args.outer_schedule, "overlap": args.overlap,
+        "outer_schedule": args.outer_schedule, "overlap": args.overlap, "cut": args.cut,
         "normalize_steps": getattr(args, "normalize_steps", False),
         "tokens_per_peer_step": setup.tokens_per_step, "val_batches": args.val_batches,
         "seeds": args.seeds, "H": args.inner_steps, "compress": args.compress,

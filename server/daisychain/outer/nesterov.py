@@ -46,6 +46,7 @@ class OuterConfig:
     lr: float = 0.7
     momentum: float = 0.9
     overlap: float = 0.0
+    cut: str = "share"  # p2p.shares.round_steps: "share" or "batch"
 
     def __post_init__(self) -> None:
         if not isinstance(self.inner_steps, int) or self.inner_steps < 1:
@@ -61,6 +62,8 @@ class OuterConfig:
             )
         if not 0.0 <= self.overlap <= 1.0:
             raise OuterError(f"overlap must lie in [0, 1], got {self.overlap} (0: none)")
+        if self.cut not in ("share", "batch"):
+            raise OuterError(f"cut must be share or batch, got {self.cut!r}")
 
 
 @dataclass

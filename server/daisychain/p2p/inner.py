@@ -4,9 +4,9 @@ docs/PROTOCOL.md, "Outer runs": protocol step ``s`` of an outer run is outer rou
 The round's sequences at a peer are its roster positions ``[o[rank], o[rank] + shares[rank])``
 of global batch indices ``(s - 1) * H + j``, ``j = 0 .. H-1``, exactly the positions a per-step
 run's steps of those indices give it, so no two peers train the same sequences. It trains them
-from the outer weights in inner steps of the run's batch (``shares.round_steps``): a peer with a
-bigger share takes more inner steps, not bigger ones, so a slow device (a small share) takes few
-full-sized steps instead of ``H`` tiny ones. Each inner step is a contributor's mean gradient over
+from the outer weights in inner steps cut as the run's ``outer.cut`` says (``shares.round_steps``:
+"share", ``H`` steps of its share; "batch", steps of the run's batch, so a bigger share takes
+more of them). Each inner step is a contributor's mean gradient over
 its pieces (``training.mean_gradient``: pieces combined in piece order) and one AdamW step with
 this peer's own inner state. Then the pseudo-gradient ``W - w`` (``outer.pseudo_gradient``) is cut
 into the roster's chunks and each chunk quantized with the exchange codec, exactly as a gradient is

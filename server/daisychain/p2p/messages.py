@@ -46,6 +46,7 @@ SHARES_BY: tuple[str, ...] = get_args(SharesBy)
 # mode a later version adds is refused with a rule and a hint rather than as a malformed message.
 SYNC_STEP = "step"
 SYNC_OUTER = "outer"
+OUTER_CUT_DEFAULT = "share"  # config.outer.cut when absent
 MAX_SYNC_CHARS = 16
 
 
@@ -106,6 +107,9 @@ class OuterSpec:
     lr: float
     momentum: float
     overlap: float = 0.0
+    # How a peer's round is cut into inner steps (docs/PROTOCOL.md, "A round at a peer"):
+    # "share" (written only when not that) or "batch".
+    cut: str = "share"
 
 
 @dataclass(frozen=True)
@@ -291,8 +295,12 @@ def encode(message: Message) -> str:
     if isinstance(message, Config) and message.sync == SYNC_STEP:
         # A per-step run writes neither field: every existing trace and vector keeps its bytes.
         del obj["sync"], obj["outer"]
-    elif isinstance(message, Config) and message.outer is not None and not message.outer.overlap:
-        del obj["outer"]["overlap"]  # likewise an outer run without overlap
+    elif isinstance(message, Config) and message.outer is not None:
+        # Likewise an outer run without overlap, and one cut by shares.
+        if not message.outer.overlap:
+            del obj["outer"]["overlap"]
+        if message.outer.cut == OUTER_CUT_DEFAULT:
+            del obj["outer"]["cut"]
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
@@ -462,6 +470,7 @@ def _outer_spec(f: _Fields) -> OuterSpec:
         lr=o.number("lr", -math.inf, math.inf),
         momentum=o.number("momentum", -math.inf, math.inf),
         overlap=o.number("overlap", -math.inf, math.inf) if "overlap" in o.obj_ else 0.0,
+        cut=o.text("cut", 16) if "cut" in o.obj_ else OUTER_CUT_DEFAULT,
     )
 
 

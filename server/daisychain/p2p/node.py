@@ -489,7 +489,8 @@ class Node:
         key = (c.step, c.round)
         self._computing.add(key)
         first = shares.offsets(c.shares)[c.rank]
-        plan = shares.round_steps(inner.round_indices(c.step, h), first, count, cfg.batch)
+        indices = inner.round_indices(c.step, h)
+        plan = shares.round_steps(indices, first, count, cfg.batch, config.outer.cut)
         lanes: dict[tuple[int, int], inner.Rows] = {}
 
         async def rows_of(p: shares.RoundPiece) -> inner.Rows:

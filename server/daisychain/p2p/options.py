@@ -47,13 +47,16 @@ class LeadConfig:
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     outer_overlap: float = 0.0  # config.outer.overlap (docs/OUTER.md, "Overlap")
+    outer_cut: str = "share"  # config.outer.cut (docs/PROTOCOL.md, "A round at a peer")
 
     @property
     def outer_spec(self) -> OuterSpec | None:
         """config.outer of this lead (None for a per-step run)."""
         if self.sync != SYNC_OUTER:
             return None
-        return OuterSpec(self.outer_steps, self.outer_lr, self.outer_momentum, self.outer_overlap)
+        return OuterSpec(
+            self.outer_steps, self.outer_lr, self.outer_momentum, self.outer_overlap, self.outer_cut
+        )
 
     @property
     def custom_model(self) -> bool:

@@ -29,7 +29,7 @@ from daisychain import datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, ModelConfig
 from daisychain.optim import AdamWConfig, OptimizerError
 from daisychain.outer.nesterov import OuterConfig
-from daisychain.p2p import messages
+from daisychain.p2p import messages, shares
 from daisychain.p2p.footprint import MIB, Footprint, estimate
 from daisychain.p2p.shares import MAX_GLOBAL_BATCH
 
@@ -131,7 +131,7 @@ class RunConfig:
         spec = self.message.outer
         if self.message.sync != messages.SYNC_OUTER or spec is None:
             return None
-        return OuterConfig(spec.steps, spec.lr, spec.momentum, spec.overlap)
+        return OuterConfig(spec.steps, spec.lr, spec.momentum, spec.overlap, spec.cut)
 
 
 # Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
@@ -339,6 +339,12 @@ def _check_sync(cfg: messages.Config, batch: int) -> None:
             f"outer overlap {spec.overlap!r} outside [0, 1] (the fraction of a round's inner "
             "steps that run beside its exchange)",
             "lead with --outer-overlap in [0, 1], for example 0.5, or 0 for none",
+        )
+    if spec.cut not in shares.CUTS:
+        raise Incompatible(
+            "outer-cut",
+            f"outer cut {spec.cut[:16]!r} is not one this version takes",
+            f"lead with --outer-cut {' or '.join(shares.CUTS)}",
         )
 
 

@@ -89,15 +89,28 @@ class RoundPiece:
     rows: int
 
 
+CUT_SHARE = "share"  # one inner step per batch index, of the peer's share (the default)
+CUT_BATCH = "batch"  # inner steps of the run's batch: a bigger share takes more of them
+CUTS = (CUT_SHARE, CUT_BATCH)
+
+
 def round_steps(
-    indices: Sequence[int], first: int, count: int, batch: int
+    indices: Sequence[int], first: int, count: int, batch: int, cut: str = CUT_SHARE
 ) -> tuple[tuple[RoundPiece, ...], ...]:
     """An outer round's inner steps at one peer (docs/PROTOCOL.md, "A round at a peer"): its
-    positions ``[first, first + count)`` of every batch index in ``indices``, in that order,
-    cut into inner steps of ``batch`` sequences (the last takes what is left) and, within a
-    step, at lane and batch-index boundaries. A peer with a bigger share takes more inner
-    steps of the same size, not bigger ones: ``ceil(len(indices) * count / batch)`` of them."""
-    assert batch >= 1 and count >= 0, (batch, count)
+    positions ``[first, first + count)`` of every batch index in ``indices``, in that order.
+    ``cut`` "share": one inner step per index, its pieces cut at lane boundaries (every peer
+    takes ``len(indices)`` steps; a bigger share makes them bigger). "batch": cut into inner
+    steps of ``batch`` sequences (the last takes what is left) and, within a step, at lane and
+    batch-index boundaries, so a bigger share takes more inner steps of the same size:
+    ``ceil(len(indices) * count / batch)`` of them. A share of 0 takes none either way."""
+    assert batch >= 1 and count >= 0 and cut in CUTS, (batch, count, cut)
+    if cut == CUT_SHARE:
+        return tuple(
+            tuple(RoundPiece(i, p.lane, p.row, p.rows) for p in pieces(first, count, batch))
+            for i in indices
+            if count
+        )
     out: list[tuple[RoundPiece, ...]] = []
     step: list[RoundPiece] = []
     filled = 0

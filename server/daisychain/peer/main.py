@@ -130,6 +130,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="--sync outer: the fraction of a round's inner steps that run while "
                       "its exchange does (0: none; 0.5 hides an exchange as long as half a "
                       "round; docs/OUTER.md, Overlap)")  # fmt: skip
+    lead.add_argument("--outer-cut", choices=("share", "batch"), default="share",
+                      help="--sync outer: share: every peer takes H inner steps of its share "
+                      "(measured better); batch: inner steps of --batch sequences, so a "
+                      "faster peer takes more of them (docs/OUTER.md)")  # fmt: skip
     lead.add_argument("--seq-len", type=int, help="context length")
     for field, what in (
         ("width", "model width C"),
@@ -370,6 +374,7 @@ async def _main(args: argparse.Namespace) -> int:
             data=feed.data_name if feed is not None and args.data != "builtin" else "builtin",
             sync=args.sync, outer_steps=args.outer_steps, outer_lr=args.outer_lr,
             outer_momentum=args.outer_momentum, outer_overlap=args.outer_overlap,
+            outer_cut=args.outer_cut,
         )  # fmt: skip
     node = Node(
         mesh, tokens, tok.sha256, tok.vocab_size, lead=lead, checkpoint_path=args.checkpoint,

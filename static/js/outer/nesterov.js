@@ -26,10 +26,12 @@ export class OuterError extends RangeError {
 }
 
 /**
- * The outer loop: `innerSteps` (H) per round, Nesterov `lr` and `momentum`, and `overlap` (the
- * fraction of a round's inner steps that run beside its exchange) (Python's OuterConfig).
+ * The outer loop: `innerSteps` (H) per round, Nesterov `lr` and `momentum`, `overlap` (the
+ * fraction of a round's inner steps that run beside its exchange) and `cut` (how a round is cut
+ * into inner steps: shares.js roundSteps) (Python's OuterConfig).
  */
-export function outerConfig({ innerSteps = 50, lr = 0.7, momentum = 0.9, overlap = 0 } = {}) {
+export function outerConfig({ innerSteps = 50, lr = 0.7, momentum = 0.9, overlap = 0,
+  cut = 'share' } = {}) {
   if (!Number.isSafeInteger(innerSteps) || innerSteps < 1) {
     throw new OuterError(`H (inner steps per outer step) must be an integer >= 1, got ${innerSteps}` +
       '; H = 1 with lr 1 and momentum 0 is per-step averaging of the updates');
@@ -43,7 +45,8 @@ export function outerConfig({ innerSteps = 50, lr = 0.7, momentum = 0.9, overlap
   if (!(overlap >= 0 && overlap <= 1)) {
     throw new OuterError(`overlap must lie in [0, 1], got ${overlap} (0: none)`);
   }
-  return Object.freeze({ innerSteps, lr, momentum, overlap });
+  if (cut !== 'share' && cut !== 'batch') throw new OuterError(`cut must be share or batch, got ${cut}`);
+  return Object.freeze({ innerSteps, lr, momentum, overlap, cut });
 }
 
 /**

@@ -47,8 +47,11 @@ export const PIECES = Object.freeze(['contribution', 'reduced']);
 export const SYNC_STEP = 'step';
 export const SYNC_OUTER = 'outer';
 export const MAX_SYNC_CHARS = 16;
-// `overlap` is written only when not 0 (Python's encode): a config without it keeps its bytes.
-const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float'], ['overlap', 'float0?']];
+// `overlap` is written only when not 0, `cut` only when not 'share' (Python's encode): a config
+// without them keeps its bytes.
+export const OUTER_CUT_DEFAULT = 'share';
+const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float'], ['overlap', 'float0?'],
+  ['cut', 'cut?']];
 export const MODEL_FIELDS = Object.freeze(
   ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
 const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
@@ -119,7 +122,8 @@ function encodeValue(value, kind, where) {
   };
   if (Array.isArray(kind)) {
     if (value === null || typeof value !== 'object') wrong();
-    const written = kind.filter(([f, k]) => !(k === 'float0?' && (value[f] ?? 0) === 0));
+    const written = kind.filter(([f, k]) => !(k === 'float0?' && (value[f] ?? 0) === 0) &&
+      !(k === 'cut?' && (value[f] ?? OUTER_CUT_DEFAULT) === OUTER_CUT_DEFAULT));
     return `{${written.map(([f, k]) => `${jsonString(f)}:${encodeValue(value[f], k, `${where}.${f}`)}`).join(',')}}`;
   }
   switch (kind) {
@@ -132,6 +136,7 @@ function encodeValue(value, kind, where) {
       if (typeof value !== 'number' || !Number.isFinite(value)) wrong();
       return floatRepr(value);
     case 'str':
+    case 'cut?':
       if (typeof value !== 'string') wrong();
       return jsonString(value);
     case 'str?':
@@ -322,6 +327,7 @@ function outerSpec(f) {
     lr: o.number('lr', -Infinity, Infinity),
     momentum: o.number('momentum', -Infinity, Infinity),
     overlap: o.fields.has('overlap') ? o.number('overlap', -Infinity, Infinity) : 0,
+    cut: o.fields.has('cut') ? o.text('cut', 16) : OUTER_CUT_DEFAULT,
   });
 }
 

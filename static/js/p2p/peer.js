@@ -119,7 +119,7 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
 function outerFields(outer) {
   if (outer === null) return {};
   return { sync: 'outer', outer: { steps: outer.innerSteps, lr: outer.lr,
-    momentum: outer.momentum, overlap: outer.overlap ?? 0 } };
+    momentum: outer.momentum, overlap: outer.overlap ?? 0, cut: outer.cut ?? 'share' } };
 }
 
 /**

@@ -85,13 +85,13 @@ export class WorkerReplica {
   }
 
   /**
-   * The run's outer loop ({innerSteps, lr, momentum, overlap}; null: a per-step run), told by
+   * The run's outer loop ({innerSteps, lr, momentum, overlap, cut}; null: a per-step run), told by
    * the machine before start or restore (machine/replica.js). Its presence is what lets the
    * page's machine accept outer runs (runconfig `outerRuns`).
    */
   setOuter(outer) {
     this.outer = outer === null ? null : { innerSteps: outer.innerSteps, lr: outer.lr,
-      momentum: outer.momentum, overlap: outer.overlap ?? 0 };
+      momentum: outer.momentum, overlap: outer.overlap ?? 0, cut: outer.cut ?? 'share' };
   }
 
   get step() {
@@ -281,7 +281,7 @@ export class WorkerReplica {
    * An outer run's `compute` (docs/PROTOCOL.md, "Outer runs"; Python's node.py
    * _start_outer_compute and p2p/inner.py): for protocol step `step`, the round trains this
    * replica's positions of batch indices (step - 1) * H + j, j = 0 .. H-1 (the lanes
-   * `laneOf(lane, index)` gives, each read once), in inner steps of the run's batch
+   * `laneOf(lane, index)` gives, each read once), in inner steps cut as the run's `cut` says
    * (shares.js roundSteps), one AdamW step each, on a copy of the outer weights with this peer's
    * inner state; the pseudo-gradient W - w is cut into the roster's chunks, each quantized with
    * the exchange codec. Resolves to compute's record; `count` is the sequences of the whole round
@@ -301,7 +301,7 @@ export class WorkerReplica {
     let products = 0;
     if (count > 0) {
       const indices = Array.from({ length: H }, (_, j) => (step - 1) * H + j);
-      const plan = roundSteps(indices, offsets(shares)[rank], count, this.model.batch);
+      const plan = roundSteps(indices, offsets(shares)[rank], count, this.model.batch, this.outer.cut);
       const lanes = new Map(); // `${index}:${lane}` -> its batch, read once
       for (const pieces of plan) {
         for (const p of pieces) {

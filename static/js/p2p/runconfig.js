@@ -14,7 +14,7 @@ import { OptimizerError, adamwConfig } from '../model/optim.js';
 import { MIB, estimate } from './footprint.js';
 import { MessageError, SYNC_OUTER, SYNC_STEP, U32_MAX, errorFrom } from './messages.js';
 import { floatRepr, pySlice, strRepr } from './pyrepr.js';
-import { MAX_GLOBAL_BATCH } from './shares.js';
+import { CUTS, CUT_SHARE, MAX_GLOBAL_BATCH } from './shares.js';
 
 export const MAX_EXACT_STEPS = 2 ** 24 - 1; // step counts enter float32 arithmetic
 export const MAX_TRANSFER_BYTES = 2 ** 32 - 1; // a checkpoint is one transfer: u32 total
@@ -113,7 +113,7 @@ function outerOf(cfg) {
   const spec = cfg.outer;
   if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER || spec == null) return null;
   return Object.freeze({ innerSteps: spec.steps, lr: spec.lr, momentum: spec.momentum,
-    overlap: spec.overlap ?? 0 });
+    overlap: spec.overlap ?? 0, cut: spec.cut ?? CUT_SHARE });
 }
 
 /** The `error incompatible` reply to the leader. */
@@ -274,6 +274,11 @@ function checkSync(cfg, batch) {
       `outer overlap ${floatRepr(overlap)} outside [0, 1] (the fraction of a round's inner ` +
       'steps that run beside its exchange)',
       'lead with --outer-overlap in [0, 1], for example 0.5, or 0 for none');
+  }
+  const cut = spec.cut ?? CUT_SHARE;
+  if (!CUTS.includes(cut)) {
+    throw new Incompatible('outer-cut', `outer cut ${strRepr(pySlice(cut, 16))} is not one this version takes`,
+      `lead with --outer-cut ${CUTS.join(' or ')}`);
   }
 }
 

@@ -68,15 +68,26 @@ export function pieces(first, count, laneSize) {
   return out;
 }
 
+export const CUT_SHARE = 'share'; // one inner step per batch index, of the peer's share
+export const CUT_BATCH = 'batch'; // inner steps of the run's batch: a bigger share takes more
+export const CUTS = Object.freeze([CUT_SHARE, CUT_BATCH]);
+
 /**
  * An outer round's inner steps at one peer (Python's shares.round_steps; docs/PROTOCOL.md, "A
  * round at a peer"): its positions [first, first + count) of every batch index in `indices`, in
- * that order, cut into inner steps of `batch` sequences (the last takes what is left) and, within
- * a step, at lane and batch-index boundaries: a list of steps, each a list of pieces
- * {index, lane, row, rows}. A bigger share takes more inner steps of the same size.
+ * that order, as a list of steps, each a list of pieces {index, lane, row, rows}. `cut` 'share':
+ * one step per index, cut at lane boundaries; 'batch': steps of `batch` sequences (the last takes
+ * what is left), cut within a step at lane and batch-index boundaries.
  */
-export function roundSteps(indices, first, count, batch) {
-  if (!(batch >= 1 && count >= 0)) throw new RangeError(`roundSteps(batch ${batch}, count ${count})`);
+export function roundSteps(indices, first, count, batch, cut = CUT_SHARE) {
+  if (!(batch >= 1 && count >= 0 && CUTS.includes(cut))) {
+    throw new RangeError(`roundSteps(batch ${batch}, count ${count}, cut ${cut})`);
+  }
+  if (cut === CUT_SHARE) {
+    if (count === 0) return [];
+    return [...indices].map((index) => pieces(first, count, batch).map((p) =>
+      Object.freeze({ index, lane: p.lane, row: p.row, rows: p.rows })));
+  }
   const out = [];
   let step = [];
   let filled = 0;

@@ -121,9 +121,9 @@ export function mount(root, page) {
           inputmode: 'decimal', step: 'any', value: 0.9 }), 'field outer'),
         field('Overlap (0 to 1)', h('input', { name: 'outer_overlap', type: 'number',
           inputmode: 'decimal', step: 'any', value: 0 }), 'field outer'),
-        h('p', { class: 'note outer whole', text: 'Outer rounds: each device trains its share ' +
-          'of H batches on its own, in updates (AdamW steps) of its batch, so a faster device ' +
-          'makes more of them; then the group exchanges once per round. Steps counts rounds. ' +
+        h('p', { class: 'note outer whole', text: 'Outer rounds: each device makes H updates ' +
+          '(AdamW steps) on its share on its own (a faster device has a bigger share), then the ' +
+          'group exchanges once per round. Steps counts rounds. ' +
           'Overlap: the share of each round\'s updates that run while its exchange does, so a ' +
           'slow link costs less time (0: none).' }))),
     h('p', { class: 'note size', role: 'status', 'aria-label': 'Model size and memory' }),

@@ -114,9 +114,11 @@ export function innerStepsOf(config) {
 
 /**
  * How the run exchanges, for the live panel: "every step" for a per-step run; for an outer run
- * "round 3 of 10: 2 inner steps per round at an even share, more on faster devices (6 of 20
- * done)". A device trains its share of H batches per round in inner steps of its batch
- * (docs/PROTOCOL.md, "A round at a peer"), so H is the count of a device whose share is one batch.
+ * "round 3 of 10: 2 inner steps per device per round (6 of 20 inner steps done)", or with rounds
+ * cut by the batch (docs/PROTOCOL.md, "A round at a peer": a device takes inner steps of its
+ * batch, so H is the count of a device whose share is one batch) "round 3 of 10: 2 inner steps
+ * per round at an even share, more on faster devices (6 of 20 done)"; with overlap, what share
+ * of each round's inner steps runs beside its exchange.
  */
 export function syncLine(config, round) {
   const h = innerStepsOf(config);
@@ -125,8 +127,13 @@ export function syncLine(config, round) {
   const overlap = config.outer?.overlap;
   const beside = Number.isFinite(overlap) && overlap > 0
     ? `; ${Math.round(overlap * 100)}% of each round's inner steps run beside its exchange` : '';
-  return `round ${round} of ${steps}: ${h} inner step${h === 1 ? '' : 's'} per round at an even ` +
-    `share, more on faster devices (${round * h} of ${steps * h} done)${beside}`;
+  const s = h === 1 ? '' : 's';
+  if (config.outer?.cut === 'batch') {
+    return `round ${round} of ${steps}: ${h} inner step${s} per round at an even share, more on ` +
+      `faster devices (${round * h} of ${steps * h} done)${beside}`;
+  }
+  return `round ${round} of ${steps}: ${h} inner step${s} per device per round ` +
+    `(${round * h} of ${steps * h} inner steps done)${beside}`;
 }
 
 /**

@@ -23,7 +23,7 @@
 //   export        {}                                -> {state}
 //   load          {state}                           -> {step, hash}
 //   inject-fault  {afterProducts, rebuildSources?}  -> {armed}  (test hook: loses the device)
-//   outer         {outer: {innerSteps, lr, momentum, overlap?}, shared?: {step, momentum}}
+//   outer         {outer: {innerSteps, lr, momentum, overlap?, cut?}, shared?: {step, momentum}}
 //                                                   -> {step, hash}  (an outer run from now on,
 //                 docs/PROTOCOL.md "Outer runs"; `shared`: a checkpoint's rounds and momentum)
 //   round         {steps: [[{x, y, rows}]], count, token}
@@ -167,7 +167,10 @@ const FIELDS = {
 function outerFields(msg) {
   const o = msg.outer;
   if (!isObject(o)) refuse('outer: outer must be {innerSteps, lr, momentum}', 'send the run\'s outer loop');
-  onlyFields(o, ['innerSteps', 'lr', 'momentum', 'overlap'], 'outer.outer');
+  onlyFields(o, ['innerSteps', 'lr', 'momentum', 'overlap', 'cut'], 'outer.outer');
+  if (o.cut !== undefined && o.cut !== 'share' && o.cut !== 'batch') {
+    refuse('outer: outer.cut must be share or batch', 'send the run config\'s value, or omit it');
+  }
   if (o.overlap !== undefined && !(typeof o.overlap === 'number' && o.overlap >= 0 && o.overlap <= 1)) {
     refuse('outer: outer.overlap must be a number in [0, 1]', 'send the run config\'s value, or omit it');
   }

@@ -77,8 +77,8 @@ export class OuterLoop {
    * Maps), M is `momentum` (a Map in parameter order) or +0, `step` the rounds done. `run`'s
    * optState is the inner AdamW state the first round starts from.
    */
-  constructor(run, { lr, momentum, innerSteps, overlap = 0 }, shared = null) {
-    this.cfg = outerConfig({ innerSteps, lr, momentum, overlap });
+  constructor(run, { lr, momentum, innerSteps, overlap = 0, cut = 'share' }, shared = null) {
+    this.cfg = outerConfig({ innerSteps, lr, momentum, overlap, cut });
     this.run = run;
     const zeros = () => new Map([...run.params].map(([k, w]) => [k, new Float32Array(w.length)]));
     this.state = shared === null ? outerState(run.params, zeros(), 0)
@@ -111,11 +111,16 @@ export class OuterLoop {
     const batch = this.run.cfg.batch;
     const sizes = steps.map((pieces) => pieces.reduce((n, p) => n + p.rows, 0));
     const last = sizes.length - 1;
-    if (count % H !== 0 || sizes.some((n, j) => (j === last ? n < 1 || n > batch : n !== batch))) {
-      // The machine asks H times a share, in inner steps of the run's batch: any other cut would
-      // fork the run.
+    // The machine asks H times a share, cut as the run's `cut` says: any other cut would change
+    // this peer's contribution from what the run means.
+    const wrong = this.cfg.cut === 'share'
+      ? sizes.length !== H || sizes.some((n) => n !== count / H)
+      : sizes.some((n, j) => (j === last ? n < 1 || n > batch : n !== batch));
+    if (count % H !== 0 || wrong) {
+      const how = this.cfg.cut === 'share' ? `in H inner steps of the share`
+        : `in inner steps of ${batch} (the last takes the rest)`;
       throw new RangeError(`a round of ${count} sequences in inner steps of ${sizes.join(', ')}; ` +
-        `this run takes H = ${H} times a share, in inner steps of ${batch} (the last takes the rest)`);
+        `this run takes H = ${H} times a share, ${how}`);
     }
     const start = this.carry === null ? copyMap(this.state.params)
       : addCarry(this.state.params, this.carry);
