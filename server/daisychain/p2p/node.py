@@ -473,10 +473,10 @@ class Node:
 
     def _start_outer_compute(self, c: fx.Compute, h: int) -> None:
         """An outer run's round (p2p/inner.py): this peer's positions of ``h`` batch indices,
-        in inner steps of the run's batch (``shares.round_steps``) on a copy of the outer state,
-        answered with the pseudo-gradient's chunks as a gradient's would be. With overlap the
-        chunks are handed over as ``compute-partial`` at the round's sync step, so the exchange
-        runs beside the inner steps after it (docs/OUTER.md, "Overlap")."""
+        in inner steps cut as ``config.outer.cut`` says (``shares.round_steps``) on a copy of the
+        outer state, answered with the pseudo-gradient's chunks as a gradient's would be. With
+        overlap the chunks are handed over as ``compute-partial`` at the round's sync step, so
+        the exchange runs beside the inner steps after it (docs/OUTER.md, "Overlap")."""
         config = self.machine.config
         assert config is not None and config.outer is not None
         overlap = config.outer.overlap
