@@ -27,9 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from daisychain.bench import pool
+
+T = TypeVar("T", int, float)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,32 +59,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per group")
 
 
-def parse_h(spec: str) -> list[int]:
-    """``--H 5,10``: inner steps per round, each 1 .. 1000, else SystemExit with a hint."""
+def _parse_list(spec: str, flag: str, kind: Callable[[str], T], lo: T, hi: T, what: str) -> list[T]:
+    """A comma-separated list of ``kind`` values in [lo, hi], else SystemExit saying ``what``."""
     try:
-        values = [int(part) for part in spec.split(",") if part.strip()]
+        values = [kind(part) for part in spec.split(",") if part.strip()]
     except ValueError:
         values = []
-    if not values or any(not 1 <= h <= 1000 for h in values):
-        raise SystemExit(
-            f"daisychain bench lowcomm: --H {spec!r}: give inner steps per round as integers "
-            "1 .. 1000, comma-separated (e.g. --H 5,10)"
-        )
+    if not values or any(not lo <= v <= hi for v in values):
+        raise SystemExit(f"daisychain bench lowcomm: {flag} {spec!r}: {what}")
     return values
+
+
+def parse_h(spec: str) -> list[int]:
+    """``--H 5,10``: inner steps per round, each 1 .. 1000, else SystemExit with a hint."""
+    return _parse_list(spec, "--H", int, 1, 1000, "give inner steps per round as integers "
+                       "1 .. 1000, comma-separated (e.g. --H 5,10)")  # fmt: skip
 
 
 def parse_overlap(spec: str) -> list[float]:
     """``--overlap 0,0.5``: fractions in [0, 1], else SystemExit with a hint."""
-    try:
-        values = [float(part) for part in spec.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values or any(not 0.0 <= v <= 1.0 for v in values):
-        raise SystemExit(
-            f"daisychain bench lowcomm: --overlap {spec!r}: give fractions of a round in [0, 1], "
-            "comma-separated (e.g. --overlap 0,0.5)"
-        )
-    return values
+    return _parse_list(spec, "--overlap", float, 0.0, 1.0, "give fractions of a round in "
+                       "[0, 1], comma-separated (e.g. --overlap 0,0.5)")  # fmt: skip
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
