@@ -115,7 +115,8 @@ test('the outer step refuses a mean of the wrong size or a non-finite one', () =
   bad[3] = Number.NaN;
   assert.throws(() => n.applyOuter(state, cfg, bad), /non-finite pseudo-gradient/);
   assert.equal(state.step, 0);
-  for (const wrong of [{ innerSteps: 0 }, { lr: 0 }, { momentum: 1 }, { momentum: -0.1 }]) {
+  for (const wrong of [{ innerSteps: 0 }, { lr: 0 }, { momentum: 1 }, { momentum: -0.1 },
+    { overlap: -0.1 }, { overlap: 1.5 }, { cut: 'tokens' }]) {
     assert.throws(() => n.outerConfig(wrong), n.OuterError, JSON.stringify(wrong));
   }
 });

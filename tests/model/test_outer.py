@@ -402,3 +402,20 @@ def test_a_round_refuses_mismatched_peers() -> None:
     nan = np.full(codec.flatten(state.params).size, np.nan, dtype=F32)
     with pytest.raises(outer.OuterError, match="diverged"):
         outer.apply_outer(state, CFG, nan)
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"inner_steps": 0}, "H \\(inner steps per outer step\\) must be an integer >= 1"),
+        ({"lr": 0.0}, "outer lr must be finite and > 0"),
+        ({"momentum": 1.0}, "outer momentum must lie in \\[0, 1\\)"),
+        ({"overlap": -0.1}, "overlap must lie in \\[0, 1\\], got -0.1"),
+        ({"overlap": 1.5}, "overlap must lie in \\[0, 1\\], got 1.5"),
+        ({"cut": "tokens"}, "cut must be share or batch, got 'tokens'"),
+    ],
+)
+def test_an_outer_loop_refuses_each_wrong_setting(changes: dict[str, object], why: str) -> None:
+    with pytest.raises(outer.OuterError, match=why):
+        outer.OuterConfig(**changes)  # type: ignore[arg-type]
+    assert outer.OuterConfig(overlap=1.0, cut="batch").overlap == 1.0  # the bounds are in
