@@ -94,20 +94,63 @@ def planted_outer_js(plant: str) -> str:
     return text + PER_STEP_GRADS
 
 
-_REFERENCE: dict[int, dict[int, str]] = {}
+_REFERENCE: dict[tuple[int, float], dict[int, str]] = {}
 
 
-async def reference(rounds: int) -> dict[int, str]:
+async def reference(rounds: int, overlap: float = 0.0) -> dict[int, str]:
     """The outer hashes two Python peers publish for the tests' run of ``rounds`` rounds."""
-    if rounds not in _REFERENCE:
+    if (rounds, overlap) not in _REFERENCE:
         async with signaling_server() as url:
-            lead = await start_peer(url, "ref-lead", lead=lead_config(rounds, min_peers=2, **OUTER))
+            cfg = lead_config(rounds, min_peers=2, **OUTER, outer_overlap=overlap)
+            lead = await start_peer(url, "ref-lead", lead=cfg)
             follower = await start_peer(url, "ref-follow")
             outcomes = await finish([lead, follower], 300)
         assert [o.reason for o in outcomes] == ["done", "done"], outcomes
         assert lead.hashes == follower.hashes
-        _REFERENCE[rounds] = lead.hashes
-    return _REFERENCE[rounds]
+        _REFERENCE[rounds, overlap] = lead.hashes
+    return _REFERENCE[rounds, overlap]
+
+
+# Counts the chunks the page hands its machine early (peer.js earlyChunks), in window.earlyChunks.
+COUNT_EARLY = """
+async () => {
+  const { app } = await import('/js/app.js');
+  const peer = app.peer;
+  const made = peer.earlyChunks.bind(peer);
+  window.earlyChunks = 0;
+  peer.earlyChunks = (c) => {
+    const hand = made(c);
+    return (k, payload) => {
+      window.earlyChunks += 1;
+      hand(k, payload);
+    };
+  };
+}
+"""
+
+
+async def test_an_overlapped_outer_run_with_a_tab_sends_its_chunks_early_and_stays_identical() -> (
+    None
+):
+    """overlap 0.5 (H = 2 inner steps of the share: measured after 1): the tab's chunks leave
+    at the sync step (counted on the page), and its hashes are two Python peers' at every
+    round, carries included; without overlap nothing leaves early."""
+    rounds = 3
+    want = await reference(rounds, 0.5)
+    assert want != await reference(rounds), "overlap 0.5 must be another run"
+    async with signaling_server() as url, chromium(webgpu=False) as browser:
+        tab = await open_tab(browser, url, "name=overlap-tab")
+        await tab.page.evaluate(COUNT_EARLY)
+        cfg = lead_config(rounds, min_peers=2, **OUTER, outer_overlap=0.5)
+        lead: Peer = await start_peer(url, "py-lead", lead=cfg)
+        [outcome] = await finish([lead], 300)
+        assert outcome.reason == "done", outcome
+        [state] = await wait_tabs([tab], finished, 60, "the tab's outcome")
+        assert state["outcome"]["reason"] == "done", state
+        assert tab.hashes(state) == lead.hashes == want
+        # Two peers, each owning a chunk: one contribution to the leader per round.
+        assert await tab.page.evaluate("() => window.earlyChunks") == 2 * rounds
+        tab.check_clean()
 
 
 async def test_python_leader_and_cpu_tab_train_an_outer_run_identically() -> None:
@@ -115,6 +158,7 @@ async def test_python_leader_and_cpu_tab_train_an_outer_run_identically() -> Non
     want = await reference(rounds)
     async with signaling_server() as url, chromium(webgpu=False) as browser:
         tab = await open_tab(browser, url, "name=outer-tab")
+        await tab.page.evaluate(COUNT_EARLY)
         lead: Peer = await start_peer(
             url, "py-lead", lead=lead_config(rounds, min_peers=2, **OUTER)
         )
@@ -131,6 +175,8 @@ async def test_python_leader_and_cpu_tab_train_an_outer_run_identically() -> Non
         assert all(lead.node.agreement(s) == (2, 2) for s in range(2, rounds + 1))
         # The leader's records count the round's tokens: H inner steps of the global batch.
         assert all(r.inner_steps == H for r in lead.records)
+        # Without overlap a round is measured after its last step: nothing leaves early.
+        assert await tab.page.evaluate("() => window.earlyChunks") == 0
         tab.check_clean()
 
 

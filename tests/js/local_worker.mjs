@@ -36,8 +36,10 @@ export class LocalWorker extends EventTarget {
     return this.request('outer', shared === undefined ? { outer } : { outer, shared });
   }
 
-  round(steps, count, token) {
-    return this.request('round', { steps, count, token });
+  round(steps, count, token, onDelta = undefined) {
+    const fields = { steps, count, token };
+    if (onDelta) fields.early = true;
+    return this.request('round', fields, onDelta && ((_name, values) => onDelta(values)));
   }
 
   applyOuter(mean, token) {

@@ -90,9 +90,13 @@ async function pageRounds(replica, toks, { onRound = () => {} } = {}) {
   let mean = null;
   for (const [i, [shares, rank]] of ROUNDS.entries()) {
     const step = i + 1;
+    const early = new Map(); // chunk -> payload handed over before compute resolved
     const r = await replica.compute({ step, rank, shares }, (lane, index) => {
       indices.push([step, lane, index]);
       return replica.builtinLane(toks, lane, index);
+    }, (k, payload) => {
+      assert.ok(!early.has(k), `chunk ${k} handed over twice`);
+      early.set(k, payload);
     });
     if (shares[rank] > 0) {
       const parts = r.payloads.filter((p) => p.length > 0);
@@ -106,7 +110,8 @@ async function pageRounds(replica, toks, { onRound = () => {} } = {}) {
     }
     await replica.apply(Float32Array.from(mean));
     got.push({ loss: r.loss, payloads: r.payloads.map(digest), hash: replica.hash,
-      step: replica.step, count: r.count });
+      step: replica.step, count: r.count, early: [...early].map(([k, p]) => [k, digest(p)]),
+      final: r.payloads.map((p, k) => [k, digest(p)]).filter(([k]) => r.payloads[k].length > 0) });
     onRound(step);
   }
   return { got, indices };
@@ -138,6 +143,9 @@ async function pageMatchesPython(cut, overlap) {
     assert.equal(got[i].hash, want.hash, `${what}: outer hash`);
     assert.equal(got[i].step, want.step, `${what}: rounds done`);
     assert.equal(got[i].count, ROUNDS[i][0][ROUNDS[i][1]] * H, `${what}: sequences of the round`);
+    // With overlap every chunk with a payload leaves at the sync step, the bytes compute-done
+    // then carries; without, none leaves early (the round is measured after its last step).
+    assert.deepEqual(got[i].early, overlap > 0 ? got[i].final : [], `${what}: early chunks`);
   }
   // Step s's round reads batch indices (s - 1) * H + j, both lanes of the share, each once.
   const want = [];

@@ -73,6 +73,7 @@ test('the worker\'s outer requests: each malformed one refused with a hint', () 
   const x = new Int32Array(8).fill(1);
   const ok = { id: 1, type: 'round', steps: [[{ x, y: x, rows: 1 }]], count: 1, token: 1 };
   assert.equal(parseRequest(ok).type, 'round');
+  assert.equal(parseRequest({ ...ok, early: true }).early, true);
   const bad = [
     [{ ...ok, steps: [] }, /steps must be a list of 1 to/],
     [{ ...ok, steps: [[]] }, /non-empty list of pieces/],
@@ -82,6 +83,7 @@ test('the worker\'s outer requests: each malformed one refused with a hint', () 
     [{ ...ok, steps: [ok.steps[0], ok.steps[0]] }, /steps must be a list of 1 to count \(1\) inner steps/],
     [{ ...ok, count: 4096 * 4096 + 1 }, /count must be an integer/],
     [{ ...ok, token: -1 }, /token must be an integer/],
+    [{ ...ok, early: 1 }, /round: early must be true or false/],
     [{ ...ok, extra: 1 }, /unknown field 'extra'/],
     [{ id: 1, type: 'outer', outer: { innerSteps: 0, lr: 0.7, momentum: 0.9 } }, /innerSteps must be/],
     [{ id: 1, type: 'outer', outer: { innerSteps: 2, lr: NaN, momentum: 0.9 } }, /lr must be a finite/],

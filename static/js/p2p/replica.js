@@ -246,7 +246,7 @@ export class WorkerReplica {
    * `payloads[k]` then holds.
    */
   async compute({ step, rank, shares }, laneOf, onPartial = null) {
-    if (this.outer !== null) return this.computeRound({ step, rank, shares }, laneOf);
+    if (this.outer !== null) return this.computeRound({ step, rank, shares }, laneOf, onPartial);
     const parts = this.piecesOf({ rank, shares });
     const lanes = await Promise.all(parts.map((p) => laneOf(p.lane)));
     const rowsOf = parts.map((p, i) => this.rowsOf(lanes[i], p));
@@ -286,10 +286,11 @@ export class WorkerReplica {
    * inner state; the pseudo-gradient W - w is cut into the roster's chunks, each quantized with
    * the exchange codec. Resolves to compute's record; `count` is the sequences of the whole round
    * (what seconds per sequence are measured on). A share of 0 takes no inner steps and sends
-   * nothing (the probe only). Chunks leave only when the round is done: the pseudo-gradient
-   * exists only after the last inner step.
+   * nothing (the probe only). With overlap and `onPartial(k, payload)`, every non-empty chunk is
+   * handed over as soon as the worker has measured the round (its sync step; docs/OUTER.md
+   * "Overlap"), while the remaining inner steps run: the same bytes `payloads[k]` then holds.
    */
-  async computeRound({ step, rank, shares }, laneOf) {
+  async computeRound({ step, rank, shares }, laneOf, onPartial = null) {
     const H = this.outer.innerSteps;
     const count = shares[rank];
     const token = count > 0 ? ++this.tokens : null;
@@ -311,7 +312,13 @@ export class WorkerReplica {
       }
       const read = new Map(await Promise.all([...lanes].map(async ([k, v]) => [k, await v])));
       const steps = plan.map((pieces) => pieces.map((p) => this.rowsOf(read.get(`${p.index}:${p.lane}`), p)));
-      const r = await this.worker.round(steps, count * H, token);
+      // Without overlap the round is measured after its last step: nothing to send early.
+      const early = onPartial !== null && this.outer.overlap > 0 ? (delta) => {
+        this.chunkPayloads(delta, shares).forEach((p, k) => {
+          if (p.length > 0) onPartial(k, p);
+        });
+      } : undefined;
+      const r = await this.worker.round(steps, count * H, token, early);
       ({ loss, backend } = r);
       products = r.products ?? 0;
       payloads = this.chunkPayloads(r.delta, shares);

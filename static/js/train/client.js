@@ -166,10 +166,13 @@ export class TrainWorker extends EventTarget {
   /**
    * An outer round's inner steps (`steps[j]`: inner step j's pieces [{x, y, rows}], `count`
    * sequences in all): {loss, delta (the flat pseudo-gradient), backend, products, ms}; the
-   * round's inner state is kept under `token`.
+   * round's inner state is kept under `token`. With `onDelta(delta)`, the delta is also handed
+   * over as soon as the round is measured (its sync step), before the remaining inner steps.
    */
-  round(steps, count, token) {
-    return this.request('round', { steps, count, token });
+  round(steps, count, token, onDelta = undefined) {
+    const fields = { steps, count, token };
+    if (onDelta) fields.early = true;
+    return this.request('round', fields, [], onDelta && ((_name, values) => onDelta(values)));
   }
 
   /** The outer step with the flat mean pseudo-gradient; round `token`'s inner state is kept. */

@@ -26,7 +26,8 @@
 //   outer         {outer: {innerSteps, lr, momentum, overlap?, cut?}, shared?: {step, momentum}}
 //                                                   -> {step, hash}  (an outer run from now on,
 //                 docs/PROTOCOL.md "Outer runs"; `shared`: a checkpoint's rounds and momentum)
-//   round         {steps: [[{x, y, rows}]], count, token}
+//   round         {steps: [[{x, y, rows}]], count, token, early?}  (early: the measured delta
+//                 also goes out as {type: 'grad', id, name: 'delta', values} at the sync step)
 //                                                   -> {loss, delta, backend, products, ms}
 //                 (the inner steps on a copy of the outer weights, `count` sequences in all;
 //                 delta: the flat W - w)
@@ -160,7 +161,7 @@ const FIELDS = {
   'inject-fault': ['afterProducts', 'rebuildSources'],
   eval: ['batches', 'batch'],
   outer: ['outer', 'shared'],
-  round: ['steps', 'count', 'token'],
+  round: ['steps', 'count', 'token', 'early'],
   'outer-apply': ['mean', 'token'],
 };
 
@@ -191,6 +192,9 @@ function outerFields(msg) {
 function roundFields(msg) {
   integer(msg.count, 'round: count', 1, MAX_ROUND_SEQUENCES);
   integer(msg.token, 'round: token', 0, Number.MAX_SAFE_INTEGER);
+  if (msg.early !== undefined && typeof msg.early !== 'boolean') {
+    refuse('round: early must be true or false', 'omit it, or send true for the measured delta early');
+  }
   if (!Array.isArray(msg.steps) || msg.steps.length === 0 || msg.steps.length > msg.count) {
     refuse(`round: steps must be a list of 1 to count (${msg.count}) inner steps`,
       'send each inner step\'s lane pieces [{x, y, rows}]');

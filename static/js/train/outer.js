@@ -104,9 +104,9 @@ export class OuterLoop {
    * and one AdamW step on it. The round is measured after syncStep(steps, overlap) of them
    * (Python's inner.inner_round); resolves to {loss (the mean of the inner losses), delta (the
    * flat pseudo-gradient W - w there, padded)} and keeps the copy's inner state and carry under
-   * `token` for apply.
+   * `token` for apply. `onDelta(delta)` hears the delta as soon as it is measured.
    */
-  async round(steps, count, token, gradsOf) {
+  async round(steps, count, token, gradsOf, onDelta = undefined) {
     const H = this.cfg.innerSteps;
     const batch = this.run.cfg.batch;
     const sizes = steps.map((pieces) => pieces.reduce((n, p) => n + p.rows, 0));
@@ -133,6 +133,7 @@ export class OuterLoop {
       if (j === sync) {
         delta = pseudoGradient(this.state.params, work.params);
         if (sync < steps.length) measured = copyMap(work.params); // the carry is counted from here
+        onDelta?.(delta);
       }
       if (j === steps.length) break;
       const parts = [];

@@ -97,7 +97,10 @@ export class Trainer {
     switch (req.type) {
       case 'outer': return { result: await this.enterOuter(req), transfer: [] };
       case 'round': {
-        const r = await this.round(req);
+        // early: the delta goes out ('grad', name 'delta') as soon as the round is measured.
+        const onDelta = req.early ? (delta) => progress({ name: 'delta', values: delta.slice() })
+          : undefined;
+        const r = await this.round(req, onDelta);
         return { result: r, transfer: [r.delta.buffer] };
       }
       case 'outer-apply': {
@@ -402,13 +405,13 @@ export class Trainer {
    * An outer round (outer.js OuterLoop.round) on this worker's tier: resolves to {loss, delta,
    * backend, products, ms}; its inner state is kept under `token` until `outer-apply`.
    */
-  async round({ steps, count, token }) {
+  async round({ steps, count, token }, onDelta = undefined) {
     if (this.outer === null) throw new TrainerError('round: this is a per-step run', "send 'outer' first");
     const t0 = performance.now();
     const p0 = this.gpuProducts;
     const gradsOf = (work, x, y, batch) => this.onTier((tier) => forwardBackwardAsync(work.params,
       work.cfg, x, y, { batch, workspace: work.workspace, ops: tier.ops }));
-    const { loss, delta } = await this.outer.round(steps, count, token, gradsOf);
+    const { loss, delta } = await this.outer.round(steps, count, token, gradsOf, onDelta);
     return { loss, delta, backend: this.tier.name, products: this.gpuProducts - p0,
       ms: performance.now() - t0 };
   }
