@@ -93,6 +93,21 @@ def test_unequal_shares_train_the_same_sequences_cut_either_way(
     assert len({h[()], h[("--shares", "7,1")], h[("--shares", "7,1", "--cut", "batch")]}) == 3
 
 
+def test_normalize_steps_rescales_unequal_step_counts_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--normalize-steps (an experiment): with shares 7 and 1 cut by the batch the peers take
+    unequal inner steps, so their pseudo-gradients are rescaled and the outer run differs; the
+    per-step run and the bytes do not."""
+    args = ("--H", "3", "--compress", "int8", "--shares", "7,1", "--cut", "batch")
+    plain, scaled = _run(capsys, *args), _run(capsys, *args, "--normalize-steps")
+    assert scaled["normalize_steps"] is True and plain["normalize_steps"] is False
+    a, b = plain["runs"][0], scaled["runs"][0]
+    assert a["per_step"]["val_loss"] == b["per_step"]["val_loss"]
+    assert a["outer"][0]["outer_hash"] != b["outer"][0]["outer_hash"]
+    assert a["outer"][0]["bytes_per_peer"] == b["outer"][0]["bytes_per_peer"]
+
+
 def test_overlap_changes_the_outer_run_only(capsys: pytest.CaptureFixture[str]) -> None:
     """--overlap 0.5: each peer's round of 3 inner steps is measured after 2, the third reaches
     the outer weights a round later (the carry): another outer run, the same per-step run, the

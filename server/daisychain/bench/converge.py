@@ -308,18 +308,20 @@ def averaged_quality(state: Any, tokens: np.ndarray, k: int = AVERAGE_BATCHES) -
     return {"batches": k, **out}
 
 
-def _group_shares(args: argparse.Namespace, batch: int) -> tuple[int, ...]:
-    if args.peers < 1:
-        raise SystemExit(f"--peers: at least 1, got {args.peers}")
+def _group_shares(args: argparse.Namespace, batch: int, peers: int = 0) -> tuple[int, ...]:
+    """``--shares``, one per peer (``peers``, default ``--peers``), or the batch each."""
+    n = peers or args.peers
+    if n < 1:
+        raise SystemExit(f"--peers: at least 1, got {n}")
     if not args.shares:
-        return tuple([batch] * int(args.peers))
+        return tuple([batch] * int(n))
     try:
         out = tuple(int(x) for x in args.shares.split(","))
     except ValueError:
         raise SystemExit(f"--shares: comma-separated integers, got {args.shares!r}") from None
-    if len(out) != args.peers or min(out) < 0 or sum(out) < 1:
+    if len(out) != n or min(out) < 0 or sum(out) < 1:
         raise SystemExit(
-            f"--shares: {args.peers} integers >= 0 (one per peer), not all 0; got {args.shares!r}"
+            f"--shares: {n} integers >= 0 (one per peer), not all 0; got {args.shares!r}"
         )
     return out
 
@@ -475,8 +477,7 @@ def _outer_setup(args: argparse.Namespace) -> _Setup:
     )
     count = min(args.curve_points, args.steps)
     points = sorted({-(-args.steps * i // count) for i in range(1, count + 1)})
-    args.peers = peers
-    of = _group_shares(args, cfg.batch)
+    of = _group_shares(args, cfg.batch, peers)
     if sum(of) != peers * cfg.batch:
         raise SystemExit(
             f"--shares with --sync outer: they must sum to peers x batch = {peers * cfg.batch} "

@@ -495,11 +495,11 @@ class Node:
 
         async def rows_of(p: shares.RoundPiece) -> inner.Rows:
             # Each (index, lane) is read once; an inner step's cut may split its rows.
-            key = (p.index, p.lane)
-            if key not in lanes:
+            at = (p.index, p.lane)
+            if at not in lanes:
                 whole = shares.Piece(p.lane, 0, cfg.batch)
-                lanes[key] = await self._piece_rows(revision, cfg, work.seed, p.index, whole)
-            x, y = lanes[key]
+                lanes[at] = await self._piece_rows(revision, cfg, work.seed, p.index, whole)
+            x, y = lanes[at]
             return x[p.row : p.row + p.rows], y[p.row : p.row + p.rows]
 
         loop = asyncio.get_running_loop()
