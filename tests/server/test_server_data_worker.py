@@ -28,10 +28,10 @@ from daisychain.server.dataworker import (
     Chunk,
     RandomPick,
     WindowPick,
-    WorkerDied,
     build,
     json_body,
 )
+from daisychain.server.workpool import WorkerDied
 from server_fixtures import FALLBACK_TEXT, config, serve
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")

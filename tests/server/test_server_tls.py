@@ -30,7 +30,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from daisychain.server import banner, main, tls
-from daisychain.server.access import MAX_QR_TEXT, QR_BURST
 from daisychain.server.app import Listener, serve_listeners
 from server_fixtures import ByteTokenizer, config, serve
 
@@ -298,52 +297,6 @@ async def test_lan_addresses_are_not_told_to_other_machines_nor_behind_a_proxy()
     async with serve(config(trust_proxy=True)) as client:
         body = await (await client.get("/api/status")).json()
     assert body["access"] == {"secure": False, "https": None, "lan": []}
-
-
-async def test_qr_draws_the_text_it_was_given() -> None:
-    text = "https://192.168.1.5:8787/?room=abcdefghijklmnop"
-    async with serve() as client:
-        response = await client.post("/api/qr", json={"text": text})
-        assert response.status == 200
-        assert response.content_type == "image/svg+xml"
-        svg = await response.read()
-    expected = io.BytesIO()
-    segno.make(text, error="m", micro=False).save(
-        expected, kind="svg", scale=4, border=4, dark="#111", light="#fff", xmldecl=False,
-        title="QR code of the address to open", nl=False,
-    )  # fmt: skip
-    assert svg == expected.getvalue()
-    assert b"<svg" in svg and b"<script" not in svg
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "says"),
-    [
-        (b"not json", 400, "not JSON"),
-        (b'{"text": 5}', 400, 'no "text" string'),
-        (b'{"text": ""}', 400, 'no "text" string'),
-        (b"[1]", 400, 'no "text" string'),
-        (('{"text": "' + "x" * (MAX_QR_TEXT + 1) + '"}').encode(), 400, "characters long"),
-        (b'{"text": "' + b"x" * 5000 + b'"}', 413, "too large"),
-    ],
-)
-async def test_qr_refuses_bad_bodies_with_a_hint(body: bytes, status: int, says: str) -> None:
-    async with serve() as client:
-        response = await client.post("/api/qr", data=body)
-        assert response.status == status
-        answer = await response.json()
-    assert says in answer["error"]
-    assert answer["hint"]
-
-
-async def test_qr_is_rate_limited_per_network() -> None:
-    async with serve() as client:
-        codes = [
-            (await client.post("/api/qr", json={"text": f"https://h/{i}"})).status
-            for i in range(QR_BURST + 1)
-        ]
-    assert codes[:QR_BURST] == [200] * QR_BURST
-    assert codes[QR_BURST] == 429
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """HTTP endpoints other than static files and ``/ws``: ``/data``, ``/api/rooms``, ``/api/status``
-and ``/healthz`` (``/api/qr`` is access.py's).
+and ``/healthz`` (``/api/qr`` is qr.py's).
 
 ``/data`` query parameters (all optional, all bounded; a bad one is a 400 with a hint):
 
@@ -59,10 +59,10 @@ from daisychain.server.datasource import (
     TextSample,
     describe,
 )
-from daisychain.server.dataworker import WorkerDied
 from daisychain.server.grouping import client_address, network_key
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.server.signaling import Signaling
+from daisychain.server.workpool import WorkerDied
 from daisychain.wire.signaling import PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
@@ -137,11 +137,18 @@ async def _send(
     """Write the whole response now, inside the request's slot (so only the requests in their
     slots have bodies to write at once), in pieces of ``SEND_PIECE_BYTES`` with a turn of the
     loop between them: on loopback one ``send`` of 1 MB also runs the receiver's TCP path and
-    took 12 ms and more here, during which nothing else ran. aiohttp finds the response sent."""
+    took 12 ms and more here, during which nothing else ran. aiohttp finds the response sent.
+
+    A HEAD gets the same head (``Content-Length`` included, RFC 9110 9.3.2) and no body:
+    aiohttp leaves that to whoever writes a ``StreamResponse``, and a proxy that reuses the
+    connection would read the body as the start of the next response."""
     response = web.StreamResponse(headers=headers)
     response.content_type = content_type
     response.content_length = len(body)
     await response.prepare(request)
+    if request.method == "HEAD":
+        await response.write_eof()
+        return response
     view = memoryview(body)
     for at in range(0, len(body), SEND_PIECE_BYTES):
         if at:

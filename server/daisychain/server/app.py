@@ -7,7 +7,8 @@ and closed in a ``cleanup_ctx`` so it exists exactly while the app runs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +18,14 @@ import aiohttp
 from aiohttp import web
 
 from daisychain.assets import asset_dir
-from daisychain.server.access import Access, QrEndpoint
+from daisychain.server.access import Access
 from daisychain.server.accesslog import POLICY, AccessLog, AccessLogPolicy
 from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
 from daisychain.server.config import ServerConfig
 from daisychain.server.corpus import BuiltinTokensEndpoint
 from daisychain.server.datasource import DataService, Tokenizer, load_builtin_text, load_tokenizer
 from daisychain.server.httpconn import GuardedSite, head_complete
+from daisychain.server.qr import QrEndpoint
 from daisychain.server.signaling import Signaling
 from daisychain.server.static import StaticFiles, security_header_hook
 from daisychain.server.tls import Certificate, listen_addresses
@@ -34,6 +36,7 @@ CONFIG = web.AppKey("config", ServerConfig)
 SIGNALING = web.AppKey("signaling", Signaling)
 DATA = web.AppKey("data", DataService)
 ACCESS = web.AppKey("access", Access)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def create_app(
@@ -70,7 +73,14 @@ def create_app(
     async def close_sockets(app: web.Application) -> None:
         await signaling.close_all()
 
+    qr = QrEndpoint(trust_proxy=config.trust_proxy)
+
+    async def qr_worker(app: web.Application) -> AsyncIterator[None]:
+        yield
+        qr.close()  # its process started on the first code drawn, if any
+
     app.cleanup_ctx.append(data_source)
+    app.cleanup_ctx.append(qr_worker)
     app.on_shutdown.append(close_sockets)
     app.on_response_prepare.append(security_header_hook(trust_proxy=config.trust_proxy))
 
@@ -94,8 +104,10 @@ def create_app(
         "/api/status",
         status_handler(signaling, data_service, access, trust_proxy=config.trust_proxy),
     )
-    app.router.add_post("/api/rooms", create_room)
-    app.router.add_post("/api/qr", QrEndpoint(trust_proxy=config.trust_proxy).handle)
+    # "*": the path is theirs whatever the method, so a GET or HEAD is a 405 naming POST rather
+    # than falling through to the static files' 404.
+    app.router.add_route("*", "/api/rooms", _only("POST", create_room))
+    app.router.add_route("*", "/api/qr", _only("POST", qr.handle))
     app.router.add_get("/api/corpus/builtin", BuiltinTokensEndpoint().handle)
     app.router.add_get("/kernels/{path:.*}", kernels.handle)
     app.router.add_get("/luts/{path:.*}", luts.handle)
@@ -104,6 +116,22 @@ def create_app(
     app.router.add_get("/favicon.ico", static.alias("favicon.svg"))
     app.router.add_get("/{path:.*}", static.handle)  # last: everything else is a static file
     return app
+
+
+def _only(method: str, handler: Handler) -> Handler:
+    """``handler`` for ``method``; any other method is a 405 with ``Allow`` (RFC 9110 15.5.6)."""
+
+    async def routed(request: web.Request) -> web.StreamResponse:
+        if request.method != method:
+            raise web.HTTPMethodNotAllowed(
+                request.method, [method],
+                text=json.dumps({"error": f"{request.path} answers {method} only",
+                                 "hint": f"send a {method} (docs/SERVER.md)"}),
+                content_type="application/json",
+            )  # fmt: skip
+        return await handler(request)
+
+    return routed
 
 
 def make_runner(app: web.Application, **options: Any) -> web.AppRunner:

@@ -1,15 +1,12 @@
 """The ``/data`` worker process: parquet decode and JSON bodies under an interpreter lock of
 their own, so the server's event loop never waits for them.
 
-Why a process and not a thread: decoding a ~3 MB row group into ``str`` (``to_pylist``) and
-building a 1 MB JSON body hold the interpreter lock for ~20-50 ms per request, and on a thread of
-the server every ``select``, ``recv`` and ``send`` of the event loop (each releases the lock)
-had to win it back from that thread: zero-timeout selects and one-line callbacks took 5-9 ms,
-and a ``/healthz`` probe waited 12-45 ms (docs/BENCHMARKS.md, ``data``). Here the server sends
+Decoding a ~3 MB row group into ``str`` (``to_pylist``) and building a 1 MB JSON body hold the
+interpreter lock for ~20-50 ms per request: in a worker process (``workpool.WorkerPool``, which
+says why a process), not on the server's loop nor under its lock. The server sends
 the row group's bytes and gets the body's bytes back (pickling ``bytes`` is a copy); the
 decoded texts stay in the worker (sending ``list[str]`` back would cost the server's lock
-again), in the addressed form's LRU of decoded row groups. The worker runs at a lower priority
-(``os.nice``), so the event loop wins a contended CPU.
+again), in the addressed form's LRU of decoded row groups.
 
 Every job is a plain function of picklable arguments (``build``, ``json_body``), so a test can
 call it in the server's own process and compare; ``DataWorker`` runs them in the pool. A worker
@@ -19,23 +16,16 @@ that dies (killed, out of memory) breaks the pool: the request in flight gets ``
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-import multiprocessing
-import os
-import signal
-import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from random import Random
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from daisychain import fineweb
+from daisychain.server.workpool import WorkerPool
 
 TEXT_COLUMN = "text"
 PARQUET_MAGIC = b"PAR1"
@@ -49,13 +39,6 @@ FOOTERS = 64  # parsed footers the worker keeps (FineWeb-Edu sample/10BT has 14 
 # json_body's pieces: a long text or list is written in pieces, so no one call is long.
 JSON_PIECE_CHARS = 16_384
 JSON_PIECE_ITEMS = 4096
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-class WorkerDied(Exception):
-    """The worker process died while it held (or was about to take) this job."""
 
 
 class EmptyRowGroup(Exception):
@@ -268,66 +251,9 @@ def json_body(body: dict[str, Any]) -> bytes:
     return "".join(parts).encode("ascii")
 
 
-def _start_worker(nice: int) -> None:
-    """In each worker process: below the server's priority; Ctrl-C is the server's to handle
-    (it closes the pool); gone as soon as the server is (killed, it cannot close the pool, and
-    the worker would wait for a job forever); pyarrow imported before the first job."""
-    os.nice(nice)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    server = multiprocessing.parent_process()
-    if server is not None:
-        threading.Thread(target=_exit_with, args=(server,), daemon=True).start()
-    import pyarrow.parquet  # noqa: F401
-
-
-def _exit_with(server: multiprocessing.process.BaseProcess) -> None:
-    server.join()  # returns when the server process has ended
-    os._exit(0)
-
-
-class DataWorker:
-    """``processes`` worker processes (``DataConfig.work_processes``), started (``spawn``: no
-    copy of the server's threads or sockets) on the first job and again after one died."""
+class DataWorker(WorkerPool):
+    """``processes`` worker processes for ``/data`` (``DataConfig.work_processes``), pyarrow
+    imported in each before its first job."""
 
     def __init__(self, processes: int, nice: int) -> None:
-        assert processes >= 1, f"bad worker count {processes}"
-        self.processes, self.nice = processes, nice
-        self._pool: ProcessPoolExecutor | None = None
-        self.started = 0  # pools started so far (1 + restarts after a worker died)
-        self.died = 0
-        self._closed = False
-
-    def _running(self) -> ProcessPoolExecutor:
-        if self._closed:  # the server is shutting down: start nothing that would outlive it
-            raise WorkerDied("the /data worker is closed")
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                self.processes,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(self.nice,),
-            )
-            self.started += 1
-        return self._pool
-
-    async def run(self, job: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """``job(*args, **kwargs)`` in a worker process; ``WorkerDied`` if the process died."""
-        pool = self._running()
-        try:
-            future = pool.submit(job, *args, **kwargs)
-            return await asyncio.wrap_future(future)
-        except BrokenProcessPool as exc:
-            if pool is self._pool:  # the first to see it replaces the pool for the next job
-                self.died += 1
-                self._pool = None
-                pool.shutdown(wait=False, cancel_futures=True)
-            raise WorkerDied(str(exc) or "a /data worker process died") from None
-
-    def status(self) -> dict[str, int]:
-        return {"processes": self.processes, "started": self.started, "died": self.died}
-
-    def close(self) -> None:
-        """Stop the workers and wait for them to exit (no process outlives the server)."""
-        pool, self._pool, self._closed = self._pool, None, True
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        super().__init__(processes, nice, warm=("pyarrow.parquet",), what="/data")
