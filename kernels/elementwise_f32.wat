@@ -4,7 +4,7 @@
 ;; section 2; docs/KERNELS.md, "WebAssembly SIMD elementwise kernel"): the absolute maxima of the
 ;; blocks, the power-of-two fold of a gradient, and the one-, two- and three-limb int8 split;
 ;; and the per-token cross-entropy's O(N V) work (its section at the end of this file).
-;; Assembled by `daisychain wasm build` into static/wasm/elementwise_f32.wasm; driven by
+;; Assembled by `python tests/wasm_build.py` into static/wasm/elementwise_f32.wasm; driven by
 ;; static/js/numerics/wasmelementwise.js and gated by static/js/numerics/wasmeltgate.js against
 ;; the JS mirror (quant.js, gemm.js, xent.js), which it must match bit for bit.
 ;;

@@ -1,7 +1,7 @@
 ;; gemm_i8.wat -- exact int8 x int8 -> int32 matrix product in WebAssembly SIMD.
 ;;
 ;; The browser CPU tier's integer products (docs/NUMERICS.md section 3; docs/KERNELS.md,
-;; "WebAssembly SIMD GEMM"). Assembled by `daisychain wasm build` (server/daisychain/wasm/) into
+;; "WebAssembly SIMD GEMM"). Assembled by `python tests/wasm_build.py` (wasmtime's wat2wasm) into
 ;; static/wasm/gemm_i8.wasm; driven and gated by static/js/numerics/wasmgemm.js.
 ;;
 ;;   C[i, j] = sum_k A[i, k] * B[k, j]      exact, int32

@@ -1,10 +1,11 @@
 """Test hook: the WebAssembly kernels (kernels/*.wat) with one planted bug each.
 
 Each mutant is the real kernel text with one substitution (asserted to occur exactly once, so a
-change to the kernel cannot silently turn a plant into a no-op), assembled by the project's own
-assembler. ``python tests/wasm_plant.py OUTDIR`` writes ``OUTDIR/<name>.wasm`` for every plant of
-the GEMM (kernels/gemm_i8.wat) and prints their names as JSON; tests/js/wasmgemm.test.mjs loads
-them and shows which check of the gate (static/js/numerics/wasmgate.js) stops each one.
+change to the kernel cannot silently turn a plant into a no-op), assembled as the committed
+binaries are (tests/wasm_build.py). ``python tests/wasm_plant.py OUTDIR`` writes
+``OUTDIR/<name>.wasm`` for every plant of the GEMM (kernels/gemm_i8.wat) and prints their names
+as JSON; tests/js/wasmgemm.test.mjs loads them and shows which check of the gate
+(static/js/numerics/wasmgate.js) stops each one.
 ``python tests/wasm_plant.py OUTDIR elementwise`` does the same for the elementwise kernel
 (kernels/elementwise_f32.wat; tests/js/wasmelementwise.test.mjs, gate wasmeltgate.js). Nothing
 in the product knows about plants: this module lives with the tests.
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from daisychain.wasm import assemble
+from wasm_build import assemble
 
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / "gemm_i8.wat"
 ELEMENTWISE = KERNEL.with_name("elementwise_f32.wat")

@@ -20,7 +20,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("daisychain.bench", "run a benchmark and print JSON (gemm, step, converge, ...)"),
     "serve": ("daisychain.server.main", "run the DaisyChain server"),
     "luts": ("daisychain.luts", "regenerate or verify the unit tables in luts/"),
-    "wasm": ("daisychain.wasm.cli", "assemble kernels/*.wat into the committed static/wasm/"),
     "tokenizer": ("daisychain.tokenizer.train", "train the byte-level BPE tokenizer"),
     "vectors": ("daisychain.vectors", "regenerate or check the golden vectors in tests/vectors/"),
     "demo": ("daisychain.demo", "start a local server and three peers, train a few steps"),

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from daisychain.wasm import assemble
 from selftest_helpers import browser_tab, golden_run
+from wasm_build import assemble
 from wasm_plant import mutant
 
 HARNESS = "/wasm-harness.html"  # served by the test: a blank page of the app's origin

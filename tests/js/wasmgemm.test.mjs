@@ -188,12 +188,13 @@ test('with the kernel installed: golden vectors, GEMM tests, golden run and trai
   assert.doesNotMatch(report, /^# pass 0$/m);
 });
 
-// Plants built at test time from the real kernel text by the project's assembler.
+// Plants built at test time from the real kernel text, assembled as the committed binary is
+// (tests/wasm_build.py).
 function plants() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wasm-plant-'));
   const py = process.env.PYTHON ?? 'python';
   const res = spawnSync(py, [path.join(REPO, 'tests', 'wasm_plant.py'), dir], {
-    encoding: 'utf-8', env: { ...process.env, PYTHONPATH: path.join(REPO, 'server') },
+    encoding: 'utf-8',
   });
   assert.equal(res.status, 0, `tests/wasm_plant.py failed: ${res.stderr}`);
   const names = JSON.parse(res.stdout.trim().split('\n').at(-1));

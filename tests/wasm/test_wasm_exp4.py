@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from daisychain.nodejs import NodeError, node_argv
-from daisychain.wasm import assemble
+from wasm_build import assemble
 from wasm_plant import ELEMENTWISE, mutant
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 // The contract's block quantization and the per-token cross-entropy in WebAssembly SIMD: the
 // driver of kernels/elementwise_f32.wat (docs/KERNELS.md, "WebAssembly SIMD elementwise
-// kernel"; built into static/wasm/elementwise_f32.wasm by `daisychain wasm build`).
+// kernel"; built into static/wasm/elementwise_f32.wasm by `python tests/wasm_build.py`).
 //
 // quant.js's quantizers and gemm.js's gradient operands (fold + two- or three-limb split) hand
 // their float32 blocks to `quantize` while this kernel is installed (quant.js setQuantKernel).

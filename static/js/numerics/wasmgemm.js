@@ -1,5 +1,5 @@
 // The exact int8 GEMM in WebAssembly SIMD: the driver of kernels/gemm_i8.wat (docs/KERNELS.md,
-// "WebAssembly SIMD GEMM"; built into static/wasm/gemm_i8.wasm by `daisychain wasm build`).
+// "WebAssembly SIMD GEMM"; built into static/wasm/gemm_i8.wasm by `python tests/wasm_build.py`).
 //
 // The module multiplies packed int8 blocks into exact int32 cells (`gemm`), lays operands out
 // (`pack`) and turns cells into exact integers as float64 (`combine`); this driver instantiates

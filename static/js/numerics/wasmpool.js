@@ -4,7 +4,7 @@
 // Where the page is cross-origin isolated (the server asks for it: COOP/COEP headers), a worker
 // may share a WebAssembly memory with other workers. The training worker then instantiates the
 // shared-memory build of the kernel (static/wasm/gemm_i8_shared.wasm: kernels/gemm_i8.wat with
-// its memory imported and shared, `daisychain wasm build`) on such a memory and starts helpers
+// its memory imported and shared, `python tests/wasm_build.py`) on such a memory and starts helpers
 // (wasmhelper.js), each with its own instance on the same memory. A kernel call's row pairs are
 // then split between the calling thread and the helpers: every thread computes whole row pairs
 // into its own rows of C with the same exact integer code, so the int32 cells do not depend on
@@ -18,8 +18,8 @@
 // pool is only started in a worker (the training worker).
 
 export const SHARED_WASM_URL = new URL('../../wasm/gemm_i8_shared.wasm', import.meta.url);
-// The shared build's declared maximum, in 64 KiB pages (server/daisychain/wasm/build.py
-// SHARED_MAX_PAGES): the memory made for it must declare the same.
+// The shared build's declared maximum, in 64 KiB pages (tests/wasm_build.py SHARED_MAX_PAGES):
+// the memory made for it must declare the same.
 export const SHARED_MAX_PAGES = 16384;
 export const HELPER_URL = new URL('./wasmhelper.js', import.meta.url);
 export const MAX_THREADS = 8;
