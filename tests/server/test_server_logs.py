@@ -21,14 +21,15 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from daisychain.harness import attacks
-from daisychain.harness.hostile import server_process
-from daisychain.server import logs, redact
+from daisychain.harness import attacks, http_attacks
+from daisychain.harness.hostile import Attacker, server_process
+from daisychain.server import aiohttplog, httpconn, logs, redact
 from hostile_harness import record, run_hostile
 
 CODE = "PlantedRoomCode7xQ"  # a valid room code (6-32 of A-Z a-z 0-9 - _)
@@ -288,3 +289,110 @@ def test_room_tags_are_stable_distinct_and_not_the_code() -> None:
     a, b = redact.room_tag(CODE), redact.room_tag(CODE + "x")
     assert a == redact.room_tag(CODE) and a != b
     assert TAG.fullmatch(a) and CODE.lower() not in a.lower()
+
+
+# ---- issue 47: what a client can make the server write -------------------------------------
+
+# Per client network and kind of line: a burst of 5, then one a minute (logs.KeyedThrottle); the
+# door's refusals: 10, then one per 10 s for every network together. Over a run of seconds that
+# is a few dozen lines of at most ~400 bytes, whatever the attacker's pace.
+LOG_BYTES_PER_RUN = 16_000
+
+
+@pytest.mark.parametrize(
+    ("name", "attacker", "floor"),
+    [
+        # before: a "suppressed" line per socket (~300/s) and no hello token spent
+        ("bad-hello-loop", lambda: http_attacks.bad_hello_loop(max_connections=3000), 200),
+        # before: one line per request, quoting the request line with its room code
+        ("malformed-http", lambda: http_attacks.malformed_http(max_requests=3000), 1000),
+        # before: aiohttp's "<full address>: Client protocols [...]" per upgrade
+        (
+            "subprotocol-upgrades",
+            lambda: http_attacks.subprotocol_upgrades(max_connections=3000),
+            200,
+        ),
+    ],
+)
+async def test_a_hostile_loop_costs_a_bounded_log_and_leaks_no_code(
+    tmp_path: Path, name: str, attacker: Callable[[], Attacker], floor: int
+) -> None:
+    result = await run_hostile(attacker(), tmp_path, name=name, attack_s=6.0)
+    summary = record(result, tmp_path)
+    print(
+        f"{name}: log bytes per hostile message {summary['log_bytes_per_message']}, "
+        f"per minute per network {summary['log_bytes_per_minute_per_network']}, "
+        f"connections {result.attack.connections}"
+    )
+    assert result.attack.connections >= floor, result.attack.summary()
+    assert result.log_bytes <= LOG_BYTES_PER_RUN, result.log_text[-3000:]
+    assert result.log_tracebacks == 0
+    log = result.log_text
+    assert http_attacks.PLANTED_ROOM not in log, [
+        line for line in log.splitlines() if http_attacks.PLANTED_ROOM in line
+    ]
+    assert "127.0.0.1" not in log.replace("127.0.0.1:", ""), "addresses are written as networks"
+    if name == "malformed-http":
+        # not vacuous: the refusals were written, as networks, without the client's bytes
+        assert "refused a malformed HTTP request: BadStatusLine" in log, log[-2000:]
+        assert "client=127.0.0.0/24" in log
+    if name == "subprotocol-upgrades":
+        assert "Client protocols <list 3 items>" in log, log[-2000:]
+    if name == "bad-hello-loop":
+        # invalid hellos spend the network's hellos: the loop meets the 429 at the door
+        assert result.attack.closes["http-429"] > 0, result.attack.summary()
+
+
+def test_parser_reasons_keep_the_words_and_leave_the_bytes_out() -> None:
+    from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, LineTooLong
+
+    line = f"GET /?room={CODE} HTTP/9.x"
+    cases = {
+        BadStatusLine(line): "BadStatusLine: Bad status line",
+        BadHttpMessage(f"Invalid header value char:\n\n  b'Referer: /?room={CODE}\\x7f'\n  ^"): (
+            "BadHttpMessage: Invalid header value char"
+        ),
+        LineTooLong(f"/?room={CODE}" + "a" * 9000, "8190"): "LineTooLong: Got more than 8190 bytes",
+    }
+    for exc, reason in cases.items():
+        shown = httpconn.parser_reason(exc)
+        assert CODE not in shown, shown
+        assert shown.startswith(reason), (shown, reason)
+
+
+def test_aiohttp_lines_are_reduced_masked_and_throttled(caplog: pytest.LogCaptureFixture) -> None:
+    gate = aiohttplog.AiohttpLines()
+    logger = logging.getLogger("daisychain.test.aiohttp")
+    logger.addFilter(gate)
+    try:
+        with caplog.at_level(logging.INFO, logger="daisychain.test.aiohttp"):
+            for _ in range(20):
+                logger.warning(
+                    "%s: Client protocols %r don't overlap server-known ones %r",
+                    "203.0.113.77", ["a", CODE], (),
+                )  # fmt: skip
+            logger.error("Error handling request from %s", "2001:db8:1:2::9")
+    finally:
+        logger.removeFilter(gate)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == (
+        "203.0.113.0/24: Client protocols <list 2 items> don't overlap server-known ones "
+        "<tuple 0 items>"
+    )
+    assert len(messages) == 5 + 1, messages  # the burst, then the other network's line
+    assert messages[-1] == "Error handling request from 2001:db8:1::/48"
+    assert not any(CODE in m or "203.0.113.77" in m for m in messages)
+
+
+def test_held_lines_are_reported_once_for_all_networks(caplog: pytest.LogCaptureFixture) -> None:
+    keyed = logs.KeyedThrottle(burst=1, every_s=60.0, what="test lines")
+    for network in ("198.51.100.1", "198.51.100.2"):
+        for _ in range(4):
+            keyed.get(network).allow()
+    logger = logging.getLogger("daisychain.test.held")
+    with caplog.at_level(logging.INFO, logger="daisychain.test.held"):
+        logs.report_held(logger)
+        logs.report_held(logger)  # nothing new: no second line
+    mine = [r.getMessage() for r in caplog.records if "(test lines)" in r.getMessage()]
+    assert mine == ["6 log lines held back (test lines) from 2 client networks"]
+    assert "198.51.100" not in caplog.text

@@ -13,13 +13,18 @@ messages; and, as a baseline measured in the same run, a burst of ping/pong roun
 the same sockets (``relay_vs_ping_p50_ratio``). The clients share one Python process, so on a
 small machine their own scheduling is part of every latency.
 
-Then the hostile clients of issue 8 (``--attacks``, see ``harness.attacks.SCENARIOS`` and
-docs/SERVER.md), each against a fresh server (``harness.hostile.run_hostile``): a bystander pair
+Then the hostile clients (``--attacks``: ``harness.attacks.SCENARIOS`` and
+``harness.http_attacks.SCENARIOS``, docs/SERVER.md), each against a fresh server
+(``harness.hostile.run_hostile``): a bystander pair
 relays ``signal`` messages through the server in a child process of its own, first alone for
 ``--attack-s`` seconds (the baseline), then while the attacker runs for as long again. Reported per
 attack, under ``hostile``: the bystanders' relay p50/p99 under attack next to their own baseline
 from the same run (``relay_p50_ratio``, ``relay_p99_ratio``), relays delivered of sent, the
 server's RSS before, at its peak and after the attacker left, and what the attacker met.
+The bystanders also poll ``/healthz`` every 0.1 s: ``healthz_p50_ratio`` and ``healthz_p99_ratio``
+are its latency under attack over its own baseline (``qr-burst``: what drawing QR codes for 20
+client networks costs everyone else). ``log_bytes_per_message`` and
+``log_bytes_per_minute_per_network`` are what the attack cost the server's log.
 ``--hostile-only`` skips the 1000-client part, ``--no-hostile`` the attacks."""
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -42,10 +48,11 @@ from typing import Any
 
 import aiohttp
 
-from daisychain.harness.attacks import SCENARIOS
+from daisychain.harness import attacks, http_attacks
 from daisychain.harness.hostile import run_hostile
 
 ROOM_EVERY = 5  # every 5th group is a private room with host approval
+SCENARIOS = {**attacks.SCENARIOS, **http_attacks.SCENARIOS}
 
 
 @dataclass(eq=False)
@@ -294,10 +301,10 @@ async def _measure_hostile(names: list[str], attack_s: float) -> dict[str, Any]:
             )  # fmt: skip
             summary = result.summary()
             base, under = summary["baseline"], summary["under_attack"]
-            for q in ("p50", "p99"):
-                attacked, alone = under[f"relay_{q}_ms"], base[f"relay_{q}_ms"]
+            for what, q in itertools.product(("relay", "healthz"), ("p50", "p99")):
+                attacked, alone = under[f"{what}_{q}_ms"], base[f"{what}_{q}_ms"]
                 ratio = attacked / alone if attacked is not None and alone else None
-                summary[f"relay_{q}_ratio"] = None if ratio is None else round(ratio, 3)
+                summary[f"{what}_{q}_ratio"] = None if ratio is None else round(ratio, 3)
             report[name] = summary
     measured = [s for s in report.values() if s["under_attack"]["relay_p99_ms"] is not None]
     if measured:

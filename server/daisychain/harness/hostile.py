@@ -509,6 +509,13 @@ class HostileResult:
             "log_bytes_per_message": round(
                 self.log_bytes / max(1, self.attack.sent + self.attack.connections), 1
             ),
+            # what one client network of the attacker's cost the disk a minute, at its pace
+            "log_bytes_per_minute_per_network": round(
+                self.log_bytes
+                / max(1e-9, self.attack_s / 60)
+                / max(1, int(self.attack.notes.get("networks", 1))),
+                1,
+            ),
             "log_longest_line": self.log_longest_line,
             "log_tracebacks": self.log_tracebacks,
             "peers_after": self.status_after.get("peers"),

@@ -38,7 +38,11 @@ class AccessLogPolicy:
 
     full_addresses: bool = False
     trust_proxy: bool = False
-    throttle: KeyedThrottle = field(default_factory=lambda: KeyedThrottle(burst=5, every_s=60.0))
+    throttle: KeyedThrottle = field(
+        default_factory=lambda: KeyedThrottle(
+            burst=5, every_s=60.0, what="access log: refusals and WebSocket sessions"
+        )
+    )
 
 
 POLICY = web.AppKey("access_log_policy", AccessLogPolicy)

@@ -7,7 +7,9 @@ and closed in a ``cleanup_ctx`` so it exists exactly while the app runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from daisychain.assets import asset_dir
+from daisychain.server import aiohttplog, logs
 from daisychain.server.access import Access
 from daisychain.server.accesslog import POLICY, AccessLog, AccessLogPolicy
 from daisychain.server.api import DataEndpoint, create_room, healthz, status_handler
@@ -36,6 +39,7 @@ CONFIG = web.AppKey("config", ServerConfig)
 SIGNALING = web.AppKey("signaling", Signaling)
 DATA = web.AppKey("data", DataService)
 ACCESS = web.AppKey("access", Access)
+HELD_LOG = logging.getLogger("daisychain.server.held")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -74,13 +78,24 @@ def create_app(
         await signaling.close_all()
 
     qr = QrEndpoint(trust_proxy=config.trust_proxy)
+    # aiohttp's own lines: addresses reduced, client bytes left out, throttled (aiohttplog.py).
+    aiohttplog.install(full_addresses=config.log_full_addresses)
+
+    async def held_lines(app: web.Application) -> AsyncIterator[None]:
+        reporter = asyncio.create_task(logs.held_lines_reporter(HELD_LOG), name="held-lines")
+        yield
+        reporter.cancel()
+        await asyncio.gather(reporter, return_exceptions=True)
+        logs.report_held(HELD_LOG)  # what the last minute held back, before the process ends
 
     async def qr_worker(app: web.Application) -> AsyncIterator[None]:
+        qr.start()  # in the background: a burst must not also pay for starting the process
         yield
-        qr.close()  # its process started on the first code drawn, if any
+        await qr.close()
 
     app.cleanup_ctx.append(data_source)
     app.cleanup_ctx.append(qr_worker)
+    app.cleanup_ctx.append(held_lines)
     app.on_shutdown.append(close_sockets)
     app.on_response_prepare.append(security_header_hook(trust_proxy=config.trust_proxy))
 
@@ -169,6 +184,7 @@ async def listen(
         site = GuardedSite(
             runner, listener.host, listener.port, config.http, trust_proxy=config.trust_proxy,
             ssl_context=certificate.context() if certificate is not None else None,
+            full_addresses=config.log_full_addresses,
         )  # fmt: skip
         await site.start()
         port = site.bound_port()

@@ -29,8 +29,12 @@ that mount the app on aiohttp's ``TestServer`` get aiohttp's own handler and no 
 
 The parser's own 400s (a malformed request line or header) are built by the handler, not the
 app, so ``on_response_prepare`` never sees them; ``handle_error`` adds the security headers
-there, and logs such a request as one line without a traceback (each costs the client only a
-connection, so a traceback each would let anyone fill the log).
+there. Such a request is logged as one line without a traceback and without the client's bytes
+(aiohttp's message quotes the request line, which may hold a room code: ``parser_reason``
+keeps the words before the quote), its client as a network (``redact.address``), and at most a
+few lines per client network then one a minute (each costs the client only a connection, so a
+line each would let anyone fill the log). A handler that raised is one line too, with its
+traceback, under the same throttle; aiohttp's own wording writes the full address.
 """
 
 from __future__ import annotations
@@ -45,9 +49,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from daisychain.server import redact
 from daisychain.server.accesslog import AccessLog
 from daisychain.server.config import HttpLimits
 from daisychain.server.grouping import network_key, parse_address
+from daisychain.server.logs import KeyedThrottle
 from daisychain.server.static import security_headers, set_security_headers
 
 log = logging.getLogger(__name__)
@@ -77,11 +83,51 @@ class ConnectionCounts:
             del self.open[key]
 
 
+def _peer_address(transport: asyncio.BaseTransport) -> str | None:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
+
+
 def peer_key(transport: asyncio.BaseTransport) -> str:
     """The network of the socket's peer (an IPv4 address, an IPv6 /64)."""
-    peer = transport.get_extra_info("peername")
-    address = parse_address(str(peer[0])) if isinstance(peer, tuple) and peer else None
+    text = _peer_address(transport)
+    address = parse_address(text) if text is not None else None
     return network_key(address) if address is not None else "unknown"
+
+
+_QUOTES = ("'", '"', ":", "(", "\n", "\r")
+
+
+def parser_reason(exc: HttpProcessingError) -> str:
+    """What the parser refused, without the bytes it quotes: ``"BadStatusLine: Invalid minor
+    version"`` for aiohttp's ``"Invalid minor version:\n\n  b'GET /?room=... HTTP/9.x'"``."""
+    text = str(exc.message)
+    cut = min((i for i in (text.find(q) for q in _QUOTES) if i >= 0), default=len(text))
+    words = " ".join(text[:cut].split())[:80]
+    return f"{type(exc).__name__}: {words}" if words else type(exc).__name__
+
+
+class ConnectionLines:
+    """How one listener's connections log what went wrong: the client as a network (the address
+    itself with ``full_addresses``), a few lines per client network, then one a minute."""
+
+    def __init__(self, *, full_addresses: bool = False) -> None:
+        self.full_addresses = full_addresses
+        self.throttle = KeyedThrottle(burst=5, every_s=60.0, what="refused HTTP requests")
+
+    def log(
+        self, transport: asyncio.BaseTransport | None, level: int, msg: str, *args: object,
+        exc_info: BaseException | None = None,
+    ) -> None:  # fmt: skip
+        address = _peer_address(transport) if transport is not None else None
+        key = peer_key(transport) if transport is not None else "unknown"
+        dropped = self.throttle.get(f"{key} {msg[:40]}").allow()
+        if dropped is None:
+            return
+        if dropped:
+            msg += f" ({dropped} similar lines suppressed)"
+        client = redact.address(address, full=self.full_addresses)
+        log.log(level, msg, *args, exc_info=exc_info, extra={"fields": {"client": client}})
 
 
 def _refusal(limit: int) -> bytes:
@@ -114,9 +160,11 @@ class GuardedRequestHandler(web.RequestHandler):
         *,
         limits: HttpLimits,
         counts: ConnectionCounts | None = None,
+        lines: ConnectionLines | None = None,
         **options: Any,
     ) -> None:
         super().__init__(manager, keepalive_timeout=limits.keepalive_timeout_s, **options)
+        self.lines = lines if lines is not None else ConnectionLines()
         self.head_timeout_s = limits.head_timeout_s
         self.head_received = False
         self._head_timer: asyncio.TimerHandle | None = None
@@ -176,10 +224,15 @@ class GuardedRequestHandler(web.RequestHandler):
         exc = kwargs.get("exc_info")
         if isinstance(exc, HttpProcessingError):
             # One line: the parser's message quotes the client's bytes over several lines.
-            reason = " ".join(str(exc.message).split())[:200]
-            log.info("refused a malformed HTTP request: %s", reason)
+            self.lines.log(
+                self.transport, logging.INFO, "refused a malformed HTTP request: %s",
+                parser_reason(exc),
+            )  # fmt: skip
             return
-        super().log_exception(*args, **kwargs)
+        # aiohttp's "Error handling request from <address>": a handler raised. Its traceback is
+        # what a bug report needs; the address is the client's network, as in every line here.
+        error = exc if isinstance(exc, BaseException) else None
+        self.lines.log(self.transport, logging.ERROR, "error handling a request", exc_info=error)
 
 
 @web.middleware
@@ -208,6 +261,7 @@ class GuardedSite(web.BaseSite):
         *,
         trust_proxy: bool = False,
         ssl_context: ssl.SSLContext | None = None,
+        full_addresses: bool = False,
     ) -> None:
         super().__init__(runner)
         self.runner = runner
@@ -215,6 +269,7 @@ class GuardedSite(web.BaseSite):
         self.ssl_context = ssl_context
         cap = limits.max_connections_per_address
         self.counts = ConnectionCounts(cap) if cap and not trust_proxy else None
+        self.lines = ConnectionLines(full_addresses=full_addresses)
 
     @property
     def name(self) -> str:
@@ -237,7 +292,7 @@ class GuardedSite(web.BaseSite):
         def protocol() -> GuardedRequestHandler:
             # The access log is ours (room codes as tags, addresses truncated), not aiohttp's.
             return GuardedRequestHandler(
-                manager, limits=self.limits, counts=self.counts, loop=loop,
+                manager, limits=self.limits, counts=self.counts, lines=self.lines, loop=loop,
                 access_log_class=AccessLog,
             )  # fmt: skip
 

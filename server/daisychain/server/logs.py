@@ -13,9 +13,11 @@ the disk a few hundred bytes. How many lines one client may cause is bounded by 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Literal
@@ -148,11 +150,18 @@ class KeyedThrottle:
         every_s: float = 60.0,
         max_keys: int = 4096,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        what: str = "",
     ) -> None:
         assert max_keys >= 1, f"bad max_keys={max_keys}"
         self.burst, self.every_s, self.max_keys = burst, every_s, max_keys
         self._clock = clock
         self._throttles: OrderedDict[str, Throttle] = OrderedDict()
+        # What its lines are about, for report_held ("" reports nothing: unit tests).
+        self.what = what
+        self.forgotten = 0  # held back by throttles since forgotten (report_held counts them)
+        if what:
+            _REPORTED.add(self)
 
     def __len__(self) -> int:
         return len(self._throttles)
@@ -168,7 +177,7 @@ class KeyedThrottle:
             throttle = Throttle(self.burst, self.every_s, self._clock)
             self._throttles[key] = throttle
             while len(self._throttles) > self.max_keys:
-                self._throttles.popitem(last=False)
+                self.forgotten += self._throttles.popitem(last=False)[1].suppressed
         else:
             self._throttles.move_to_end(key)
         return throttle
@@ -183,6 +192,45 @@ class KeyedThrottle:
         fields: dict[str, Any] | None = None,
     ) -> None:
         self.get(key).log(logger, level, msg, *args, fields=fields)
+
+    def take_held(self) -> tuple[int, int]:
+        """(lines held back, keys that held them) since the last call; the counts start again
+        from zero, so no line reports them twice."""
+        held, keys = self.forgotten, 0
+        self.forgotten = 0
+        for throttle in self._throttles.values():
+            if throttle.suppressed:
+                held, keys = held + throttle.suppressed, keys + 1
+                throttle.suppressed = 0
+        return held, keys
+
+
+# Every KeyedThrottle with a ``what``, while it exists (an app's go with the app).
+_REPORTED: weakref.WeakSet[KeyedThrottle] = weakref.WeakSet()
+
+
+def report_held(logger: logging.Logger) -> int:
+    """One line per kind of throttled line that held some back since the last report: how many,
+    from how many client networks (never which: the keys are addresses). Returns the lines
+    written."""
+    written = 0
+    for throttle in sorted(_REPORTED, key=lambda t: t.what):
+        held, keys = throttle.take_held()
+        if held:
+            logger.info(
+                "%d log lines held back (%s) from %d client networks",
+                held, throttle.what, keys,
+                extra={"fields": {"held": held, "networks": keys, "about": throttle.what}},
+            )  # fmt: skip
+            written += 1
+    return written
+
+
+async def held_lines_reporter(logger: logging.Logger, period_s: float = 60.0) -> None:
+    """``report_held`` every ``period_s`` until cancelled (the app's cleanup cancels it)."""
+    while True:
+        await asyncio.sleep(period_s)
+        report_held(logger)
 
 
 def configure(level: str = "info", fmt: LogFormat = "kv") -> None:

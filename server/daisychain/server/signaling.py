@@ -40,7 +40,13 @@ from dataclasses import dataclass
 from aiohttp import WSMsgType, web
 
 from daisychain.server.config import SignalingLimits
-from daisychain.server.grouping import IPAddress, client_address, group_key, network_key
+from daisychain.server.grouping import (
+    IPAddress,
+    client_address,
+    group_key,
+    network_key,
+    site_key,
+)
 from daisychain.server.logs import KeyedThrottle, Throttle
 from daisychain.server.ratelimit import KeyedLimiter, TokenBucket
 from daisychain.server.rooms import Close, Hub, MemberState, OutboxItem, Peer
@@ -112,6 +118,9 @@ class Connection:
         self._queue: asyncio.Queue[OutboxItem | _Control | None] = asyncio.Queue()
         self.last_heard = asyncio.get_running_loop().time()  # any frame from the client
         self.pinged = False
+        # This socket has spent its network's hello token (Signaling._spend_hello): one per
+        # socket, whether its hello was good or not.
+        self.hello_spent = False
         self._queued_bytes = 0
         self._closing = False
         self.aborted = False
@@ -243,14 +252,16 @@ class Signaling:
             max_pending=limits.max_pending,
             join_timeout_s=limits.join_timeout_s,
             join_requests=KeyedLimiter(limits.join_requests_per_s, limits.join_request_burst),
+            refused_notice_s=limits.refused_notice_s,
         )
         self.hellos = KeyedLimiter(limits.hellos_per_s, limits.hello_burst)
         # Refusals at the door (over the per-address caps) come one per new socket, so a flood
         # of sockets would dodge any per-connection throttle: they share this one.
         self.door_lines = Throttle(burst=10, every_s=10.0)
         # Refusals of messages, per client network (IPv4 address, IPv6 /64), for every socket
-        # it holds: a few lines, then one a minute with the count held back.
-        self.refusal_lines = KeyedThrottle(burst=5, every_s=60.0)
+        # it holds: a few lines, then one a minute with the count held back (and what no later
+        # line carried, in logs.report_held's line once a minute for all networks together).
+        self.refusal_lines = KeyedThrottle(burst=5, every_s=60.0, what="refused WebSocket messages")
         self.connections: set[Connection] = set()
         self.per_address: Counter[str] = Counter()
         self._sweeper: asyncio.Task[None] | None = None
@@ -265,15 +276,11 @@ class Signaling:
         try:
             return await self._serve(request, address, address_key)
         finally:
+            # No line here: a client reconnecting in a loop would write one per socket. What
+            # its throttle held back is reported with its next line, or by logs.report_held.
             self.per_address[address_key] -= 1
             if self.per_address[address_key] <= 0:
                 del self.per_address[address_key]
-                # the network's last socket: say what its throttle held back, once
-                lines = self.refusal_lines.get(address_key)
-                if lines.suppressed:
-                    log.info("%d log lines about a client network's messages suppressed",
-                             lines.suppressed)  # fmt: skip
-                    lines.suppressed = 0
 
     def _at_the_door(self, address_key: str) -> web.Response | None:
         """Refuse a socket before the upgrade (HTTP 429) when its address has all the sockets it
@@ -332,6 +339,7 @@ class Signaling:
             post=_drop,
             network_key=group_key(address),
             address=address_key,
+            site=site_key(address),
         )
         conn = Connection(
             ws, request.transport, peer, self.limits, self.refusal_lines.get(address_key)
@@ -450,6 +458,11 @@ class Signaling:
             message = parse_client(data, max_broadcast_bytes=self.limits.max_broadcast_bytes)
             self._dispatch(conn, message, room_from_url)
         except ProtocolError as exc:
+            if conn.peer.state is MemberState.CONNECTED:
+                # A refused first message costs the hello it stood for: a loop of sockets each
+                # sending one bad hello (a room code that does not parse) and closing would
+                # otherwise never meet the hello pace, nor the 429 at the door.
+                self._spend_hello(conn)
             at_door = exc.ref == "hello" and exc.code == "rate-limited"
             if at_door:
                 self.door_lines.log(log, logging.INFO, "peer %s: refused (%s) %s", conn.peer.id,
@@ -504,8 +517,16 @@ class Signaling:
             case Deny(peer=peer_id):
                 self.hub.deny(peer, peer_id)
 
+    def _spend_hello(self, conn: Connection) -> bool:
+        """Take this socket's hello token from its network's bucket, once per socket; False
+        when the network has none left."""
+        if conn.hello_spent:
+            return True
+        conn.hello_spent = True
+        return self.hellos.take(conn.peer.address)
+
     def _hello(self, conn: Connection, hello: Hello, room_from_url: str | None) -> None:
-        if conn.peer.state is MemberState.CONNECTED and not self.hellos.take(conn.peer.address):
+        if conn.peer.state is MemberState.CONNECTED and not self._spend_hello(conn):
             raise ProtocolError(
                 "rate-limited",
                 f"more than {self.limits.hello_burst} hellos from your network, then "
