@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from daisychain.p2p.versions import SIGNALING_VERSION
-from daisychain.wire import ice
+from daisychain.wire import deviceinfo, ice
 from daisychain.wire import signaling as sm
 from daisychain.wire.fields import PEER_ID_RE, Fields
 
@@ -232,13 +232,19 @@ def _ice_servers(value: object) -> list[sm.IceServer]:
 
 
 def _peer_info(value: object, where: str) -> sm.PeerInfo:
+    """A member or requester as this peer shows it: the server's own rules for names and device
+    summaries (``wire.deviceinfo``) hold here too, so an old or hostile server cannot show what a
+    current one refuses, and a name with nothing visible in it becomes ``device-XXXX``."""
     if not isinstance(value, dict):
         raise _bad(where, "", "a peer {id, name, device}")
     f = _Fields(value, where)
-    peer, name, device = f.peer_id("id"), f.text("name", 64), f.obj("device")
-    if len(device) > sm.MAX_DEVICE_KEYS:
-        raise f.bad("device", f"an object of at most {sm.MAX_DEVICE_KEYS} keys")
-    return sm.PeerInfo(id=peer, name=name, device=dict(device))
+    peer = f.peer_id("id")
+    try:
+        name = deviceinfo.check_name(value.get("name"))
+        device = deviceinfo.check_device(value.get("device"))
+    except deviceinfo.DeviceInfoError as exc:
+        raise f.bad(exc.field, exc.expected) from None
+    return sm.PeerInfo(id=peer, name=deviceinfo.shown_name(name, peer), device=device)
 
 
 def _bad(kind: str, name: str, expected: str) -> SignalingError:

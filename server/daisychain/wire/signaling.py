@@ -6,7 +6,9 @@ declarations. A client message is turned into one of the ``ClientMessage`` recor
 in the server looks at raw JSON. Server messages are records too and leave through ``encode``.
 
 Fields a client is not allowed to set (``from`` above all) are not part of the client records, so
-a forged value is simply never read: the server builds every outgoing record itself.
+a forged value is simply never read: the server builds every outgoing record itself. What a host
+is shown of a device (``hello.name`` and ``hello.device``) is checked by kind in
+``wire.deviceinfo``, which the clients apply to what the server relays too.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
+from daisychain.wire import deviceinfo
+from daisychain.wire.deviceinfo import DeviceSummary
 from daisychain.wire.fields import PEER_ID_RE, Fields
 
 PROTOCOL_VERSION = 1
 
 ROOM_CODE_RE = re.compile(r"[A-Za-z0-9_-]{6,32}")
-MAX_NAME_CHARS = 40
-MAX_DEVICE_KEYS = 16
-MAX_DEVICE_KEY_CHARS = 32
-MAX_DEVICE_VALUE_CHARS = 128
+# hello.name and hello.device (their rules by kind: wire/deviceinfo.py)
+MAX_NAME_CHARS = deviceinfo.MAX_NAME_CHARS
+MAX_DEVICE_KEYS = deviceinfo.MAX_DEVICE_KEYS
+MAX_DEVICE_KEY_CHARS = deviceinfo.MAX_DEVICE_KEY_CHARS
+MAX_DEVICE_VALUE_CHARS = deviceinfo.MAX_DEVICE_VALUE_CHARS
 MAX_NONCE_CHARS = 64
 # Nesting of a whole client message, the message object itself being level 1 (``data`` is 2).
 # SDP descriptions and ICE candidates are 2-3 levels deep; 32 leaves room for any small control
@@ -73,7 +78,6 @@ class ProtocolError(Exception):
         self.ref = ref
 
 
-DeviceSummary = dict[str, str | int | float | bool | None]
 GroupKind = Literal["local", "network", "room"]
 
 
@@ -456,33 +460,20 @@ class _Fields(Fields):
 
 
 def _name(value: object, kind: str) -> str:
-    if not isinstance(value, str):
-        raise _bad(kind, "name", "a string")
-    value = value.strip()
-    if len(value) > MAX_NAME_CHARS or not value.isprintable():
-        raise _bad(kind, "name", f"at most {MAX_NAME_CHARS} printable characters")
-    return value
-
-
-def _is_scalar(value: object) -> bool:
-    if value is None or isinstance(value, bool | int):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return isinstance(value, str) and len(value) <= MAX_DEVICE_VALUE_CHARS
+    """The stripped name; ``""`` when none of it can be seen (the hub then names the device
+    ``device-XXXX``), refused when it is not printable (``deviceinfo.check_name``)."""
+    try:
+        return deviceinfo.check_name(value)
+    except deviceinfo.DeviceInfoError as exc:
+        raise _bad(kind, exc.field, exc.expected) from None
 
 
 def _device(value: object, kind: str) -> DeviceSummary:
-    expected = (
-        f"an object of at most {MAX_DEVICE_KEYS} keys (<= {MAX_DEVICE_KEY_CHARS} chars) with "
-        f"string (<= {MAX_DEVICE_VALUE_CHARS} chars), number, boolean or null values"
-    )
-    if not isinstance(value, dict) or len(value) > MAX_DEVICE_KEYS:
-        raise _bad(kind, "device", expected)
-    for key, item in value.items():
-        if len(key) > MAX_DEVICE_KEY_CHARS or not _is_scalar(item):
-            raise _bad(kind, "device", expected)
-    return dict(value)
+    """The device summary, its shown keys checked by kind (``deviceinfo.check_device``)."""
+    try:
+        return deviceinfo.check_device(value)
+    except deviceinfo.DeviceInfoError as exc:
+        raise _bad(kind, exc.field, exc.expected) from None
 
 
 def _is_nonce(value: object) -> bool:

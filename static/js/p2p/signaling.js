@@ -15,6 +15,7 @@
 // A new connection gets a new id from the server: whoever owns this client (mesh.js) treats
 // each `welcome` as a fresh membership.
 
+import { DeviceInfoError, checkDevice, checkName, shownName } from './deviceinfo.js';
 import { ICE_POLICIES, iceServersFrom } from './ice.js';
 
 export const SIGNALING_VERSION = 1;
@@ -60,13 +61,24 @@ const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
 const isText = (v, max) => typeof v === 'string' && v.length <= max;
 const isId = (v) => typeof v === 'string' && PEER_ID_RE.test(v);
 
+/**
+ * A member or requester as this page shows it: the server's own rules for names and device
+ * summaries (deviceinfo.js) hold here too, so an old or hostile server cannot show what a
+ * current one refuses, and a name with nothing visible in it becomes `device-XXXX`.
+ */
 function peerInfo(value, where) {
   check(isObject(value), where, 'a peer {id, name, device}');
   check(isId(value.id), `${where}.id`, 'a peer id');
-  check(isText(value.name, 64), `${where}.name`, 'a string of at most 64 characters');
-  check(isObject(value.device) && Object.keys(value.device).length <= 16, `${where}.device`,
-    'an object of at most 16 keys');
-  return Object.freeze({ id: value.id, name: value.name, device: Object.freeze({ ...value.device }) });
+  let name;
+  let device;
+  try {
+    name = checkName(value.name);
+    device = checkDevice(value.device);
+  } catch (exc) {
+    if (!(exc instanceof DeviceInfoError)) throw exc;
+    check(false, `${where}.${exc.field}`, exc.expected);
+  }
+  return Object.freeze({ id: value.id, name: shownName(name, value.id), device });
 }
 
 /** One text frame from the server as a record `{type, ...}`, or SignalingError. */
@@ -236,7 +248,9 @@ export class SignalingClient extends EventTarget {
     WebSocketImpl = globalThis.WebSocket, log = () => {} } = {}) {
     super();
     this.url = wsUrl(server, room);
-    this.hello = { type: 'hello', version: SIGNALING_VERSION, name: name.slice(0, 40), device };
+    // 40 code points, as the server counts: a cut in UTF-16 units could leave half an emoji, a
+    // lone surrogate the server refuses.
+    this.hello = { type: 'hello', version: SIGNALING_VERSION, name: [...name].slice(0, 40).join(''), device };
     this.backoff = backoff instanceof Backoff ? backoff : new Backoff(backoff);
     this.WebSocketImpl = WebSocketImpl;
     this.log = log;

@@ -23,6 +23,7 @@ import { h, seconds, count, everySecond } from './dom.js';
 import { rosterOf } from './roster.js';
 import { mountInvite } from './invite.js';
 import { fastestAlone, groupRate, groupSpeedLine, sequencesOf, shareText } from './livefigures.js';
+import { shownName } from '../p2p/deviceinfo.js';
 
 const CHANNEL_TEXT = { open: 'connected', connecting: 'connecting…', closed: 'disconnected' };
 const CLOSED_TEXT = {
@@ -172,10 +173,11 @@ export function mount(root, page) {
       members.replaceChildren();
       return;
     }
-    const self = memberItem(roster.self, `${roster.nameOf(roster.self)} (this device)`,
+    const selfName = shownName(roster.nameOf(roster.self), roster.self);
+    const self = memberItem(roster.self, `${selfName} (this device)`,
       { backend: page.selection?.backend, tokens_per_s: readinessSpeed() }, null);
     const others = [...roster.members.values()].map((m) =>
-      memberItem(m.id, m.name || m.id, m.device, CHANNEL_TEXT[roster.channelOf(m.id)]));
+      memberItem(m.id, shownName(m.name, m.id), m.device, CHANNEL_TEXT[roster.channelOf(m.id)]));
     members.replaceChildren(self, ...others);
     if (others.length === 0) {
       members.append(h('li', { class: 'alone', text: roster.inRoom
@@ -214,7 +216,7 @@ export function mount(root, page) {
     }
     for (const [id, r] of open) {
       if (requestItems.has(id)) continue;
-      const name = r.peer.name || id;
+      const name = shownName(r.peer.name, id); // signaling.js gave a blank name device-XXXX already
       const left = h('span', { class: 'counter', 'aria-live': 'off' });
       const item = h('li', { 'data-peer': id },
         h('span', { class: 'name', text: name }),
