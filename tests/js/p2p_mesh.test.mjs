@@ -163,6 +163,7 @@ test('parseServer accepts every server message kind and refuses malformed ones w
     { type: 'denied', reason: 'timeout', message: 'm', hint: 'h' },
     { type: 'join-request', peer: peerInfo('a'), expires_in_s: 120 },
     { type: 'join-request-closed', peer: 'a', reason: 'left' },
+    { type: 'join-requests-refused', count: 3 },
     { type: 'peer-joined', peer: peerInfo('a') },
     { type: 'peer-left', peer: 'a' },
     { type: 'host-changed', host: 'a' },
@@ -187,6 +188,8 @@ test('parseServer accepts every server message kind and refuses malformed ones w
     [JSON.stringify({ type: 'denied', reason: 'bored', message: 'm', hint: 'h' }), /one of denied, timeout, closed/],
     [JSON.stringify({ type: 'pending', id: 'me', room: 'r', timeout_s: 1, message: 'm' }), /room code/],
     [JSON.stringify({ type: 'pong', nonce: [1] }), /pong.nonce/],
+    [JSON.stringify({ type: 'join-requests-refused', count: 0 }), /join-requests-refused.count/],
+    [JSON.stringify({ type: 'join-requests-refused', count: 1.5 }), /join-requests-refused.count/],
     [JSON.stringify({ type: 'error', code: 'x'.repeat(33), message: 'm', hint: 'h' }), /error.code/],
   ];
   for (const [raw, error] of bad) {

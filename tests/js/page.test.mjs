@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { backendLines, measuredSpeed, deviceName, MAX_NAME } from '../../static/js/page/readiness.js';
 import { Roster } from '../../static/js/page/roster.js';
+import { refusedText } from '../../static/js/page/group.js';
 import { defaultGlobalBatch, endedText, sizeLine } from '../../static/js/page/lead.js';
 import { seconds } from '../../static/js/page/dom.js';
 import { DetailEvent } from '../../static/js/p2p/signaling.js';
@@ -159,6 +160,21 @@ test('roster: members, requests, channels and a host hand-off', () => {
   assert.deepEqual(r.news, { kind: 'closed', name: 'Dee', reason: 'timeout' });
   mesh.say({ type: 'pong', nonce: 1 });
   assert.equal(changes, 7, 'one change per membership message and channel event, none for a pong');
+});
+
+test('roster: requests the server refused unseen are counted for the host, anew each welcome', () => {
+  const mesh = fakeMesh();
+  const r = new Roster(mesh);
+  mesh.say({ type: 'welcome', id: 'me', role: 'host', host: 'me', group: { kind: 'room', id: 'r' }, members: [] });
+  assert.equal(r.refused, 0);
+  mesh.say({ type: 'join-requests-refused', count: 3 });
+  assert.equal(r.refused, 3);
+  mesh.say({ type: 'join-requests-refused', count: 12 });
+  assert.equal(r.refused, 12, 'the count is the room\'s total so far, not an increment');
+  mesh.say({ type: 'welcome', id: 'me2', role: 'host', host: 'me2', group: { kind: 'room', id: 'r' }, members: [] });
+  assert.equal(r.refused, 0, 'a new membership starts from nothing');
+  assert.match(refusedText(1), /^1 more join request was refused: the waiting list was full\./);
+  assert.match(refusedText(1234), /^1,234 more join requests were refused/);
 });
 
 test('a run\'s end in words; an unknown reason is shown as it is', () => {

@@ -36,6 +36,7 @@ EVERY_SERVER_MESSAGE: list[sm.ServerMessage] = [
     sm.Denied("closed", "the room closed", "ask for a new link"),
     sm.JoinRequest(PEER, 120.0),
     sm.JoinRequestClosed("Q2xabc", "left"),
+    sm.JoinRequestsRefused(3),
     sm.PeerJoined(PEER),
     sm.PeerLeft("Q2xabc"),
     sm.HostChanged("Q2xabc"),
@@ -89,6 +90,8 @@ def _welcome(**changes: Any) -> str:
         ('{"type": "pong", "nonce": true}', "pong.nonce"),
         ('{"type": "host-changed"}', "host-changed.host"),
         ('{"type": "join-request", "peer": {}, "expires_in_s": 1}', "join-request.peer"),
+        ('{"type": "join-requests-refused", "count": 0}', "join-requests-refused.count"),
+        ('{"type": "join-requests-refused", "count": "3"}', "join-requests-refused.count"),
     ],
 )
 def test_malformed_server_messages_are_refused_with_a_hint(raw: str | bytes, text: str) -> None:

@@ -56,7 +56,7 @@ async def test_a_dropped_request_is_told_which_message_it_answers() -> None:
         await join(client, "host", room=ROOM, xff="11.0.0.1")
         await join(client, "flood1", room=ROOM, xff="11.0.0.66", expect="pending")
         newest, _ = await join(client, "flood2", room=ROOM, xff="11.0.0.66", expect="pending")
-        await join(client, "honest", room=ROOM, xff="11.0.0.77", expect="pending")
+        await join(client, "honest", room=ROOM, xff="11.0.77.7", expect="pending")
         error = await newest.expect_error("room-busy")
         assert error["ref"] == "hello"
 

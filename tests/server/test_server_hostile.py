@@ -149,6 +149,25 @@ async def test_join_request_flood_reaches_the_host_only_at_the_documented_pace(
 
 
 @FLOOD_TIMEOUT
+async def test_sixteen_squatters_waiting_in_a_room_do_not_keep_a_guest_from_its_host(
+    tmp_path: Path,
+) -> None:
+    """Issue 47, item 7: 16 requests from 16 addresses of one /24 fill the bystanders' room's
+    waiting list; a guest from another /24 still reaches the host (bystander A counts it), in
+    the place of one squatter's request; one more squatter is refused."""
+    result = await run_hostile(attacks.pending_squat(), tmp_path, name="pending-squat")
+    _checked(result, tmp_path)
+    notes = result.attack.notes
+    assert notes["squatters_pending"] == LIMITS.max_pending, result.attack.summary()
+    assert notes["guest_reached_host"] is True, result.attack.summary()
+    assert notes["squatters_dropped"] == 1, result.attack.summary()
+    assert notes["late_squatter_refused"] is True, result.attack.summary()
+    assert result.attack.errors == {"room-busy": 1}, result.attack.summary()
+    # The host was shown every squatter that got a place, and the guest.
+    assert result.join_requests_seen == LIMITS.max_pending + 1
+
+
+@FLOOD_TIMEOUT
 async def test_socket_hog_is_capped_per_address(tmp_path: Path) -> None:
     result = await run_hostile(
         attacks.socket_hog(max_connections=80), tmp_path, name="socket-hog", attack_s=20.0

@@ -7,8 +7,10 @@ import re
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 from aiohttp.test_utils import TestClient
 
+from daisychain.server.app import serve_local
 from daisychain.server.config import SignalingLimits
 from daisychain.wire.signaling import (
     CLOSE_ABUSE,
@@ -17,7 +19,7 @@ from daisychain.wire.signaling import (
     CLOSE_PROTOCOL,
     CLOSE_ROOM_CLOSED,
 )
-from server_fixtures import WsPeer, config, connect, join, serve
+from server_fixtures import ByteTokenizer, WsPeer, config, connect, join, serve
 
 ROOM = "room-abc123"
 
@@ -281,7 +283,8 @@ async def test_every_newcomer_needs_approval_whatever_it_claims() -> None:
 
 
 async def test_one_network_cannot_lock_other_networks_out_of_a_room() -> None:
-    limits = replace(SignalingLimits(), max_pending=3)
+    # Crowds are counted by site (an IPv4 /24): the other networks are in other /24s.
+    limits = replace(SignalingLimits(), max_pending=3, refused_notice_s=60.0)
     async with serve(config(signaling=limits, trust_proxy=True)) as client:
         host, _ = await join(client, "host", room=ROOM, xff="11.0.0.1")
         flood = []
@@ -290,7 +293,7 @@ async def test_one_network_cannot_lock_other_networks_out_of_a_room() -> None:
             flood.append(peer)
             await host.expect("join-request")
         # Another network still gets through: it takes the place of the crowd's newest request.
-        honest, _ = await join(client, "honest", room=ROOM, xff="11.0.0.77", expect="pending")
+        honest, _ = await join(client, "honest", room=ROOM, xff="11.0.77.7", expect="pending")
         error = await flood[-1].expect_error("room-busy")
         assert "another network" in error["message"] and "reconnect" in error["hint"]
         assert await flood[-1].expect_close() == CLOSE_PROTOCOL
@@ -302,15 +305,20 @@ async def test_one_network_cannot_lock_other_networks_out_of_a_room() -> None:
         await busy.send({"type": "hello", "version": 1, "name": "again", "device": {}})
         await busy.expect_error("room-busy")
         assert await busy.expect_close() == CLOSE_PROTOCOL
+        assert await host.expect("join-requests-refused") == {
+            "type": "join-requests-refused",
+            "count": 1,
+        }
         # A third network still finds a place (the crowd has 2, it has none); then every
         # network has one request waiting, and a fourth is refused: the list is simply full.
-        third, _ = await join(client, "third", room=ROOM, xff="11.0.0.88", expect="pending")
+        third, _ = await join(client, "third", room=ROOM, xff="11.0.88.8", expect="pending")
         await flood[1].expect_error("room-busy")
         assert (await host.expect("join-request-closed"))["peer"] == flood[1].id
         assert (await host.expect("join-request"))["peer"]["id"] == third.id
-        busy = await connect(client, room=ROOM, xff="11.0.0.99")
+        busy = await connect(client, room=ROOM, xff="11.0.99.9")
         await busy.send({"type": "hello", "version": 1, "name": "late", "device": {}})
         await busy.expect_error("room-busy")
+        # Told within the same minute as the first refusal: held back, not sent yet.
         for peer in (flood[0], honest, third):
             await peer.barrier()  # still waiting
         await host.barrier()
@@ -370,3 +378,64 @@ async def test_room_members_are_not_in_the_local_group() -> None:
         assert welcome["members"] == []
         status = await (await client.get("/api/status")).json()
         assert (status["rooms"], status["groups"]) == (1, 1)
+
+
+async def test_sixteen_waiting_squatters_do_not_keep_a_real_guest_from_the_host() -> None:
+    """Issue 47 item 7, over real sockets: 16 clients from 16 source addresses of one /24
+    (127.0.0.2-17; no proxy header, so the socket address decides) ask to join a room and stay
+    waiting; a guest from another /24 (127.0.1.2) still reaches the host, is let in and welcomed.
+    Whoever from the crowd asks next is refused, and the host is told."""
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def from_address(address: str, url: str) -> WsPeer:
+        connector = aiohttp.TCPConnector(local_addr=(address, 0))
+        sessions.append(aiohttp.ClientSession(connector=connector))
+        return WsPeer(await sessions[-1].ws_connect(url))
+
+    async def hello(peer: WsPeer, name: str, expect: str) -> dict[str, Any]:
+        await peer.send({"type": "hello", "version": 1, "name": name, "device": {}})
+        reply = await peer.expect(expect)
+        peer.id = reply.get("id")
+        return reply
+
+    async with serve_local(config(), tokenizer=ByteTokenizer) as base:
+        url = f"{base.replace('http://', 'ws://').rstrip('/')}/ws?room={ROOM}"
+        try:
+            host = await from_address("127.0.0.1", url)
+            await hello(host, "host", "welcome")
+            squatters = []
+            for n in range(2, 18):
+                squatter = await from_address(f"127.0.0.{n}", url)
+                await hello(squatter, f"squatter-{n}", "pending")
+                assert (await host.expect("join-request"))["peer"]["id"] == squatter.id
+                squatters.append(squatter)
+            guest = await from_address("127.0.1.2", url)
+            await hello(guest, "guest", "pending")
+            # The crowd's newest request gave its place; the guest's reached the host.
+            closed = await host.expect("join-request-closed")
+            assert closed == {
+                "type": "join-request-closed",
+                "peer": squatters[-1].id,
+                "reason": "dropped",
+            }
+            assert (await host.expect("join-request"))["peer"]["id"] == guest.id
+            await squatters[-1].expect_error("room-busy")
+            assert await squatters[-1].expect_close() == CLOSE_PROTOCOL
+            # Another address of the crowd cannot take the place back; the host is told.
+            late = await from_address("127.0.0.18", url)
+            await late.send({"type": "hello", "version": 1, "name": "late", "device": {}})
+            await late.expect_error("room-busy")
+            assert await late.expect_close() == CLOSE_PROTOCOL
+            refused = await host.expect("join-requests-refused")
+            assert refused == {"type": "join-requests-refused", "count": 1}
+            await guest.barrier()  # still waiting
+            await host.send({"type": "approve", "peer": guest.id})
+            welcome = await guest.expect("welcome")
+            assert welcome["host"] == host.id and welcome["group"]["kind"] == "room"
+            assert (await host.expect("join-request-closed"))["reason"] == "approved"
+            assert (await host.expect("peer-joined"))["peer"]["id"] == guest.id
+            for squatter in squatters[:-1]:
+                await squatter.barrier()  # still waiting, never let in
+        finally:
+            for session in sessions:
+                await session.close()

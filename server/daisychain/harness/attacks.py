@@ -300,6 +300,76 @@ def join_flood(*, max_requests: int = 2000) -> Attacker:
     return attack
 
 
+def pending_squat(
+    *, squatters: int = 16, guest_address: str = "127.0.1.2", read_s: float = 0.5
+) -> Attacker:
+    """Issue 47, item 7: ``squatters`` clients from as many addresses of one /24 (127.0.0.2 on;
+    a loopback source address each, so the server, trusting no proxy header, sees them apart)
+    ask to join the bystanders' room and stay waiting, filling its list (``max_pending``, 16);
+    then a guest from another /24 (``guest_address``) asks, and then one more squatter.
+
+    Notes: ``squatters_pending``; ``guest_reached_host`` (the server answered the guest
+    ``pending``, which it sends in the same step as the host's ``join-request``: the test checks
+    the host's own count); ``squatters_dropped``, those told ``room-busy`` while they waited
+    (each gave its place to the guest); ``late_squatter_refused``."""
+
+    async def attack(a: Attack) -> None:
+        sessions: list[aiohttp.ClientSession] = []
+        held: list[aiohttp.ClientWebSocketResponse] = []
+
+        async def ask(address: str, name: str) -> aiohttp.ClientWebSocketResponse | None:
+            """A request from ``address``: its socket if the server queued it, else None."""
+            connector = aiohttp.TCPConnector(local_addr=(address, 0))
+            sessions.append(aiohttp.ClientSession(connector=connector))
+            a.outcome.connections += 1
+            try:
+                ws = await sessions[-1].ws_connect(f"{a.ws_url}?room={a.room}")
+            except aiohttp.WSServerHandshakeError as exc:
+                a.outcome.closes[f"http-{exc.status}"] += 1
+                return None
+            held.append(ws)
+            await ws.send_json({**HELLO, "name": name})
+            a.outcome.sent += 1
+            try:
+                await _receive(ws, "pending")
+            except _Refused as exc:
+                a.outcome.errors[exc.code] += 1
+                await read_until_closed(ws, a.outcome, min(_WAIT_S, a.left() + 1))
+                return None
+            return ws
+
+        async def told_busy(ws: aiohttp.ClientWebSocketResponse) -> bool:
+            with contextlib.suppress(TimeoutError):
+                frame = await ws.receive(timeout=read_s)
+                if frame.type is aiohttp.WSMsgType.TEXT:
+                    message: dict[str, Any] = json.loads(frame.data)
+                    return message.get("type") == "error" and message.get("code") == "room-busy"
+            return False
+
+        try:
+            waiting = []
+            for n in range(squatters):
+                if a.over():
+                    break
+                ws = await ask(f"127.0.0.{2 + n}", f"mallory-{n}")
+                if ws is not None:
+                    waiting.append(ws)
+            a.outcome.notes["squatters_pending"] = len(waiting)
+            guest = await ask(guest_address, "guest")
+            a.outcome.notes["guest_reached_host"] = guest is not None
+            late = await ask(f"127.0.0.{2 + squatters}", "mallory-late")
+            a.outcome.notes["late_squatter_refused"] = late is None
+            busy = await asyncio.gather(*(told_busy(ws) for ws in waiting))
+            a.outcome.notes["squatters_dropped"] = sum(busy)
+        finally:
+            for ws in held:
+                await ws.close()
+            for session in sessions:
+                await session.close()
+
+    return attack
+
+
 def socket_hog(*, max_connections: int = 200, hold: bool = False) -> Attacker:
     """Open WebSockets from one address without a hello, as many as it may, and (``hold``) keep
     them open until the deadline."""
@@ -400,6 +470,7 @@ SCENARIOS: dict[str, Callable[[], Attacker]] = {
     # The rate issue 8 observed from one address (152 hellos/s), beside the full-speed flood.
     "hello-flood-150": lambda: hello_flood(max_connections=100_000, parallel=2, per_s=150.0),
     "join-flood": lambda: join_flood(max_requests=100_000),
+    "pending-squat": lambda: pending_squat(squatters=16),
     "socket-hog": lambda: socket_hog(max_connections=80, hold=True),
     "fuzz-frames": lambda: fuzz_frames(max_messages=10_000),
 }

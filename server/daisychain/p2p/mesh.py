@@ -433,6 +433,12 @@ class Mesh:
             log.warning("%s: server error %s: %s (%s)", self.name, msg.code, msg.message, msg.hint)
         elif isinstance(msg, sm.JoinRequestClosed):
             log.info("%s: join request of %s closed: %s", self.name, msg.peer, msg.reason)
+        elif isinstance(msg, sm.JoinRequestsRefused):
+            log.warning(
+                "%s: %d join requests to this room refused so far: its waiting list was full",
+                self.name,
+                msg.count,
+            )
         elif isinstance(msg, sm.BroadcastFrom | sm.Pong):
             log.debug(
                 "%s: %s from the server ignored (this peer uses neither)", self.name, msg.type

@@ -32,8 +32,9 @@ MAX_TEXT = 1000  # message, hint
 MAX_SDP = 60_000
 MAX_CANDIDATE = 1024
 SERVER_TYPES = (
-    "welcome", "pending", "denied", "join-request", "join-request-closed", "peer-joined",
-    "peer-left", "host-changed", "signal", "broadcast", "pong", "error",
+    "welcome", "pending", "denied", "join-request", "join-request-closed",
+    "join-requests-refused", "peer-joined", "peer-left", "host-changed", "signal", "broadcast",
+    "pong", "error",
 )  # fmt: skip
 ERROR_CODES: tuple[str, ...] = get_args(sm.ErrorCode)
 DENIED_REASONS = ("denied", "timeout", "closed")
@@ -153,6 +154,8 @@ def parse_server(raw: str | bytes) -> sm.ServerMessage:
             peer=f.peer_id("peer"),
             reason=cast(Literal["approved", "denied", "timeout", "left", "dropped"], reason),
         )
+    if kind == "join-requests-refused":
+        return sm.JoinRequestsRefused(count=f.integer("count", 1, 2**53 - 1))
     if kind == "peer-joined":
         return sm.PeerJoined(peer=_peer_info(f.obj("peer"), "peer-joined.peer"))
     if kind == "peer-left":

@@ -57,8 +57,12 @@ class SignalingLimits:
     close_timeout_s: float = 5.0
     # Automatic groups past this size are refused with a hint to use a private room.
     max_group_size: int = 256
-    # Join requests waiting for one host at a time.
+    # Join requests waiting for one host at a time. When they are full, a request from a
+    # network with fewer waiting takes the place of one from the most crowded (counted by site,
+    # an IPv4 /24 or IPv6 /48: rooms.py); any other is refused, and the host is told how many
+    # were, at most once per ``refused_notice_s`` however fast refusals come.
     max_pending: int = 16
+    refused_notice_s: float = 1.0
     # How long a join request waits for the host before the requester is told it timed out.
     join_timeout_s: float = 120.0
     # Per client address (an IPv4 address, an IPv6 /64: grouping.network_key), so one machine

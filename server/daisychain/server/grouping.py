@@ -21,6 +21,13 @@ line would let the client's forged line decide.
 ``network_key`` is the same per-network key without the ``local`` merge; the ``/data`` rate
 limiter uses it, so an IPv6 client cannot multiply its budget by picking new addresses in its
 /64.
+
+``site_key`` is wider: the block an address was handed out from, an IPv4 /24 or an IPv6 /48.
+Whoever holds many addresses usually holds them within one (an IPv6 end site is commonly given
+a /48 or a /56, RFC 6177, so a single home holds 65,536 /64s; a /24 is the smallest IPv4 block
+routed on the internet), so the addresses of one site are counted as one party where owning
+more addresses is cheap: a room's waiting list counts its crowds by site (``rooms.py``), and
+logs show a site instead of an address (``redact.address``).
 """
 
 from __future__ import annotations
@@ -62,6 +69,26 @@ def network_key(address: IPAddress) -> str:
         return f"v4:{address}"
     network = ipaddress.IPv6Network((address, 64), strict=False)
     return f"v6:{network}"
+
+
+# The prefixes of a site (see the module docstring).
+IPV4_SITE_PREFIX = 24
+IPV6_SITE_PREFIX = 48
+
+
+def site_network(address: IPAddress) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """The block an address belongs to: its IPv4 /24, its IPv6 /48."""
+    prefix = IPV4_SITE_PREFIX if isinstance(address, ipaddress.IPv4Address) else IPV6_SITE_PREFIX
+    return ipaddress.ip_network((address, prefix), strict=False)
+
+
+def site_key(address: IPAddress | None) -> str:
+    """``site_network`` as a key (``v4:203.0.113.0/24``, ``v6:2001:db8:1::/48``); ``unknown``
+    for a connection whose address could not be read, as ``network_key``'s callers use."""
+    if address is None:
+        return "unknown"
+    version = "v4" if isinstance(address, ipaddress.IPv4Address) else "v6"
+    return f"{version}:{site_network(address)}"
 
 
 def group_key(address: IPAddress | None) -> str:

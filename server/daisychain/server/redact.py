@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import re
 import secrets
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlsplit
 
-from daisychain.server.grouping import parse_address
+from daisychain.server.grouping import parse_address, site_network
 
 # Drawn once per process and never written anywhere: within one run's log the same room has the
 # same tag, and nobody holding the log can test a guessed code against it.
 _KEY = secrets.token_bytes(32)
 ROOM_TAG_HEX = 10  # 40 bits: rooms stay apart in a log; the code (96 bits) is not recoverable
-IPV4_PREFIX = 24
-IPV6_PREFIX = 48
 _NUMBER = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,12})?")
 MAX_QUERY_FIELDS = 16
 
@@ -37,8 +34,8 @@ def room_tag(code: str) -> str:
 
 
 def address(text: str | None, *, full: bool = False) -> str:
-    """A client address for a log line: the network it is in (an IPv4 /24, an IPv6 /48), or the
-    address itself with ``full`` (``--log-full-addresses``)."""
+    """A client address for a log line: the network it is in (``grouping.site_network``: an IPv4
+    /24, an IPv6 /48), or the address itself with ``full`` (``--log-full-addresses``)."""
     if not text:
         return "unknown"
     parsed = parse_address(text)
@@ -46,8 +43,7 @@ def address(text: str | None, *, full: bool = False) -> str:
         return "unknown"
     if full:
         return str(parsed)
-    prefix = IPV4_PREFIX if isinstance(parsed, ipaddress.IPv4Address) else IPV6_PREFIX
-    return str(ipaddress.ip_network((parsed, prefix), strict=False))
+    return str(site_network(parsed))
 
 
 def query(pairs: Iterable[tuple[str, str]]) -> str:

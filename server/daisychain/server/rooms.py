@@ -12,7 +12,7 @@ Membership of one connection (``MemberState``), changed only through ``Peer._set
     CONNECTED --hello (room with members)---------> PENDING
     PENDING   --approve--> MEMBER     PENDING --deny--> DENIED     PENDING --timer--> EXPIRED
     PENDING   --last member left--> DENIED (reason "closed")
-    PENDING   --place taken by another network's request--> DENIED (error room-busy)
+    PENDING   --place taken by another site's request--> DENIED (error room-busy)
     any state --socket closed--> LEFT
 
 When the host leaves, the oldest remaining member (earliest admitted) becomes host and everyone
@@ -22,12 +22,32 @@ when the last member leaves, every waiting request is closed (``denied`` with re
 the host coming back. The next device to arrive finds an empty room and hosts it, as any first
 arrival does.
 
-Limits against one network hogging a room (each client address is ``Peer.address``): an
-address may ask to join one room at ``join_requests`` (a token bucket per address and room)
-pace; and when a room's ``max_pending`` places are full, a request from an address with fewer
-waiting requests than the address with the most takes the place of that address's newest
-request (which is told so and closed). One network can fill an idle room's waiting list (a
-class behind one NAT joining its room at once) but never lock other networks out of it.
+Limits against one party hogging a room, for someone who holds its code (issue 47):
+
+* pace: an address (``Peer.address``: an IPv4 address, an IPv6 /64) may ask to join one room at
+  ``join_requests`` pace (a token bucket per address and room);
+* places: a room has ``max_pending``. One network may fill an idle room's list (a class behind
+  one NAT joining its room at once). When the list is full, requests are counted in crowds by
+  *site* (``Peer.site``, ``grouping.site_key``: an IPv4 /24, an IPv6 /48), because addresses
+  are cheap where sites are not: one IPv6 site holds 65,536 /64s, each a ``Peer.address`` of
+  its own. A request whose site has at least two fewer waiting than the most crowded site
+  takes the place of that crowd's newest request (from its busiest address; the host gets
+  ``join-request-closed`` reason ``dropped``, the requester ``room-busy``). So 16 requests
+  from one site cannot keep a guest from elsewhere from reaching the host, and a site with a
+  single request waiting (a real guest) never loses it: only a site with at least two waiting
+  gives places up. The margin of two keeps places from swinging back and forth (a crowd of 2
+  giving one to a crowd of 1 would leave 1 against 2, and the dropped requester could take it
+  back by asking again);
+* refusals: any other request is refused (``room-busy``, close 4400) and the host is told how
+  many were (``join-requests-refused``), so a host whose list is full of strangers knows that
+  guests may be shut out, and can answer the list or share a new room. The notice goes at most
+  once per ``refused_notice_s``, with the latest count: a refusal takes no place, so a party
+  with many addresses could otherwise turn each socket it opens into a message the host's page
+  must handle.
+
+What this does not stop: a party with requests from 16 sites, one each, fills a list that no
+newcomer can fairly take a place from. Each request expires after ``join_timeout_s`` (and may
+be made again); meanwhile the host sees them, can deny them, and is told of the refusals.
 
 Everything here is synchronous: the hub mutates state and queues messages on each peer's outbox
 in the same step, so every client sees events in the order the state changed.
@@ -64,6 +84,7 @@ from daisychain.wire.signaling import (
     HostChanged,
     JoinRequest,
     JoinRequestClosed,
+    JoinRequestsRefused,
     PeerInfo,
     PeerJoined,
     PeerLeft,
@@ -123,6 +144,7 @@ class Peer:
     post: Callable[[OutboxItem], None]
     network_key: str  # automatic group key from grouping.py; used when no room is asked for
     address: str = ""  # per-address limit key (grouping.network_key); "" in unit tests
+    site: str = ""  # the crowd it counts in on a full waiting list (grouping.site_key)
     name: str = ""
     device: dict[str, Any] = field(default_factory=dict)
     state: MemberState = MemberState.CONNECTED
@@ -164,6 +186,10 @@ class Group:
     pending: dict[str, Peer] = field(default_factory=dict)
     timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     host: str | None = None  # rooms only
+    # Requests refused as room-busy, and how many the host has been told of (rooms only).
+    refused: int = 0
+    refused_told: int = 0
+    refused_timer: asyncio.TimerHandle | None = None
 
     @property
     def is_room(self) -> bool:
@@ -201,6 +227,7 @@ class Hub:
         max_pending: int,
         join_timeout_s: float,
         join_requests: KeyedLimiter,
+        refused_notice_s: float = 1.0,
         ice: IceIssuer | None = None,
     ) -> None:
         self.max_group_size = max_group_size
@@ -209,6 +236,7 @@ class Hub:
         self.max_pending = max_pending
         self.join_timeout_s = join_timeout_s
         self.join_requests = join_requests
+        self.refused_notice_s = refused_notice_s
         self.groups: dict[str, Group] = {}
         self.peers: dict[str, Peer] = {}
         # Per-process secret so automatic group ids reveal nothing about the address behind them.
@@ -271,24 +299,51 @@ class Hub:
             )
         if len(group.pending) < self.max_pending:
             return
-        victim = self._crowding_request(group, peer.address)
+        victim = self._crowding_request(group, peer.site)
         if victim is None:
+            self._count_refusal(group)
             raise ProtocolError(
                 "room-busy",
                 f"the host already has {self.max_pending} join requests to answer",
-                "wait a minute and reconnect, or ask the host to answer the waiting requests",
+                "wait a minute and reconnect, or ask the host to answer the waiting requests "
+                "(the host is told that requests are being turned away)",
                 ref="hello",
             )
         self._drop_request(group, victim)
 
-    def _crowding_request(self, group: Group, address: str) -> Peer | None:
-        """The newest request of the address with the most waiting, if it has at least two more
-        than ``address`` (so that places only ever move from a crowd to a newcomer)."""
-        counts = Counter(requester.address for requester in group.pending.values())
-        top, most = counts.most_common(1)[0]
-        if most < counts[address] + 2:
+    def _crowding_request(self, group: Group, site: str) -> Peer | None:
+        """The request that gives its place to one from ``site``, or None (see the docstring):
+        the newest request of the busiest address in the most crowded site, if that site has at
+        least two more waiting than ``site``. Ties go to the newest request, so the requests
+        that have waited longest, and that the host may be reading, stay."""
+        waiting = list(group.pending.values())  # oldest first
+        sites = Counter(requester.site for requester in waiting)
+        most = max(sites.values())
+        if most < sites[site] + 2:
             return None
-        return [r for r in group.pending.values() if r.address == top][-1]
+        top = next(r.site for r in reversed(waiting) if sites[r.site] == most)
+        crowd = [r for r in waiting if r.site == top]
+        addresses = Counter(requester.address for requester in crowd)
+        busiest = max(addresses.values())
+        return next(r for r in reversed(crowd) if addresses[r.address] == busiest)
+
+    def _count_refusal(self, group: Group) -> None:
+        """A request to ``group`` was refused as room-busy: tell the host, now or, if it was
+        told within the last ``refused_notice_s``, with the latest count when that time is up."""
+        group.refused += 1
+        if group.refused_timer is None:
+            self._tell_refused(group)
+
+    def _tell_refused(self, group: Group) -> None:
+        """Send the host the refusal count if it grew, and hold the next notice back for
+        ``refused_notice_s`` (also the timer's callback)."""
+        group.refused_timer = None
+        if group.refused == group.refused_told:
+            return
+        group.refused_told = group.refused
+        self._to_host(group, JoinRequestsRefused(count=group.refused))
+        loop = asyncio.get_running_loop()
+        group.refused_timer = loop.call_later(self.refused_notice_s, self._tell_refused, group)
 
     def _drop_request(self, group: Group, requester: Peer) -> None:
         del group.pending[requester.id]
@@ -299,7 +354,8 @@ class Hub:
                 ProtocolError(
                     "room-busy",
                     "your join request gave its place to another network's: this room's "
-                    "waiting list is full, and most of it is from your network",
+                    "waiting list is full, and most of it is from your network (addresses in "
+                    "one IPv4 /24 or IPv6 /48 count as one)",
                     "wait until the host has answered the others, then reconnect",
                     ref="hello",
                 )
@@ -414,6 +470,9 @@ class Hub:
 
     def _drop_if_empty(self, group: Group) -> None:
         if not group.members and not group.pending and self.groups.get(group.key) is group:
+            if group.refused_timer is not None:
+                group.refused_timer.cancel()
+                group.refused_timer = None
             del self.groups[group.key]
             log.info("group %s closed", group.log_id, extra={"fields": {"kind": group.kind}})
 

@@ -227,6 +227,16 @@ class JoinRequestClosed:
 
 
 @dataclass(frozen=True)
+class JoinRequestsRefused:
+    """To the host: requests to join were refused (``room-busy``) without reaching you, the
+    waiting list being full; ``count`` is how many so far in this room (it only grows). Sent at
+    most once per ``refused_notice_s`` with the latest count, however fast they come."""
+
+    count: int
+    type: Literal["join-requests-refused"] = "join-requests-refused"
+
+
+@dataclass(frozen=True)
 class PeerJoined:
     peer: PeerInfo
     type: Literal["peer-joined"] = "peer-joined"
@@ -279,6 +289,7 @@ ServerMessage = (
     | Denied
     | JoinRequest
     | JoinRequestClosed
+    | JoinRequestsRefused
     | PeerJoined
     | PeerLeft
     | HostChanged

@@ -24,8 +24,8 @@ export const MAX_CANDIDATE = 1024;
 const PEER_ID_RE = /^[A-Za-z0-9_-]{1,32}$/;
 const ROOM_CODE_RE = /^[A-Za-z0-9_-]{6,32}$/;
 export const SERVER_TYPES = Object.freeze([
-  'welcome', 'pending', 'denied', 'join-request', 'join-request-closed', 'peer-joined',
-  'peer-left', 'host-changed', 'signal', 'broadcast', 'pong', 'error',
+  'welcome', 'pending', 'denied', 'join-request', 'join-request-closed', 'join-requests-refused',
+  'peer-joined', 'peer-left', 'host-changed', 'signal', 'broadcast', 'pong', 'error',
 ]);
 // Close codes after which reconnecting cannot help (docs/PROTOCOL.md, "Close codes"): the hello
 // was refused (version, room code, full group), the host denied us or never answered, or the
@@ -144,6 +144,10 @@ export function parseServer(raw) {
       return r({ peer: peerInfo(m.peer, 'join-request.peer'), expires_in_s: seconds('expires_in_s') });
     case 'join-request-closed':
       return r({ peer: id('peer'), reason: choice('reason', ['approved', 'denied', 'timeout', 'left', 'dropped']) });
+    case 'join-requests-refused':
+      check(Number.isSafeInteger(m.count) && m.count >= 1, 'join-requests-refused.count',
+        'an integer in [1, 9007199254740991]');
+      return r({ count: m.count });
     case 'peer-joined':
       return r({ peer: peerInfo(m.peer, 'peer-joined.peer') });
     case 'peer-left':

@@ -31,6 +31,13 @@ const CLOSED_TEXT = {
   left: 'stopped waiting', dropped: 'lost its place to another network',
 };
 
+/** The host's line for requests the server refused unseen (docs/PROTOCOL.md, join-requests-refused). */
+export function refusedText(n) {
+  return `${count(n)} more join ${n === 1 ? 'request was' : 'requests were'} refused: the ` +
+    'waiting list was full. Answer or deny the requests above to make room; if you do not know ' +
+    'them, make a new private room and share its link with your guests.';
+}
+
 function speedOf(device) {
   const t = device?.tokens_per_s;
   return typeof t === 'number' && t > 0 ? `${count(t)} tokens/s` : null;
@@ -52,11 +59,14 @@ export function mount(root, page) {
   const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests', 'aria-live': 'polite',
     'aria-relevant': 'additions' });
   const requestNote = h('p', { class: 'note closed-requests', role: 'status', 'aria-live': 'polite' });
+  // Requests the server turned away because the list was full (join-requests-refused).
+  const refusedNote = h('p', { class: 'note refused-requests', role: 'status', hidden: true });
   // The run's pooled speed next to the fastest device's alone (livefigures.groupSpeedLine).
   const speedLine = h('p', { class: 'group-speed', hidden: true });
   const requests = h('div', { class: 'requests-box', hidden: true },
     h('h3', { text: 'Asking to join' }), requestList);
-  root.append(h('h2', { text: 'Group' }), connection, members, speedLine, requests, requestNote, roomBox);
+  root.append(h('h2', { text: 'Group' }), connection, members, speedLine, requests, requestNote,
+    refusedNote, roomBox);
 
   let roster = null;
   let steps = []; // the session's step records (peer.js record()), for shares and speeds
@@ -242,6 +252,10 @@ export function mount(root, page) {
       text = 'The host left: this device hosts the room now and answers its join requests.';
     } else if (news?.kind === 'host') text = `The host left: ${roster.nameOf(news.id)} hosts the room now.`;
     if (requestNote.textContent !== text) requestNote.textContent = text;
+    const refused = roster?.role === 'host' ? roster.refused : 0;
+    refusedNote.hidden = refused === 0;
+    const shut = refused === 0 ? '' : refusedText(refused);
+    if (refusedNote.textContent !== shut) refusedNote.textContent = shut;
   }
 
   // -- rooms ---------------------------------------------------------------------------------

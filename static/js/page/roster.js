@@ -33,6 +33,7 @@ export class Roster extends EventTarget {
     this.channels = new Map(); // id -> 'open' | 'closed' (absent: connecting)
     this.waiting = null; // {since (ms, Date.now), timeoutS, message, room}: our request
     this.requests = new Map(); // id -> {peer, closesAt (ms)}: requests we host
+    this.refused = 0; // requests to the room we host refused unseen: its waiting list was full
     this.news = null; // the latest room event: {kind: 'closed', name, reason} | {kind: 'host', id}
     this.refusal = null; // {message, hint, reason}: the server's words when it refused us
     this.link = { state: mesh.signaling.state }; // the signaling state's last detail
@@ -82,6 +83,7 @@ export class Roster extends EventTarget {
         this.members = new Map(m.members.map((p) => [p.id, p]));
         this.channels.clear();
         this.requests.clear();
+        this.refused = 0;
         break;
       case 'pending':
         this.waiting = { since: Date.now(), timeoutS: m.timeout_s, message: m.message, room: m.room };
@@ -99,6 +101,9 @@ export class Roster extends EventTarget {
         this.news = { kind: 'closed', name: r?.peer.name || m.peer, reason: m.reason };
         break;
       }
+      case 'join-requests-refused':
+        this.refused = m.count;
+        break;
       case 'peer-joined':
         this.members.set(m.peer.id, m.peer);
         break;
