@@ -8,7 +8,9 @@ Chromium's own ``DecompressionStream``, crypto.subtle for SHA-256) and fetches e
 page are served by this test under ``/vectors/``, never by the product server). Every trace must
 replay to exactly the Python effects, and so must the scenarios and perturbed event sequences that
 ``tests/protocol_variants.py`` has the Python machine play at test time; a trace with one payload
-hash changed must be refused with the exact step and field named. No WebRTC: no namespace.
+hash changed must be refused with the exact step and field named. The config-equality cases
+(``tests/vectors/config_equality.json``: a second config differing in any one field is
+``wrong-run``) replay the same way. No WebRTC: no namespace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from server_fixtures import ByteTokenizer, config
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "tests" / "vectors" / "protocol"
+CONFIG_CASES = REPO / "tests" / "vectors" / "config_equality.json"
 PAGE = "/vectors/protocol-replay.html"
 BLANK = "<!doctype html><meta charset='utf-8'><title>protocol replay</title><body></body>"
 
@@ -82,6 +85,30 @@ async ([names, more, perturbed]) => {
 """
 
 
+# Each config-equality case: the stored start with the case's step appended, replayed; then
+# sameConfig itself on the base and the case's config.
+CONFIG_REPLAY = """
+async (vectors) => {
+  const R = await import('/js/p2p/traces/replay.js');
+  const { sameConfig } = await import('/js/p2p/machine/machine.js');
+  const { parse } = await import('/js/p2p/messages.js');
+  const base = parse(vectors.base);
+  const out = [];
+  for (const c of vectors.cases) {
+    const trace = { ...vectors.trace, name: c.name, steps: [...vectors.trace.steps, c.step] };
+    let error = null;
+    try {
+      await R.replay(trace);
+    } catch (exc) {
+      error = `${exc.name}: ${exc.message}`;
+    }
+    out.push({ name: c.name, error, same: sameConfig(base, parse(c.step.event.text)) });
+  }
+  return out;
+}
+"""
+
+
 @asynccontextmanager
 async def product_server() -> AsyncIterator[str]:
     """The real DaisyChain app on 127.0.0.1 (free port, offline data); yields its base URL."""
@@ -106,6 +133,34 @@ async def _serve_test_files(route: Any) -> None:
         await route.fulfill(status=404, body="not a protocol trace")
         return
     await route.fulfill(status=200, body=target.read_bytes(), content_type="application/json")
+
+
+@asynccontextmanager
+async def blank_page() -> AsyncIterator[tuple[Any, list[str], list[str]]]:
+    """Chromium on the blank page at the product server's origin; yields the page, the console
+    errors and the requests that left 127.0.0.1 (both lists fill in while it is open)."""
+    errors: list[str] = []
+    foreign: list[str] = []
+    async with product_server() as base, async_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=OFFLINE_FLAGS)
+        try:
+            page = await browser.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
+
+            def on_request(request: Any) -> None:
+                parts = urlsplit(request.url)
+                if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
+                    foreign.append(request.url)
+
+            page.on("request", on_request)
+            await page.route(lambda url: urlsplit(url).path.startswith("/vectors/"),
+                             _serve_test_files)  # fmt: skip
+            response = await page.goto(base + PAGE)
+            assert response is not None and response.ok
+            yield page, errors, foreign
+        finally:
+            await browser.close()
 
 
 def perturbed_trace() -> tuple[dict[str, Any], str]:
@@ -135,28 +190,8 @@ async def test_every_protocol_trace_replays_in_chromium() -> None:
     variants, crashes = perturbed(TRACES, seed=20261202, variants=3)
     assert not crashes, crashes
     more = extra_scenarios() + variants
-    errors: list[str] = []
-    foreign: list[str] = []
-    async with product_server() as base, async_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=OFFLINE_FLAGS)
-        try:
-            page = await browser.new_page()
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-
-            def on_request(request: Any) -> None:
-                parts = urlsplit(request.url)
-                if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != "127.0.0.1":
-                    foreign.append(request.url)
-
-            page.on("request", on_request)
-            await page.route(lambda url: urlsplit(url).path.startswith("/vectors/"),
-                             _serve_test_files)  # fmt: skip
-            response = await page.goto(base + PAGE)
-            assert response is not None and response.ok
-            result = await page.evaluate(REPLAY, [names, more, changed])
-        finally:
-            await browser.close()
+    async with blank_page() as (page, errors, foreign):
+        result = await page.evaluate(REPLAY, [names, more, changed])
     failed = [r for r in result["results"] if r["error"] is not None]
     assert not failed, failed
     steps = {
@@ -172,3 +207,18 @@ async def test_every_protocol_trace_replays_in_chromium() -> None:
     assert not foreign, f"the page reached outside the test server: {foreign}"
     print(f"chromium: {len(names)} traces, {sum(steps.values())} events replayed in "
           f"{result['ms']:.0f} ms; {len(more)} more played by Python at test time")  # fmt: skip
+
+
+async def test_every_config_equality_case_replays_in_chromium() -> None:
+    """A second config differing in any one field (outer.overlap and outer.cut included) is
+    wrong-run in Chromium too, with exactly the Python machine's effects."""
+    vectors = json.loads(CONFIG_CASES.read_text(encoding="utf-8"))
+    async with blank_page() as (page, errors, foreign):
+        result = await page.evaluate(CONFIG_REPLAY, vectors)
+    assert [r["name"] for r in result] == [c["name"] for c in vectors["cases"]]
+    assert [r for r in result if r["error"] is not None] == []
+    assert [r["same"] for r in result] == [c["expect"] == "accepted" for c in vectors["cases"]]
+    refused = {c["field"] for c in vectors["cases"] if c["expect"] == "wrong-run"}
+    assert {"outer.overlap", "outer.cut"} <= refused and set(vectors["fields"]) <= refused
+    assert not errors, f"console errors: {errors}"
+    assert not foreign, f"the page reached outside the test server: {foreign}"

@@ -9,6 +9,7 @@ address (10.231.0.1, conftest.py), never 127.0.0.1, which browsers always treat 
 - plain http at the same address (the same server also listening on https): the browser
   withholds all of that even with WebGPU enabled; the page says so, links the https address,
   and trains on the CPU tier, hashing in JavaScript, with identical hashes and no console error.
+- plain http from a server without https: the notice says, word for word, how to get https.
 - a page on the server's machine (127.0.0.1) hands out the LAN address: "Add a device" shows
   the https address and its QR code, and a private room's link.
 
@@ -84,15 +85,16 @@ async def chromium(certificate: tls.Certificate, webgpu: bool = True) -> AsyncIt
 
 @asynccontextmanager
 async def lan_server(
-    tmp_path: Path, *, plain_too: bool = False
+    tmp_path: Path, *, plain_too: bool = False, https: bool = True
 ) -> AsyncIterator[tuple[tls.Certificate, list[str]]]:
     """The real server at the network address: https with a made certificate (and plain http
-    on a second port); yields the certificate and the URLs, https first."""
+    on a second port), or plain http only (``https=False``: the certificate is made all the
+    same, for the browser's flags); yields the certificate and the URLs, https first."""
     certificate = tls.ensure_certificate(
         tmp_path / "state", tls.local_names(), [ipaddress.ip_address(NET)]
     )
-    listeners = [Listener(NET, 0, certificate)]
-    if plain_too:
+    listeners = [Listener(NET, 0, certificate)] if https else []
+    if plain_too or not https:
         listeners.append(Listener(NET, 0))
     async with serve_listeners(config(), listeners, tokenizer=ByteTokenizer) as urls:
         yield certificate, urls
@@ -204,6 +206,56 @@ async def test_plain_http_at_the_network_address_trains_on_the_cpu_and_points_to
         await tab.page.set_viewport_size(DESKTOP)
         await page_helpers.check_page(tab, "plain http at the network address, desktop")
         await screenshot(tab, "lan-http-desktop", tmp_path)
+
+
+# The Readiness panel's "Plain http" box from a server without https, word for word: what the
+# browser withholds, then how to get https (no link: there is no https address to give).
+PLAIN_ONLY_NOTICE = [
+    "Plain http: this page trains, but without WebGPU (it trains on its CPU), saves in the "
+    "browser, Web Crypto (it hashes in JavaScript).",
+    "This server serves plain http only: whoever runs it can restart it with --https, then open "
+    "the https:// address it prints (docs/USAGE.md, On your LAN).",
+]
+
+# dom.js in the page: `h` and `fill` skip null, undefined and false children (the DOM's own
+# append and replaceChildren write null as the text "null").
+DOM_CHILDREN = """
+async () => {
+  const { fill, h } = await import('/js/page/dom.js');
+  const box = document.createElement('div');
+  box.append('stale');
+  return {
+    h: h('p', {}, 'a', null, undefined, false, ['b', null, h('i', {}, null, 'c')]).textContent,
+    fill: fill(box, 'a', null, undefined, false, ['b', null]).textContent,
+    emptied: fill(box, ...[]).childNodes.length,
+  };
+}
+"""
+
+
+async def test_plain_http_only_at_the_network_address_says_exactly_how_to_get_https(
+    tmp_path: Path,
+) -> None:
+    """Issue 41: a server without https once left the word "null" at the end of the box."""
+    async with (
+        lan_server(tmp_path, https=False) as (certificate, [http_url]),
+        chromium(certificate, webgpu=False) as browser,
+    ):
+        assert http_url.startswith(f"http://{NET}:"), http_url
+        tab = await open_tab(browser, f"{http_url}/?{TIMERS}&name=lan-plain")
+        assert not (await state(tab))["secure"]
+        await shows(tab, ".insecure", r"Plain http")
+        box = tab.page.locator("#readiness .insecure")
+        assert await box.locator(":scope > *").all_text_contents() == PLAIN_ONLY_NOTICE
+        # Nothing beside the paragraphs (a stray text node was the "null").
+        assert await box.text_content() == "".join(PLAIN_ONLY_NOTICE)
+        assert not await box.locator("a").count()
+        assert await tab.page.evaluate(DOM_CHILDREN) == {"h": "abc", "fill": "ab", "emptied": 0}
+        await page_helpers.check_page(tab, "plain http only at the network address")
+        await screenshot(tab, "lan-plain-only-phone", tmp_path)
+        await tab.page.set_viewport_size(DESKTOP)
+        await page_helpers.check_page(tab, "plain http only at the network address, desktop")
+        await screenshot(tab, "lan-plain-only-desktop", tmp_path)
 
 
 async def test_plain_http_at_the_network_address_follows_an_outer_run(tmp_path: Path) -> None:

@@ -18,8 +18,22 @@ export function h(tag, props = {}, ...children) {
     else if (value === true) el.setAttribute(key, '');
     else el.setAttribute(key, String(value));
   }
-  el.append(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  el.append(...present(children));
   return el;
+}
+
+/**
+ * `el`'s children replaced by `children`, skipped and flattened as `h` does them. The DOM's own
+ * `replaceChildren` writes a null child as the text "null" (`cond ? node : null` showed it).
+ */
+export function fill(el, ...children) {
+  el.replaceChildren(...present(children));
+  return el;
+}
+
+/** Children as `h` and `fill` take them: arrays flattened; null, undefined and false skipped. */
+function present(children) {
+  return children.flat().filter((c) => c !== null && c !== undefined && c !== false);
 }
 
 /** "45 s", "2 min 5 s", "1 h 3 min": whole seconds, for counters a person reads. */

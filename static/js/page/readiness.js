@@ -16,7 +16,7 @@
 // - this device's name: editable, kept in localStorage, sent as the mesh name when the page
 //   next connects (a reload; the signaling hello carries it) (?name= in the address overrides it).
 
-import { h, count } from './dom.js';
+import { count, fill, h } from './dom.js';
 import { PRESETS } from '../model/config.js';
 import { REFERENCE_PROBE_HASH } from '../gpu/probe.js';
 import { insecureNotice } from './access.js';
@@ -114,7 +114,7 @@ function saveName(value) {
 
 /** The notice of a page that is not a secure context: what it lacks and how to get it. */
 function renderInsecure(box, notice) {
-  box.replaceChildren(
+  fill(box,
     h('p', {}, h('strong', { text: 'Plain http: ' }),
       `this page trains, but without ${notice.lacks.join(', ')}.`),
     h('p', {}, notice.how, notice.url === null ? null : ' ',

@@ -27,7 +27,7 @@ import { sha256Hex, sha256Arrays } from '../numerics/hash.js';
 import { Tokenizer } from '../tokenizer.js';
 import { settings, topKFor, GenerateError } from '../model/generate.js';
 import { buildKit, downloadKit, kitFileName } from '../kit/build.js';
-import { h } from './dom.js';
+import { fill, h } from './dom.js';
 
 const TOKENIZER_URL = '/luts/tokenizer.json';
 const WORKER_URL = new URL('../model/genworker.js', import.meta.url);
@@ -152,7 +152,7 @@ export function mount(root, page) {
 
   /** Show a problem with its hint in the panel (empty message: clear it). */
   function showError(message, hint = '', target = ui.error) {
-    target.replaceChildren(...(message ? [h('span', { class: 'use-error-message', text: message }),
+    fill(target, ...(message ? [h('span', { class: 'use-error-message', text: message }),
       hint ? h('span', { class: 'use-error-hint', text: hint }) : null] : []));
     target.hidden = !message;
   }

@@ -404,7 +404,9 @@ class Machine:
             self._reject(peer, "wrong-run", "this peer leads its own run")
             return
         if self.config is not None:
-            if cfg != self.config:
+            # The same run is the same canonical bytes (what machine.js's sameConfig compares):
+            # every field, as encoded; 0.0 and -0.0 differ here where == would not.
+            if messages.encode(cfg) != messages.encode(self.config):
                 self._reject(peer, "wrong-run", "a second, different run configuration")
             return
         try:

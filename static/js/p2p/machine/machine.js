@@ -21,7 +21,8 @@ import { paramShapes } from '../../model/params.js';
 import { BLOCK, CodecError, decode, nBlocks } from '../codec.js';
 import { ChecksumError, FrameError, FrameKind } from '../frames.js';
 import {
-  MessageError, SYNC_OUTER, SYNC_STEP, errorFrom, message, parse as parseMessage,
+  MessageError, SYNC_OUTER, SYNC_STEP, encode as encodeMessage, errorFrom, message,
+  parse as parseMessage,
 } from '../messages.js';
 import { CommittedRoster, Phase, RunPhase, makeRoster } from '../run.js';
 import { Incompatible, parse as parseRunConfig } from '../runconfig.js';
@@ -40,18 +41,15 @@ import { Stopped, Stopping } from './stopping.js';
 export const MAX_ROUNDS = 256; // a step re-committed this often ends the run
 const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
 
-/** Two parsed `config` records describe the same run (Python's dataclass ==). */
+/**
+ * Two `config` records describe the same run: their canonical encodings (messages.js `encode`,
+ * byte for byte the Python peer's `messages.encode`) are equal, as machine.py compares them.
+ * Derived from the message's declaration, never from a list of fields kept here, so a field the
+ * config gains is compared as soon as it is written. 0.003 and 3e-3 are one run, 0.0 and -0.0
+ * two (tests/vectors/config_equality.json).
+ */
 export function sameConfig(a, b) {
-  const keys = ['run', 'preset', 'steps', 'seed', 'data', 'tokenizer_sha256', 'resume_step',
-    'resume_hash', 'global_batch', 'shares_by'];
-  const outerA = a.outer ?? null;
-  const outerB = b.outer ?? null;
-  return keys.every((k) => a[k] === b[k]) &&
-    Object.keys(a.model).every((k) => a.model[k] === b.model[k]) &&
-    Object.keys(a.optim).every((k) => a.optim[k] === b.optim[k]) &&
-    (a.sync ?? SYNC_STEP) === (b.sync ?? SYNC_STEP) &&
-    (outerA === null || outerB === null ? outerA === outerB
-      : ['steps', 'lr', 'momentum'].every((k) => outerA[k] === outerB[k]));
+  return encodeMessage(a) === encodeMessage(b);
 }
 
 const size = (shape) => shape.reduce((n, d) => n * d, 1);
