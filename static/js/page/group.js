@@ -19,7 +19,7 @@
 //   (answered, timed out, the requester left). When the host leaves the server names a new one
 //   (`host-changed`) and that page becomes host here, requests included.
 
-import { h, seconds, count, everySecond } from './dom.js';
+import { count, everySecond, fill, h, seconds } from './dom.js';
 import { rosterOf } from './roster.js';
 import { mountInvite } from './invite.js';
 import { fastestAlone, groupRate, groupSpeedLine, sequencesOf, shareText } from './livefigures.js';
@@ -86,7 +86,7 @@ export function mount(root, page) {
     const { link, waiting, refusal } = roster;
     if (refusal !== null) {
       connection.classList.add('bad');
-      connection.replaceChildren(
+      fill(connection,
         h('strong', { text: 'Not admitted: ' }), refusal.message,
         refusal.hint ? h('span', { class: 'hint', text: refusal.hint }) : null,
         h('button', { type: 'button', text: 'Ask again', onclick: () => location.reload() }));
