@@ -1,7 +1,8 @@
 """Hostile clients of issue 47 for ``hostile.run_hostile``: a QR-code burst from many networks,
-and the attacks that used to cost the server a log line (or more) each: a reconnect loop of bad
-hellos, malformed HTTP requests carrying a room code, and WebSocket upgrades naming
-subprotocols.
+bodies that used to be 500s, HEADs pipelined as a proxy sends them, hello fields a stranger used
+to get shown to a host as if trusted, and the attacks that used to cost the server a log line
+(or more) each: a reconnect loop of bad hellos, malformed HTTP requests carrying a room code, and
+WebSocket upgrades naming subprotocols. (The pending-join squat is ``attacks.pending_squat``.)
 
 Each factory returns an ``Attacker`` bounded by a count and the run's deadline. Distinct client
 networks are distinct loopback source addresses (127.0.0.2 on: the server, trusting no proxy
@@ -200,6 +201,149 @@ def subprotocol_upgrades(*, max_connections: int = 5000) -> Attacker:
     return attack
 
 
+# Bodies /api/qr used to answer with a 500 and a ~3 KB traceback in the log.
+BAD_QR_BODIES = (
+    b'{"text": "\\ud800"}',
+    b"[" * 1000 + b"]" * 1000,
+    b'{"a":' + b"[" * 1000 + b"]" * 1000 + b',"text":"x"}',
+    b'{"text": "x", "n": NaN}',
+    b'{"text": "\xff"}',
+)
+
+
+def qr_bad_bodies(*, networks: int = 10, max_requests: int = 2000) -> Attacker:
+    """Bodies that used to be 500s (a lone surrogate, 1000-deep nesting, ``NaN``, bytes that
+    are not UTF-8), from ``networks`` addresses in turn (each has its own QR budget). Notes:
+    the statuses met."""
+
+    async def attack(a: Attack) -> None:
+        statuses: dict[str, int] = {}
+        sessions = [
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(source_address(i), 0)))
+            for i in range(networks)
+        ]
+        try:
+            i = 0
+            while not a.over() and a.outcome.sent < max_requests:
+                body = BAD_QR_BODIES[i % len(BAD_QR_BODIES)]
+                session = sessions[(i // len(BAD_QR_BODIES)) % networks]
+                i += 1
+                a.outcome.sent += 1
+                try:
+                    async with session.post(
+                        f"{a.url}/api/qr", data=body,
+                        headers={"Content-Type": "application/json"},
+                    ) as response:  # fmt: skip
+                        await response.read()
+                        key = str(response.status)
+                except aiohttp.ClientError as exc:
+                    key = type(exc).__name__
+                statuses[key] = statuses.get(key, 0) + 1
+                if key == "429":
+                    await asyncio.sleep(min(0.05, a.left()))
+        finally:
+            for session in sessions:
+                await session.close()
+        a.outcome.notes.update(networks=networks, statuses=statuses)
+
+    return attack
+
+
+HEAD_TARGETS = ("/data?max_chars=50", "/data?format=tokens&max_tokens=16", "/", "/api/status")
+
+
+def head_pipeline(*, max_requests: int = 400) -> Attacker:
+    """A HEAD pipelined with a ``GET /healthz`` on one connection, as a proxy that reuses
+    connections sends them: the bytes after the HEAD's head must be the next response. Notes:
+    ``stray_bodies``, the HEADs answered with a body (a proxy would misread the next response)."""
+
+    async def attack(a: Attack) -> None:
+        stray = 0
+        while not a.over() and a.outcome.sent < max_requests:
+            target = HEAD_TARGETS[a.outcome.sent % len(HEAD_TARGETS)]
+            a.outcome.sent += 1
+            a.outcome.connections += 1
+            request = (
+                f"HEAD {target} HTTP/1.1\r\nHost: x\r\n\r\n"
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            try:
+                reader, writer = await asyncio.open_connection(a.host, a.port)
+            except OSError as exc:
+                a.outcome.closes[type(exc).__name__] += 1
+                continue
+            try:
+                writer.write(request.encode())
+                data = await asyncio.wait_for(reader.read(), min(2.0, a.left() + 0.5))
+            except (OSError, TimeoutError) as exc:
+                a.outcome.closes[type(exc).__name__] += 1
+                continue
+            finally:
+                writer.close()
+            rest = data.partition(b"\r\n\r\n")[2]
+            if not rest.startswith(b"HTTP/1.1 "):
+                stray += 1
+            await asyncio.sleep(0.01)  # a proxy's pace, not a flood
+        a.outcome.notes.update(networks=1, stray_bodies=stray)
+
+    return attack
+
+
+# Hello fields a stranger used to get shown to a host as if trusted (docs/PROTOCOL.md, hello).
+HOSTILE_HELLOS: tuple[tuple[str, dict[str, object]], ...] = (
+    (
+        "mallory",
+        {
+            "kind": "browser",
+            "backend": "webgpu \u00b7 verified: your own device, "
+            "approved before \u2014 click Approve",
+        },
+    ),
+    ("mallory", {"kind": "browser", "backend": "js-cpu\u202e"}),
+    ("mallory", {"kind": "browser", "backend": "js-cpu\n\x1b[31m"}),
+    ("mallory", {"kind": "browser", "backend": "js-cpu", "tokens_per_s": 1e300}),
+    ("\u3164", {"kind": "browser", "backend": "js-cpu"}),  # invisible: shown as device-XXXX
+    ("\u2800\u034f", {"kind": "browser", "backend": "js-cpu"}),
+    ("Bob\u202eevil", {"kind": "browser", "backend": "js-cpu"}),
+)
+
+
+def hostile_hellos(*, max_connections: int = 40) -> Attacker:
+    """Ask to join the bystanders' room with each of ``HOSTILE_HELLOS`` in turn. Notes:
+    ``refused`` (answered ``bad-message``), ``pending`` (queued for the host: only the invisible
+    names, whose requests reach the host under the ``device-XXXX`` fallback)."""
+
+    async def attack(a: Attack) -> None:
+        refused = pending = 0
+        async with aiohttp.ClientSession() as session:
+            for i in range(max_connections):
+                if a.over():
+                    break
+                name, device = HOSTILE_HELLOS[i % len(HOSTILE_HELLOS)]
+                a.outcome.connections += 1
+                try:
+                    ws = await session.ws_connect(f"{a.ws_url}?room={a.room}")
+                except aiohttp.WSServerHandshakeError as exc:
+                    a.outcome.closes[f"http-{exc.status}"] += 1
+                    await asyncio.sleep(min(0.5, a.left()))
+                    continue
+                hello = {"type": "hello", "version": 1, "name": name, "device": device}
+                await ws.send_str(json.dumps(hello))
+                a.outcome.sent += 1
+                with contextlib.suppress(TimeoutError):
+                    frame = await ws.receive(timeout=min(2.0, a.left() + 0.5))
+                    message = json.loads(frame.data) if frame.type is aiohttp.WSMsgType.TEXT else {}
+                    if message.get("type") == "pending":
+                        pending += 1
+                    elif message.get("type") == "error":
+                        a.outcome.errors[str(message.get("code"))] += 1
+                        refused += message.get("code") == "bad-message"
+                await ws.close()
+        a.outcome.notes.update(networks=1, refused=refused, pending=pending)
+
+    return attack
+
+
 # The scenarios ``daisychain bench signaling`` runs, by name (each also bounded by the run's
 # attack time).
 SCENARIOS: dict[str, Callable[[], Attacker]] = {
@@ -207,4 +351,7 @@ SCENARIOS: dict[str, Callable[[], Attacker]] = {
     "bad-hello-loop": lambda: bad_hello_loop(max_connections=100_000),
     "malformed-http": lambda: malformed_http(max_requests=100_000),
     "subprotocol-upgrades": lambda: subprotocol_upgrades(max_connections=100_000),
+    "qr-bad-bodies": lambda: qr_bad_bodies(),
+    "head-pipeline": lambda: head_pipeline(),
+    "hostile-hellos": lambda: hostile_hellos(),
 }
