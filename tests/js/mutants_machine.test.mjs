@@ -24,8 +24,6 @@ import * as ev from '../../static/js/p2p/machine/events.js';
 import { BLOCK, encode as encodeChunk } from '../../static/js/p2p/codec.js';
 import { DATA_PROTOCOL_VERSION, parse as parseMessage, encode as encodeMessage } from '../../static/js/p2p/messages.js';
 import { loadTraces } from './protocol_helpers.mjs';
-import { buildMachine } from '../../static/js/p2p/traces/replay.js';
-import { eventFromJson } from '../../static/js/p2p/traces/jsonform.js';
 
 const PROBE = 'a'.repeat(64);
 
@@ -342,17 +340,6 @@ test('mutant: state sync goes idle -> wanted -> awaiting -> idle; want() only fr
 const TRACES = loadTraces();
 const TRACE = TRACES.find((t) => t.trace.name === 'leader-3-peers').trace;
 
-/**
- * The machine of trace `name` after its first `n` events (n < 0: all but the last -n), the events'
- * effects checked by the trace replays; `log` hears it. Resolves to {m, trace}.
- */
-async function played(name, n, { log } = {}) {
-  const trace = TRACES.find((t) => t.trace.name === name).trace;
-  const m = buildMachine(trace.setup, { log });
-  const upto = n < 0 ? trace.steps.length + n : n;
-  for (const step of trace.steps.slice(0, upto)) await m.handle(eventFromJson(step.event));
-  return { m, trace, next: trace.steps[upto] };
-}
 const CONFIG_JSON = TRACE.steps[0].event.config;
 const config = (fields = {}) => parseMessage(JSON.stringify({ ...CONFIG_JSON, ...fields }));
 const ME = TRACE.setup.id;

@@ -303,7 +303,7 @@ export class StepChain {
   record(rec, plan) {
     const fw = this.forward.record(rec, plan);
     const { n, c, f, vocab } = fw;
-    const { w, eps, batch, heads, scale } = plan;
+    const { w, batch, heads, scale } = plan;
     const dlogits = rec.scratch('dlogits', n * vocab * 4);
     const colE = rec.upload('wte.e', Int32Array.from(w.wte.e));
     const ce = rec.upload('ce.params', slot([n, vocab, pow2At(vocab), f32Bits(n)]), 'uniform');

@@ -59,7 +59,7 @@ function withRoom(url, room) {
 export function shareAddress(access, loc, room = null) {
   if (!isLoopbackHost(loc.hostname)) {
     const secure = loc.protocol === 'https:';
-    return { url: withRoom(loc.origin, room), secure, note: secure ? certificateNote(access) : plainNote(access, loc) };
+    return { url: withRoom(loc.origin, room), secure, note: secure ? certificateNote(access) : plainNote(access) };
   }
   const lan = access?.lan ?? [];
   if (lan.length === 0) {
@@ -69,7 +69,7 @@ export function shareAddress(access, loc, room = null) {
   }
   const url = withRoom(lan[0], room);
   const secure = url.startsWith('https:');
-  return { url, secure, note: secure ? certificateNote(access) : plainNote(access, loc) };
+  return { url, secure, note: secure ? certificateNote(access) : plainNote(access) };
 }
 
 function certificateNote(access) {
@@ -78,7 +78,7 @@ function certificateNote(access) {
     `SHA-256 fingerprint ${fp}, then accept it.` : '';
 }
 
-function plainNote(access, loc) {
+function plainNote(access) {
   return access?.https
     ? 'Over plain http the other device trains on its CPU only; the https address gives it WebGPU and saves.'
     : 'Over plain http the other device trains on its CPU only (no WebGPU, no saves in the browser): ' +

@@ -1,0 +1,92 @@
+"""The JavaScript's checker (tests/jscheck/: ESLint) passes on the tree and fires on planted
+defects.
+
+The README's test command installs them (``npm ci --prefix tests/jscheck``) and runs them
+(``npm --prefix tests/jscheck run check``) before the suite; here each gate is shown failing on
+a small planted file laid out like the tree (a ``static/js/`` folder in a temporary directory,
+checked with the project's own configuration), so a configuration that checks nothing fails.
+Skipped when the tools are not installed, with the command that installs them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JSCHECK = ROOT / "tests" / "jscheck"
+BIN = JSCHECK / "node_modules" / ".bin"
+TIMEOUT_S = 120
+
+
+def _tool(name: str) -> Path:
+    path = BIN / name
+    if not path.exists():
+        pytest.skip(
+            f"{path.relative_to(ROOT)} is missing: run `npm ci --prefix tests/jscheck` "
+            "(the README's test command does)"
+        )
+    if shutil.which("node") is None:
+        pytest.skip("node is not on PATH (install Node.js 18 or newer)")
+    return path
+
+
+def _run(argv: list[str | Path], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+
+
+def _eslint(tree: Path, *files: str) -> subprocess.CompletedProcess[str]:
+    """ESLint with the project's configuration on `files` (relative to `tree`, as the real run
+    is relative to the repository root)."""
+    return _run([_tool("eslint"), "-c", JSCHECK / "eslint.config.js", *files], cwd=tree)
+
+
+def _plant(tree: Path, rel: str, text: str) -> None:
+    path = tree / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_the_tree_is_clean() -> None:
+    _tool("eslint")
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not on PATH (install npm beside Node.js)")
+    proc = _run([npm, "--prefix", JSCHECK, "run", "check"], cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_eslint_fires_on_an_unused_name_an_undefined_global_and_loose_equality(
+    tmp_path: Path,
+) -> None:
+    clean = "export function f(a, b) {\n  return a === b ? window.name : null;\n}\n"
+    _plant(tmp_path, "static/js/planted.js", clean)
+    proc = _eslint(tmp_path, "static/js/planted.js")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    planted = (
+        "export function f(a, b) {\n  const unused = 1;\n  return a == b ? windw.name : null;\n}\n"
+    )
+    _plant(tmp_path, "static/js/planted.js", planted)
+    proc = _eslint(tmp_path, "static/js/planted.js")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for rule in ("no-unused-vars", "no-undef", "eqeqeq"):
+        assert rule in proc.stdout, (rule, proc.stdout)
+
+
+def test_eslint_gives_a_worker_no_dom_and_node_files_node_globals(tmp_path: Path) -> None:
+    page = "export const title = () => document.title;\n"
+    _plant(tmp_path, "static/js/page/planted.js", page)
+    _plant(tmp_path, "static/js/train/worker.js", page)  # a module Worker: no document
+    _plant(tmp_path, "tests/js/planted.test.mjs", "export const argv = process.argv;\n")
+    _plant(tmp_path, "static/js/planted.js", "export const argv = process.argv;\n")
+    proc = _eslint(tmp_path, "static/js/page/planted.js", "tests/js/planted.test.mjs")
+    assert proc.returncode == 0, proc.stdout
+    for rel in ("static/js/train/worker.js", "static/js/planted.js"):
+        proc = _eslint(tmp_path, rel)
+        assert proc.returncode == 1 and "no-undef" in proc.stdout, (rel, proc.stdout)
