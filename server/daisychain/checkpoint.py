@@ -10,8 +10,8 @@ An outer run's checkpoint (docs/PROTOCOL.md, "Outer runs") holds what every repl
 shares: the outer weights under the parameter names, then ``outer_m.<name>`` (the outer Nesterov
 momentum) in parameter order, no AdamW moments (each peer's inner optimizer is its own and is
 never shared); metadata adds ``sync`` = ``outer``, the outer loop's configuration (JSON) and the
-outer steps done as ``step``; its ``weight_hash`` is ``outer.outer_hash``. A per-step checkpoint is
-byte for byte what it was before outer runs existed.
+outer steps done as ``step``; its ``weight_hash`` is ``outer.outer_hash``. A per-step checkpoint
+has none of these: outer runs leave its format unchanged.
 
 Loading never trusts the file: the format and contract versions, every tensor's name, dtype and
 shape against the configuration, the vocabulary against the tokenizer in use, and the weight hash

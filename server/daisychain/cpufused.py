@@ -4,7 +4,8 @@ numpy does one pass over memory per operation: a two-limb quantization of a grad
 multiply, an integer max, a scale multiply, two ``rint``, a subtract, a multiply, a clip, two
 ``+ 0`` and, for the int8 GEMM, a cast per limb -- eleven passes over a tensor the size of the
 gradient. Dequantizing the limbs' int32 products is three more (combine, ``ldexp``, cast).
-On ``small`` those passes are about a third of the ``cpu-int8`` step (docs/BENCHMARKS.md).
+With numpy those passes are about a third of an unaudited ``small`` ``cpu-int8`` step; fused,
+about a tenth (profiles: docs/BENCHMARKS_LOG.md, 2026-12-06, ``step``).
 
 This module does the same arithmetic, operation for operation, in two loops compiled by numba
 (an optional dependency, ``pip install 'daisychain[int8]'``): one that reads a block to find its

@@ -26,7 +26,7 @@ the contract's final weights:
   1 / sqrt(1 + (1/c^2 - 1) / K)). Training uses a mean gradient too (over the group's batches,
   then over steps through the optimizer's moments): a noise-like error is what it forgives.
 
-``--sync outer`` (issue 21, docs/OUTER.md): an in-process group of ``--peers`` (default 4) trained
+``--sync outer`` (docs/OUTER.md, "Measured"): an in-process group of ``--peers`` (default 4) trained
 twice on the same tokens: per-step (every step every peer's gradient of its lane, the int8
 exchange, one AdamW step) against the outer loop (every peer ``H`` inner AdamW steps on its own
 lanes, then one outer round of ``daisychain.outer``), for each ``--H`` and ``--compress``;

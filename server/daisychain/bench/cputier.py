@@ -19,8 +19,8 @@ every other compute path matches (``hashes_identical``). TF.js is a bench-only d
 installed on demand into a cache folder
 (``harness.tfjs_cache``); without it the bench refuses with a
 hint. Ratios (``ratio_vs_tfjs_*`` = our tokens/s / TF.js tokens/s, > 1: ours is faster) are the
-result; absolute times on the shared machines are leads. docs/BENCHMARKS.md, "cpu-tier", has a
-run.
+result; absolute times on the shared machines are leads. docs/BENCHMARKS.md, ``cpu-tier``, has
+the current figures.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ Every path publishes the state hash after every step (docs/NUMERICS.md section 8
 gives, per path, the steps it ran, its seconds and the first step whose hash differs from numpy's
 (``first_mismatch``: null when every step matched), and ``identical`` overall. A path that cannot
 run here (no Node, no Chromium, no gated kernel) is reported with its reason and makes
-``identical`` false. A benchmark, not a test: 1000 steps on five paths take tens of minutes here.
+``identical`` false. A benchmark, not a test: the default 1000 steps on every path take tens of
+minutes on a 2-core machine.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Each GPU kernel must pass its exact gates first; a demoted or unavailable backen
 ``--repeats`` after a warm-up, end to end (packing, upload, dispatch, readback): what a peer's
 step pays.
 
-Steps: training step time (``bench/steps.py``) of each preset in ``--presets`` for ``numpy`` (the
+Steps: training step time (``harness/steps.py``) of each preset in ``--presets`` for ``numpy`` (the
 Python reference), ``wgpu_dp4a`` (Python, products through ``training_ops``, audited; a batched
 product is one submit and one readback, ``GpuGemm.matmul_int_batched``), ``wgpu_dp4a_per_slice``
 (the same kernel behind ``PerSliceGemm``: one round trip per slice, the baseline), ``node_js``,

@@ -1,13 +1,13 @@
 """``daisychain bench lowcomm``: outer runs against per-step runs on a slow shared link.
 
-Issue 21, Must show 2. Per-step exchange sends every peer's gradient every step, so on a home
-link every step waits for the wire; an outer run (``sync: outer``, docs/OUTER.md) sends one
-pseudo-gradient every ``H`` inner steps. This bench measures what that buys where it matters:
-three (``--peers``) headless peers in processes of their own, each held to a CPU budget
-(``--cores``, cgroup quota; ``harness.cpubudget``), talking over a link limited to ``--link``
-(a token bucket on the loopback of a network namespace the bench creates and re-runs itself in;
-``harness.shaping``: every peer's frames share the one limit, as on one Wi-Fi radio). For the
-same preset, lane batch and links it trains
+Per-step exchange sends every peer's gradient every step, so on a home link every step waits for
+the wire; an outer run (``sync: outer``, docs/OUTER.md) sends one pseudo-gradient every ``H``
+inner steps. This bench measures what that buys where it matters: three (``--peers``) headless
+peers in processes of their own, each held to a CPU budget (``--cores``, cgroup quota;
+``harness.cpubudget``), talking over a link limited to ``--link`` (a token bucket on the
+loopback of a network namespace the bench creates and re-runs itself in; ``harness.shaping``:
+every peer's frames share the one limit, as on one Wi-Fi radio). For the same preset, lane batch
+and links it trains
 
 1. a **per-step** group (the default run mode): tokens/s over the measured steps;
 2. one **outer** group per ``--H`` and ``--overlap``: tokens/s over the measured rounds, a round
@@ -20,6 +20,7 @@ each mode, and whether the replicas held the same hash at every step (per-step) 
 (outer). The groups are ``bench pool``'s (``pool.run_group``), so the peers are the real CLI
 over real aiortc. Needs root (cgroups, the namespace); otherwise the document says why it
 skipped. Ratios, measured in one run, are the result; the seconds are this machine's.
+docs/BENCHMARKS.md, ``lowcomm``, has the current figures.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ one headless Chromium tab on the real app (the file served to a page of the app'
 The machines are shared and noisy: the ratios, measured side by side in one process, are the
 result; absolute times are leads. A kernel refused by its gate is reported with the reason and
 no figures; a runtime that is missing, as ``{"skipped": reason}``. docs/BENCHMARKS.md,
-"WebAssembly SIMD GEMM", has a run.
+``wasm``, has the current figures.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ AdamW, no hash) with the kernel on the worker's thread alone (``one``) and with 
 threads as the page allows (``pool``: its ``threads``, at most 8): medians, tokens/s and
 ``ratio`` = one / pool (> 1: the pool is faster). Both kernels pass the gate first. A page that
 cannot start a pool (one logical core) is reported with the reason and no figures. The machines
-are shared and noisy: the ratio, measured in one run, is the result. docs/BENCHMARKS.md has a run.
+are shared and noisy: the ratio, measured in one run, is the result. docs/BENCHMARKS.md,
+``wasm-pool``, has the current figures.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The contract GPT: forward and hand-written backward on the numerical contract.
 
-Normative text: docs/MODEL.md (merged into docs/NUMERICS.md). Every matrix product is an exact
-int8 product from ``daisychain.numerics`` (forward ``qmatmul``; backward ``grad_matmul_left`` /
-``grad_matmul_right``, which reuse the forward int8 operand and fold its power-of-two scales into
-the two-limb gradient). Elementwise work is float32 + - * / sqrt in the documented order, every
-float reduction is ``tree_sum``, exp and log are the contract's own. Nothing here may use float
-BLAS, np.sum/np.mean on floats, np.exp/np.log, or float64: each line is mirrored bit for bit in
-JavaScript and WGSL.
+Normative text: docs/MODEL.md, the model's part of the numerical contract (docs/NUMERICS.md).
+Every matrix product is an exact int8 product from ``daisychain.numerics`` (forward ``qmatmul``;
+backward ``grad_matmul_left`` / ``grad_matmul_right``, which reuse the forward int8 operand and
+fold its power-of-two scales into the two-limb gradient). Elementwise work is float32 + - * /
+sqrt in the documented order, every float reduction is ``tree_sum``, exp and log are the
+contract's own. Nothing here may use float BLAS, np.sum/np.mean on floats, np.exp/np.log, or
+float64: each line is mirrored bit for bit in JavaScript and WGSL.
 
 Layout: activations are (N, C) with N = B * T tokens in row-major (b, t) order; attention tensors
 are (B, H, T, hd). References: nanoGPT (architecture), llm.c (forward/backward pairs).

@@ -1,10 +1,17 @@
-"""The model's three product kinds, behind one small interface so a GPU can compute them.
+"""The model's three product kinds, behind one small interface so any exact int8 GEMM can
+compute them (docs/KERNELS.md, "In training (Python)").
 
-``NUMPY_OPS`` is the reference (``daisychain.numerics``: exact integer products through float32
-BLAS). ``IntGemmOps`` builds the same three products from any exact int8 x int8 -> int32 GEMM —
-the wgpu DP4A or LUT kernels (``daisychain.gpu``) — and does the dequantization on the CPU with
-the reference's own ``round_scaled``, so the bits are the contract's whichever device summed the
-integers. Quantization, folding and every float operation stay on the CPU either way.
+``GemmOps`` is the seam: ``qmatmul``, the two backward products (docs/NUMERICS.md sections 3
+and 6) and the quantization of their operands. ``NUMPY_OPS`` is the reference
+(``daisychain.numerics``: exact integer products through float32 BLAS). ``IntGemmOps`` builds
+the same products from any exact int8 x int8 -> int32 GEMM (the gated wgpu kernels of
+``daisychain.gpu``, the CPU's int8 units of ``cpuint8``), with the quantization and
+dequantization around it done by the reference's functions or by fused passes gated to the
+same bits (``Passes``: ``cpufused``). Where a GPU offers them, chains run a block's or a whole
+step's products and the work between them in one submit (``ForwardPlan``, ``BackwardPlan``:
+what they depend on; the ``*_separately`` functions: the same work one product at a time), and
+the host checks every operand they return. The bits are the contract's whichever device did
+the work.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Low-communication training: the outer loop's pinned arithmetic (issue 21, docs/OUTER.md).
+"""Low-communication training: the outer loop's pinned arithmetic (docs/OUTER.md).
 
 Every peer takes ``H`` inner AdamW steps on its own batches from the shared outer weights; then
 the group exchanges compressed pseudo-gradients (outer weights minus a peer's weights now),
@@ -7,8 +7,9 @@ averages them weighted by the tokens each peer trained on, and applies Nesterov 
 
 One concept per module: ``payload`` (what a peer sends: the int8 and top-k codecs, error
 feedback), ``mean`` (the token-weighted mean in roster order), ``nesterov`` (pseudo-gradient,
-outer state, outer step, its hash), ``exchange`` (one round of a whole group in one process,
-and the bytes it sends).
+outer state, outer step, the carry of an overlapped round, its hash), ``exchange`` (one round
+of a whole group in one process, and the bytes it sends). Peers train outer runs with these
+operations through ``p2p`` (``p2p.inner``, the protocol machine; docs/PROTOCOL.md, "Outer runs").
 """
 
 from daisychain.outer.exchange import RoundResult, bytes_sent, outer_round

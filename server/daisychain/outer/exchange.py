@@ -1,9 +1,10 @@
 """One outer round of a whole group in one process (docs/OUTER.md, "A round").
 
-What the protocol will do across peers, as arithmetic: every peer computes and compresses its
-pseudo-gradient (in any order: each depends on its own weights only), the dequantized values
-are averaged in roster order weighted by tokens, and the Nesterov step is applied. The transport
-follows from the compression, and decides both the bytes and one rounding:
+What a group's peers do across the network in an outer run (docs/PROTOCOL.md, "Outer runs"), as
+arithmetic in one process: every peer computes and compresses its pseudo-gradient (in any order:
+each depends on its own weights only), the dequantized values are averaged in roster order
+weighted by tokens, and the Nesterov step is applied. The transport follows from the
+compression, and decides both the bytes and one rounding:
 
 - ``int8``: the gradient exchange's reduce-scatter and all-gather (``p2p.allreduce``): chunk k of
   the blocks (proportional to the ownership weights, here the reduced token weights) goes to
@@ -15,7 +16,10 @@ follows from the compression, and decides both the bytes and one rounding:
   every contributor sends its payload to every other peer (all-gather) and each peer reduces
   the whole vector itself, unquantized: (N-1) payloads per peer.
 
-For tests and benchmarks; the protocol's machines and its I/O are not built yet (docs/OUTER.md).
+The run mode itself is ``p2p.inner`` and the protocol machine; this module is its reference:
+``bench converge --sync outer`` trains with it, and tests check the outer weights of a group of
+real peers against it (tests/p2p/test_outer_mesh.py). ``topk`` is arithmetic only: runs send
+``int8`` (docs/OUTER.md, "What is not built").
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ operation is one correctly rounded float32 operation in the order written, eleme
 ``lr`` and ``mu`` are rounded to float32 once. The shared state is the outer weights and the
 momentum: every replica holds the same bits after every outer step, and ``outer_hash`` is their
 identity (the weights in parameter order, then the momentum in parameter order, as
-docs/NUMERICS.md section 8 hashes weights and moments). The momentum is what a checkpoint of an
-outer run would have to add to the weights.
+docs/NUMERICS.md section 8 hashes weights and moments). A checkpoint of an outer run carries
+the momentum beside the weights (``checkpoint``). With overlap, ``add_carry`` adds a peer's
+carry, the inner steps that ran beside the exchange, to the new outer weights
+(docs/OUTER.md, "Overlap").
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ A chunk of ``n`` blocks is ``n`` int8 exponents followed by ``n * 256`` int8 val
     payload = e[0] .. e[n-1] | q[0][0..255] .. q[n-1][0..255]        (n * 257 bytes)
 
 One int8 limb per value: measured relative L2 error 1.2% per quantization on `tiny` gradients
-(the reduced chunk is quantized once more), against 11.6% for the per-product single limb the
-design brief warns about; blocks of 64 would give 0.9% for 4x the scale overhead.
+(the reduced chunk is quantized once more), against 11.6% for a single int8 limb per product;
+blocks of 64 would give 0.9% for 4x the scale overhead.
 """
 
 from __future__ import annotations

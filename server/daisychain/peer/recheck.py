@@ -1,17 +1,17 @@
 """The backend choice, checked again during the run (``--backend auto``).
 
-The choice at start is a measurement on one moment of the machine: started while two browsers
-were loading, a peer once measured numpy ten times slower than on a quiet machine and trained a
-whole run on an emulated GPU. So the run measures again: when its own step has slowed down
-(seconds per sequence well above the best it has seen on this backend) and, less often, on a
-timer even when nothing slowed (a backend that was busy at start may be free now). A check times
-every gated candidate on one training step, best of two rounds, the current backend first and
-unlimited; it switches only to a backend at least ``margin`` faster, so two backends of equal
-speed do not flap. The start chose on a ``tiny`` step, before the run's model was known; once it
-is (``use_model``), the checks time the run's own model, whose products may favour another
-backend (an int8 GEMM's lead over float32 BLAS grows with the product). Checks cost time, so
-they are spaced by their own cost: never more than ``max_overhead`` of the run's time goes to
-them.
+The choice at start is a measurement on one moment of the machine, and a busy moment can decide
+a whole run (a peer started beside two loading browsers can measure numpy ten times slower than
+on a quiet machine, and pick an emulated GPU). So the run measures again: when its own step has
+slowed down (seconds per sequence well above the best it has seen on this backend) and, less
+often, on a timer even when nothing slowed (a backend that was busy at start may be free now). A
+check times every gated candidate on one training step, best of two rounds, the current backend
+first and unlimited; it switches only to a backend at least ``margin`` faster, so two backends
+of equal speed do not flap. The start chose on a ``tiny`` step, before the run's model was
+known; once it is (``use_model``), the checks time the run's own model, whose products may
+favour another backend (an int8 GEMM's lead over float32 BLAS grows with the product). Checks
+cost time, so they are spaced by their own cost: never more than ``max_overhead`` of the run's
+time goes to them.
 
 Switching is safe for the replicas: every gated backend computes the same bits (the gates and
 the per-step probe prove it), so the switch changes only who multiplies and the backend named

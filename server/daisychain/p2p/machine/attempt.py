@@ -1,4 +1,4 @@
-"""One attempt ``(step, round)`` of the gradient exchange at this peer (today's ``Work``).
+"""One attempt ``(step, round)`` of the gradient exchange at this peer.
 
     computing --compute done--> exchanging --all reduced chunks in--> applied
     computing/exchanging --a later round of the step committed--> abandoned

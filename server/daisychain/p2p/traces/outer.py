@@ -1,8 +1,9 @@
 """The conformance traces of outer runs (docs/PROTOCOL.md, "Outer runs"), kept apart from
-``scenarios`` in their own folder, ``tests/vectors/protocol_outer/``: a page refuses outer runs
-(rule ``page-outer``), so the JavaScript machine replays them only with a replica that trains
-outer runs (``tests/js/protocol_outer.test.mjs``). They use the format and the trace replica of
-every other trace (tests/vectors/README.md, "Protocol traces").
+``scenarios`` in their own folder, ``tests/vectors/protocol_outer/``: a machine whose replica
+cannot train outer runs refuses them (rule ``page-outer``), so the JavaScript machine replays
+them with a replica that can (``setOuter``, as the page's has;
+``tests/js/protocol_outer.test.mjs``). They use the format and the trace replica of every other
+trace (tests/vectors/README.md, "Protocol traces").
 
 What they pin, beyond a per-step round: the ``config`` bytes of an outer run (``sync``,
 ``outer``); the reduction of an outer round (``outer.mean.weighted_mean``: the shares divided by
