@@ -14,8 +14,10 @@ import datetime as dt
 import hashlib
 import io
 import ipaddress
+import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import stat
@@ -128,6 +130,60 @@ def test_local_names_and_addresses_never_ask_a_resolver() -> None:
     assert all(a.version == 4 for a in tls.listen_addresses("0.0.0.0"))
     assert tls.listen_addresses("10.1.2.3") == [ipaddress.ip_address("10.1.2.3")]
     assert tls.listen_addresses("myhost") == []
+
+
+class _Adapter:
+    """What ``ifaddr.get_adapters`` yields: a name and its addresses (``ip`` of each: a string
+    for IPv4, an (address, flowinfo, scope_id) tuple for IPv6)."""
+
+    def __init__(self, name: str, ips: list[str | tuple[str, int, int]]) -> None:
+        self.name = name
+        self.ips = [type("IP", (), {"ip": ip})() for ip in ips]
+
+
+def test_interface_addresses_drop_link_local_and_unspecified_and_put_loopback_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adapters = [
+        _Adapter("lo", ["127.0.0.1", ("::1", 0, 0)]),
+        _Adapter("eth0", ["192.168.1.5", "10.0.0.7", ("fe80::1", 0, 2), ("fd00::2", 0, 0)]),
+        _Adapter("wlan0", ["169.254.3.4", "0.0.0.0", ("fe80::2%wlan0", 0, 3), "192.168.1.5"]),
+        _Adapter("odd", ["not an address"]),
+    ]
+    monkeypatch.setattr(tls.ifaddr, "get_adapters", lambda: adapters)
+    assert [str(a) for a in tls.interface_addresses()] == [
+        "10.0.0.7", "192.168.1.5", "127.0.0.1", "fd00::2", "::1",
+    ]  # fmt: skip
+
+
+def test_interface_addresses_fall_back_to_the_host_name_when_no_interface_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse() -> list[_Adapter]:
+        raise OSError(38, "getifaddrs not implemented")
+
+    monkeypatch.setattr(tls.ifaddr, "get_adapters", refuse)
+    monkeypatch.setattr(tls.socket, "gethostname", lambda: "localhost")
+    found = tls.interface_addresses()
+    assert found and all(a.is_loopback for a in found), found
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="no iproute2 `ip` on this machine")
+def test_interface_addresses_are_those_ip_addr_lists() -> None:
+    # iproute2 asks the kernel over netlink; ifaddr through getifaddrs: two readings of the
+    # same table, filtered by the same rule (no link-local, no unspecified).
+    proc = subprocess.run(
+        ["ip", "-j", "addr"], capture_output=True, text=True, timeout=10, check=True
+    )
+    listed = {
+        ipaddress.ip_address(info["local"])
+        for link in json.loads(proc.stdout)
+        for info in link.get("addr_info", [])
+        if "local" in info
+    }
+    expected = {a for a in listed if not a.is_link_local and not a.is_unspecified}
+    assert expected, proc.stdout
+    assert set(tls.interface_addresses()) == expected
 
 
 # -- an operator's certificate -------------------------------------------------------------------

@@ -4,7 +4,7 @@ on the parser's errors.
 aiohttp's server reads a request head for as long as the client keeps the connection open, so a
 silent connection, or a slowloris client trickling its headers a byte at a time, holds a socket
 and a handler until aiohttp's keep-alive timer fires (3630 s by default, and only in recent
-releases is it armed before the first request; this package allows aiohttp 3.9). Three pieces
+releases is it armed before the first request; this package allows aiohttp 3.9.2). Three pieces
 close that at its cause, whatever the aiohttp version:
 
 * ``GuardedRequestHandler`` (aiohttp's per-connection protocol) arms a timer when the connection
@@ -26,6 +26,17 @@ proxy, and the per-address limits that need the forwarded address apply later (`
 
 ``GuardedSite`` listens with this handler; ``main.serve`` and ``app.serve_local`` use it. (Tests
 that mount the app on aiohttp's ``TestServer`` get aiohttp's own handler and no deadline.)
+
+aiohttp offers no setting for the connection handler's class, so this module subclasses two of
+its classes, through public names only. ``web.BaseSite``: ``start`` registers the site with its
+runner and ``stop`` unregisters it; the listening ``asyncio.Server`` is this site's own
+(``GuardedSite.listener``), closed by its ``stop``, so ``runner.addresses`` does not list it
+(``bound_port`` gives the port). ``web.RequestHandler`` (exported, not documented): its
+constructor's ``loop``, ``keepalive_timeout`` and ``access_log_class``, ``connection_made`` and
+``connection_lost``, ``force_close``, ``transport``, and the two hooks aiohttp calls on itself,
+``handle_error(request, status, exc, message)`` and ``log_exception(msg, exc_info=...)``; its
+``manager`` is the runner's ``web.Server``. tests/server/test_aiohttp_private_api.py checks that
+shape on the installed aiohttp, with the private names ``wsframes.py`` needs.
 
 The parser's own 400s (a malformed request line or header) are built by the handler, not the
 app, so ``on_response_prepare`` never sees them; ``handle_error`` adds the security headers
@@ -270,6 +281,7 @@ class GuardedSite(web.BaseSite):
         cap = limits.max_connections_per_address
         self.counts = ConnectionCounts(cap) if cap and not trust_proxy else None
         self.lines = ConnectionLines(full_addresses=full_addresses)
+        self.listener: asyncio.Server | None = None  # from ``start``
 
     @property
     def name(self) -> str:
@@ -279,8 +291,8 @@ class GuardedSite(web.BaseSite):
 
     def bound_port(self) -> int:
         """The port as bound (``requested_port`` 0 picks a free one)."""
-        server = self._server
-        assert isinstance(server, asyncio.Server) and server.sockets, "start the site first"
+        server = self.listener
+        assert server is not None and server.sockets, "start the site first"
         return int(server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
@@ -296,8 +308,13 @@ class GuardedSite(web.BaseSite):
                 access_log_class=AccessLog,
             )  # fmt: skip
 
-        # BaseSite.stop() closes what ``_server`` holds: the subclassing contract of BaseSite.
-        self._server = await loop.create_server(
+        self.listener = await loop.create_server(
             protocol, self.host, self.requested_port, backlog=128, reuse_address=True,
             ssl=self.ssl_context,
         )  # fmt: skip
+
+    async def stop(self) -> None:
+        # Closes the listener (no new connections); the runner's cleanup closes the open ones.
+        if self.listener is not None:
+            self.listener.close()
+        await super().stop()

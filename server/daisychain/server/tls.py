@@ -21,19 +21,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import fcntl
 import hashlib
 import ipaddress
 import logging
 import os
 import socket
 import ssl
-import struct
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import ifaddr
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -53,7 +51,6 @@ RENEW_BEFORE = dt.timedelta(days=30)
 BACKDATE = dt.timedelta(hours=1)
 CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
-_SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
 
 
 class TlsError(Exception):
@@ -128,12 +125,15 @@ def spki_sha256_of(cert: x509.Certificate) -> str:
 
 def interface_addresses() -> list[IPAddress]:
     """Every address of this machine's interfaces that another device could use (no IPv6
-    link-local: a URL to one needs the interface's zone, which no phone can type)."""
+    link-local: a URL to one needs the interface's zone, which no phone can type), loopback
+    last within each family.
+
+    ``ifaddr`` lists them (getifaddrs on Linux, macOS and the BSDs, GetAdaptersAddresses on
+    Windows): every address of every interface, secondary IPv4 addresses included."""
     found: list[IPAddress] = []
-    if sys.platform.startswith("linux"):
-        found += _linux_ipv4()
-        found += _linux_ipv6()
-    if not found:  # elsewhere, or no interface answered: what the host name resolves to
+    with contextlib.suppress(OSError):
+        found = _adapter_addresses()
+    if not found:  # no interface answered (a stripped-down sandbox): what the host name resolves to
         with contextlib.suppress(OSError):
             for info in socket.getaddrinfo(socket.gethostname(), None):
                 found.append(ipaddress.ip_address(str(info[4][0]).split("%")[0]))
@@ -141,27 +141,15 @@ def interface_addresses() -> list[IPAddress]:
     return sorted(set(usable), key=lambda a: (a.version, a.is_loopback, int(a)))
 
 
-def _linux_ipv4() -> list[IPAddress]:
+def _adapter_addresses() -> list[IPAddress]:
     out: list[IPAddress] = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            try:
-                answer = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, request)
-            except OSError:  # an interface without an IPv4 address
-                continue
-            out.append(ipaddress.IPv4Address(answer[20:24]))
-    return out
-
-
-def _linux_ipv6() -> list[IPAddress]:
-    # One line per address: 32 hex digits, interface index, prefix length, scope, flags, name.
-    out: list[IPAddress] = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/net/if_inet6").read_text().splitlines():
-            fields = line.split()
-            if fields and len(fields[0]) == 32:
-                out.append(ipaddress.IPv6Address(bytes.fromhex(fields[0])))
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            # IPv4: "a.b.c.d"; IPv6: (address, flowinfo, scope_id), the zone never in the text
+            # on POSIX, and dropped here should a platform add one.
+            text = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
+            with contextlib.suppress(ValueError):
+                out.append(ipaddress.ip_address(text.split("%")[0]))
     return out
 
 

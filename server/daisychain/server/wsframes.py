@@ -9,6 +9,17 @@ begins. ``MaskCheckedWebSocketResponse`` puts it in front of aiohttp's reader on
 connection; an unmasked frame then takes aiohttp's own path for a protocol error (the reader's
 queue raises ``WebSocketError(1002)``, ``receive`` answers with a close frame carrying that code
 and drops the socket), with our reason added to the close frame.
+
+aiohttp has no public seam between the socket and its WebSocket reader, so
+``MaskCheckedWebSocketResponse`` uses private names, which is why pyproject.toml pins aiohttp to
+the releases this was verified on: ``WebSocketResponse._post_start(request, protocol, writer)``,
+called by ``prepare`` once the 101 is written, which makes ``self._reader`` (the queue, with
+``set_exception``) and installs the reader with ``request.protocol.set_parser``; and the
+connection handler's ``_message_tail`` (the bytes that came after the upgrade request, fed to the
+reader by ``set_parser``) and ``_payload_parser`` (what ``data_received`` feeds: ``feed_data``
+answering ``(eof, tail)``, ``feed_eof`` at connection loss). The test
+tests/server/test_aiohttp_private_api.py checks each of them on the installed aiohttp, and that
+an unmasked frame still closes with 1002.
 """
 
 from __future__ import annotations
