@@ -116,12 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lead.add_argument(
         "--sync", choices=("step", "outer"), default="step",
         help="step: exchange gradients every step; outer: DiLoCo-style rounds of "
-        "--outer-steps inner steps per exchange, --steps counting rounds (headless peers only; "
+        "--outer-steps inner steps per exchange, --steps counting rounds (pages train them too; "
         "docs/PROTOCOL.md, Outer runs)",
     )  # fmt: skip
     lead.add_argument("--outer-steps", type=int, default=10, metavar="H",
-                      help="--sync outer: batch indices per round (inner AdamW steps of a peer "
-                      "whose share is one batch; a bigger share takes more)")  # fmt: skip
+                      help="--sync outer: batch indices per round: H inner AdamW steps of each "
+                      "peer's share (--outer-cut share, the default), or of --batch sequences "
+                      "(--outer-cut batch: a bigger share takes more)")  # fmt: skip
     lead.add_argument("--outer-lr", type=float, default=0.7,
                       help="--sync outer: outer Nesterov learning rate (DiLoCo: 0.7)")  # fmt: skip
     lead.add_argument("--outer-momentum", type=float, default=0.9,
