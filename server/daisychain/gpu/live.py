@@ -154,8 +154,8 @@ class AuditedBatchedMatmul:
         # one thread does them at memory speed, and a second one mostly waits -- spinning, in
         # OpenBLAS -- for a core that the int8 GEMM's threads and the numpy work want. On the
         # 2-core machine under a load average of 4, an audited ``small`` step took 2.6 s with
-        # two BLAS threads and 0.64 s with one (docs/BENCHMARKS.md, ``step``). Speed only: the
-        # audit's products are exact whatever the thread count.
+        # two BLAS threads and 0.64 s with one (docs/BENCHMARKS_LOG.md, 2026-12-05, ``step``).
+        # Speed only: the audit's products are exact whatever the thread count.
         self._blas = ThreadpoolController().select(user_api="blas")
         # One worker, so the audits queue in product order and take one core at most.
         self._worker = (
