@@ -1,5 +1,5 @@
-"""The JavaScript's checker (tests/jscheck/: ESLint) passes on the tree and fires on planted
-defects.
+"""The JavaScript's checkers (tests/jscheck/: ESLint, and TypeScript's checker over JSDoc) pass
+on the tree and fire on planted defects.
 
 The README's test command installs them (``npm ci --prefix tests/jscheck``) and runs them
 (``npm --prefix tests/jscheck run check``) before the suite; here each gate is shown failing on
@@ -10,6 +10,7 @@ Skipped when the tools are not installed, with the command that installs them.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -90,3 +91,39 @@ def test_eslint_gives_a_worker_no_dom_and_node_files_node_globals(tmp_path: Path
     for rel in ("static/js/train/worker.js", "static/js/planted.js"):
         proc = _eslint(tmp_path, rel)
         assert proc.returncode == 1 and "no-undef" in proc.stdout, (rel, proc.stdout)
+
+
+def _tsc(tree: Path, *files: str) -> subprocess.CompletedProcess[str]:
+    """TypeScript's checker with the project's tsconfig.json on `files` alone."""
+    config = {"extends": str(JSCHECK / "tsconfig.json"), "include": list(files)}
+    (tree / "tsconfig.json").write_text(json.dumps(config), encoding="utf-8")
+    return _run([_tool("tsc"), "-p", "tsconfig.json"], cwd=tree)
+
+
+def test_tsc_checks_a_ts_check_file_and_only_that(tmp_path: Path) -> None:
+    typed = (
+        "/** @param {number} n */\nexport function f(n) {\n  return n.toFixed(2);\n}\n"
+    )
+    _plant(tmp_path, "clean.js", "// @ts-check\n" + typed)
+    proc = _tsc(tmp_path, "clean.js")
+    assert proc.returncode == 0, proc.stdout
+    wrong = typed.replace("toFixed(2)", "toUpperCase()")  # a number has no toUpperCase
+    _plant(tmp_path, "unchecked.js", wrong)
+    assert _tsc(tmp_path, "unchecked.js").returncode == 0  # no // @ts-check: not checked
+    _plant(tmp_path, "wrong.js", "// @ts-check\n" + wrong)
+    proc = _tsc(tmp_path, "wrong.js")
+    assert proc.returncode != 0 and "error TS2339" in proc.stdout, proc.stdout
+
+
+def test_tsc_is_strict_in_a_ts_check_file(tmp_path: Path) -> None:
+    # strict: a parameter without a type (noImplicitAny), a value that may be null
+    # (strictNullChecks)
+    _plant(tmp_path, "untyped.js", "// @ts-check\nexport const f = (n) => n + 1;\n")
+    proc = _tsc(tmp_path, "untyped.js")
+    assert proc.returncode != 0 and "error TS7006" in proc.stdout, proc.stdout
+    nullable = (
+        "// @ts-check\n/** @param {string | null} s */\nexport const f = (s) => s.length;\n"
+    )
+    _plant(tmp_path, "nullable.js", nullable)
+    proc = _tsc(tmp_path, "nullable.js")
+    assert proc.returncode != 0 and "error TS18047" in proc.stdout, proc.stdout

@@ -280,8 +280,22 @@ export function stepOf(blob, source = 'checkpoint') {
 }
 
 /**
+ * What decodeCheckpoint resolves to: `model` is model/config.js's record, `optim` optim.js's,
+ * `state` the worker's export form (train/messages.js TrainState); `outer` an outer run's loop,
+ * rounds and momentum (null: a per-step run).
+ * @typedef {{state: import('../train/messages.js').TrainState,
+ *   model: ReturnType<typeof modelConfig>, optim: ReturnType<typeof adamwConfig>, seed: number,
+ *   weightHash: string, outer: {config: ReturnType<typeof outerConfig>, step: number,
+ *   momentum: import('../train/messages.js').Tensors} | null}} DecodedCheckpoint
+ */
+
+/**
  * Validate checkpoint bytes as `checkpoint.from_parts` does; resolves to {state, model, optim,
  * seed, weightHash} (state in the worker's export form). Throws ReplicaRefused saying why.
+ * @param {Uint8Array | ArrayBuffer} blob
+ * @param {string} source  names the bytes in errors
+ * @param {{tokenizerSha256?: string, vocabSize?: number}} expected
+ * @returns {Promise<DecodedCheckpoint>}
  */
 export async function decodeCheckpoint(blob, source, { tokenizerSha256, vocabSize }) {
   const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);

@@ -1,3 +1,4 @@
+// @ts-check
 // Quantized gradient chunks: the bytes of a contribution or a reduced chunk. Mirror of
 // server/daisychain/p2p/codec.py (normative: docs/PROTOCOL.md "Gradient chunks and the exchange
 // arithmetic").
@@ -18,18 +19,25 @@ export const E_MAX = 100;
 
 /** Chunk bytes that do not decode (wrong length, out-of-range exponent or value). */
 export class CodecError extends Error {
+  /** @param {string} message */
   constructor(message) {
     super(message);
     this.name = 'CodecError';
   }
 }
 
-/** Blocks of BLOCK values that hold `nValues` values. */
+/**
+ * Blocks of BLOCK values that hold `nValues` values.
+ * @param {number} nValues
+ */
 export function nBlocks(nValues) {
   return Math.ceil(nValues / BLOCK);
 }
 
-/** All gradients (a Map name -> Float32Array, parameter order) padded to whole blocks. */
+/**
+ * All gradients (a Map name -> Float32Array, parameter order) padded to whole blocks.
+ * @param {ReadonlyMap<string, Float32Array>} grads
+ */
 export function flatten(grads) {
   let total = 0;
   for (const g of grads.values()) total += g.length;
@@ -42,8 +50,13 @@ export function flatten(grads) {
   return flat;
 }
 
-/** The inverse of `flatten`: a Map name -> Float32Array (copies) for `shapes` (name -> dims). */
+/**
+ * The inverse of `flatten`: a Map name -> Float32Array (copies) for `shapes` (name -> dims).
+ * @param {Float32Array} flat
+ * @param {Iterable<[string, readonly number[]]>} shapes
+ */
 export function unflatten(flat, shapes) {
+  /** @type {Map<string, Float32Array>} */
   const out = new Map();
   let pos = 0;
   for (const [name, shape] of shapes) {
@@ -55,7 +68,11 @@ export function unflatten(flat, shapes) {
   return out;
 }
 
-/** Quantize whole blocks: {payload: Uint8Array, values: the dequantized Float32Array}. */
+/**
+ * Quantize whole blocks: {payload: Uint8Array, values: the dequantized Float32Array}.
+ * @param {Float32Array} values
+ * @returns {{payload: Uint8Array, values: Float32Array}}
+ */
 export function encode(values) {
   if (values.length % BLOCK !== 0) throw new RangeError('chunks are whole blocks');
   const n = values.length / BLOCK;
@@ -66,7 +83,12 @@ export function encode(values) {
   return { payload, values: dequantizeRows(q, e, n, BLOCK) };
 }
 
-/** Dequantized values of a chunk of `blocks` blocks; every byte is checked (CodecError). */
+/**
+ * Dequantized values of a chunk of `blocks` blocks; every byte is checked (CodecError).
+ * @param {Uint8Array} payload
+ * @param {number} blocks
+ * @returns {Float32Array}
+ */
 export function decode(payload, blocks) {
   if (payload.length !== blocks * (BLOCK + 1)) {
     throw new CodecError(

@@ -1,3 +1,4 @@
+// @ts-check
 // What a person is shown of another device: the `name` and `device` of its signaling `hello`
 // (docs/PROTOCOL.md, "Signaling"). The mirror of server/daisychain/wire/deviceinfo.py, rule for
 // rule; tests/vectors/signaling/device.json holds the cases both must agree on.
@@ -49,6 +50,10 @@ export const DEVICE_EXPECTED =
 
 /** A name or device summary that is not shown: which `field`, and what it must be. */
 export class DeviceInfoError extends Error {
+  /**
+   * @param {string} field
+   * @param {string} expected
+   */
   constructor(field, expected) {
     super(`${field} must be ${expected}`);
     this.name = 'DeviceInfoError';
@@ -57,9 +62,10 @@ export class DeviceInfoError extends Error {
   }
 }
 
-const chars = (text) => [...text]; // code points
-const printable = (c) => c === ' ' || !UNPRINTABLE.test(c);
+const chars = (/** @type {string} */ text) => [...text]; // code points
+const printable = (/** @type {string} */ c) => c === ' ' || !UNPRINTABLE.test(c);
 
+/** @param {string} text */
 function strip(text) {
   const cs = chars(text);
   let start = 0;
@@ -69,17 +75,27 @@ function strip(text) {
   return cs.slice(start, end).join('');
 }
 
-/** Whether at least one character of `name` can be seen. */
+/**
+ * Whether at least one character of `name` can be seen.
+ * @param {string} name
+ */
 export function isVisible(name) {
   return chars(name).some((c) => !BLANKS.includes(c) && !UNSEEN.test(c));
 }
 
-/** How a device without a visible name is shown (the server names it so). */
+/**
+ * How a device without a visible name is shown (the server names it so).
+ * @param {string} peerId
+ */
 export function fallbackName(peerId) {
   return `device-${chars(peerId).slice(0, 4).join('')}`;
 }
 
-/** The name to show for peer `peerId`: its own when visible, else `device-XXXX`. */
+/**
+ * The name to show for peer `peerId`: its own when visible, else `device-XXXX`.
+ * @param {unknown} name  as the peer sent it (anything)
+ * @param {string} peerId
+ */
 export function shownName(name, peerId) {
   return typeof name === 'string' && isVisible(name) ? name : fallbackName(peerId);
 }
@@ -88,6 +104,8 @@ export function shownName(name, peerId) {
  * The name as it is shown, stripped of surrounding white space; '' when no character of it can
  * be seen (show fallbackName instead); DeviceInfoError when it is not a string, is too long, or
  * holds a character that is not printable beside one that can be seen.
+ * @param {unknown} value
+ * @returns {string}
  */
 export function checkName(value) {
   if (typeof value !== 'string') throw new DeviceInfoError('name', 'a string');
@@ -99,19 +117,26 @@ export function checkName(value) {
   return name;
 }
 
+/** @param {unknown} value */
 function isScalar(value) {
   if (value === null || typeof value === 'boolean') return true;
   if (typeof value === 'number') return Number.isFinite(value);
   return typeof value === 'string' && chars(value).length <= MAX_DEVICE_VALUE_CHARS;
 }
 
-const isSpeed = (v) => typeof v === 'number' && v > 0 && v <= MAX_TOKENS_PER_S;
+const isSpeed = (/** @type {unknown} */ v) =>
+  typeof v === 'number' && v > 0 && v <= MAX_TOKENS_PER_S;
 
-/** A frozen copy of the `device` summary, or DeviceInfoError naming the first wrong key. */
-export function checkDevice(value) {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+/**
+ * A frozen copy of the `device` summary, or DeviceInfoError naming the first wrong key.
+ * @param {unknown} device  as the peer sent it (anything)
+ * @returns {Readonly<Record<string, string | number | boolean | null>>}
+ */
+export function checkDevice(device) {
+  if (device === null || typeof device !== 'object' || Array.isArray(device)) {
     throw new DeviceInfoError('device', DEVICE_EXPECTED);
   }
+  const value = /** @type {Readonly<Record<string, unknown>>} */ (device); // a plain object
   const keys = Object.keys(value);
   if (keys.length > MAX_DEVICE_KEYS) throw new DeviceInfoError('device', DEVICE_EXPECTED);
   for (const key of keys) {
@@ -119,8 +144,8 @@ export function checkDevice(value) {
       throw new DeviceInfoError('device', DEVICE_EXPECTED);
     }
   }
-  const has = (key) => Object.hasOwn(value, key);
-  if (has('backend') && !BACKENDS.includes(value.backend)) {
+  const has = (/** @type {string} */ key) => Object.hasOwn(value, key);
+  if (has('backend') && !(typeof value.backend === 'string' && BACKENDS.includes(value.backend))) {
     throw new DeviceInfoError('device.backend', BACKEND_EXPECTED);
   }
   if (has('tokens_per_s') && !isSpeed(value.tokens_per_s)) {
@@ -129,5 +154,7 @@ export function checkDevice(value) {
   if (has('kind') && !(typeof value.kind === 'string' && KIND_RE.test(value.kind))) {
     throw new DeviceInfoError('device.kind', KIND_EXPECTED);
   }
-  return Object.freeze({ ...value });
+  // every value is a scalar (isScalar, above)
+  const copy = /** @type {Record<string, string | number | boolean | null>} */ ({ ...value });
+  return Object.freeze(copy);
 }

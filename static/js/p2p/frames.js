@@ -1,3 +1,4 @@
+// @ts-check
 // Binary frames on a data channel: the 28-byte header, fragmentation, bounded reassembly.
 // Mirror of server/daisychain/p2p/frames.py, normative in docs/PROTOCOL.md "Binary frames";
 // every check, its order and its message are the Python module's, proven by the golden
@@ -35,10 +36,24 @@ export const U32_MAX = 2 ** 32 - 1;
 
 /** Frame kinds (FrameKind in Python); `KIND_NAMES[k]` is Python's `kind.name.lower()`. */
 export const FrameKind = Object.freeze({ CONTRIBUTION: 1, REDUCED: 2, CHECKPOINT: 3 });
+/** @typedef {typeof FrameKind[keyof typeof FrameKind]} Kind  1, 2 or 3 */
 export const KIND_NAMES = Object.freeze({ 1: 'contribution', 2: 'reduced', 3: 'checkpoint' });
+
+/**
+ * A fragment's header (parseHeader, packHeader).
+ * @typedef {{kind: Kind, flags: number, round: number, chunk: number, transfer: number,
+ *   step: number, total: number, offset: number, crc: number}} Header
+ * A reassembled payload (Reassembler.feed; Python's Payload).
+ * @typedef {{kind: Kind, round: number, chunk: number, step: number, data: Uint8Array}} Payload
+ * What fragmentBody and fragment take besides the kind and the bytes.
+ * @typedef {{transfer: number, step: number, round?: number, chunk?: number}} Address
+ * Bytes in any of their forms (a Uint8Array, an ArrayBuffer, another view).
+ * @typedef {ArrayBuffer | ArrayBufferView} Bytes
+ */
 
 /** A binary frame that violates the protocol; the channel is closed with this reason. */
 export class FrameError extends Error {
+  /** @param {string} message */
   constructor(message) {
     super(message);
     this.name = 'FrameError';
@@ -50,6 +65,7 @@ export class FrameError extends Error {
  * it and asks for it again (gradient repair) instead of closing the channel.
  */
 export class ChecksumError extends FrameError {
+  /** @param {Header} head */
   constructor(head) {
     super(`${KIND_NAMES[head.kind]} step ${head.step} chunk ${head.chunk}: CRC-32 mismatch`);
     this.name = 'ChecksumError';
@@ -57,6 +73,10 @@ export class ChecksumError extends FrameError {
   }
 }
 
+/**
+ * @param {unknown} data  bytes in any of their forms; anything else is a TypeError
+ * @returns {Uint8Array}
+ */
 function bytesOf(data) {
   if (data instanceof Uint8Array) return data;
   if (data instanceof ArrayBuffer) return new Uint8Array(data);
@@ -64,13 +84,21 @@ function bytesOf(data) {
   throw new TypeError('a frame or payload must be bytes (Uint8Array, ArrayBuffer or a view)');
 }
 
+/**
+ * @param {string} name
+ * @param {number} value
+ * @param {number} bound
+ */
 function checkRange(name, value, bound) {
   if (!Number.isInteger(value) || value < 0 || value > bound) {
     throw new RangeError(`${name} ${value} out of range 0..${bound}`);
   }
 }
 
-/** The 28-byte header of one fragment (fields as in parseHeader's result). */
+/**
+ * The 28-byte header of one fragment (fields as in parseHeader's result).
+ * @param {Header} head
+ */
 export function packHeader({ kind, flags, round, chunk, transfer, step, total, offset, crc }) {
   const head = new Uint8Array(HEADER_BYTES);
   const view = new DataView(head.buffer);
@@ -92,9 +120,13 @@ export function packHeader({ kind, flags, round, chunk, transfer, step, total, o
 /**
  * Frames of an already prepared body (compressed or not, `flags` saying which), produced one
  * at a time: a checkpoint is cut into frames only as fast as the channel drains.
+ * @param {Kind} kind
+ * @param {Bytes} bytes  the body
+ * @param {Address & {flags?: number}} address
+ * @returns {Generator<Uint8Array, void, void>}
  */
-export function* fragmentBody(kind, body, { transfer, step, round = 0, chunk = 0, flags = 0 }) {
-  body = bytesOf(body);
+export function* fragmentBody(kind, bytes, { transfer, step, round = 0, chunk = 0, flags = 0 }) {
+  const body = bytesOf(bytes);
   if (!(body.length > 0 && body.length <= U32_MAX)) {
     throw new RangeError(`payload of ${body.length} bytes cannot be framed`);
   }
@@ -113,31 +145,51 @@ export function* fragmentBody(kind, body, { transfer, step, round = 0, chunk = 0
   }
 }
 
-/** The body a payload travels as: deflate-raw when `deflate`, else the payload itself. */
+/**
+ * The body a payload travels as: deflate-raw when `deflate`, else the payload itself.
+ * @param {Bytes} payload
+ * @param {{deflate?: boolean}} [options]
+ * @returns {Promise<{body: Uint8Array, flags: number}>}
+ */
 export async function prepareBody(payload, { deflate = false } = {}) {
   const bytes = bytesOf(payload);
   return { body: deflate ? await deflateRaw(bytes) : bytes, flags: deflate ? FLAG_DEFLATE : 0 };
 }
 
-/** Split `payload` into frames of at most MAX_FRAME_BYTES (compressed first if asked). */
+/**
+ * Split `payload` into frames of at most MAX_FRAME_BYTES (compressed first if asked).
+ * @param {Kind} kind
+ * @param {Bytes} payload
+ * @param {Address & {deflate?: boolean}} address
+ */
 export async function fragment(kind, payload, { transfer, step, round = 0, chunk = 0, deflate = false }) {
   const { body, flags } = await prepareBody(payload, { deflate });
   return [...fragmentBody(kind, body, { transfer, step, round, chunk, flags })];
 }
 
-/** Inflate deflate-raw data, refusing (FrameError) anything that expands beyond `limit`. */
+/**
+ * Inflate deflate-raw data, refusing (FrameError) anything that expands beyond `limit`.
+ * @param {Bytes} data
+ * @param {number} limit
+ * @returns {Promise<Uint8Array>}
+ */
 export async function inflate(data, limit) {
   try {
-    return await inflateRaw(bytesOf(data), limit);
+    // deflate.js answers bytes or throws (its `out` is null only with a refusal)
+    return /** @type {Uint8Array} */ (await inflateRaw(bytesOf(data), limit));
   } catch (exc) {
     if (exc instanceof InflateError) throw new FrameError(exc.message);
     throw exc;
   }
 }
 
-/** Header and fragment bytes of one frame, validated on their own (no transfer context). */
-export function parseHeader(frame) {
-  frame = bytesOf(frame);
+/**
+ * Header and fragment bytes of one frame, validated on their own (no transfer context).
+ * @param {Bytes} bytes  the frame
+ * @returns {{head: Header, data: Uint8Array}}
+ */
+export function parseHeader(bytes) {
+  const frame = bytesOf(bytes);
   if (frame.length > MAX_FRAME_BYTES) {
     throw new FrameError(`frame of ${frame.length} bytes exceeds ${MAX_FRAME_BYTES}`);
   }
@@ -158,8 +210,9 @@ export function parseHeader(frame) {
   if (flags & ~KNOWN_FLAGS) {
     throw new FrameError(`unknown flags 0x${flags.toString(16).padStart(2, '0')}`);
   }
+  /** @type {Header} */
   const head = {
-    kind,
+    kind: /** @type {Kind} */ (kind), // one of KIND_NAMES: checked above
     flags,
     round: view.getUint8(5),
     chunk: view.getUint16(6, true),
@@ -177,7 +230,10 @@ export function parseHeader(frame) {
   return { head, data };
 }
 
-// Python's repr of a few bytes (only the bad-magic message uses it, to match it exactly).
+/**
+ * Python's repr of a few bytes (only the bad-magic message uses it, to match it exactly).
+ * @param {Uint8Array} bytes
+ */
 function pyBytesRepr(bytes) {
   const quote = bytes.includes(0x27) && !bytes.includes(0x22) ? '"' : "'";
   let s = '';
@@ -207,8 +263,10 @@ function pyBytesRepr(bytes) {
  * see payloads in arrival order awaits each `feed` before the next (or uses `feedSync`).
  */
 export class Reassembler {
+  /** @param {(kind: Kind) => number} limit */
   constructor(limit) {
     this.limit = limit;
+    /** @type {Map<number, {head: Header, parts: Uint8Array[], length: number}>} */
     this.open = new Map(); // transfer id -> {head, parts: Uint8Array[], length}
   }
 
@@ -218,6 +276,11 @@ export class Reassembler {
     return n;
   }
 
+  /**
+   * @param {Bytes} frame
+   * @returns {{kind: Kind, round: number, chunk: number, step: number, body: Uint8Array,
+   *   deflated: boolean, limit: number} | null}
+   */
   feedSync(frame) {
     const { head, data } = parseHeader(frame);
     const limit = this.limit(head.kind);
@@ -241,7 +304,8 @@ export class Reassembler {
       this.open.set(head.transfer, t);
     } else {
       const first = t.head;
-      for (const field of ['kind', 'flags', 'round', 'chunk', 'step', 'total']) {
+      const fields = /** @type {const} */ (['kind', 'flags', 'round', 'chunk', 'step', 'total']);
+      for (const field of fields) {
         if (first[field] !== head[field]) {
           throw new FrameError(`transfer ${head.transfer}: header changed between fragments`);
         }
@@ -267,6 +331,10 @@ export class Reassembler {
     };
   }
 
+  /**
+   * @param {Bytes} frame
+   * @returns {Promise<Payload | null>}
+   */
   async feed(frame) {
     const done = this.feedSync(frame);
     if (done === null) return null;
@@ -275,6 +343,10 @@ export class Reassembler {
   }
 }
 
+/**
+ * @param {Uint8Array[]} parts
+ * @param {number} length
+ */
 function concatParts(parts, length) {
   if (parts.length === 1) return parts[0];
   const out = new Uint8Array(length);

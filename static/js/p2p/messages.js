@@ -1,3 +1,4 @@
+// @ts-check
 // Every JSON control message on a data channel, declared once, parsed and validated here.
 // Mirror of server/daisychain/p2p/messages.py (with the field checks of
 // daisychain/wire/fields.py),
@@ -21,6 +22,54 @@ import { parse as parseJson, PyFloat } from './pyjson.js';
 import { floatRepr, pyLen, pySlice, strRepr, utf8Length } from './pyrepr.js';
 import { MAX_GLOBAL_BATCH } from './shares.js';
 
+// The records `parse` builds and `message` checks, one per message type (the declarations
+// below say how each is written). Optional fields are the ones a record may be built without:
+// `encode` writes their defaults.
+/**
+ * @typedef {Readonly<{type: 'hello', version: number, name: string, contract: number}>} Hello
+ * @typedef {'vocab_size' | 'width' | 'layers' | 'heads' | 'seq_len' | 'batch' |
+ *   'mlp_mult'} ModelField
+ * @typedef {Readonly<Record<ModelField, number>>} ModelSpec
+ * @typedef {Readonly<{lr: number, warmup_steps: number, weight_decay: number,
+ *   clip: number}>} OptimSpec
+ * @typedef {Readonly<{steps: number, lr: number, momentum: number, overlap?: number,
+ *   cut?: string}>} OuterSpec  config.outer
+ * @typedef {Readonly<{type: 'config', run: string, preset: string | null, model: ModelSpec,
+ *   optim: OptimSpec, steps: number, seed: number, data: string, tokenizer_sha256: string,
+ *   resume_step: number, resume_hash: string | null, global_batch: number, shares_by: string,
+ *   sync?: string, outer?: OuterSpec | null}>} Config
+ * @typedef {Readonly<{type: 'ready', run: string, step: number, hash: string,
+ *   peers: readonly string[], seq_s: number, private_data?: boolean}>} Ready
+ * @typedef {Readonly<{type: 'sync-request', run: string, private_data?: boolean}>} SyncRequest
+ * @typedef {Readonly<{type: 'roster', run: string, step: number, round: number,
+ *   peers: readonly string[], shares: readonly number[]}>} Roster
+ * @typedef {Readonly<{type: 'hash', run: string, step: number, round: number, hash: string,
+ *   loss: number, probe: string, backend: string, seq_s: number}>} Hash
+ * @typedef {Readonly<{type: 'missing', run: string, step: number, round: number,
+ *   peers: readonly string[]}>} Missing
+ * @typedef {Readonly<{type: 'repair', run: string, step: number, round: number,
+ *   piece: 'contribution' | 'reduced', chunk: number}>} Repair
+ * @typedef {Readonly<{type: 'save', run: string, step: number}>} Save
+ * @typedef {Readonly<{type: 'leave', reason: string}>} Leave
+ * @typedef {Readonly<{type: 'stop', run: string, reason: string, step: number, message: string,
+ *   hashes: ReadonlyMap<string, string>}>} Stop
+ * @typedef {Readonly<{type: 'error', code: string, message: string, hint: string}>} ErrorMessage
+ * @typedef {Hello | Config | Ready | SyncRequest | Roster | Hash | Missing | Repair | Save |
+ *   Leave | Stop | ErrorMessage} Message
+ * @typedef {Message['type']} MessageType
+ */
+/**
+ * The record of message type T.
+ * @template {MessageType} T
+ * @typedef {Extract<Message, {type: T}>} MessageOf
+ */
+/**
+ * How a field is written: a JSON type ('int', 'float', 'str', 'ids', ...) or, for a nested
+ * object, its own declaration.
+ * @typedef {string | Declaration} FieldKind
+ * @typedef {ReadonlyArray<readonly [string, FieldKind]>} Declaration
+ */
+
 export { MAX_GLOBAL_BATCH };
 // The versions a peer states in `hello` (daisychain/p2p/versions.py; docs/PROTOCOL.md
 // "Version handshake"): the data-channel protocol's and the numerical contract's.
@@ -41,6 +90,7 @@ export const ERROR_CODES = Object.freeze([
 export const STOP_REASONS = Object.freeze(['done', 'fork', 'error', 'leader-request']);
 // config.shares_by: split the global batch by measured speed, or equally (docs/PROTOCOL.md).
 export const SHARES_BY = Object.freeze(['speed', 'equal']);
+/** @type {readonly ('contribution' | 'reduced')[]} */
 export const PIECES = Object.freeze(['contribution', 'reduced']);
 // config.sync (docs/PROTOCOL.md, "Outer runs"): any short string is well formed; whether this
 // peer trains that mode is runconfig's decision. "step" is the default and is never written.
@@ -50,19 +100,24 @@ export const MAX_SYNC_CHARS = 16;
 // `overlap` is written only when not 0, `cut` only when not 'share' (Python's encode): a config
 // without them keeps its bytes.
 export const OUTER_CUT_DEFAULT = 'share';
+/** @type {Declaration} */
 const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float'], ['overlap', 'float0?'],
   ['cut', 'cut?']];
+/** @type {readonly ModelField[]} */
 export const MODEL_FIELDS = Object.freeze(
   ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
+/** @type {Declaration} */
 const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
 
 // The declarations: each record's fields in Python's dataclass order (`type` comes last) with
 // their JSON types. `encode` writes them in this order; `parse` below builds them. A 'flag?' is
 // an optional boolean written only when true (Python's OMITTED_WHEN_FALSE): absent reads as
 // false, so a peer without it writes the bytes it wrote before the flag existed.
+/** @type {Readonly<Record<MessageType, Declaration>>} */
 export const DECLARATIONS = Object.freeze({
   hello: [['version', 'int'], ['name', 'str'], ['contract', 'int']],
-  config: [['run', 'str'], ['preset', 'str?'], ['model', MODEL_FIELDS.map((f) => [f, 'int'])],
+  config: [['run', 'str'], ['preset', 'str?'],
+    ['model', MODEL_FIELDS.map((f) => /** @type {const} */ ([f, 'int']))],
     ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
     ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?'],
     ['global_batch', 'int'], ['shares_by', 'str'], ['sync', 'sync?'], ['outer', 'outer?']],
@@ -80,10 +135,16 @@ export const DECLARATIONS = Object.freeze({
     ['hashes', 'map']],
   error: [['code', 'str'], ['message', 'str'], ['hint', 'str']],
 });
-export const TYPES = Object.freeze(Object.keys(DECLARATIONS));
+export const TYPES = /** @type {readonly MessageType[]} */ (
+  Object.freeze(Object.keys(DECLARATIONS)));
 
 /** A control message that cannot be accepted; becomes an `error` reply. */
 export class MessageError extends Error {
+  /**
+   * @param {string} code  one of ERROR_CODES
+   * @param {string} message
+   * @param {string} hint  what the sender should do instead
+   */
   constructor(code, message, hint) {
     super(message);
     this.name = 'MessageError';
@@ -92,18 +153,36 @@ export class MessageError extends Error {
   }
 }
 
-/** The `error` record answering a refused message (Python's error_from). */
+/**
+ * The `error` record answering a refused message (Python's error_from).
+ * @param {{code: string, message: string, hint: string}} exc  a MessageError (or runconfig's
+ *   Incompatible)
+ * @returns {ErrorMessage}
+ */
 export function errorFrom(exc) {
   return record('error', { code: exc.code, message: pySlice(exc.message, 200), hint: exc.hint });
 }
 
+/**
+ * @template {string} T
+ * @template {object} F
+ * @param {T} type
+ * @param {F} fields
+ * @returns {Readonly<{type: T} & F>}
+ */
 function record(type, fields) {
   return Object.freeze({ type, ...fields });
 }
 
-/** A message record of `type` from its fields (checked as `encode` will need them). */
+/**
+ * A message record of `type` from its fields (checked as `encode` will need them).
+ * @template {MessageType} T
+ * @param {T} type
+ * @param {Omit<MessageOf<T>, 'type'>} fields
+ * @returns {MessageOf<T>}
+ */
 export function message(type, fields) {
-  const m = record(type, fields);
+  const m = /** @type {MessageOf<T>} */ (record(type, fields));
   encode(m); // throws TypeError on a missing or mistyped field
   return m;
 }
@@ -111,11 +190,18 @@ export function message(type, fields) {
 // ---------------------------------------------------------------------------------------------
 // Writing: json.dumps(asdict(m), separators=(",", ":"), allow_nan=False), ensure_ascii.
 
+/** @param {string} s */
 function jsonString(s) {
   return JSON.stringify(s).replace(/[\u007f-\uffff]/g,
     (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
+/**
+ * @param {any} value  anything: this is where a record's fields are checked
+ * @param {FieldKind} kind
+ * @param {string} where  the field's name in an error
+ * @returns {string}
+ */
 function encodeValue(value, kind, where) {
   const wrong = () => {
     throw new TypeError(`${where} is not a valid ${Array.isArray(kind) ? 'object' : kind}`);
@@ -159,8 +245,14 @@ function encodeValue(value, kind, where) {
   }
 }
 
-/** The JSON text of a message record, byte for byte what the Python peer writes for it. */
-export function encode(m) {
+/**
+ * The JSON text of a message record, byte for byte what the Python peer writes for it.
+ * @param {Message} message
+ * @returns {string}
+ */
+export function encode(message) {
+  // Read field by field, by name: a record of any type (and, from JavaScript callers, anything).
+  const m = /** @type {Readonly<Record<string, any>> & {type: MessageType}} */ (message);
   const fields = DECLARATIONS[m.type];
   if (fields === undefined) throw new TypeError(`unknown control message type ${m.type}`);
   const body = [];
@@ -188,7 +280,11 @@ export function encode(m) {
 // ---------------------------------------------------------------------------------------------
 // Parsing: the one place where control JSON from a peer is trusted to have a shape.
 
-/** Parse one text message from a channel into a record; MessageError when refused. */
+/**
+ * Parse one text message from a channel into a record; MessageError when refused.
+ * @param {string} raw
+ * @returns {Message}
+ */
 export function parse(raw) {
   if (typeof raw !== 'string') throw new TypeError('a control message is a string');
   if (utf8Length(raw) > MAX_MESSAGE_BYTES) {
@@ -205,7 +301,7 @@ export function parse(raw) {
     throw new MessageError('bad-message', 'control message is not a JSON object', 'see PROTOCOL.md');
   }
   const kind = obj.get('type');
-  if (typeof kind !== 'string' || !TYPES.includes(kind)) {
+  if (typeof kind !== 'string' || !/** @type {readonly string[]} */ (TYPES).includes(kind)) {
     const shown = typeof kind === 'string' ? strRepr(pySlice(kind, 32)) : 'None';
     throw new MessageError('unknown-type', `unknown control message type ${shown}`,
       `control messages are: ${TYPES.join(', ')} (docs/PROTOCOL.md)`);
@@ -240,7 +336,7 @@ export function parse(raw) {
     const resumeHash = resumeStep > 0 ? f.hash('resume_hash') : null;
     const sync = obj.has('sync') ? f.text('sync', MAX_SYNC_CHARS) : SYNC_STEP;
     const run = f.run();
-    const model = {};
+    const model = /** @type {Record<ModelField, number>} */ ({});
     for (const name of MODEL_FIELDS) model[name] = m.integer(name, 0, U32_MAX);
     const optim = {
       lr: o.number('lr', -Infinity, Infinity),
@@ -308,7 +404,7 @@ export function parse(raw) {
     if (!ok) throw f.bad('hashes', 'an object mapping peer ids to hashes');
     return record('stop', {
       run: f.run(), reason, step: f.integer('step', 0, U32_MAX), message: f.text('message', 1000),
-      hashes: new Map(hashes),
+      hashes: /** @type {Map<string, string>} */ (new Map(hashes)), // checked above
     });
   }
   // kind === 'error'. A code this version does not know is still an error: "bad-message".
@@ -319,7 +415,11 @@ export function parse(raw) {
   });
 }
 
-// config.outer's shape (present exactly when sync is "outer"); its ranges are runconfig's.
+/**
+ * config.outer's shape (present exactly when sync is "outer"); its ranges are runconfig's.
+ * @param {Fields} f
+ * @returns {OuterSpec}
+ */
 function outerSpec(f) {
   const o = new Fields(f.obj('outer'), 'config.outer');
   return Object.freeze({
@@ -333,16 +433,30 @@ function outerSpec(f) {
 
 /** Typed access to the fields of one JSON object (daisychain/wire/fields.py's Fields). */
 class Fields {
+  /**
+   * @param {Map<string, unknown>} fields  a JSON object as pyjson.js reads it
+   * @param {string} kind  the record's name in errors
+   */
   constructor(fields, kind) {
     this.fields = fields; // a Map (pyjson.js)
     this.kind = kind;
   }
 
+  /**
+   * @param {string} name
+   * @param {string} expected
+   */
   bad(name, expected) {
     return new MessageError('bad-message', `${this.kind}.${name} must be ${expected}`,
       'see the control message declarations in docs/PROTOCOL.md');
   }
 
+  /**
+   * @param {string} name
+   * @param {number} lo
+   * @param {number} hi
+   * @returns {number}
+   */
   integer(name, lo, hi) {
     const value = this.fields.get(name);
     // Only integer literals arrive as numbers (pyjson.js): 1.0 is a PyFloat, as in Python.
@@ -352,6 +466,12 @@ class Fields {
     return value;
   }
 
+  /**
+   * @param {string} name
+   * @param {number} lo
+   * @param {number} hi
+   * @returns {number}
+   */
   number(name, lo, hi) {
     const raw = this.fields.get(name);
     let value;
@@ -372,6 +492,11 @@ class Fields {
     return value;
   }
 
+  /**
+   * @param {string} name
+   * @param {number} maxChars
+   * @returns {string}
+   */
   text(name, maxChars) {
     const value = this.fields.get(name);
     if (typeof value !== 'string' || pyLen(value) > maxChars) {
@@ -380,33 +505,58 @@ class Fields {
     return value;
   }
 
-  // A JSON boolean, or absent (false). Only true/false: 1 or "yes" is refused.
+  /**
+   * A JSON boolean, or absent (false). Only true/false: 1 or "yes" is refused.
+   * @param {string} name
+   * @returns {boolean}
+   */
   optionalFlag(name) {
     const value = this.fields.has(name) ? this.fields.get(name) : false;
     if (typeof value !== 'boolean') throw this.bad(name, 'true, false or absent');
     return value;
   }
 
+  /**
+   * @template {string} C
+   * @param {string} name
+   * @param {readonly C[]} options
+   * @returns {C}
+   */
   choice(name, options) {
     const value = this.fields.get(name);
-    if (typeof value !== 'string' || !options.includes(value)) {
+    if (typeof value !== 'string' || !isOneOf(value, options)) {
       throw this.bad(name, `one of ${options.join(', ')}`);
     }
     return value;
   }
 
+  /**
+   * @param {string} name
+   * @returns {Map<string, unknown>}
+   */
   obj(name) {
     const value = this.fields.get(name);
     if (!(value instanceof Map)) throw this.bad(name, 'a JSON object');
     return value;
   }
 
+  /**
+   * @param {string} name
+   * @param {RegExp} pattern
+   * @param {string} expected
+   * @returns {string}
+   */
   matching(name, pattern, expected) {
     const value = this.fields.get(name);
     if (typeof value !== 'string' || !pattern.test(value)) throw this.bad(name, expected);
     return value;
   }
 
+  /**
+   * @param {string} name
+   * @param {number} maxCount
+   * @returns {readonly string[]}
+   */
   ids(name, maxCount) {
     const value = this.fields.get(name);
     if (!Array.isArray(value) || value.length > maxCount ||
@@ -421,8 +571,13 @@ class Fields {
     return this.matching('run', RUN_ID_RE, '16 lowercase hex digits');
   }
 
-  // One share per roster peer, each an integer in [0, MAX_GLOBAL_BATCH] (whether they sum to the
-  // run's global batch is the machine's check: it knows the config).
+  /**
+   * One share per roster peer, each an integer in [0, MAX_GLOBAL_BATCH] (whether they sum to
+   * the run's global batch is the machine's check: it knows the config).
+   * @param {string} name
+   * @param {number} count
+   * @returns {readonly number[]}
+   */
   shares(name, count) {
     const value = this.fields.get(name);
     if (!Array.isArray(value) || value.length !== count ||
@@ -432,7 +587,19 @@ class Fields {
     return Object.freeze([...value]);
   }
 
+  /** @param {string} name */
   hash(name) {
     return this.matching(name, HASH_RE, '64 lowercase hex digits (SHA-256)');
   }
+}
+
+/**
+ * Whether `value` is one of `options` (and, to the checker, of their type).
+ * @template {string} C
+ * @param {string} value
+ * @param {readonly C[]} options
+ * @returns {value is C}
+ */
+function isOneOf(value, options) {
+  return /** @type {readonly string[]} */ (options).includes(value);
 }

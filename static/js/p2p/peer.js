@@ -1,3 +1,4 @@
+// @ts-check
 // The browser peer: the I/O shell around the protocol machine (machine/), the browser twin of
 // daisychain/p2p/node.py (docs/PROTOCOL.md, "The browser peer").
 //
@@ -60,6 +61,40 @@ import { decodeCheckpoint } from './checkpoint.js';
 import { PrivateDataError } from './privatedata.js';
 import { trainsOuterRuns } from './machine/replica.js';
 
+/**
+ * @typedef {import('./messages.js').Config} Config
+ * @typedef {import('./machine/events.js').Event} Event
+ * @typedef {import('./machine/effects.js').Effect} Effect
+ * @typedef {import('./machine/effects.js').Compute} Compute
+ * @typedef {import('./machine/effects.js').StepApplied} StepApplied
+ * @typedef {import('./machine/effects.js').Outcome} Outcome
+ * @typedef {import('./checkpoint.js').DecodedCheckpoint} DecodedCheckpoint
+ * @typedef {import('./replica.js').ComputeResult} ComputeResult
+ * @typedef {import('./replica.js').LaneBatch} LaneBatch
+ */
+/**
+ * An outer run's loop as the page chooses it (leadConfig `outer`).
+ * @typedef {{innerSteps: number, lr: number, momentum: number, overlap?: number,
+ *   cut?: string}} OuterChoice
+ * The page's choices for a run it leads (leadConfig).
+ * @typedef {{preset?: string, steps: number, lr?: number, warmup?: number, seed?: number,
+ *   batch?: number, seqLen?: number, width?: number, layers?: number, heads?: number,
+ *   data?: string, globalBatch?: number, sharesBy?: string,
+ *   outer?: OuterChoice | null}} LeadChoices
+ * A step as the page reads it (the `step` event; `records`).
+ * @typedef {{step: number, round: number, loss: number, hash: string, roster: string[],
+ *   shares: number[], share: number, probe: string, backend: string, leader: string,
+ *   privateData: string[], bytesSent: number, bytesReceived: number, appliedAtMs: number,
+ *   exchangeWorkS: number, computeMs?: number, gradMs?: number, computedOn?: string,
+ *   gpuProducts?: number, computedAtMs?: number, seqS?: number,
+ *   busyAtMs?: number | null}} StepRecord
+ * A checkpoint this page exported (the `save` event; `lastSave`, checkpoint()).
+ * @typedef {{run: string, step: number, hash: string | null, why?: string, bytes: Uint8Array,
+ *   at: number}} SaveRecord
+ * An Error of this project: what went wrong and what to do (anything thrown is read as one).
+ * @typedef {{name?: string, message?: string, hint?: string}} Hinted
+ */
+
 const CLOSE_DRAIN_MS = 1000; // a refusal's `error` leaves before its channel closes
 const MIN_RETRY_MS = 10;
 
@@ -79,11 +114,15 @@ function runId() {
  * many equal devices computed in protocol version 1), and `outer` {innerSteps, lr, momentum} for
  * an outer run (docs/PROTOCOL.md, "Outer runs"; null: per-step). The same record node.py's
  * `_prepare_lead` builds (warm-up capped at steps - 1, AdamW's other defaults).
+ * @param {LeadChoices & {vocabSize: number, tokenizerSha256: string, minPeers?: number}} choices
+ * @returns {Config}
  */
 export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed = 1, batch, seqLen,
   width, layers, heads, data = 'builtin', vocabSize, tokenizerSha256, globalBatch, minPeers = 1,
   sharesBy = 'speed', outer = null }) {
-  const p = PRESETS[preset];
+  /** @type {Record<string, (typeof PRESETS)[keyof typeof PRESETS] | undefined>} */
+  const presets = PRESETS;
+  const p = presets[preset];
   if (p === undefined) {
     throw new Incompatible('preset', `unknown preset ${JSON.stringify(preset)}`,
       `choose one of ${Object.keys(PRESETS).join(', ')}`);
@@ -116,6 +155,10 @@ export function leadConfig({ preset = 'tiny', steps, lr = 3e-3, warmup = 0, seed
  * `shares_by`, as node.py does) from {innerSteps, lr, momentum, overlap?}; none for a per-step
  * run (null), whose config keeps its bytes (and an outer run without overlap, its own).
  */
+/**
+ * @param {OuterChoice | null} outer
+ * @returns {{sync?: string, outer?: import('./messages.js').OuterSpec}}
+ */
 function outerFields(outer) {
   if (outer === null) return {};
   return { sync: 'outer', outer: { steps: outer.innerSteps, lr: outer.lr,
@@ -126,6 +169,10 @@ function outerFields(outer) {
  * The `config` of a run that continues a decoded checkpoint `ck` (checkpoint.js
  * decodeCheckpoint) to `steps`: node.py's `_prepare_lead` with `--resume` (preset null, the
  * checkpoint's model, optimizer and seed, resume_step/resume_hash of its state).
+ * @param {DecodedCheckpoint} ck
+ * @param {{steps: number, tokenizerSha256: string, data?: string, globalBatch?: number,
+ *   minPeers?: number, sharesBy?: string}} options
+ * @returns {Config}
  */
 export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', globalBatch,
   minPeers = 1, sharesBy = 'speed' }) {
@@ -152,12 +199,19 @@ export function resumeConfig(ck, { steps, tokenizerSha256, data = 'builtin', glo
   });
 }
 
-/** The steps a decoded checkpoint holds: an outer run's rounds, or a per-step run's steps. */
+/**
+ * The steps a decoded checkpoint holds: an outer run's rounds, or a per-step run's steps.
+ * @param {DecodedCheckpoint} ck
+ * @returns {number}
+ */
 function checkpointStep(ck) {
   return ck.outer?.step ?? ck.state.step;
 }
 
-/** The steps a resumed run trains to unless the user says: the checkpoint's schedule, or +100. */
+/**
+ * The steps a resumed run trains to unless the user says: the checkpoint's schedule, or +100.
+ * @param {DecodedCheckpoint} ck
+ */
 export function defaultResumeSteps(ck) {
   const total = ck.optim.totalSteps;
   const step = checkpointStep(ck);
@@ -184,6 +238,7 @@ export class BrowserPeer extends EventTarget {
    * @param {number} [o.saveEvery]  also save every that many steps (0: never)
    * @param {import('./privatedata.js').PrivateText|null} [o.privateText]  train on this text of
    *   the device's own (usePrivateText)
+   * @param {import('./run.js').Log | null} [o.log]  hears the machine (default: console.debug)
    */
   constructor({ mesh, replica, tokens, tokenizerSha256, vocabSize, name = '', timers = {},
     limits = {}, clock = monotonic, log = null, data = null, keep = false, saveEvery = 0,
@@ -199,24 +254,37 @@ export class BrowserPeer extends EventTarget {
     this.limits = limits;
     this.clock = clock;
     this.data = data;
+    /** @type {DataUnavailable | null} */
     this.dataError = null; // the DataUnavailable that made this page leave its run
+    /** @type {import('./run.js').Log} */
     this.log = log ?? ((level, text) => console.debug(`daisychain peer: ${level}: ${text}`));
+    /** @type {Machine | null} */
     this.machine = null;
+    /** @type {{make: (now: number) => Event, prepare: (() => Promise<void>) | null}[]} */
     this.inbox = []; // {prepare?: async () => void, make: (now) => event}
     this.feeding = false;
+    /** @type {ReturnType<typeof setTimeout> | null} */
     this.timer = null;
+    /** @type {number | null} */
     this.lastDeadline = null;
+    /** @type {string | undefined} */
+    this.lastPhase = undefined; // the phase last emitted
+    /** @type {Outcome | null} */
     this.outcome = null;
     // True once finish() is done (links closed, saves out) and `finished` was dispatched: the
     // outcome is set first, the page's listeners run only at the end of the drain.
     this.ended = false;
+    /** @type {StepRecord[]} */
     this.records = [];
+    /** @type {{message: string, hint: string}[]} */
     this.errors = [];
+    /** @type {Map<string, Partial<StepRecord>>} */
     this.computed = new Map(); // step/round -> how our gradient was computed
     this.seqS = 0; // smoothed seconds per sequence of our steps (measured(); 0: never)
     // The exchange's work on this page: milliseconds spent feeding the machine (decoding,
     // reducing, the worker's apply); the transport itself runs in the browser, off this thread.
     this.busyMs = 0;
+    /** @type {number | null} */
     this.feedT0 = null; // performance.now() when the feed in progress started
     this.exchangeWorkS = 0; // smoothed seconds of it per contributing step (0: never)
     this.bytesSent = 0;
@@ -224,13 +292,17 @@ export class BrowserPeer extends EventTarget {
     this.disposed = false;
     this.keep = keep;
     this.saveEvery = saveEvery;
+    /** @type {Set<Promise<void>>} */
     this.saves = new Set(); // exports in flight (finish waits for them before ending the worker)
     this.savedStep = -1;
+    /** @type {SaveRecord | null} */
     this.lastSave = null; // the latest `save` detail: what a finished run leaves to download
     this.listening = new AbortController(); // ends this peer's mesh listeners when it finishes
     // The private text this peer trains on: set when the machine takes the choice (in the lobby),
     // so it always matches what the machine declares (usePrivateText).
+    /** @type {import('./privatedata.js').PrivateText | null} */
     this.privateText = null;
+    /** @type {Set<string>} */
     this.privateSeen = new Set(); // peers `private-data` was emitted for
     // Queued first: fed as soon as the machine exists, before any message of the mesh.
     if (privateText !== null) this.usePrivateText(privateText);
@@ -245,11 +317,19 @@ export class BrowserPeer extends EventTarget {
     }
   }
 
+  /**
+   * @param {string} type
+   * @param {object} detail
+   */
   emit(type, detail) {
     this.dispatchEvent(new DetailEvent(type, detail));
   }
 
-  /** An error the page shows (and the console). */
+  /**
+   * An error the page shows (and the console).
+   * @param {string} message
+   * @param {string} hint
+   */
   fail(message, hint) {
     console.warn(`daisychain peer: ${message} (${hint})`);
     this.errors.push({ message, hint });
@@ -319,7 +399,11 @@ export class BrowserPeer extends EventTarget {
     return this.machine?.peers.goneSet ?? new Set();
   }
 
-  /** [peers whose hash of `step` equals ours, peers that reported one]. Node.agreement. */
+  /**
+   * [peers whose hash of `step` equals ours, peers that reported one]. Node.agreement.
+   * @param {number} step
+   * @returns {[number, number]}
+   */
   agreement(step) {
     return this.machine?.agreement(step) ?? [0, 0];
   }
@@ -327,6 +411,9 @@ export class BrowserPeer extends EventTarget {
   /**
    * The sync guard's read-only tally of attempt (step, round) over `roster` (machine/guard.js
    * tally: same, differ, missing, backends, byPeer), or null when ours is not in.
+   * @param {number} step
+   * @param {number} round
+   * @param {Iterable<string>} roster
    */
   tally(step, round, roster) {
     return this.machine?.tally(step, round, roster) ?? null;
@@ -353,7 +440,9 @@ export class BrowserPeer extends EventTarget {
 
   listen() {
     const opts = { signal: this.listening.signal };
-    const on = (type, handler) => this.mesh.addEventListener(type, handler, opts);
+    /** @type {(type: string, handler: (e: DetailEvent) => void) => void} */
+    const on = (type, handler) =>
+      this.mesh.addEventListener(type, /** @type {EventListener} */ (handler), opts);
     on('welcome', (e) => this.onWelcome(e.detail));
     on('channel-open', (e) => this.push((now) => E.channelOpened(now, e.detail.peer)));
     on('channel-closed', (e) => this.push((now) => E.channelClosed(now, e.detail.peer)));
@@ -372,6 +461,7 @@ export class BrowserPeer extends EventTarget {
     });
   }
 
+  /** @param {{id: string}} welcome */
   onWelcome({ id }) {
     if (this.machine === null) {
       this.machine = new Machine(makeSettings({
@@ -386,12 +476,17 @@ export class BrowserPeer extends EventTarget {
     } else if (id !== this.machine.id) {
       // The signaling socket came back under a new id: the others saw this id leave and every
       // channel of it is closed. The run cannot continue under the old identity.
+      const old = this.machine.id;
       this.push((now) => E.signalingLost(now, `the signaling connection was lost and came back ` +
-        `as a new device (${id}); this run cannot continue under the old id ${this.machine.id}`));
+        `as a new device (${id}); this run cannot continue under the old id ${old}`));
     }
   }
 
-  /** Queue an input; `make(now)` builds its event when it is fed; `prepare` runs just before. */
+  /**
+   * Queue an input; `make(now)` builds its event when it is fed; `prepare` runs just before.
+   * @param {(now: number) => Event} make
+   * @param {(() => Promise<void>) | null} [prepare]
+   */
   push(make, prepare = null) {
     if (this.disposed) return;
     this.inbox.push({ make, prepare });
@@ -405,6 +500,8 @@ export class BrowserPeer extends EventTarget {
    * globalBatch?, sharesBy?, outer? ({innerSteps, lr, momentum}: an outer run),
    * minPeers}. Rejects with an
    * Incompatible (message, hint) when this peer could not train it itself.
+   * @param {LeadChoices & {minPeers?: number}} choices
+   * @returns {Promise<Config>}
    */
   async lead({ minPeers = 2, ...choices }) {
     this.mayLead();
@@ -413,7 +510,7 @@ export class BrowserPeer extends EventTarget {
     const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
       vocabSize: this.vocabSize, caps: this.machine.settings.limits,
       dataSources: this.machine.settings.data_sources, outerRuns: trainsOuterRuns(this.replica) });
-    await new Promise((resolve, reject) => {
+    await /** @type {Promise<void>} */ (new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
           this.privateText?.checkFits(accepted.model.seqLen); // fed before this: it is current
@@ -427,10 +524,14 @@ export class BrowserPeer extends EventTarget {
           throw exc;
         }
       });
-    });
+    }));
     return config;
   }
 
+  /**
+   * Throws (with a hint) unless this page may lead a run now: admitted, in the lobby.
+   * @returns {asserts this is {machine: Machine}}
+   */
   mayLead() {
     if (!this.admitted) throw Object.assign(new Error('not connected yet'), { hint: 'wait for the page to join its group' });
     if (!this.canLead) {
@@ -445,6 +546,9 @@ export class BrowserPeer extends EventTarget {
    * restores it, then `config` goes out with resume_step/resume_hash and every follower asks for
    * the state (sync-request). Rejects with a ReplicaRefused (a bad file: the reason) or an
    * Incompatible (the run rules' message and hint); resolves to the config.
+   * @param {Uint8Array} bytes
+   * @param {{steps?: number, minPeers?: number, source?: string, globalBatch?: number}} [options]
+   * @returns {Promise<Config>}
    */
   async leadResumed(bytes, { steps, minPeers = 2, source = 'the checkpoint', globalBatch } = {}) {
     this.mayLead();
@@ -455,7 +559,7 @@ export class BrowserPeer extends EventTarget {
     const accepted = parseRunConfig(config, { tokenizerSha256: this.tokenizerSha256,
       vocabSize: this.vocabSize, caps: this.machine.settings.limits,
       dataSources: this.machine.settings.data_sources, outerRuns: trainsOuterRuns(this.replica) });
-    await new Promise((resolve, reject) => {
+    await /** @type {Promise<void>} */ (new Promise((resolve, reject) => {
       this.push((now) => E.userLead(now, config, minPeers), async () => {
         try {
           this.privateText?.checkFits(ck.model.seqLen); // fed before this: it is current
@@ -467,7 +571,7 @@ export class BrowserPeer extends EventTarget {
           throw exc;
         }
       });
-    });
+    }));
     return config;
   }
 
@@ -475,9 +579,11 @@ export class BrowserPeer extends EventTarget {
    * Train on `text` (a privatedata.js PrivateText; null: on the run's text) in the next run this
    * peer enters. Taken when it is fed, only while no run is configured (the machine's rule too):
    * a run keeps what it declared, and the page offers the choice again for its next run.
+   * @param {import('./privatedata.js').PrivateText | null} text
    */
   usePrivateText(text) {
     this.push((now) => {
+      this.assertMachine();
       if (this.machine.config === null) this.privateText = text;
       return E.userPrivateData(now, text !== null);
     });
@@ -491,6 +597,7 @@ export class BrowserPeer extends EventTarget {
   /**
    * This page's state now as checkpoint bytes: {run, step, hash, bytes, at}; after the run
    * ended, the state it saved last. Rejects with a hint when this page holds no state.
+   * @returns {Promise<SaveRecord>}
    */
   async checkpoint() {
     if (this.outcome === null && this.replica.worker !== null && this.machine?.config != null) {
@@ -525,13 +632,13 @@ export class BrowserPeer extends EventTarget {
     this.feeding = true;
     try {
       while (this.inbox.length > 0 && this.outcome === null) {
-        const item = this.inbox.shift();
+        const item = /** @type {BrowserPeer['inbox'][number]} */ (this.inbox.shift()); // not empty
         await this.feedDueTimer();
         if (this.outcome !== null) break;
         if (item.prepare !== null) {
           try {
             await item.prepare();
-          } catch (exc) {
+          } catch (/** @type {any} */ exc) { // anything thrown: its message and hint are shown
             this.fail(`could not prepare the run: ${exc.message}`, exc.hint ?? 'see the message');
             continue;
           }
@@ -545,12 +652,13 @@ export class BrowserPeer extends EventTarget {
   }
 
   async feedDueTimer() {
+    this.assertMachine();
     const deadline = this.machine.nextDeadline();
     if (deadline !== null && deadline <= this.clock()) await this.feed(E.timer(this.clock()));
   }
 
   arm() {
-    clearTimeout(this.timer);
+    clearTimeout(this.timer ?? undefined);
     this.timer = null;
     if (this.outcome !== null || this.machine === null || this.disposed) return;
     const deadline = this.machine.nextDeadline();
@@ -568,6 +676,7 @@ export class BrowserPeer extends EventTarget {
     return this.busyMs + (this.feedT0 === null ? 0 : performance.now() - this.feedT0);
   }
 
+  /** @param {Event} event */
   async feed(event) {
     const t0 = performance.now();
     this.feedT0 = t0;
@@ -579,11 +688,13 @@ export class BrowserPeer extends EventTarget {
     }
   }
 
+  /** @param {Event} event */
   async feedTimed(event) {
+    this.assertMachine();
     let effects;
     try {
       effects = await this.machine.handle(event);
-    } catch (exc) {
+    } catch (/** @type {any} */ exc) { // anything thrown: its message and hint are shown
       // A bug or a replica failure the machine does not expect: this peer cannot go on.
       this.fail(`the protocol machine failed on ${event.type}: ${exc.message}`,
         exc.hint ?? 'this device stays in its group for the next run; report this if it repeats');
@@ -604,6 +715,7 @@ export class BrowserPeer extends EventTarget {
     }
   }
 
+  /** @param {Effect} effect */
   execute(effect) {
     switch (effect.type) {
       case 'send-message':
@@ -629,7 +741,10 @@ export class BrowserPeer extends EventTarget {
     }
   }
 
-  /** Close a channel once what is queued to it (the refusal's `error`) has left, or after 1 s. */
+  /**
+   * Close a channel once what is queued to it (the refusal's `error`) has left, or after 1 s.
+   * @param {string} peer
+   */
   async closeSoon(peer) {
     const until = this.clock() + CLOSE_DRAIN_MS / 1000;
     while (this.mesh.buffered(peer) > 0 && this.clock() < until) {
@@ -640,17 +755,20 @@ export class BrowserPeer extends EventTarget {
 
   /** A FineWeb-Edu run's gradient: on the lanes its feed prefetched (the window addressed by
    * (seed, step, lane): the address's rank is the lane); null when a window cannot be read
-   * (this page then leaves the run with the reason, as node.py). */
+   * (this page then leaves the run with the reason, as node.py). * @param {Compute} c
+   * @returns {Promise<ComputeResult | null>}
+   */
   async computeOnFineWeb(c) {
+    const feed = this.data;
     try {
-      if (this.data === null) { // the data rule admits no FineWeb-Edu run without a feed
+      if (feed === null) { // the data rule admits no FineWeb-Edu run without a feed
         throw new DataUnavailable('this page has no FineWeb-Edu feed', 'reload the page');
       }
       // Every lane of ours is asked at once (fetched, or taken from the prefetch, in parallel)
       // before any gradient is computed.
       // An outer round's inner steps name their batch index (replica.js computeRound).
       return await this.replica.compute(c,
-        (lane, index) => this.data.batch(this.replica.address(lane, index)), this.earlyChunks(c));
+        (lane, index) => feed.batch(this.replica.address(lane, index)), this.earlyChunks(c));
     } catch (exc) {
       if (!(exc instanceof DataUnavailable)) throw exc;
       // Never train on other text: leave the run cleanly and say why.
@@ -669,7 +787,8 @@ export class BrowserPeer extends EventTarget {
     const text = this.privateText;
     if (text === null || this.isLeader) return; // a leader checked in lead()
     try {
-      text.checkFits(this.config.model.seq_len);
+      // (configured: feedTimed checks this on the phase's change)
+      text.checkFits(/** @type {Config} */ (this.config).model.seq_len);
     } catch (exc) {
       if (!(exc instanceof PrivateDataError)) throw exc;
       this.fail(`cannot train this run on the private text: ${exc.message}`, exc.hint);
@@ -690,15 +809,20 @@ export class BrowserPeer extends EventTarget {
   /**
    * A gradient on this page's private text: lane l of step s is the batch of (seed, s, l) drawn
    * from its own ids (privatedata.js), whatever the run's data is. Nothing is fetched.
+   * @param {Compute} c
    */
   computeOnPrivate(c) {
-    const text = this.privateText;
+    // (startCompute calls this only with private text)
+    const text = /** @type {import('./privatedata.js').PrivateText} */ (this.privateText);
     const { model, seed, step } = this.replica;
     return this.replica.compute(c, (lane, index = step) => text.lane(model, seed, index, lane),
       this.earlyChunks(c));
   }
 
-  /** A builtin run's gradient: lane l of step s is the batch of (seed, s, l). */
+  /**
+   * A builtin run's gradient: lane l of step s is the batch of (seed, s, l).
+   * @param {Compute} c
+   */
   computeOnBuiltin(c) {
     return this.replica.compute(c,
       (lane, index) => this.replica.builtinLane(this.tokens, lane, index), this.earlyChunks(c));
@@ -708,6 +832,8 @@ export class BrowserPeer extends EventTarget {
    * Each chunk of our gradient goes to the machine as soon as the backward produced it
    * (compute-partial; docs/PROTOCOL.md "Early chunks"): its contribution leaves while the rest
    * is computed.
+   * @param {Compute} c
+   * @returns {(k: number, payload: Uint8Array) => void}
    */
   earlyChunks(c) {
     return (k, payload) => this.push((now) => E.computePartial(now, c.step, c.round, k, payload));
@@ -719,6 +845,7 @@ export class BrowserPeer extends EventTarget {
    * contributing step (`exchangeWorkS`), over the share. What the leader shares the step's
    * sequences by, so a device whose exchange is slow gets fewer. A step with a share of 0
    * measures nothing, so the last value stays (and is reported again). 0: never.
+   * @param {ComputeResult} r
    */
   measured(r) {
     if (r.count > 0) {
@@ -728,7 +855,9 @@ export class BrowserPeer extends EventTarget {
     return this.seqS;
   }
 
+  /** @param {Compute} c */
   startCompute(c) {
+    this.assertMachine();
     // The text we declared: private (our `ready` said so) or the run's. A builtin run's gradient
     // starts at once, as before FineWeb-Edu (the worker's requests keep their order with the
     // checkpoint exports the machine asks for next).
@@ -740,7 +869,10 @@ export class BrowserPeer extends EventTarget {
     }
     let computing;
     if (this.privateText !== null) computing = this.computeOnPrivate(c);
-    else if (revisionOf(this.machine.config.data) === null) computing = this.computeOnBuiltin(c);
+    // (a compute effect comes only in a configured run)
+    else if (revisionOf(/** @type {Config} */ (this.machine.config).data) === null) {
+      computing = this.computeOnBuiltin(c);
+    }
     else computing = this.computeOnFineWeb(c);
     computing.then((r) => {
       if (r === null) return;
@@ -757,6 +889,7 @@ export class BrowserPeer extends EventTarget {
     });
   }
 
+  /** @param {StepApplied} a */
   record(a) {
     const key = `${a.step}/${a.round}`;
     const ours = this.computed.get(key);
@@ -781,8 +914,13 @@ export class BrowserPeer extends EventTarget {
     if (this.saveEvery > 0 && a.step % this.saveEvery === 0) this.save(a.step, 'every');
   }
 
-  /** Export the replica (at `step`) as checkpoint bytes and emit `save` (when `keep`). */
+  /**
+   * Export the replica (at `step`) as checkpoint bytes and emit `save` (when `keep`).
+   * @param {number} step
+   * @param {'asked' | 'every' | 'end'} why
+   */
   save(step, why) {
+    this.assertMachine();
     if (!this.keep) {
       this.log('info', `save of step ${step} (${why}): this page keeps no checkpoint`);
       return;
@@ -802,19 +940,28 @@ export class BrowserPeer extends EventTarget {
     exporting.finally(() => this.saves.delete(exporting));
   }
 
+  /**
+   * The machine exists: inputs are fed (pump) and effects executed only once it does.
+   * @returns {asserts this is {machine: Machine}}
+   */
+  assertMachine() {
+    if (this.machine === null) throw new Error('daisychain peer: no protocol machine yet (a bug)');
+  }
+
   /** Stop feeding the machine and release the timer (the page is going away; tests). */
   dispose() {
     this.disposed = true;
     this.listening.abort();
-    clearTimeout(this.timer);
+    clearTimeout(this.timer ?? undefined);
     this.timer = null;
     this.inbox.length = 0;
   }
 
+  /** @param {Outcome} outcome */
   async finish(outcome) {
     if (this.outcome !== null) return;
     this.outcome = outcome;
-    clearTimeout(this.timer);
+    clearTimeout(this.timer ?? undefined);
     this.timer = null;
     // Drain: a stop and its acknowledgements must leave before the channels close.
     const linger = this.machine?.settings.timers.linger_s ?? 10;

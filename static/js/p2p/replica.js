@@ -38,6 +38,18 @@ import { PieceMean } from '../train/piecemean.js';
 const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
 
 /**
+ * A lane's batch of one step: (rows, seqLen) token ids and their targets, row-major.
+ * @typedef {{x: Int32Array, y: Int32Array}} LaneBatch
+ * What `compute` resolves to (see there).
+ * @typedef {{loss: number, payloads: Uint8Array[], probe: string, backend: string,
+ *   products: number, ms: number, gradMs: number, count: number}} ComputeResult
+ * The part of a `compute` effect (machine/effects.js) compute reads.
+ * @typedef {{step: number, rank: number, shares: readonly number[]}} ComputeOrder
+ * Lane `lane` of batch index `index` (or a promise of it).
+ * @typedef {(lane: number, index: number) => LaneBatch | Promise<LaneBatch>} LaneOf
+ */
+
+/**
  * Choose this page's backend (docs/KERNELS.md, "Backend choice"): `backend` 'auto' measures
  * every correct backend on one `tiny` step; a named one ('webgpu-dp4a', 'webgpu-lut', 'js-cpu')
  * must pass its gates or this rejects with a hint. Resolves to the worker's selection record.
@@ -223,6 +235,12 @@ export class WorkerReplica {
    * Lane `lane` of batch index `index` in the built-in corpus (the batch version 1 gave that
    * rank): by default the next step's; an outer round's inner step names its own (compute).
    */
+  /**
+   * @param {Uint16Array | Uint32Array} tokens
+   * @param {number} lane
+   * @param {number} [index]
+   * @returns {LaneBatch}
+   */
   builtinLane(tokens, lane, index = this._step) {
     const { batch, seqLen } = this.model;
     return sampleBatch(tokens, batch, seqLen, this.seed, index, lane);
@@ -244,6 +262,12 @@ export class WorkerReplica {
    * With `onPartial(k, payload)`, each chunk final before the last piece's backward ends is
    * handed over as soon as it is (early.js; docs/PROTOCOL.md "Early chunks"): the same bytes
    * `payloads[k]` then holds.
+   */
+  /**
+   * @param {ComputeOrder} order
+   * @param {LaneOf} laneOf
+   * @param {((k: number, payload: Uint8Array) => void) | null} [onPartial]
+   * @returns {Promise<ComputeResult>}
    */
   async compute({ step, rank, shares }, laneOf, onPartial = null) {
     if (this.outer !== null) return this.computeRound({ step, rank, shares }, laneOf, onPartial);
@@ -289,6 +313,12 @@ export class WorkerReplica {
    * nothing (the probe only). With overlap and `onPartial(k, payload)`, every non-empty chunk is
    * handed over as soon as the worker has measured the round (its sync step; docs/OUTER.md
    * "Overlap"), while the remaining inner steps run: the same bytes `payloads[k]` then holds.
+   */
+  /**
+   * @param {ComputeOrder} order
+   * @param {LaneOf} laneOf
+   * @param {((k: number, payload: Uint8Array) => void) | null} [onPartial]
+   * @returns {Promise<ComputeResult>}
    */
   async computeRound({ step, rank, shares }, laneOf, onPartial = null) {
     const H = this.outer.innerSteps;
@@ -357,6 +387,10 @@ export class WorkerReplica {
   /** Where lane `lane` of batch index `index` (by default this replica's next step: the
    * completed steps, as in sampleBatch) is in a FineWeb-Edu run (datafeed.js; the address's
    * `rank` is the lane). */
+  /**
+   * @param {number} lane
+   * @param {number} [index]
+   */
   address(lane, index = this._step) {
     return { seed: this.seed, step: index, rank: lane, batch: this.model.batch,
       seqLen: this.model.seqLen };

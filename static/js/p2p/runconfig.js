@@ -84,6 +84,9 @@ const MODEL_HINTS = {
  * `page-outer`).
  * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...,
  * outer: {innerSteps, lr, momentum} for an outer run, else null}.
+ * @param {import('./messages.js').Config} cfg
+ * @param {{tokenizerSha256: string, vocabSize: number, caps?: ReturnType<typeof limits>,
+ *   dataSources?: readonly string[], outerRuns?: boolean}} options
  */
 export function parse(cfg, {
   tokenizerSha256, vocabSize, caps = limits(), dataSources = ['builtin'], outerRuns = false,

@@ -1,3 +1,4 @@
+// @ts-check
 // The browser's signaling connection: one WebSocket to the server's /ws (docs/PROTOCOL.md,
 // "Signaling"), its messages parsed and validated here, and reconnection with backoff.
 //
@@ -33,8 +34,45 @@ export const SERVER_TYPES = Object.freeze([
 // slow reader 4503, out of strikes 4429) is retried with backoff.
 export const FINAL_CLOSE_CODES = Object.freeze([4400, 4403, 4408, 4410]);
 
+// The records parseServer builds, one per server message type (the server's declarations).
+/**
+ * @typedef {Readonly<{id: string, name: string,
+ *   device: Readonly<Record<string, string | number | boolean | null>>}>} PeerInfo
+ * @typedef {Readonly<{type: 'welcome', version: number, id: string,
+ *   group: Readonly<{kind: 'local' | 'network' | 'room', id: string}>, role: 'host' | 'member',
+ *   host: string | null, members: readonly PeerInfo[], ice_servers: readonly RTCIceServer[],
+ *   ice_transport_policy: string}>} Welcome
+ * @typedef {Readonly<{type: 'pending', id: string, room: string, timeout_s: number,
+ *   message: string}>} Pending
+ * @typedef {Readonly<{type: 'denied', reason: 'denied' | 'timeout' | 'closed', message: string,
+ *   hint: string}>} Denied
+ * @typedef {Readonly<{type: 'join-request', peer: PeerInfo, expires_in_s: number}>} JoinRequest
+ * @typedef {Readonly<{type: 'join-request-closed', peer: string,
+ *   reason: 'approved' | 'denied' | 'timeout' | 'left' | 'dropped'}>} JoinRequestClosed
+ * @typedef {Readonly<{type: 'join-requests-refused', count: number}>} JoinRequestsRefused
+ * @typedef {Readonly<{type: 'peer-joined', peer: PeerInfo}>} PeerJoined
+ * @typedef {Readonly<{type: 'peer-left', peer: string}>} PeerLeft
+ * @typedef {Readonly<{type: 'host-changed', host: string}>} HostChanged
+ * @typedef {Readonly<{type: 'signal' | 'broadcast', from: string,
+ *   data: Readonly<Record<string, unknown>>}>} Signal  relayed from another peer (parseSignalData)
+ * @typedef {Readonly<{type: 'pong', nonce: string | number | null}>} Pong
+ * @typedef {Readonly<{type: 'error', code: string, message: string, hint: string,
+ *   ref: string | null}>} ServerError
+ * @typedef {Welcome | Pending | Denied | JoinRequest | JoinRequestClosed | JoinRequestsRefused |
+ *   PeerJoined | PeerLeft | HostChanged | Signal | Pong | ServerError} ServerMessage
+ * @typedef {'idle' | 'connecting' | 'open' | 'pending' | 'joined' | 'reconnecting' | 'failed' |
+ *   'closed'} ClientState  SignalingClient's (the states above)
+ * @typedef {Readonly<{kind: 'offer' | 'answer', sdp: string}> |
+ *   Readonly<{kind: 'candidate', candidate: string, sdpMid: string | null,
+ *   sdpMLineIndex: number | null}>} SignalData  a relayed description or candidate
+ */
+
 /** An event with a `detail` (CustomEvent's shape; Node 18 has Event but no CustomEvent). */
 export class DetailEvent extends Event {
+  /**
+   * @param {string} type
+   * @param {any} detail  what listeners of `type` read (each emitter documents its events)
+   */
   constructor(type, detail) {
     super(type);
     this.detail = detail;
@@ -43,6 +81,10 @@ export class DetailEvent extends Event {
 
 /** A server message or relayed signal this peer cannot act on. */
 export class SignalingError extends Error {
+  /**
+   * @param {string} message
+   * @param {string} hint
+   */
   constructor(message, hint) {
     super(message);
     this.name = 'SignalingError';
@@ -53,18 +95,51 @@ export class SignalingError extends Error {
 const SERVER_HINT = 'is this page served by a DaisyChain server of this version? (docs/PROTOCOL.md, Signaling)';
 const PEER_HINT = 'the sending peer does not speak this version (docs/PROTOCOL.md, Peer connections)';
 
+/**
+ * @param {unknown} ok
+ * @param {string} where
+ * @param {string} expected
+ * @param {string} [hint]
+ * @returns {asserts ok}
+ */
 function check(ok, where, expected, hint = SERVER_HINT) {
   if (!ok) throw new SignalingError(`server message ${where} must be ${expected}`, hint);
 }
 
+/**
+ * A JSON object (its fields are anything: each is checked where it is read).
+ * @param {unknown} v
+ * @returns {v is Record<string, any>}
+ */
 const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+/**
+ * @param {unknown} v
+ * @param {number} max
+ * @returns {v is string}
+ */
 const isText = (v, max) => typeof v === 'string' && v.length <= max;
+/**
+ * @param {unknown} v
+ * @returns {v is string}
+ */
 const isId = (v) => typeof v === 'string' && PEER_ID_RE.test(v);
+
+/**
+ * @template {string} T
+ * @template {object} F
+ * @param {T} type
+ * @param {F} fields
+ * @returns {Readonly<{type: T} & F>}
+ */
+const record = (type, fields) => Object.freeze({ type, ...fields });
 
 /**
  * A member or requester as this page shows it: the server's own rules for names and device
  * summaries (deviceinfo.js) hold here too, so an old or hostile server cannot show what a
  * current one refuses, and a name with nothing visible in it becomes `device-XXXX`.
+ * @param {unknown} value
+ * @param {string} where
+ * @returns {PeerInfo}
  */
 function peerInfo(value, where) {
   check(isObject(value), where, 'a peer {id, name, device}');
@@ -81,7 +156,11 @@ function peerInfo(value, where) {
   return Object.freeze({ id: value.id, name: shownName(name, value.id), device });
 }
 
-/** One text frame from the server as a record `{type, ...}`, or SignalingError. */
+/**
+ * One text frame from the server as a record `{type, ...}`, or SignalingError.
+ * @param {unknown} raw
+ * @returns {ServerMessage}
+ */
 export function parseServer(raw) {
   if (typeof raw !== 'string') throw new SignalingError('the server sent a binary frame', SERVER_HINT);
   if (raw.length > 1024 * 1024) throw new SignalingError('server message larger than 1 MiB', SERVER_HINT);
@@ -97,24 +176,30 @@ export function parseServer(raw) {
     throw new SignalingError(`unknown server message type ${JSON.stringify(typeof type === 'string' ? type.slice(0, 32) : null)}`,
       `a DaisyChain server sends: ${SERVER_TYPES.join(', ')} (docs/PROTOCOL.md)`);
   }
+  /** @type {(name: string, max?: number) => string} */
   const text = (name, max = 1000) => {
     check(isText(m[name], max), `${type}.${name}`, `a string of at most ${max} characters`);
     return m[name];
   };
+  /** @type {(name: string) => string} */
   const id = (name) => {
     check(isId(m[name]), `${type}.${name}`, 'a peer id');
     return m[name];
   };
+  /** @type {<C extends string>(name: string, options: readonly C[]) => C} */
   const choice = (name, options) => {
     check(options.includes(m[name]), `${type}.${name}`, `one of ${options.join(', ')}`);
     return m[name];
   };
+  /** @type {(name: string) => number} */
   const seconds = (name) => {
     check(typeof m[name] === 'number' && m[name] >= 0 && m[name] <= 86_400, `${type}.${name}`,
       'a finite number in [0.0, 86400.0]');
     return m[name];
   };
-  const r = (fields) => Object.freeze({ type, ...fields });
+  // Each case builds its record with its own literal type (`type` is that literal there).
+  /** @type {<T extends string, F extends object>(type: T, fields: F) => Readonly<{type: T} & F>} */
+  const r = record;
   switch (type) {
     case 'welcome': {
       check(Number.isInteger(m.version), 'welcome.version', 'an integer in [0, 4294967295]');
@@ -127,44 +212,46 @@ export function parseServer(raw) {
         isText(m.group.id, 64), 'welcome.group', 'a group {kind, id}');
       check(Array.isArray(m.members) && m.members.length <= 1024, 'welcome.members',
         'a list of at most 1024 peers');
-      return r({
-        version: m.version, id: id('id'), group: Object.freeze({ ...m.group }),
+      return r('welcome', {
+        version: m.version, id: id('id'),
+        group: /** @type {Welcome['group']} */ (Object.freeze({ ...m.group })), // checked above
         role: choice('role', ['host', 'member']), host: m.host == null ? null : id('host'),
         members: Object.freeze(m.members.map((p) => peerInfo(p, 'welcome.members[]'))),
-        ice_servers: Object.freeze(iceServersFrom(m.ice_servers, (where, expected) => check(false, where, expected))),
+        ice_servers: Object.freeze(iceServersFrom(m.ice_servers, (/** @type {string} */ where,
+          /** @type {string} */ expected) => check(false, where, expected))),
         ice_transport_policy: m.ice_transport_policy === undefined ? 'all' : choice('ice_transport_policy', ICE_POLICIES),
       });
     }
     case 'pending':
       check(typeof m.room === 'string' && ROOM_CODE_RE.test(m.room), 'pending.room', 'a room code');
-      return r({ id: id('id'), room: m.room, timeout_s: seconds('timeout_s'), message: text('message') });
+      return r('pending', { id: id('id'), room: m.room, timeout_s: seconds('timeout_s'), message: text('message') });
     case 'denied':
-      return r({ reason: choice('reason', ['denied', 'timeout', 'closed']), message: text('message'), hint: text('hint') });
+      return r('denied', { reason: choice('reason', ['denied', 'timeout', 'closed']), message: text('message'), hint: text('hint') });
     case 'join-request':
-      return r({ peer: peerInfo(m.peer, 'join-request.peer'), expires_in_s: seconds('expires_in_s') });
+      return r('join-request', { peer: peerInfo(m.peer, 'join-request.peer'), expires_in_s: seconds('expires_in_s') });
     case 'join-request-closed':
-      return r({ peer: id('peer'), reason: choice('reason', ['approved', 'denied', 'timeout', 'left', 'dropped']) });
+      return r('join-request-closed', { peer: id('peer'), reason: choice('reason', ['approved', 'denied', 'timeout', 'left', 'dropped']) });
     case 'join-requests-refused':
       check(Number.isSafeInteger(m.count) && m.count >= 1, 'join-requests-refused.count',
         'an integer in [1, 9007199254740991]');
-      return r({ count: m.count });
+      return r('join-requests-refused', { count: m.count });
     case 'peer-joined':
-      return r({ peer: peerInfo(m.peer, 'peer-joined.peer') });
+      return r('peer-joined', { peer: peerInfo(m.peer, 'peer-joined.peer') });
     case 'peer-left':
-      return r({ peer: id('peer') });
+      return r('peer-left', { peer: id('peer') });
     case 'host-changed':
-      return r({ host: id('host') });
+      return r('host-changed', { host: id('host') });
     case 'signal':
     case 'broadcast':
       check(isObject(m.data), `${type}.data`, 'a JSON object');
-      return r({ from: id('from'), data: m.data });
+      return r(type, { from: id('from'), data: m.data });
     case 'pong':
       check(m.nonce == null || typeof m.nonce === 'string' || Number.isInteger(m.nonce), 'pong.nonce',
         'a string, an integer or null');
-      return r({ nonce: m.nonce ?? null });
+      return r('pong', { nonce: m.nonce ?? null });
     default: // 'error'
       check(m.ref == null || isText(m.ref, 32), 'error.ref', 'a message type or null');
-      return r({ code: text('code', 32), message: text('message'), hint: text('hint'), ref: m.ref ?? null });
+      return r('error', { code: text('code', 32), message: text('message'), hint: text('hint'), ref: m.ref ?? null });
   }
 }
 
@@ -172,9 +259,12 @@ export function parseServer(raw) {
  * The `data` of a relayed signal (docs/PROTOCOL.md, "Peer connections"): a description
  * `{kind: 'offer'|'answer', sdp}` or a trickled candidate `{kind: 'candidate', candidate,
  * sdpMid, sdpMLineIndex}`; SignalingError otherwise.
+ * @param {unknown} data
+ * @returns {SignalData}
  */
 export function parseSignalData(data) {
-  const bad = (name, expected) => new SignalingError(`relayed signal.data.${name} must be ${expected}`, PEER_HINT);
+  const bad = (/** @type {string} */ name, /** @type {string} */ expected) =>
+    new SignalingError(`relayed signal.data.${name} must be ${expected}`, PEER_HINT);
   if (!isObject(data)) throw bad('', 'a JSON object');
   if (data.kind === 'offer' || data.kind === 'answer') {
     if (!isText(data.sdp, MAX_SDP)) throw bad('sdp', `a string of at most ${MAX_SDP} characters`);
@@ -193,7 +283,11 @@ export function parseSignalData(data) {
   throw bad('kind', 'one of offer, answer, candidate');
 }
 
-/** A [0, 1) generator from an explicit seed (xorshift32), for reproducible backoff jitter. */
+/**
+ * A [0, 1) generator from an explicit seed (xorshift32), for reproducible backoff jitter.
+ * @param {number} seed
+ * @returns {() => number}
+ */
 export function seededRandom(seed) {
   let s = seed >>> 0 || 0x9e3779b9;
   return () => {
@@ -212,11 +306,17 @@ export function seededRandom(seed) {
  * pages that lost the same server do not all come back in the same millisecond.
  */
 export class Backoff {
+  /**
+   * @param {{initialMs?: number, maxMs?: number, factor?: number, random?: () => number}} [options]
+   */
   constructor({ initialMs = 500, maxMs = 15_000, factor = 2, random = Math.random } = {}) {
     if (!(initialMs > 0 && maxMs >= initialMs && factor >= 1)) {
       throw new RangeError(`backoff needs 0 < initialMs <= maxMs and factor >= 1, got ${initialMs}, ${maxMs}, ${factor}`);
     }
-    Object.assign(this, { initialMs, maxMs, factor, random });
+    this.initialMs = initialMs;
+    this.maxMs = maxMs;
+    this.factor = factor;
+    this.random = random;
     this.attempt = 0;
   }
 
@@ -231,7 +331,11 @@ export class Backoff {
   }
 }
 
-/** The URL of the server's /ws for a page or server URL, with the room code if any. */
+/**
+ * The URL of the server's /ws for a page or server URL, with the room code if any.
+ * @param {string | URL} server
+ * @param {string | null} [room]
+ */
 export function wsUrl(server, room = null) {
   const url = new URL(server);
   url.protocol = url.protocol === 'https:' || url.protocol === 'wss:' ? 'wss:' : 'ws:';
@@ -248,8 +352,18 @@ export function wsUrl(server, room = null) {
  *   error   {message, hint}     a server message this page cannot parse, or a refused hello
  */
 export class SignalingClient extends EventTarget {
+  /**
+   * @param {object} o
+   * @param {string | URL} o.server  the page's or the server's URL
+   * @param {string | null} [o.room]  the room code to join (null: the address group)
+   * @param {string} [o.name]  said in hello (at most 40 characters are sent)
+   * @param {Record<string, unknown>} [o.device]  the device summary said in hello
+   * @param {Backoff | ConstructorParameters<typeof Backoff>[0]} [o.backoff]
+   * @param {typeof WebSocket} [o.WebSocketImpl]
+   * @param {(text: string) => void} [o.log]
+   */
   constructor({ server, room = null, name = '', device = { kind: 'browser' }, backoff = {},
-    WebSocketImpl = globalThis.WebSocket, log = () => {} } = {}) {
+    WebSocketImpl = globalThis.WebSocket, log = () => {} }) {
     super();
     this.url = wsUrl(server, room);
     // 40 code points, as the server counts: a cut in UTF-16 units could leave half an emoji, a
@@ -258,12 +372,19 @@ export class SignalingClient extends EventTarget {
     this.backoff = backoff instanceof Backoff ? backoff : new Backoff(backoff);
     this.WebSocketImpl = WebSocketImpl;
     this.log = log;
+    /** @type {ClientState} */
     this.state = 'idle';
+    /** @type {WebSocket | null} */
     this.ws = null;
+    /** @type {ReturnType<typeof setTimeout> | null} */
     this.timer = null;
     this.connections = 0; // sockets opened so far (the first is not a reconnect)
   }
 
+  /**
+   * @param {ClientState} state
+   * @param {object} [detail]
+   */
   setState(state, detail = {}) {
     const old = this.state;
     if (old === state || old === 'closed') return;
@@ -283,7 +404,7 @@ export class SignalingClient extends EventTarget {
     let ws;
     try {
       ws = new this.WebSocketImpl(this.url);
-    } catch (exc) {
+    } catch (/** @type {any} */ exc) { // the constructor's SyntaxError (a bad URL), or any error
       this.lost(`cannot open ${this.url}: ${exc.message}`, null);
       return;
     }
@@ -299,7 +420,7 @@ export class SignalingClient extends EventTarget {
       let msg;
       try {
         msg = parseServer(e.data);
-      } catch (exc) {
+      } catch (/** @type {any} */ exc) { // a SignalingError, or a bug: shown either way
         this.emitError(exc.message, exc.hint);
         return;
       }
@@ -324,9 +445,13 @@ export class SignalingClient extends EventTarget {
     ws.onerror = () => {};
   }
 
+  /**
+   * @param {string} reason
+   * @param {number | null} code  the close code (null: the socket never opened)
+   */
   lost(reason, code) {
     if (this.state === 'closed') return;
-    if (FINAL_CLOSE_CODES.includes(code)) {
+    if (code !== null && FINAL_CLOSE_CODES.includes(code)) {
       this.emitError(reason, 'reload the page to try again; a room host may have to approve you');
       this.setState('failed', { reason, code });
       return;
@@ -336,11 +461,18 @@ export class SignalingClient extends EventTarget {
     this.timer = setTimeout(() => this.connect(), delayMs);
   }
 
+  /**
+   * @param {string} message
+   * @param {string} hint
+   */
   emitError(message, hint) {
     this.dispatchEvent(new DetailEvent('error', { message, hint }));
   }
 
-  /** Send a client message (an object); false when the socket is not open. */
+  /**
+   * Send a client message (an object); false when the socket is not open.
+   * @param {object} message
+   */
   send(message) {
     if (this.ws === null || this.ws.readyState !== 1) return false;
     this.ws.send(JSON.stringify(message));

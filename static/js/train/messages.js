@@ -1,3 +1,4 @@
+// @ts-check
 // The messages between a page and its training worker (docs/JS_MIRROR.md, "The training
 // worker"), declared and validated in this one module: the worker parses every request with
 // parseRequest() and the page every reply and event with parseReply(); anything malformed is
@@ -59,8 +60,52 @@ export const MAX_AUDIT_SAMPLES = 4096;
 export const MAX_EVAL_BATCHES = 16;
 const U32 = 2 ** 32;
 
+// What parseRequest answers, one record per request type (the table above), and what
+// parseReply passes.
+/**
+ * @typedef {{names: string[], arrays: Float32Array[]}} Tensors  in parameter order
+ * @typedef {{step: number, p1: number, p2: number, params: Tensors, m: Tensors,
+ *   v: Tensors}} TrainState
+ * @typedef {{x: Int32Array, y: Int32Array}} Batch
+ * @typedef {{innerSteps: number, lr: number, momentum: number, overlap?: number,
+ *   cut?: 'share' | 'batch'}} OuterLoop
+ * @typedef {{id: number, type: 'init', model: Record<string, unknown>,
+ *   optim: Record<string, unknown>, seed: number, backend: string, measure: boolean,
+ *   audit: number, state?: TrainState, sources: Record<string, string>, kernelBase?: string,
+ *   lutBase?: string, chains: string}} InitRequest
+ * @typedef {{id: number, type: 'grads', x: Int32Array, y: Int32Array, batch?: number,
+ *   early: boolean}} GradsRequest
+ * @typedef {{id: number, type: 'apply', grads: Tensors}} ApplyRequest
+ * @typedef {{id: number, type: 'step', x: Int32Array, y: Int32Array, batch?: number,
+ *   hash: boolean}} StepRequest
+ * @typedef {{id: number, type: 'probe' | 'hash' | 'export'}} PlainRequest
+ * @typedef {{id: number, type: 'load', state: TrainState}} LoadRequest
+ * @typedef {{id: number, type: 'inject-fault', afterProducts: number,
+ *   rebuildSources: Record<string, string>}} InjectFaultRequest
+ * @typedef {{id: number, type: 'eval', batches: Batch[], batch?: number}} EvalRequest
+ * @typedef {{id: number, type: 'outer', outer: OuterLoop,
+ *   shared?: {step: number, momentum: Tensors}}} OuterRequest
+ * @typedef {{id: number, type: 'round', steps: (Batch & {rows: number})[][], count: number,
+ *   token: number, early?: boolean}} RoundRequest
+ * @typedef {{id: number, type: 'outer-apply', mean: Float32Array,
+ *   token: number | null}} OuterApplyRequest
+ * @typedef {InitRequest | GradsRequest | ApplyRequest | StepRequest | PlainRequest |
+ *   LoadRequest | InjectFaultRequest | EvalRequest | OuterRequest | RoundRequest |
+ *   OuterApplyRequest} Request
+ * @typedef {{type: 'result', id: number, result: Record<string, any>}} ResultReply
+ * @typedef {{type: 'error', id: number | null, error: {name: string, message: string,
+ *   hint: string}}} ErrorReply
+ * @typedef {{type: 'grad', id: number, name: string, values: Float32Array}} GradReply
+ * @typedef {{type: 'event', event: {kind: string} & Record<string, unknown>}} EventReply
+ * @typedef {ResultReply | ErrorReply | GradReply | EventReply} Reply
+ */
+
 /** A malformed message: `field` names what is wrong, `hint` what to send instead. */
 export class MessageError extends Error {
+  /**
+   * @param {string} message
+   * @param {string} hint
+   */
   constructor(message, hint) {
     super(message);
     this.name = 'MessageError';
@@ -68,13 +113,28 @@ export class MessageError extends Error {
   }
 }
 
+/**
+ * A plain object (not an array, not a typed array); its fields are checked where they are read.
+ * @param {unknown} v
+ * @returns {v is Record<string, any>}
+ */
 const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v) &&
   !ArrayBuffer.isView(v);
 
+/**
+ * @param {string} what
+ * @param {string} hint
+ * @returns {never}
+ */
 function refuse(what, hint) {
   throw new MessageError(what, hint);
 }
 
+/**
+ * @param {object} msg
+ * @param {readonly string[]} allowed
+ * @param {string} what
+ */
 function onlyFields(msg, allowed, what) {
   for (const k of Object.keys(msg)) {
     if (!allowed.includes(k)) {
@@ -83,6 +143,13 @@ function onlyFields(msg, allowed, what) {
   }
 }
 
+/**
+ * @param {any} v  anything: it is checked here
+ * @param {string} name
+ * @param {number} min
+ * @param {number} max
+ * @returns {number}
+ */
 function integer(v, name, min, max) {
   if (!Number.isSafeInteger(v) || v < min || v > max) {
     refuse(`${name} must be an integer in [${min}, ${max}], got ${String(v).slice(0, 40)}`,
@@ -91,6 +158,11 @@ function integer(v, name, min, max) {
   return v;
 }
 
+/**
+ * @param {unknown} v
+ * @param {string} name
+ * @returns {Int32Array}
+ */
 function tokens(v, name) {
   if (!(v instanceof Int32Array) || v.length === 0) {
     refuse(`${name} must be a non-empty Int32Array of token ids`,
@@ -99,6 +171,11 @@ function tokens(v, name) {
   return v;
 }
 
+/**
+ * @param {unknown} v
+ * @param {string} name
+ * @returns {Record<string, string>}
+ */
 function sources(v, name) {
   if (v === undefined) return {};
   if (!isObject(v)) refuse(`${name} must be an object {dp4a?, lut?} of WGSL text`, 'omit it');
@@ -110,7 +187,12 @@ function sources(v, name) {
   return v;
 }
 
-/** {names, arrays} of Float32Arrays, names unique, as many arrays as names. */
+/**
+ * {names, arrays} of Float32Arrays, names unique, as many arrays as names.
+ * @param {unknown} v
+ * @param {string} name
+ * @returns {Tensors}
+ */
 export function parseTensors(v, name) {
   if (!isObject(v) || !Array.isArray(v.names) || !Array.isArray(v.arrays)) {
     refuse(`${name} must be {names: [string], arrays: [Float32Array]}`,
@@ -123,15 +205,20 @@ export function parseTensors(v, name) {
   if (new Set(v.names).size !== v.names.length || v.names.some((n) => typeof n !== 'string')) {
     refuse(`${name}: names must be distinct strings`, 'send each parameter once');
   }
-  v.arrays.forEach((a, i) => {
+  v.arrays.forEach((/** @type {unknown} */ a, /** @type {number} */ i) => {
     if (!(a instanceof Float32Array)) {
       refuse(`${name}: ${v.names[i]} is not a Float32Array`, 'send float32 tensors');
     }
   });
-  return v;
+  return /** @type {Tensors} */ (v); // checked above
 }
 
-/** An exported training state (shapes are checked against the model by the trainer). */
+/**
+ * An exported training state (shapes are checked against the model by the trainer).
+ * @param {unknown} v
+ * @param {string} [name]
+ * @returns {TrainState}
+ */
 export function parseState(v, name = 'state') {
   if (!isObject(v)) refuse(`${name} must be an object {step, p1, p2, params, m, v}`, 'send the ' +
     'result of an export request unchanged');
@@ -143,11 +230,12 @@ export function parseState(v, name = 'state') {
     }
   }
   for (const k of ['params', 'm', 'v']) parseTensors(v[k], `${name}.${k}`);
-  return v;
+  return /** @type {TrainState} */ (v); // checked above
 }
 
 export const CHAIN_CHOICES = Object.freeze(['auto', 'on', 'off', 'measure']);
 
+/** @type {Readonly<Record<Request['type'], readonly string[]>>} */
 const FIELDS = {
   init: ['model', 'optim', 'seed', 'backend', 'measure', 'audit', 'state', 'sources',
     'kernelBase', 'lutBase', 'chains'],
@@ -165,6 +253,7 @@ const FIELDS = {
   'outer-apply': ['mean', 'token'],
 };
 
+/** @param {Record<string, any>} msg */
 function outerFields(msg) {
   const o = msg.outer;
   if (!isObject(o)) refuse('outer: outer must be {innerSteps, lr, momentum}', 'send the run\'s outer loop');
@@ -189,6 +278,7 @@ function outerFields(msg) {
   }
 }
 
+/** @param {Record<string, any>} msg */
 function roundFields(msg) {
   integer(msg.count, 'round: count', 1, MAX_ROUND_SEQUENCES);
   integer(msg.token, 'round: token', 0, Number.MAX_SAFE_INTEGER);
@@ -200,11 +290,11 @@ function roundFields(msg) {
       'send each inner step\'s lane pieces [{x, y, rows}]');
   }
   let rows = 0;
-  msg.steps.forEach((pieces, j) => {
+  msg.steps.forEach((/** @type {unknown} */ pieces, /** @type {number} */ j) => {
     if (!Array.isArray(pieces) || pieces.length === 0) {
       refuse(`round: steps[${j}] must be a non-empty list of pieces`, 'send {x, y, rows} per piece');
     }
-    pieces.forEach((p, i) => {
+    pieces.forEach((/** @type {unknown} */ p, /** @type {number} */ i) => {
       const what = `round: steps[${j}][${i}]`;
       if (!isObject(p)) refuse(`${what} must be {x, y, rows}`, 'send {x, y, rows} per piece');
       onlyFields(p, ['x', 'y', 'rows'], what);
@@ -224,6 +314,11 @@ function roundFields(msg) {
   }
 }
 
+/**
+ * @param {unknown} v
+ * @param {string} name
+ * @returns {string | undefined}
+ */
 function base(v, name) {
   if (v === undefined) return undefined;
   if (typeof v !== 'string' || !v.startsWith('/') || !v.endsWith('/')) {
@@ -232,7 +327,11 @@ function base(v, name) {
   return v;
 }
 
-/** Validates a page -> worker request; returns {id, type, ...fields} with defaults filled. */
+/**
+ * Validates a page -> worker request; returns {id, type, ...fields} with defaults filled.
+ * @param {unknown} msg
+ * @returns {Request}
+ */
 export function parseRequest(msg) {
   if (!isObject(msg)) refuse('a request must be an object {id, type, ...}', 'see messages.js');
   integer(msg.id, 'id', 0, Number.MAX_SAFE_INTEGER);
@@ -241,7 +340,8 @@ export function parseRequest(msg) {
       `send one of ${REQUEST_TYPES.join(', ')}`);
   }
   const { id, type, ...fields } = msg;
-  onlyFields(fields, FIELDS[type], type);
+  onlyFields(fields, FIELDS[/** @type {Request['type']} */ (type)], type);
+  /** @type {Record<string, any>} */
   const out = { id, type, ...fields };
   if (type === 'init') {
     if (!isObject(fields.model)) {
@@ -291,7 +391,7 @@ export function parseRequest(msg) {
       refuse(`eval: batches must be a list of 1 to ${MAX_EVAL_BATCHES} {x, y}`,
         'send the validation batches (validation.js validationBatches)');
     }
-    b.forEach((xy, i) => {
+    b.forEach((/** @type {unknown} */ xy, /** @type {number} */ i) => {
       if (!isObject(xy)) refuse(`eval: batches[${i}] must be {x, y}`, 'send {x, y} per batch');
       onlyFields(xy, ['x', 'y'], `eval batches[${i}]`);
       tokens(xy.x, `eval: batches[${i}].x`);
@@ -320,10 +420,14 @@ export function parseRequest(msg) {
     integer(fields.afterProducts, 'inject-fault: afterProducts', 1, 1e9);
     out.rebuildSources = sources(fields.rebuildSources, 'inject-fault: rebuildSources');
   }
-  return out;
+  return /** @type {Request} */ (out); // every field of its type checked above
 }
 
-/** Validates a worker -> page message; returns it. */
+/**
+ * Validates a worker -> page message; returns it.
+ * @param {unknown} msg
+ * @returns {Reply}
+ */
 export function parseReply(msg) {
   if (!isObject(msg)) refuse('a worker message must be an object', 'a worker bug: report it');
   if (msg.type === 'result') {
@@ -349,21 +453,36 @@ export function parseReply(msg) {
     refuse(`unknown worker message type ${JSON.stringify(msg.type)?.slice(0, 40)}`,
       'a worker bug: report it');
   }
-  return msg;
+  return /** @type {Reply} */ (msg); // its type's fields checked above
 }
 
-/** Map name -> Float32Array (in order) as a tensor list; `copy` detaches from the source. */
+/**
+ * Map name -> Float32Array (in order) as a tensor list; `copy` detaches from the source.
+ * @param {ReadonlyMap<string, Float32Array>} map
+ * @param {{copy?: boolean}} [options]
+ * @returns {Tensors}
+ */
 export function toTensors(map, { copy = false } = {}) {
   const names = [...map.keys()];
-  return { names, arrays: names.map((n) => (copy ? map.get(n).slice() : map.get(n))) };
+  // (each name is one of its keys)
+  const at = (/** @type {string} */ n) => /** @type {Float32Array} */ (map.get(n));
+  return { names, arrays: names.map((n) => (copy ? at(n).slice() : at(n))) };
 }
 
-/** A tensor list as a Map, in its order. */
+/**
+ * A tensor list as a Map, in its order.
+ * @param {Tensors} tensors
+ * @returns {Map<string, Float32Array>}
+ */
 export function fromTensors({ names, arrays }) {
   return new Map(names.map((n, i) => [n, arrays[i]]));
 }
 
-/** The ArrayBuffers of tensor lists (to transfer rather than copy). */
+/**
+ * The ArrayBuffers of tensor lists (to transfer rather than copy).
+ * @param {...Tensors} lists
+ * @returns {ArrayBufferLike[]}
+ */
 export function buffersOf(...lists) {
   return lists.flatMap((t) => t.arrays.map((a) => a.buffer));
 }

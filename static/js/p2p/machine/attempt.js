@@ -1,3 +1,4 @@
+// @ts-check
 // One attempt (step, round) of the gradient exchange at this peer. Mirror of
 // server/daisychain/p2p/machine/attempt.py.
 //
@@ -21,7 +22,9 @@ export const AttemptPhase = Object.freeze({
   ABANDONED: 'abandoned', // superseded by a later round: never applied (its pieces are still
   // served on request, to peers that have not seen the new roster yet)
 });
+/** @typedef {typeof AttemptPhase[keyof typeof AttemptPhase]} AttemptPhaseName */
 
+/** @type {Readonly<Record<AttemptPhaseName, readonly AttemptPhaseName[]>>} */
 const ALLOWED = {
   computing: ['exchanging', 'abandoned'],
   exchanging: ['applied', 'abandoned'],
@@ -29,10 +32,22 @@ const ALLOWED = {
   abandoned: [],
 };
 
-/** The Map key of an attempt (step, round). */
+/**
+ * The Map key of an attempt (step, round).
+ * @param {number} step
+ * @param {number} round
+ */
 export const keyOf = (step, round) => `${step}/${round}`;
 
 export class Attempt {
+  /**
+   * @param {import('../run.js').CommittedRoster} roster
+   * @param {number} rank  this peer's in the roster
+   * @param {number} totalBlocks  of the flat gradient
+   * @param {number} now
+   * @param {import('../run.js').Log} [log]
+   * @param {boolean} [outer]
+   */
   constructor(roster, rank, totalBlocks, now, log = () => {}, outer = false) {
     this.roster = roster; // CommittedRoster
     // An outer run's round (docs/PROTOCOL.md, "Outer runs"): the contributions are
@@ -44,15 +59,23 @@ export class Attempt {
     // Shares (protocol v2): who contributes, and which chunks are not empty.
     this.shares = roster.shares;
     this.globalBatch = roster.shares.reduce((a, b) => a + b, 0);
+    /** @type {number[]} */
     this.contributors = [];
     for (let j = 0; j < this.n; j++) if (roster.shares[j] > 0) this.contributors.push(j);
+    /** @type {number[]} */
     this.chunks = [];
     for (let k = 0; k < this.n; k++) if (this.chunkBlocks(k) > 0) this.chunks.push(k);
+    /** @type {AttemptPhaseName} */
     this.phase = AttemptPhase.COMPUTING;
+    /** @type {Map<number, Float32Array>} */
     this.contributions = new Map(); // for my chunk: rank -> Float32Array
+    /** @type {Map<number, Float32Array>} */
     this.reduced = new Map(); // chunk -> Float32Array
+    /** @type {Map<number, Uint8Array>} */
     this.reducedPayload = new Map(); // chunk -> Uint8Array (served for repair)
+    /** @type {readonly Uint8Array[]} */
     this.sent = []; // chunk -> my contribution bytes (served for repair)
+    /** @type {Map<number, Uint8Array>} */
     this.early = new Map(); // chunk -> bytes sent before the compute was done
     this.loss = 0;
     this.probe = '';
@@ -86,6 +109,7 @@ export class Attempt {
     return this.phase === AttemptPhase.APPLIED;
   }
 
+  /** @param {AttemptPhaseName} next */
   transition(next) {
     const old = this.phase;
     if (!ALLOWED[old].includes(next)) {
@@ -102,6 +126,7 @@ export class Attempt {
     }
   }
 
+  /** @param {number} k */
   chunkBlocks(k) {
     const [first, end] = chunkBlocks(this.totalBlocks, this.shares, k);
     return end - first;
@@ -120,6 +145,8 @@ export class Attempt {
   /**
    * Chunk `chunk` of our gradient is final while the rest is still being computed; our own
    * chunk's contribution is its dequantized bytes, as in computedWith.
+   * @param {number} chunk
+   * @param {Uint8Array} payload
    */
   sentEarly(chunk, payload) {
     this.early.set(chunk, payload);
@@ -128,7 +155,11 @@ export class Attempt {
     }
   }
 
-  /** Our contribution to `chunk` once it left (null before, or when we made none). */
+  /**
+   * Our contribution to `chunk` once it left (null before, or when we made none).
+   * @param {number} chunk
+   * @returns {Uint8Array | null}
+   */
   sentPiece(chunk) {
     if (!this.contributes || !this.chunks.includes(chunk)) return null;
     if (this.computed) return chunk < this.sent.length ? this.sent[chunk] : null;
@@ -139,6 +170,9 @@ export class Attempt {
    * Our gradient is in (or, with a share of 0, only the probe): keep what we send, and our own
    * chunk's contribution as the dequantized values of what we encoded (never the float
    * gradient).
+   * @param {number} loss
+   * @param {readonly Uint8Array[]} payloads
+   * @param {string} probe
    */
   computedWith(loss, payloads, probe) {
     this.transition(AttemptPhase.EXCHANGING);
@@ -164,7 +198,9 @@ export class Attempt {
     // per-step rule does not (its bits stay what they were).
     const reduced = this.outer ? weightedMean(parts, weights)
       : reduceChunk(parts, weights, this.globalBatch);
-    const { payload, values } = encode(reduced);
+    // (never null: mean.js answers null only for weights that are all 0, and every contributor
+    // has a share above 0)
+    const { payload, values } = encode(/** @type {Float32Array} */ (reduced));
     this.reduced.set(this.rank, values);
     this.reducedPayload.set(this.rank, payload);
     return payload;
@@ -174,16 +210,19 @@ export class Attempt {
     return this.phase === AttemptPhase.EXCHANGING && this.chunks.every((k) => this.reduced.has(k));
   }
 
+  /** The flat mean gradient, once complete() (every chunk reduced). */
   meanGradient() {
     const flat = new Float32Array(this.totalBlocks * BLOCK);
     for (const k of this.chunks) {
-      flat.set(this.reduced.get(k), chunkSlice(this.totalBlocks, this.shares, k)[0]);
+      const reduced = /** @type {Float32Array} */ (this.reduced.get(k)); // complete(): all in
+      flat.set(reduced, chunkSlice(this.totalBlocks, this.shares, k)[0]);
     }
     return flat;
   }
 
   /** Roster peers whose pieces this peer still waits for (a Set). */
   missingFrom() {
+    /** @type {Set<string>} */
     const out = new Set();
     if (this.applied) return out;
     const peers = this.roster.peers;

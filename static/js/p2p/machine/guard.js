@@ -1,3 +1,4 @@
+// @ts-check
 // The sync guard's state (docs/PROTOCOL.md, "Sync guard"): every peer's published hash of every
 // recent attempt, and the reference kernel probe every device must publish. Mirror of
 // server/daisychain/p2p/machine/guard.py.
@@ -7,6 +8,10 @@ import { keyOf } from './attempt.js';
 
 /** The guard fired: `message` and `hashes` (a Map) go into `stop fork`. */
 export class Fork extends Error {
+  /**
+   * @param {string} message
+   * @param {ReadonlyMap<string, string>} hashes
+   */
   constructor(message, hashes) {
     super(message);
     this.name = 'Fork';
@@ -14,14 +19,31 @@ export class Fork extends Error {
   }
 }
 
+/**
+ * The hashes of one attempt: `have` peer -> hash, `backends` peer -> the backend it named.
+ * @typedef {{step: number, have: Map<string, string>, backends: Map<string, string>}} Heard
+ * What tally answers.
+ * @typedef {{step: number, round: number, hash: string, same: string[], differ: string[],
+ *   missing: string[], backends: Map<string, number>, byPeer: Map<string, string>}} Tally
+ */
+
 export class SyncGuard {
+  /**
+   * @param {string} me
+   * @param {string} referenceProbe
+   */
   constructor(me, referenceProbe) {
     this.me = me;
     this.referenceProbe = referenceProbe;
+    /** @type {Map<string, Heard>} */
     this.hashes = new Map(); // keyOf(step, round) -> {step, have: Map peer -> hash, backends}
   }
 
-  /** A copy of the hashes of attempt (step, round) heard so far (Map peer -> hash). */
+  /**
+   * A copy of the hashes of attempt (step, round) heard so far (Map peer -> hash).
+   * @param {number} step
+   * @param {number} round
+   */
   have(step, round) {
     return new Map(this.hashes.get(keyOf(step, round))?.have ?? []);
   }
@@ -29,6 +51,10 @@ export class SyncGuard {
   /**
    * Every device's kernel probe equals the reference's: a device whose kernel computes other
    * bits is named with its backend (its weights would fork next).
+   * @param {string} peer
+   * @param {number} step
+   * @param {string} probe
+   * @param {string} backend
    */
   checkProbe(peer, step, probe, backend) {
     if (probe === this.referenceProbe) return;
@@ -43,12 +69,18 @@ export class SyncGuard {
   /**
    * A hash of attempt (step, round), with the backend its `hash` message named (kept for the
    * page's read-out only, see tally); throws Fork once ours is in and any differs.
+   * @param {string} peer
+   * @param {number} step
+   * @param {number} round
+   * @param {string} digest
+   * @param {string} [backend]
    */
   record(peer, step, round, digest, backend = '') {
     const key = keyOf(step, round);
-    if (!this.hashes.has(key)) this.hashes.set(key, { step, have: new Map(), backends: new Map() });
-    this.hashes.get(key).have.set(peer, digest);
-    this.hashes.get(key).backends.set(peer, backend);
+    const heard = this.hashes.get(key) ?? { step, have: new Map(), backends: new Map() };
+    this.hashes.set(key, heard);
+    heard.have.set(peer, digest);
+    heard.backends.set(peer, backend);
     for (const [k, entry] of [...this.hashes]) {
       if (entry.step <= step - HISTORY_STEPS) this.hashes.delete(k);
     }
@@ -58,7 +90,11 @@ export class SyncGuard {
     if (report !== null) throw new Fork(report.message, report.hashes);
   }
 
-  /** [peers whose hash of `step` equals ours, peers that reported one]. */
+  /**
+   * [peers whose hash of `step` equals ours, peers that reported one].
+   * @param {number} step
+   * @returns {[number, number]}
+   */
   agreement(step) {
     for (const { step: s, have } of this.hashes.values()) {
       if (s === step && have.has(this.me)) {
@@ -79,11 +115,16 @@ export class SyncGuard {
    * count). null when our own hash of that attempt is not in (not applied yet, or older than
    * the history kept).
    * Changes nothing: no effect, no trace depends on it.
+   * @param {number} step
+   * @param {number} round
+   * @param {Iterable<string>} roster
+   * @returns {Tally | null}
    */
   tally(step, round, roster) {
     const entry = this.hashes.get(keyOf(step, round));
     if (entry === undefined || !entry.have.has(this.me)) return null;
-    const hash = entry.have.get(this.me);
+    const hash = /** @type {string} */ (entry.have.get(this.me)); // has it: checked above
+    /** @type {Tally} */
     const out = { step, round, hash, same: [], differ: [], missing: [], backends: new Map(),
       byPeer: new Map() };
     for (const peer of roster) {

@@ -1,3 +1,4 @@
+// @ts-check
 // The sans-IO protocol core of a training peer in JavaScript (docs/PROTOCOL.md, "The protocol
 // machine"), module for module the mirror of server/daisychain/p2p/machine/: `events` (what the
 // machine is fed, each with `now`), `effects` (what it asks for), `machine` (the rules), and one

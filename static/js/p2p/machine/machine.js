@@ -1,3 +1,4 @@
+// @ts-check
 // The protocol machine: one peer's whole data-channel protocol, without I/O. Mirror of
 // server/daisychain/p2p/machine/machine.py, rule for rule and in the same order (normative:
 // docs/PROTOCOL.md "The protocol machine"; proven by replaying tests/vectors/protocol/).
@@ -38,6 +39,23 @@ import { ReplicaRefused, checkReplica, trainsOuterRuns } from './replica.js';
 import { StateSync, SyncState } from './statesync.js';
 import { Stopped, Stopping } from './stopping.js';
 
+/**
+ * @typedef {import('../messages.js').Config} Config
+ * @typedef {import('../messages.js').Message} Message
+ * @typedef {import('../messages.js').Stop} Stop
+ * @typedef {import('../frames.js').Kind} FrameKindValue
+ * @typedef {import('../frames.js').Header} Header
+ * @typedef {import('../frames.js').Payload} Payload
+ * @typedef {import('./events.js').Event} Event
+ * @typedef {import('./events.js').ComputeDone} ComputeDone
+ * @typedef {import('./events.js').ComputePartial} ComputePartial
+ * @typedef {import('./effects.js').Effect} Effect
+ * @typedef {import('./settings.js').Settings} Settings
+ * @typedef {import('./replica.js').Replica} Replica
+ * @typedef {import('../run.js').Log} Log
+ * @typedef {ReturnType<typeof parseRunConfig>} RunConfig
+ */
+
 export const MAX_ROUNDS = 256; // a step re-committed this often ends the run
 const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
 
@@ -47,14 +65,30 @@ const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
  * Derived from the message's declaration, never from a list of fields kept here, so a field the
  * config gains is compared as soon as it is written. 0.003 and 3e-3 are one run, 0.0 and -0.0
  * two (tests/vectors/config_equality.json).
+ * @param {Config} a
+ * @param {Config} b
  */
 export function sameConfig(a, b) {
   return encodeMessage(a) === encodeMessage(b);
 }
 
-const size = (shape) => shape.reduce((n, d) => n * d, 1);
+/**
+ * machine.py's `assert`: a rule that holds by construction; a bug when it does not.
+ * @param {unknown} ok
+ * @param {string} what
+ * @returns {asserts ok}
+ */
+function invariant(ok, what) {
+  if (!ok) throw new Error(`protocol machine: broken invariant: ${what}`);
+}
 
-/** Whether two Uint8Arrays hold the same bytes. */
+const size = (/** @type {readonly number[]} */ shape) => shape.reduce((n, d) => n * d, 1);
+
+/**
+ * Whether two Uint8Arrays hold the same bytes.
+ * @param {Uint8Array} a
+ * @param {Uint8Array} b
+ */
 function bytesEqual(a, b) {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
@@ -66,6 +100,9 @@ export class Machine {
   /**
    * `settings` from settings.js, `replica` with the interface of replica.js; `log(level, text)`
    * hears every state transition (silent by default).
+   * @param {Settings} settings
+   * @param {Replica} replica
+   * @param {{log?: Log}} [options]
    */
   constructor(settings, replica, { log = () => {} } = {}) {
     this.settings = settings;
@@ -79,13 +116,17 @@ export class Machine {
     this.guard = new SyncGuard(settings.id, settings.reference_probe);
     this.sync = new StateSync(log);
     this.stopping = new Stopping(log);
+    /** @type {Config | null} */
     this.config = null;
     this.hasState = false;
+    /** @type {Map<string, number[]>} */
     this.shapes = new Map();
     this.totalBlocks = 0;
     this.transfer = 0;
+    /** @type {Set<number>} */
     this.saveAt = new Set();
     this.savedStep = -1;
+    /** @type {Effect[]} */
     this.out = [];
     this.now = 0;
     this.busy = false;
@@ -113,7 +154,11 @@ export class Machine {
     return this.stopping.finished;
   }
 
-  /** Feed one event; resolves to the effects to carry out, in order. One event at a time. */
+  /**
+   * Feed one event; resolves to the effects to carry out, in order. One event at a time.
+   * @param {Event} event
+   * @returns {Promise<Effect[]>}
+   */
   async handle(event) {
     if (this.busy) {
       throw new Error('Machine.handle: an event is still being handled; await each handle() ' +
@@ -140,6 +185,7 @@ export class Machine {
         else throw exc;
       }
       if (this.stopping.stopped && this.stopping.done(this.now)) {
+        invariant(this.stopping.outcome !== null, 'a stopped run has an outcome');
         this.out.push(fx.finished(this.stopping.outcome));
       }
       const out = this.out;
@@ -164,11 +210,17 @@ export class Machine {
     return soon;
   }
 
+  /** @param {number} step */
   agreement(step) {
     return this.guard.agreement(step);
   }
 
-  /** Read-only: the guard's tally of attempt (step, round) over `roster` (guard.js tally). */
+  /**
+   * Read-only: the guard's tally of attempt (step, round) over `roster` (guard.js tally).
+   * @param {number} step
+   * @param {number} round
+   * @param {Iterable<string>} roster
+   */
   tally(step, round, roster) {
     return this.guard.tally(step, round, roster);
   }
@@ -186,14 +238,27 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // effects
 
+  /**
+   * @param {string} peer
+   * @param {Message} m
+   */
   send(peer, m) {
     this.out.push(fx.sendMessage(peer, m));
   }
 
+  /** @param {Message} m */
   broadcast(m) {
     for (const peer of this.peers.live()) this.send(peer, m);
   }
 
+  /**
+   * @param {string} peer
+   * @param {FrameKindValue} kind
+   * @param {Uint8Array} payload
+   * @param {number} step
+   * @param {number} [round]
+   * @param {number} [chunk]
+   */
   sendPayload(peer, kind, payload, step, round = 0, chunk = 0) {
     this.transfer = (this.transfer + 1) >>> 0;
     const deflate = kind !== FrameKind.CHECKPOINT; // checkpoints go uncompressed
@@ -203,6 +268,10 @@ export class Machine {
   /**
    * The run ends here (throw the result). `done`, `fork` and `leader-request` are announced with
    * `stop`; an `error` is this peer's own failure.
+   * @param {string} reason
+   * @param {string} text
+   * @param {ReadonlyMap<string, string>} [hashes]
+   * @param {string} [code]
    */
   stop(reason, text, hashes = new Map(), code = '') {
     const step = this.hasState ? this.replica.step : 0;
@@ -215,6 +284,7 @@ export class Machine {
     return new Stopped(fx.outcome(reason, step, this.hash(), text, hashes, code), announce);
   }
 
+  /** @param {Fork} fork */
   forkStop(fork) {
     this.log('error', `${this.id}: SYNC GUARD: ${fork.message}`);
     return this.stop('fork', fork.message, fork.hashes);
@@ -227,6 +297,7 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // events
 
+  /** @param {Event} e */
   async dispatch(e) {
     switch (e.type) {
       case 'channel-open':
@@ -293,10 +364,16 @@ export class Machine {
       case 'signaling-lost':
         throw this.stop('error', `lost the signaling server: ${e.reason}`);
       default:
-        throw new TypeError(`unknown machine event ${String(e.type)}`);
+        // (from an untyped caller: every Event type has its case above)
+        throw new TypeError(
+          `unknown machine event ${String(/** @type {{type?: unknown}} */ (e).type)}`);
     }
   }
 
+  /**
+   * @param {string} peer
+   * @param {string} text
+   */
   async onText(peer, text) {
     const state = this.peers.state(peer);
     if (state === null) {
@@ -332,6 +409,10 @@ export class Machine {
     await this.onMessage(peer, m);
   }
 
+  /**
+   * @param {string} peer
+   * @param {Uint8Array} data
+   */
   async onFrame(peer, data) {
     const entry = this.peers.get(peer);
     if (entry === null || entry.state === PeerState.GONE) return; // only a stop is heard from a gone peer, and a stop is text
@@ -359,6 +440,10 @@ export class Machine {
     else await this.onPiece(peer, payload);
   }
 
+  /**
+   * @param {string} peer
+   * @param {Message} m
+   */
   async onMessage(peer, m) {
     const cfg = this.config;
     if (m.type === 'config') {
@@ -423,8 +508,9 @@ export class Machine {
         break;
       case 'missing': {
         const key = keyOf(m.step, m.round);
-        if (!lead.missingReports.has(key)) lead.missingReports.set(key, new Set());
-        for (const p of m.peers) lead.missingReports.get(key).add(p);
+        const reported = lead.missingReports.get(key) ?? new Set();
+        lead.missingReports.set(key, reported);
+        for (const p of m.peers) reported.add(p);
         break;
       }
       case 'repair': {
@@ -446,7 +532,13 @@ export class Machine {
     }
   }
 
-  /** A hostile or broken peer: say why, close its channel, drop it from the run. */
+  /**
+   * A hostile or broken peer: say why, close its channel, drop it from the run.
+   * @param {string} peer
+   * @param {string} code
+   * @param {string} why
+   * @param {string} [hint]
+   */
   async reject(peer, code, why, hint = '') {
     this.log('warning', `${this.id}: closing channel to ${peer}: ${code}: ${why}`);
     this.send(peer, message('error', {
@@ -459,6 +551,9 @@ export class Machine {
   /**
    * The other side speaks another protocol version. A peer already in a run keeps training
    * without it; a peer still in the lobby cannot join this group and stops.
+   * @param {string} peer
+   * @param {string} text
+   * @param {string} hint
    */
   async otherVersion(peer, text, hint) {
     if (this.phase.phase === Phase.LOBBY && !this.leadership.leadsOwnRun) {
@@ -468,7 +563,10 @@ export class Machine {
     this.out.push(fx.close(peer));
   }
 
-  /** The largest payload of `kind` accepted now (0: not expected). */
+  /**
+   * The largest payload of `kind` accepted now (0: not expected).
+   * @param {FrameKindValue} kind
+   */
   limit(kind) {
     if (this.shapes.size === 0) return 0;
     if (kind === FrameKind.CHECKPOINT) {
@@ -493,7 +591,10 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // membership: leading, config, greeting, peers gone, failover
 
-  /** Validate once (runconfig.parse): the run, or Incompatible. */
+  /**
+   * Validate once (runconfig.parse): the run, or Incompatible.
+   * @param {Config} cfg
+   */
   parseConfig(cfg) {
     const s = this.settings;
     return parseRunConfig(cfg, {
@@ -502,6 +603,10 @@ export class Machine {
     });
   }
 
+  /**
+   * @param {Config} config
+   * @param {number} minPeers
+   */
   lead(config, minPeers) {
     let accepted;
     try { // the leader trains its run too: the followers' rules and its own caps apply
@@ -521,6 +626,10 @@ export class Machine {
     this.broadcast(config);
   }
 
+  /**
+   * @param {string} peer
+   * @param {Config} cfg
+   */
   async onConfig(peer, cfg) {
     if (this.leadership.leadsOwnRun) {
       await this.reject(peer, 'wrong-run', 'this peer leads its own run');
@@ -555,7 +664,10 @@ export class Machine {
     }
   }
 
-  /** The run's outer loop (null: per-step) to a replica that trains outer runs (replica.js). */
+  /**
+   * The run's outer loop (null: per-step) to a replica that trains outer runs (replica.js).
+   * @param {RunConfig} accepted
+   */
   tellOuter(accepted) {
     if (trainsOuterRuns(this.replica)) this.replica.setOuter(accepted.outer);
   }
@@ -565,7 +677,10 @@ export class Machine {
     return this.config !== null && (this.config.sync ?? SYNC_STEP) === SYNC_OUTER;
   }
 
-  /** Parameter shapes fix every frame size limit (known from the config alone). */
+  /**
+   * Parameter shapes fix every frame size limit (known from the config alone).
+   * @param {RunConfig['model']} model
+   */
   setShapes(model) {
     this.shapes = paramShapes(model);
     let n = 0;
@@ -574,6 +689,7 @@ export class Machine {
   }
 
   ready() {
+    invariant(this.config !== null, 'ready() in a configured run');
     return message('ready', {
       run: this.config.run, step: this.replica.step, hash: this.replica.hash,
       peers: this.peers.liveOpen(), seq_s: this.seqS(), private_data: this.privateData,
@@ -585,6 +701,7 @@ export class Machine {
     return this.leadership.speeds.get(this.id) ?? 0.0;
   }
 
+  /** @param {string} peer */
   onGreeted(peer) {
     if (this.isLeader && this.config !== null) {
       // A late peer learns the run from the leader: config, then the current roster (a peer not
@@ -600,7 +717,11 @@ export class Machine {
     }
   }
 
-  /** Marks `peer` gone; true when it was the leader (a failover is then due). */
+  /**
+   * Marks `peer` gone; true when it was the leader (a failover is then due).
+   * @param {string} peer
+   * @param {string} why
+   */
   markGone(peer, why) {
     if (!this.peers.gone(peer)) return false;
     this.leadership.forget(peer);
@@ -613,6 +734,10 @@ export class Machine {
     return peer === this.leadership.leader;
   }
 
+  /**
+   * @param {string} peer
+   * @param {string} why
+   */
   async peerGone(peer, why) {
     if (this.markGone(peer, why)) await this.leaderGone();
   }
@@ -640,6 +765,7 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // rosters
 
+  /** @param {CommittedRoster} r */
   async acceptRoster(r) {
     this.leadership.roster = r;
     if (this.phase.phase === Phase.CONFIGURED) {
@@ -669,7 +795,7 @@ export class Machine {
     const a = new Attempt(r, r.rank(this.id), this.totalBlocks, this.now, this.log, outer);
     a.repairAt = this.now + t.repair_after_s;
     // An outer round is H inner steps of compute: its timeout is H step timeouts.
-    const rounds = outer && this.config.outer ? this.config.outer.steps : 1;
+    const rounds = outer && this.config && this.config.outer ? this.config.outer.steps : 1;
     a.deadline = this.now + t.step_timeout_s * rounds;
     this.store.add(a);
     this.store.abandonBefore(r.step, r.round);
@@ -731,6 +857,9 @@ export class Machine {
    * step's state (its hash of a equals ours); otherwise the state of the step before: its hash
    * of the attempt we applied there equals ours, or it was not in that attempt (it entered a's
    * roster with that state, by ready or the checkpoint).
+   * @param {string} peer
+   * @param {Attempt} a
+   * @param {boolean} last
    */
   holds(peer, a, last) {
     if (last) return this.guard.have(a.step, a.round).get(peer) === this.replica.hash;
@@ -741,6 +870,7 @@ export class Machine {
   }
 
   async leaderStart() {
+    invariant(this.config !== null, 'a leader starts a configured run');
     for (const peer of await this.serveSyncs()) {
       this.leadership.ready.set(peer, message('ready', {
         run: this.config.run, step: this.replica.step, hash: this.replica.hash, peers: [],
@@ -756,8 +886,12 @@ export class Machine {
     return this.leadership.eligible(this.peers.goneSet, this.replica.step, this.replica.hash);
   }
 
-  /** Step replica.step is complete: stop, or commit the next roster. */
+  /**
+   * Step replica.step is complete: stop, or commit the next roster.
+   * @param {readonly string[]} continuing
+   */
   async boundary(continuing) {
+    invariant(this.config !== null, 'a step boundary of a configured run');
     const step = this.replica.step;
     if (step >= this.config.steps) throw this.stop('done', `reached step ${step}`);
     if (this.leadership.endRequested) {
@@ -768,7 +902,13 @@ export class Machine {
     await this.commit(step + 1, 0, makeRoster([...continuing, ...joiners, this.id]));
   }
 
+  /**
+   * @param {number} step
+   * @param {number} round
+   * @param {readonly string[]} peers
+   */
   async commit(step, round, peers) {
+    invariant(this.config !== null, 'a roster of a configured run');
     if (round >= MAX_ROUNDS) throw this.stop('error', `step ${step} failed ${MAX_ROUNDS} times`);
     // Faster peers take more of the step's sequences, so that everyone finishes together;
     // "equal" splits as if no one were measured (allot's equal weights).
@@ -785,6 +925,7 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // the exchange
 
+  /** @param {ComputeDone} e */
   async onComputed(e) {
     const a = this.store.get(e.step, e.round);
     if (a === null || a.phase !== AttemptPhase.COMPUTING) return; // abandoned meanwhile
@@ -829,6 +970,7 @@ export class Machine {
   /**
    * A chunk of our gradient is final before the rest (docs/PROTOCOL.md, "Early chunks"): a
    * contribution leaves now, our own chunk lets the reduction start.
+   * @param {ComputePartial} e
    */
   async onPartial(e) {
     const a = this.store.get(e.step, e.round);
@@ -851,7 +993,11 @@ export class Machine {
     }
   }
 
-  /** A contribution or a reduced chunk (a checkpoint is never a piece). */
+  /**
+   * A contribution or a reduced chunk (a checkpoint is never a piece).
+   * @param {string} peer
+   * @param {Payload} p
+   */
   async onPiece(peer, p) {
     const a = this.store.get(p.step, p.round);
     if (a === null) {
@@ -896,6 +1042,7 @@ export class Machine {
     }
   }
 
+  /** @param {Attempt} a */
   async tryReduce(a) {
     if (!a.live) return; // computing too: our own chunk may have come early
     const payload = a.reduce();
@@ -906,8 +1053,10 @@ export class Machine {
     await this.tryApply(a);
   }
 
+  /** @param {Attempt} a */
   async tryApply(a) {
     if (!a.complete() || !this.hasState || this.replica.step !== a.roster.step - 1) return;
+    invariant(this.config !== null, 'a step applied in a configured run');
     await this.replica.apply(a.meanGradient());
     a.transition(AttemptPhase.APPLIED);
     const { step, round } = a;
@@ -931,6 +1080,10 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // repair and timers
 
+  /**
+   * @param {string} peer
+   * @param {Header} head
+   */
   askAgain(peer, head) {
     if (this.config === null) return;
     if (head.kind === FrameKind.CHECKPOINT) {
@@ -944,6 +1097,7 @@ export class Machine {
     }));
   }
 
+  /** @param {number} now */
   async onTimer(now) {
     const t = this.settings.timers;
     for (const peer of this.peers.helloOverdue(now, t.hello_timeout_s)) {
@@ -989,6 +1143,10 @@ export class Machine {
       private_data: this.privateData }));
   }
 
+  /**
+   * @param {string} peer
+   * @param {Payload} p
+   */
   async onCheckpoint(peer, p) {
     if (peer !== this.leadership.leader || !this.sync.awaiting) return;
     try {
@@ -1039,6 +1197,11 @@ export class Machine {
   // ------------------------------------------------------------------------------------------
   // stopping
 
+  /**
+   * @param {string} peer
+   * @param {Stop} m
+   * @returns {never}
+   */
   onStop(peer, m) {
     this.stopping.stopFrom.add(peer);
     throw new Stopped(fx.outcome(m.reason, m.step, this.hash(), m.message, m.hashes), m);
@@ -1047,6 +1210,8 @@ export class Machine {
   /**
    * A peer this one already dropped can still have messages in flight. Only one is acted on: a
    * `stop` of this run is final and wins over the failover its sender's departure started.
+   * @param {string} peer
+   * @param {string} text
    */
   fromGone(peer, text) {
     if (!this.peers.wasGreeted(peer) || this.config === null) return;
@@ -1063,6 +1228,7 @@ export class Machine {
     }
   }
 
+  /** @param {Stopped} stopped */
   async beginStopping(stopped) {
     const { outcome, stop } = stopped;
     if (this.phase.phase !== Phase.STOPPED) this.phase.transition(Phase.STOPPED, outcome.reason);
@@ -1081,6 +1247,7 @@ export class Machine {
   /**
    * Stopped: only acknowledgements matter (a stop or leave, a channel closing, the server's
    * peer-left), until none is missing or the linger deadline passes.
+   * @param {Event} e
    */
   whileStopped(e) {
     if (e.type === 'channel-closed' || e.type === 'peer-left') {
@@ -1098,7 +1265,11 @@ export class Machine {
   }
 }
 
-// Python's s[:n] of the name sent in hello and of a refusal's reason (code points, not units).
+/**
+ * Python's s[:n] of the name sent in hello and of a refusal's reason (code points, not units).
+ * @param {string} s
+ * @param {number} n
+ */
 function sliceChars(s, n) {
   let out = '';
   let k = 0;
@@ -1109,4 +1280,4 @@ function sliceChars(s, n) {
   return out;
 }
 
-const sliceName = (name) => sliceChars(name, 40);
+const sliceName = (/** @type {string} */ name) => sliceChars(name, 40);

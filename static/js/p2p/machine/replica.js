@@ -1,3 +1,4 @@
+// @ts-check
 // The replica as the protocol machine sees it: a state with a step and a hash. Mirror of
 // server/daisychain/p2p/machine/replica.py.
 //
@@ -26,8 +27,23 @@
 // The traces' replica is ../traces/replica.js (defined by hashing alone); the browser peer's is
 // the model.
 
+/**
+ * The interface above. `start`'s model and optim are runconfig.parse's; `setOuter`'s outer its
+ * `outer` (null: a per-step run).
+ * @typedef {{
+ *   readonly step: number,
+ *   readonly hash: string,
+ *   start(model: object, optim: object, seed: number): unknown,
+ *   restore(blob: Uint8Array, source: string): unknown,
+ *   checkpoint(): Uint8Array | Promise<Uint8Array>,
+ *   apply(flat: Float32Array): unknown,
+ *   setOuter?: (outer: object | null) => void,
+ * }} Replica
+ */
+
 /** A checkpoint the replica cannot restore (its message says why). */
 export class ReplicaRefused extends Error {
+  /** @param {string} message */
   constructor(message) {
     super(message);
     this.name = 'ReplicaRefused';
@@ -36,12 +52,21 @@ export class ReplicaRefused extends Error {
 
 const METHODS = ['start', 'restore', 'checkpoint', 'apply'];
 
-/** Whether `replica` trains outer runs (it has the optional setOuter above). */
+/**
+ * Whether `replica` trains outer runs (it has the optional setOuter above).
+ * @template {object} R
+ * @param {R} replica
+ * @returns {replica is R & {setOuter: (outer: object | null) => void}}
+ */
 export function trainsOuterRuns(replica) {
-  return typeof replica?.setOuter === 'function';
+  return typeof /** @type {{setOuter?: unknown}} */ (replica)?.setOuter === 'function';
 }
 
-/** Throws TypeError unless `replica` has the interface above (checked once, at machine birth). */
+/**
+ * Throws TypeError unless `replica` has the interface above (checked once, at machine birth).
+ * @param {any} replica  anything: it is checked here
+ * @returns {Replica}
+ */
 export function checkReplica(replica) {
   for (const m of METHODS) {
     if (typeof replica?.[m] !== 'function') throw new TypeError(`a replica needs a ${m}() method`);

@@ -1,3 +1,4 @@
+// @ts-check
 // What a protocol machine is given at birth: who it is and its timers. Mirror of
 // server/daisychain/p2p/machine/settings.py (field names in snake_case, as the traces' `setup`).
 
@@ -12,10 +13,17 @@ const TIMER_DEFAULTS = Object.freeze({
   linger_s: 10.0,
 });
 
-/** Protocol timers in seconds (shortened in tests). */
+/** @typedef {keyof typeof TIMER_DEFAULTS} TimerName */
+
+/**
+ * Protocol timers in seconds (shortened in tests).
+ * @param {Partial<Record<TimerName, number>>} [fields]  any other name is a TypeError
+ */
 export function timers(fields = {}) {
+  /** @type {Record<TimerName, number>} */
   const out = { ...TIMER_DEFAULTS };
-  for (const [name, value] of Object.entries(fields)) {
+  for (const [key, value] of Object.entries(fields)) {
+    const name = /** @type {TimerName} */ (key); // checked on the next line
     if (!(name in TIMER_DEFAULTS)) throw new TypeError(`unknown timer ${name}`);
     if (!(typeof value === 'number' && Number.isFinite(value) && value >= 0)) {
       throw new RangeError(`timer ${name} must be a finite number of seconds >= 0, got ${value}`);
@@ -32,9 +40,15 @@ export function timers(fields = {}) {
  * `reference_probe` is what every device's kernel probe must equal, `can_save` says this peer has
  * a checkpoint path, `save_every` also saves every that many steps, `limits` are the caps on
  * what a leader may impose on this peer (runconfig.limits).
+ * @param {{id: string, name: string, tokenizer_sha256: string, vocab_size: number,
+ *   backend: string, reference_probe: string, timers?: Partial<Record<TimerName, number>>,
+ *   can_save?: boolean, save_every?: number, limits?: object,
+ *   data_sources?: readonly string[]}} fields
  */
 export function settings(fields) {
-  for (const name of ['id', 'name', 'tokenizer_sha256', 'backend', 'reference_probe']) {
+  const strings = /** @type {const} */ (
+    ['id', 'name', 'tokenizer_sha256', 'backend', 'reference_probe']);
+  for (const name of strings) {
     if (typeof fields[name] !== 'string') throw new TypeError(`settings.${name} must be a string`);
   }
   if (!Number.isSafeInteger(fields.vocab_size)) throw new TypeError('settings.vocab_size must be an integer');
@@ -53,3 +67,5 @@ export function settings(fields) {
     data_sources: Object.freeze([...(fields.data_sources ?? ['builtin'])]),
   });
 }
+
+/** @typedef {ReturnType<typeof settings>} Settings */

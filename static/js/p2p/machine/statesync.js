@@ -1,3 +1,4 @@
+// @ts-check
 // A follower's state sync (docs/PROTOCOL.md, "Join, leave, failover"): it asks the leader for its
 // state once it has channels to every roster peer (it enters the roster that follows the
 // checkpoint and must reach every member), then waits for the checkpoint frame. Mirror of
@@ -10,9 +11,12 @@ export const SyncState = Object.freeze({
   WANTED: 'wanted', // sync-request not sent yet: waiting for channels to the roster
   AWAITING: 'awaiting', // sync-request sent; a checkpoint frame is expected
 });
+/** @typedef {typeof SyncState[keyof typeof SyncState]} SyncStateName */
 
 export class StateSync {
+  /** @param {import('../run.js').Log} [log] */
   constructor(log = () => {}) {
+    /** @type {SyncStateName} */
     this.state = SyncState.IDLE;
     this.log = log;
   }
@@ -33,6 +37,7 @@ export class StateSync {
     this.set(SyncState.IDLE);
   }
 
+  /** @param {SyncStateName} next */
   set(next) {
     const old = this.state;
     this.state = next;

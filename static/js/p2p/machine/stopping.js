@@ -1,3 +1,4 @@
+// @ts-check
 // How a run ends at this peer (docs/PROTOCOL.md, "Stopping"). Mirror of
 // server/daisychain/p2p/machine/stopping.py.
 //
@@ -7,8 +8,17 @@
 // stays stopped, counts acknowledgements as events arrive, and finishes when none is missing or
 // the linger deadline passes.
 
+/**
+ * @typedef {import('./effects.js').Outcome} Outcome
+ * @typedef {import('../messages.js').Stop} Stop
+ */
+
 /** Thrown inside the machine when the run ends; the machine turns it into stopping. */
 export class Stopped extends Error {
+  /**
+   * @param {Outcome} outcome
+   * @param {Stop | null} [stop]  the `stop` record to announce
+   */
   constructor(outcome, stop = null) {
     super(outcome.message);
     this.name = 'Stopped';
@@ -18,10 +28,15 @@ export class Stopped extends Error {
 }
 
 export class Stopping {
+  /** @param {import('../run.js').Log} [log] */
   constructor(log = () => {}) {
+    /** @type {Outcome | null} */
     this.outcome = null;
+    /** @type {Stop | null} */
     this.stop = null; // the stop this peer sent or received
+    /** @type {Set<string>} */
     this.stopFrom = new Set(); // peers that announced the stop to this peer
+    /** @type {Set<string>} */
     this.waiting = new Set();
     this.lingerUntil = 0;
     this.finished = false;
@@ -32,6 +47,12 @@ export class Stopping {
     return this.outcome !== null;
   }
 
+  /**
+   * @param {Outcome} outcome
+   * @param {Stop | null} stop
+   * @param {Iterable<string>} waitFor
+   * @param {number} until
+   */
   begin(outcome, stop, waitFor, until) {
     this.outcome = outcome;
     this.stop = stop;
@@ -39,10 +60,12 @@ export class Stopping {
     this.lingerUntil = until;
   }
 
+  /** @param {string} peer */
   acknowledged(peer) {
     this.waiting.delete(peer);
   }
 
+  /** @param {number} now */
   done(now) {
     if (this.finished) return false;
     if (this.waiting.size > 0 && now < this.lingerUntil) return false;
