@@ -509,10 +509,12 @@ class HostileResult:
             "log_bytes_per_message": round(
                 self.log_bytes / max(1, self.attack.sent + self.attack.connections), 1
             ),
-            # what one client network of the attacker's cost the disk a minute, at its pace
+            # what one client network of the attacker's cost the disk a minute (an attack
+            # shorter than a minute: what it wrote in its minute, not a rate extrapolated from
+            # a throttle's first burst)
             "log_bytes_per_minute_per_network": round(
                 self.log_bytes
-                / max(1e-9, self.attack_s / 60)
+                / max(1.0, self.attack_s / 60)
                 / max(1, int(self.attack.notes.get("networks", 1))),
                 1,
             ),
