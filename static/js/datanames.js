@@ -1,3 +1,4 @@
+// @ts-check
 // The names a run gives its training text (config.data): mirror of
 // server/daisychain/datanames.py (docs/PROTOCOL.md, "Training data"). Pure: no I/O.
 //
@@ -26,6 +27,7 @@ const LOCAL_RE = new RegExp(`^local:(${LABEL})@([0-9a-f]{40})$`);
  * null for 'builtin', {kind, revision, repo, split, column, label, source} for a dataset name,
  * RangeError naming what is wrong for anything else. `source` is the `source` field of the
  * server's answers: 'fineweb' for FineWeb-Edu, 'dataset' for any other.
+ * @param {unknown} data
  */
 export function parse(data) {
   if (data === BUILTIN) return null;
@@ -43,12 +45,20 @@ export function parse(data) {
   throw new RangeError(`unknown data source ${strRepr(pySlice(data, 64))}`);
 }
 
+/**
+ * @param {'fineweb' | 'hub' | 'local'} kind
+ * @param {string} revision
+ * @param {{repo?: string, split?: string, column?: string, label?: string}} parts
+ */
 function named(kind, revision, { repo = '', split = '', column = '', label = '' }) {
   return Object.freeze({ kind, revision, repo, split, column, label,
     source: kind === 'fineweb' ? 'fineweb' : 'dataset' });
 }
 
-/** The text a name stands for, for people (as datanames.describe; `data` must parse). */
+/**
+ * The text a name stands for, for people (as datanames.describe; `data` must parse).
+ * @param {string} data
+ */
 export function describe(data) {
   const name = parse(data);
   if (name === null) return 'the built-in corpus';

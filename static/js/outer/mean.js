@@ -1,3 +1,4 @@
+// @ts-check
 // The token-weighted mean of the peers' pseudo-gradients (docs/OUTER.md, "The mean"). Mirror of
 // server/daisychain/outer/mean.py, operation for operation; golden vectors:
 // tests/vectors/outer/mean.json (tests/js/outer.test.mjs).
@@ -20,18 +21,26 @@ export const MAX_WEIGHT_SUM = 2 ** 24; // f32(sum w) must be the exact integer
 
 /** Contributions or weights that do not make a mean (Python's MeanError). */
 export class MeanError extends RangeError {
+  /** @param {string} message */
   constructor(message) {
     super(message);
     this.name = 'MeanError';
   }
 }
 
+/**
+ * @param {number} a
+ * @param {number} b
+ */
 function gcd(a, b) {
   while (b !== 0) [a, b] = [b, a % b];
   return a;
 }
 
-/** The tokens divided by the gcd of the positive counts (0 stays 0); refuses bad counts. */
+/**
+ * The tokens divided by the gcd of the positive counts (0 stays 0); refuses bad counts.
+ * @param {readonly number[]} tokens
+ */
 export function reducedWeights(tokens) {
   tokens.forEach((t, k) => {
     if (!Number.isSafeInteger(t)) {
@@ -60,6 +69,9 @@ export function reducedWeights(tokens) {
  * sum(d * w) / sum(w) over the contributors in roster order (above). `values[k]` is roster peer
  * k's dequantized pseudo-gradient (a Float32Array), `tokens[k]` its inner tokens. Returns a new
  * Float32Array.
+ * @param {readonly Float32Array[]} values
+ * @param {readonly number[]} tokens
+ * @returns {Float32Array}
  */
 export function weightedMean(values, tokens) {
   if (values.length !== tokens.length) {
@@ -74,6 +86,7 @@ export function weightedMean(values, tokens) {
     }
   });
   const weights = reducedWeights(tokens);
+  /** @type {Float32Array | null} */
   let acc = null;
   for (let j = 0; j < values.length; j++) {
     if (weights[j] === 0) continue;
@@ -86,6 +99,8 @@ export function weightedMean(values, tokens) {
       for (let i = 0; i < n; i++) acc[i] = Math.fround(acc[i] + Math.fround(d[i] * w));
     }
   }
+  // (mean.py's assert: reducedWeights refuses counts that are all 0)
+  if (acc === null) throw new Error('outer mean: no contributor has a weight above 0');
   const total = Math.fround(weights.reduce((a, b) => a + b, 0));
   for (let i = 0; i < n; i++) acc[i] = Math.fround(acc[i] / total);
   return acc;

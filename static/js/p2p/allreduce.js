@@ -1,3 +1,4 @@
+// @ts-check
 // The bandwidth-optimal gradient exchange: who reduces what, and the pinned arithmetic. Mirror
 // of server/daisychain/p2p/allreduce.py (docs/PROTOCOL.md "Gradient chunks and the exchange
 // arithmetic", data-channel version 2).
@@ -17,14 +18,23 @@
 import { BLOCK, encode } from './codec.js';
 import { offsets } from './shares.js';
 
-/** The ownership weights of a roster's shares: less than half the largest share owns nothing. */
+/**
+ * The ownership weights of a roster's shares: less than half the largest share owns nothing.
+ * @param {readonly number[]} shares
+ */
 export function ownership(shares) {
   let top = 0;
   for (const s of shares) if (s > top) top = s;
   return shares.map((s) => (2 * s >= top ? s : 0));
 }
 
-/** [first, end) block indices of chunk `k` of a roster with these shares. */
+/**
+ * [first, end) block indices of chunk `k` of a roster with these shares.
+ * @param {number} totalBlocks
+ * @param {readonly number[]} shares
+ * @param {number} k
+ * @returns {[number, number]}
+ */
 export function chunkBlocks(totalBlocks, shares, k) {
   const c = offsets(ownership(shares));
   const g = c[c.length - 1];
@@ -34,7 +44,13 @@ export function chunkBlocks(totalBlocks, shares, k) {
   return [Math.floor((totalBlocks * c[k]) / g), Math.floor((totalBlocks * c[k + 1]) / g)];
 }
 
-/** [start, end) of chunk `k`'s values in the flat gradient. */
+/**
+ * [start, end) of chunk `k`'s values in the flat gradient.
+ * @param {number} totalBlocks
+ * @param {readonly number[]} shares
+ * @param {number} k
+ * @returns {[number, number]}
+ */
 export function chunkSlice(totalBlocks, shares, k) {
   const [first, end] = chunkBlocks(totalBlocks, shares, k);
   return [first * BLOCK, end * BLOCK];
@@ -43,6 +59,9 @@ export function chunkSlice(totalBlocks, shares, k) {
 /**
  * The weighted mean sum(d * s) / G of the contributors' dequantized values (Float32Arrays), in
  * roster order (pinned float32 sequence); `weights` are their shares (each >= 1), `total` = G.
+ * @param {readonly Float32Array[]} contributions
+ * @param {readonly number[]} weights
+ * @param {number} total
  */
 export function reduceChunk(contributions, weights, total) {
   if (contributions.length === 0 || contributions.length !== weights.length) {
@@ -72,6 +91,8 @@ export function reduceChunk(contributions, weights, total) {
  * The whole exchange in one process (tests, benchmarks): the mean gradient every peer applies,
  * and the payload bytes one peer sends (the largest over peers). `flatGrads[k]` is roster peer
  * k's mean gradient (ignored for a share of 0).
+ * @param {readonly Float32Array[]} flatGrads
+ * @param {readonly number[]} shares
  */
 export function exchangeLocally(flatGrads, shares) {
   const n = flatGrads.length;

@@ -1,3 +1,4 @@
+// @ts-check
 // CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, init and final xor 0xFFFFFFFF): the
 // checksum of zlib.crc32 that every binary frame carries over its whole payload
 // (docs/PROTOCOL.md, "Binary frames"). Table-driven, one byte at a time; exact by construction
@@ -16,6 +17,8 @@ const TABLE = (() => {
 /**
  * CRC-32 of `bytes` (a Uint8Array), continuing from `crc` (the result of a previous call over
  * the bytes before these; 0 to start), as an unsigned 32-bit number.
+ * @param {Uint8Array} bytes
+ * @param {number} [crc]
  */
 export function crc32(bytes, crc = 0) {
   let c = ~crc >>> 0;

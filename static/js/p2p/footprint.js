@@ -1,3 +1,4 @@
+// @ts-check
 // How much memory a training peer needs for a run configuration. Mirror of
 // server/daisychain/p2p/footprint.py (docs/PROTOCOL.md "Config validation"), in BigInt: a hostile
 // config may ask for more than 2^53 bytes (attention alone reaches 2^59 at the size ranges'
@@ -13,14 +14,24 @@ import { HISTORY_STEPS } from './run.js';
 
 export const MIB = 1024 * 1024;
 
-/** Scalar parameters of a model config (camelCase, static/js/model/config.js) as a BigInt. */
+/**
+ * @typedef {ReturnType<typeof import('../model/config.js').modelConfig>} ModelConfig
+ */
+
+/**
+ * Scalar parameters of a model config (camelCase, static/js/model/config.js) as a BigInt.
+ * @param {ModelConfig} cfg
+ */
 export function countParams(cfg) {
   let n = 0n;
   for (const shape of paramShapes(cfg).values()) n += shape.reduce((a, d) => a * BigInt(d), 1n);
   return n;
 }
 
-/** Estimated bytes by what holds them (BigInts), with `total` and `totalMb` (a Number). */
+/**
+ * Estimated bytes by what holds them (BigInts), with `total` and `totalMb` (a Number).
+ * @param {ModelConfig} cfg
+ */
 export function estimate(cfg) {
   const p = countParams(cfg);
   const [b, t, c, v, h] = [cfg.batch, cfg.seqLen, cfg.width, cfg.vocabSize, cfg.heads].map(BigInt);

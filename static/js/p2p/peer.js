@@ -814,7 +814,9 @@ export class BrowserPeer extends EventTarget {
   computeOnPrivate(c) {
     // (startCompute calls this only with private text)
     const text = /** @type {import('./privatedata.js').PrivateText} */ (this.privateText);
-    const { model, seed, step } = this.replica;
+    const { seed, step } = this.replica;
+    // (a compute effect comes after start or restore: the replica has its model)
+    const model = /** @type {import('./replica.js').ModelConfig} */ (this.replica.model);
     return this.replica.compute(c, (lane, index = step) => text.lane(model, seed, index, lane),
       this.earlyChunks(c));
   }

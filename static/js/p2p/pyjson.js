@@ -1,3 +1,4 @@
+// @ts-check
 // JSON exactly as Python's json.loads reads it, for the data-channel control messages.
 //
 // messages.js must accept and refuse what daisychain/p2p/messages.py does, and JSON.parse
@@ -17,12 +18,17 @@ const MAX_INT_DIGITS = 4300; // sys.int_info.default_max_str_digits
 
 /** A JSON number written with a fraction or an exponent (or NaN/Infinity): Python's float. */
 export class PyFloat {
+  /** @param {number} value */
   constructor(value) {
     this.value = value;
   }
 }
 
 export class JsonError extends Error {
+  /**
+   * @param {string} message
+   * @param {number} at  the character it stopped at
+   */
   constructor(message, at) {
     super(`${message} at character ${at}`);
     this.name = 'JsonError';
@@ -30,8 +36,20 @@ export class JsonError extends Error {
 }
 
 const NUMBER = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y;
+/**
+ * A value as json.loads reads it: an object is a Map (key order kept), a float a PyFloat;
+ * what an array or object holds is a JsonValue too (a JSDoc type cannot say so: unknown).
+ * @typedef {null | boolean | number | string | PyFloat | unknown[] |
+ *   Map<string, unknown>} JsonValue
+ */
+
+/** @type {Readonly<Record<string, string>>} */
 const ESCAPES = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 
+/**
+ * @param {string} text
+ * @returns {JsonValue}
+ */
 export function parse(text) {
   let i = 0;
   const ws = () => {
@@ -41,6 +59,7 @@ export function parse(text) {
       else return;
     }
   };
+  /** @type {(what: string) => never} */
   const fail = (what) => {
     throw new JsonError(what, i);
   };
@@ -79,13 +98,17 @@ export function parse(text) {
     }
   };
 
-  // `depth`: how many arrays and objects enclose this value.
+  /**
+   * `depth`: how many arrays and objects enclose this value.
+   * @type {(depth: number) => JsonValue}
+   */
   const value = (depth) => {
     ws();
     const c = text[i];
     if ((c === '{' || c === '[') && depth >= MAX_DEPTH) fail('nesting too deep');
     if (c === '{') {
       i++;
+      /** @type {Map<string, JsonValue>} */
       const obj = new Map();
       ws();
       if (text[i] === '}') {
@@ -114,6 +137,7 @@ export function parse(text) {
     }
     if (c === '[') {
       i++;
+      /** @type {JsonValue[]} */
       const arr = [];
       ws();
       if (text[i] === ']') {
@@ -135,9 +159,9 @@ export function parse(text) {
       }
     }
     if (c === '"') return string();
-    for (const [word, v] of [['null', null], ['true', true], ['false', false],
-      ['NaN', new PyFloat(NaN)], ['Infinity', new PyFloat(Infinity)],
-      ['-Infinity', new PyFloat(-Infinity)]]) {
+    for (const [word, v] of /** @type {[string, JsonValue][]} */ ([['null', null], ['true', true],
+      ['false', false], ['NaN', new PyFloat(NaN)], ['Infinity', new PyFloat(Infinity)],
+      ['-Infinity', new PyFloat(-Infinity)]])) {
       if (text.startsWith(word, i)) {
         i += word.length;
         return v;

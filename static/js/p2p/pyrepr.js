@@ -1,8 +1,12 @@
+// @ts-check
 // Python's text forms, where a mirrored message must read exactly as the Python peer's:
 // repr() of a float (json.dumps writes floats with it) and of a str (error messages quote
 // offending values with it). Used by messages.js; checked against Python by the golden vectors.
 
-/** repr(float) of a JS number: shortest round-trip digits, Python's layout ('1e-05', '3.0'). */
+/**
+ * repr(float) of a JS number: shortest round-trip digits, Python's layout ('1e-05', '3.0').
+ * @param {number} x
+ */
 export function floatRepr(x) {
   if (Number.isNaN(x)) return 'nan';
   if (x === Infinity) return 'inf';
@@ -27,12 +31,15 @@ export function floatRepr(x) {
 // versions of Python and the JS engine may differ on newly assigned characters.
 const NOT_PRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]/u;
 
-/** repr(str) as Python 3 writes it. */
+/**
+ * repr(str) as Python 3 writes it.
+ * @param {string} s
+ */
 export function strRepr(s) {
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
   let out = '';
   for (const ch of s) {
-    const c = ch.codePointAt(0);
+    const c = /** @type {number} */ (ch.codePointAt(0)); // one code point: never undefined
     if (ch === '\\') out += '\\\\';
     else if (ch === quote) out += `\\${quote}`;
     else if (ch === '\t') out += '\\t';
@@ -47,7 +54,10 @@ export function strRepr(s) {
   return quote + out + quote;
 }
 
-/** Number of code points (Python's len of a str). */
+/**
+ * Number of code points (Python's len of a str).
+ * @param {string} s
+ */
 export function pyLen(s) {
   let n = 0;
   for (let i = 0; i < s.length; i++) {
@@ -61,7 +71,11 @@ export function pyLen(s) {
   return n;
 }
 
-/** The first `n` code points of `s` (Python's s[:n]). */
+/**
+ * The first `n` code points of `s` (Python's s[:n]).
+ * @param {string} s
+ * @param {number} n
+ */
 export function pySlice(s, n) {
   let out = '';
   let k = 0;
@@ -72,7 +86,10 @@ export function pySlice(s, n) {
   return out;
 }
 
-/** UTF-8 length of a string (lone surrogates counted as the 3 bytes of U+FFFD). */
+/**
+ * UTF-8 length of a string (lone surrogates counted as the 3 bytes of U+FFFD).
+ * @param {string} s
+ */
 export function utf8Length(s) {
   let n = 0;
   for (let i = 0; i < s.length; i++) {

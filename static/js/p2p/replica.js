@@ -1,3 +1,4 @@
+// @ts-check
 // The browser peer's model replica: the protocol machine's replica interface
 // (machine/replica.js: step, hash, start, restore, checkpoint, apply) backed by the training
 // worker (static/js/train/), plus the gradient the shell computes for a `compute` effect. The
@@ -35,7 +36,7 @@ import { decodeCheckpoint, encodeCheckpoint, encodeOuterCheckpoint, stepOf } fro
 import { ReplicaRefused } from './machine/replica.js';
 import { PieceMean } from '../train/piecemean.js';
 
-const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
+const plain = (/** @type {object} */ o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
 
 /**
  * A lane's batch of one step: (rows, seqLen) token ids and their targets, row-major.
@@ -45,19 +46,28 @@ const plain = (o) => JSON.parse(JSON.stringify(o)); // a frozen config as a clon
  *   products: number, ms: number, gradMs: number, count: number}} ComputeResult
  * The part of a `compute` effect (machine/effects.js) compute reads.
  * @typedef {{step: number, rank: number, shares: readonly number[]}} ComputeOrder
- * Lane `lane` of batch index `index` (or a promise of it).
- * @typedef {(lane: number, index: number) => LaneBatch | Promise<LaneBatch>} LaneOf
+ * Lane `lane` of batch index `index` (by default the next step's), or a promise of it.
+ * @typedef {(lane: number, index?: number) => LaneBatch | Promise<LaneBatch>} LaneOf
+ * A run's model and optimizer (model/config.js modelConfig, model/optim.js adamwConfig) and
+ * outer loop (runconfig.js's `outer`, outer/nesterov.js outerConfig).
+ * @typedef {ReturnType<typeof import('../model/config.js').modelConfig>} ModelConfig
+ * @typedef {ReturnType<typeof import('../model/optim.js').adamwConfig>} OptimConfig
+ * @typedef {{innerSteps: number, lr: number, momentum: number, overlap?: number,
+ *   cut?: string}} OuterLoop
+ * What a worker event listener hears (client.js WorkerEvent).
+ * @typedef {(event: import('../train/client.js').WorkerEvent) => void} OnEvent
  */
 
 /**
  * Choose this page's backend (docs/KERNELS.md, "Backend choice"): `backend` 'auto' measures
  * every correct backend on one `tiny` step; a named one ('webgpu-dp4a', 'webgpu-lut', 'js-cpu')
  * must pass its gates or this rejects with a hint. Resolves to the worker's selection record.
+ * @param {{backend?: string, makeWorker?: () => TrainWorker, onEvent?: OnEvent}} [options]
  */
 export async function chooseBackend({ backend = 'auto', makeWorker = () => new TrainWorker(),
   onEvent = () => {} } = {}) {
   const worker = makeWorker();
-  const forward = (e) => onEvent(e.detail);
+  const forward = (/** @type {Event} */ e) => onEvent(/** @type {CustomEvent} */ (e).detail);
   for (const kind of ['progress', 'error']) worker.addEventListener(kind, forward);
   try {
     return await worker.init({ model: { preset: 'tiny' }, seed: 1, backend,
@@ -74,7 +84,7 @@ export class WorkerReplica {
    * @param {number} o.vocabSize
    * @param {string} o.backend  the backend every run's worker trains on (chooseBackend)
    * @param {() => TrainWorker} [o.makeWorker]
-   * @param {(event) => void} [o.onEvent]  every worker event ({kind, ...}: fallback, device-lost,
+   * @param {OnEvent} [o.onEvent]  every worker event ({kind, ...}: fallback, device-lost,
    *   device-rebuilt, error, ...), for the page to show
    */
   constructor({ tokenizerSha256, vocabSize, backend, makeWorker = () => new TrainWorker(),
@@ -84,14 +94,20 @@ export class WorkerReplica {
     this.backend = backend;
     this.makeWorker = makeWorker;
     this.onEvent = onEvent;
+    /** @type {TrainWorker | null} */
     this.worker = null;
+    /** @type {ModelConfig | null} */
     this.model = null;
+    /** @type {OptimConfig | null} */
     this.optim = null;
     this.seed = 0;
+    /** @type {Record<string, any> | null} */
     this.selection = null;
     this._step = 0;
     this._hash = '';
+    /** @type {Required<OuterLoop> | null} */
     this.outer = null; // the run's outer loop {innerSteps, lr, momentum} (null: per-step)
+    /** @type {{step: number, token: number | null} | null} */
     this.round = null; // an outer run: {step, token} of the last round computed (token null: none)
     this.tokens = 0; // the last round token handed to the worker
   }
@@ -100,6 +116,7 @@ export class WorkerReplica {
    * The run's outer loop ({innerSteps, lr, momentum, overlap, cut}; null: a per-step run), told by
    * the machine before start or restore (machine/replica.js). Its presence is what lets the
    * page's machine accept outer runs (runconfig `outerRuns`).
+   * @param {OuterLoop | null} outer
    */
   setOuter(outer) {
     this.outer = outer === null ? null : { innerSteps: outer.innerSteps, lr: outer.lr,
@@ -114,13 +131,22 @@ export class WorkerReplica {
     return this._hash;
   }
 
-  /** A new worker for `model` (the old one, if any, is ended only once this one is ready). */
+  /**
+   * A new worker for `model` (the old one, if any, is ended only once this one is ready).
+   * @param {ModelConfig} model
+   * @param {OptimConfig} optim
+   * @param {number} seed
+   * @param {import('../train/messages.js').TrainState} [state]  start from it
+   * @param {{step: number, momentum: import('../train/messages.js').Tensors}} [shared]  an
+   *   outer run's rounds and momentum
+   */
   async newWorker(model, optim, seed, state = undefined, shared = undefined) {
     const worker = this.makeWorker();
-    const forward = (e) => this.onEvent(e.detail);
+    const forward = (/** @type {Event} */ e) => this.onEvent(/** @type {CustomEvent} */ (e).detail);
     for (const kind of ['fallback', 'device-lost', 'device-rebuilt', 'error']) {
       worker.addEventListener(kind, forward);
     }
+    /** @type {Parameters<TrainWorker['init']>[0]} */
     const init = { model: plain(model), optim: plain(optim), seed, backend: this.backend,
       measure: false };
     if (state !== undefined) init.state = state;
@@ -151,16 +177,25 @@ export class WorkerReplica {
     this.round = null;
   }
 
+  /**
+   * @param {ModelConfig} model
+   * @param {OptimConfig} optim
+   * @param {number} seed
+   */
   async start(model, optim, seed) {
     await this.newWorker(model, optim, seed);
   }
 
+  /**
+   * @param {Uint8Array} blob
+   * @param {string} source
+   */
   async restore(blob, source) {
     const ck = await decodeCheckpoint(blob, source, {
       tokenizerSha256: this.tokenizerSha256, vocabSize: this.vocabSize,
     });
     if ((ck.outer === null) !== (this.outer === null)) {
-      const kind = (o) => (o === null ? 'a per-step run' : 'an outer run');
+      const kind = (/** @type {object | null} */ o) => (o === null ? 'a per-step run' : 'an outer run');
       throw new ReplicaRefused(`${source}: a checkpoint of ${kind(ck.outer)}, but this is ` +
         `${kind(this.outer)}`);
     }
@@ -174,10 +209,12 @@ export class WorkerReplica {
       }
       return;
     }
-    const same = this.worker !== null && JSON.stringify(plain(ck.model)) === JSON.stringify(plain(this.model)) &&
+    const worker = this.worker;
+    const same = worker !== null && this.model !== null && this.optim !== null &&
+      JSON.stringify(plain(ck.model)) === JSON.stringify(plain(this.model)) &&
       JSON.stringify(plain(ck.optim)) === JSON.stringify(plain(this.optim)) && ck.seed === this.seed;
     if (same) {
-      const r = await this.worker.loadState(ck.state);
+      const r = await worker.loadState(ck.state);
       if (r.hash !== ck.weightHash) {
         // decodeCheckpoint verified the bytes; a worker that hashes them otherwise is broken.
         throw new ReplicaRefused(`${source}: the worker holds ${r.hash.slice(0, 12)}... after ` +
@@ -190,7 +227,9 @@ export class WorkerReplica {
     }
   }
 
+  /** @returns {Promise<Uint8Array>} */
   async checkpoint() {
+    this.assertStarted();
     if (this.outer !== null) {
       const { state, outer } = await this.worker.exportOuter();
       return encodeOuterCheckpoint({ step: outer.step, params: state.params,
@@ -202,12 +241,17 @@ export class WorkerReplica {
       tokenizerSha256: this.tokenizerSha256 });
   }
 
-  /** The step checkpoint bytes hold (the `step` in their header). */
+  /**
+   * The step checkpoint bytes hold (the `step` in their header).
+   * @param {Uint8Array} bytes
+   */
   stepOf(bytes) {
     return stepOf(bytes);
   }
 
+  /** @param {Float32Array} flat */
   async apply(flat) {
+    this.assertStarted();
     if (this.outer !== null) {
       // The round this step computed last gives this peer its inner state (none: share 0).
       const token = this.round?.step === this._step + 1 ? this.round.token : null;
@@ -226,8 +270,10 @@ export class WorkerReplica {
   /**
    * This replica's positions of the step as lane pieces (docs/PROTOCOL.md, "Gradient chunks":
    * positions [o[rank], o[rank] + shares[rank]) cut at lane boundaries, `{lane, row, rows}`).
+   * @param {{rank: number, shares: readonly number[]}} order
    */
   piecesOf({ rank, shares }) {
+    this.assertStarted();
     return pieces(offsets(shares)[rank], shares[rank], this.model.batch);
   }
 
@@ -242,6 +288,7 @@ export class WorkerReplica {
    * @returns {LaneBatch}
    */
   builtinLane(tokens, lane, index = this._step) {
+    this.assertStarted();
     const { batch, seqLen } = this.model;
     return sampleBatch(tokens, batch, seqLen, this.seed, index, lane);
   }
@@ -270,6 +317,7 @@ export class WorkerReplica {
    * @returns {Promise<ComputeResult>}
    */
   async compute({ step, rank, shares }, laneOf, onPartial = null) {
+    this.assertStarted();
     if (this.outer !== null) return this.computeRound({ step, rank, shares }, laneOf, onPartial);
     const parts = this.piecesOf({ rank, shares });
     const lanes = await Promise.all(parts.map((p) => laneOf(p.lane)));
@@ -321,18 +369,22 @@ export class WorkerReplica {
    * @returns {Promise<ComputeResult>}
    */
   async computeRound({ step, rank, shares }, laneOf, onPartial = null) {
+    this.assertStarted();
+    if (this.outer === null) throw new Error('computeRound outside an outer run (a bug)');
     const H = this.outer.innerSteps;
     const count = shares[rank];
     const token = count > 0 ? ++this.tokens : null;
     this.round = { step, token };
     const t0 = performance.now();
     let loss = 0;
+    /** @type {Uint8Array[]} */
     let payloads = shares.map(() => new Uint8Array(0));
     let backend = this.selection?.backend ?? this.backend;
     let products = 0;
     if (count > 0) {
       const indices = Array.from({ length: H }, (_, j) => (step - 1) * H + j);
       const plan = roundSteps(indices, offsets(shares)[rank], count, this.model.batch, this.outer.cut);
+      /** @type {Map<string, LaneBatch | Promise<LaneBatch>>} */
       const lanes = new Map(); // `${index}:${lane}` -> its batch, read once
       for (const pieces of plan) {
         for (const p of pieces) {
@@ -340,10 +392,13 @@ export class WorkerReplica {
           if (!lanes.has(key)) lanes.set(key, laneOf(p.lane, p.index));
         }
       }
-      const read = new Map(await Promise.all([...lanes].map(async ([k, v]) => [k, await v])));
-      const steps = plan.map((pieces) => pieces.map((p) => this.rowsOf(read.get(`${p.index}:${p.lane}`), p)));
+      const read = new Map(await Promise.all([...lanes].map(async ([k, v]) => /** @type {const} */ ([k, await v]))));
+      // (every piece's lane was read just above)
+      const batchOf = (/** @type {{index: number, lane: number}} */ p) =>
+        /** @type {LaneBatch} */ (read.get(`${p.index}:${p.lane}`));
+      const steps = plan.map((pieces) => pieces.map((p) => this.rowsOf(batchOf(p), p)));
       // Without overlap the round is measured after its last step: nothing to send early.
-      const early = onPartial !== null && this.outer.overlap > 0 ? (delta) => {
+      const early = onPartial !== null && this.outer.overlap > 0 ? (/** @type {Float32Array} */ delta) => {
         this.chunkPayloads(delta, shares).forEach((p, k) => {
           if (p.length > 0) onPartial(k, p);
         });
@@ -359,8 +414,12 @@ export class WorkerReplica {
       count: count * H };
   }
 
-  /** Every roster chunk of `flat` quantized (codec encode); empty bytes for an empty chunk
-   * (Python's inner.chunk_payloads). */
+  /**
+   * Every roster chunk of `flat` quantized (codec encode); empty bytes for an empty chunk
+   * (Python's inner.chunk_payloads).
+   * @param {Float32Array} flat
+   * @param {readonly number[]} shares
+   */
   chunkPayloads(flat, shares) {
     const total = flat.length / BLOCK;
     return shares.map((_, k) => {
@@ -371,13 +430,19 @@ export class WorkerReplica {
 
   /** Blocks of the flat gradient of this replica's model. */
   totalBlocks() {
+    this.assertStarted();
     let n = 0;
     for (const shape of paramShapes(this.model).values()) n += shape.reduce((a, b) => a * b, 1);
     return nBlocks(n);
   }
 
-  /** Rows [row, row + rows) of a lane's batch {x, y} (row-major, seqLen ids per row). */
+  /**
+   * Rows [row, row + rows) of a lane's batch {x, y} (row-major, seqLen ids per row).
+   * @param {LaneBatch} batch
+   * @param {{row: number, rows: number}} piece
+   */
   rowsOf({ x, y }, piece) {
+    this.assertStarted();
     const T = this.model.seqLen;
     const from = piece.row * T;
     const to = (piece.row + piece.rows) * T;
@@ -392,8 +457,19 @@ export class WorkerReplica {
    * @param {number} [index]
    */
   address(lane, index = this._step) {
+    this.assertStarted();
     return { seed: this.seed, step: index, rank: lane, batch: this.model.batch,
       seqLen: this.model.seqLen };
+  }
+
+  /**
+   * A run's worker and configs exist: start or restore came first (the machine's order).
+   * @returns {asserts this is {worker: TrainWorker, model: ModelConfig, optim: OptimConfig}}
+   */
+  assertStarted() {
+    if (this.worker === null || this.model === null || this.optim === null) {
+      throw new Error('the replica has no run yet: start or restore it first (a bug)');
+    }
   }
 
   close() {

@@ -1,3 +1,4 @@
+// @ts-check
 // Validate once: a leader's `config` message becomes this peer's run, or one typed refusal.
 // Mirror of server/daisychain/p2p/runconfig.py: the same rules in the same order, the same rule
 // names, messages and hints (normative: docs/PROTOCOL.md "Config validation").
@@ -16,6 +17,16 @@ import { MessageError, SYNC_OUTER, SYNC_STEP, U32_MAX, errorFrom } from './messa
 import { floatRepr, pySlice, strRepr } from './pyrepr.js';
 import { CUTS, CUT_SHARE, MAX_GLOBAL_BATCH } from './shares.js';
 
+/**
+ * @typedef {import('./messages.js').Config} Config
+ * @typedef {import('./messages.js').ModelSpec} ModelSpec
+ * @typedef {import('./messages.js').OptimSpec} OptimSpec
+ * @typedef {ReturnType<typeof modelConfig>} ModelConfig
+ * @typedef {ReturnType<typeof estimate>} Footprint
+ * @typedef {keyof typeof LIMIT_DEFAULTS} LimitName
+ * @typedef {Readonly<Record<LimitName, number>>} Limits
+ */
+
 export const MAX_EXACT_STEPS = 2 ** 24 - 1; // step counts enter float32 arithmetic
 export const MAX_TRANSFER_BYTES = 2 ** 32 - 1; // a checkpoint is one transfer: u32 total
 // Protocol-v1 size ranges: every size and every count derived from them stays far below 2^53.
@@ -31,6 +42,7 @@ export const SIZE_RANGES = Object.freeze({
 export const MAX_WEIGHT_DECAY = 1.0;
 export const MAX_CLIP = 1e6;
 // Outer runs (docs/PROTOCOL.md, "Outer runs"): the sync modes a peer of this version may know.
+/** @type {readonly string[]} */
 export const SYNC_MODES = Object.freeze([SYNC_STEP, SYNC_OUTER]);
 export const MAX_OUTER_LR = 10.0;
 // An outer run's extra state, bytes a parameter (Python's OUTER_STATE_BYTES_PER_PARAM).
@@ -40,6 +52,11 @@ export const OVERLAP_STATE_BYTES_PER_PARAM = 8n;
 
 /** A well-formed config this peer will not train; `rule` names the check that failed. */
 export class Incompatible extends MessageError {
+  /**
+   * @param {string} rule
+   * @param {string} reason
+   * @param {string} hint
+   */
   constructor(rule, reason, hint) {
     super('incompatible', reason, hint);
     this.name = 'Incompatible';
@@ -51,10 +68,15 @@ const LIMIT_DEFAULTS = Object.freeze({
   max_memory_mb: 4096, max_seq_len: 1024, max_batch: 64, max_steps: 1_000_000,
 });
 
-/** What a follower accepts from a leader (Python's runconfig.Limits; snake_case fields). */
+/**
+ * What a follower accepts from a leader (Python's runconfig.Limits; snake_case fields).
+ * @param {Partial<Record<LimitName, any>>} [fields]  each checked here (a RangeError names it)
+ * @returns {Limits}
+ */
 export function limits(fields = {}) {
+  /** @type {Record<LimitName, number>} */
   const out = { ...LIMIT_DEFAULTS };
-  for (const name of Object.keys(LIMIT_DEFAULTS)) {
+  for (const name of /** @type {LimitName[]} */ (Object.keys(LIMIT_DEFAULTS))) {
     if (!(name in fields)) continue;
     const value = fields[name];
     if (!Number.isSafeInteger(value) || value < 1) {
@@ -66,6 +88,7 @@ export function limits(fields = {}) {
 }
 
 // Hints for the model's own invariants (ConfigError.rule -> what the leader should change).
+/** @type {Readonly<Record<string, string>>} */
 const MODEL_HINTS = {
   'heads-divide-width': 'the leader must choose heads so that width / heads is a power of 4 ' +
     '(16, 64, 256); for example width 64 with 4 heads',
@@ -111,7 +134,10 @@ export function parse(cfg, {
   });
 }
 
-/** The outer loop of a `sync: "outer"` run (Python's RunConfig.outer), or null. */
+/**
+ * The outer loop of a `sync: "outer"` run (Python's RunConfig.outer), or null.
+ * @param {Config} cfg
+ */
 function outerOf(cfg) {
   const spec = cfg.outer;
   if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER || spec == null) return null;
@@ -119,7 +145,10 @@ function outerOf(cfg) {
     overlap: spec.overlap ?? 0, cut: spec.cut ?? CUT_SHARE });
 }
 
-/** The `error incompatible` reply to the leader. */
+/**
+ * The `error incompatible` reply to the leader.
+ * @param {Incompatible} exc
+ */
 export function error(exc) {
   return errorFrom(exc);
 }
@@ -127,7 +156,10 @@ export function error(exc) {
 // ---------------------------------------------------------------------------------------------
 // Python's number formats: `{n:,}` of an int and `{x:,.0f}` of a float (ties to even).
 
-/** Digits with thousands separators (`{n:,}`) of an integer Number or BigInt. */
+/**
+ * Digits with thousands separators (`{n:,}`) of an integer Number or BigInt.
+ * @param {number | bigint} n
+ */
 export function grouped(n) {
   const s = BigInt(n).toString();
   const neg = s.startsWith('-');
@@ -135,7 +167,10 @@ export function grouped(n) {
   return (neg ? '-' : '') + digits.replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 }
 
-/** `{x:,.0f}` for a finite x >= 0: rounded to an integer, ties to even (not toFixed's up). */
+/**
+ * `{x:,.0f}` for a finite x >= 0: rounded to an integer, ties to even (not toFixed's up).
+ * @param {number} x
+ */
 export function groupedFixed0(x) {
   const r = x < 2 ** 52 ? (x + 2 ** 52) - 2 ** 52 : x; // rint, ties to even
   return grouped(BigInt(r));
@@ -144,6 +179,7 @@ export function groupedFixed0(x) {
 // ---------------------------------------------------------------------------------------------
 // The rules, in the order they are checked (the first failure is reported).
 
+/** @param {Config} cfg */
 function checkGlobalBatch(cfg) {
   if (!(cfg.global_batch >= 1 && cfg.global_batch <= MAX_GLOBAL_BATCH)) {
     throw new Incompatible('global-batch',
@@ -153,6 +189,12 @@ function checkGlobalBatch(cfg) {
   }
 }
 
+/**
+ * @param {Config} cfg
+ * @param {string} tokenizerSha256
+ * @param {number} vocabSize
+ * @param {readonly string[]} dataSources
+ */
 function checkData(cfg, tokenizerSha256, vocabSize, dataSources) {
   try {
     parseDataName(cfg.data);
@@ -179,9 +221,13 @@ function checkData(cfg, tokenizerSha256, vocabSize, dataSources) {
   }
 }
 
+/**
+ * @param {ModelSpec} spec
+ * @returns {ModelConfig}
+ */
 function buildModel(spec) {
   for (const [name, [lo, hi]] of Object.entries(SIZE_RANGES)) {
-    const value = spec[name];
+    const value = spec[/** @type {keyof ModelSpec} */ (name)];
     if (!(lo <= value && value <= hi)) {
       throw new Incompatible('size-range', `model ${name} ${value} outside [${lo}, ${hi}]`,
         'protocol version 1 sizes: ' +
@@ -201,12 +247,17 @@ function buildModel(spec) {
 }
 
 // The preset fields that name an architecture, as (Python name, JS model field).
+/** @type {readonly (readonly [string, 'width' | 'layers' | 'heads' | 'mlpMult'])[]} */
 const PRESET_FIELDS = [['width', 'width'], ['layers', 'layers'], ['heads', 'heads'],
   ['mlp_mult', 'mlpMult']];
 
+/**
+ * @param {string | null} name
+ * @param {ModelConfig} model
+ */
 function checkPreset(name, model) {
   if (name === null) return;
-  const known = Object.hasOwn(PRESETS, name) ? PRESETS[name] : undefined;
+  const known = Object.hasOwn(PRESETS, name) ? PRESETS[/** @type {keyof typeof PRESETS} */ (name)] : undefined;
   if (known === undefined) {
     throw new Incompatible('preset', `unknown preset ${strRepr(pySlice(name, 32))}`,
       `presets are ${Object.keys(PRESETS).join(', ')}; a custom model is sent with preset null`);
@@ -220,6 +271,7 @@ function checkPreset(name, model) {
   }
 }
 
+/** @param {Config} cfg */
 function checkRun(cfg) {
   if (!(cfg.steps >= 1 && cfg.steps <= MAX_EXACT_STEPS)) {
     throw new Incompatible('steps-range', `steps ${cfg.steps} outside [1, ${MAX_EXACT_STEPS}]`,
@@ -239,8 +291,12 @@ function checkRun(cfg) {
   }
 }
 
-// `sync` and, for an outer run, `outer`: the same rules, messages and hints as Python's; `batch`
-// the model's sequences per inner step.
+/**
+ * `sync` and, for an outer run, `outer`: the same rules, messages and hints as Python's; `batch`
+ * the model's sequences per inner step.
+ * @param {Config} cfg
+ * @param {number} batch
+ */
 function checkSync(cfg, batch) {
   const sync = cfg.sync ?? SYNC_STEP;
   if (!SYNC_MODES.includes(sync)) {
@@ -285,8 +341,13 @@ function checkSync(cfg, batch) {
   }
 }
 
-// An outer run holds the momentum and a round's working copies beside the state (Python's
-// runconfig.parse adds the same bytes to its estimate's state term).
+/**
+ * An outer run holds the momentum and a round's working copies beside the state (Python's
+ * runconfig.parse adds the same bytes to its estimate's state term).
+ * @param {Footprint} footprint
+ * @param {Config} cfg
+ * @returns {Footprint}
+ */
 function withOuterState(footprint, cfg) {
   if ((cfg.sync ?? SYNC_STEP) !== SYNC_OUTER) return footprint;
   const perParam = OUTER_STATE_BYTES_PER_PARAM + (cfg.outer?.overlap ? OVERLAP_STATE_BYTES_PER_PARAM : 0n);
@@ -304,14 +365,20 @@ function withOuterState(footprint, cfg) {
 export const PAGE_OUTER_HINT = 'this page cannot train outer runs yet; join with the headless ' +
   'peer (python -m daisychain.peer --server URL), or lead a per-step run';
 
+/** @param {Config} cfg */
 function checkPageSync(cfg) {
   if ((cfg.sync ?? SYNC_STEP) === SYNC_OUTER) {
+    // (messages.parse gives a sync "outer" config its outer)
     throw new Incompatible('page-outer',
-      `this run trains outer rounds of ${cfg.outer.steps} inner steps (sync outer)`,
+      `this run trains outer rounds of ${cfg.outer?.steps} inner steps (sync outer)`,
       PAGE_OUTER_HINT);
   }
 }
 
+/**
+ * @param {OptimSpec} spec
+ * @param {number} steps
+ */
 function buildOptim(spec, steps) {
   const lr = spec.lr;
   // A learning rate is one float32 constant (docs/MODEL.md): it must stay positive there.
@@ -344,6 +411,7 @@ function buildOptim(spec, steps) {
   }
 }
 
+/** @param {Footprint} footprint */
 function checkTransfer(footprint) {
   const need = 12n * footprint.params + BigInt(MIB);
   if (need > BigInt(MAX_TRANSFER_BYTES)) {
@@ -354,6 +422,12 @@ function checkTransfer(footprint) {
   }
 }
 
+/**
+ * @param {ModelConfig} model
+ * @param {number} steps
+ * @param {Footprint} footprint
+ * @param {Limits} caps
+ */
 function checkLimits(model, steps, footprint, caps) {
   if (model.seqLen > caps.max_seq_len) {
     throw new Incompatible('max-seq-len',

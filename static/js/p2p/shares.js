@@ -1,3 +1,4 @@
+// @ts-check
 // Shares: how many of the step's G sequences each roster peer computes (protocol v2). Mirror of
 // server/daisychain/p2p/shares.py (docs/PROTOCOL.md "Gradient chunks and the exchange
 // arithmetic"). The leader calls `allot` at every commit with the peers' latest measured seconds
@@ -14,12 +15,16 @@ export const MAX_GLOBAL_BATCH = 4096; // shares multiply int8 values exactly in 
  * Shares for peers whose seconds per sequence are `speeds` (roster order; 0 = not measured),
  * summing to `globalBatch`: proportional to 1 / seconds, largest remainders, ties to the lower
  * rank.
+ * @param {readonly number[]} speeds
+ * @param {number} globalBatch
+ * @returns {number[]}
  */
 export function allot(speeds, globalBatch) {
   const n = speeds.length;
   if (!(n >= 1 && globalBatch >= 1)) throw new RangeError(`allot(${n} speeds, ${globalBatch})`);
   const measured = [];
   for (const s of speeds) if (s > 0) measured.push(1.0 / s);
+  /** @type {number[]} */
   let weights;
   if (measured.length > 0) {
     let total = 0.0;
@@ -43,7 +48,10 @@ export function allot(speeds, globalBatch) {
   return out;
 }
 
-/** Cumulative shares c[0..N]: peer k computes positions [c[k], c[k + 1]). */
+/**
+ * Cumulative shares c[0..N]: peer k computes positions [c[k], c[k + 1]).
+ * @param {readonly number[]} shares
+ */
 export function offsets(shares) {
   const out = [0];
   for (const s of shares) out.push(out[out.length - 1] + s);
@@ -53,8 +61,12 @@ export function offsets(shares) {
 /**
  * Positions [first, first + count) cut at lane boundaries: pieces `{lane, row, rows}` of at most
  * `laneSize` rows each (a peer never holds more than one lane's activations).
+ * @param {number} first
+ * @param {number} count
+ * @param {number} laneSize
  */
 export function pieces(first, count, laneSize) {
+  /** @type {Readonly<{lane: number, row: number, rows: number}>[]} */
   const out = [];
   let p = first;
   const end = first + count;
@@ -68,8 +80,11 @@ export function pieces(first, count, laneSize) {
   return out;
 }
 
+/** @typedef {Readonly<{index: number, lane: number, row: number, rows: number}>} RoundPiece */
+
 export const CUT_SHARE = 'share'; // one inner step per batch index, of the peer's share
 export const CUT_BATCH = 'batch'; // inner steps of the run's batch: a bigger share takes more
+/** @type {readonly string[]} */
 export const CUTS = Object.freeze([CUT_SHARE, CUT_BATCH]);
 
 /**
@@ -78,6 +93,12 @@ export const CUTS = Object.freeze([CUT_SHARE, CUT_BATCH]);
  * that order, as a list of steps, each a list of pieces {index, lane, row, rows}. `cut` 'share':
  * one step per index, cut at lane boundaries; 'batch': steps of `batch` sequences (the last takes
  * what is left), cut within a step at lane and batch-index boundaries.
+ * @param {Iterable<number>} indices
+ * @param {number} first
+ * @param {number} count
+ * @param {number} batch
+ * @param {string} [cut]
+ * @returns {RoundPiece[][]}
  */
 export function roundSteps(indices, first, count, batch, cut = CUT_SHARE) {
   if (!(batch >= 1 && count >= 0 && CUTS.includes(cut))) {
@@ -88,7 +109,9 @@ export function roundSteps(indices, first, count, batch, cut = CUT_SHARE) {
     return [...indices].map((index) => pieces(first, count, batch).map((p) =>
       Object.freeze({ index, lane: p.lane, row: p.row, rows: p.rows })));
   }
+  /** @type {RoundPiece[][]} */
   const out = [];
+  /** @type {RoundPiece[]} */
   let step = [];
   let filled = 0;
   for (const index of indices) {
@@ -112,7 +135,12 @@ export function roundSteps(indices, first, count, batch, cut = CUT_SHARE) {
   return out;
 }
 
-/** Why a roster's shares are not acceptable for the run, or null. */
+/**
+ * Why a roster's shares are not acceptable for the run, or null.
+ * @param {readonly number[]} shares
+ * @param {number} peers
+ * @param {number} globalBatch
+ */
 export function check(shares, peers, globalBatch) {
   if (shares.length !== peers) return `${shares.length} shares for ${peers} roster peers`;
   if (shares.some((s) => s < 0)) return 'a share is negative';

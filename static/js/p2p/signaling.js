@@ -41,7 +41,7 @@ export const FINAL_CLOSE_CODES = Object.freeze([4400, 4403, 4408, 4410]);
  * @typedef {Readonly<{type: 'welcome', version: number, id: string,
  *   group: Readonly<{kind: 'local' | 'network' | 'room', id: string}>, role: 'host' | 'member',
  *   host: string | null, members: readonly PeerInfo[], ice_servers: readonly RTCIceServer[],
- *   ice_transport_policy: string}>} Welcome
+ *   ice_transport_policy: 'all' | 'relay'}>} Welcome
  * @typedef {Readonly<{type: 'pending', id: string, room: string, timeout_s: number,
  *   message: string}>} Pending
  * @typedef {Readonly<{type: 'denied', reason: 'denied' | 'timeout' | 'closed', message: string,

@@ -1,3 +1,4 @@
+// @ts-check
 // Every version a peer states or checks, in one place (mirror of daisychain/p2p/versions.py;
 // docs/PROTOCOL.md "Version handshake"). Each is defined once, where its declarations live
 // (messages.js, frames.js, signaling.js, the numerical contract); the protocol machine takes

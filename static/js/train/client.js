@@ -1,3 +1,4 @@
+// @ts-check
 // The page's side of the training worker: starts worker.js as a module Worker and turns its
 // messages (messages.js) into promises and DOM events.
 //
@@ -17,10 +18,24 @@
 
 import { buffersOf, parseReply } from './messages.js';
 
+/**
+ * @typedef {import('./messages.js').Request} Request
+ * @typedef {import('./messages.js').Tensors} Tensors
+ * @typedef {import('./messages.js').TrainState} TrainState
+ * @typedef {import('./messages.js').OuterLoop} OuterLoop
+ * A worker's result (the table in messages.js says each request's fields).
+ * @typedef {Record<string, any>} Result
+ * An event the client dispatches ({kind, ...}: messages.js EVENT_KINDS, and the client's own
+ * 'error' and 'visibility').
+ * @typedef {{kind: string} & Record<string, unknown>} WorkerEvent
+ * @typedef {(name: string, values: Float32Array) => void} OnGrad
+ */
+
 export const WORKER_URL = new URL('./worker.js', import.meta.url);
 
 /** A request the worker refused or could not serve. */
 export class WorkerError extends Error {
+  /** @param {{name: string, message: string, hint: string}} error  as the worker described it */
   constructor({ name, message, hint }) {
     super(message);
     this.name = 'WorkerError';
@@ -30,12 +45,19 @@ export class WorkerError extends Error {
 }
 
 export class TrainWorker extends EventTarget {
+  /** @param {{url?: string | URL}} [options] */
   constructor({ url = WORKER_URL } = {}) {
     super();
     this.worker = new Worker(url, { type: 'module', name: 'daisychain-train' });
+    /**
+     * @type {Map<number, {resolve: (result: Result) => void, reject: (error: WorkerError) => void,
+     *   type: Request['type'], onGrad?: OnGrad}>}
+     */
     this.pending = new Map(); // id -> {resolve, reject, type}
     this.nextId = 1;
+    /** @type {WorkerEvent[]} */
     this.events = [];
+    /** @type {WorkerError | null} */
     this.broken = null;
     this.worker.onmessage = (e) => this.receive(e.data);
     this.worker.onerror = (e) => {
@@ -50,11 +72,17 @@ export class TrainWorker extends EventTarget {
     globalThis.document?.addEventListener('visibilitychange', this.onVisibility);
   }
 
+  /** @param {WorkerEvent} event */
   emit(event) {
     this.events.push(event);
     this.dispatchEvent(new CustomEvent(event.kind, { detail: event }));
   }
 
+  /**
+   * @param {string} message
+   * @param {string} hint
+   * @param {{event?: boolean}} [options]  event: also emit 'error'
+   */
   breakDown(message, hint, { event = true } = {}) {
     this.broken = new WorkerError({ name: 'WorkerFailed', message, hint });
     for (const { reject } of this.pending.values()) reject(this.broken);
@@ -62,11 +90,12 @@ export class TrainWorker extends EventTarget {
     if (event) this.emit({ kind: 'error', message, hint });
   }
 
+  /** @param {unknown} data  a message from the worker, checked here */
   receive(data) {
     let msg;
     try {
       msg = parseReply(data);
-    } catch (exc) {
+    } catch (/** @type {any} */ exc) { // a MessageError (or a bug): shown either way
       this.emit({ kind: 'error', message: `malformed worker message: ${exc.message}`,
         hint: exc.hint });
       return;
@@ -79,19 +108,28 @@ export class TrainWorker extends EventTarget {
       this.pending.get(msg.id)?.onGrad?.(msg.name, msg.values);
       return;
     }
-    const entry = this.pending.get(msg.id);
+    const id = msg.id ?? -1; // (ids start at 1: an error without one answers no request)
+    const entry = this.pending.get(id);
     if (!entry) {
       // An error with no request id: the worker could not tell which request it answers.
-      this.emit({ kind: 'error', message: msg.error?.message ?? `unexpected reply ${msg.id}`,
-        hint: msg.error?.hint ?? 'a worker bug: report it' });
+      const error = msg.type === 'error' ? msg.error : undefined;
+      this.emit({ kind: 'error', message: error?.message ?? `unexpected reply ${msg.id}`,
+        hint: error?.hint ?? 'a worker bug: report it' });
       return;
     }
-    this.pending.delete(msg.id);
+    this.pending.delete(id);
     if (msg.type === 'result') entry.resolve(msg.result);
     else entry.reject(new WorkerError(msg.error));
   }
 
-  /** Sends {type, ...fields}; resolves to the worker's result. */
+  /**
+   * Sends {type, ...fields}; resolves to the worker's result.
+   * @param {Request['type']} type
+   * @param {object} [fields]
+   * @param {Transferable[]} [transfer]
+   * @param {OnGrad} [onGrad]  hears the request's early gradients
+   * @returns {Promise<Result>}
+   */
   request(type, fields = {}, transfer = [], onGrad = undefined) {
     if (this.broken) return Promise.reject(this.broken);
     const id = this.nextId++;
@@ -101,7 +139,10 @@ export class TrainWorker extends EventTarget {
     });
   }
 
-  /** {model, optim?, seed, backend?, measure?, audit?, state?, ...}: the selection record. */
+  /**
+   * {model, optim?, seed, backend?, measure?, audit?, state?, ...}: the selection record.
+   * @param {Omit<Partial<import('./messages.js').InitRequest>, 'id' | 'type'>} options
+   */
   init(options) {
     return this.request('init', options);
   }
@@ -109,8 +150,12 @@ export class TrainWorker extends EventTarget {
   /**
    * One training step on tokens x, y (Int32Array, copied unless `transfer`: then each must own
    * its whole buffer, which the page gives up).
+   * @param {Int32Array} x
+   * @param {Int32Array} y
+   * @param {{batch?: number, hash?: boolean, transfer?: boolean}} [options]
    */
   step(x, y, { batch, hash, transfer = false } = {}) {
+    /** @type {{x: Int32Array, y: Int32Array, batch?: number, hash?: boolean}} */
     const fields = { x, y };
     if (batch !== undefined) fields.batch = batch;
     if (hash !== undefined) fields.hash = hash;
@@ -120,14 +165,22 @@ export class TrainWorker extends EventTarget {
   /**
    * Gradients without applying them: {loss, grads: {names, arrays}, ...}; with `onGrad(name,
    * values)`, each parameter's gradient also as soon as the backward made it final.
+   * @param {Int32Array} x
+   * @param {Int32Array} y
+   * @param {{batch?: number, onGrad?: OnGrad}} [options]
    */
   grads(x, y, { batch, onGrad } = {}) {
+    /** @type {{x: Int32Array, y: Int32Array, batch?: number, early?: boolean}} */
     const fields = batch === undefined ? { x, y } : { x, y, batch };
     if (onGrad) fields.early = true;
     return this.request('grads', fields, [], onGrad);
   }
 
-  /** Applies gradients {names, arrays} (e.g. combined across peers); `transfer` gives them up. */
+  /**
+   * Applies gradients {names, arrays} (e.g. combined across peers); `transfer` gives them up.
+   * @param {Tensors} grads
+   * @param {{transfer?: boolean}} [options]
+   */
   apply(grads, { transfer = false } = {}) {
     return this.request('apply', { grads }, transfer ? buffersOf(grads) : []);
   }
@@ -136,6 +189,8 @@ export class TrainWorker extends EventTarget {
    * The mean contract loss of `batches` ([{x, y}], validation.js) at the current weights, forward
    * only (no state change): {step, hash, losses, loss, backend, ms}. Requests are served in
    * order, so it measures the weights of every apply sent before it.
+   * @param {import('./messages.js').Batch[]} batches
+   * @param {{batch?: number}} [options]
    */
   evaluate(batches, { batch } = {}) {
     return this.request('eval', batch === undefined ? { batches } : { batches, batch });
@@ -149,16 +204,24 @@ export class TrainWorker extends EventTarget {
     return this.request('hash');
   }
 
-  /** Resolves to the state {step, p1, p2, params, m, v} (copies: the worker keeps training). */
+  /**
+   * Resolves to the state {step, p1, p2, params, m, v} (copies: the worker keeps training).
+   * @returns {Promise<TrainState>}
+   */
   async exportState() {
     return (await this.request('export')).state;
   }
 
+  /** @param {TrainState} state */
   loadState(state) {
     return this.request('load', { state });
   }
 
-  /** An outer run from now on (docs/PROTOCOL.md, "Outer runs"): resolves to {step, hash}. */
+  /**
+   * An outer run from now on (docs/PROTOCOL.md, "Outer runs"): resolves to {step, hash}.
+   * @param {Omit<OuterLoop, 'cut'> & {cut?: string}} outer  (its cut is checked by the worker)
+   * @param {{step: number, momentum: Tensors}} [shared]  a checkpoint's rounds and momentum
+   */
   outer(outer, shared = undefined) {
     return this.request('outer', shared === undefined ? { outer } : { outer, shared });
   }
@@ -168,14 +231,24 @@ export class TrainWorker extends EventTarget {
    * sequences in all): {loss, delta (the flat pseudo-gradient), backend, products, ms}; the
    * round's inner state is kept under `token`. With `onDelta(delta)`, the delta is also handed
    * over as soon as the round is measured (its sync step), before the remaining inner steps.
+   * @param {import('./messages.js').RoundRequest['steps']} steps
+   * @param {number} count
+   * @param {number | null} token
+   * @param {(delta: Float32Array) => void} [onDelta]
    */
   round(steps, count, token, onDelta = undefined) {
+    /** @type {{steps: typeof steps, count: number, token: number | null, early?: boolean}} */
     const fields = { steps, count, token };
     if (onDelta) fields.early = true;
     return this.request('round', fields, [], onDelta && ((_name, values) => onDelta(values)));
   }
 
-  /** The outer step with the flat mean pseudo-gradient; round `token`'s inner state is kept. */
+  /**
+   * The outer step with the flat mean pseudo-gradient; round `token`'s inner state is kept.
+   * @param {Float32Array} mean
+   * @param {number | null} token
+   * @param {{transfer?: boolean}} [options]
+   */
   applyOuter(mean, token, { transfer = false } = {}) {
     return this.request('outer-apply', { mean, token }, transfer ? [mean.buffer] : []);
   }
@@ -185,8 +258,13 @@ export class TrainWorker extends EventTarget {
     return this.request('export');
   }
 
-  /** Test hook: destroy the worker's GPU device after `afterProducts` more products. */
+  /**
+   * Test hook: destroy the worker's GPU device after `afterProducts` more products.
+   * @param {number} afterProducts
+   * @param {Record<string, string>} [rebuildSources]
+   */
   injectFault(afterProducts, rebuildSources) {
+    /** @type {{afterProducts: number, rebuildSources?: Record<string, string>}} */
     const fields = { afterProducts };
     if (rebuildSources) fields.rebuildSources = rebuildSources;
     return this.request('inject-fault', fields);

@@ -62,7 +62,10 @@ function configOf(model) {
 }
 
 export class Trainer {
-  /** `emit(event)` hears every event ({kind, ...}, kinds in messages.js EVENT_KINDS). */
+  /**
+   * `emit(event)` hears every event ({kind, ...}, kinds in messages.js EVENT_KINDS).
+   * @param {(event: {kind: string} & Record<string, unknown>) => void} [emit]
+   */
   constructor(emit = () => {}) {
     this.emit = emit;
     this.state = 'new';
@@ -83,7 +86,13 @@ export class Trainer {
     this.emit({ kind: 'state', from, to: next });
   }
 
-  /** Serves one validated request (messages.parseRequest); resolves to {result, transfer}. */
+  /**
+   * Serves one validated request (messages.parseRequest); resolves to {result, transfer}.
+   * @param {import('./messages.js').Request} req
+   * @param {(grad: {name: string, values: Float32Array}) => void} [progress]  hears a request's
+   *   early gradients (grads with early, round with early)
+   * @returns {Promise<{result: Record<string, any>, transfer: Transferable[]}>}
+   */
   async handle(req, progress = () => {}) {
     if (req.type === 'init') return { result: await this.init(req), transfer: [] };
     if (this.state !== 'ready') {

@@ -191,16 +191,15 @@ export class Attempt {
   reduce() {
     if (!this.ownsChunk || this.reduced.has(this.rank)) return null;
     if (this.contributors.some((j) => !this.contributions.has(j))) return null;
-    const parts = this.contributors.map((j) => this.contributions.get(j));
+    // (every contributor's part is in: checked on the line above)
+    const parts = this.contributors.map((j) => /** @type {Float32Array} */ (this.contributions.get(j)));
     const weights = this.contributors.map((j) => this.shares[j]);
     // Shares are sequences of every inner step, so weighting by shares is weighting by tokens;
     // the outer mean divides them by their gcd first (docs/OUTER.md, "The mean"), which the
     // per-step rule does not (its bits stay what they were).
     const reduced = this.outer ? weightedMean(parts, weights)
       : reduceChunk(parts, weights, this.globalBatch);
-    // (never null: mean.js answers null only for weights that are all 0, and every contributor
-    // has a share above 0)
-    const { payload, values } = encode(/** @type {Float32Array} */ (reduced));
+    const { payload, values } = encode(reduced);
     this.reduced.set(this.rank, values);
     this.reducedPayload.set(this.rank, payload);
     return payload;

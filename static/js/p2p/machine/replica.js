@@ -30,6 +30,7 @@
 /**
  * The interface above. `start`'s model and optim are runconfig.parse's; `setOuter`'s outer its
  * `outer` (null: a per-step run).
+ * @typedef {ReturnType<typeof import('../runconfig.js').parse>['outer']} OuterLoop
  * @typedef {{
  *   readonly step: number,
  *   readonly hash: string,
@@ -37,7 +38,7 @@
  *   restore(blob: Uint8Array, source: string): unknown,
  *   checkpoint(): Uint8Array | Promise<Uint8Array>,
  *   apply(flat: Float32Array): unknown,
- *   setOuter?: (outer: object | null) => void,
+ *   setOuter?: (outer: OuterLoop) => void,
  * }} Replica
  */
 
@@ -56,7 +57,7 @@ const METHODS = ['start', 'restore', 'checkpoint', 'apply'];
  * Whether `replica` trains outer runs (it has the optional setOuter above).
  * @template {object} R
  * @param {R} replica
- * @returns {replica is R & {setOuter: (outer: object | null) => void}}
+ * @returns {replica is R & {setOuter: (outer: OuterLoop) => void}}
  */
 export function trainsOuterRuns(replica) {
   return typeof /** @type {{setOuter?: unknown}} */ (replica)?.setOuter === 'function';

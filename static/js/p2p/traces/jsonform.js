@@ -1,3 +1,4 @@
+// @ts-check
 // Events and effects as JSON: the body of a conformance trace (tests/vectors/README.md, "Protocol
 // traces"). Mirror of server/daisychain/p2p/traces/jsonform.py. Binary data is base64; a payload
 // an effect sends is named by its length and SHA-256 (its bytes are the machine's output; the
@@ -7,6 +8,12 @@ import { sha256Hex } from '../../numerics/hash.js';
 import { encode, parse as parseMessage } from '../messages.js';
 import * as ev from '../machine/events.js';
 
+/**
+ * @typedef {import('../machine/events.js').Event} Event
+ * @typedef {import('../machine/effects.js').Effect} Effect
+ */
+
+/** @param {Uint8Array} bytes */
 export function b64(bytes) {
   let s = '';
   for (let i = 0; i < bytes.length; i += 0x8000) {
@@ -15,16 +22,25 @@ export function b64(bytes) {
   return btoa(s);
 }
 
+/** @param {string} text */
 export function unb64(text) {
   return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 }
 
-/** A message record as the JSON value Python's `json.loads(messages.encode(m))` gives. */
+/**
+ * A message record as the JSON value Python's `json.loads(messages.encode(m))` gives.
+ * @param {import('../messages.js').Message} m
+ * @returns {Record<string, unknown>}
+ */
 export function messageJson(m) {
   return JSON.parse(encode(m));
 }
 
-/** The machine event a trace step's `event` object describes. */
+/**
+ * The machine event a trace step's `event` object describes.
+ * @param {Record<string, any>} obj  a trace step's `event` (a TypeError when it is no event)
+ * @returns {Event}
+ */
 export function eventFromJson(obj) {
   const now = Number(obj.at);
   switch (obj.event) {
@@ -54,7 +70,11 @@ export function eventFromJson(obj) {
   }
 }
 
-/** The trace's JSON form of an event (the inverse of eventFromJson). */
+/**
+ * The trace's JSON form of an event (the inverse of eventFromJson).
+ * @param {Event} e
+ * @returns {Record<string, unknown>}
+ */
 export function eventToJson(e) {
   const at = { at: e.now, event: e.type };
   switch (e.type) {
@@ -74,7 +94,11 @@ export function eventToJson(e) {
   }
 }
 
-/** The trace's JSON form of an effect (async: a payload is named by its SHA-256). */
+/**
+ * The trace's JSON form of an effect (async: a payload is named by its SHA-256).
+ * @param {Effect} f
+ * @returns {Promise<Record<string, unknown>>}
+ */
 export async function effectToJson(f) {
   switch (f.type) {
     case 'send-message':
@@ -102,6 +126,7 @@ export async function effectToJson(f) {
         hashes: Object.fromEntries(o.hashes), code: o.code,
       };
     }
-    default: throw new TypeError(`unknown machine effect ${String(f.type)}`);
+    // (from an untyped caller: every Effect type has its case above)
+    default: throw new TypeError(`unknown machine effect ${String(/** @type {{type?: unknown}} */ (f).type)}`);
   }
 }

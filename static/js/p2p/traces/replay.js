@@ -1,3 +1,4 @@
+// @ts-check
 // Replaying a conformance trace (tests/vectors/protocol/*.json) on the JavaScript machine: what
 // tests/vectors/README.md "Protocol traces" asks of every implementation. Mirror of
 // server/daisychain/p2p/traces/replay.py, in Node and in the browser alike.
@@ -18,13 +19,18 @@ export const FORMAT_VERSION = 1;
 
 /** The machine's effects differ from the trace's (the message names the trace and the step). */
 export class TraceMismatch extends Error {
+  /** @param {string} message */
   constructor(message) {
     super(message);
     this.name = 'TraceMismatch';
   }
 }
 
-/** The machine a trace's `setup` describes, with the trace replica (what a replayer builds). */
+/**
+ * The machine a trace's `setup` describes, with the trace replica (what a replayer builds).
+ * @param {Record<string, any>} setup  a trace's `setup` (settings checks its fields)
+ * @param {ConstructorParameters<typeof Machine>[2]} [options]
+ */
 export function buildMachine(setup, options = {}) {
   const s = settings({
     id: setup.id, name: setup.name, tokenizer_sha256: setup.tokenizer_sha256,
@@ -37,10 +43,20 @@ export function buildMachine(setup, options = {}) {
   return new Machine(s, replica, options);
 }
 
-const show = (v) => (v === undefined ? 'nothing' : JSON.stringify(v));
+const show = (/** @type {unknown} */ v) => (v === undefined ? 'nothing' : JSON.stringify(v));
+/**
+ * @param {unknown} v
+ * @returns {v is Record<string, unknown>}
+ */
 const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 
-/** Where two JSON values first differ (`path: expected X, got Y`), or null when equal. */
+/**
+ * Where two JSON values first differ (`path: expected X, got Y`), or null when equal.
+ * @param {unknown} expected
+ * @param {unknown} got
+ * @param {string} [path]
+ * @returns {string | null}
+ */
 export function firstDifference(expected, got, path = '') {
   if (Array.isArray(expected) && Array.isArray(got)) {
     const n = Math.min(expected.length, got.length);
@@ -70,6 +86,9 @@ export function firstDifference(expected, got, path = '') {
  * Feed every event of `trace` (a parsed JSON object); throw TraceMismatch at the first effect or
  * deadline that differs. Resolves to the number of events replayed. `options.build(setup)` may
  * supply another machine (a test plants a bug that way).
+ * @param {any} trace  a parsed JSON file (checked here)
+ * @param {{build?: (setup: Record<string, any>) => Machine}} [options]
+ * @returns {Promise<number>}
  */
 export async function replay(trace, { build = buildMachine } = {}) {
   const name = trace?.name ?? '?';

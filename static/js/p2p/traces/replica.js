@@ -1,3 +1,4 @@
+// @ts-check
 // The trace replica: the state a conformance trace's machine steers, defined by hashing alone
 // (tests/vectors/README.md, "Protocol traces"). Mirror of server/daisychain/p2p/traces/replica.py,
 // written from the README's rules:
@@ -18,14 +19,21 @@ export const MAGIC = 'DCTRACE1';
 export const CHECKPOINT_BYTES = MAGIC.length + 4 + 64;
 const HEX64 = /^[0-9a-f]{64}$/;
 
-const ascii = (text) => Uint8Array.from(text, (c) => c.charCodeAt(0));
+const ascii = (/** @type {string} */ text) => Uint8Array.from(text, (c) => c.charCodeAt(0));
 
-/** The fresh state's hash for `seed`. */
+/**
+ * The fresh state's hash for `seed`.
+ * @param {number} seed
+ */
 export function initHash(seed) {
   return sha256Hex(ascii(`daisychain-trace init seed=${seed}`));
 }
 
 export class TraceReplica {
+  /**
+   * @param {number} [step]
+   * @param {string} [digest]  the state's hash
+   */
   constructor(step = 0, digest = '') {
     this._step = step;
     this._hash = digest;
@@ -43,14 +51,24 @@ export class TraceReplica {
    * The hash chain above serves both sync modes (Python's set_outer does nothing either): a
    * trace pins the protocol, the mean it applies included, not the model. Having it says this
    * replica trains outer runs (machine/replica.js), so the machine replays their traces.
+   * @param {unknown} _outer
    */
   setOuter(_outer) {}
 
+  /**
+   * @param {unknown} model
+   * @param {unknown} optim
+   * @param {number} seed
+   */
   async start(model, optim, seed) {
     this._step = 0;
     this._hash = await initHash(seed);
   }
 
+  /**
+   * @param {Uint8Array | ArrayBuffer} blob
+   * @param {string} source
+   */
   restore(blob, source) {
     const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);
     const step = this.stepOf(bytes, source);
@@ -62,7 +80,11 @@ export class TraceReplica {
     this._hash = digest;
   }
 
-  /** The step checkpoint bytes of this kind hold (also peer.js's name for a user's export). */
+  /**
+   * The step checkpoint bytes of this kind hold (also peer.js's name for a user's export).
+   * @param {Uint8Array | ArrayBuffer} blob
+   * @param {string} [source]
+   */
   stepOf(blob, source = 'checkpoint') {
     const bytes = blob instanceof Uint8Array ? blob : new Uint8Array(blob);
     const magic = String.fromCharCode(...bytes.subarray(0, MAGIC.length));
@@ -80,6 +102,7 @@ export class TraceReplica {
     return out;
   }
 
+  /** @param {Float32Array} flat */
   async apply(flat) {
     if (!(flat instanceof Float32Array)) throw new TypeError('apply takes the flat Float32Array');
     const digest = await sha256Arrays([ascii(this._hash), flat]); // float32 little-endian
