@@ -93,17 +93,15 @@ def test_eslint_gives_a_worker_no_dom_and_node_files_node_globals(tmp_path: Path
         assert proc.returncode == 1 and "no-undef" in proc.stdout, (rel, proc.stdout)
 
 
-def _tsc(tree: Path, *files: str) -> subprocess.CompletedProcess[str]:
-    """TypeScript's checker with the project's tsconfig.json on `files` alone."""
-    config = {"extends": str(JSCHECK / "tsconfig.json"), "include": list(files)}
+def _tsc(tree: Path, *files: str, base: str = "tsconfig.json") -> subprocess.CompletedProcess[str]:
+    """TypeScript's checker with the project's `base` configuration on `files` alone."""
+    config = {"extends": str(JSCHECK / base), "include": list(files), "exclude": []}
     (tree / "tsconfig.json").write_text(json.dumps(config), encoding="utf-8")
     return _run([_tool("tsc"), "-p", "tsconfig.json"], cwd=tree)
 
 
 def test_tsc_checks_a_ts_check_file_and_only_that(tmp_path: Path) -> None:
-    typed = (
-        "/** @param {number} n */\nexport function f(n) {\n  return n.toFixed(2);\n}\n"
-    )
+    typed = "/** @param {number} n */\nexport function f(n) {\n  return n.toFixed(2);\n}\n"
     _plant(tmp_path, "clean.js", "// @ts-check\n" + typed)
     proc = _tsc(tmp_path, "clean.js")
     assert proc.returncode == 0, proc.stdout
@@ -121,9 +119,22 @@ def test_tsc_is_strict_in_a_ts_check_file(tmp_path: Path) -> None:
     _plant(tmp_path, "untyped.js", "// @ts-check\nexport const f = (n) => n + 1;\n")
     proc = _tsc(tmp_path, "untyped.js")
     assert proc.returncode != 0 and "error TS7006" in proc.stdout, proc.stdout
-    nullable = (
-        "// @ts-check\n/** @param {string | null} s */\nexport const f = (s) => s.length;\n"
-    )
+    nullable = "// @ts-check\n/** @param {string | null} s */\nexport const f = (s) => s.length;\n"
     _plant(tmp_path, "nullable.js", nullable)
     proc = _tsc(tmp_path, "nullable.js")
     assert proc.returncode != 0 and "error TS18047" in proc.stdout, proc.stdout
+
+
+def test_tsc_gives_a_worker_the_worker_globals_and_no_dom(tmp_path: Path) -> None:
+    worker = (
+        "// @ts-check\n"
+        "const scope = /** @type {DedicatedWorkerGlobalScope} */ (/** @type {unknown} */ (self));\n"
+        "scope.postMessage({ ok: true });\n"
+    )
+    _plant(tmp_path, "worker.js", worker)
+    proc = _tsc(tmp_path, "worker.js", base="tsconfig.worker.json")
+    assert proc.returncode == 0, proc.stdout
+    assert _tsc(tmp_path, "worker.js").returncode != 0  # the page's configuration has no Worker
+    _plant(tmp_path, "worker.js", worker + "export const title = document.title;\n")
+    proc = _tsc(tmp_path, "worker.js", base="tsconfig.worker.json")
+    assert proc.returncode != 0 and "Cannot find name 'document'" in proc.stdout, proc.stdout
