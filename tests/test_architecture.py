@@ -242,7 +242,8 @@ def _test_sources() -> dict[Path, str]:
     return {
         path: path.read_text(encoding="utf-8")
         for path in sorted(TESTS.rglob("*.py"))
-        if "vectors" not in path.relative_to(TESTS).parts
+        # not the npm packages of tests/jscheck/ (one ships a .py file of its own)
+        if not {"vectors", "node_modules"} & set(path.relative_to(TESTS).parts)
     }
 
 
