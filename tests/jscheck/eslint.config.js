@@ -1,6 +1,6 @@
 // ESLint over the project's JavaScript (docs/TESTING.md, "How the JavaScript is checked").
 // `npm run check` in this folder runs it from the repository root with `-c`, so the patterns
-// below are relative to the root; then tsc (tsconfig.json).
+// below are relative to the root; then tsc (tsconfig.json, tsconfig.worker.json).
 import js from '@eslint/js';
 import globals from 'globals';
 
