@@ -1,8 +1,8 @@
 """The JavaScript's checkers (tests/jscheck/: ESLint, and TypeScript's checker over JSDoc) pass
 on the tree and fire on planted defects.
 
-The README's test command installs them (``npm ci --prefix tests/jscheck``) and runs them
-(``npm --prefix tests/jscheck run check``) before the suite; here each gate is shown failing on
+The README's test command installs them (``npm ci`` in tests/jscheck) and runs them
+(``npm run check`` there) before the suite; here each gate is shown failing on
 a small planted file laid out like the tree (a ``static/js/`` folder in a temporary directory,
 checked with the project's own configuration), so a configuration that checks nothing fails.
 Skipped when the tools are not installed, with the command that installs them.
@@ -27,7 +27,7 @@ def _tool(name: str) -> Path:
     path = BIN / name
     if not path.exists():
         pytest.skip(
-            f"{path.relative_to(ROOT)} is missing: run `npm ci --prefix tests/jscheck` "
+            f"{path.relative_to(ROOT)} is missing: run `npm ci` in tests/jscheck "
             "(the README's test command does)"
         )
     if shutil.which("node") is None:
