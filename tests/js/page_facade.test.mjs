@@ -229,8 +229,8 @@ test('static/js/page/ reads only the facade, builds with h(), and mounts one way
   assert.ok(Object.keys(sources).length >= 10, 'the page modules are there');
   const panels = Object.keys(sources).filter((f) => /export function mount\(root, page\)/.test(sources[f]));
   assert.deepEqual(panels.sort(),
-    ['group.js', 'keep.js', 'lead.js', 'live.js', 'privatetext.js', 'problems.js', 'readiness.js',
-      'use.js']);
+    ['awake.js', 'group.js', 'keep.js', 'lead.js', 'live.js', 'privatetext.js', 'problems.js',
+      'readiness.js', 'use.js']);
   assert.deepEqual(pageViolations(sources), []);
 });
 

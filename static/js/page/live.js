@@ -31,6 +31,9 @@
 // about four forward passes, which the panel says while it runs. FineWeb-Edu runs have no
 // validation split on the page: the panel says so.
 //
+// The line "The screen is kept on while this device trains" and its checkbox under the panel's
+// head are awake.js's (mounted here: the run's own place on the page).
+//
 // Tests read `live` (this module's export): the chart (`live.chart.points`, `.valPoints`), the
 // last read-outs (`live.view`) and the outcome the panel has shown (`live.finished`).
 
@@ -39,6 +42,7 @@ import { h } from './dom.js';
 import { rosterOf } from './roster.js';
 import * as F from './livefigures.js';
 import { validationBatches } from '../train/validation.js';
+import * as awake from './awake.js';
 
 /** What the panel shows, for tests and the console. */
 export const live = { chart: null, view: null, validations: [], finished: null };
@@ -85,11 +89,13 @@ export function mount(root, page) {
   root.setAttribute('aria-labelledby', 'live-title');
   const state = h('p', { class: 'live-state', role: 'status', 'aria-live': 'polite' },
     'No run yet: this device follows the first run a leader starts.');
-  const head = h('div', { class: 'live-head' }, h('h2', { id: 'live-title' }, 'Live'), state);
+  const awakeBox = h('div', { class: 'live-awake' }); // awake.js: is the screen kept on
+  const head = h('div', { class: 'live-head' }, h('h2', { id: 'live-title' }, 'Live'), state, awakeBox);
   const progress = h('progress', { max: '1', value: '0', 'aria-label': 'run progress' });
   const progressText = h('p', { class: 'live-progress' });
   const chartBox = h('div', { class: 'live-chart' });
   root.append(head, progress, progressText, chartBox);
+  awake.mount(awakeBox, page);
   const chart = new LossChart(chartBox, { title: 'Loss' });
   live.chart = chart;
 
