@@ -7,11 +7,11 @@ import dataclasses
 from typing import Any
 
 from daisychain import training
+from daisychain.bench.rig.steps import token_stream
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.counters import ROUND_TRIPS, Counts
 from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.live import training_ops
-from daisychain.harness.steps import token_stream
 from daisychain.model.config import preset
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.optim import AdamWConfig

@@ -34,10 +34,11 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from daisychain.p2p import messages, runconfig
-from daisychain.p2p.traces.jsonform import Json
-from daisychain.p2p.traces.scenarios import errors
-from daisychain.p2p.traces.script import OTHER_RUN, RUN, SEED, TOKENIZER, VOCAB, A, B, C, Script
+from daisychain.p2p import runconfig
+from daisychain.wire import messages
+from protocol_traces.jsonform import Json
+from protocol_traces.scenarios import errors
+from protocol_traces.script import OTHER_RUN, RUN, SEED, TOKENIZER, VOCAB, A, B, C, Script
 
 FILE = Path(__file__).resolve().parent / "vectors" / "config_equality.json"
 FORMAT = "daisychain-config-equality"

@@ -47,7 +47,7 @@ pytest.register_assert_rewrite(
 for _name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_ENDPOINT"):
     os.environ.pop(_name, None)
 
-from daisychain.harness import netns  # noqa: E402
+from daisychain.bench.rig import netns  # noqa: E402
 from pyast import parse_without_collector  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
@@ -92,8 +92,8 @@ if sys.version_info < (3, 11, 8):
 def _fused_passes_compiled() -> None:
     """Compile (or load from numba's cache) and gate the fused passes once, before any test
     starts peer subprocesses: on a fresh clone their first compile takes seconds of CPU, and
-    several peers starting together would each pay it at once (cpufused.py)."""
-    from daisychain import cpufused
+    several peers starting together would each pay it at once (cpu/fused.py)."""
+    from daisychain.cpu import fused as cpufused
 
     if cpufused.available():
         cpufused.proven()

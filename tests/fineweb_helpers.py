@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from daisychain import datanames, fineweb
-from daisychain.harness.fineweb_stub import UpstreamStub
+from daisychain.bench.rig.fineweb_stub import UpstreamStub
 from daisychain.p2p.datafeed import FineWebFeed
 from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord

@@ -1,5 +1,5 @@
 """The hostile-client harness for tests: the real server in a child process, a bystander pair
-relaying through it, and one bounded loopback attacker (see ``daisychain.harness.hostile``).
+relaying through it, and one bounded loopback attacker (see ``daisychain.bench.rig.hostile``).
 
 Usage in a test::
 
@@ -11,7 +11,7 @@ Usage in a test::
 An attacker is ``async def attacker(a: Attack) -> None``: aim at ``a.url``/``a.ws_url``
 (``a.host``, ``a.port`` for raw sockets via ``raw_websocket``), stop by ``a.deadline``
 (``a.over()``), and count what the server did in ``a.outcome`` (``errors``, ``closes``,
-``notes``). The scenarios of issue 8 are in ``daisychain.harness.attacks``. No timing threshold
+``notes``). The scenarios of issue 8 are in ``daisychain.bench.rig.attacks``. No timing threshold
 is asserted here: the bystanders' p50/p99 are printed and written to the JSON; the latency goal
 is shown by ``daisychain bench signaling`` (its ``hostile`` part).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daisychain.harness.hostile import (
+from daisychain.bench.rig.hostile import (
     BYSTANDER_ROOM,
     Attack,
     Attacker,

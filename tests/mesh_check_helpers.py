@@ -4,7 +4,7 @@ drive it: ``chromium()`` (the project's offline flags plus ``WEBRTC_FLAGS``), ``
 host are collected, and the page-side scripts run with ``page.evaluate``: ``WAIT_OPEN`` (wait
 for open channels), ``SEND`` (two messages around a payload of ``pattern`` bytes), ``RECEIVE``
 (parse what a peer sent with frames.js/messages.js) and ``TRICKLES``; ``check_received()``
-checks a ``RECEIVE`` answer against Python's ``p2p.frames``/``p2p.messages``.
+checks a ``RECEIVE`` answer against Python's ``wire.frames``/``wire.messages``.
 
 Used by tests/browser/test_browser_mesh.py and tests/p2p/test_ice.py (which imports it inside
 its test, so only that test skips). Importing it skips the importing module when
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
-from daisychain.p2p import frames, messages
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+from daisychain.wire import frames, messages
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
     pytest.skip(

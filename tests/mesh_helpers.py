@@ -24,14 +24,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from daisychain.p2p import frames
-from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine.effects import SendPayload
 from daisychain.p2p.mesh import Mesh
 from daisychain.p2p.node import Compute, LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
 from daisychain.peer.recheck import Recheck
 from daisychain.server.app import serve_local
+from daisychain.wire import frames
+from daisychain.wire.frames import FrameKind
 from server_fixtures import ByteTokenizer, config
 
 needs_namespace = pytest.mark.skipif(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE_DIR = REPO / "docs" / "guide"

@@ -28,13 +28,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daisychain.p2p import messages
-from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
-from daisychain.p2p.traces.jsonform import effect_to_json, event_from_json
-from daisychain.p2p.traces.scenarios import ABC, follow, lead_run, sent, stop_acks
-from daisychain.p2p.traces.script import (
+from daisychain.wire import messages
+from daisychain.wire.frames import FrameKind
+from protocol_traces.jsonform import effect_to_json, event_from_json
+from protocol_traces.scenarios import ABC, follow, lead_run, sent, stop_acks
+from protocol_traces.script import (
     RUN,
     A,
     B,

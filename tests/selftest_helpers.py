@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
 from daisychain.server.app import create_app
 from server_fixtures import ByteTokenizer, config
 

@@ -10,7 +10,7 @@ for that config with the shares that run committed. ``replayed_hashes`` computes
 step, each roster rank's mean gradient of its positions (``shares.pieces`` of the lanes,
 ``training.mean_gradient``), the whole exchange of them (``allreduce.exchange_locally``: chunks by
 shares, the weighted mean), the update (``training.apply_grads`` on the dequantized mean, as
-``p2p.replica.Replica.apply``), the state hash. The checks become stronger, not weaker: every
+``p2p.modelreplica.Replica.apply``), the state hash. The checks become stronger, not weaker: every
 step's bytes are recomputed from the config and the shares alone.
 
 ``shares_of(records)`` reads ``{step: shares}`` from Python ``StepRecord``s or a tab's step
@@ -27,8 +27,9 @@ import numpy.typing as npt
 
 from daisychain import training
 from daisychain.model.params import param_shapes
-from daisychain.p2p import allreduce, codec, messages, runconfig, shares
+from daisychain.p2p import allreduce, runconfig, shares
 from daisychain.training import mean_gradient
+from daisychain.wire import codec, messages
 from mesh_helpers import corpus
 
 Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from mesh_helpers import FAST
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:

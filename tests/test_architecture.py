@@ -7,7 +7,7 @@
 2. No module under ``server/daisychain`` is named like a standard-library module (``tokenize``
    shadowed the standard one when its folder came first on ``sys.path``).
 3. Tests import no benchmark (``daisychain.bench``): what tests and benchmarks share is
-   ``daisychain.harness``. The benchmarks' own tests (``tests/test_bench_*.py``) are the
+   ``daisychain.bench.rig``. The benchmarks' own tests (``tests/test_bench_*.py``) are the
    exception: they exist to run them.
 4. No test imports a private name (one starting with ``_``) from a ``daisychain`` module, whether
    a module (``daisychain.bench._hostile``) or a name in one (``from daisychain.x import _y``).
@@ -27,62 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from importgraph import import_graph, module_names
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "server" / "daisychain"
 TESTS = ROOT / "tests"
 
 
 # --- the import graph ---------------------------------------------------------------------------
-
-
-def module_names(package: Path) -> dict[str, Path]:
-    """Dotted name -> file of every module under ``package`` (a package is its ``__init__``)."""
-    names: dict[str, Path] = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-def imported_modules(source: str, name: str, is_package: bool, known: Iterable[str]) -> set[str]:
-    """The modules of ``known`` that the module ``name`` imports anywhere in ``source``."""
-    known = set(known)
-
-    def resolve(target: str) -> str | None:
-        while target and target not in known:
-            target = target.rpartition(".")[0]
-        return target or None
-
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                found.add(resolve(alias.name) or "")
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_package else name.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                parent = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                parent = node.module or ""
-            for alias in node.names:
-                child = f"{parent}.{alias.name}"
-                found.add(child if child in known else (resolve(parent) or ""))
-    found.discard("")
-    found.discard(name)
-    return found
-
-
-def import_graph(package: Path) -> dict[str, set[str]]:
-    names = module_names(package)
-    return {
-        name: imported_modules(
-            path.read_text(encoding="utf-8"), name, path.stem == "__init__", names
-        )
-        for name, path in names.items()
-    }
 
 
 def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -179,10 +131,16 @@ def _imports(source: str) -> Iterable[tuple[int, str, list[str]]]:
 
 
 def bench_imports(source: str) -> list[str]:
-    """``line: module`` of every import of ``daisychain.bench`` (or a module in it)."""
+    """``line: module`` of every import of a benchmark: ``daisychain.bench`` or a module in it,
+    except ``daisychain.bench.rig`` (the stage benchmarks and tests share)."""
     found = []
     for line, module, names in _imports(source):
-        if module == "daisychain.bench" or module.startswith("daisychain.bench."):
+        if module == "daisychain.bench.rig" or module.startswith("daisychain.bench.rig."):
+            continue
+        if module == "daisychain.bench":
+            if set(names or ["*"]) - {"rig"}:
+                found.append(f"{line}: {module}")
+        elif module.startswith("daisychain.bench."):
             found.append(f"{line}: {module}")
         elif module == "daisychain" and "bench" in names:
             found.append(f"{line}: daisychain.bench")
@@ -270,7 +228,7 @@ def test_no_test_imports_a_benchmark() -> None:
         for path, source in _test_sources().items()
         if not path.name.startswith("test_bench_") and (hits := bench_imports(source))
     }
-    assert found == {}, "tests import daisychain.harness, not daisychain.bench"
+    assert found == {}, "tests import daisychain.bench.rig, not daisychain.bench"
 
 
 def test_no_test_imports_a_private_daisychain_name() -> None:
@@ -351,10 +309,12 @@ def test_a_planted_stdlib_name_is_found() -> None:
 def test_a_planted_test_importing_a_benchmark_is_found() -> None:
     source = (
         "from daisychain.bench.browser import CHROMIUM\n"
-        "from daisychain import bench, harness\n"
+        "from daisychain import bench, numerics\n"
         "import daisychain.bench.data\n"
-        "from daisychain.harness.chromium import OFFLINE_FLAGS\n"
+        "from daisychain.bench.rig.chromium import OFFLINE_FLAGS\n"
         "def f():\n    from daisychain.bench import converge\n"
+        "from daisychain.bench import rig\n"
+        "import daisychain.bench.rig.netns\n"
     )
     assert bench_imports(source) == [
         "1: daisychain.bench.browser",

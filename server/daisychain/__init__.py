@@ -6,15 +6,15 @@ Subpackages, one concept each (docs/ARCHITECTURE.md has the whole map):
     model      the GPT-style decoder, forward and backward by hand on the contract
     tokenizer  byte-level BPE with an ASCII-class pre-splitter
     gpu        the WGSL kernels from Python: gates, audit, probe, chains (docs/KERNELS.md)
+    cpu        the CPU backends: int8 products (onnxruntime) and fused passes (numba), gated
     p2p        peer-to-peer training over WebRTC data channels (docs/PROTOCOL.md)
     outer      the outer loop's arithmetic for low-communication runs (docs/OUTER.md)
     peer       the headless peer, ``python -m daisychain.peer``
     server     the aiohttp app: static files, signaling, rooms, /data (docs/SERVER.md)
     wire       what peers and the server say to each other, declared once for both
     corpus     the built-in training corpus
-    vectors    the golden vectors of tests/vectors/, ``daisychain vectors``
-    bench      ``daisychain bench NAME`` (docs/BENCHMARKS.md)
-    harness    what the tests and the benchmarks share
+    bench      ``daisychain bench NAME`` (docs/BENCHMARKS.md): a person measuring their own
+               devices; ``bench.rig`` is the stage the benchmarks run on (the tests use it too)
 Modules at this level are the single-process pieces: ``optim`` (deterministic AdamW and
 gradient clipping), ``training`` (one replica's step), ``checkpoint``, ``generate``, and one
 module per ``daisychain`` subcommand (``cli`` finds them by name).

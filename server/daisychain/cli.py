@@ -16,12 +16,14 @@ DESCRIPTION = "DaisyChain: train one small language model together on the device
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("daisychain.train", "train a model in this process (built-in corpus or a text file)"),
+    "train": (
+        "daisychain.localtrain",
+        "train a model in this process (built-in corpus or a text file)",
+    ),
     "bench": ("daisychain.bench", "run a benchmark and print JSON (gemm, step, converge, ...)"),
     "serve": ("daisychain.server.main", "run the DaisyChain server"),
     "luts": ("daisychain.luts", "regenerate or verify the unit tables in luts/"),
     "tokenizer": ("daisychain.tokenizer.train", "train the byte-level BPE tokenizer"),
-    "vectors": ("daisychain.vectors", "regenerate or check the golden vectors in tests/vectors/"),
     "demo": ("daisychain.demo", "start a local server and three peers, train a few steps"),
     "selftest": ("daisychain.selftest", "check the compute backends here (gates, probe)"),
     "generate": ("daisychain.generate", "continue a prompt from a checkpoint (seeded, exact)"),

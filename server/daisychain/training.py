@@ -26,7 +26,7 @@ from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.model.params import Params, init_params
 from daisychain.numerics import sha256_arrays
 from daisychain.optim import AdamW, AdamWConfig, AdamWState, StepStats
-from daisychain.p2p.codec import flatten
+from daisychain.wire.codec import flatten
 
 Backend = Literal["contract", "reference"]
 TokenArray = npt.NDArray[np.integer]

@@ -1,6 +1,6 @@
 // The page at `/` (docs/USAGE.md "Train from a browser", docs/GUIDE.md): the bootstrap. It
 // builds the shared context (page/context.js), mounts each panel on its <section>, loads the
-// tokenizer and the built-in corpus's ids, chooses the compute backend (replica.js
+// tokenizer and the built-in corpus's ids, chooses the compute backend (modelreplica.js
 // chooseBackend) and starts a session: a Mesh (the group, or ?room=CODE), a WorkerReplica and a
 // BrowserPeer that follows the first run a leader configures. When a run finishes, the next
 // session starts at once, so the device is ready for the next run without a reload.
@@ -16,7 +16,7 @@
 import { Page } from './page/context.js';
 import { Mesh } from './p2p/mesh.js';
 import { BrowserPeer } from './p2p/peer.js';
-import { WorkerReplica, chooseBackend } from './p2p/replica.js';
+import { WorkerReplica, chooseBackend } from './p2p/modelreplica.js';
 import { loadTokenizer } from './tokenizer.js';
 import { fineWebFeed } from './p2p/datafeed.js';
 import { loadTokens, timerParams } from './page/boot.js';

@@ -28,8 +28,9 @@ import pytest
 
 from daisychain.bench import cputier
 from daisychain.bench.cputier import ISOLATION_HEADERS, tfjs_routes
-from daisychain.harness import paired_rounds
-from daisychain.harness.tfjs_cache import (
+from daisychain.bench.rig import paired_rounds
+from daisychain.bench.rig.nodejs import NodeError, node_argv
+from daisychain.bench.rig.tfjs_cache import (
     BROWSER_FILES,
     PACKAGES,
     TFJS_VERSION,
@@ -39,7 +40,6 @@ from daisychain.harness.tfjs_cache import (
 )
 from daisychain.model.config import preset
 from daisychain.model.params import count_params, param_shapes
-from daisychain.nodejs import NodeError, node_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 TFJS_GPT = ROOT / "server" / "daisychain" / "bench" / "tfjs_gpt.mjs"

@@ -10,7 +10,7 @@ import pytest
 
 from daisychain.bench import mesh
 from daisychain.demo import only_candidate
-from daisychain.p2p import codec, frames
+from daisychain.wire import codec, frames
 
 STAGES = {"quantize", "framing_crc", "deflate", "reassembly_crc", "inflate", "dequantize",
           "reduce_3"}  # fmt: skip

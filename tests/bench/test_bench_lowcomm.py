@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from daisychain.bench import lowcomm, pool
-from daisychain.harness import cpubudget, shaping
+from daisychain.bench.rig import cpubudget, shaping
 
 ROOT = Path(__file__).resolve().parents[2]
 WHY_NOT = cpubudget.unavailable() or shaping.unavailable()

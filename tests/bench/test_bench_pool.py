@@ -1,4 +1,4 @@
-"""``daisychain bench pool`` and the CPU budgets it holds devices to (``harness.cpubudget``).
+"""``daisychain bench pool`` and the CPU budgets it holds devices to (``bench.rig.cpubudget``).
 
 The end-to-end run uses `tiny` and two steps: only the document's shape and the replicas'
 identity are checked, never a time or a ratio's size (the machines are shared and noisy).
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from daisychain.bench import pool
-from daisychain.harness import cpubudget
+from daisychain.bench.rig import cpubudget
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_BUDGETS = cpubudget.unavailable()

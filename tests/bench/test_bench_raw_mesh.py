@@ -39,7 +39,7 @@ def test_the_process_part_says_why_it_skipped_without_cgroups(
 ) -> None:
     # As root on CI the budgets can be set; the refusal path is forced here, as a machine
     # without writable cgroups would give it (no peer process is started).
-    from daisychain.harness import cpubudget
+    from daisychain.bench.rig import cpubudget
 
     monkeypatch.setattr(cpubudget, "unavailable", lambda: "no cgroups here")
     args = argparse.Namespace(preset="tiny", process_cores=0.5, process_steps=1,

@@ -1,4 +1,4 @@
-"""bench mesh --process-link (harness/shaping.py): the namespace's loopback limited by a real
+"""bench mesh --process-link (bench/rig/shaping.py): the namespace's loopback limited by a real
 tc token bucket for the measured part, and never the host's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from daisychain.harness import netns, shaping
+from daisychain.bench.rig import netns, shaping
 from mesh_helpers import needs_namespace
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from daisychain.nodejs import NodeError, node_argv
+from daisychain.bench.rig.nodejs import NodeError, node_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = {"qkv", "attn_scores", "attn_values", "attn_out", "mlp_up", "mlp_down", "logits"}

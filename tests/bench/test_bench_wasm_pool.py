@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from daisychain.harness.chromium import chromium_missing
+from daisychain.bench.rig.chromium import chromium_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 

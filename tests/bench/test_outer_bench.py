@@ -14,7 +14,7 @@ import pytest
 
 from daisychain.cli import main
 from daisychain.model.config import preset
-from daisychain.p2p import codec
+from daisychain.wire import codec
 
 STEPS = 4
 ARGV = [

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from daisychain.harness.fineweb_stub import write_fineweb_shard
+from daisychain.bench.rig.fineweb_stub import write_fineweb_shard
 from daisychain.p2p.datafeed import Address, FineWebFeed
 from fineweb_helpers import DATA, REVISION, SHARDS, Peer, fineweb_server, start
 from mesh_helpers import (

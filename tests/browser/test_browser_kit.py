@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS
-from daisychain.vectors.generation import VECTORS, golden_checkpoint
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS
 from selftest_helpers import async_api, product_server
+from vectorgen.generation import VECTORS, golden_checkpoint
 
 CASES = ("greedy", "t08-k40-s1", "t1-vocab-s7", "t2-k100-s12", "empty-prompt-sampled")
 KIT_MAX_BYTES = 2_000_000  # tiny: 935 KB of float32 weights in base64 + tokenizer + code

@@ -9,7 +9,7 @@ nothing leaves the machine. Chromium gets the project's offline flags plus ``WEB
   (messages.js, parsed on arrival) and a fragmented, compressed payload both ways, each end
   reassembling it with frames.js (CRC-32 checked) to the exact bytes;
 - a tab and a headless Python peer (``daisychain.p2p.mesh.Mesh``, aiortc) do the same: the
-  Python side parses the tab's frames and messages with ``p2p.frames``/``p2p.messages`` and
+  Python side parses the tab's frames and messages with ``wire.frames``/``wire.messages`` and
   the tab parses Python's with frames.js/messages.js;
 - when the server goes away, the page says so and reconnects with growing, jittered delays,
   and is admitted again (a new id) when the server is back;
@@ -28,11 +28,10 @@ import asyncio
 import json
 import re
 
-from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, messages
-from daisychain.p2p.frames import FrameKind
+from daisychain.p2p import DATA_PROTOCOL_VERSION
 from daisychain.p2p.mesh import ChannelMessage, Mesh
-from daisychain.vectors import wire
-from daisychain.vectors.files import SOURCE_DIR
+from daisychain.wire import frames, messages
+from daisychain.wire.frames import FrameKind
 from mesh_check_helpers import (
     RECEIVE,
     SEND,
@@ -46,6 +45,8 @@ from mesh_check_helpers import (
 )
 from mesh_helpers import needs_namespace
 from server_fixtures import AppServer
+from vectorgen import wire
+from vectorgen.files import SOURCE_DIR
 
 pytestmark = needs_namespace
 

@@ -1,7 +1,7 @@
 """Outer runs on the page (docs/PROTOCOL.md, "Outer runs"): Chromium tabs and headless Python
 peers train one DiLoCo-style run, with identical outer hashes after every round.
 
-The tab is the real page ``/`` on the CPU tier (static/js/p2p/replica.js ``setOuter`` and the
+The tab is the real page ``/`` on the CPU tier (static/js/p2p/modelreplica.js ``setOuter`` and the
 training worker's train/outer.js); the Python peers are ``daisychain.p2p.node.Node`` over aiortc
 in this process (tests/mesh_helpers.py), inside the test run's network namespace like every
 mesh test. What the tests prove (issue 21, "Both protocol machines ... the page"):

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS
 from daisychain.server.app import create_app
 from protocol_variants import extra_scenarios, perturbed
 from server_fixtures import ByteTokenizer, config

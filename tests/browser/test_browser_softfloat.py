@@ -17,8 +17,8 @@ from typing import Any
 
 from daisychain.gpu.kernels import kernel_source
 from daisychain.gpu.softfloat import OPS, UNARY
-from daisychain.gpu.softfloat_gate import reference, softfloat_cases
 from selftest_helpers import browser_tab
+from softfloat_gate import reference, softfloat_cases
 
 HARNESS = "/softfloat-harness.html"  # served by the test: a blank page of the app's origin
 

@@ -17,13 +17,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from daisychain import datanames, fineweb
-from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
-from daisychain.p2p import messages, runconfig
+from daisychain.bench.rig.fineweb_stub import UpstreamStub, write_fineweb_shard
+from daisychain.p2p import runconfig
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.versions import DATA_PROTOCOL_VERSION
 from daisychain.server.app import create_app, serve_local
 from daisychain.server.config import DataConfig, ServerConfig
 from daisychain.tokenizer import load_default
+from daisychain.wire import messages
 from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
@@ -486,8 +487,8 @@ def test_the_machine_refuses_a_fineweb_run_its_peer_cannot_read(readable: bool) 
     from daisychain.p2p.machine import Machine, Settings
     from daisychain.p2p.machine import effects as fx
     from daisychain.p2p.machine import events as ev
-    from daisychain.p2p.traces import script
-    from daisychain.p2p.traces.replica import TraceReplica
+    from protocol_traces import script
+    from protocol_traces.trace_replica import TraceReplica
 
     data = fineweb.data_name(REVISION)
     sources = ("builtin", data) if readable else ("builtin",)

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from daisychain import datanames
-from daisychain.vectors import datanames as vectors
-from daisychain.vectors.files import SOURCE_DIR, Stale
+from vectorgen import datanames as vectors
+from vectorgen.files import SOURCE_DIR, Stale
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from daisychain import training
-from daisychain.harness.fineweb_stub import write_fineweb_shard
+from daisychain.bench.rig.fineweb_stub import write_fineweb_shard
 from daisychain.p2p.node import Outcome
 from daisychain.server.app import serve_local
 from fineweb_helpers import DATA, SHARDS, Peer, fineweb_server, start

@@ -14,15 +14,15 @@ import pytest
 from aiohttp import web
 
 from daisychain import fineweb
-from daisychain.harness.fineweb_stub import UpstreamStub, fineweb_table_of
+from daisychain.bench.rig.fineweb_stub import UpstreamStub, fineweb_table_of
 from daisychain.p2p.datafeed import Address, FineWebFeed
 from daisychain.server.app import serve_local
 from daisychain.server.config import DataConfig, ServerConfig
 from daisychain.tokenizer import load_default
 from daisychain.tokenizer.fast import load_serving_tokenizer
-from daisychain.vectors import fineweb as fineweb_vectors
-from daisychain.vectors import main as vectors_main
 from server_fixtures import ByteTokenizer
+from vectorgen import fineweb as fineweb_vectors
+from vectorgen import main as vectors_main
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "fineweb" / "cases.json"
 
@@ -35,7 +35,7 @@ def vectors() -> dict[str, Any]:
 
 def test_the_stored_cases_are_what_the_generator_writes() -> None:
     assert VECTORS.read_text(encoding="utf-8") == fineweb_vectors.text(), (
-        "run `daisychain vectors --write fineweb` if addressing changed on purpose"
+        "run `python tests/vectorgen --write fineweb` if addressing changed on purpose"
     )
     assert vectors_main(["--check", "fineweb", "--dir", str(VECTORS.parents[1])]) == 0
 

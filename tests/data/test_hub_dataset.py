@@ -1,5 +1,5 @@
 """Any Hugging Face parquet dataset as a run's text (``daisychain serve --dataset``), through the
-real ``huggingface_hub`` library against a local stand-in for the Hub (``harness.fineweb_stub``:
+real ``huggingface_hub`` library against a local stand-in for the Hub (``bench.rig.fineweb_stub``:
 the API answers the library asks for and range reads of the files, on loopback; the real Hub
 cannot be reached here).
 
@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 
 from daisychain import datanames
-from daisychain.harness.fineweb_stub import UpstreamStub, fineweb_table
+from daisychain.bench.rig.fineweb_stub import UpstreamStub, fineweb_table
 from daisychain.server import hubdataset, main
 from daisychain.server.config import DataConfig
 from daisychain.server.parquetreader import FineWebReader, UpstreamError

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from daisychain.assets import asset_dir
-from daisychain.harness.fineweb_stub import WORDS
+from daisychain.bench.rig.fineweb_stub import WORDS
 from daisychain.server.app import serve_local
 from daisychain.tokenizer import Tokenizer, train
 from mesh_helpers import PeerProcess, needs_namespace

@@ -23,7 +23,7 @@ from daisychain.tokenizer import (
     split_bytes,
 )
 from daisychain.tokenizer import train as train_module
-from daisychain.vectors.tokenizer import CASE_TEXTS, VECTORS_PATH, make_cases, render
+from vectorgen.tokenizer import CASE_TEXTS, VECTORS_PATH, make_cases, render
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_out_of_range_ids_are_rejected(ours: Tokenizer) -> None:
 def test_vectors_file_is_current() -> None:
     expected = render(make_cases())
     assert VECTORS_PATH.read_text(encoding="utf-8") == expected, (
-        "tests/vectors/tokenizer.json is stale: run daisychain vectors --write tokenizer"
+        "tests/vectors/tokenizer.json is stale: run python tests/vectorgen --write tokenizer"
     )
 
 

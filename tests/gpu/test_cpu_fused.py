@@ -1,4 +1,4 @@
-"""The fused CPU passes (``daisychain.cpufused``: numba loops for the quantize, dequantize and
+"""The fused CPU passes (``daisychain.cpu.fused``: numba loops for the quantize, dequantize and
 audit around a batched GEMM's products): the numpy reference's bits, proven by gates at start
 that are each shown refusing a planted bug, and the live quantizer inside the step probe.
 
@@ -16,7 +16,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from daisychain import cpufused, cpuint8, training
+from daisychain import training
+from daisychain.cpu import fused as cpufused
+from daisychain.cpu import int8 as cpuint8
 from daisychain.gpu import live
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.live import KernelAuditError, step_probe, training_ops

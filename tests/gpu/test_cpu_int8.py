@@ -1,4 +1,4 @@
-"""The CPU int8 GEMM (``daisychain.cpuint8``, onnxruntime's MatMulInteger on the CPU's int8
+"""The CPU int8 GEMM (``daisychain.cpu.int8``, onnxruntime's MatMulInteger on the CPU's int8
 dot-product units): gated like a GPU kernel, because on a CPU without VNNI its u8 x s8 kernel
 saturates int16 pair sums and returns wrong products.
 
@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from daisychain import cpuint8, training
+from daisychain import training
+from daisychain.cpu import int8 as cpuint8
 from daisychain.gpu.backend import Backend, Demotion
 from daisychain.gpu.gates import IntGemm
 from daisychain.gpu.live import KernelAuditError, training_ops

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pytest
 
 from daisychain import training
+from daisychain.bench.rig.steps import token_stream
 from daisychain.gpu.backend import Backend, evaluate_gpu, select_backend
 from daisychain.gpu.counters import ROUND_TRIPS, Counts
 from daisychain.gpu.device import GpuDevice
@@ -26,7 +27,6 @@ from daisychain.gpu.gates import batched_cases, gemm_cases, qmatmul_cases, run_g
 from daisychain.gpu.gemm import MAX_K, GemmKind, GpuGemm, PerSliceGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
 from daisychain.gpu.probe import probe_hash, reference_probe_hash
-from daisychain.harness.steps import token_stream
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
 from gpu_plant import OneCellPlant

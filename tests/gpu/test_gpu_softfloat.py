@@ -13,8 +13,8 @@ from daisychain.gpu.device import GpuDevice
 from daisychain.gpu.kernels import compile_kernel, kernel_source
 from daisychain.gpu.pool import BufferPool
 from daisychain.gpu.softfloat import CANONICAL_NAN, OPS, UNARY, GpuSoftFloat, library_source
-from daisychain.gpu.softfloat_gate import reference, run_softfloat_gates, softfloat_cases
 from daisychain.numerics import fmath
+from softfloat_gate import reference, run_softfloat_gates, softfloat_cases
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 
 from chain_steps import Wrong, changed, one_tiny_step
 from daisychain import training
+from daisychain.bench.rig.steps import token_stream
 from daisychain.gpu import backend as gpu_backend
 from daisychain.gpu.backend import Backend, attach_step_chain
 from daisychain.gpu.backward_chain import BackwardChain
@@ -22,7 +23,6 @@ from daisychain.gpu.gemm import GpuGemm
 from daisychain.gpu.live import KernelAuditError, training_ops
 from daisychain.gpu.step_chain import StepChain, run_step_chain_gates
 from daisychain.gpu.step_chain import step_chain_cases as cases
-from daisychain.harness.steps import token_stream
 from daisychain.model import gpt
 from daisychain.model.config import preset
 from daisychain.model.ops import NUMPY_OPS

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from daisychain import training
+from daisychain.bench.rig.steps import token_stream
 from daisychain.gpu.backend import Backend
 from daisychain.gpu.counters import ROUND_TRIPS, Counts
 from daisychain.gpu.gemm import GpuGemm, Int8Array, Int32Array, PerSliceGemm
 from daisychain.gpu.live import training_ops
-from daisychain.harness.steps import token_stream
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import GemmOps, IntGemmOps
 from daisychain.optim import AdamWConfig

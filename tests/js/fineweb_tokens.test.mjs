@@ -1,5 +1,5 @@
 // FineWeb-Edu golden cases (tests/vectors/fineweb/cases.json, written by
-// `daisychain vectors --write fineweb`): the text of each run address, encoded with the
+// `python tests/vectorgen --write fineweb`): the text of each run address, encoded with the
 // JavaScript tokenizer, gives the ids the Python peer trains on. A browser peer fetches the same
 // window from /data, joins its documents with the end-of-text token and encodes it like this.
 import { test } from 'node:test';

@@ -36,9 +36,9 @@ before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dc-generate-'));
   const file = path.join(dir, 'golden.safetensors');
   const py = process.env.PYTHON ?? 'python';
-  const res = spawnSync(py, ['-m', 'daisychain.vectors.generation', file], {
+  const res = spawnSync(py, ['-m', 'vectorgen.generation', file], {
     cwd: REPO,
-    env: { ...process.env, PYTHONPATH: path.join(REPO, 'server') },
+    env: { ...process.env, PYTHONPATH: [path.join(REPO, 'server'), path.join(REPO, 'tests')].join(path.delimiter) },
     encoding: 'utf-8',
     timeout: 300_000,
   });

@@ -1,5 +1,5 @@
 // The outer loop's arithmetic in JavaScript (static/js/outer/) against the Python reference's
-// golden vectors (tests/vectors/outer/, written by daisychain.vectors.outer): the token-weighted
+// golden vectors (tests/vectors/outer/, written by vectorgen.outer): the token-weighted
 // mean and the Nesterov outer step with its hash, bit for bit; refusals with Python's messages;
 // and a planted unweighted mean and a planted momentum order each fail the vectors.
 import assert from 'node:assert/strict';

@@ -1,6 +1,6 @@
 // static/js/p2p/frames.js, crc32.js and deflate.js against the Python implementation
-// (daisychain/p2p/frames.py) through tests/vectors/p2p_wire/frames.json, written by
-// `daisychain vectors --write wire`: CRC-32 known answers, fragmentation to the
+// (daisychain/wire/frames.py) through tests/vectors/p2p_wire/frames.json, written by
+// `python tests/vectorgen --write wire`: CRC-32 known answers, fragmentation to the
 // exact bytes, every reassembly sequence with the answer of each feed (payload, nothing yet, or
 // the error class and message), and inflate with its bounds. Both inflate paths run: the
 // engine's 'deflate-raw' and the node:zlib one that Node 18 takes.

@@ -1,5 +1,5 @@
 // static/js/p2p/messages.js (with pyjson.js and pyrepr.js) against the Python implementation
-// (daisychain/p2p/messages.py) through tests/vectors/p2p_wire/messages.json: every raw text
+// (daisychain/wire/messages.py) through tests/vectors/p2p_wire/messages.json: every raw text
 // parses to the record Python makes (compared through encode, byte for byte what Python writes)
 // or is refused with Python's code, message and hint, and the `error` reply encodes the same.
 import { test } from 'node:test';
@@ -103,7 +103,7 @@ test('pyrepr writes floats and strings as Python does', () => {
 // error_from), so these cases hold before and after tests/vectors/p2p_wire/ is regenerated.
 const V2_PY = String.raw`
 import json, sys
-from daisychain.p2p import messages
+from daisychain.wire import messages
 out = []
 for raw in json.load(sys.stdin):
     try:

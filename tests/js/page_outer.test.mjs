@@ -1,5 +1,5 @@
-// The page's outer rounds (static/js/p2p/replica.js computeRound, apply and checkpoint on the
-// training worker's train/outer.js) against the headless peer's (daisychain.p2p.replica
+// The page's outer rounds (static/js/p2p/modelreplica.js computeRound, apply and checkpoint on the
+// training worker's train/outer.js) against the headless peer's (daisychain.p2p.modelreplica
 // ModelReplica with set_outer, inner_start / adopt_inner, and p2p/inner.py inner_round),
 // computed by the Python reference at test time on the same tokens and seed: every round's
 // chunk payloads and loss, the outer hash after every outer step, and the checkpoint bytes.
@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { python } from './protocol_helpers.mjs';
 import { LocalWorker, digest, tokens } from './local_worker.mjs';
-import { WorkerReplica } from '../../static/js/p2p/replica.js';
+import { WorkerReplica } from '../../static/js/p2p/modelreplica.js';
 import { modelConfig } from '../../static/js/model/config.js';
 import { adamwConfig } from '../../static/js/model/optim.js';
 import { decode } from '../../static/js/p2p/codec.js';
@@ -37,8 +37,9 @@ from daisychain.batches import sample_batch
 from daisychain.model.config import ModelConfig
 from daisychain.optim import AdamWConfig
 from daisychain.outer.nesterov import OuterConfig
-from daisychain.p2p import codec, inner, shares
-from daisychain.p2p.replica import ModelReplica
+from daisychain.p2p import inner, shares
+from daisychain.wire import codec
+from daisychain.p2p.modelreplica import ModelReplica
 inp = json.load(sys.stdin)
 cfg = ModelConfig(**inp["model"])
 h = inp["H"]

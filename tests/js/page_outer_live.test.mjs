@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as F from '../../static/js/page/livefigures.js';
 import { MessageError, parseRequest } from '../../static/js/train/messages.js';
-import { WorkerReplica } from '../../static/js/p2p/replica.js';
+import { WorkerReplica } from '../../static/js/p2p/modelreplica.js';
 import { trainsOuterRuns } from '../../static/js/p2p/machine/replica.js';
 
 const OUTER = { sync: 'outer', steps: 10, outer: { steps: 4, lr: 0.7, momentum: 0.9 } };

@@ -1,5 +1,5 @@
 // Outer runs on the JavaScript protocol machine (docs/PROTOCOL.md, "Outer runs"): every trace in
-// tests/vectors/protocol_outer/ (written by daisychain.p2p.traces.outer from the Python machine)
+// tests/vectors/protocol_outer/ (written by protocol_traces.outer from the Python machine)
 // replays to exactly the Python effects; a machine that reduces an outer round with the per-step
 // rule fails the replay; a machine whose replica cannot train outer runs (the page's) refuses the
 // config with rule page-outer; and runconfig's outerRuns option accepts and refuses outer configs
@@ -144,7 +144,8 @@ const CASES = {
 
 const PY_PARSE = `
 import json, sys
-from daisychain.p2p import messages, runconfig
+from daisychain.p2p import runconfig
+from daisychain.wire import messages
 cases = json.load(sys.stdin)
 out = {}
 for name, obj in cases.items():

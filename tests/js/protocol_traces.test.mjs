@@ -322,7 +322,8 @@ const CONFIGS = [
 
 const RUNCONFIG_PY = String.raw`
 import json, sys
-from daisychain.p2p import messages, runconfig
+from daisychain.p2p import runconfig
+from daisychain.wire import messages
 out = []
 for text, caps in json.load(sys.stdin):
     cfg = messages.parse(text)
@@ -379,7 +380,8 @@ test('Python number formats: {:,} and {:,.0f} (ties to even)', () => {
 const CODEC_PY = String.raw`
 import json, sys
 import numpy as np
-from daisychain.p2p import allreduce, codec
+from daisychain.p2p import allreduce
+from daisychain.wire import codec
 out = {"reduce": [], "encode": [], "refusals": []}
 for case in json.load(sys.stdin)["reduce"]:
     parts = [codec.decode(bytes.fromhex(p), case["blocks"]) for p in case["payloads"]]

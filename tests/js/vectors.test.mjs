@@ -1,6 +1,6 @@
 // Every golden vector in tests/vectors/manifest.json, reproduced bit for bit by the JS mirror.
 //
-// The manifest (written by `daisychain vectors --write`, server/daisychain/vectors/contract.py) lists
+// The manifest (written by `python tests/vectorgen --write`, server/daisychain/vectors/contract.py) lists
 // cases of named kinds with inputs and expected outputs: arrays as little-endian blobs with
 // dtype, shape and SHA-256, small integers inline as {"value": ...}. Each kind maps below onto
 // the mirror's API; a kind with no mapping fails the suite (a vector the mirror does not check
@@ -156,7 +156,7 @@ const KINDS = {
 const manifest = fs.existsSync(MANIFEST) ? JSON.parse(fs.readFileSync(MANIFEST, 'utf-8')) : null;
 
 test('the golden vector manifest exists and speaks this contract version', () => {
-  assert.ok(manifest, `${MANIFEST} is missing: run \`daisychain vectors --write\``);
+  assert.ok(manifest, `${MANIFEST} is missing: run \`python tests/vectorgen --write\``);
   assert.equal(manifest.format, 'daisychain-vectors');
   assert.equal(manifest.format_version, 1);
   assert.equal(manifest.contract_version, N.CONTRACT_VERSION,

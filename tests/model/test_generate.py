@@ -1,7 +1,7 @@
 """Generation (daisychain.generate, docs/MODEL.md "Sampling"): the golden vectors, the rule's
 properties, every settings check and the ``daisychain generate`` command.
 
-The golden checkpoint is rebuilt from its recipe (daisychain.vectors.generation) once per process
+The golden checkpoint is rebuilt from its recipe (vectorgen.generation) once per process
 and must have the recorded weight hash; the JS mirror (tests/js/generate.test.mjs) and the inference
 kit in Chromium (tests/browser/test_browser_kit.py) check the same cases.
 """
@@ -23,7 +23,7 @@ from daisychain.model.config import preset
 from daisychain.model.params import init_params
 from daisychain.numerics import CONTRACT_VERSION
 from daisychain.tokenizer import load_default
-from daisychain.vectors.generation import VECTORS, golden_checkpoint
+from vectorgen.generation import VECTORS, golden_checkpoint
 
 DOC: dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
 

@@ -17,7 +17,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from daisychain import cpufused, training
+from daisychain import training
+from daisychain.cpu import fused as cpufused
 from daisychain.model import gpt
 from daisychain.model.config import preset
 from daisychain.model.ops import NUMPY_OPS, Grad, IntGemmOps, NumpyOps, Passes, Product, one_by_one

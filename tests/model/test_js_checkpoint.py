@@ -22,8 +22,8 @@ import pytest
 
 from daisychain import checkpoint, safetensors_io, training
 from daisychain.batches import sample_batch
+from daisychain.bench.rig.nodejs import NodeError, node_argv
 from daisychain.model.config import preset
-from daisychain.nodejs import NodeError, node_argv
 from daisychain.optim import AdamWConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,8 @@ from daisychain.numerics import sha256_arrays
 from daisychain.optim import AdamWConfig
 from daisychain.outer import payload
 from daisychain.outer.mean import MAX_WEIGHT_SUM
-from daisychain.p2p import allreduce, codec
+from daisychain.p2p import allreduce
+from daisychain.wire import codec
 
 F32 = np.float32
 BLOCK = codec.BLOCK

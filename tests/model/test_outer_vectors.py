@@ -1,4 +1,4 @@
-"""The outer loop's golden vectors (tests/vectors/outer/, ``daisychain vectors --write outer``):
+"""The outer loop's golden vectors (tests/vectors/outer/, ``python tests/vectorgen --write outer``):
 the committed files are what the generator writes, the check refuses them once the reference's
 rule changes (a planted unweighted mean, a planted momentum order), and the cases hold what
 their names promise. ``tests/js/outer.test.mjs`` replays them through static/js/outer/."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from daisychain.outer import nesterov
-from daisychain.vectors import outer as vectors
-from daisychain.vectors.files import SOURCE_DIR, Stale
+from vectorgen import outer as vectors
+from vectorgen.files import SOURCE_DIR, Stale
 
 
 def _f32(text: str) -> np.ndarray:

@@ -3,8 +3,8 @@
 Runs ``node --test tests/js/`` (node:test files ``*.test.mjs``; no npm packages) and fails on any
 failing JS test, showing Node's report. The JS tests compare the mirror bit for bit with the
 golden vectors in tests/vectors/ and with known answers of the Python reference. Skipped only
-when ``node`` is not on PATH (install Node 18 or newer to run it; ``daisychain.nodejs`` says how
-it is started).
+when ``node`` is not on PATH (install Node 18 or newer to run it;
+``daisychain.bench.rig.nodejs`` says how it is started).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daisychain.nodejs import NodeError, node_argv
+from daisychain.bench.rig.nodejs import NodeError, node_argv
 
 REPO = Path(__file__).resolve().parents[2]
 JS_TESTS = REPO / "tests" / "js"

@@ -1,5 +1,5 @@
 """The golden SHA-256 vectors (tests/vectors/sha256.json, written by
-``daisychain vectors --write sha256`` from ``daisychain.vectors.sha256``): the committed file is
+``python tests/vectorgen --write sha256`` from ``vectorgen.sha256``): the committed file is
 what the generator writes, every digest is hashlib's and the NIST answers are the standard's, and
 the check names a case whose digest or stored input was corrupted. ``tests/js/sha256.test.mjs``
 holds the page's own SHA-256 to the same file.
@@ -11,15 +11,15 @@ import json
 
 import pytest
 
-from daisychain.vectors.files import SOURCE_DIR
-from daisychain.vectors.sha256 import FILE, mismatch, render
+from vectorgen.files import SOURCE_DIR
+from vectorgen.sha256 import FILE, mismatch, render
 
 VECTORS = SOURCE_DIR / FILE
 
 
 def test_committed_file_is_what_write_produces() -> None:
     assert VECTORS.read_text(encoding="utf-8") == render(), (
-        "tests/vectors/sha256.json differs: run `daisychain vectors --write sha256`"
+        "tests/vectors/sha256.json differs: run `python tests/vectorgen --write sha256`"
     )
 
 

@@ -1,5 +1,5 @@
 """The committed golden vectors (tests/vectors/) against the Python reference, and proof that
-``daisychain vectors --check`` catches corruption and names the case."""
+``python tests/vectorgen --check`` catches corruption and names the case."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import daisychain.vectors
+import vectorgen
 from daisychain.numerics import CONTRACT_VERSION
-from daisychain.vectors import contract as vectors
-from daisychain.vectors.files import SOURCE_DIR
+from vectorgen import contract as vectors
+from vectorgen.files import SOURCE_DIR
 
 VECTORS = SOURCE_DIR
 DTYPES = {"float32": "<f4", "int32": "<i4", "uint32": "<u4", "int8": "i1"}
@@ -143,7 +143,7 @@ def flip_bit(path: Path, byte: int = 5, bit: int = 3) -> bytes:
 
 
 def run_check(directory: Path) -> int:
-    return daisychain.vectors.main(["--check", "contract", "--dir", str(directory)])
+    return vectorgen.main(["--check", "contract", "--dir", str(directory)])
 
 
 def test_flipped_bit_is_detected_with_the_case_name(

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import config_vectors as cv
-from daisychain.p2p import messages
 from daisychain.p2p.machine import Machine
-from daisychain.p2p.traces.replay import TraceMismatch, replay
+from daisychain.wire import messages
+from protocol_traces.playback import TraceMismatch, replay
 
 VECTORS: dict[str, Any] = json.loads(cv.FILE.read_text(encoding="utf-8"))
 CASES = VECTORS["cases"]

@@ -12,7 +12,8 @@ from daisychain.model import gpt
 from daisychain.model.config import ModelConfig
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
-from daisychain.p2p import allreduce, codec, early
+from daisychain.p2p import allreduce, early
+from daisychain.wire import codec
 
 CFG = ModelConfig(vocab_size=256, width=32, layers=3, heads=2, seq_len=16, batch=4)
 

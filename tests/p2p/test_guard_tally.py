@@ -6,8 +6,8 @@ never counted as agreement, and asking changes nothing the machine does."""
 from __future__ import annotations
 
 from daisychain.p2p.machine.guard import SyncGuard
-from daisychain.p2p.traces.scenarios import ABC, follow, stops
-from daisychain.p2p.traces.script import A, B, C, Script, config, roster_msg
+from protocol_traces.scenarios import ABC, follow, stops
+from protocol_traces.script import A, B, C, Script, config, roster_msg
 
 
 def test_three_equal_hashes_and_their_backends() -> None:

@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiortc import RTCIceTransportPolicy, RTCPeerConnection
 
-from daisychain.harness import netns
+from daisychain.bench.rig import netns
 from daisychain.p2p import signaling
 from daisychain.p2p.mesh import ChannelMessage, Mesh, MeshError
 from daisychain.p2p.versions import SIGNALING_VERSION

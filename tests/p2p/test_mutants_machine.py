@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 
 from daisychain.model.params import param_shapes
-from daisychain.p2p import frames, messages, runconfig
-from daisychain.p2p.frames import FrameKind
+from daisychain.p2p import runconfig
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.machine.guard import SyncGuard
 from daisychain.p2p.machine.peers import PeerState, PeerTable
-from daisychain.p2p.traces.scenarios import (
+from daisychain.wire import frames, messages
+from daisychain.wire.frames import FrameKind
+from protocol_traces.scenarios import (
     ABC,
     INIT,
     errors,
@@ -25,7 +26,7 @@ from daisychain.p2p.traces.scenarios import (
     stops,
     train,
 )
-from daisychain.p2p.traces.script import (
+from protocol_traces.script import (
     REFERENCE_PROBE,
     RUN,
     TOKENIZER,

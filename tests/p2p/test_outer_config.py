@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from daisychain.nodejs import NodeError, node_argv
-from daisychain.p2p import footprint, messages, runconfig
+from daisychain.bench.rig.nodejs import NodeError, node_argv
+from daisychain.p2p import footprint, runconfig
 from daisychain.p2p.runconfig import Incompatible
+from daisychain.wire import messages
 
 REPO = Path(__file__).resolve().parents[2]
 SHA = "5a" * 32

@@ -15,10 +15,11 @@ from daisychain.model.config import preset
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
 from daisychain.outer import Compression, OuterConfig, init_outer, outer_hash, outer_round
-from daisychain.p2p import codec, inner, shares
-from daisychain.p2p.frames import FrameKind
+from daisychain.p2p import inner, shares
 from daisychain.p2p.machine.effects import SendPayload
 from daisychain.p2p.node import Node
+from daisychain.wire import codec
+from daisychain.wire.frames import FrameKind
 from mesh_helpers import (
     TEST_BATCH,
     TEST_SEQ,

@@ -14,11 +14,12 @@ from daisychain.optim import AdamWConfig
 from daisychain.outer import OuterConfig, apply_outer, init_outer, outer_hash
 from daisychain.outer.mean import weighted_mean
 from daisychain.outer.nesterov import pseudo_gradient
-from daisychain.p2p import allreduce, codec, inner, shares
+from daisychain.p2p import allreduce, inner, shares
 from daisychain.p2p.machine.attempt import Attempt
 from daisychain.p2p.machine.replica import ReplicaRefused
-from daisychain.p2p.replica import ModelReplica
+from daisychain.p2p.modelreplica import ModelReplica
 from daisychain.p2p.run import CommittedRoster
+from daisychain.wire import codec
 from mesh_helpers import corpus
 
 SHA = "5a" * 32

@@ -1,5 +1,5 @@
 """The outer runs' conformance traces (tests/vectors/protocol_outer/, written by
-``daisychain.p2p.traces.outer``): stored as the generator writes them, replayed exactly by the
+``protocol_traces.outer``): stored as the generator writes them, replayed exactly by the
 Python machine, and refused by the replay when the machine is wrong in the ways an outer round
 can be: reducing with the per-step rule, taking an unweighted mean, or still counting the share
 of a peer lost mid-round. (``tests/js/protocol_outer.test.mjs`` replays them on the JavaScript
@@ -15,8 +15,8 @@ import pytest
 
 from daisychain.p2p.machine import attempt
 from daisychain.p2p.run import CommittedRoster
-from daisychain.p2p.traces import outer
-from daisychain.p2p.traces.replay import TraceMismatch, load, replay
+from protocol_traces import outer
+from protocol_traces.playback import TraceMismatch, load, replay
 
 NAMES = ("outer-rounds", "outer-join", "outer-peer-lost", "outer-uneven")
 

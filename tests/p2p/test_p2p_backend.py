@@ -47,7 +47,7 @@ def _gated() -> tuple[list[Backend], list[Demotion]]:
 
 
 def _no_cpu() -> tuple[list[Backend], list[Demotion]]:
-    return [], []  # the CPU int8 GEMM (cpuint8.py) has its own tests: tests/gpu/test_cpu_int8.py
+    return [], []  # the CPU int8 GEMM (cpu/int8.py) has its own tests: tests/gpu/test_cpu_int8.py
 
 
 def _timer(times: dict[str, float], asked: list[str]) -> StepTimer:
@@ -209,7 +209,7 @@ async def test_a_wgpu_peer_and_a_numpy_peer_stay_identical_with_equal_probes() -
 
 @needs_namespace
 async def test_a_cpu_int8_peer_and_a_numpy_peer_stay_identical_with_equal_probes() -> None:
-    """The CPU int8 GEMM (cpuint8.py) in a real mesh: every product on the CPU's int8 units,
+    """The CPU int8 GEMM (cpu/int8.py) in a real mesh: every product on the CPU's int8 units,
     audited, its probe published each step and accepted by a numpy leader."""
     pytest.importorskip("onnxruntime", reason="the CPU int8 GEMM needs onnxruntime (test extras)")
     try:

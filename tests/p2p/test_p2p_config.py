@@ -18,9 +18,10 @@ from daisychain.model.config import PRESETS, ModelConfig
 from daisychain.model.params import count_params as allocated_count
 from daisychain.numerics import CONTRACT_VERSION
 from daisychain.optim import AdamWConfig
-from daisychain.p2p import footprint, messages, runconfig
+from daisychain.p2p import footprint, runconfig
 from daisychain.p2p.runconfig import Incompatible, Limits
 from daisychain.p2p.versions import DATA_PROTOCOL_VERSION
+from daisychain.wire import messages
 
 SHA = "5a" * 32
 VOCAB = 2048
@@ -368,7 +369,8 @@ def test_headless_peer_refuses_a_cap_below_one(
 
 def test_versions_come_from_their_single_definitions() -> None:
     from daisychain.numerics import CONTRACT_VERSION
-    from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, versions
+    from daisychain.p2p import DATA_PROTOCOL_VERSION, versions
+    from daisychain.wire import frames
     from daisychain.wire.signaling import PROTOCOL_VERSION
 
     assert versions.SIGNALING_VERSION == PROTOCOL_VERSION
@@ -485,9 +487,10 @@ def test_a_new_optimizer_or_model_rule_is_still_a_refusal_not_a_crash(
 def test_a_finished_attempt_keeps_only_the_bytes_the_estimate_counts() -> None:
     """footprint counts the int8 pieces kept for repair, not float32 copies of them: once an
     attempt is applied its values are released (its keys and bytes stay for repair)."""
-    from daisychain.p2p import allreduce, codec
+    from daisychain.p2p import allreduce
     from daisychain.p2p.machine.attempt import Attempt, AttemptPhase
     from daisychain.p2p.run import CommittedRoster
+    from daisychain.wire import codec
 
     blocks = 6
     a = Attempt(CommittedRoster(1, 0, ("a", "b"), (4, 4)), 0, blocks, now=0.0)

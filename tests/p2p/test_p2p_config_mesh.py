@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from daisychain.p2p import DATA_PROTOCOL_VERSION, messages, runconfig
+from daisychain.p2p import DATA_PROTOCOL_VERSION, runconfig
 from daisychain.p2p.mesh import ChannelClosed, ChannelMessage, ChannelOpen, Mesh, MeshEvent
 from daisychain.p2p.run import Phase
+from daisychain.wire import messages
 from mesh_helpers import (
     assert_identical,
     corpus,

@@ -8,8 +8,9 @@ import signal
 from pathlib import Path
 
 from daisychain import checkpoint, training
-from daisychain.p2p import DATA_PROTOCOL_VERSION, frames, messages
+from daisychain.p2p import DATA_PROTOCOL_VERSION
 from daisychain.p2p.mesh import ChannelOpen, Mesh
+from daisychain.wire import frames, messages
 from mesh_helpers import (
     Faults,
     FaultyNode,

@@ -10,9 +10,10 @@ import zlib
 import numpy as np
 import pytest
 
-from daisychain.p2p import allreduce, codec, frames, messages
-from daisychain.p2p.frames import FrameKind
+from daisychain.p2p import allreduce
 from daisychain.p2p.versions import DATA_PROTOCOL_VERSION
+from daisychain.wire import codec, frames, messages
+from daisychain.wire.frames import FrameKind
 
 LIMIT = 200_000
 

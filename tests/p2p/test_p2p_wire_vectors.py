@@ -1,6 +1,6 @@
 """The data-channel wire vectors (tests/vectors/p2p_wire/) are what the Python implementation
-answers now: regenerated and compared, and replayed case by case through ``p2p.frames`` and
-``p2p.messages``. The JavaScript mirror checks the same files (tests/js/p2p_*.test.mjs), so a
+answers now: regenerated and compared, and replayed case by case through ``wire.frames`` and
+``wire.messages``. The JavaScript mirror checks the same files (tests/js/p2p_*.test.mjs), so a
 change to a frame or message rule that is not carried to static/js/p2p/ fails one side.
 
 Compressed bodies are zlib's output and may differ between zlib builds: with another zlib than
@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from daisychain.p2p import frames, messages
-from daisychain.p2p.frames import FrameKind
-from daisychain.vectors import main as vectors_main
-from daisychain.vectors import wire as vectors
-from daisychain.vectors.files import SOURCE_DIR
+from daisychain.wire import frames, messages
+from daisychain.wire.frames import FrameKind
+from vectorgen import main as vectors_main
+from vectorgen import wire as vectors
+from vectorgen.files import SOURCE_DIR
 
 STORED = {name: SOURCE_DIR / vectors.SUBDIR / name for name in ("frames.json", "messages.json")}
 
@@ -44,7 +44,7 @@ def test_stored_vectors_equal_a_fresh_build() -> None:
     built = vectors.build()
     assert set(built) == set(STORED)
     assert STORED["messages.json"].read_text(encoding="utf-8") == built["messages.json"], (
-        "messages.json is stale: run `daisychain vectors --write wire` and carry "
+        "messages.json is stale: run `python tests/vectorgen --write wire` and carry "
         "the change to static/js/p2p/messages.js"
     )
     stored = load("frames.json")

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
+from daisychain.bench.rig.fineweb_stub import UpstreamStub, write_fineweb_shard
 from daisychain.p2p import serverlink
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.mesh import Mesh, MeshError

@@ -11,12 +11,12 @@ import json
 
 import pytest
 
-from daisychain.p2p import messages
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.node import StepRecord
-from daisychain.p2p.traces.scenarios import ABC, follow, sent
-from daisychain.p2p.traces.script import RUN, A, B, C, D, Script, config, fresh_state, roster_msg
 from daisychain.peer.main import Display
+from daisychain.wire import messages
+from protocol_traces.scenarios import ABC, follow, sent
+from protocol_traces.script import RUN, A, B, C, D, Script, config, fresh_state, roster_msg
 
 HASH = "ab" * 32
 READY = {"type": "ready", "run": RUN, "step": 0, "hash": HASH, "peers": ["a"], "seq_s": 0.5}

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 import pyast
-from daisychain.p2p import messages
-from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.machine.attempt import AttemptPhase
 from daisychain.p2p.machine.peers import PeerState
-from daisychain.p2p.traces.replica import TraceReplica
-from daisychain.p2p.traces.scenarios import (
+from daisychain.wire import messages
+from daisychain.wire.frames import FrameKind
+from protocol_traces.scenarios import (
     ABC,
     INIT,
     errors,
@@ -31,7 +30,7 @@ from daisychain.p2p.traces.scenarios import (
     stops,
     train,
 )
-from daisychain.p2p.traces.script import (
+from protocol_traces.script import (
     RUN,
     A,
     B,
@@ -44,6 +43,7 @@ from daisychain.p2p.traces.script import (
     reduced,
     roster_msg,
 )
+from protocol_traces.trace_replica import TraceReplica
 
 P2P = Path(__file__).resolve().parents[2] / "server" / "daisychain" / "p2p"
 BANNED = ("asyncio", "aiortc", "aioice", "time", "threading", "socket", "selectors", "subprocess")

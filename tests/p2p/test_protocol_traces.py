@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from daisychain.nodejs import NodeError, node_argv
-from daisychain.p2p.traces.replay import TraceMismatch, load, replay
-from daisychain.p2p.traces.scenarios import SCENARIOS
+from daisychain.bench.rig.nodejs import NodeError, node_argv
+from protocol_traces.playback import TraceMismatch, load, replay
+from protocol_traces.scenarios import SCENARIOS
 
 TRACES = Path(__file__).resolve().parents[1] / "vectors" / "protocol"
 PATHS = sorted(TRACES.glob("*.json"))

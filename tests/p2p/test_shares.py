@@ -12,8 +12,9 @@ import pytest
 from daisychain import training
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
-from daisychain.p2p import codec, runconfig, shares
+from daisychain.p2p import runconfig, shares
 from daisychain.training import mean_gradient
+from daisychain.wire import codec
 
 
 def test_unmeasured_peers_share_equally_lower_ranks_first() -> None:
@@ -91,7 +92,7 @@ def test_the_roster_check_accepts_a_share_of_zero() -> None:
 
 @pytest.mark.parametrize("g", [0, 4097])
 def test_a_global_batch_outside_its_range_is_incompatible(g: int) -> None:
-    from daisychain.p2p.traces.script import TOKENIZER, VOCAB, config
+    from protocol_traces.script import TOKENIZER, VOCAB, config
 
     cfg = config()
     bad = type(cfg)(**{**cfg.__dict__, "global_batch": g})

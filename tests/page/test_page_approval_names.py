@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from daisychain.wire import deviceinfo
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import DESKTOP, chromium, joined, open_page, screenshot, shows, text_of

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 
 from daisychain import checkpoint, training
-from daisychain.harness.chromium import CHROMIUM
-from daisychain.p2p import messages
+from daisychain.bench.rig.chromium import CHROMIUM
+from daisychain.wire import messages
 from mesh_helpers import (
     FAST,
     TEST_BATCH,

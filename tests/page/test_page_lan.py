@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, WEBRTC_FLAGS
 from daisychain.server import tls
 from daisychain.server.app import Listener, serve_listeners
 from mesh_helpers import FAST, finish, lead_config, needs_namespace, start_peer

@@ -49,7 +49,7 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.p2p.node import StepRecord
 from mesh_helpers import (
     FAST,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from mesh_helpers import (
     FAST,
     TEST_BATCH,

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
 from daisychain.server.app import serve_local
 from server_fixtures import ByteTokenizer, config
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from daisychain.p2p.mesh import ChannelMessage, Mesh, MeshEvent
 from daisychain.tokenizer import load_default
 from mesh_helpers import FAST, finish, lead_config, needs_namespace, signaling_server, start_peer

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from daisychain.server.config import SignalingLimits
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import chromium, joined, open_page, shows

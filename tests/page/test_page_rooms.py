@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from daisychain.server.config import SignalingLimits
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import Tab, chromium, joined, open_page, shows, text_of, until

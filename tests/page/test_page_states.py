@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from mesh_helpers import needs_namespace, signaling_server
 from page_helpers import (
     DESKTOP,

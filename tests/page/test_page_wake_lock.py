@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from mesh_helpers import FAST, finish, lead_config, needs_namespace, signaling_server, start_peer
 from page_helpers import (
     DESKTOP,

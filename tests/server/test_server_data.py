@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
 from daisychain import fineweb
+from daisychain.bench.rig.fineweb_stub import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.corpus import load_builtin_text
-from daisychain.harness.fineweb_stub import StubMode, UpstreamStub, write_fineweb_shard
 from daisychain.server.app import DATA, create_app
 from daisychain.server.config import DataConfig
 from daisychain.server.datasource import DataService
@@ -30,8 +30,8 @@ from daisychain.tokenizer.fast import (
     TokenizerMismatch,
     encode_prefix,
 )
-from daisychain.vectors.tokenizer import CASE_TEXTS
 from server_fixtures import FALLBACK_TEXT, ByteTokenizer, config, serve
+from vectorgen.tokenizer import CASE_TEXTS
 
 SHARDS = ("sample/10BT/000_00000.parquet", "sample/10BT/001_00000.parquet")
 REVISION = "0123456789abcdef0123456789abcdef01234567"

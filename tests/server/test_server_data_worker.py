@@ -20,7 +20,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from daisychain import fineweb
-from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
+from daisychain.bench.rig.fineweb_stub import UpstreamStub, write_fineweb_shard
 from daisychain.server.app import DATA
 from daisychain.server.config import DataConfig
 from daisychain.server.datasource import DataService

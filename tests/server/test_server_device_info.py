@@ -15,7 +15,7 @@ from typing import Any, get_args
 import pytest
 
 import signaling_vectors
-from daisychain import cpuint8
+from daisychain.cpu import int8 as cpuint8
 from daisychain.gpu.backend import GPU_ORDER, NumpyGemm
 from daisychain.gpu.gemm import GemmKind, GpuGemm
 from daisychain.p2p import signaling as p2p

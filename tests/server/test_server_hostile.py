@@ -1,6 +1,6 @@
 """The hostile clients of issue 8 against the real server in a child process, on loopback.
 
-Each test runs one bounded attacker (``daisychain.harness.attacks``) while a bystander pair relays
+Each test runs one bounded attacker (``daisychain.bench.rig.attacks``) while a bystander pair relays
 ``signal`` messages through the same server (``hostile_harness.run_hostile``), with the
 production limits of ``SignalingLimits``. Each asserts three things:
 
@@ -46,7 +46,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from daisychain.harness import attacks
+from daisychain.bench.rig import attacks
 from daisychain.server.app import serve_local
 from daisychain.server.config import HttpLimits, SignalingLimits
 from daisychain.server.httpconn import ConnectionCounts, peer_key

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daisychain.harness import http_attacks
+from daisychain.bench.rig import http_attacks
 from hostile_harness import assert_bystanders_unharmed, record, run_hostile
 
 FLOOD_TIMEOUT = pytest.mark.timeout(120)

@@ -27,8 +27,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daisychain.harness import attacks, http_attacks
-from daisychain.harness.hostile import Attacker, server_process
+from daisychain.bench.rig import attacks, http_attacks
+from daisychain.bench.rig.hostile import Attacker, server_process
 from daisychain.server import aiohttplog, httpconn, logs, redact
 from hostile_harness import record, run_hostile
 

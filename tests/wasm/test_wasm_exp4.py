@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from daisychain.nodejs import NodeError, node_argv
+from daisychain.bench.rig.nodejs import NodeError, node_argv
 from wasm_build import assemble
 from wasm_plant import ELEMENTWISE, mutant
 

@@ -4,7 +4,7 @@
 ``add_arguments(parser)`` (optional) and ``measure(args) -> dict``. Every comparison against a
 baseline measured in the same run is reported under a key containing ``ratio``: the machines are
 shared and noisy, so absolute times are leads, ratios are the result. What benchmarks share with
-the tests (Chromium, hostile clients, the FineWeb stub, step timing) is ``daisychain.harness``;
+the tests (Chromium, hostile clients, the FineWeb stub, step timing) is ``daisychain.bench.rig``;
 ``_torch_model`` is ``bench step``'s PyTorch baseline, not a benchmark.
 """
 

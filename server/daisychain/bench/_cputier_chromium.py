@@ -5,7 +5,7 @@ the bench's own loopback server.
   its cross-origin isolation, as the page's training worker gets them).
 - TF.js: a small aiohttp server on 127.0.0.1 that serves one page, TF.js's browser bundles and
   the wasm backend's binaries from the install folder
-  (``harness.tfjs_cache.BROWSER_FILES``; nothing from
+  (``bench.rig.tfjs_cache.BROWSER_FILES``; nothing from
   static/ or a CDN) and ``tfjs_gpt.mjs``, every response with COOP/COEP so the page is
   cross-origin isolated and TF.js may start its threaded SIMD build (``threads``: its
   ``setThreadsCount``, 0 = one per core as ``navigator.hardwareConcurrency`` says).
@@ -19,9 +19,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from daisychain.bench.rig.chromium import OFFLINE_FLAGS, served_page
+from daisychain.bench.rig.tfjs_cache import BROWSER_FILES
 from daisychain.bench.wasm import evaluate_in_app_page
-from daisychain.harness.chromium import OFFLINE_FLAGS, served_page
-from daisychain.harness.tfjs_cache import BROWSER_FILES
 
 OURS = Path(__file__).with_name("cputier_ours.mjs")
 OURS_PATH = "/bench/cputier_ours.mjs"

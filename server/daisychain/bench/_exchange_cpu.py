@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from daisychain.p2p import allreduce, codec, frames
+from daisychain.p2p import allreduce
+from daisychain.wire import codec, frames
 
 REPEATS = 3
 

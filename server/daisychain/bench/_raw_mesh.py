@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from daisychain.bench._exchange_cpu import send_paced
-from daisychain.harness import cpubudget
+from daisychain.bench.rig import cpubudget
 
 
 async def _child(rank: int, n: int, total: int, address: str) -> None:

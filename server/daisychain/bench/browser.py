@@ -9,7 +9,7 @@ kernel must pass its exact gates first; a demoted one is reported with its reaso
 numpy's exact path is timed in the same run and every figure is given as ``ratio_to_numpy``.
 Chromium is kept off the network by its flags.
 
-``chromium_session`` (``daisychain.harness.chromium``) is the measurement itself, shared with
+``chromium_session`` (``daisychain.bench.rig.chromium``) is the measurement itself, shared with
 ``bench kernels``.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from daisychain.harness.chromium import chromium_missing, chromium_session
-from daisychain.harness.shapes import SMALL_SHAPES
+from daisychain.bench.rig.chromium import chromium_missing, chromium_session
+from daisychain.bench.rig.shapes import SMALL_SHAPES
 from daisychain.numerics.gemm import int_matmul
 
 

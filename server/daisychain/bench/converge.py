@@ -340,9 +340,10 @@ def measure_group(args: argparse.Namespace) -> dict[str, Any]:
     from daisychain.model.config import preset
     from daisychain.model.params import param_shapes
     from daisychain.optim import AdamWConfig
-    from daisychain.p2p import allreduce, codec, shares
+    from daisychain.p2p import allreduce, shares
     from daisychain.tokenizer import load_default
     from daisychain.tokenizer.cache import encode_corpus_cached
+    from daisychain.wire import codec
 
     tok = load_default()
     train_text, val_text = split_train_val(load_builtin_text())
@@ -502,7 +503,8 @@ def _per_step(setup: _Setup, state: Any) -> tuple[float, int]:
     are the ones counted), one AdamW step. Returns the mean loss and one peer's bytes."""
     from daisychain import training
     from daisychain.model.params import param_shapes
-    from daisychain.p2p import allreduce, codec
+    from daisychain.p2p import allreduce
+    from daisychain.wire import codec
 
     flats, parts = [], []
     for lane in range(setup.peers):
@@ -558,7 +560,8 @@ def _outer_run(
     from daisychain import batches, outer, training
     from daisychain.model.params import param_shapes
     from daisychain.optim import learning_rate
-    from daisychain.p2p import codec, inner, shares
+    from daisychain.p2p import inner, shares
+    from daisychain.wire import codec
 
     how = outer.Compression.parse(spec)
     ocfg = _outer_config(h, args)

@@ -9,7 +9,7 @@ same run, in Node and in headless Chromium (``_cputier_chromium``), for each pre
 them) and ``fastest`` (every product a plain 2-D one, the only ones its wasm backend sends to
 XNNPACK; SIMD on, threads where the environment allows them). The sides take turns:
 ``--rounds`` rounds of ours and TF.js fastest, the order alternating
-(``harness.paired_rounds``), then
+(``bench.rig.paired_rounds``), then
 TF.js out of the box once.
 
 The batches: the built-in corpus tokenized with the shipped tokenizer, ``warmup + steps`` batches
@@ -17,7 +17,7 @@ of the pinned sampler (seed 1), handed to every side. Our side's state hash afte
 compared with the Python reference's (numpy, the same batches, seed 1, default AdamW), the hash
 every other compute path matches (``hashes_identical``). TF.js is a bench-only dependency
 installed on demand into a cache folder
-(``harness.tfjs_cache``); without it the bench refuses with a
+(``bench.rig.tfjs_cache``); without it the bench refuses with a
 hint. Ratios (``ratio_vs_tfjs_*`` = our tokens/s / TF.js tokens/s, > 1: ours is faster) are the
 result; absolute times on the shared machines are leads. docs/BENCHMARKS.md, ``cpu-tier``, has
 the current figures.
@@ -40,10 +40,10 @@ from daisychain.bench import _cputier_chromium
 
 # The TF.js page's file server, part of this benchmark's interface (its test checks it).
 from daisychain.bench._cputier_chromium import ISOLATION_HEADERS, tfjs_routes
-from daisychain.harness import paired_rounds
-from daisychain.harness.chromium import chromium_missing
-from daisychain.harness.steps import node_missing, run_node
-from daisychain.harness.tfjs_cache import TfjsMissing, default_dir, ensure_tfjs
+from daisychain.bench.rig import paired_rounds
+from daisychain.bench.rig.chromium import chromium_missing
+from daisychain.bench.rig.steps import node_missing, run_node
+from daisychain.bench.rig.tfjs_cache import TfjsMissing, default_dir, ensure_tfjs
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.params import count_params
 

@@ -25,7 +25,7 @@ apart). The window budget per network caps what one peer may ask for: its tokens
 with their ratio to consumption too.
 
 The stand-in upstream (``write_fineweb_shard``, ``UpstreamStub``) lives in
-``daisychain.harness.fineweb_stub``, which the tests use too.
+``daisychain.bench.rig.fineweb_stub``, which the tests use too.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from daisychain.harness.fineweb_stub import UpstreamStub, write_fineweb_shard
+from daisychain.bench.rig.fineweb_stub import UpstreamStub, write_fineweb_shard
 
 # ---------------------------------------------------------------------------------------------
 # The benchmark

@@ -147,7 +147,7 @@ async def _chromium(
     from aiohttp import web
     from playwright.async_api import Route, async_playwright
 
-    from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, chromium_missing
+    from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG, chromium_missing
     from daisychain.server.app import create_app, make_runner
     from daisychain.server.config import DataConfig, ServerConfig
 

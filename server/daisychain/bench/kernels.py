@@ -9,7 +9,7 @@ mlp down 1024x1024x256, logits 1024x256x2048. Backends:
 - ``wgpu_dp4a``, ``wgpu_lut``: the WGSL kernels from Python (whatever adapter this machine has;
   lavapipe on CI);
 - ``chromium_webgpu_dp4a``, ``chromium_webgpu_lut``, ``chromium_js``: the same kernels and the JS
-  CPU mirror in headless Chromium (``harness/chromium.py``; SwiftShader WebGPU without a GPU);
+  CPU mirror in headless Chromium (``bench/rig/chromium.py``; SwiftShader WebGPU without a GPU);
 - ``node_js``: the JS CPU mirror under Node (``node_gemm.mjs``).
 
 Each GPU kernel must pass its exact gates first; a demoted or unavailable backend is reported as
@@ -17,10 +17,11 @@ Each GPU kernel must pass its exact gates first; a demoted or unavailable backen
 ``--repeats`` after a warm-up, end to end (packing, upload, dispatch, readback): what a peer's
 step pays.
 
-Steps: training step time (``harness/steps.py``) of each preset in ``--presets`` for ``numpy`` (the
-Python reference), ``wgpu_dp4a`` (Python, products through ``training_ops``, audited; a batched
-product is one submit and one readback, ``GpuGemm.matmul_int_batched``), ``wgpu_dp4a_per_slice``
-(the same kernel behind ``PerSliceGemm``: one round trip per slice, the baseline), ``node_js``,
+Steps: training step time (``bench/rig/steps.py``) of each preset in ``--presets`` for
+``numpy`` (the Python reference), ``wgpu_dp4a`` (Python, products through ``training_ops``,
+audited; a batched product is one submit and one readback, ``GpuGemm.matmul_int_batched``),
+``wgpu_dp4a_per_slice`` (the same kernel behind ``PerSliceGemm``: one round trip per slice, the
+baseline), ``node_js``,
 ``chromium_webgpu`` (the best gated WebGPU kernel, audited), ``chromium_webgpu_chain`` (the same
 with the page's step chain: every step in one submit and one readback,
 ``static/js/gpu/step_chain.js``) and ``chromium_cpu`` (the CPU tier);
@@ -49,15 +50,9 @@ from typing import Any
 import numpy as np
 
 from daisychain import training
-from daisychain.gpu.backend import Backend, NumpyGemm, evaluate_gpu
-from daisychain.gpu.counters import ROUND_TRIPS
-from daisychain.gpu.device import GpuUnavailable, acquire
-from daisychain.gpu.gates import IntGemm
-from daisychain.gpu.gemm import GemmKind, GpuGemm, PerSliceGemm
-from daisychain.gpu.live import training_ops
-from daisychain.harness import chromium
-from daisychain.harness.shapes import QUICK_SHAPES, SMALL_SHAPES, Shape
-from daisychain.harness.steps import (
+from daisychain.bench.rig import chromium
+from daisychain.bench.rig.shapes import QUICK_SHAPES, SMALL_SHAPES, Shape
+from daisychain.bench.rig.steps import (
     StepPolicy,
     node_missing,
     run_node,
@@ -65,6 +60,12 @@ from daisychain.harness.steps import (
     time_python_steps,
     token_stream,
 )
+from daisychain.gpu.backend import Backend, NumpyGemm, evaluate_gpu
+from daisychain.gpu.counters import ROUND_TRIPS
+from daisychain.gpu.device import GpuUnavailable, acquire
+from daisychain.gpu.gates import IntGemm
+from daisychain.gpu.gemm import GemmKind, GpuGemm, PerSliceGemm
+from daisychain.gpu.live import training_ops
 from daisychain.model.config import ModelConfig, preset
 from daisychain.model.ops import NUMPY_OPS
 from daisychain.optim import AdamWConfig
@@ -251,7 +252,7 @@ def _step_row(cfg_name: str, vocab: int, figures: dict[str, Figure]) -> dict[str
 
 
 def _page_steps(result: Figure, policy: StepPolicy) -> Figure:
-    from daisychain.harness.steps import summarize
+    from daisychain.bench.rig.steps import summarize
 
     if "skipped" in result or "error" in result:
         return result

@@ -4,8 +4,8 @@ Per-step exchange sends every peer's gradient every step, so on a home link ever
 the wire; an outer run (``sync: outer``, docs/OUTER.md) sends one pseudo-gradient every ``H``
 inner steps. This bench measures what that buys where it matters: three (``--peers``) headless
 peers in processes of their own, each held to a CPU budget (``--cores``, cgroup quota;
-``harness.cpubudget``), talking over a link limited to ``--link`` (a token bucket on the
-loopback of a network namespace the bench creates and re-runs itself in; ``harness.shaping``:
+``bench.rig.cpubudget``), talking over a link limited to ``--link`` (a token bucket on the
+loopback of a network namespace the bench creates and re-runs itself in; ``bench.rig.shaping``:
 every peer's frames share the one limit, as on one Wi-Fi radio). For the same preset, lane batch
 and links it trains
 
@@ -149,8 +149,8 @@ async def _run(args: argparse.Namespace, hs: list[int], overlaps: list[float]) -
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from daisychain.harness import cpubudget, shaping
-    from daisychain.harness import mesh_browser as browser
+    from daisychain.bench.rig import cpubudget, shaping
+    from daisychain.bench.rig import mesh_browser as browser
     from daisychain.model.config import PRESETS
 
     if args.preset not in PRESETS:

@@ -27,7 +27,7 @@
    default, each chunk leaving as soon as the backward produced it (p2p/early.py); reported:
    the step time against the baseline's and the share of bytes that left early.
 
-5. **With browser peers** (``--tabs webgpu,cpu``, harness/mesh_browser.py): Chromium tabs on the
+5. **With browser peers** (``--tabs webgpu,cpu``, bench/rig/mesh_browser.py): Chromium tabs on the
    real page join a Python-led run; per peer and backend, bytes sent/received per step, step,
    compute and exchange time and the exchange's share of the step, beside an all-Python group of
    the same size played in the same run. Needs a network namespace (root; the bench re-runs
@@ -50,7 +50,8 @@ import numpy as np
 from daisychain.bench import _exchange_cpu as exchange_cpu
 from daisychain.bench import _raw_mesh
 from daisychain.bench._exchange_cpu import raw_channel_mb_s
-from daisychain.p2p import allreduce, codec, frames
+from daisychain.p2p import allreduce
+from daisychain.wire import codec, frames
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -226,7 +227,7 @@ def parse_lane_batches(spec: str) -> list[int]:
 async def in_processes(args: argparse.Namespace, batches: list[int]) -> dict[str, Any]:
     """Part 4: three peer processes under CPU budgets per lane batch, and the raw mesh (on
     a link limited to ``--process-link`` when given)."""
-    from daisychain.harness import cpubudget, shaping
+    from daisychain.bench.rig import cpubudget, shaping
 
     why = cpubudget.unavailable()
     if why is None and args.process_link:
@@ -303,9 +304,9 @@ def _argv(args: argparse.Namespace) -> list[str]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from daisychain.bench.rig import mesh_browser as browser
+    from daisychain.bench.rig import netns, shaping
     from daisychain.demo import only_candidate
-    from daisychain.harness import mesh_browser as browser
-    from daisychain.harness import netns, shaping
 
     kinds = browser.parse_tabs(args.tabs) if args.tabs else []
     if args.process_link:

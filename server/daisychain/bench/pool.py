@@ -1,7 +1,7 @@
 """``daisychain bench pool``: does pooling unequal devices pay?
 
 Each device is a headless peer (``python -m daisychain.peer``) in a process of its own, held to
-a CPU budget by a cgroup quota (``harness.cpubudget``: 1 core, a quarter core, ...), with one
+a CPU budget by a cgroup quota (``bench.rig.cpubudget``: 1 core, a quarter core, ...), with one
 BLAS thread. For every scenario the bench measures, in one run:
 
 1. each device **alone**: a group of one under its budget (the same peer, preset and global
@@ -19,7 +19,7 @@ BLAS thread. For every scenario the bench measures, in one run:
 ``small``. Solo runs of equal budgets are measured once.
 
 The signaling server (``--offline``) runs in its own process, outside every budget; the peers
-offer only 127.0.0.2 as their ICE candidate (``harness.loopback_peer``), so no packet leaves the
+offer only 127.0.0.2 as their ICE candidate (``bench.rig.loopback_peer``), so no packet leaves the
 machine. Needs root for the cgroups; otherwise the document says why it skipped. Times are
 wall-clock on a shared machine: the ratios, measured within one run, are the result.
 """
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daisychain.harness import cpubudget
+from daisychain.bench.rig import cpubudget
 
 SCENARIOS: dict[str, tuple[float, ...]] = {
     "fast-slow": (1.0, 0.25),
@@ -196,7 +196,7 @@ async def run_group(
                 if i == 0 else []
             )  # fmt: skip
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "daisychain.harness.loopback_peer", args.address,
+                sys.executable, "-m", "daisychain.bench.rig.loopback_peer", args.address,
                 "--server", f"http://127.0.0.1:{port}", "--name", f"device{i}-{c:g}core",
                 "--backend", "numpy", "--json", "--step-timeout", str(args.timeout_s), *role,
                 *peer_options,

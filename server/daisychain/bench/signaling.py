@@ -13,9 +13,9 @@ messages; and, as a baseline measured in the same run, a burst of ping/pong roun
 the same sockets (``relay_vs_ping_p50_ratio``). The clients share one Python process, so on a
 small machine their own scheduling is part of every latency.
 
-Then the hostile clients (``--attacks``: ``harness.attacks.SCENARIOS`` and
-``harness.http_attacks.SCENARIOS``, docs/SERVER.md), each against a fresh server
-(``harness.hostile.run_hostile``): a bystander pair
+Then the hostile clients (``--attacks``: ``bench.rig.attacks.SCENARIOS`` and
+``bench.rig.http_attacks.SCENARIOS``, docs/SERVER.md), each against a fresh server
+(``bench.rig.hostile.run_hostile``): a bystander pair
 relays ``signal`` messages through the server in a child process of its own, first alone for
 ``--attack-s`` seconds (the baseline), then while the attacker runs for as long again. Reported per
 attack, under ``hostile``: the bystanders' relay p50/p99 under attack next to their own baseline
@@ -48,8 +48,8 @@ from typing import Any
 
 import aiohttp
 
-from daisychain.harness import attacks, http_attacks
-from daisychain.harness.hostile import run_hostile
+from daisychain.bench.rig import attacks, http_attacks
+from daisychain.bench.rig.hostile import run_hostile
 
 ROOM_EVERY = 5  # every 5th group is a private room with host approval
 SCENARIOS = {**attacks.SCENARIOS, **http_attacks.SCENARIOS}

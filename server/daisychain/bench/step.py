@@ -13,8 +13,8 @@ over the process's state after imports. PyTorch's step is bimodal on the project
 draw would be luck: ``tokens_per_s_ratio`` (contract / torch, both medians; target >= 1.0) is
 reported beside ``tokens_per_s_ratio_vs_torch_min`` (the contract's median against torch's
 fastest round: the honest floor). With onnxruntime installed two more sides run: ``cpu-int8``
-(the same contract with its integer products on the CPU's int8 units, cpuint8.py, gated and
-audited as in training, with the fused passes of cpufused.py where numba is installed and they
+(the same contract with its integer products on the CPU's int8 units, cpu/int8.py, gated and
+audited as in training, with the fused passes of cpu/fused.py where numba is installed and they
 pass their gates, as in training; or why its gates refused it here) and ``cpu-int8-unaudited``
 (gates, fused passes and per-step probe only: what the live audit costs), each with
 ``*_tokens_per_s_ratio`` and ``*_tokens_per_s_ratio_vs_torch_min`` (against torch) and
@@ -62,7 +62,7 @@ else:
     from daisychain.optim import AdamWConfig
     state = training.init(cfg, AdamWConfig(lr=1e-3), 1)
     if side.startswith("cpu-int8"):  # the gated CPU int8 GEMM
-        from daisychain import cpuint8
+        from daisychain.cpu import int8 as cpuint8
         from daisychain.gpu.backend import Backend
         from daisychain.gpu.live import training_ops
         from daisychain.model.ops import IntGemmOps
@@ -71,7 +71,7 @@ else:
             print(json.dumps({"refused": why})); sys.exit(0)
         # audited as in training; "-unaudited": gates and probe only (what the audit costs)
         audited = side == "cpu-int8"
-        from daisychain import cpufused
+        from daisychain.cpu import fused as cpufused
         raw = IntGemmOps(side, gemm.matmul_int, gemm.matmul_float, None, cpufused.proven()[0])
         state.ops = training_ops(Backend(gemm, "cpu")) if audited else raw
     if side.startswith("wgpu"):  # the best gated wgpu kernel, batched or one slice at a time
@@ -127,7 +127,7 @@ def _run_side(side: str, args: argparse.Namespace, vocab: int) -> dict[str, Any]
 
 
 def _cpu_int8_available() -> bool:
-    from daisychain import cpuint8
+    from daisychain.cpu import int8 as cpuint8
 
     return cpuint8.available()
 

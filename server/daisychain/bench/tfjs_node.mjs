@@ -1,7 +1,7 @@
 // The TF.js side of `daisychain bench cpu-tier` under Node (tfjs_gpt.mjs says what is measured).
 //
 // Usage: node tfjs_node.mjs STATIC_DIR JOB_JSON
-//   STATIC_DIR  unused (the bench's Node scripts all take it first; see harness/steps.run_node)
+//   STATIC_DIR  unused (the bench's Node scripts all take it first; see bench/rig/steps.run_node)
 //   JOB_JSON    a file {tfjs_dir, cfg, opt, batches: [{x, y}], warmup, steps, mode}; tfjs_dir
 //               holds node_modules/@tensorflow/tfjs{,-backend-wasm} 4.22 (the bench's cache)
 // Sets the wasm backend (SIMD and threads as TF.js detects them here) and prints one JSON line

@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from daisychain.harness.chromium import OFFLINE_FLAGS, app_page, chromium_missing
-from daisychain.harness.steps import node_missing, run_node
+from daisychain.bench.rig.chromium import OFFLINE_FLAGS, app_page, chromium_missing
+from daisychain.bench.rig.steps import node_missing, run_node
 
 NODE_WASM = Path(__file__).with_name("node_wasm.mjs")
 MEASURE = Path(__file__).with_name("wasm_measure.mjs")

@@ -20,8 +20,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from daisychain.bench.rig.chromium import chromium_missing
 from daisychain.bench.wasm import evaluate_in_app_page
-from daisychain.harness.chromium import chromium_missing
 
 WORKER = Path(__file__).with_name("wasmpool_worker.mjs")
 WORKER_PATH = "/bench/wasmpool_worker.mjs"

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController
 
-from daisychain import cpufused
+from daisychain.cpu import fused as cpufused
 from daisychain.gpu.attention_chain import bits_sum
 from daisychain.gpu.audit import Int8Array, Int32Array, Operand, audit, first_failing_slice
 from daisychain.gpu.backend import Backend
@@ -147,7 +147,7 @@ class AuditedBatchedMatmul:
     ) -> None:
         self.gemm, self.audited = gemm, audited
         # The same checks in a few compiled passes over the int8 operands the GEMM was given
-        # (cpufused.py, gated against this module's numpy audit): several times cheaper than
+        # (cpu/fused.py, gated against this module's numpy audit): several times cheaper than
         # numpy's thin BLAS products, sums and gathers. The report is still numpy's.
         self._fused = fused
         # The audit's float32 BLAS products are thin (M x K times K x 2-6, the danger lines):

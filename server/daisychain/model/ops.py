@@ -593,7 +593,7 @@ class IntGemmOps:
         # one submit and one readback): ``grads`` hands it a backward pair at once.
         self._matmul_many = matmul_many if matmul_batched is not None else None
         # With a batched GEMM: the quantize and dequantize around its products in fused passes
-        # (cpufused.py) instead of numpy's one pass per operation. Same bits (gated).
+        # (cpu/fused.py) instead of numpy's one pass per operation. Same bits (gated).
         self._passes = passes if matmul_batched is not None else None
         self._matmul_int = matmul_int
         # A GEMM that takes (..., M, K) @ (..., K, N) in one call (the CPU int8 GEMM): one call

@@ -188,7 +188,7 @@ _CAST_BLOCK = 1 << 15
 def to_int8_c(q: FloatArray) -> npt.NDArray[np.int8]:
     """``to_int8`` as a C-contiguous array, fast when ``q`` is a transposed view.
 
-    The int8 GEMM (cpuint8.py) needs C-order operands, and the model hands it transposed views
+    The int8 GEMM (cpu/int8.py) needs C-order operands, and the model hands it transposed views
     (``x.T`` in a weight gradient, ``w.T`` in an input gradient, ``k^T`` per head). numpy casts
     such a view element by element along the long stride: 10-50x slower than a contiguous cast
     (a 1024 x 1024 operand: 3.5 ms against 0.07). Here the contiguous buffer underneath is

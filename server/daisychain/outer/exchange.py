@@ -41,7 +41,8 @@ from daisychain.outer.nesterov import (
     outer_hash,
     pseudo_gradient,
 )
-from daisychain.p2p import allreduce, codec
+from daisychain.p2p import allreduce
+from daisychain.wire import codec
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.numerics import sha256_arrays
-from daisychain.p2p import codec
+from daisychain.wire import codec
 
 F32 = np.float32
 FloatArray = npt.NDArray[np.float32]

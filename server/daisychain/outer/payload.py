@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.numerics import dequantize, quantize
-from daisychain.p2p import codec
+from daisychain.wire import codec
 
 BLOCK = codec.BLOCK
 F32 = np.float32

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.p2p import codec
 from daisychain.p2p import shares as share_rules
+from daisychain.wire import codec
 
 FloatArray = npt.NDArray[np.float32]
 

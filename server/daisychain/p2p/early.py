@@ -24,7 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.model.gpt import GradHook
-from daisychain.p2p import allreduce, codec
+from daisychain.p2p import allreduce
+from daisychain.wire import codec
 
 FloatArray = npt.NDArray[np.float32]
 Emit = Callable[[int, bytes], None]  # (chunk, payload), called on the compute thread

@@ -32,7 +32,8 @@ from daisychain import training
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWState
 from daisychain.outer.nesterov import Params, add_carry, pseudo_gradient
-from daisychain.p2p import allreduce, codec
+from daisychain.p2p import allreduce
+from daisychain.wire import codec
 
 Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 

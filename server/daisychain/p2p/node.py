@@ -31,9 +31,8 @@ from daisychain.model.config import ModelConfig, preset
 from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
 from daisychain.outer.nesterov import OuterConfig, OuterError
-from daisychain.p2p import early, frames, inner, messages, shares
+from daisychain.p2p import early, inner, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
-from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine import Machine, Settings, Timers
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
@@ -47,11 +46,13 @@ from daisychain.p2p.mesh import (
     PeerLeft,
     SignalingLost,
 )
+from daisychain.p2p.modelreplica import ModelReplica
 from daisychain.p2p.options import Compute, LeadConfig
 from daisychain.p2p.pace import Pace
-from daisychain.p2p.replica import ModelReplica
 from daisychain.p2p.run import RunPhase
 from daisychain.p2p.runconfig import Limits
+from daisychain.wire import frames, messages
+from daisychain.wire.frames import FrameKind
 
 if TYPE_CHECKING:  # the peer's re-check measures backends; the node only asks it when
     from daisychain.peer.recheck import Recheck

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.ops import NUMPY_OPS, GemmOps
 from daisychain.p2p.machine.settings import Timers
-from daisychain.p2p.messages import SYNC_OUTER, OuterSpec, SharesBy
+from daisychain.wire.messages import SYNC_OUTER, OuterSpec, SharesBy
 
 __all__ = ["Compute", "LeadConfig", "Timers"]
 

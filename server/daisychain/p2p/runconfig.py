@@ -29,9 +29,10 @@ from daisychain import datanames, fineweb
 from daisychain.model.config import PRESETS, ConfigError, ModelConfig
 from daisychain.optim import AdamWConfig, OptimizerError
 from daisychain.outer.nesterov import OuterConfig
-from daisychain.p2p import messages, shares
+from daisychain.p2p import shares
 from daisychain.p2p.footprint import MIB, Footprint, estimate
 from daisychain.p2p.shares import MAX_GLOBAL_BATCH
+from daisychain.wire import messages
 
 # Step counts enter float32 arithmetic (warm-up ratio, bias corrections): exact below 2^24.
 MAX_EXACT_STEPS = 2**24 - 1
@@ -58,7 +59,7 @@ SYNC_MODES = (messages.SYNC_STEP, messages.SYNC_OUTER)
 MAX_OUTER_LR = 10.0
 # What an outer run holds beyond a per-step run's state, in bytes a parameter: the outer
 # momentum M (4), and while a round computes, the copy it trains (weights 4, inner moments 8),
-# the round's outer weights (4) and the pseudo-gradient (4) (p2p/inner.py, p2p/replica.py).
+# the round's outer weights (4) and the pseudo-gradient (4) (p2p/inner.py, p2p/modelreplica.py).
 OUTER_STATE_BYTES_PER_PARAM = 24
 # With overlap: the weights where the round was measured (4) and the carry after it (4).
 OVERLAP_STATE_BYTES_PER_PARAM = 8

@@ -2,7 +2,7 @@
 
 ``wgpu`` uses the best GPU kernel that passes its gates and probe (``gpu.backend.select_backend``)
 through ``gpu.live.training_ops`` (every product audited) and fails with a hint when none does.
-``cpu-int8`` is the CPU's int8 dot-product units through onnxruntime (cpuint8.py: an optional
+``cpu-int8`` is the CPU's int8 dot-product units through onnxruntime (cpu/int8.py: an optional
 dependency, gated and probed like a GPU kernel, since a CPU without VNNI saturates its sums).
 ``numpy`` is the reference. ``auto`` follows the rule the browser follows (docs/KERNELS.md,
 "Backend choice"): correct first -- every wgpu kernel is gated and probed, and one that fails is
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from daisychain import cpuint8
+from daisychain.cpu import int8 as cpuint8
 from daisychain.gpu.backend import (
     GPU_ORDER,
     Backend,
@@ -317,7 +317,7 @@ def gpu_compute(backend: Backend) -> Compute:
 
 
 def gated_cpu_int8() -> tuple[list[Backend], list[Demotion]]:
-    """The CPU int8 GEMM (cpuint8.py) when onnxruntime is installed and it passes its gates and
+    """The CPU int8 GEMM (cpu/int8.py) when onnxruntime is installed and it passes its gates and
     probe here; a demotion when installed but wrong (an AVX2 CPU saturates its pair sums);
     nothing when onnxruntime is absent (an optional dependency, not a failure)."""
     if not cpuint8.available():

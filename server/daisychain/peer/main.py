@@ -37,7 +37,8 @@ import sys
 import time
 from typing import Any
 
-from daisychain import cpufused, datanames, fineweb
+from daisychain import datanames, fineweb
+from daisychain.cpu import fused as cpufused
 from daisychain.model.config import PRESETS, ConfigError, preset
 from daisychain.p2p import serverlink
 from daisychain.p2p.datafeed import Encoder, FineWebFeed

@@ -1,6 +1,6 @@
 """Field validation shared by every JSON message parser (signaling and data channels).
 
-``wire.signaling`` (docs/PROTOCOL.md "Signaling") and ``p2p.messages`` (data
+``wire.signaling`` (docs/PROTOCOL.md "Signaling") and ``wire.messages`` (data
 channels, "Control messages") each declare their own records and error type; what they share is
 how a field of an untrusted JSON object is checked. ``Fields`` does the checking and leaves the
 error to its subclass (``bad``), so each protocol keeps its own error codes, texts and hints.

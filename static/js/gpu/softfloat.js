@@ -1,5 +1,5 @@
 // Float32 arithmetic in integer instructions on WebGPU (kernels/softfloat.wgsl; docs/KERNELS.md
-// "Float32 in integers"). Mirrors server/daisychain/gpu/softfloat.py and softfloat_gate.py.
+// "Float32 in integers"). Mirrors server/daisychain/gpu/softfloat.py and tests/softfloat_gate.py.
 //
 // WGSL's own f32 may fuse, reassociate and flush subnormals, so a GPU epilogue that must give the
 // contract's bits computes on float32 bit patterns with u32/i32 instructions. `GpuSoftFloat.apply`

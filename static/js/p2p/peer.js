@@ -3,7 +3,7 @@
 // daisychain/p2p/node.py (docs/PROTOCOL.md, "The browser peer").
 //
 // The machine decides everything the protocol says; this shell does what it cannot. It owns
-// the mesh's events (mesh.js), the replica (replica.js: the model in the training worker), the
+// the mesh's events (mesh.js), the replica (modelreplica.js: the model in the training worker), the
 // clock and the user's requests. Every input -- a mesh event, a compute result, a user request
 // -- goes on one queue and is fed to the machine in arrival order, one at a time (handle() is
 // async and refuses a second call in flight), stamped with `now` = performance.now() / 1000 at
@@ -69,8 +69,8 @@ import { trainsOuterRuns } from './machine/replica.js';
  * @typedef {import('./machine/effects.js').StepApplied} StepApplied
  * @typedef {import('./machine/effects.js').Outcome} Outcome
  * @typedef {import('./checkpoint.js').DecodedCheckpoint} DecodedCheckpoint
- * @typedef {import('./replica.js').ComputeResult} ComputeResult
- * @typedef {import('./replica.js').LaneBatch} LaneBatch
+ * @typedef {import('./modelreplica.js').ComputeResult} ComputeResult
+ * @typedef {import('./modelreplica.js').LaneBatch} LaneBatch
  */
 /**
  * An outer run's loop as the page chooses it (leadConfig `outer`).
@@ -223,7 +223,7 @@ export class BrowserPeer extends EventTarget {
    * @param {object} o
    * @param {import('./mesh.js').Mesh} o.mesh  not started yet, or started: the machine is
    *   built when the mesh is admitted (its id is the machine's)
-   * @param {import('./replica.js').WorkerReplica} o.replica
+   * @param {import('./modelreplica.js').WorkerReplica} o.replica
    * @param {Uint16Array|Uint32Array} o.tokens  the built-in corpus's training ids
    * @param {string} o.tokenizerSha256
    * @param {number} o.vocabSize
@@ -766,7 +766,7 @@ export class BrowserPeer extends EventTarget {
       }
       // Every lane of ours is asked at once (fetched, or taken from the prefetch, in parallel)
       // before any gradient is computed.
-      // An outer round's inner steps name their batch index (replica.js computeRound).
+      // An outer round's inner steps name their batch index (modelreplica.js computeRound).
       return await this.replica.compute(c,
         (lane, index) => feed.batch(this.replica.address(lane, index)), this.earlyChunks(c));
     } catch (exc) {
@@ -816,7 +816,7 @@ export class BrowserPeer extends EventTarget {
     const text = /** @type {import('./privatedata.js').PrivateText} */ (this.privateText);
     const { seed, step } = this.replica;
     // (a compute effect comes after start or restore: the replica has its model)
-    const model = /** @type {import('./replica.js').ModelConfig} */ (this.replica.model);
+    const model = /** @type {import('./modelreplica.js').ModelConfig} */ (this.replica.model);
     return this.replica.compute(c, (lane, index = step) => text.lane(model, seed, index, lane),
       this.earlyChunks(c));
   }

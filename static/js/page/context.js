@@ -14,12 +14,12 @@
 // "is this page in a run?" is `peer.inRun`. tests/js/page_facade.test.mjs checks both.
 //
 // Fields (null until known): tokenizer {sha256, vocabSize, ...}, tokens (the built-in corpus's
-// training ids), selection (the backend choice record, replica.js chooseBackend), name (this
+// training ids), selection (the backend choice record, modelreplica.js chooseBackend), name (this
 // device's name), access (a promise of the server's access facts, page/access.js: https,
 // LAN addresses; resolves to null when the server does not say), privateText (the private text
 // the user chose, p2p/privatedata.js PrivateText, or null: it outlives sessions, and each new
 // session's peer is given it), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
-// (p2p/replica.js WorkerReplica), data (the FineWeb-Edu feed or null). A session is one mesh +
+// (p2p/modelreplica.js WorkerReplica), data (the FineWeb-Edu feed or null). A session is one mesh +
 // peer: a page that finished a run starts a new session for the next one, so panels listen to
 // `session` and re-attach their listeners to the new peer and mesh.
 //

@@ -1,5 +1,5 @@
 // An outer run inside the training worker (docs/PROTOCOL.md, "Outer runs"; docs/OUTER.md): the
-// browser twin of what daisychain/p2p/replica.py (the outer state, inner_start, adopt_inner) and
+// browser twin of what daisychain/p2p/modelreplica.py (the outer state, inner_start, adopt_inner) and
 // p2p/inner.py (inner_round) do for the headless peer.
 //
 // The worker's training state (trainer.js `run`) then holds the OUTER weights W as its params

@@ -1,7 +1,7 @@
 // The mean gradient of one contributor over its lane pieces, in training.mean_gradient's float32
 // order (docs/PROTOCOL.md, "Gradient chunks"): one piece's own gradient and loss as they are;
 // more than one combine as g = g0 * f32(r0); g = g + g1 * f32(r1); ...; g = g / f32(count), the
-// loss the same way, every operation one float32 rounding. The per-step compute (p2p/replica.js)
+// loss the same way, every operation one float32 rounding. The per-step compute (p2p/modelreplica.js)
 // adds its pieces as they arrive (its early chunks read the running sum), an outer round's
 // inner step (outer.js) all at once: both go through this one accumulator, so the two cannot
 // round differently.

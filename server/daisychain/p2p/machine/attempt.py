@@ -20,8 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from daisychain.outer.mean import weighted_mean
-from daisychain.p2p import allreduce, codec
+from daisychain.p2p import allreduce
 from daisychain.p2p.run import CommittedRoster
+from daisychain.wire import codec
 
 log = logging.getLogger("daisychain.p2p.machine")
 

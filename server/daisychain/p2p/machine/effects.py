@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from daisychain.p2p import messages
-from daisychain.p2p.frames import FrameKind
+from daisychain.wire import messages
+from daisychain.wire.frames import FrameKind
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daisychain.p2p import messages
+from daisychain.wire import messages
 
 
 @dataclass(frozen=True)

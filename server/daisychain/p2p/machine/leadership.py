@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from daisychain.p2p import messages, run
+from daisychain.p2p import run
 from daisychain.p2p.machine.attempt import Key
 from daisychain.p2p.run import CommittedRoster
+from daisychain.wire import messages
 
 log = logging.getLogger("daisychain.p2p.machine")
 

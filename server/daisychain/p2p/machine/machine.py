@@ -22,8 +22,7 @@ from typing import cast
 
 from daisychain.model.config import ModelConfig
 from daisychain.model.params import param_shapes
-from daisychain.p2p import DATA_PROTOCOL_VERSION, codec, frames, messages, run, runconfig, shares
-from daisychain.p2p.frames import FrameKind
+from daisychain.p2p import DATA_PROTOCOL_VERSION, run, runconfig, shares
 from daisychain.p2p.machine import effects as fx
 from daisychain.p2p.machine import events as ev
 from daisychain.p2p.machine.attempt import Attempt, AttemptPhase
@@ -36,6 +35,8 @@ from daisychain.p2p.machine.settings import Settings
 from daisychain.p2p.machine.statesync import StateSync, SyncState
 from daisychain.p2p.machine.stopping import Stopped, Stopping
 from daisychain.p2p.run import CommittedRoster, Phase
+from daisychain.wire import codec, frames, messages
+from daisychain.wire.frames import FrameKind
 
 log = logging.getLogger("daisychain.p2p.machine")
 

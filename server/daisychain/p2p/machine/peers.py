@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 
-from daisychain.p2p import frames
+from daisychain.wire import frames
 
 log = logging.getLogger("daisychain.p2p.machine")
 

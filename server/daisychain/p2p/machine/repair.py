@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daisychain.p2p import frames, messages
-from daisychain.p2p.frames import FrameKind
 from daisychain.p2p.machine.attempt import Attempt, AttemptPhase, Key
 from daisychain.p2p.run import HISTORY_STEPS
+from daisychain.wire import frames, messages
+from daisychain.wire.frames import FrameKind
 
 MAX_EARLY = 256  # pieces buffered for attempts this peer has not started yet
 

@@ -3,8 +3,8 @@
 The machine never touches weights. It asks its replica to start from a config, to restore a
 checkpoint it received, to encode one it serves, and to apply the mean gradient it assembled
 (these run synchronously: they are deterministic and bounded). The shell's replica is the model
-(``p2p.replica.ModelReplica``); conformance traces use a replica defined by a few lines of
-hashing (``p2p.traces.replica``) that any implementation can rebuild.
+(``p2p.modelreplica.ModelReplica``); conformance traces use a replica defined by a few lines of
+hashing (tests/protocol_traces/trace_replica.py) that any implementation can rebuild.
 """
 
 from __future__ import annotations

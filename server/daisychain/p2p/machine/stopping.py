@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from daisychain.p2p import messages
 from daisychain.p2p.machine.effects import Outcome
+from daisychain.wire import messages
 
 log = logging.getLogger("daisychain.p2p.machine")
 
