@@ -12,8 +12,8 @@
 //
 // A trace checks the protocol, not the model: the numerics have their own golden vectors.
 
-import { sha256Arrays, sha256Hex } from '../../numerics/hash.js';
-import { ReplicaRefused } from '../machine/replica.js';
+import { sha256Arrays, sha256Hex } from '../../../static/js/numerics/hash.js';
+import { ReplicaRefused } from '../../../static/js/p2p/machine/replica.js';
 
 export const MAGIC = 'DCTRACE1';
 export const CHECKPOINT_BYTES = MAGIC.length + 4 + 64;

@@ -8,9 +8,9 @@
 // length and SHA-256; then the next deadline must equal the trace's. The first difference throws
 // TraceMismatch naming the trace, the step, the event and the exact field that differs.
 
-import { Machine } from '../machine/machine.js';
-import { settings } from '../machine/settings.js';
-import { DATA_PROTOCOL_VERSION, FRAME_VERSION } from '../versions.js';
+import { Machine } from '../../../static/js/p2p/machine/machine.js';
+import { settings } from '../../../static/js/p2p/machine/settings.js';
+import { DATA_PROTOCOL_VERSION, FRAME_VERSION } from '../../../static/js/p2p/versions.js';
 import { effectToJson, eventFromJson } from './jsonform.js';
 import { TraceReplica } from './replica.js';
 
