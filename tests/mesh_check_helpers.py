@@ -1,5 +1,6 @@
-"""The /mesh-check.html page of the real server in a Chromium tab, as the browser mesh tests
-drive it: ``chromium()`` (the project's offline flags plus ``WEBRTC_FLAGS``), ``open_tab()``
+"""The mesh check page (tests/pages/mesh-check.html, a test page the server does not serve) in a
+Chromium tab on the real server's origin, through tests/repo_route.py, as the browser mesh
+tests drive it: ``chromium()`` (the project's offline flags plus ``WEBRTC_FLAGS``), ``open_tab()``
 (returns once the page joined ``/ws``), a ``Tab`` whose console errors and requests to any other
 host are collected, and the page-side scripts run with ``page.evaluate``: ``WAIT_OPEN`` (wait
 for open channels), ``SEND`` (two messages around a payload of ``pattern`` bytes), ``RECEIVE``
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 import page_helpers
+import repo_route
 from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS
 from daisychain.wire import frames, messages
 
@@ -37,7 +39,12 @@ async_api = pytest.importorskip(
 )
 
 WAIT_MS = 30_000
-PAGE = "/mesh-check.html"
+# The page and its modules come through the test route (repo_route), all from /repo/: the
+# page's check.js imports /repo/static/js/p2p/mesh.js, and the scripts below import the same
+# URLs, so they reach the page's own module instances.
+PAGE = "/repo/tests/pages/mesh-check.html"
+CHECK = "/repo/tests/pages/check.js"
+JS = "/repo/static/js"
 
 
 def pattern(n: int, salt: int) -> bytes:
@@ -69,7 +76,7 @@ const pattern = (n, salt) => {
 
 WAIT_OPEN = """
 async ([count, waitMs]) => {
-  const { mesh } = await import('/js/p2p/check.js');
+  const { mesh } = await import('/repo/tests/pages/check.js');
   const deadline = Date.now() + waitMs;
   while (mesh.openPeers().length < count) {
     if (Date.now() > deadline) throw new Error(`${mesh.openPeers().length}/${count} channels open`);
@@ -82,8 +89,8 @@ async ([count, waitMs]) => {
 SEND = (
     """
 async ([peer, n, salt, deflate, transfer]) => {
-  const { mesh } = await import('/js/p2p/check.js');
-  const M = await import('/js/p2p/messages.js');
+  const { mesh } = await import('/repo/tests/pages/check.js');
+  const M = await import('/repo/static/js/p2p/messages.js');
 """
     + PATTERN_JS
     + """
@@ -104,9 +111,9 @@ async ([peer, n, salt, deflate, transfer]) => {
 # Waits until `peer` sent two messages and a whole payload; parses both with the JS mirror.
 RECEIVE = """
 async ([peer, limit, waitMs]) => {
-  const { inbox } = await import('/js/p2p/check.js');
-  const F = await import('/js/p2p/frames.js');
-  const M = await import('/js/p2p/messages.js');
+  const { inbox } = await import('/repo/tests/pages/check.js');
+  const F = await import('/repo/static/js/p2p/frames.js');
+  const M = await import('/repo/static/js/p2p/messages.js');
   const r = new F.Reassembler(() => limit);
   const deadline = Date.now() + waitMs;
   const out = { messages: [], frames: 0, maxFrame: 0, flags: [], payload: null, order: [] };
@@ -141,7 +148,7 @@ async ([peer, limit, waitMs]) => {
 """
 
 TRICKLES = """
-async () => (await import('/js/p2p/check.js')).mesh.links.values().next().value.trickle
+async () => (await import('/repo/tests/pages/check.js')).mesh.links.values().next().value.trickle
 """
 
 
@@ -172,6 +179,7 @@ async def chromium() -> AsyncIterator[Any]:
 
 async def open_tab(browser: Any, base: str, query: str = "") -> Tab:
     page = await browser.new_page()
+    await repo_route.install(page.context, base)
     tab = Tab(page)
     page_helpers.listen(page, tab.errors, tab.foreign)
     response = await page.goto(base + PAGE + query)

@@ -1,4 +1,6 @@
-"""The browser mesh (static/js/p2p/): Chromium tabs on the real server's /mesh-check.html page.
+"""The browser mesh (static/js/p2p/): Chromium tabs on the mesh check page (tests/pages/, served
+on the real server's origin by the test route of tests/repo_route.py; the server itself does not
+serve it).
 
 Every test runs inside the test run's network namespace (conftest.py), like the other mesh
 tests: the tabs and the Python peer gather host candidates on the namespace's veth address and
@@ -54,8 +56,8 @@ pytestmark = needs_namespace
 # Every wire vector through frames.js/messages.js in the page; returns the mismatches.
 REPLAY = """
 async ([fv, mv]) => {
-  const F = await import('/js/p2p/frames.js');
-  const M = await import('/js/p2p/messages.js');
+  const F = await import('/repo/static/js/p2p/frames.js');
+  const M = await import('/repo/static/js/p2p/messages.js');
   const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
   const blob = (name) => bytes(fv.blobs[name]);
   const zlibWords = 'payload is not valid deflate-raw data (';
@@ -108,7 +110,7 @@ async ([fv, mv]) => {
 # A 6 MiB payload through a real RTCDataChannel, recording bufferedAmount after every send.
 SEND_WATCHED = """
 async ([peer, n]) => {
-  const { mesh } = await import('/js/p2p/check.js');
+  const { mesh } = await import('/repo/tests/pages/check.js');
   const channel = mesh.links.get(peer).channel;
   const send = channel.send.bind(channel);
   const seen = { peak: 0, sends: 0 };
@@ -128,8 +130,8 @@ async ([peer, n]) => {
 
 RECEIVE_BIG = """
 async ([peer, n, waitMs]) => {
-  const { inbox } = await import('/js/p2p/check.js');
-  const F = await import('/js/p2p/frames.js');
+  const { inbox } = await import('/repo/tests/pages/check.js');
+  const F = await import('/repo/static/js/p2p/frames.js');
   const r = new F.Reassembler(() => n);
   const deadline = Date.now() + waitMs;
   for (let seen = 0; ;) {
@@ -149,7 +151,7 @@ async ([peer, n, waitMs]) => {
 
 EVENTS = """
 async () => {
-  const { events } = await import('/js/p2p/check.js');
+  const { events } = await import('/repo/tests/pages/check.js');
   return events.map(({ type, detail }) => ({ type, detail }));
 }
 """

@@ -19,9 +19,10 @@ prove (issue 10, "Must show" 2-4):
 - a browser leader with Python followers, and a Python leader with browser followers;
 - a tab joining at step 10 matches from its first step (it restores the leader's checkpoint
   through static/js/p2p/checkpoint.js); the leader's tab closing mid-run hands the lead over
-  with no fork; a tab whose rebuilt GPU kernel is wrong in the probe's product alone (the
-  planted-bug hooks: the worker's ``inject-fault`` with replacement WGSL from tests/gpu_plant.py)
-  is named by the probe guard, and the run stops with its id and backend.
+  with no fork; a tab whose GPU kernel has a bug its gates and start-up probe cannot see (the
+  planted-bug hook: a Playwright route serving ``/kernels/gemm_dp4a.wgsl`` with a bug from
+  tests/gpu_plant.py; the product itself has no test hook) is named by the probe guard, and the
+  run stops with its id and backend.
 
 Any console error on a page fails its test. The tab, the page's peer state and the waits are
 tests/tab_helpers.py's.

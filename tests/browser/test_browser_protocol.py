@@ -1,11 +1,13 @@
 """The JS protocol machine (static/js/p2p/machine/) replays every conformance trace in Chromium.
 
 Headless Debian Chromium (Playwright, ``executable_path=/usr/bin/chromium``, the offline flags)
-opens a blank page at the real DaisyChain server's origin; the page imports the product modules
-from the server (``/js/p2p/traces/replay.js`` and what it imports: the machine, frames.js with
-Chromium's own ``DecompressionStream``, crypto.subtle for SHA-256) and fetches each trace of
-``tests/vectors/protocol/`` itself, as a second implementation would (the traces and the blank
-page are served by this test under ``/vectors/``, never by the product server). Every trace must
+opens a blank page at the real DaisyChain server's origin; the page imports the trace replay
+(``tests/js/traces/playback.js``) and what it imports: the machine, frames.js with Chromium's own
+``DecompressionStream``, crypto.subtle for SHA-256, and fetches each trace of
+``tests/vectors/protocol/`` itself, as a second implementation would. The blank page is this
+test's; the replay, the product modules it imports and the traces come from the checkout
+through the test route of tests/repo_route.py (under ``/repo/``), never from the product
+server, which serves no test module. Every trace must
 replay to exactly the Python effects, and so must the scenarios and perturbed event sequences that
 ``tests/protocol_variants.py`` has the Python machine play at test time; a trace with one payload
 hash changed must be refused with the exact step and field named. The config-equality cases
@@ -27,6 +29,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
+import repo_route
 from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS
 from daisychain.server.app import create_app
 from protocol_variants import extra_scenarios, perturbed
@@ -35,7 +38,7 @@ from server_fixtures import ByteTokenizer, config
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "tests" / "vectors" / "protocol"
 CONFIG_CASES = REPO / "tests" / "vectors" / "config_equality.json"
-PAGE = "/vectors/protocol-replay.html"
+PAGE = "/protocol-replay.html"  # answered by this test, not by the server
 BLANK = "<!doctype html><meta charset='utf-8'><title>protocol replay</title><body></body>"
 
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
@@ -51,12 +54,12 @@ async_api = pytest.importorskip(
 # (`more`: played by the Python machine at test time), then the perturbed one.
 REPLAY = """
 async ([names, more, perturbed]) => {
-  const R = await import('/js/p2p/traces/replay.js');
-  const D = await import('/js/p2p/deflate.js');
+  const R = await import('/repo/tests/js/traces/playback.js');
+  const D = await import('/repo/static/js/p2p/deflate.js');
   const results = [];
   const t0 = performance.now();
   for (const name of names) {
-    const response = await fetch(`/vectors/protocol/${name}`);
+    const response = await fetch(`/repo/tests/vectors/protocol/${name}`);
     if (!response.ok) throw new Error(`GET ${name}: ${response.status}`);
     const trace = await response.json();
     try {
@@ -89,9 +92,9 @@ async ([names, more, perturbed]) => {
 # sameConfig itself on the base and the case's config.
 CONFIG_REPLAY = """
 async (vectors) => {
-  const R = await import('/js/p2p/traces/replay.js');
-  const { sameConfig } = await import('/js/p2p/machine/machine.js');
-  const { parse } = await import('/js/p2p/messages.js');
+  const R = await import('/repo/tests/js/traces/playback.js');
+  const { sameConfig } = await import('/repo/static/js/p2p/machine/machine.js');
+  const { parse } = await import('/repo/static/js/p2p/messages.js');
   const base = parse(vectors.base);
   const out = [];
   for (const c of vectors.cases) {
@@ -121,18 +124,8 @@ async def product_server() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def _serve_test_files(route: Any) -> None:
-    """The blank page and tests/vectors/protocol/*.json (the test's data, not the product's)."""
-    path = urlsplit(route.request.url).path
-    if path == PAGE:
-        await route.fulfill(status=200, body=BLANK, content_type="text/html; charset=utf-8")
-        return
-    name = path.removeprefix("/vectors/protocol/")
-    target = (TRACES / name).resolve()
-    if "/" in name or not target.is_relative_to(TRACES) or not target.is_file():
-        await route.fulfill(status=404, body="not a protocol trace")
-        return
-    await route.fulfill(status=200, body=target.read_bytes(), content_type="application/json")
+async def _blank(route: Any) -> None:
+    await route.fulfill(status=200, body=BLANK, content_type="text/html; charset=utf-8")
 
 
 @asynccontextmanager
@@ -154,8 +147,8 @@ async def blank_page() -> AsyncIterator[tuple[Any, list[str], list[str]]]:
                     foreign.append(request.url)
 
             page.on("request", on_request)
-            await page.route(lambda url: urlsplit(url).path.startswith("/vectors/"),
-                             _serve_test_files)  # fmt: skip
+            await page.route(base + PAGE, _blank)
+            await repo_route.install(page.context, base)
             response = await page.goto(base + PAGE)
             assert response is not None and response.ok
             yield page, errors, foreign

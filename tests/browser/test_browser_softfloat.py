@@ -1,4 +1,4 @@
-"""Float32 in integers on the browser's WebGPU (``static/js/gpu/softfloat.js``,
+"""Float32 in integers on the browser's WebGPU (``tests/pages/softfloat_gate.js``,
 ``kernels/softfloat.wgsl``; docs/KERNELS.md "Float32 in integers").
 
 The Python tests prove the library on lavapipe, whose WGSL goes through naga to SPIR-V. Chromium
@@ -17,6 +17,7 @@ from typing import Any
 
 from daisychain.gpu.kernels import kernel_source
 from daisychain.gpu.softfloat import OPS, UNARY
+import repo_route
 from selftest_helpers import browser_tab
 from softfloat_gate import reference, softfloat_cases
 
@@ -24,8 +25,8 @@ HARNESS = "/softfloat-harness.html"  # served by the test: a blank page of the a
 
 _PAGE_GATE = """
 async ([cases, source]) => {
-  const { acquireGpu } = await import('/js/gpu/device.js');
-  const sfmod = await import('/js/gpu/softfloat.js');
+  const { acquireGpu } = await import('/repo/static/js/gpu/device.js');
+  const sfmod = await import('/repo/tests/pages/softfloat_gate.js');
   const gpu = await acquireGpu();
   const sf = await sfmod.GpuSoftFloat.create(gpu, source ? { source } : {});
   const typed = cases.map(({ name, a, b }) => ({
@@ -54,6 +55,7 @@ async def run_page(source: str | None) -> dict[str, Any]:
                 status=200, body="<!doctype html><title>softfloat</title>", content_type="text/html"
             )
 
+        await repo_route.install(tab.page.context, tab.base)
         await tab.page.route("**" + HARNESS, blank)
         await tab.page.goto(tab.base + HARNESS)
         result: dict[str, Any] = await tab.page.evaluate(_PAGE_GATE, [cases, source])

@@ -8,9 +8,12 @@ and a control step computed on the main thread sees at most one (the counter can
 backend choice is checked by its rule, not by which backend wins: among the rows that passed
 their gates, the chosen one has the smallest measured step time; a kernel that fails its gates
 (or only its probe) is never measured and never chosen, even when a timer says it is fastest.
-A device destroyed mid-step (the worker's ``inject-fault`` hook) is rebuilt and gated again, or,
-when the rebuilt kernel fails its gates, replaced by the CPU tier with a ``fallback`` event; the
-hashes stay the golden ones either way. Any console error fails a test.
+A device destroyed mid-step is rebuilt and gated again, or, when the rebuilt kernel fails its
+gates, replaced by the CPU tier with a ``fallback`` event; the hashes stay the golden ones either
+way. The loss comes from the test-only worker ``tests/pages/fault_worker.js`` (the product's
+request loop around a Trainer with an ``inject-fault`` request; the product's worker refuses that
+request), loaded through the test route of tests/repo_route.py; the tests without a fault run the
+product's own worker. Any console error fails a test.
 
 The app, Chromium flags, vector routing and console collection are tests/selftest_helpers.py's.
 """
@@ -21,6 +24,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+import repo_route
 from daisychain.gpu.gates import gemm_cases
 from daisychain.gpu.kernels import kernel_source
 from daisychain.gpu.probe import PROBE_SHAPE, reference_probe_hash, reference_step_probe
@@ -28,6 +32,7 @@ from gpu_plant import OneCellPlant, planted_probe_hash
 from selftest_helpers import browser_tab, golden_run
 
 HARNESS = "/worker-harness.html"  # a blank page of the app's origin, served by the test
+FAULT_WORKER = "/repo/tests/pages/fault_worker.js"  # through repo_route, never the server
 STEPS = 10
 
 # Trains `steps` golden steps through a TrainWorker; `faults[s]` ({after, sources}) is armed
@@ -50,7 +55,7 @@ async ([opts]) => {
   let ticking = true;
   const tick = () => { ticks += 1; if (ticking) setTimeout(tick, 0); };
   tick();
-  const w = new TrainWorker();
+  const w = new TrainWorker(opts.worker === null ? {} : { url: opts.worker });
   const out = { errors: [] };
   // Headless Chromium keeps every page visible (minimizing its window through CDP does not
   // change visibilityState), so the state is set on the document and the event dispatched.
@@ -73,7 +78,9 @@ async ([opts]) => {
     for (let s = 0; s < opts.steps; s++) {
       const fault = opts.faults[String(s)];
       if (fault) {
-        try { out.steps.push({ armed: await w.injectFault(fault.after, fault.sources) }); }
+        const fields = { afterProducts: fault.after,
+          ...(fault.sources ? { rebuildSources: fault.sources } : {}) };
+        try { out.steps.push({ armed: await w.request('inject-fault', fields) }); }
         catch (exc) { out.faultRefused = { message: exc.message, hint: exc.hint }; }
       }
       const before = ticks;
@@ -129,8 +136,12 @@ async def train(
     faults: dict[str, Any] | None = None,
     chains: str | None = None,
 ) -> dict[str, Any]:
+    """``STEPS`` golden steps in a TrainWorker; with ``faults``, in the test worker that can
+    lose its device (the product's worker has no such request)."""
     async with browser_tab(webgpu=webgpu) as tab:
         await tab.page.route("**" + HARNESS, _blank)
+        if faults:
+            await repo_route.install(tab.page.context, tab.base)
         await tab.page.goto(tab.base + HARNESS)
         opts = {
             "backend": backend,
@@ -139,6 +150,7 @@ async def train(
             "faults": faults or {},
             "hideAt": 3,
             "chains": chains,
+            "worker": FAULT_WORKER if faults else None,
         }
         result: dict[str, Any] = await tab.page.evaluate(_PAGE_TRAIN, [opts])
         assert not tab.errors, f"console errors: {tab.errors}"

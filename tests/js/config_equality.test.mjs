@@ -11,7 +11,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { REPO } from './helpers.mjs';
 import { plantedCopy } from './protocol_helpers.mjs';
-import { replay } from '../../static/js/p2p/traces/replay.js';
+import { replay } from './traces/playback.js';
 import { sameConfig } from '../../static/js/p2p/machine/machine.js';
 import { parse } from '../../static/js/p2p/messages.js';
 
@@ -64,7 +64,7 @@ const LISTED = `{
 test('the rule of a hand-kept list of fields, planted, accepts the configs it missed', async () => {
   const copy = plantedCopy('p2p/machine/machine.js', '{\n  return encodeMessage(a) === encodeMessage(b);\n}', LISTED);
   try {
-    const { replay: plantedReplay } = await import(copy.url('p2p/traces/replay.js'));
+    const { replay: plantedReplay } = await import(copy.url('tests/js/traces/playback.js'));
     const missed = [];
     for (const c of CASES) {
       try {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Machine } from '../../static/js/p2p/machine/machine.js';
 import { settings as machineSettings } from '../../static/js/p2p/machine/settings.js';
-import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { TraceReplica } from './traces/trace_replica.js';
 import * as ev from '../../static/js/p2p/machine/events.js';
 import { BLOCK, encode as encodeChunk } from '../../static/js/p2p/codec.js';
 import { FrameKind, fragment } from '../../static/js/p2p/frames.js';

@@ -18,7 +18,7 @@ import { MAX_EARLY, RepairStore, requests } from '../../static/js/p2p/machine/re
 import { Attempt, AttemptPhase } from '../../static/js/p2p/machine/attempt.js';
 import { CommittedRoster } from '../../static/js/p2p/run.js';
 import { FrameKind } from '../../static/js/p2p/frames.js';
-import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { TraceReplica } from './traces/trace_replica.js';
 import { StateSync, SyncState } from '../../static/js/p2p/machine/statesync.js';
 import * as ev from '../../static/js/p2p/machine/events.js';
 import { BLOCK, encode as encodeChunk } from '../../static/js/p2p/codec.js';

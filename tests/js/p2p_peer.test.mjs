@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { BrowserPeer, leadConfig } from '../../static/js/p2p/peer.js';
 import { DetailEvent } from '../../static/js/p2p/signaling.js';
 import * as M from '../../static/js/p2p/messages.js';
-import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { TraceReplica } from './traces/trace_replica.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function until(predicate, what, ms = 2000) {

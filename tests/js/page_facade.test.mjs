@@ -14,7 +14,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { BrowserPeer } from '../../static/js/p2p/peer.js';
 import { DetailEvent } from '../../static/js/p2p/signaling.js';
-import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { TraceReplica } from './traces/trace_replica.js';
 import { paramShapes } from '../../static/js/model/params.js';
 import { chunkSlice } from '../../static/js/p2p/allreduce.js';
 import { BLOCK, encode, nBlocks } from '../../static/js/p2p/codec.js';

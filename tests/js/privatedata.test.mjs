@@ -16,7 +16,7 @@ import {
 import { BrowserPeer, leadConfig } from '../../static/js/p2p/peer.js';
 import { DetailEvent } from '../../static/js/p2p/signaling.js';
 import * as M from '../../static/js/p2p/messages.js';
-import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { TraceReplica } from './traces/trace_replica.js';
 import { paramShapes } from '../../static/js/model/params.js';
 import { chunkSlice } from '../../static/js/p2p/allreduce.js';
 import { BLOCK, encode, nBlocks } from '../../static/js/p2p/codec.js';

@@ -9,6 +9,8 @@ import { pathToFileURL } from 'node:url';
 import { REPO } from './helpers.mjs';
 
 export const TRACES = path.join(REPO, 'tests', 'vectors', 'protocol');
+/** The trace replay (test-only: tests/js/traces/), as a plantedCopy() module name. */
+export const TRACE_REPLAY = 'tests/js/traces/playback.js';
 
 /** Every stored trace: [{file, trace}] sorted by file name. */
 export function loadTraces() {
@@ -17,20 +19,25 @@ export function loadTraces() {
 }
 
 /**
- * A copy of static/js/ in a temporary folder with `from` replaced by `to` in `file` (relative to
- * static/js/; `from` must occur exactly once). Returns {url(module), dispose()}.
+ * A copy of the JavaScript in a temporary folder, laid out as in the repository (static/js/ and
+ * the test-only modules of tests/js/traces/, which import static/js/ by relative paths), with
+ * `from` replaced by `to` in `file` (`from` must occur exactly once). `file` and url(module) are
+ * relative to static/js/, or to the repository when they start with `tests/`.
+ * Returns {url(module), dispose()}.
  */
 export function plantedCopy(file, from, to) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'dc-plant-'));
-  cpSync(path.join(REPO, 'static', 'js'), path.join(dir, 'js'), { recursive: true });
-  cpSync(path.join(REPO, 'static', 'package.json'), path.join(dir, 'package.json'));
-  const target = path.join(dir, 'js', file);
+  const at = (rel) => path.join(dir, ...(rel.startsWith('tests/') ? [rel] : ['static', 'js', rel]));
+  for (const rel of ['static/js', 'static/package.json', 'tests/js/traces', 'tests/package.json']) {
+    cpSync(path.join(REPO, rel), path.join(dir, rel), { recursive: true });
+  }
+  const target = at(file);
   const src = readFileSync(target, 'utf8');
   const count = src.split(from).length - 1;
   if (count !== 1) throw new Error(`${file}: the planted line occurs ${count} times, not once`);
   writeFileSync(target, src.replace(from, to));
   return {
-    url: (module) => pathToFileURL(path.join(dir, 'js', module)).href,
+    url: (module) => pathToFileURL(at(module)).href,
     dispose: () => rmSync(dir, { recursive: true, force: true }),
   };
 }
@@ -42,7 +49,7 @@ export function plantedCopy(file, from, to) {
 export async function plantedFailures(file, from, to, traces) {
   const copy = plantedCopy(file, from, to);
   try {
-    const { replay } = await import(copy.url('p2p/traces/replay.js'));
+    const { replay } = await import(copy.url(TRACE_REPLAY));
     const failures = [];
     for (const { trace } of traces) {
       try {

@@ -10,12 +10,12 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { plantedFailures, python } from './protocol_helpers.mjs';
 import { REPO } from './helpers.mjs';
-import { TraceMismatch, buildMachine, replay } from '../../static/js/p2p/traces/replay.js';
-import { TraceReplica } from '../../static/js/p2p/traces/replica.js';
+import { TraceMismatch, buildMachine, replay } from './traces/playback.js';
+import { TraceReplica } from './traces/trace_replica.js';
 import { Machine, sameConfig } from '../../static/js/p2p/machine/machine.js';
 import { settings as machineSettings } from '../../static/js/p2p/machine/settings.js';
 import { trainsOuterRuns } from '../../static/js/p2p/machine/replica.js';
-import { eventFromJson } from '../../static/js/p2p/traces/jsonform.js';
+import { eventFromJson } from './traces/jsonform.js';
 import * as M from '../../static/js/p2p/messages.js';
 import * as R from '../../static/js/p2p/runconfig.js';
 

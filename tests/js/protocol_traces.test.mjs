@@ -11,8 +11,8 @@ import {
   loadTraces, plantedCopy, plantedFailures, python, pythonFile,
 } from './protocol_helpers.mjs';
 import { REPO, testRng } from './helpers.mjs';
-import { FORMAT, TraceMismatch, buildMachine, firstDifference, replay } from '../../static/js/p2p/traces/replay.js';
-import { TraceReplica, initHash } from '../../static/js/p2p/traces/replica.js';
+import { FORMAT, TraceMismatch, buildMachine, firstDifference, replay } from './traces/playback.js';
+import { TraceReplica, initHash } from './traces/trace_replica.js';
 import { ReplicaRefused, checkReplica } from '../../static/js/p2p/machine/replica.js';
 import * as ev from '../../static/js/p2p/machine/events.js';
 import * as runconfig from '../../static/js/p2p/runconfig.js';
@@ -148,7 +148,7 @@ const PLANTED = [
   ['ownership ignored (chunks cut by the shares, as version 2 did)', 'p2p/allreduce.js',
     'return shares.map((s) => (2 * s >= top ? s : 0));', 'return shares.map((s) => s);',
     /^leader-weighted-shares: step \d+ \(/],
-  ['checkpoint step read big-endian', 'p2p/traces/replica.js',
+  ['checkpoint step read big-endian', 'tests/js/traces/trace_replica.js',
     'getUint32(8, true);', 'getUint32(8, false);',
     /^join-with-checkpoint: step 9 \(message at 3\): effects\[0\]\.effect: expected "compute", got "send-message"$/],
 ];
@@ -461,7 +461,7 @@ test('the summation order is pinned (the traces cannot see it: their sums are ex
     const A = await import(copy.url('p2p/allreduce.js'));
     const C = await import(copy.url('p2p/codec.js'));
     assert.ok(reduceMismatches(C, A.reduceChunk).length > 0, 'a reversed sum went unnoticed');
-    const { replay: plantedReplay } = await import(copy.url('p2p/traces/replay.js'));
+    const { replay: plantedReplay } = await import(copy.url('tests/js/traces/playback.js'));
     for (const { trace } of TRACES) await plantedReplay(trace); // every trace still passes
   } finally {
     copy.dispose();
@@ -500,8 +500,9 @@ test('allreduce chunks follow the shares (the traces\' 11 blocks over 3 equal sh
 // touch no socket, DOM or randomness (Python's machine is scanned the same way for asyncio, time,
 // threading and socket); the scan must fire on a planted use.
 
-const PURE = ['p2p/machine/', 'p2p/traces/', 'p2p/codec.js', 'p2p/allreduce.js', 'p2p/run.js',
-  'p2p/footprint.js', 'p2p/runconfig.js', 'p2p/versions.js'];
+// Repository paths: the trace replay is test-only (tests/js/traces/), the rest the product's.
+const PURE = ['tests/js/traces/', ...['machine/', 'codec.js', 'allreduce.js', 'run.js', 'footprint.js',
+  'runconfig.js', 'versions.js'].map((p) => `static/js/p2p/${p}`)];
 const FORBIDDEN = /\b(Date|performance|setTimeout|setInterval|queueMicrotask|requestAnimationFrame|WebSocket|RTCPeerConnection|document|window|localStorage|fetch|Worker)\b|Math\.random/;
 
 function impureLines(file, text) {
@@ -531,10 +532,12 @@ function importClosure(start) {
 
 test('the machine is sans-IO: no clock, timer, socket, DOM or randomness (and the scan fires)', () => {
   const js = path.join(REPO, 'static', 'js');
-  const files = [...importClosure(path.join(js, 'p2p', 'traces', 'replay.js'))]
-    .map((f) => path.relative(js, f)).filter((f) => PURE.some((p) => f.startsWith(p)));
+  const files = [...importClosure(path.join(REPO, 'tests', 'js', 'traces', 'playback.js'))]
+    .map((f) => path.relative(REPO, f).split(path.sep).join('/'))
+    .filter((f) => PURE.some((p) => f.startsWith(p)));
   assert.ok(files.length >= 20, files.join(', '));
-  const bad = files.flatMap((f) => impureLines(f, readFileSync(path.join(js, f), 'utf8')));
+  assert.ok(files.includes('tests/js/traces/trace_replica.js'), files.join(', '));
+  const bad = files.flatMap((f) => impureLines(f, readFileSync(path.join(REPO, f), 'utf8')));
   assert.deepEqual(bad, []);
   // The closure never reaches the I/O shell; signaling.js only for its version constant.
   const closure = [...importClosure(path.join(js, 'p2p', 'machine', 'index.js'))].map((f) => path.relative(js, f));

@@ -12,6 +12,7 @@ import { parseRequest, parseReply, MessageError } from '../../static/js/train/me
 import { chooseBackend, timeRounds } from '../../static/js/gpu/backend.js';
 import { MAX_DEVICE_REBUILDS, Trainer, TrainerError } from '../../static/js/train/trainer.js';
 import { GpuFault } from '../../static/js/gpu/device.js';
+import { FaultTrainer, parseTestRequest } from '../pages/fault_trainer.js';
 import { REPO, bitsOf } from './helpers.mjs';
 
 const DIR = path.join(REPO, 'tests', 'vectors');
@@ -47,7 +48,6 @@ test('parseRequest accepts the declared messages and fills defaults', () => {
   assert.equal(parseRequest({ id: 3, type: 'grads', x, y, early: true }).early, true);
   parseRequest({ id: 4, type: 'apply', grads: { names: ['a'], arrays: [new Float32Array(2)] } });
   for (const type of ['probe', 'hash', 'export']) parseRequest({ id: 5, type });
-  parseRequest({ id: 6, type: 'inject-fault', afterProducts: 3, rebuildSources: { dp4a: 'x' } });
 });
 
 test('parseRequest refuses each malformed request with a hint', () => {
@@ -88,7 +88,8 @@ test('parseRequest refuses each malformed request with a hint', () => {
   refused({ id: 1, type: 'load', state: { ...state, step: -1 } }, /step must be an integer/);
   refused({ id: 1, type: 'load', state: { ...state, extra: 1 } }, /unknown field 'extra'/);
   refused({ id: 1, type: 'load', state: { ...state, m: undefined } }, /state.m must be/);
-  refused({ id: 1, type: 'inject-fault', afterProducts: 0 }, /afterProducts must be/);
+  // The test hook that loses the device is no request of the product's worker (issue 41).
+  refused({ id: 1, type: 'inject-fault', afterProducts: 3 }, /unknown request type "inject-fault"/);
 });
 
 test('parseReply refuses malformed worker messages', () => {
@@ -234,7 +235,8 @@ test('the trainer on the CPU tier: golden hashes through step, grads + apply, ex
     ['new->selecting', 'selecting->ready']);
   assert.equal(events.filter((e) => e.kind === 'selection').length, 1);
   await assert.rejects(a.handle({ type: 'init', model: g.model, seed: 1 }), /already ready/);
-  await assert.rejects(a.handle({ type: 'inject-fault', afterProducts: 1 }), /no GPU device/);
+  await assert.rejects(a.handle({ type: 'inject-fault', afterProducts: 1 }),
+    /unknown request inject-fault/);
 
   // Steps 1-2 with `step`, step 3 with grads + apply, like a peer that combines gradients.
   for (let s = 0; s < 2; s++) {
@@ -335,4 +337,50 @@ test('an error that is not a device failure (a failed audit) stops the step, nev
   assert.equal(t.tier, tier); // no fallback: the page decides
   assert.deepEqual(events.filter((e) => e.kind === 'device-lost' || e.kind === 'fallback'), []);
   assert.equal((await t.handle({ type: 'hash' })).result.hash, init.hash); // weights untouched
+});
+
+// The test-only trainer of tests/pages/fault_worker.js: its request checked like the product's,
+// refused on the CPU tier, and the device destroyed after exactly the products it was armed for.
+test('the test worker\'s inject-fault: parsed, refused with hints, fired on the Nth product', async () => {
+  const ok = parseTestRequest({ id: 6, type: 'inject-fault', afterProducts: 3, rebuildSources: { dp4a: 'x' } });
+  assert.deepEqual(ok, { id: 6, type: 'inject-fault', afterProducts: 3, rebuildSources: { dp4a: 'x' } });
+  assert.deepEqual(parseTestRequest({ id: 1, type: 'inject-fault', afterProducts: 1 }).rebuildSources, {});
+  assert.equal(parseTestRequest({ id: 2, type: 'hash' }).type, 'hash'); // the rest: the product's
+  const bad = (msg, pattern) => assert.throws(() => parseTestRequest(msg), (exc) =>
+    exc instanceof MessageError && pattern.test(exc.message) && exc.hint.length > 0);
+  bad({ id: 1, type: 'inject-fault', afterProducts: 0 }, /afterProducts must be an integer/);
+  bad({ id: 1, type: 'inject-fault', afterProducts: 1.5 }, /afterProducts must be an integer/);
+  bad({ id: -1, type: 'inject-fault', afterProducts: 1 }, /id must be/);
+  bad({ id: 1, type: 'inject-fault', afterProducts: 1, when: 2 }, /unknown field 'when'/);
+  bad({ id: 1, type: 'inject-fault', afterProducts: 1, rebuildSources: { cuda: 'x' } },
+    /rebuildSources.cuda is not WGSL/);
+  bad({ id: 1, type: 'inject-fault', afterProducts: 1, rebuildSources: [] }, /must be an object/);
+  bad({ id: 1, type: 'train' }, /unknown request type "train"/);
+
+  const events = [];
+  const g = goldenInputs();
+  const t = new FaultTrainer((e) => events.push(e));
+  await assert.rejects(t.handle({ type: 'inject-fault', afterProducts: 1, rebuildSources: {} }),
+    (exc) => /the trainer is new/.test(exc.message) && exc.hint === 'send init first');
+  await t.handle({ type: 'init', model: g.model, optim: g.optim, seed: g.seed,
+    backend: 'js-cpu', measure: false, audit: 16, sources: {} });
+  await assert.rejects(t.handle({ type: 'inject-fault', afterProducts: 1, rebuildSources: {} }),
+    (exc) => /computes on js-cpu, no GPU device to lose/.test(exc.message) && exc.hint.length > 0);
+  let destroyed = 0;
+  t.tier = { ...fakeGpuTier(new GpuFault('unused'), true), gpu: { device: { destroy: () => { destroyed += 1; } } } };
+  const armed = await t.handle({ type: 'inject-fault', afterProducts: 2, rebuildSources: { lut: 'w' } });
+  assert.deepEqual(armed.result, { armed: true, backend: 'webgpu-dp4a' });
+  t.afterGpuProduct({ other: 'tier' }); // a product of a tier already replaced: not counted
+  t.afterGpuProduct(t.tier);
+  assert.equal(destroyed, 0);
+  t.afterGpuProduct(t.tier);
+  assert.equal(destroyed, 1);
+  assert.deepEqual(t.planted, { lut: 'w' });
+  t.afterGpuProduct(t.tier);
+  assert.equal(destroyed, 1, 'a fault fires once');
+  // The product's trainer has the seam and nothing behind it.
+  const plain = new Trainer();
+  plain.tier = t.tier;
+  plain.afterGpuProduct(t.tier);
+  assert.equal(destroyed, 1);
 });

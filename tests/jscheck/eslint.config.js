@@ -10,12 +10,15 @@ const WORKERS = [
   'static/js/model/genworker.js',
   'static/js/numerics/wasmhelper.js',
   'server/daisychain/bench/wasmpool_worker.mjs', // served under /bench/ to a page's Worker
+  'tests/pages/fault_worker.js', // the test-only training worker (tests/repo_route.py serves it)
 ];
+// Test-only browser modules: the test pages and the trace replay (which Node runs too).
+const TEST_BROWSER = ['tests/pages/**/*.js', 'tests/js/traces/**/*.js'];
 
 export default [
   { linterOptions: { reportUnusedDisableDirectives: 'error' } },
   {
-    files: ['static/js/**/*.js', 'tests/js/**/*.mjs', 'server/**/*.mjs'],
+    files: ['static/js/**/*.js', ...TEST_BROWSER, 'tests/js/**/*.mjs', 'server/**/*.mjs'],
     ...js.configs.recommended,
     languageOptions: { ecmaVersion: 2022, sourceType: 'module' },
     rules: {
@@ -37,7 +40,11 @@ export default [
       'no-implied-eval': 'error',
     },
   },
-  { files: ['static/js/**/*.js'], ignores: WORKERS, languageOptions: { globals: globals.browser } },
+  {
+    files: ['static/js/**/*.js', ...TEST_BROWSER],
+    ignores: WORKERS,
+    languageOptions: { globals: globals.browser },
+  },
   {
     files: ['tests/js/**/*.mjs', 'server/**/*.mjs'],
     ignores: WORKERS,

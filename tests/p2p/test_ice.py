@@ -33,8 +33,9 @@ nothing leaves the machine), and peers restricted to relay candidates.
 - A Chromium tab on the page ``/`` (static/js/app.js, the browser peer) and a Python leader
   train 5 steps through the relay with identical hashes; the tab took its ICE servers and the
   relay policy from ``welcome``, and its own ``getStats()`` shows a relay/relay selected pair.
-- Two tabs (/mesh-check.html), which trickle ICE to each other, trickle relay candidates only
-  and exchange messages and fragmented, compressed payloads through the relay.
+- Two tabs (the test page tests/pages/mesh-check.html), which trickle ICE to each other,
+  trickle relay candidates only and exchange messages and fragmented, compressed payloads
+  through the relay.
 
 Skips (never silently): not root / no namespace (like every mesh test), ``turnserver`` missing
 (``apt-get install -y coturn``), and for the browser test Chromium or Playwright missing.
@@ -782,7 +783,7 @@ async def test_browser_tab_and_python_peer_train_through_the_relay(tmp_path: Pat
 
 CHECK_ROUTE = TAB_ROUTE.replace(
     "const { app } = await import('/js/app.js');",
-    "const app = { mesh: (await import('/js/p2p/check.js')).mesh };",
+    "const app = { mesh: (await import('/repo/tests/pages/check.js')).mesh };",
 )
 
 
@@ -792,7 +793,8 @@ CHECK_ROUTE = TAB_ROUTE.replace(
 async def test_two_tabs_trickle_relay_candidates_and_exchange_frames(tmp_path: Path) -> None:
     """Two browsers trickle ICE to each other (the Python peer never does): with the relay
     policy from welcome they trickle relay candidates only, connect through coturn and
-    exchange messages and a fragmented, compressed payload both ways (/mesh-check.html)."""
+    exchange messages and a fragmented, compressed payload both ways (the mesh check page,
+    tests/pages/mesh-check.html)."""
     # It skips (with the reason) when Chromium or Playwright is missing.
     import mesh_check_helpers as bm
 

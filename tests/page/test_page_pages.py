@@ -1,5 +1,6 @@
-"""The pages other than ``/`` (issue 11, Must-show 6): /selftest, /train-check, /mesh-check and
-the 404 page, in headless Chromium on the real server.
+"""The pages other than ``/`` (issue 11, Must-show 6): /selftest, /train-check and the 404 page,
+in headless Chromium on the real server; and the tests' mesh check page (tests/pages/, not served
+by the server: issue 41), which the browser mesh tests open through tests/repo_route.py.
 
 At 390x844 (a phone) and 1280x800 (a desktop) each page, once it has finished, must have no
 horizontal overflow (``scrollWidth <= innerWidth``), an accessible name on every control (from
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 
+import repo_route
 from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBGPU_FLAG
 from daisychain.server.app import serve_local
 from server_fixtures import ByteTokenizer, config
@@ -212,16 +214,23 @@ async def test_train_check_matches_on_the_cpu_tier_on_phone_and_desktop(tmp_path
 
 
 async def test_mesh_check_page_is_clean_on_phone_and_desktop(tmp_path: Path) -> None:
-    """A diagnostic page (the browser mesh tests drive it); alone it joins its group."""
+    """The tests' diagnostic page (the browser mesh tests drive it), which the server does not
+    serve; through the test route, alone, it joins its group."""
     async with chromium() as (base, browser):
+        for path in ("/mesh-check", "/mesh-check.html", "/js/p2p/check.js"):
+            probe = await browser.new_page()
+            answer = await probe.request.get(base + path)
+            assert answer.status == 404, f"the server serves the test page's {path}"
+            await probe.close()
         for width, height in VIEWPORTS:
             page = await browser.new_page(viewport={"width": width, "height": height})
+            await repo_route.install(page.context, base)
             watch = Watch()
             watch.attach(page)
-            await page.goto(base + "/mesh-check")
+            await page.goto(base + "/repo/tests/pages/mesh-check.html")
             await page.wait_for_selector("body[data-signaling='joined']", timeout=30_000)
             await check_layout(page, tmp_path / f"mesh-check-{width}.png")
-            assert_clean(watch, f"/mesh-check at {width}")
+            assert_clean(watch, f"the mesh check page at {width}")
             await page.close()
 
 

@@ -258,18 +258,6 @@ export class TrainWorker extends EventTarget {
     return this.request('export');
   }
 
-  /**
-   * Test hook: destroy the worker's GPU device after `afterProducts` more products.
-   * @param {number} afterProducts
-   * @param {Record<string, string>} [rebuildSources]
-   */
-  injectFault(afterProducts, rebuildSources) {
-    /** @type {{afterProducts: number, rebuildSources?: Record<string, string>}} */
-    const fields = { afterProducts };
-    if (rebuildSources) fields.rebuildSources = rebuildSources;
-    return this.request('inject-fault', fields);
-  }
-
   terminate() {
     globalThis.document?.removeEventListener('visibilitychange', this.onVisibility);
     this.worker.terminate();

@@ -23,7 +23,6 @@
 //                 (forward only, no state change: the validation loss, validation.js)
 //   export        {}                                -> {state}
 //   load          {state}                           -> {step, hash}
-//   inject-fault  {afterProducts, rebuildSources?}  -> {armed}  (test hook: loses the device)
 //   outer         {outer: {innerSteps, lr, momentum, overlap?, cut?}, shared?: {step, momentum}}
 //                                                   -> {step, hash}  (an outer run from now on,
 //                 docs/PROTOCOL.md "Outer runs"; `shared`: a checkpoint's rounds and momentum)
@@ -44,8 +43,8 @@
 // Int32Array. A state is {step, p1, p2, params, m, v} with three such tensor lists.
 
 export const REQUEST_TYPES = Object.freeze([
-  'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'inject-fault', 'eval',
-  'outer', 'round', 'outer-apply',
+  'init', 'grads', 'apply', 'step', 'probe', 'hash', 'export', 'load', 'eval', 'outer', 'round',
+  'outer-apply',
 ]);
 // A round's H: runconfig's rule `outer-steps` bounds rounds x H below 2^24; one request carries
 // every inner step's tokens, so a page refuses more than this many.
@@ -80,8 +79,6 @@ const U32 = 2 ** 32;
  *   hash: boolean}} StepRequest
  * @typedef {{id: number, type: 'probe' | 'hash' | 'export'}} PlainRequest
  * @typedef {{id: number, type: 'load', state: TrainState}} LoadRequest
- * @typedef {{id: number, type: 'inject-fault', afterProducts: number,
- *   rebuildSources: Record<string, string>}} InjectFaultRequest
  * @typedef {{id: number, type: 'eval', batches: Batch[], batch?: number}} EvalRequest
  * @typedef {{id: number, type: 'outer', outer: OuterLoop,
  *   shared?: {step: number, momentum: Tensors}}} OuterRequest
@@ -90,7 +87,7 @@ const U32 = 2 ** 32;
  * @typedef {{id: number, type: 'outer-apply', mean: Float32Array,
  *   token: number | null}} OuterApplyRequest
  * @typedef {InitRequest | GradsRequest | ApplyRequest | StepRequest | PlainRequest |
- *   LoadRequest | InjectFaultRequest | EvalRequest | OuterRequest | RoundRequest |
+ *   LoadRequest | EvalRequest | OuterRequest | RoundRequest |
  *   OuterApplyRequest} Request
  * @typedef {{type: 'result', id: number, result: Record<string, any>}} ResultReply
  * @typedef {{type: 'error', id: number | null, error: {name: string, message: string,
@@ -246,7 +243,6 @@ const FIELDS = {
   hash: [],
   export: [],
   load: ['state'],
-  'inject-fault': ['afterProducts', 'rebuildSources'],
   eval: ['batches', 'batch'],
   outer: ['outer', 'shared'],
   round: ['steps', 'count', 'token', 'early'],
@@ -416,9 +412,6 @@ export function parseRequest(msg) {
         'send the dequantized reduced mean');
     }
     if (fields.token !== null) integer(fields.token, 'outer-apply: token', 0, Number.MAX_SAFE_INTEGER);
-  } else if (type === 'inject-fault') {
-    integer(fields.afterProducts, 'inject-fault: afterProducts', 1, 1e9);
-    out.rebuildSources = sources(fields.rebuildSources, 'inject-fault: rebuildSources');
   }
   return /** @type {Request} */ (out); // every field of its type checked above
 }

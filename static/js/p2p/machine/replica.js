@@ -24,8 +24,8 @@
 // only then (runconfig's `outerRuns`). The page's replica computes one gradient per step, not H
 // inner steps, so it has none and the page refuses outer runs with rule `page-outer`.
 //
-// The traces' replica is ../traces/replica.js (defined by hashing alone); the browser peer's is
-// the model.
+// The traces' replica is tests/js/traces/trace_replica.js (defined by hashing alone); the browser
+// peer's is the model.
 
 /**
  * The interface above. `start`'s model and optim are runconfig.parse's; `setOuter`'s outer its

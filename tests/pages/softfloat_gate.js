@@ -1,5 +1,7 @@
 // Float32 arithmetic in integer instructions on WebGPU (kernels/softfloat.wgsl; docs/KERNELS.md
-// "Float32 in integers"). Mirrors server/daisychain/gpu/softfloat.py and tests/softfloat_gate.py.
+// "Float32 in integers"): its gate in the browser, test-only like tests/softfloat_gate.py (the
+// chains' own gates exercise the library on each device at start). Mirrors
+// server/daisychain/gpu/softfloat.py and tests/softfloat_gate.py.
 //
 // WGSL's own f32 may fuse, reassociate and flush subnormals, so a GPU epilogue that must give the
 // contract's bits computes on float32 bit patterns with u32/i32 instructions. `GpuSoftFloat.apply`
@@ -9,9 +11,9 @@
 // it once more to float32 gives the correctly rounded float32) and the contract's exp and log
 // (numerics/fmath.js), bit for bit, every NaN as the one canonical NaN.
 
-import { compileKernel } from './kernels.js';
-import { BufferPool } from './pool.js';
-import { exp, f32, f32Bits, fromBits, log, rint } from '../numerics/fmath.js';
+import { compileKernel } from '../../static/js/gpu/kernels.js';
+import { BufferPool } from '../../static/js/gpu/pool.js';
+import { exp, f32, f32Bits, fromBits, log, rint } from '../../static/js/numerics/fmath.js';
 
 export const SOFTFLOAT_OPS = Object.freeze({
   add: 0, sub: 1, mul: 2, div: 3, sqrt: 4, exp: 5, log: 6, rint: 7,

@@ -1,16 +1,16 @@
 // @ts-check
 // Events and effects as JSON: the body of a conformance trace (tests/vectors/README.md, "Protocol
-// traces"). Mirror of server/daisychain/p2p/traces/jsonform.py. Binary data is base64; a payload
+// traces"). Mirror of tests/protocol_traces/jsonform.py. Binary data is base64; a payload
 // an effect sends is named by its length and SHA-256 (its bytes are the machine's output; the
 // framing around them, deflate included, is the shell's).
 
-import { sha256Hex } from '../../numerics/hash.js';
-import { encode, parse as parseMessage } from '../messages.js';
-import * as ev from '../machine/events.js';
+import { sha256Hex } from '../../../static/js/numerics/hash.js';
+import { encode, parse as parseMessage } from '../../../static/js/p2p/messages.js';
+import * as ev from '../../../static/js/p2p/machine/events.js';
 
 /**
- * @typedef {import('../machine/events.js').Event} Event
- * @typedef {import('../machine/effects.js').Effect} Effect
+ * @typedef {import('../../../static/js/p2p/machine/events.js').Event} Event
+ * @typedef {import('../../../static/js/p2p/machine/effects.js').Effect} Effect
  */
 
 /** @param {Uint8Array} bytes */
@@ -29,7 +29,7 @@ export function unb64(text) {
 
 /**
  * A message record as the JSON value Python's `json.loads(messages.encode(m))` gives.
- * @param {import('../messages.js').Message} m
+ * @param {import('../../../static/js/p2p/messages.js').Message} m
  * @returns {Record<string, unknown>}
  */
 export function messageJson(m) {

@@ -1,18 +1,18 @@
 // @ts-check
 // Replaying a conformance trace (tests/vectors/protocol/*.json) on the JavaScript machine: what
 // tests/vectors/README.md "Protocol traces" asks of every implementation. Mirror of
-// server/daisychain/p2p/traces/replay.py, in Node and in the browser alike.
+// tests/protocol_traces/playback.py, in Node and in the browser alike.
 //
 // Every event is fed with `now = at`; the effects must equal the trace's in order, each compared
 // as a JSON value (key order and number spelling do not matter), a payload by its header fields,
 // length and SHA-256; then the next deadline must equal the trace's. The first difference throws
 // TraceMismatch naming the trace, the step, the event and the exact field that differs.
 
-import { Machine } from '../machine/machine.js';
-import { settings } from '../machine/settings.js';
-import { DATA_PROTOCOL_VERSION, FRAME_VERSION } from '../versions.js';
+import { Machine } from '../../../static/js/p2p/machine/machine.js';
+import { settings } from '../../../static/js/p2p/machine/settings.js';
+import { DATA_PROTOCOL_VERSION, FRAME_VERSION } from '../../../static/js/p2p/versions.js';
 import { effectToJson, eventFromJson } from './jsonform.js';
-import { TraceReplica } from './replica.js';
+import { TraceReplica } from './trace_replica.js';
 
 export const FORMAT = 'daisychain-protocol-trace';
 export const FORMAT_VERSION = 1;

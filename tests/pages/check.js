@@ -1,13 +1,14 @@
-// The mesh check page (/mesh-check.html): a Mesh on this page's server, its state shown as it
-// changes: the signaling state (also `body[data-signaling]`), one line per peer with its
-// channel state (`li[data-peer][data-state]`) and every error event (`#errors li`). Tests
-// import this module from the page to reach the same `mesh`, the `events` it recorded and the
-// `inbox` of what arrived (text messages and frames, at most INBOX_BYTES of them).
+// The mesh check page (tests/pages/mesh-check.html, a test page the server does not serve; the
+// browser tests load it through tests/repo_route.py): a Mesh on this page's server, its state
+// shown as it changes: the signaling state (also `body[data-signaling]`), one line per peer with
+// its channel state (`li[data-peer][data-state]`) and every error event (`#errors li`). Tests
+// import this module (/repo/tests/pages/check.js) to reach the same `mesh`, the `events` it
+// recorded and the `inbox` of what arrived (text messages and frames, at most INBOX_BYTES).
 //
 // Query: ?room=CODE joins a room; ?name=NAME; ?seed=N makes the reconnect jitter reproducible.
 
-import { Mesh } from './mesh.js';
-import { seededRandom } from './signaling.js';
+import { Mesh } from '../../static/js/p2p/mesh.js';
+import { seededRandom } from '../../static/js/p2p/signaling.js';
 
 const params = new URLSearchParams(location.search);
 const seed = params.get('seed');

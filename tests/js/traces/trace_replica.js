@@ -1,6 +1,6 @@
 // @ts-check
 // The trace replica: the state a conformance trace's machine steers, defined by hashing alone
-// (tests/vectors/README.md, "Protocol traces"). Mirror of server/daisychain/p2p/traces/replica.py,
+// (tests/vectors/README.md, "Protocol traces"). Mirror of tests/protocol_traces/trace_replica.py,
 // written from the README's rules:
 //
 // - start(model, optim, seed): step 0, hash = SHA-256 of the ASCII text
@@ -12,8 +12,8 @@
 //
 // A trace checks the protocol, not the model: the numerics have their own golden vectors.
 
-import { sha256Arrays, sha256Hex } from '../../numerics/hash.js';
-import { ReplicaRefused } from '../machine/replica.js';
+import { sha256Arrays, sha256Hex } from '../../../static/js/numerics/hash.js';
+import { ReplicaRefused } from '../../../static/js/p2p/machine/replica.js';
 
 export const MAGIC = 'DCTRACE1';
 export const CHECKPOINT_BYTES = MAGIC.length + 4 + 64;
