@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import repo_route
 from daisychain.gpu.kernels import kernel_source
 from daisychain.gpu.softfloat import OPS, UNARY
-import repo_route
 from selftest_helpers import browser_tab
 from softfloat_gate import reference, softfloat_cases
 
