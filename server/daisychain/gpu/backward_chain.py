@@ -1,4 +1,4 @@
-"""A whole backward in one submit and one readback (issue 20, "a GPU step that stays on the GPU").
+"""A whole backward in one submit and one readback.
 
 The backward made one round trip per pair of products (``GpuGemm.matmul_int_many``): the host
 quantized the gradient into limbs, the GPU computed both products, the host combined the limbs

@@ -1,5 +1,5 @@
 """A block's tail in one submit and one readback: attention's output product, the residual add,
-the RMSNorm and the MLP (issue 20, "a GPU step that stays on the GPU").
+the RMSNorm and the MLP.
 
 ``h = h + qmatmul(o, wo)``, ``bn = rmsnorm(h, g2)``, ``(b_q, b_e) = quantize(bn)``, then the MLP
 (docs/MODEL.md section 4, steps 7-9). With the MLP chain alone (``mlp_chain.py``) the output

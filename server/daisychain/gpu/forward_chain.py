@@ -1,4 +1,4 @@
-"""A whole forward in one submit and one readback (issue 20, "a GPU step that stays on the GPU").
+"""A whole forward in one submit and one readback.
 
 Per block the qkv chain (``qkv_chain.py``: the qkv product, the split into heads, the scores,
 the softmax, ``P v``) and the block chain (``block_chain.py``: the output product, the residual

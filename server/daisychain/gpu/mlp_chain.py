@@ -1,4 +1,4 @@
-"""The MLP of a block in one submit and one readback (issue 20, "a GPU step that stays on the GPU").
+"""The MLP of a block in one submit and one readback.
 
 ``u = qmatmul(bn, w1)``, ``r = relu(u)``, ``(r_q, r_e) = quantize(r per row)``, ``y =
 qmatmul(r, w2)`` (docs/MODEL.md section 4, steps 8-9) took two round trips: the first product

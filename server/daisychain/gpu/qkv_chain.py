@@ -1,6 +1,5 @@
 """A block's attention from its input in one submit and one readback: the fused qkv product,
-the split into heads and their quantization, then the attention chain (issue 20, "a GPU step that
-stays on the GPU").
+the split into heads and their quantization, then the attention chain.
 
 ``qkv = qmatmul(a, wqkv)``, then q and k quantized per (b, h, t) over d and v per (b, h, d) over t
 (docs/MODEL.md section 4, steps 2-3): with the attention chain alone (``attention_chain.py``) the

@@ -1,6 +1,6 @@
 """Float32 arithmetic in integer instructions on the GPU (``kernels/softfloat.wgsl``).
 
-The groundwork of GPU epilogues (issue 20, "a GPU step that stays on the GPU"): the work around
+The groundwork of GPU epilogues: the work around
 the products (dequantize, softmax, norms, the optimizer) is float32 arithmetic the contract pins
 to correctly rounded, unfused operations, which WGSL's own ``f32`` does not promise
 (docs/NUMERICS.md section 0). ``softfloat.wgsl`` computes ``+ - * / sqrt`` from the bit patterns

@@ -1,5 +1,4 @@
-"""A whole training step's products in one submit and one readback (issue 20, "one command
-encoder and one readback per step").
+"""A whole training step's products in one submit and one readback.
 
 The forward chain (``forward_chain.py``) and the backward chain (``backward_chain.py``) each made
 a round trip, with the host's cross-entropy between them. Here the backward is recorded after the

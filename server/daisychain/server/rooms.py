@@ -22,7 +22,7 @@ when the last member leaves, every waiting request is closed (``denied`` with re
 the host coming back. The next device to arrive finds an empty room and hosts it, as any first
 arrival does.
 
-Limits against one party hogging a room, for someone who holds its code (issue 47):
+Limits against one party hogging a room, for someone who holds its code:
 
 * pace: an address (``Peer.address``: an IPv4 address, an IPv6 /64) may ask to join one room at
   ``join_requests`` pace (a token bucket per address and room);

@@ -1,7 +1,7 @@
 // @ts-check
 // The line "The screen is kept on while this device trains" and the checkbox "Keep the screen on
 // while training" (default on, remembered in localStorage) in the live panel's head (live.js
-// mounts it there: the run's own place on the page); issue 46, "Awake while training". The
+// mounts it there: the run's own place on the page). The
 // decisions are wakelock.js's (Awake): this module feeds it each session's peer (`phase`,
 // `finished`: peer.inRun) and the checkbox, and shows its text().
 //

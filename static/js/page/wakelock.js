@@ -1,6 +1,6 @@
 // @ts-check
 // The Screen Wake Lock (https://w3c.github.io/screen-wake-lock/) as a state machine: hold the
-// screen lock while this device is in a run (issue 46, "Awake while training"). The page's line
+// screen lock while this device is in a run. The page's line
 // and checkbox that use it: awake.js.
 //
 // Its dependencies come in (`navigator.wakeLock`, `document`, whether the page is a secure

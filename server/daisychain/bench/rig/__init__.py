@@ -10,7 +10,7 @@ planted bugs) under tests/, outside the package.
 - ``mesh_browser``: Chromium tabs as mesh peers next to headless ones (``bench mesh``, the
   browser mesh tests).
 - ``hostile``: a server in a child process, a bystander pair relaying through it, raw WebSocket
-  frames; ``attacks``: the hostile clients of issue 8 run against it.
+  frames; ``attacks`` and ``http_attacks``: the hostile clients run against it.
 - ``fineweb_stub``: FineWeb-Edu-shaped parquet shards and a CDN-like range server for them.
 - ``steps``: how training steps are timed (``StepPolicy``; numpy, Node via ``node_step.mjs``);
   ``nodejs``: how Node is found and started.

@@ -1,4 +1,4 @@
-"""The hostile clients of issue 8, bounded loopback attackers for ``hostile.run_hostile``.
+"""Hostile clients of the signaling server, bounded loopback attackers for ``hostile.run_hostile``.
 
 Each factory returns an ``Attacker``: a coroutine that attacks until its count or its deadline
 runs out, records what it saw in ``attack.outcome`` and closes everything it opened. The tests
@@ -303,7 +303,7 @@ def join_flood(*, max_requests: int = 2000) -> Attacker:
 def pending_squat(
     *, squatters: int = 16, guest_address: str = "127.0.1.2", read_s: float = 0.5
 ) -> Attacker:
-    """Issue 47, item 7: ``squatters`` clients from as many addresses of one /24 (127.0.0.2 on;
+    """``squatters`` clients from as many addresses of one /24 (127.0.0.2 on;
     a loopback source address each, so the server, trusting no proxy header, sees them apart)
     ask to join the bystanders' room and stay waiting, filling its list (``max_pending``, 16);
     then a guest from another /24 (``guest_address``) asks, and then one more squatter.

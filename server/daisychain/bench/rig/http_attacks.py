@@ -1,8 +1,8 @@
-"""Hostile clients of issue 47 for ``hostile.run_hostile``: a QR-code burst from many networks,
-bodies that used to be 500s, HEADs pipelined as a proxy sends them, hello fields a stranger used
-to get shown to a host as if trusted, and the attacks that used to cost the server a log line
-(or more) each: a reconnect loop of bad hellos, malformed HTTP requests carrying a room code, and
-WebSocket upgrades naming subprotocols. (The pending-join squat is ``attacks.pending_squat``.)
+"""Hostile HTTP clients for ``hostile.run_hostile``: a QR-code burst from many networks, bodies
+a parser must refuse with a 400 (never a 500), HEADs pipelined as a proxy sends them, hello
+fields a stranger must not get shown to a host as trusted, and requests that must not cost the
+server a log line each: a reconnect loop of bad hellos, malformed HTTP requests carrying a room
+code, and WebSocket upgrades naming subprotocols. (The pending-join squat is ``attacks.pending_squat``.)
 
 Each factory returns an ``Attacker`` bounded by a count and the run's deadline. Distinct client
 networks are distinct loopback source addresses (127.0.0.2 on: the server, trusting no proxy
