@@ -2,7 +2,8 @@
 a parser must refuse with a 400 (never a 500), HEADs pipelined as a proxy sends them, hello
 fields a stranger must not get shown to a host as trusted, and requests that must not cost the
 server a log line each: a reconnect loop of bad hellos, malformed HTTP requests carrying a room
-code, and WebSocket upgrades naming subprotocols. (The pending-join squat is ``attacks.pending_squat``.)
+code, and WebSocket upgrades naming subprotocols. (The pending-join squat is
+``attacks.pending_squat``.)
 
 Each factory returns an ``Attacker`` bounded by a count and the run's deadline. Distinct client
 networks are distinct loopback source addresses (127.0.0.2 on: the server, trusting no proxy
