@@ -8,10 +8,11 @@ is driven through the DevTools protocol, as a phone's browser does it to a backg
 
 - frozen: ``Page.setWebLifecycleState`` ``frozen`` for 60 s, then ``active``. The run uses a
   short step timeout (``STEP_TIMEOUT_S``), so the group stops waiting for the frozen tab after
-  one timeout: every step the Python peers applied during the freeze took at most that timeout
-  plus one normal step (the slowest step measured before the freeze), printed. The tab, once
-  thawed, asks for the state by itself, enters a later roster and ends with the others' final
-  hash;
+  at most one timeout (sooner when the `leave` the page says on its ``freeze`` event got out):
+  every step the Python leader applied during the freeze took at most that timeout plus one
+  normal step (the slowest step it applied without a re-commit), printed. Chromium closes the
+  frozen page's WebSocket; the tab, once thawed, comes back under a new id, asks for the state
+  by itself, enters a later roster, says it rejoined, and ends with the others' final hash;
 - reloaded: the page reloads mid-run (a new signaling id, its run and name remembered by the
   tab's session storage); it rejoins the same run by itself, says so, and ends with the others'
   final hash;
@@ -94,6 +95,12 @@ async def test_tab_frozen_for_60_s_is_dropped_quickly_and_rejoins_with_the_final
             f"{frozen_step}; re-committed steps {recommitted}; the Python leader's steps during "
             "the 60 s freeze (step: seconds): " + ", ".join(f"{s}: {t:.2f}" for s, t in during)
         )
+        # The page says `leave` on its `freeze` event; when that message got out before the
+        # freeze (its machine was not awaiting a task then), the group dropped the tab at once
+        # (repair_after), else the step timer did. Either way the bound below holds.
+        fast = [s for s, t in during if s in recommitted and t < STEP_TIMEOUT_S]
+        print("the tab's leave reached the group before the freeze" if fast else
+              "the step timer dropped the frozen tab")  # fmt: skip
         assert len(during) >= 3, f"the group stalled while the tab was frozen: {during}"
         for step, seconds in during:
             assert seconds <= STEP_TIMEOUT_S + normal, (
