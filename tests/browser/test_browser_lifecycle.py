@@ -1,5 +1,4 @@
-"""A tab frozen, reloaded, or slowed down like a phone, in a run with headless Python peers
-(issue 46, "Must show" 2 and 3, and the emulated phone).
+"""A tab frozen, reloaded, or slowed down like a phone, in a run with headless Python peers.
 
 Every test runs inside the test run's network namespace (conftest.py): the tabs load the real
 page ``/`` in Debian's Chromium (CPU tier), the Python peers are ``daisychain.p2p.node.Node``
@@ -65,7 +64,8 @@ STANDING = "document.querySelector('#lead .standing')?.textContent ?? ''"
 
 
 async def test_tab_frozen_for_60_s_is_dropped_quickly_and_rejoins_with_the_final_hash() -> None:
-    """Must-show 2."""
+    """A tab frozen for 60 s mid-run: the group's steps meanwhile stay within the step timeout
+    plus one step, and the tab rejoins by itself and ends with the others' final hash."""
     async with signaling_server() as url, chromium_lifecycle() as browser:
         tab = await open_tab(browser, url, "name=frozen", timers=TAB_TIMERS)
         tab.allowed.append(FROZEN_SOCKET)
@@ -136,7 +136,7 @@ async def test_tab_frozen_for_60_s_is_dropped_quickly_and_rejoins_with_the_final
 
 
 async def test_tab_reloaded_mid_run_rejoins_by_itself_with_the_final_hash() -> None:
-    """Must-show 3: the page reloads mid-run (no click afterwards); it comes back under a new
+    """The page reloads mid-run (no click afterwards); it comes back under a new
     id, follows the same run from the leader's state, says it rejoined, and ends with the
     others' final hash."""
     async with signaling_server() as url, chromium(webgpu=False) as browser:

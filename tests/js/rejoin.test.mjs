@@ -1,4 +1,4 @@
-// The run a tab remembers (static/js/page/rejoin.js, issue 46) without a browser: a fake
+// The run a tab remembers (static/js/page/rejoin.js) without a browser: a fake
 // sessionStorage. A tab that comes back into the run it was in learns why it had left (reloaded,
 // frozen, disconnected); a run that ended for good, another run, a memory that is not ours
 // (damaged JSON, a wrong run id, an unknown reason) or a storage that refuses every call are all

@@ -1,6 +1,6 @@
 // @ts-check
-// The run this tab was in, remembered so that when the tab comes back into it by itself the page
-// can say so (issue 46, "a hidden, frozen or reloaded tab"). The protocol needs no memory for
+// The run this tab was in, remembered so that when the tab comes back into it by itself (after
+// a reload, a freeze, a lost connection) the page can say so. The protocol needs no memory for
 // that: a page follows the first run of its group, and a newcomer asks the leader for the state
 // (docs/PROTOCOL.md "Join, leave, failover"). What the person needs is to know that this is the
 // run they were in, not a new one, and why the tab had left it.
