@@ -123,6 +123,8 @@ class Peer:
     node: Node
     task: asyncio.Task[Outcome]
     records: list[StepRecord] = field(default_factory=list)
+    # time.monotonic() when each record arrived (step times, for the lifecycle tests).
+    applied_at: list[float] = field(default_factory=list)
 
     @property
     def hashes(self) -> dict[int, str]:
@@ -150,9 +152,15 @@ async def start_peer(
     mesh = mesh_cls(url, name=name, fingerprint=fingerprint)
     await mesh.connect()
     records: list[StepRecord] = []
+    applied_at: list[float] = []
+
+    def on_step(record: StepRecord) -> None:
+        records.append(record)
+        applied_at.append(time.monotonic())
+
     options: dict[str, Any] = {
         "lead": lead, "timers": timers, "checkpoint_path": checkpoint_path,
-        "save_every": save_every, "on_step": records.append, "compute": compute,
+        "save_every": save_every, "on_step": on_step, "compute": compute,
         "limits": limits, "early_chunks": early_chunks, "recheck": recheck,
     }  # fmt: skip
     node = (
@@ -167,7 +175,7 @@ async def start_peer(
         finally:
             await mesh.close()
 
-    return Peer(node, asyncio.create_task(main()), records)
+    return Peer(node, asyncio.create_task(main()), records, applied_at)
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

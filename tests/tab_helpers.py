@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -93,6 +94,71 @@ async def chromium(webgpu: bool) -> AsyncIterator[Any]:
             await browser.close()
 
 
+class _DefaultContext:
+    """The browser's own context as ``open_tab`` uses a browser: ``new_page(viewport=...)``."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+
+    async def new_page(self, viewport: dict[str, int] | None = None) -> Any:
+        page = await self.context.new_page()
+        if viewport is not None:
+            await page.set_viewport_size(viewport)
+        return page
+
+
+@asynccontextmanager
+async def chromium_lifecycle() -> AsyncIterator[Any]:
+    """A headless Chromium whose tabs can be hidden and frozen (``Page.setWebLifecycleState``).
+
+    Playwright turns on focus emulation for every page it opens, and Chromium keeps such a
+    page visible, so a freeze it is sent does nothing (measured with Chromium 156: timers kept
+    firing, no ``freeze`` event). Here Chromium is started by the test and Playwright attaches
+    over the DevTools protocol without its defaults (``no_defaults``), opening pages in the
+    browser's own context, where it sets no focus emulation: a freeze then hides the page,
+    fires ``freeze`` and stops its timers, as a phone's browser does to a background tab."""
+    with tempfile.TemporaryDirectory() as profile:
+        proc = await asyncio.create_subprocess_exec(
+            str(CHROMIUM), "--headless", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+            *OFFLINE_FLAGS, *WEBRTC_FLAGS, "about:blank",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        drain: asyncio.Task[None] | None = None
+        try:
+            endpoint = await asyncio.wait_for(_devtools_endpoint(proc.stderr), 60)
+            # Keep reading, so Chromium never blocks on a full stderr pipe.
+            drain = asyncio.create_task(_drain(proc.stderr))
+            async with async_api.async_playwright() as pw:
+                browser = await pw.chromium.connect_over_cdp(endpoint, no_defaults=True)
+                try:
+                    yield _DefaultContext(browser.contexts[0])
+                finally:
+                    await browser.close()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            if drain is not None:
+                await drain
+
+
+async def _devtools_endpoint(stderr: asyncio.StreamReader) -> str:
+    """The browser's DevTools WebSocket address, from the line Chromium prints at start."""
+    lines = []
+    while line := (await stderr.readline()).decode(errors="replace"):
+        found = re.search(r"DevTools listening on (ws://\S+)", line)
+        if found:
+            return found.group(1)
+        lines.append(line)
+    raise AssertionError(f"Chromium exited before its DevTools address: {''.join(lines)[-2000:]}")
+
+
+async def _drain(stderr: asyncio.StreamReader) -> None:
+    while await stderr.readline():
+        pass
+
+
 def serve_text(body: str, content_type: str = "text/plain") -> Any:
     async def serve(route: Any) -> None:
         await route.fulfill(status=200, content_type=f"{content_type}; charset=utf-8", body=body)
@@ -106,9 +172,11 @@ async def open_tab(
     query: str = "",
     routes: dict[str, str] | None = None,
     viewport: dict[str, int] | None = None,
+    timers: str = TIMERS_QUERY,
 ) -> Tab:
-    """The page `/` with the test timers; returns once its peer was admitted to the group.
-    ``routes`` serves other text for some paths (the page's worker fetches through them too)."""
+    """The page `/` with the test timers (``timers``: another query of them); returns once its
+    peer was admitted to the group. ``routes`` serves other text for some paths (the page's
+    worker fetches through them too)."""
     page = await browser.new_page(viewport=viewport)
     tab = Tab(page)
     for path, body in (routes or {}).items():
@@ -116,7 +184,7 @@ async def open_tab(
         kind = "text/javascript" if path.endswith(".js") else "text/plain"
         await page.context.route(f"{base}{path}", serve_text(body, kind))
     page_helpers.listen(page, tab.errors, tab.foreign)
-    response = await page.goto(f"{base}/?{TIMERS_QUERY}&{query}")
+    response = await page.goto(f"{base}/?{timers}&{query}")
     assert response is not None and response.ok, f"GET /: {response}"
     deadline = time.monotonic() + 120
     while True:

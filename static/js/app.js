@@ -23,6 +23,7 @@ import { loadTokens, timerParams } from './page/boot.js';
 import { deviceName, measuredSpeed } from './page/readiness.js';
 import { rosterOf } from './page/roster.js';
 import { endedText } from './page/lead.js';
+import { RunMemory, rejoinedText } from './page/rejoin.js';
 import { fetchAccess } from './page/access.js';
 import * as readiness from './page/readiness.js';
 import * as group from './page/group.js';
@@ -35,6 +36,7 @@ import * as problems from './page/problems.js';
 
 const params = new URLSearchParams(location.search);
 const page = new Page();
+const memory = new RunMemory(sessionStorageOrNull());
 let shown = null; // the session `app` shows (see above)
 
 export const app = {
@@ -109,14 +111,26 @@ async function newSession(previous = null) {
   }
   peer.addEventListener('error', (e) => page.error(e.detail.message, e.detail.hint, 'run'));
   peer.addEventListener('phase', (e) => {
-    if (peer.inRun) {
+    if (peer.inRun && !session.ran) {
       session.ran = true;
       shown = session;
+      // Back in the run this tab was in before a reload, a freeze or a lost connection?
+      const why = memory.entered(peer.config.run);
+      page.rejoined = why === null ? null : { run: peer.config.run, why };
     }
     if (current() && PHASE_STATUS[e.detail.phase]) page.status(PHASE_STATUS[e.detail.phase]);
+    if (current() && page.rejoined?.run === peer.config?.run && peer.inRun) {
+      const leader = peer.leader ? rosterOf(mesh).nameOf(peer.leader) : 'the leader';
+      page.status(rejoinedText(page.rejoined.why, leader));
+    }
   });
   peer.addEventListener('finished', (e) => {
     const o = e.detail.outcome;
+    const run = peer.config?.run;
+    if (session.ran && run !== undefined) {
+      if (o.reason === 'error') memory.leaving('disconnected');
+      else if (o.reason !== 'left') memory.ended(run);
+    }
     if (session.ran && (o.reason === 'fork' || o.reason === 'error')) {
       page.error(`the run stopped: ${o.message}`, 'this device is ready for the next run', 'run');
     }
@@ -140,6 +154,15 @@ async function newSession(previous = null) {
   return session;
 }
 
+/** This tab's sessionStorage, or null where the browser refuses it (a storage policy). */
+function sessionStorageOrNull() {
+  try {
+    return sessionStorage;
+  } catch {
+    return null;
+  }
+}
+
 async function main() {
   page.name = deviceName(params);
   page.access = fetchAccess();
@@ -160,7 +183,19 @@ async function main() {
     },
   });
   page.emit('ready', { selection: page.selection });
-  addEventListener('pagehide', () => page.peer?.leave('the tab was closed'));
+  addEventListener('pagehide', () => {
+    memory.leaving('reloaded');
+    page.peer?.leave('the tab was closed');
+  });
+  // A browser freezes a background tab (a phone does): nothing runs until it resumes, and
+  // Chromium closes the signaling connection meanwhile. Saying `leave` now lets the group drop
+  // the tab at once instead of after its step timeout, when the message leaves before the freeze
+  // (the machine may be awaiting a task then: it leaves at resume, and the step timeout decides);
+  // on resume a new session, under the new id, rejoins the run and says so (page/rejoin.js).
+  document.addEventListener('freeze', () => {
+    memory.leaving('frozen');
+    page.peer?.leave('the browser paused this tab');
+  });
   page.status('Joining the group…');
   await newSession();
 }

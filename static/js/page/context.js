@@ -18,7 +18,8 @@
 // device's name), access (a promise of the server's access facts, page/access.js: https,
 // LAN addresses; resolves to null when the server does not say), privateText (the private text
 // the user chose, p2p/privatedata.js PrivateText, or null: it outlives sessions, and each new
-// session's peer is given it), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
+// session's peer is given it), rejoined ({run, why} when this tab came back by itself into the
+// run it had left, page/rejoin.js; else null), and per session: mesh (p2p/mesh.js), peer (p2p/peer.js BrowserPeer), replica
 // (p2p/modelreplica.js WorkerReplica), data (the FineWeb-Edu feed or null). A session is one mesh +
 // peer: a page that finished a run starts a new session for the next one, so panels listen to
 // `session` and re-attach their listeners to the new peer and mesh.
@@ -46,6 +47,7 @@ export class Page extends EventTarget {
     this.data = null;
     this.errors = []; // {message, hint, source}: every error shown, for tests
     this.privateText = null;
+    this.rejoined = null;
   }
 
   /**

@@ -10,7 +10,8 @@
 // for outer rounds); the size and its memory estimate said live above Start; Start) ->
 // configured/training as leader
 // (what runs, and Stop: peer.endRun(), the whole group stops at the next step boundary) or as
-// follower ("Following NAME's run: joined automatically") -> stopped (why) -> a new session's
+// follower ("Following NAME's run: joined automatically", or, back in the run this tab had left,
+// "Rejoined NAME's run by itself: ...", page/rejoin.js) -> stopped (why) -> a new session's
 // lobby, which says how the last run ended and that this device is ready for the next. A choice this device could not train itself is refused by the run rules
 // (p2p/runconfig.js) with a hint, shown under the form; sizes have no HTML maximum for that
 // reason. Defaults: tiny, 300 steps, 2 devices, learning rate 0.003, seed 1, the preset's batch
@@ -19,6 +20,7 @@
 import { describe as describeDataName } from '../datanames.js';
 import { h } from './dom.js';
 import { rosterOf } from './roster.js';
+import { rejoinedText } from './rejoin.js';
 import { DEFAULT_VOCAB, PRESETS, preset as presetConfig } from '../model/config.js';
 import { estimate } from '../p2p/footprint.js';
 import { grouped, groupedFixed0 } from '../p2p/runconfig.js';
@@ -202,7 +204,8 @@ export function mount(root, page) {
     } else if (inRun) {
       const leader = peer.leader;
       const name = leader ? rosterOf(peer.mesh).nameOf(leader) : 'the leader';
-      standing.textContent = `Following ${name}’s run: joined automatically.`;
+      standing.textContent = page.rejoined?.run === peer.config?.run
+        ? rejoinedText(page.rejoined.why, name) : `Following ${name}’s run: joined automatically.`;
     } else { // stopping, or finished
       const o = peer.outcome;
       standing.textContent = o ? endedText(o) : 'The run is ending…';
