@@ -22,6 +22,7 @@
 import { count, everySecond, fill, h, seconds } from './dom.js';
 import { rosterOf } from './roster.js';
 import { mountInvite } from './invite.js';
+import { mountInviteLink } from './invitelink.js';
 import { fastestAlone, groupRate, groupSpeedLine, sequencesOf, shareText } from './livefigures.js';
 import { shownName } from '../p2p/deviceinfo.js';
 
@@ -69,6 +70,7 @@ export function mount(root, page) {
     refusedNote, roomBox);
 
   let roster = null;
+  let updateInviteLink = () => {}; // the host's invite link box (invitelink.js), in a room
   let steps = []; // the session's step records (peer.js record()), for shares and speeds
   let stopTicker = () => {};
   const requestItems = new Map(); // id -> {item, left (span)}
@@ -289,8 +291,12 @@ export function mount(root, page) {
     }
     const leave = new URL(location.href);
     leave.searchParams.delete('room');
+    leave.hash = '';
+    const inviteLinkBox = h('div', { class: 'invite-links' });
+    updateInviteLink = mountInviteLink(inviteLinkBox, page, code);
     roomBox.replaceChildren(
       h('p', { text: 'Private room: only devices the host lets in train here.' }),
+      inviteLinkBox,
       invite,
       h('p', {}, h('a', { href: leave.href, text: 'Leave the room' })));
   }
@@ -300,6 +306,7 @@ export function mount(root, page) {
     renderMembers();
     renderSpeed();
     renderRequests();
+    updateInviteLink(roster);
   }
 
   renderRoom();
