@@ -210,7 +210,7 @@ async def test_a_new_invite_revokes_the_old_one() -> None:
 
 async def test_only_the_host_may_create_or_revoke() -> None:
     async with serve() as client:
-        host, invite = await host_with_invite(client, uses=5)
+        _host, invite = await host_with_invite(client, uses=5)
         member = await hello_with(client, "member", invite["token"])
         await member.expect("welcome")
         await member.send({"type": "invite-create", "uses": 5, "expires_s": 60})
@@ -296,9 +296,7 @@ async def test_an_invite_into_a_room_the_host_left_is_refused() -> None:
         ({"uses": 5}, "expires_s"),
     ],
 )
-async def test_invite_choices_out_of_range_are_refused(
-    message: dict[str, Any], field: str
-) -> None:
+async def test_invite_choices_out_of_range_are_refused(message: dict[str, Any], field: str) -> None:
     async with serve() as client:
         host, _ = await join(client, "host", room=ROOM)
         if message.get("expires_s") != message.get("expires_s"):  # NaN: not JSON at all

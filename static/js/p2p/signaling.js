@@ -64,7 +64,7 @@ export const FINAL_CLOSE_CODES = Object.freeze([4400, 4401, 4403, 4408, 4410]);
  * @typedef {Readonly<{type: 'pong', nonce: string | number | null}>} Pong
  * @typedef {Readonly<{type: 'error', code: string, message: string, hint: string,
  *   ref: string | null}>} ServerError
- * @typedef {Welcome | Pending | Denied | JoinRequest | JoinRequestClosed | JoinRequestsRefused |
+ * @typedef {Welcome | Pending | Denied | JoinRequest | JoinRequestClosed | JoinRequestsRefused | Invite |
  *   PeerJoined | PeerLeft | HostChanged | Signal | Pong | ServerError} ServerMessage
  * @typedef {'idle' | 'connecting' | 'open' | 'pending' | 'joined' | 'reconnecting' | 'failed' |
  *   'closed'} ClientState  SignalingClient's (the states above)
@@ -250,8 +250,9 @@ export function parseServer(raw) {
         `an integer in [0, ${MAX_INVITE_USES}]`);
       check(typeof m.expires_in_s === 'number' && m.expires_in_s >= 0 && m.expires_in_s <= 366 * 86_400,
         'invite.expires_in_s', 'a finite number in [0.0, 31622400.0]');
-      return r('invite', { token: m.token, uses: m.uses, used: m.used, expires_in_s: m.expires_in_s,
-        status: choice('status', INVITE_STATUSES) });
+      return r('invite', { token: /** @type {string | null} */ (m.token), uses: /** @type {number} */ (m.uses),
+        used: /** @type {number} */ (m.used), expires_in_s: /** @type {number} */ (m.expires_in_s),
+        status: /** @type {Invite['status']} */ (choice('status', INVITE_STATUSES)) });
     }
     case 'peer-joined':
       return r('peer-joined', { peer: peerInfo(m.peer, 'peer-joined.peer') });

@@ -87,6 +87,7 @@ export class Roster extends EventTarget {
         this.channels.clear();
         this.requests.clear();
         this.refused = 0;
+        this.invite = null; // a new membership: the room's link, if any, is told anew (host-changed)
         break;
       case 'pending':
         this.waiting = { since: Date.now(), timeoutS: m.timeout_s, message: m.message, room: m.room };
