@@ -57,7 +57,7 @@ export function mountInviteLink(box, page, room) {
     h('label', { class: 'field' }, h('span', { text: 'Devices it admits' }), uses),
     h('label', { class: 'field' }, h('span', { text: 'Open for' }), expiry), make);
   const input = h('input', { type: 'text', readonly: true, class: 'link', 'aria-label': 'Invite link' });
-  const said = h('span', { class: 'note', role: 'status' });
+  const said = h('span', { class: 'said', role: 'status' }); // not .note: that is the room link's
   const qr = h('img', { class: 'qr', width: 164, height: 164, hidden: true });
   const line = h('p', { class: 'invite-count', role: 'status' });
   const revoke = h('button', { type: 'button', class: 'danger', text: 'Revoke invite link' });

@@ -133,7 +133,7 @@ export function mount(root, page) {
   const restRows = h('tbody', { class: 'live-devices-rest', hidden: true });
   devices.append(restRows);
   const showAll = h('button', { type: 'button', class: 'live-devices-all', hidden: true,
-    'aria-expanded': 'false' });
+    'aria-expanded': 'false', text: 'Show all devices' });
   showAll.addEventListener('click', () => {
     restRows.hidden = !restRows.hidden;
     showAll.setAttribute('aria-expanded', String(!restRows.hidden));
