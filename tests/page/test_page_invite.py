@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from daisychain.harness.chromium import CHROMIUM
+from daisychain.bench.rig.chromium import CHROMIUM
 from mesh_helpers import PeerProcess, needs_namespace, signaling_server
 from page_helpers import (
     check_page,
