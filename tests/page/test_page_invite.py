@@ -69,6 +69,7 @@ async def test_twenty_headless_peers_join_by_invite_link_without_clicks(tmp_path
         await host.page.locator("#group .invite-link img.qr").wait_for(state="visible")
         await shows(host, "#group .invite-count", rf"Used 0 of {DEVICES} \({DEVICES} left\)\. "
                     r"Expires in (59 min|1 h)")  # fmt: skip
+        await screenshot(host, "invite-link-390", tmp_path, focus="#group .invite-links")
 
         peers = [PeerProcess(url, f"p{n:02d}", "--invite", link) for n in range(DEVICES)]
         try:
@@ -84,7 +85,6 @@ async def test_twenty_headless_peers_join_by_invite_link_without_clicks(tmp_path
             # No request ever reached the host: nothing to approve, nothing was clicked.
             assert await host.page.locator("#group .requests li").count() == 0
             await shows(host, "#group .crowd-summary", rf"{DEVICES + 1} devices: ")
-            await screenshot(host, "invite-link-390", tmp_path, focus="#group .invite-links")
 
             late = PeerProcess(url, "late", "--invite", link)
             try:
