@@ -1,4 +1,4 @@
-"""The headless peer's side of invite links (issue 44): ``--invite LINK`` read by
+"""The headless peer's side of invite links: ``--invite LINK`` read by
 ``p2p/invitelink.py``, the token sent in hello by ``p2p/mesh.py``, and every refusal as the real
 client meets it (its ``MeshError`` says the server's words and hint), the expiry driven by the
 server's injected clock rather than a wait; the ``invite`` server message checked by the

@@ -1,4 +1,4 @@
-"""Invite links and the Group panel with many devices (issue 44, Must show 5).
+"""Invite links and the Group panel with many devices: a room that admits 20 devices by one link.
 
 The host is a Chromium tab (``/`` on the CPU tier) that makes a private room and an invite link
 for 20 devices with its own buttons; 20 headless peers (``python -m daisychain.peer --invite

@@ -1,4 +1,4 @@
-"""Invite links of private rooms (issue 44): server/invites.py and the hub's use of it.
+"""Invite links of private rooms: server/invites.py and the hub's use of it.
 
 One refusal test per rule, each on the real app over loopback WebSockets: a wrong token, an
 expired one (an injected clock moves past the expiry: no sleeping), a revoked one, one used up

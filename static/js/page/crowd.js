@@ -1,4 +1,4 @@
-// The Group panel with many devices (issue 44: readable at 64): past FOLD_AT devices the panel
+// The Group panel with many devices (readable at 64 and more): past FOLD_AT devices the panel
 // says the group in a few lines (how many of each backend, the spread of speeds, how many have
 // a problem), lists the devices that need a look first (no data channel, then the slowest),
 // and folds the full list, itself ordered problems first, then slowest first. Pure functions
