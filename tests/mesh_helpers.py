@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -216,7 +217,11 @@ class PeerProcess:
             cmd, stdout=subprocess.PIPE, stderr=self._err, text=True, env=env
         )
         self.lines: list[dict[str, Any]] = []
-        self._reader = asyncio.get_running_loop().run_in_executor(None, self._read)
+        # A thread of its own: the loop's default executor has min(32, CPUs + 4) threads, each
+        # reader holds one for the child's whole life, so past 6 children on 2 cores the
+        # others' lines were never read (their peers had joined; the test saw nothing).
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"peer-{name}")
+        self._reader = asyncio.get_running_loop().run_in_executor(self._pool, self._read)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -261,3 +266,4 @@ class PeerProcess:
     def close(self) -> None:
         self.kill()
         self._err.close()
+        self._pool.shutdown(wait=False)

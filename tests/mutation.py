@@ -45,6 +45,7 @@ PYTHON_TESTS: dict[str, list[str]] = {
         "tests/server/test_server_signaling.py",
         "tests/server/test_mutants_rooms.py",
     ],
+    "server/daisychain/server/invites.py": ["tests/server/test_server_invites.py"],
     "server/daisychain/server/ratelimit.py": [
         "tests/server/test_server_signaling.py",
         "tests/server/test_server_hostile.py",
@@ -93,6 +94,7 @@ JS_TESTS: dict[str, list[str]] = {
         "tests/js/mutants_machine_run.test.mjs",
     ],
     "static/js/p2p/datafeed.js": ["tests/js/p2p_datafeed.test.mjs"],
+    "static/js/page/crowd.js": ["tests/js/crowd.test.mjs"],
     "static/js/numerics": [
         "tests/js/fmath.test.mjs",
         "tests/js/gemm.test.mjs",

@@ -5,7 +5,7 @@
 // BrowserPeer that follows the first run a leader configures. When a run finishes, the next
 // session starts at once, so the device is ready for the next run without a reload.
 //
-// Query: ?room=CODE, ?name=NAME (else the name kept by the readiness panel),
+// Query: ?room=CODE (with #invite=TOKEN: a host's invite link), ?name=NAME (else the name kept by the readiness panel),
 // ?backend=auto|webgpu-dp4a|webgpu-lut|js-cpu (default auto), ?repair_after=S and
 // ?step_timeout=S (protocol timers, seconds; for tests and slow devices).
 //
@@ -22,6 +22,7 @@ import { fineWebFeed } from './p2p/datafeed.js';
 import { loadTokens, timerParams } from './page/boot.js';
 import { deviceName, measuredSpeed } from './page/readiness.js';
 import { rosterOf } from './page/roster.js';
+import { inviteFromHash } from './page/invitelink.js';
 import { endedText } from './page/lead.js';
 import { RunMemory, rejoinedText } from './page/rejoin.js';
 import { fetchAccess } from './page/access.js';
@@ -35,6 +36,8 @@ import * as use from './page/use.js';
 import * as problems from './page/problems.js';
 
 const params = new URLSearchParams(location.search);
+// A room's invite link carries its token in the fragment (page/invitelink.js).
+const inviteToken = () => (params.get('room') === null ? null : inviteFromHash(location.hash));
 const page = new Page();
 const memory = new RunMemory(sessionStorageOrNull());
 let shown = null; // the session `app` shows (see above)
@@ -63,7 +66,7 @@ const PHASE_STATUS = {
 async function newSession(previous = null) {
   const reuse = previous !== null;
   const mesh = reuse ? previous.mesh : new Mesh({
-    server: location.origin, room: params.get('room'), name: page.name,
+    server: location.origin, room: params.get('room'), invite: inviteToken(), name: page.name,
     device: { kind: 'browser', backend: page.selection.backend,
       ...(measuredSpeed(page.selection) === null ? {} : { tokens_per_s: measuredSpeed(page.selection) }) },
   });

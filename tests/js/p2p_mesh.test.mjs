@@ -164,6 +164,7 @@ test('parseServer accepts every server message kind and refuses malformed ones w
     { type: 'join-request', peer: peerInfo('a'), expires_in_s: 120 },
     { type: 'join-request-closed', peer: 'a', reason: 'left' },
     { type: 'join-requests-refused', count: 3 },
+    { type: 'invite', token: 'Ab-_'.repeat(8), uses: 20, used: 3, expires_in_s: 3599.5, status: 'open' },
     { type: 'peer-joined', peer: peerInfo('a') },
     { type: 'peer-left', peer: 'a' },
     { type: 'host-changed', host: 'a' },
@@ -191,6 +192,14 @@ test('parseServer accepts every server message kind and refuses malformed ones w
     [JSON.stringify({ type: 'join-requests-refused', count: 0 }), /join-requests-refused.count/],
     [JSON.stringify({ type: 'join-requests-refused', count: 1.5 }), /join-requests-refused.count/],
     [JSON.stringify({ type: 'error', code: 'x'.repeat(33), message: 'm', hint: 'h' }), /error.code/],
+    // invite: the token is of the token alphabet and length, the counts within 0-256, a known status
+    [JSON.stringify({ type: 'invite', token: 'short', uses: 20, used: 0, expires_in_s: 1, status: 'open' }), /invite.token/],
+    [JSON.stringify({ type: 'invite', token: 'a'.repeat(65), uses: 20, used: 0, expires_in_s: 1, status: 'open' }), /invite.token/],
+    [JSON.stringify({ type: 'invite', token: null, uses: 0, used: 0, expires_in_s: 1, status: 'open' }), /invite.uses/],
+    [JSON.stringify({ type: 'invite', token: null, uses: 257, used: 0, expires_in_s: 1, status: 'open' }), /invite.uses/],
+    [JSON.stringify({ type: 'invite', token: null, uses: 2, used: -1, expires_in_s: 1, status: 'open' }), /invite.used/],
+    [JSON.stringify({ type: 'invite', token: null, uses: 2, used: 0, expires_in_s: -1, status: 'open' }), /invite.expires_in_s/],
+    [JSON.stringify({ type: 'invite', token: null, uses: 2, used: 0, expires_in_s: 1, status: 'gone' }), /invite.status/],
   ];
   for (const [raw, error] of bad) {
     assert.throws(() => S.parseServer(raw), (exc) => exc instanceof S.SignalingError && error.test(exc.message) && exc.hint.length > 0, String(raw));

@@ -37,6 +37,8 @@ EVERY_SERVER_MESSAGE: list[sm.ServerMessage] = [
     sm.JoinRequest(PEER, 120.0),
     sm.JoinRequestClosed("Q2xabc", "left"),
     sm.JoinRequestsRefused(3),
+    sm.Invite("Ab-_" * 8, 20, 3, 3599.5, "open"),
+    sm.Invite(None, 20, 20, 0.0, "used-up"),
     sm.PeerJoined(PEER),
     sm.PeerLeft("Q2xabc"),
     sm.HostChanged("Q2xabc"),

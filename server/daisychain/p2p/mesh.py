@@ -228,6 +228,7 @@ class Mesh:
         server: str,
         *,
         room: str | None = None,
+        invite: str | None = None,
         name: str = "",
         device: dict[str, str | int | float | bool | None] | None = None,
         ice_servers: list[sm.IceServer] | None = None,
@@ -241,6 +242,8 @@ class Mesh:
         # verify it the usual way (or for a plain http server).
         self.fingerprint = fingerprint
         self.room = room
+        # An invite token of ``room`` (p2p.invitelink): admitted without the host's click.
+        self.invite = invite
         self.name = name or "peer"
         self.device = device or {"kind": "python"}
         # ICE (docs/PROTOCOL.md, "ICE servers"): the servers given here override the welcome's;
@@ -310,7 +313,9 @@ class Mesh:
                 "check --server (for example http://HOST:8787) and that the server is running "
                 "(python -m daisychain.server)",
             ) from None
-        hello = sm.Hello(version=SIGNALING_VERSION, name=self.name[:40], device=self.device)
+        hello = sm.Hello(
+            version=SIGNALING_VERSION, name=self.name[:40], device=self.device, invite=self.invite
+        )
         await self._ws.send_str(signaling.encode_client(hello))
         while True:
             msg = await self._recv(timeout=None if self.room else self.connect_timeout_s)
@@ -330,6 +335,8 @@ class Mesh:
                 continue
             if isinstance(msg, sm.Denied):
                 raise MeshError(f"room {self.room}: {msg.message}", msg.hint)
+            if isinstance(msg, sm.Error) and msg.code in sm.INVITE_REFUSALS:
+                raise MeshError(f"room {self.room}: invite link refused: {msg.message}", msg.hint)
             if isinstance(msg, sm.Error):
                 what = "signaling version mismatch" if msg.code == "version-mismatch" else msg.code
                 raise MeshError(f"server refused this peer: {what}: {msg.message}", msg.hint)

@@ -33,12 +33,13 @@ MAX_SDP = 60_000
 MAX_CANDIDATE = 1024
 SERVER_TYPES = (
     "welcome", "pending", "denied", "join-request", "join-request-closed",
-    "join-requests-refused", "peer-joined", "peer-left", "host-changed", "signal", "broadcast",
-    "pong", "error",
+    "join-requests-refused", "invite", "peer-joined", "peer-left", "host-changed", "signal",
+    "broadcast", "pong", "error",
 )  # fmt: skip
 ERROR_CODES: tuple[str, ...] = get_args(sm.ErrorCode)
 DENIED_REASONS = ("denied", "timeout", "closed")
 CLOSED_REASONS = ("approved", "denied", "timeout", "left", "dropped")
+INVITE_STATUSES: tuple[str, ...] = get_args(sm.InviteStatus)
 SIGNAL_DATA = "signal.data"
 
 
@@ -156,6 +157,19 @@ def parse_server(raw: str | bytes) -> sm.ServerMessage:
         )
     if kind == "join-requests-refused":
         return sm.JoinRequestsRefused(count=f.integer("count", 1, 2**53 - 1))
+    if kind == "invite":
+        token = obj.get("token")
+        if token is not None and not (
+            isinstance(token, str) and sm.INVITE_TOKEN_RE.fullmatch(token)
+        ):
+            raise f.bad("token", "an invite token or null")
+        return sm.Invite(
+            token=token,
+            uses=f.integer("uses", sm.MIN_INVITE_USES, sm.MAX_INVITE_USES),
+            used=f.integer("used", 0, sm.MAX_INVITE_USES),
+            expires_in_s=f.number("expires_in_s", 0.0, 366 * 86_400.0),
+            status=cast(sm.InviteStatus, f.choice("status", INVITE_STATUSES)),
+        )
     if kind == "peer-joined":
         return sm.PeerJoined(peer=_peer_info(f.obj("peer"), "peer-joined.peer"))
     if kind == "peer-left":

@@ -1,6 +1,7 @@
 """``python -m daisychain.peer``: a headless peer that joins a DaisyChain group and trains.
 
     python -m daisychain.peer --server http://HOST:8787 [--room CODE] [--name NAME]
+    python -m daisychain.peer --invite 'https://HOST:8787/?room=CODE#invite=TOKEN'
     python -m daisychain.peer --server URL --lead --preset tiny --steps 300 --min-peers 2
     python -m daisychain.peer --server https://HOST:8787 --fingerprint SHA256:AB:CD:...
 
@@ -40,7 +41,7 @@ from typing import Any
 from daisychain import datanames, fineweb
 from daisychain.cpu import fused as cpufused
 from daisychain.model.config import PRESETS, ConfigError, preset
-from daisychain.p2p import serverlink
+from daisychain.p2p import invitelink, serverlink
 from daisychain.p2p.datafeed import Encoder, FineWebFeed
 from daisychain.p2p.footprint import estimate
 from daisychain.p2p.mesh import Mesh, MeshError
@@ -56,7 +57,9 @@ EXIT_OK, EXIT_JOIN, EXIT_FORK, EXIT_DATA, EXIT_INTERRUPTED = 0, 1, 3, 4, 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", required=True, help="DaisyChain server, e.g. http://HOST:8787")
+    parser.add_argument(
+        "--server", help="DaisyChain server, e.g. http://HOST:8787 (default: --invite's)"
+    )
     parser.add_argument(
         "--fingerprint", metavar="SHA256:AB:CD:...",
         help="trust the https --server only with this certificate (its SHA-256, as `daisychain "
@@ -64,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for a self-signed certificate; a server with another one is refused",
     )  # fmt: skip
     parser.add_argument("--room", help="private room code (default: the group of your network)")
+    parser.add_argument(
+        "--invite", metavar="LINK",
+        help="a room's invite link from its host's page (quote it: it holds #): join the room "
+        "without waiting for the host's approval",
+    )  # fmt: skip
     parser.add_argument("--name", default="", help="name shown to the other devices")
     parser.add_argument(
         "--tokenizer", metavar="PATH",
@@ -354,8 +362,8 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"daisychain peer: {message}\nhint: {hint}", file=sys.stderr)
         return EXIT_JOIN
     mesh = Mesh(
-        args.server, room=args.room, name=args.name, ice_servers=ice_servers(args),
-        relay_only=args.ice_relay_only, fingerprint=pin,
+        args.server, room=args.room, invite=args.invite_token, name=args.name,
+        ice_servers=ice_servers(args), relay_only=args.ice_relay_only, fingerprint=pin,
         device={"kind": "python", "backend": chosen.compute.name},
     )  # fmt: skip
     mesh.auto_approve = args.approve == "all"
@@ -541,7 +549,33 @@ def limits(args: argparse.Namespace) -> Limits:
     )  # fmt: skip
 
 
+def take_invite(args: argparse.Namespace) -> None:
+    """Fill --server and --room from --invite (``args.invite_token``: its token, or None);
+    ``InviteLinkError`` when the link is malformed or disagrees with --room."""
+    args.invite_token = None
+    if args.invite is None:
+        if args.server is None:
+            raise invitelink.InviteLinkError(
+                "no server given", "add --server http://HOST:8787, or --invite LINK"
+            )
+        return
+    link = invitelink.parse(args.invite)
+    if args.room is not None and args.room != link.room:
+        raise invitelink.InviteLinkError(
+            f"--room {args.room} differs from the room of --invite",
+            "give the room in one place: --invite alone is enough",
+        )
+    args.server = args.server or link.server
+    args.room = link.room
+    args.invite_token = link.token
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        take_invite(args)
+    except invitelink.InviteLinkError as exc:
+        print(f"daisychain peer: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return EXIT_JOIN
     try:
         limits(args)
     except ValueError as exc:

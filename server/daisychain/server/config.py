@@ -81,6 +81,10 @@ class SignalingLimits:
     #   deny-and-reconnect loop used to show a host 68 requests a second.
     join_request_burst: int = 16
     join_requests_per_s: float = 0.2
+    # The longest a host's invite link may stay open (--invite-max-hours). A link admits devices
+    # without the host's click, so it should not outlive the event it was made for: a day
+    # covers a workshop or a class; the page offers 15 min to 24 h and defaults to 1 h.
+    invite_max_s: float = 24 * 3600.0
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--join-timeout", type=float, default=SignalingLimits.join_timeout_s,
         help="seconds a join request waits for the host",
     )  # fmt: skip
+    rooms.add_argument(
+        "--invite-max-hours", type=float, default=SignalingLimits.invite_max_s / 3600,
+        help="the longest a host's invite link may stay open (default %(default)g h)",
+    )  # fmt: skip
     ice_group = parser.add_argument_group(
         "ICE servers (handed to every page and peer in welcome; default none: direct routes only)"
     )
@@ -183,6 +187,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise SystemExit(f"--port {port} is out of range 0-65535")
     if not (math.isfinite(args.head_timeout) and args.head_timeout > 0):
         raise SystemExit(f"--head-timeout {args.head_timeout} must be a positive number of seconds")
+    if not 0 < args.invite_max_hours <= 366 * 24:
+        raise SystemExit(
+            f"--invite-max-hours {args.invite_max_hours:g} must be more than 0 and at most 8784 "
+            "(366 days)"
+        )
     return ServerConfig(
         ice=ice_config_from_args(args),
         host=args.host,
@@ -190,7 +199,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         trust_proxy=args.trust_proxy,
         log_full_addresses=args.log_full_addresses,
         http=replace(HttpLimits(), head_timeout_s=args.head_timeout),
-        signaling=replace(SignalingLimits(), join_timeout_s=args.join_timeout),
+        signaling=replace(
+            SignalingLimits(),
+            join_timeout_s=args.join_timeout,
+            invite_max_s=args.invite_max_hours * 3600,
+        ),
         data=replace(
             DataConfig(),
             base_url=args.data_url,

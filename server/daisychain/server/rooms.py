@@ -15,6 +15,12 @@ Membership of one connection (``MemberState``), changed only through ``Peer._set
     PENDING   --place taken by another site's request--> DENIED (error room-busy)
     any state --socket closed--> LEFT
 
+A room's host may also open an *invite link* (``invites.py``, docs/PROTOCOL.md "Invite links"):
+a hello that carries its token goes straight ``CONNECTED -> MEMBER`` while the invite is open,
+without a request to the host; a hello whose token is wrong, expired, revoked or used up is
+refused with that reason and closed (4401), never turned into a join request. The invite belongs
+to the room: the host's successor sees its counts and may revoke it; it goes when the room does.
+
 When the host leaves, the oldest remaining member (earliest admitted) becomes host and everyone
 is told. Only members are ever handed the room: a pending requester was admitted by nobody, so
 when the last member leaves, every waiting request is closed (``denied`` with reason
@@ -61,6 +67,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +75,7 @@ from typing import Any
 
 from daisychain.server import redact
 from daisychain.server.grouping import LOCAL_GROUP
+from daisychain.server.invites import Invite, InviteBook
 from daisychain.server.ratelimit import KeyedLimiter
 from daisychain.wire.ice import IceConfig, IceIssuer
 from daisychain.wire.signaling import (
@@ -82,6 +90,7 @@ from daisychain.wire.signaling import (
     GroupKind,
     Hello,
     HostChanged,
+    InviteCreate,
     JoinRequest,
     JoinRequestClosed,
     JoinRequestsRefused,
@@ -96,6 +105,7 @@ from daisychain.wire.signaling import (
     encode,
     error_from,
 )
+from daisychain.wire.signaling import Invite as InviteMessage
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +200,7 @@ class Group:
     refused: int = 0
     refused_told: int = 0
     refused_timer: asyncio.TimerHandle | None = None
+    invites: InviteBook = field(default_factory=InviteBook)  # rooms only
 
     @property
     def is_room(self) -> bool:
@@ -229,8 +240,13 @@ class Hub:
         join_requests: KeyedLimiter,
         refused_notice_s: float = 1.0,
         ice: IceIssuer | None = None,
+        invite_max_s: float = 24 * 3600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_group_size = max_group_size
+        # Invites expire by this clock (tests inject one: expiry is tested without waiting).
+        self.clock = clock
+        self.invite_max_s = invite_max_s
         # The ICE servers and policy each welcome carries (none by default).
         self.ice = ice if ice is not None else IceIssuer(IceConfig())
         self.max_pending = max_pending
@@ -265,6 +281,9 @@ class Hub:
             )
         peer.name = hello.name or f"device-{peer.id[:4]}"
         peer.device = hello.device
+        if hello.invite is not None:
+            self._admit_by_invite(peer, room, hello.invite)
+            return
         if room is None:
             group = self._group(peer.network_key)
             if len(group.members) >= self.max_group_size:
@@ -284,6 +303,87 @@ class Hub:
             return
         self._check_request(peer, group)
         self._queue_request(peer, group)
+
+    def _admit_by_invite(self, peer: Peer, room: str | None, token: str) -> None:
+        """Admit ``peer`` on an invite of ``room`` and count the use, or refuse it with the
+        invite's reason (``invites.py``). A refused token is not made a join request: the device
+        asked to come in by link, and its person is told why the link did not work."""
+        if room is None:
+            raise ProtocolError(
+                "bad-invite",
+                "hello.invite was given without a room",
+                "open the invite link as the host shared it: it names the room (?room=CODE)",
+                ref="hello",
+            )
+        group = self.groups.get(f"room:{room}")
+        if group is None or not group.members:
+            # No such room now: its invites went with it. (Nothing is created for the asker.)
+            raise ProtocolError(
+                "invite-unknown",
+                "this invite link's room is not open (everyone left it, or it never existed)",
+                "ask the host to open the room and make a new invite link",
+                ref="hello",
+            )
+        if len(group.members) >= self.max_group_size:
+            raise ProtocolError(
+                "group-full",
+                f"this room already has {self.max_group_size} devices",
+                "ask the host to make room, or to start a second room",
+                ref="hello",
+            )
+        invite = group.invites.admit(token, self.clock())
+        log.info(
+            "room %s: peer %s admitted by invite %s (%d of %d used)",
+            group.log_id, peer.id, invite.tag, invite.used, invite.uses,
+        )  # fmt: skip
+        self._admit(peer, group)
+        self._tell_invite(group, invite)
+
+    def create_invite(self, host: Peer, request: InviteCreate) -> None:
+        """Host only: open a new invite link (revoking the room's open one) and send it to the
+        host, token included: the only time the token leaves the server."""
+        group = self._hosted_room(host, request.type)
+        if request.expires_s > self.invite_max_s:
+            raise ProtocolError(
+                "bad-message",
+                f"invite-create.expires_s must be at most {self.invite_max_s:g} s on this server",
+                f"choose an expiry of at most {self.invite_max_s / 3600:g} h (the server's "
+                "--invite-max-hours)",
+                ref=request.type,
+            )
+        now = self.clock()
+        token, invite = group.invites.create(request.uses, request.expires_s, now)
+        log.info(
+            "room %s: invite %s opened by %s (%d uses, %g s)",
+            group.log_id, invite.tag, host.id, invite.uses, request.expires_s,
+        )  # fmt: skip
+        host.send(self._invite_message(invite, now, token))
+
+    def revoke_invite(self, host: Peer) -> None:
+        """Host only: close the room's invite now; the devices it admitted stay."""
+        group = self._hosted_room(host, "invite-revoke")
+        invite = group.invites.revoke()
+        if invite is None:
+            raise ProtocolError(
+                "invite-unknown",
+                "this room has no invite link to revoke",
+                "make one first (invite-create)",
+                ref="invite-revoke",
+            )
+        log.info("room %s: invite %s revoked by %s", group.log_id, invite.tag, host.id)
+        self._tell_invite(group, invite)
+
+    def _invite_message(self, invite: Invite, now: float, token: str | None) -> InviteMessage:
+        return InviteMessage(
+            token=token,
+            uses=invite.uses,
+            used=invite.used,
+            expires_in_s=invite.expires_in_s(now),
+            status=invite.status(now),
+        )
+
+    def _tell_invite(self, group: Group, invite: Invite) -> None:
+        self._to_host(group, self._invite_message(invite, self.clock(), None))
 
     def _check_request(self, peer: Peer, group: Group) -> None:
         """Refuse a join request that comes too fast, or that the room has no place for."""
@@ -524,6 +624,9 @@ class Hub:
                 timer = group.timers.get(peer_id)
                 remaining = timer.when() - loop.time() if timer else self.join_timeout_s
                 self._to_host(group, JoinRequest(requester.info(), max(0.0, remaining)))
+            # ... and the room's invite link, to follow its counts or revoke it (not its token).
+            if group.invites.latest is not None:
+                self._tell_invite(group, group.invites.latest)
             return
         group.host = None
         # Nobody is left who could approve: close the waiting requests (see the docstring).
@@ -560,15 +663,21 @@ class Hub:
             raise ProtocolError("not-admitted", message, hint, kind)
         return sender.group
 
-    def _pending_for_host(self, host: Peer, peer_id: str, kind: str) -> tuple[Group, Peer]:
+    def _hosted_room(self, host: Peer, kind: str) -> Group:
+        """The room ``host`` hosts, or ``not-host``: only a room's host answers its requests
+        and opens or revokes its invite links."""
         group = host.group
         if host.state is not MemberState.MEMBER or group is None or group.host != host.id:
             raise ProtocolError(
                 "not-host",
-                "only the host of a room can answer join requests",
+                "only the host of a room can answer join requests and make or revoke invite links",
                 "the host is named in welcome.host and host-changed",
                 ref=kind,
             )
+        return group
+
+    def _pending_for_host(self, host: Peer, peer_id: str, kind: str) -> tuple[Group, Peer]:
+        group = self._hosted_room(host, kind)
         requester = group.pending.get(peer_id)
         if requester is None:
             raise ProtocolError(

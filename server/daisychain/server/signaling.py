@@ -55,13 +55,17 @@ from daisychain.wire.ice import IceIssuer
 from daisychain.wire.signaling import (
     CLOSE_ABUSE,
     CLOSE_GOING_AWAY,
+    CLOSE_INVITE,
     CLOSE_PROTOCOL,
+    INVITE_REFUSALS,
     PROTOCOL_VERSION,
     Approve,
     Broadcast,
     ClientMessage,
     Deny,
     Hello,
+    InviteCreate,
+    InviteRevoke,
     Ping,
     Pong,
     ProtocolError,
@@ -78,7 +82,7 @@ log = logging.getLogger(__name__)
 # the refusal is a rate limit).
 _FATAL_HELLO_CODES = frozenset(
     {"version-mismatch", "bad-room-code", "group-full", "room-busy", "rate-limited"}
-)
+) | frozenset(INVITE_REFUSALS)
 
 
 def _drop(item: OutboxItem) -> None:
@@ -253,6 +257,7 @@ class Signaling:
             join_timeout_s=limits.join_timeout_s,
             join_requests=KeyedLimiter(limits.join_requests_per_s, limits.join_request_burst),
             refused_notice_s=limits.refused_notice_s,
+            invite_max_s=limits.invite_max_s,
         )
         self.hellos = KeyedLimiter(limits.hellos_per_s, limits.hello_burst)
         # Refusals at the door (over the per-address caps) come one per new socket, so a flood
@@ -469,7 +474,12 @@ class Signaling:
                                     exc.code, exc.message)  # fmt: skip
             conn.reject(exc, logged=at_door)
             if exc.ref == "hello" and exc.code in _FATAL_HELLO_CODES:
-                code = CLOSE_ABUSE if exc.code == "rate-limited" else CLOSE_PROTOCOL
+                if exc.code == "rate-limited":
+                    code = CLOSE_ABUSE
+                elif exc.code in INVITE_REFUSALS:
+                    code = CLOSE_INVITE
+                else:
+                    code = CLOSE_PROTOCOL
                 conn.post(Close(code, exc.code))
         except Exception as exc:
             # A bug must cost this message (and the sender a strike, so that a client which
@@ -516,6 +526,10 @@ class Signaling:
                 self.hub.approve(peer, peer_id)
             case Deny(peer=peer_id):
                 self.hub.deny(peer, peer_id)
+            case InviteCreate():
+                self.hub.create_invite(peer, message)
+            case InviteRevoke():
+                self.hub.revoke_invite(peer)
 
     def _spend_hello(self, conn: Connection) -> bool:
         """Take this socket's hello token from its network's bucket, once per socket; False

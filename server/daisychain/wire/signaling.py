@@ -26,6 +26,14 @@ from daisychain.wire.fields import PEER_ID_RE, Fields
 PROTOCOL_VERSION = 1
 
 ROOM_CODE_RE = re.compile(r"[A-Za-z0-9_-]{6,32}")
+# An invite token (docs/PROTOCOL.md, "Invite links"): the server mints 32 characters of
+# base64url (192 random bits); a hello may carry up to 64 of the same alphabet, so that a
+# server minting longer tokens later is still understood, and nothing longer is ever read.
+INVITE_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
+MAX_INVITE_CHARS = 64
+# Devices one invite admits (the host chooses; the room's size limit applies on top).
+MIN_INVITE_USES = 1
+MAX_INVITE_USES = 256
 # hello.name and hello.device (their rules by kind: wire/deviceinfo.py)
 MAX_NAME_CHARS = deviceinfo.MAX_NAME_CHARS
 MAX_DEVICE_KEYS = deviceinfo.MAX_DEVICE_KEYS
@@ -44,6 +52,7 @@ CLOSE_PROTOCOL = 4400  # bad hello: wrong version, bad room code
 CLOSE_DENIED = 4403  # the host denied the join request
 CLOSE_JOIN_TIMEOUT = 4408  # the host did not answer in time
 CLOSE_ROOM_CLOSED = 4410  # everyone left the room while the join request waited
+CLOSE_INVITE = 4401  # the hello's invite is malformed, unknown, expired, revoked or used up
 CLOSE_ABUSE = 4429  # too many rejected messages, or too many connections/hellos from one address
 CLOSE_GOING_AWAY = 1001  # server shutting down
 
@@ -63,8 +72,18 @@ ErrorCode = Literal[
     "unknown-peer",
     "group-full",
     "room-busy",
+    "bad-invite",
+    "invite-unknown",
+    "invite-expired",
+    "invite-revoked",
+    "invite-used-up",
     "internal-error",
 ]
+# The refusals of a hello's invite: each ends the connection (close 4401), and none is turned
+# into a join request to the host (docs/PROTOCOL.md, "Invite links").
+INVITE_REFUSALS: tuple[ErrorCode, ...] = (
+    "bad-invite", "invite-unknown", "invite-expired", "invite-revoked", "invite-used-up",
+)  # fmt: skip
 
 
 class ProtocolError(Exception):
@@ -93,6 +112,9 @@ class Hello:
     name: str
     device: DeviceSummary
     room: str | None = None
+    # An invite token of ``room`` (the ``#invite=`` of the host's link): admitted without the
+    # host's approval while the invite is open; refused with its reason otherwise.
+    invite: str | None = None
     type: Literal["hello"] = "hello"
 
 
@@ -130,6 +152,23 @@ class Deny:
 
 
 @dataclass(frozen=True)
+class InviteCreate:
+    """Host only: open an invite link that admits ``uses`` devices for ``expires_s`` seconds
+    without a click each; it replaces (revokes) the room's open invite, if any."""
+
+    uses: int
+    expires_s: float
+    type: Literal["invite-create"] = "invite-create"
+
+
+@dataclass(frozen=True)
+class InviteRevoke:
+    """Host only: close the room's open invite now (devices it admitted stay)."""
+
+    type: Literal["invite-revoke"] = "invite-revoke"
+
+
+@dataclass(frozen=True)
 class Ping:
     """Application-level liveness/latency probe; answered with ``pong`` echoing ``nonce``."""
 
@@ -137,7 +176,7 @@ class Ping:
     type: Literal["ping"] = "ping"
 
 
-ClientMessage = Hello | Signal | Broadcast | Approve | Deny | Ping
+ClientMessage = Hello | Signal | Broadcast | Approve | Deny | InviteCreate | InviteRevoke | Ping
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,6 +275,24 @@ class JoinRequestsRefused:
     type: Literal["join-requests-refused"] = "join-requests-refused"
 
 
+InviteStatus = Literal["open", "revoked", "expired", "used-up"]
+
+
+@dataclass(frozen=True)
+class Invite:
+    """To the host: the room's latest invite link. ``token`` only in the answer to
+    ``invite-create`` (the server keeps a hash of it, never the token itself, so a host that
+    took over later sees the counts but not the link); then again after every use, on
+    revocation, on expiry seen at a join, and to a new host."""
+
+    token: str | None
+    uses: int
+    used: int
+    expires_in_s: float
+    status: InviteStatus
+    type: Literal["invite"] = "invite"
+
+
 @dataclass(frozen=True)
 class PeerJoined:
     peer: PeerInfo
@@ -290,6 +347,7 @@ ServerMessage = (
     | JoinRequest
     | JoinRequestClosed
     | JoinRequestsRefused
+    | Invite
     | PeerJoined
     | PeerLeft
     | HostChanged
@@ -299,7 +357,9 @@ ServerMessage = (
     | Error
 )
 
-CLIENT_TYPES = ("hello", "signal", "broadcast", "approve", "deny", "ping")
+CLIENT_TYPES = (
+    "hello", "signal", "broadcast", "approve", "deny", "invite-create", "invite-revoke", "ping",
+)  # fmt: skip
 
 
 def encode(message: ServerMessage) -> str:
@@ -377,11 +437,15 @@ def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
         room = f.optional_text("room")
         if room is not None:
             room = check_room_code(room)
+        invite = obj.get("invite")
+        if invite is not None:
+            invite = check_invite_token(invite)
         return Hello(
             version=f.integer("version"),
             name=_name(obj.get("name", ""), kind),
             device=_device(obj.get("device", {}), kind),
             room=room,
+            invite=invite,
         )
     if kind == "signal":
         return Signal(to=f.matching("to", PEER_ID_RE, PEER_ID_EXPECTED), data=f.obj("data"))
@@ -398,6 +462,13 @@ def parse_client(raw: str, *, max_broadcast_bytes: int) -> ClientMessage:
         return Approve(peer=f.matching("peer", PEER_ID_RE, PEER_ID_EXPECTED))
     if kind == "deny":
         return Deny(peer=f.matching("peer", PEER_ID_RE, PEER_ID_EXPECTED))
+    if kind == "invite-create":
+        return InviteCreate(
+            uses=f.integer("uses", MIN_INVITE_USES, MAX_INVITE_USES),
+            expires_s=f.number("expires_s", 1.0, 366 * 86_400.0),
+        )
+    if kind == "invite-revoke":
+        return InviteRevoke()
     assert kind == "ping", f"CLIENT_TYPES and parse_client disagree on {kind!r}"
     nonce = obj.get("nonce")
     if nonce is not None and not _is_nonce(nonce):
@@ -452,6 +523,22 @@ def check_room_code(code: str) -> str:
             ref="hello",
         )
     return code
+
+
+def check_invite_token(token: object) -> str:
+    """A hello's invite token as text of the token alphabet, or ``bad-invite``. Its value is
+    never echoed: a token is a secret, and error messages reach logs."""
+    if not isinstance(token, str) or not INVITE_TOKEN_RE.fullmatch(token):
+        size = f"{len(token)} characters" if isinstance(token, str) else type(token).__name__
+        raise ProtocolError(
+            "bad-invite",
+            f"hello.invite must be 16-{MAX_INVITE_CHARS} characters of A-Z a-z 0-9 - _ "
+            f"(got {size})",
+            "open the invite link exactly as the host shared it, or ask the host for a new "
+            "invite link",
+            ref="hello",
+        )
+    return token
 
 
 def _bad(kind: str, name: str, expected: str) -> ProtocolError:

@@ -180,6 +180,7 @@ export class Mesh extends EventTarget {
    * @param {object} o
    * @param {string} o.server  the page's origin or the server's URL (http(s) or ws(s))
    * @param {string|null} [o.room]  a private room code
+   * @param {string|null} [o.invite]  an invite token of that room (docs/PROTOCOL.md, Invite links)
    * @param {string} [o.name]  shown to the group (<= 40 characters)
    * @param {object} [o.device]  the hello device summary; `trickle: true` is added
    * @param {RTCIceServer[]|null} [o.iceServers]  overrides the welcome's (null: take them)
@@ -188,7 +189,7 @@ export class Mesh extends EventTarget {
    * @param {number} [o.peerLeftGraceMs]
    * @param {object} [o.backoff]  signaling reconnect: {initialMs, maxMs, factor, random}
    */
-  constructor({ server, room = null, name = '', device = { kind: 'browser' }, iceServers = null,
+  constructor({ server, room = null, invite = null, name = '', device = { kind: 'browser' }, iceServers = null,
     iceTransportPolicy = null, trickle = true, peerLeftGraceMs = 1000, backoff = {},
     RTCPeerConnectionImpl = globalThis.RTCPeerConnection, WebSocketImpl = globalThis.WebSocket,
     log = null } = {}) {
@@ -209,7 +210,7 @@ export class Mesh extends EventTarget {
     this.met = new Set(); // peers linked in this session (a pair connects once per session)
     this.deferred = new Map(); // peer -> {offer, candidates}: its next session's offer
     this.signaling = new SignalingClient({
-      server, room, name, device: { ...device, trickle }, backoff, WebSocketImpl, log: this.log,
+      server, room, invite, name, device: { ...device, trickle }, backoff, WebSocketImpl, log: this.log,
     });
     this.signaling.addEventListener('state', (e) => this.emit('signaling', e.detail));
     this.signaling.addEventListener('error', (e) => this.fail(e.detail.message, e.detail.hint));
@@ -298,6 +299,16 @@ export class Mesh extends EventTarget {
 
   deny(peer) {
     return this.signaling.send({ type: 'deny', peer });
+  }
+
+  /** Host only: open an invite link for `uses` devices, `expiresS` seconds (the server answers
+   * with an `invite` message holding its token), or revoke the open one. */
+  createInvite(uses, expiresS) {
+    return this.signaling.send({ type: 'invite-create', uses, expires_s: expiresS });
+  }
+
+  revokeInvite() {
+    return this.signaling.send({ type: 'invite-revoke' });
   }
 
   signal(peer, data) {

@@ -24,15 +24,19 @@ export const MAX_SDP = 60_000;
 export const MAX_CANDIDATE = 1024;
 const PEER_ID_RE = /^[A-Za-z0-9_-]{1,32}$/;
 const ROOM_CODE_RE = /^[A-Za-z0-9_-]{6,32}$/;
+// An invite token (daisychain/wire/signaling.py INVITE_TOKEN_RE; docs/PROTOCOL.md "Invite links").
+export const INVITE_TOKEN_RE = /^[A-Za-z0-9_-]{16,64}$/;
+export const INVITE_STATUSES = Object.freeze(['open', 'revoked', 'expired', 'used-up']);
+export const MAX_INVITE_USES = 256;
 export const SERVER_TYPES = Object.freeze([
   'welcome', 'pending', 'denied', 'join-request', 'join-request-closed', 'join-requests-refused',
-  'peer-joined', 'peer-left', 'host-changed', 'signal', 'broadcast', 'pong', 'error',
+  'invite', 'peer-joined', 'peer-left', 'host-changed', 'signal', 'broadcast', 'pong', 'error',
 ]);
 // Close codes after which reconnecting cannot help (docs/PROTOCOL.md, "Close codes"): the hello
-// was refused (version, room code, full group), the host denied us or never answered, or the
-// room's requests were closed. Every other close (server restart 1001, network loss 1006, a
-// slow reader 4503, out of strikes 4429) is retried with backoff.
-export const FINAL_CLOSE_CODES = Object.freeze([4400, 4403, 4408, 4410]);
+// was refused (version, room code, full group), its invite link was refused, the host denied us
+// or never answered, or the room's requests were closed. Every other close (server restart
+// 1001, network loss 1006, a slow reader 4503, out of strikes 4429) is retried with backoff.
+export const FINAL_CLOSE_CODES = Object.freeze([4400, 4401, 4403, 4408, 4410]);
 
 // The records parseServer builds, one per server message type (the server's declarations).
 /**
@@ -50,6 +54,8 @@ export const FINAL_CLOSE_CODES = Object.freeze([4400, 4403, 4408, 4410]);
  * @typedef {Readonly<{type: 'join-request-closed', peer: string,
  *   reason: 'approved' | 'denied' | 'timeout' | 'left' | 'dropped'}>} JoinRequestClosed
  * @typedef {Readonly<{type: 'join-requests-refused', count: number}>} JoinRequestsRefused
+ * @typedef {Readonly<{type: 'invite', token: string | null, uses: number, used: number,
+ *   expires_in_s: number, status: 'open' | 'revoked' | 'expired' | 'used-up'}>} Invite
  * @typedef {Readonly<{type: 'peer-joined', peer: PeerInfo}>} PeerJoined
  * @typedef {Readonly<{type: 'peer-left', peer: string}>} PeerLeft
  * @typedef {Readonly<{type: 'host-changed', host: string}>} HostChanged
@@ -58,7 +64,7 @@ export const FINAL_CLOSE_CODES = Object.freeze([4400, 4403, 4408, 4410]);
  * @typedef {Readonly<{type: 'pong', nonce: string | number | null}>} Pong
  * @typedef {Readonly<{type: 'error', code: string, message: string, hint: string,
  *   ref: string | null}>} ServerError
- * @typedef {Welcome | Pending | Denied | JoinRequest | JoinRequestClosed | JoinRequestsRefused |
+ * @typedef {Welcome | Pending | Denied | JoinRequest | JoinRequestClosed | JoinRequestsRefused | Invite |
  *   PeerJoined | PeerLeft | HostChanged | Signal | Pong | ServerError} ServerMessage
  * @typedef {'idle' | 'connecting' | 'open' | 'pending' | 'joined' | 'reconnecting' | 'failed' |
  *   'closed'} ClientState  SignalingClient's (the states above)
@@ -235,6 +241,19 @@ export function parseServer(raw) {
       check(Number.isSafeInteger(m.count) && m.count >= 1, 'join-requests-refused.count',
         'an integer in [1, 9007199254740991]');
       return r('join-requests-refused', { count: m.count });
+    case 'invite': {
+      check(m.token === null || (typeof m.token === 'string' && INVITE_TOKEN_RE.test(m.token)),
+        'invite.token', 'an invite token or null');
+      check(Number.isInteger(m.uses) && m.uses >= 1 && m.uses <= MAX_INVITE_USES, 'invite.uses',
+        `an integer in [1, ${MAX_INVITE_USES}]`);
+      check(Number.isInteger(m.used) && m.used >= 0 && m.used <= MAX_INVITE_USES, 'invite.used',
+        `an integer in [0, ${MAX_INVITE_USES}]`);
+      check(typeof m.expires_in_s === 'number' && m.expires_in_s >= 0 && m.expires_in_s <= 366 * 86_400,
+        'invite.expires_in_s', 'a finite number in [0.0, 31622400.0]');
+      return r('invite', { token: /** @type {string | null} */ (m.token), uses: /** @type {number} */ (m.uses),
+        used: /** @type {number} */ (m.used), expires_in_s: /** @type {number} */ (m.expires_in_s),
+        status: /** @type {Invite['status']} */ (choice('status', INVITE_STATUSES)) });
+    }
     case 'peer-joined':
       return r('peer-joined', { peer: peerInfo(m.peer, 'peer-joined.peer') });
     case 'peer-left':
@@ -356,19 +375,22 @@ export class SignalingClient extends EventTarget {
    * @param {object} o
    * @param {string | URL} o.server  the page's or the server's URL
    * @param {string | null} [o.room]  the room code to join (null: the address group)
+   * @param {string | null} [o.invite]  an invite token of that room (its link's #invite=):
+   *   admitted without the host's click; sent again by a reconnect's hello, which spends a use
    * @param {string} [o.name]  said in hello (at most 40 characters are sent)
    * @param {Record<string, unknown>} [o.device]  the device summary said in hello
    * @param {Backoff | ConstructorParameters<typeof Backoff>[0]} [o.backoff]
    * @param {typeof WebSocket} [o.WebSocketImpl]
    * @param {(text: string) => void} [o.log]
    */
-  constructor({ server, room = null, name = '', device = { kind: 'browser' }, backoff = {},
+  constructor({ server, room = null, invite = null, name = '', device = { kind: 'browser' }, backoff = {},
     WebSocketImpl = globalThis.WebSocket, log = () => {} }) {
     super();
     this.url = wsUrl(server, room);
     // 40 code points, as the server counts: a cut in UTF-16 units could leave half an emoji, a
     // lone surrogate the server refuses.
-    this.hello = { type: 'hello', version: SIGNALING_VERSION, name: [...name].slice(0, 40).join(''), device };
+    this.hello = { type: 'hello', version: SIGNALING_VERSION, name: [...name].slice(0, 40).join(''), device,
+      ...(invite === null ? {} : { invite }) };
     this.backoff = backoff instanceof Backoff ? backoff : new Backoff(backoff);
     this.WebSocketImpl = WebSocketImpl;
     this.log = log;

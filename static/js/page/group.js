@@ -22,6 +22,8 @@
 import { count, everySecond, fill, h, seconds } from './dom.js';
 import { rosterOf } from './roster.js';
 import { mountInvite } from './invite.js';
+import { mountInviteLink } from './invitelink.js';
+import { renderCrowd } from './crowd.js';
 import { fastestAlone, groupRate, groupSpeedLine, sequencesOf, shareText } from './livefigures.js';
 import { shownName } from '../p2p/deviceinfo.js';
 
@@ -43,6 +45,18 @@ function speedOf(device) {
   return typeof t === 'number' && t > 0 ? `${count(t)} tokens/s` : null;
 }
 
+/** One member's row: name, role badges, then backend · speed · channel · share. `entry` is a
+ * crowd.js entry with `badges` (strings) and `share` (text or null) added. */
+export function memberRow(entry) {
+  const state = entry.self ? null : CHANNEL_TEXT[entry.channel];
+  const facts = [entry.backend, speedOf({ tokens_per_s: entry.tokensPerS }), state, entry.share]
+    .filter(Boolean).join(' · ');
+  return h('li', { 'data-peer': entry.id },
+    h('span', { class: 'name', text: entry.name }),
+    ...entry.badges.map((b) => h('span', { class: `badge ${b.replace(' ', '-')}`, text: b })),
+    h('span', { class: 'facts', text: facts }));
+}
+
 /** This page's own address in room `code`: its other query options are kept. */
 function roomHere(code) {
   const url = new URL(location.href);
@@ -55,6 +69,8 @@ export function mount(root, page) {
   const connection = h('p', { class: 'connection' });
   const roomBox = h('div', { class: 'room' });
   const members = h('ul', { class: 'members', 'aria-label': 'Devices in this group' });
+  // The members list, or past crowd.js's FOLD_AT devices a summary and the list folded.
+  const membersBox = h('div', { class: 'members-box' }, members);
   // A new request is announced; its countdown (aria-live off) is not, every second.
   const requestList = h('ul', { class: 'requests', 'aria-label': 'Join requests', 'aria-live': 'polite',
     'aria-relevant': 'additions' });
@@ -65,10 +81,11 @@ export function mount(root, page) {
   const speedLine = h('p', { class: 'group-speed', hidden: true });
   const requests = h('div', { class: 'requests-box', hidden: true },
     h('h3', { text: 'Asking to join' }), requestList);
-  root.append(h('h2', { text: 'Group' }), connection, members, speedLine, requests, requestNote,
+  root.append(h('h2', { text: 'Group' }), connection, membersBox, speedLine, requests, requestNote,
     refusedNote, roomBox);
 
   let roster = null;
+  let updateInviteLink = () => {}; // the host's invite link box (invitelink.js), in a room
   let steps = []; // the session's step records (peer.js record()), for shares and speeds
   let stopTicker = () => {};
   const requestItems = new Map(); // id -> {item, left (span)}
@@ -144,7 +161,7 @@ export function mount(root, page) {
     // Trains on text only it holds (docs/PROTOCOL.md, "Private data"): every such peer at the
     // leader, this device itself anywhere.
     if (page.peer?.privateDataPeers.has(id)) badges.push('private data');
-    return badges.map((b) => h('span', { class: `badge ${b.replace(' ', '-')}`, text: b }));
+    return badges;
   }
 
   /** This member's share of the run's latest step ("computes 3 of 16 sequences"), or null. */
@@ -171,24 +188,24 @@ export function mount(root, page) {
     speedLine.hidden = group === null && fastest === null;
   }
 
-  function memberItem(id, name, device, state) {
-    const facts = [device?.backend, speedOf(device), state, shareOf(id)].filter(Boolean).join(' · ');
-    return h('li', { 'data-peer': id },
-      h('span', { class: 'name', text: name }), ...roleBadges(id),
-      h('span', { class: 'facts', text: facts }));
+  function entryOf(id, name, device, channel, self) {
+    const t = device?.tokens_per_s;
+    return { id, name, backend: typeof device?.backend === 'string' ? device.backend : null,
+      tokensPerS: typeof t === 'number' && t > 0 ? t : null, channel, self,
+      badges: roleBadges(id), share: shareOf(id) };
   }
 
   function renderMembers() {
     if (roster === null || roster.self === '') {
-      members.replaceChildren();
+      renderCrowd(membersBox, members, [], memberRow, h);
       return;
     }
     const selfName = shownName(roster.nameOf(roster.self), roster.self);
-    const self = memberItem(roster.self, `${selfName} (this device)`,
-      { backend: page.selection?.backend, tokens_per_s: readinessSpeed() }, null);
+    const self = entryOf(roster.self, `${selfName} (this device)`,
+      { backend: page.selection?.backend, tokens_per_s: readinessSpeed() }, null, true);
     const others = [...roster.members.values()].map((m) =>
-      memberItem(m.id, shownName(m.name, m.id), m.device, CHANNEL_TEXT[roster.channelOf(m.id)]));
-    members.replaceChildren(self, ...others);
+      entryOf(m.id, shownName(m.name, m.id), m.device, roster.channelOf(m.id), false));
+    renderCrowd(membersBox, members, [self, ...others], memberRow, h);
     if (others.length === 0) {
       members.append(h('li', { class: 'alone', text: roster.inRoom
         ? 'No one else yet: share the room link below.'
@@ -289,8 +306,12 @@ export function mount(root, page) {
     }
     const leave = new URL(location.href);
     leave.searchParams.delete('room');
+    leave.hash = '';
+    const inviteLinkBox = h('div', { class: 'invite-links' });
+    updateInviteLink = mountInviteLink(inviteLinkBox, page, code);
     roomBox.replaceChildren(
       h('p', { text: 'Private room: only devices the host lets in train here.' }),
+      inviteLinkBox,
       invite,
       h('p', {}, h('a', { href: leave.href, text: 'Leave the room' })));
   }
@@ -300,6 +321,7 @@ export function mount(root, page) {
     renderMembers();
     renderSpeed();
     renderRequests();
+    updateInviteLink(roster);
   }
 
   renderRoom();

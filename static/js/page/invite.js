@@ -20,7 +20,7 @@ export async function copy(input, said) {
 }
 
 /** The QR code of `text` as an object URL of the server's SVG; rejects with a hint. */
-async function qrImage(text) {
+export async function qrImage(text) {
   const response = await fetch('/api/qr', { method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ text }) });
   if (!response.ok) {

@@ -41,11 +41,13 @@ import { LossChart } from './chart.js';
 import { h } from './dom.js';
 import { rosterOf } from './roster.js';
 import * as F from './livefigures.js';
+import { FOLD_AT, ordered, summarize, summaryLines } from './crowd.js';
 import { validationBatches } from '../train/validation.js';
 import * as awake from './awake.js';
 
 /** What the panel shows, for tests and the console. */
-export const live = { chart: null, view: null, validations: [], finished: null };
+export const live = { chart: null, view: null, validations: [], finished: null,
+  renderDeviceRows: null };
 
 /** The validation split's ids, checked against the page's tokenizer (as app.js checks the
  * training ids). Rejects with a hint. */
@@ -125,7 +127,19 @@ export function mount(root, page) {
     '<th scope="col"><abbr title="tokens per second of gradient time">speed</abbr></th>' +
     '<th scope="col"><abbr title="the same weights hash as this device">hash</abbr></th>' +
     '</tr></thead><tbody></tbody>';
-  root.append(h('div', { class: 'live-devices-wrap' }, devices));
+  // Past crowd.js's FOLD_AT devices: a summary above the table, the rows ordered problems (a
+  // differing hash) and the slowest first, and only the first FOLD_AT shown until "Show all".
+  const devicesSummary = h('div', { class: 'live-devices-summary', role: 'status', hidden: true });
+  const restRows = h('tbody', { class: 'live-devices-rest', hidden: true });
+  devices.append(restRows);
+  const showAll = h('button', { type: 'button', class: 'live-devices-all', hidden: true,
+    'aria-expanded': 'false', text: 'Show all devices' });
+  showAll.addEventListener('click', () => {
+    restRows.hidden = !restRows.hidden;
+    showAll.setAttribute('aria-expanded', String(!restRows.hidden));
+    showAll.textContent = restRows.hidden ? showAll.dataset.more : 'Show fewer devices';
+  });
+  root.append(devicesSummary, h('div', { class: 'live-devices-wrap' }, devices), showAll);
 
   const setState = (text) => {
     state.textContent = text;
@@ -331,11 +345,34 @@ export function mount(root, page) {
       const hash = !tally ? '…' : tally.same.includes(id) ? '✓'
         : tally.differ.includes(id) ? '✗ differs' : '…';
       const share = Array.isArray(last.shares) ? last.shares[last.roster.indexOf(id)] : undefined;
-      return [nameOf(id), F.shareCell(share, globalBatch), backend, F.formatRate(rate), hash];
+      return { id, name: nameOf(id), backend, tokensPerS: rate, self: id === me,
+        problem: tally?.differ.includes(id) ? 'hash differs' : null,
+        cells: [nameOf(id), F.shareCell(share, globalBatch), backend, F.formatRate(rate), hash] };
     });
-    devices.tBodies[0].replaceChildren(...rows.map((cells) =>
-      h('tr', {}, ...cells.map((c) => h('td', {}, c)))));
+    renderDeviceRows(rows);
   }
+
+  /** The devices table's rows (entries of crowd.js with their `cells`), folded past FOLD_AT. */
+  function renderDeviceRows(rows) {
+    const tr = (row) => h('tr', {}, ...row.cells.map((c) => h('td', {}, c)));
+    const fold = rows.length > FOLD_AT;
+    const list = fold ? ordered(rows) : rows;
+    devices.tBodies[0].replaceChildren(...list.slice(0, fold ? FOLD_AT : list.length).map(tr));
+    restRows.replaceChildren(...(fold ? list.slice(FOLD_AT).map(tr) : []));
+    devicesSummary.hidden = !fold;
+    showAll.hidden = !fold;
+    if (!fold) {
+      restRows.hidden = true;
+      return;
+    }
+    devicesSummary.replaceChildren(...summaryLines(summarize(rows)).slice(0, 2)
+      .map((text) => h('p', { text })),
+    h('p', { text: rows.some((r) => r.problem) ? `${rows.filter((r) => r.problem).length} with a ` +
+      'differing hash, listed first; then the slowest.' : 'Every hash agrees; the slowest are listed first.' }));
+    showAll.dataset.more = `Show all ${rows.length} devices`;
+    if (restRows.hidden) showAll.textContent = showAll.dataset.more;
+  }
+  live.renderDeviceRows = renderDeviceRows; // for the page test that fills 64 rows
 
   // -- sessions -------------------------------------------------------------------------------
 

@@ -34,6 +34,9 @@ export class Roster extends EventTarget {
     this.waiting = null; // {since (ms, Date.now), timeoutS, message, room}: our request
     this.requests = new Map(); // id -> {peer, closesAt (ms)}: requests we host
     this.refused = 0; // requests to the room we host refused unseen: its waiting list was full
+    // The room's invite link as the host sees it: {token (null for a host that took over: the
+    // server sends it only to its maker), uses, used, status, expiresAt (ms, Date.now)}.
+    this.invite = null;
     this.news = null; // the latest room event: {kind: 'closed', name, reason} | {kind: 'host', id}
     this.refusal = null; // {message, hint, reason}: the server's words when it refused us
     this.link = { state: mesh.signaling.state }; // the signaling state's last detail
@@ -84,6 +87,7 @@ export class Roster extends EventTarget {
         this.channels.clear();
         this.requests.clear();
         this.refused = 0;
+        this.invite = null; // a new membership: the room's link, if any, is told anew (host-changed)
         break;
       case 'pending':
         this.waiting = { since: Date.now(), timeoutS: m.timeout_s, message: m.message, room: m.room };
@@ -104,6 +108,13 @@ export class Roster extends EventTarget {
       case 'join-requests-refused':
         this.refused = m.count;
         break;
+      case 'invite': {
+        // A status after the create keeps the token the create's answer carried.
+        const token = m.token ?? this.invite?.token ?? null;
+        this.invite = { token, uses: m.uses, used: m.used, status: m.status,
+          expiresAt: Date.now() + m.expires_in_s * 1000 };
+        break;
+      }
       case 'peer-joined':
         this.members.set(m.peer.id, m.peer);
         break;
