@@ -1,8 +1,8 @@
 """The Firefox tests' own checks, each shown firing on a wrong input: the driver
 (tests/firefox/driver.mjs) refuses malformed requests with an error and a hint; a tab's
-``check_clean`` sees a console error, a page error, a failed response and a request to another
-host in a real Firefox; a missing browser or npm package skips a test with what to install, and
-fails it under CI (tests/firefox_helpers.py).
+``check_clean`` sees a console error (the page's and a Worker's), a page error, a failed
+response and a request to another host in a real Firefox; a missing browser or npm package
+skips a test with what to install, and fails it under CI (tests/firefox_helpers.py).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ async def test_the_driver_refuses_a_malformed_request(line: str, error: str, hin
 UNCLEAN = """<!doctype html><title>unclean</title><link rel="icon" href="data:,">
 <script>
 console.error('planted console error');
+new Worker('/worker.js'); // the training runs in a Worker: its errors count too
 fetch('/missing');
 // Another loopback address, where nothing listens (a browser refuses port 9 before asking).
 new Image().src = `http://127.0.0.2:${location.port}/elsewhere.png`;
@@ -75,13 +76,20 @@ setTimeout(() => { throw new Error('planted page error'); }, 0);
 </script>"""
 
 
+UNCLEAN_WORKER = "console.error('planted worker error');"
+
+
 @asynccontextmanager
 async def unclean_server() -> AsyncIterator[str]:
     async def page(_request: web.Request) -> web.Response:
         return web.Response(text=UNCLEAN, content_type="text/html")
 
+    async def worker(_request: web.Request) -> web.Response:
+        return web.Response(text=UNCLEAN_WORKER, content_type="text/javascript")
+
     app = web.Application()
     app.router.add_get("/", page)
+    app.router.add_get("/worker.js", worker)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -103,11 +111,12 @@ async def test_check_clean_sees_what_a_firefox_page_did_wrong() -> None:
         deadline = time.monotonic() + 60
         while True:  # the page's fetch, image and timer finish after its load
             report = await reported()
-            if len(report["errors"]) >= 2 and report["failed"] and report["foreign"]:
+            if len(report["errors"]) >= 3 and report["failed"] and report["foreign"]:
                 break
             assert time.monotonic() < deadline, f"the planted faults never all showed: {report}"
             await asyncio.sleep(0.25)
         assert "planted console error" in report["errors"]
+        assert "planted worker error" in report["errors"]
         assert any("planted page error" in e for e in report["errors"]), report
         assert report["failed"] == [f"404 {url}/missing"], report
         port = url.rsplit(":", 1)[1]
