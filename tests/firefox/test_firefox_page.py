@@ -7,7 +7,8 @@ tests/firefox/driver.mjs (tests/firefox_helpers.py), at the namespace's network 
   this browser" and computes on the CPU tier, its WebAssembly GEMM on a pool of threads; over
   plain http it says what the browser withholds and links the https address. Both pass the
   kernel probe ("Ready to train.");
-- a Firefox tab follows a run a Python peer leads: the same hash at every step;
+- a Firefox tab follows a run a Python peer leads: the same hash at every step; it holds the
+  Screen Wake Lock while it trains and saves the final state in the browser (OPFS);
 - a Firefox tab leads a run that a Chromium tab and a Python peer follow, one browser on https
   and the other on plain http (both ways): their data channel between Firefox and Chromium opens
   on the network address (each side's selected candidate pair, from getStats), and the three
@@ -75,6 +76,16 @@ async () => {
 }
 """
 LINKS = "() => globalThis.testLinks"
+
+# Every state the page's wake-lock line goes through (awake.js sets its data-state), from now on.
+WATCH_AWAKE = """
+() => {
+  const line = document.querySelector('.awake-state');
+  globalThis.testAwake = [line.dataset.state ?? ''];
+  new MutationObserver(() => globalThis.testAwake.push(line.dataset.state ?? ''))
+    .observe(line, { attributes: true, attributeFilter: ['data-state'] });
+}
+"""
 
 # The Chromium tab's view of the page: its id, records and outcome.
 CHROMIUM_STATE = """
@@ -174,10 +185,13 @@ async def firefox_done(tab: FirefoxTab) -> dict[str, Any]:
 
 
 async def test_firefox_follows_a_python_leader(tmp_path: Path) -> None:
-    """Must-show 1, follower: a Python peer (pinning the certificate) leads over https."""
+    """Must-show 1, follower: a Python peer (pinning the certificate) leads over https. Firefox
+    holds the Screen Wake Lock during the run and lets it go at its end, and the page saves the
+    final state in Firefox's private file storage (OPFS, createWritable)."""
     async with lan_server(tmp_path) as (certificate, https, _), firefox(True) as ff:
         tab = await open_tab(ff, f"{https}/?{TIMERS}&name=ff-follow", (NET,))
         await joined(tab)
+        await tab.evaluate(WATCH_AWAKE)
         lead = await start_peer(https, "py-lead", lead=lead_config(STEPS, min_peers=2),
                                 fingerprint=pin(certificate))  # fmt: skip
         [outcome] = await finish([lead], 400)
@@ -188,6 +202,14 @@ async def test_firefox_follows_a_python_leader(tmp_path: Path) -> None:
         assert sorted(got) == list(range(1, STEPS + 1)), s["records"]
         assert got == lead.hashes
         assert {r["leader"] for r in s["records"]} == {lead.node.id}
+        awake = await tab.evaluate("() => globalThis.testAwake")
+        assert "held" in awake and awake[-1] == "off", awake
+        keep = '() => document.querySelector("#keep").innerText'
+
+        async def saved() -> bool:
+            return f"Resume from the saved state at step {STEPS}" in await tab.evaluate(keep)
+
+        await until(saved, 30, "the final state saved in Firefox's private storage")
         await tab.check_clean()
 
 
