@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ DRIVER = DRIVER_DIR / "driver.mjs"
 # resolving: the pref that matches Chromium's WebRtcHideLocalIpsWithMdns switch (chromium.py).
 PREFS: dict[str, Any] = {"media.peerconnection.ice.obfuscate_host_addresses": False}
 CALL_TIMEOUT_S = 120.0  # one request: a launch, a page load or an evaluate on a loaded machine
+QUIT_TIMEOUT_S = 30.0  # each of: the quit's reply, then the driver's exit
 
 # What the page has and what it did, as JSON (the fields of test_page_lan.py's STATE and the
 # readiness panel's verdict).
@@ -108,6 +110,7 @@ class Driver:
         self.proc = proc
         self._stderr = stderr
         self._next = 1
+        self.browser_pid: int | None = None  # Firefox's, once launched: it leads its own group
 
     @classmethod
     async def start(cls, driver: Path = DRIVER) -> Driver:
@@ -116,6 +119,8 @@ class Driver:
         proc = await asyncio.create_subprocess_exec(
             "node", str(driver), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=err, cwd=driver.parent,
+            # Its own process group: a driver that hangs is killed with the Firefox it started.
+            start_new_session=True,
         )  # fmt: skip
         return cls(proc, err)
 
@@ -151,15 +156,21 @@ class Driver:
                 # A driver that already failed cannot answer: it is killed below if it does
                 # not exit.
                 with contextlib.suppress(AssertionError, TimeoutError, ConnectionError):
-                    await asyncio.wait_for(self.call("quit"), 30)
+                    await asyncio.wait_for(self.call("quit"), QUIT_TIMEOUT_S)
                 if self.proc.stdin is not None:
                     self.proc.stdin.close()
                 try:
-                    await asyncio.wait_for(self.proc.wait(), 30)
+                    await asyncio.wait_for(self.proc.wait(), QUIT_TIMEOUT_S)
                 except TimeoutError:
-                    self.proc.kill()
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                     await self.proc.wait()
         finally:
+            # Whatever the driver leaves behind goes too: its own group, and Firefox's (a driver
+            # that hung could not close it). After a clean quit both are gone already.
+            for group in (self.proc.pid, self.browser_pid):
+                if group is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(group, signal.SIGKILL)
             self._stderr.close()
 
 
@@ -195,10 +206,11 @@ async def firefox(accept_insecure_certs: bool = False) -> AsyncIterator[Driver]:
     require(missing(), on_ci())
     driver = await Driver.start()
     try:
-        await driver.call(
+        launched = await driver.call(
             "launch", executable=str(FIREFOX), prefs=PREFS,
             acceptInsecureCerts=accept_insecure_certs,
         )  # fmt: skip
+        driver.browser_pid = launched["pid"]
         yield driver
     finally:
         await driver.close()

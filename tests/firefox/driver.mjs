@@ -5,7 +5,7 @@
 // on stdin, one reply per line on stdout, in order.
 //
 // Requests ({"id": int, "op": ..., ...}; parsed and validated in parseRequest, nowhere else):
-//   launch   {executable, prefs: {name: value}, acceptInsecureCerts: bool} -> {version}
+//   launch   {executable, prefs: {name: value}, acceptInsecureCerts: bool} -> {version, pid}
 //   open     {url, hosts: [host]} -> {tab, status}   (a new tab; requests to other hosts, console
 //            errors, page errors and responses >= 400 are collected from then on)
 //   evaluate {tab, fn, arg} -> {value}   (fn: a function's source, called with arg; async is
@@ -85,7 +85,9 @@ class Driver {
       browser: 'firefox', executablePath: executable, headless: true,
       extraPrefsFirefox: prefs, acceptInsecureCerts,
     });
-    return { version: await this.browser.version() };
+    // Firefox runs in a process group of its own (puppeteer starts it detached): its id lets the
+    // test end it should this driver hang.
+    return { version: await this.browser.version(), pid: this.browser.process()?.pid ?? null };
   }
 
   async open({ url, hosts }) {

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+import firefox_helpers
 from firefox_helpers import (
     DRIVER_DIR,
     FIREFOX,
@@ -126,6 +130,27 @@ async def test_check_clean_sees_what_a_firefox_page_did_wrong() -> None:
         # A function that throws in the page comes back as the driver's error, not a value.
         with pytest.raises(DriverError, match="thrown in the page"):
             await tab.evaluate("() => { throw new Error('thrown in the page'); }")
+
+
+def group_members(pgid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+async def test_a_hung_driver_is_killed_with_its_firefox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that stops answering (SIGSTOP) is killed at the end of the test, and the Firefox
+    it started with it: nothing of the test outlives it."""
+    monkeypatch.setattr(firefox_helpers, "QUIT_TIMEOUT_S", 1.0)
+    async with firefox() as ff:
+        assert ff.browser_pid is not None
+        groups = (ff.proc.pid, ff.browser_pid)
+        assert all(group_members(g) for g in groups), [group_members(g) for g in groups]
+        os.kill(ff.proc.pid, signal.SIGSTOP)
+    assert ff.proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while left := [pid for g in groups for pid in group_members(g)]:
+        assert time.monotonic() < deadline, f"left running: {left}"
+        await asyncio.sleep(0.1)  # the kernel ends the killed processes
 
 
 def test_a_missing_browser_or_package_says_what_to_install(tmp_path: Path) -> None:
