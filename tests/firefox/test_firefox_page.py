@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 import page_helpers
-from daisychain.harness.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS, chromium_missing
+from daisychain.bench.rig.chromium import CHROMIUM, OFFLINE_FLAGS, WEBRTC_FLAGS, chromium_missing
 from daisychain.server import tls
 from daisychain.server.app import Listener, serve_listeners
 from firefox_helpers import LEAD, FirefoxTab, firefox, joined, on_ci, open_tab, require
@@ -55,8 +55,8 @@ TIMERS = f"repair_after={FAST.repair_after_s}&step_timeout={FAST.step_timeout_s}
 STEPS = 4
 
 # Installed in a page once it joined: every data channel open then or later records the remote
-# peer and the addresses of the candidate pair in use (getStats; Firefox marks it `selected`,
-# Chromium's transport names it), read back with LINKS.
+# peer and the candidate pair in use (getStats; Firefox marks it `selected`, Chromium's transport
+# names it): each end's address, port and type, read back with LINKS.
 WATCH_LINKS = """
 async () => {
   const { app } = await import('/js/app.js');
@@ -66,10 +66,13 @@ async () => {
     const stats = [...(await mesh.links.get(peer).pc.getStats()).values()];
     const chosen = stats.find((s) => s.type === 'transport')?.selectedCandidatePairId;
     const pair = stats.find((s) => s.type === 'candidate-pair' && (s.selected || s.id === chosen));
-    const at = (id) => stats.find((s) => s.id === id);
-    globalThis.testLinks.push({ peer,
-      local: pair ? at(pair.localCandidateId)?.address : null,
-      remote: pair ? at(pair.remoteCandidateId)?.address : null });
+    const at = (id) => {
+      const c = stats.find((s) => s.id === id);
+      return c ? { address: c.address ?? null, port: c.port, type: c.candidateType } : null;
+    };
+    globalThis.testLinks.push({ peer, state: pair?.state ?? null,
+      local: pair ? at(pair.localCandidateId) : null,
+      remote: pair ? at(pair.remoteCandidateId) : null });
   };
   mesh.addEventListener('channel-open', (e) => record(e.detail.peer));
   await Promise.all(mesh.openPeers().map(record));
@@ -131,6 +134,19 @@ async def chromium(certificate: tls.Certificate) -> AsyncIterator[Any]:
             yield browser
         finally:
             await browser.close()
+
+
+def assert_link_on_network(link: dict[str, Any], other: dict[str, Any]) -> None:
+    """``link`` (one browser's pair to the other) joins the network address to the port the
+    other browser uses. A remote end learned from a connectivity check before its candidate
+    was signaled is peer-reflexive, and a browser may leave such an address out of its stats
+    (the page was never told it); its port still names the other end. (One run failed on
+    Chromium's end when the address alone was compared.)"""
+    local, remote = link["local"], link["remote"]
+    assert local is not None and remote is not None, link
+    assert local["address"] == NET and local["type"] == "host", link
+    assert remote["address"] == NET or (remote["type"] == "prflx" and not remote["address"]), link
+    assert remote["port"] == other["local"]["port"], (link, other)
 
 
 async def test_readiness_in_firefox_over_https_and_plain_http(tmp_path: Path) -> None:
@@ -262,7 +278,7 @@ async def test_firefox_leads_chromium_and_a_python_peer(
         # WebRTC between the two browsers, on the network address at both ends.
         fox_links = {link["peer"]: link for link in await fox.evaluate(LINKS)}
         cr_links = {link["peer"]: link for link in await cr.page.evaluate(LINKS)}
-        assert fox_links[cr_id]["local"] == fox_links[cr_id]["remote"] == NET, fox_links
-        assert cr_links[fox_id]["local"] == cr_links[fox_id]["remote"] == NET, cr_links
+        assert_link_on_network(fox_links[cr_id], cr_links[fox_id])
+        assert_link_on_network(cr_links[fox_id], fox_links[cr_id])
         await fox.check_clean()
         cr.check_clean()
