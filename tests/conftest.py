@@ -30,6 +30,7 @@ import pytest
 # them.
 pytest.register_assert_rewrite(
     "fineweb_helpers",
+    "firefox_helpers",
     "gpu_plant",
     "hostile_harness",
     "mesh_check_helpers",

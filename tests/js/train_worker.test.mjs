@@ -11,7 +11,7 @@ import path from 'node:path';
 import { parseRequest, parseReply, MessageError } from '../../static/js/train/messages.js';
 import { chooseBackend, timeRounds } from '../../static/js/gpu/backend.js';
 import { MAX_DEVICE_REBUILDS, Trainer, TrainerError } from '../../static/js/train/trainer.js';
-import { GpuFault } from '../../static/js/gpu/device.js';
+import { GpuFault, GpuUnavailable, acquireGpu, noWebGpuReason } from '../../static/js/gpu/device.js';
 import { FaultTrainer, parseTestRequest } from '../pages/fault_trainer.js';
 import { REPO, bitsOf } from './helpers.mjs';
 
@@ -229,7 +229,7 @@ test('the trainer on the CPU tier: golden hashes through step, grads + apply, ex
   assert.equal(sel.choice.rule, 'measured');
   assert.deepEqual(sel.rows.map((r) => [r.name, r.gates_passed]),
     [['webgpu-dp4a', false], ['webgpu-lut', false], ['js-cpu', true]]);
-  assert.match(sel.rows[0].failure, /navigator.gpu is missing/);
+  assert.match(sel.rows[0].failure, /navigator.gpu is missing: this browser has no WebGPU/);
   assert.ok(sel.rows[2].step_ms > 0 && sel.rows[2].step_complete);
   assert.deepEqual(events.filter((e) => e.kind === 'state').map((e) => `${e.from}->${e.to}`),
     ['new->selecting', 'selecting->ready']);
@@ -383,4 +383,22 @@ test('the test worker\'s inject-fault: parsed, refused with hints, fired on the 
   plain.tier = t.tier;
   plain.afterGpuProduct(t.tier);
   assert.equal(destroyed, 1);
+});
+
+test('a missing navigator.gpu is explained by the context: plain http, or a browser without it', async () => {
+  assert.match(noWebGpuReason(true), /this browser has no WebGPU, or has it switched off/);
+  assert.doesNotMatch(noWebGpuReason(true), /secure context/);
+  assert.match(noWebGpuReason(false), /only to a secure context, https:\/\/ or localhost, and this page is plain http/);
+  assert.doesNotMatch(noWebGpuReason(false), /this browser has no WebGPU/);
+  // acquireGpu reads isSecureContext: a plain-http page is told about https, not about its browser.
+  const had = Object.getOwnPropertyDescriptor(globalThis, 'isSecureContext');
+  try {
+    Object.defineProperty(globalThis, 'isSecureContext', { value: false, configurable: true });
+    await assert.rejects(acquireGpu(), (exc) => exc instanceof GpuUnavailable &&
+      exc.message.startsWith(noWebGpuReason(false)) && /the CPU mirror computes the same bits/.test(exc.message));
+  } finally {
+    if (had) Object.defineProperty(globalThis, 'isSecureContext', had);
+    else delete globalThis.isSecureContext;
+  }
+  await assert.rejects(acquireGpu(), (exc) => exc.message.startsWith(noWebGpuReason(true)));
 });

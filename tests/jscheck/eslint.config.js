@@ -18,7 +18,8 @@ const TEST_BROWSER = ['tests/pages/**/*.js', 'tests/js/traces/**/*.js'];
 export default [
   { linterOptions: { reportUnusedDisableDirectives: 'error' } },
   {
-    files: ['static/js/**/*.js', ...TEST_BROWSER, 'tests/js/**/*.mjs', 'server/**/*.mjs'],
+    files: ['static/js/**/*.js', ...TEST_BROWSER, 'tests/js/**/*.mjs', 'tests/firefox/*.mjs',
+      'server/**/*.mjs'],
     ...js.configs.recommended,
     languageOptions: { ecmaVersion: 2022, sourceType: 'module' },
     rules: {
@@ -46,7 +47,7 @@ export default [
     languageOptions: { globals: globals.browser },
   },
   {
-    files: ['tests/js/**/*.mjs', 'server/**/*.mjs'],
+    files: ['tests/js/**/*.mjs', 'tests/firefox/*.mjs', 'server/**/*.mjs'],
     ignores: WORKERS,
     languageOptions: { globals: globals.node },
   },

@@ -115,17 +115,26 @@ export class GpuDevice {
 }
 
 /**
+ * Why `navigator.gpu` is missing, by what the context knows (docs/BROWSERS.md): a page that is
+ * not a secure context (plain http at a network address) is refused WebGPU by every browser; a
+ * secure one has a browser without it, or with it switched off (Firefox 153 ESR on Linux, measured;
+ * Safari before 26). The two need different remedies, so the message names the one that applies.
+ */
+export function noWebGpuReason(secureContext) {
+  return secureContext
+    ? 'WebGPU is not available here (navigator.gpu is missing: this browser has no WebGPU, or ' +
+        'has it switched off)'
+    : 'WebGPU is not available here (navigator.gpu is missing: browsers offer it only to a ' +
+        'secure context, https:// or localhost, and this page is plain http)';
+}
+
+/**
  * The page's WebGPU device (throws GpuUnavailable). `onEvent(message)` hears about device loss
  * and uncaptured errors later on.
  */
 export async function acquireGpu({ onEvent } = {}) {
   const gpu = globalThis.navigator?.gpu;
-  if (!gpu) {
-    throw new GpuUnavailable(
-      'WebGPU is not available here (navigator.gpu is missing: an old browser, or a page not ' +
-        `served over https:// or localhost); ${HINT}`,
-    );
-  }
+  if (!gpu) throw new GpuUnavailable(`${noWebGpuReason(globalThis.isSecureContext !== false)}; ${HINT}`);
   let adapter;
   try {
     adapter = await gpu.requestAdapter();
