@@ -220,3 +220,22 @@ def test_timers_reach_every_machine() -> None:
     sim = Simulator(Scenario((LAPTOP,) * 2, LAN, steps=1, timers=timers))
     assert all(m.settings.timers == timers for m in sim.machines)
     assert sim.stall_s == 5.0 + timers.repair_after_s
+
+
+def test_the_wires_roster_cap_refuses_a_group_of_66_unless_a_what_if_lifts_it() -> None:
+    """A ready lists its open channels, at most messages.MAX_ROSTER (64) of them: in a full mesh
+    of 66 every follower's ready is refused, and nothing can start."""
+    scenario = Scenario((LAPTOP,) * 66, LINK_MODELS["loopback"], steps=1)
+    sim = Simulator(scenario)
+    with pytest.raises(Stall, match="nothing is left to happen"):
+        sim.run()
+    assert sim.closed >= 65
+    lifted = Simulator(dataclasses.replace(scenario, roster_cap=66)).run()
+    assert {o.reason for o in lifted.outcomes.values()} == {"done"} and lifted.closed == 0
+    assert messages.MAX_ROSTER == 64 and messages.MAX_MESSAGE_BYTES == 16 * 1024  # restored
+
+
+@pytest.mark.parametrize("cap", [10, 70000])
+def test_a_roster_cap_outside_the_wires_range_is_refused(cap: int) -> None:
+    with pytest.raises(ValueError, match="roster_cap"):
+        Scenario((LAPTOP,) * 2, LAN, roster_cap=cap)

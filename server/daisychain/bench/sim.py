@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import math
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from daisychain.sim import Scenario, Simulator, Stall
 from daisychain.sim.network import LINK_MODELS
 from daisychain.sim.profiles import MB, MIXES, Device, assign, calibrated
 from daisychain.sim.report import summarize
+from daisychain.wire import messages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wire-ratio", type=float, default=None, help="override deflate's ratio")
     parser.add_argument("--shares-by", default="equal", choices=("equal", "speed"))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--lift-roster-cap", action="store_true",
+        help="a what-if: lift the wire's 64-peer roster cap (messages.MAX_ROSTER) to N, to see "
+        "what today's full mesh would cost beyond it (without it, N > 65 is refused as a real "
+        "group would be)",
+    )  # fmt: skip
+    parser.add_argument("--verbose", action="store_true", help="the machines' warnings on stderr")
 
 
 def _peers(spec: str) -> list[int]:
@@ -90,7 +99,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             links = dataclasses.replace(links, wire_ratio=args.wire_ratio)
         except ValueError as exc:
             raise SystemExit(f"daisychain bench sim: {exc}") from None
+    if not args.verbose:  # a refused peer is a line per refusal: thousands at large N
+        logging.getLogger("daisychain.p2p").setLevel(logging.ERROR)
     out: dict[str, Any] = {
+        "roster_cap": "lifted to N (a what-if)" if args.lift_roster_cap else messages.MAX_ROSTER,
         "preset": args.preset, "mix": "calibrated" if args.seq_s else args.mix,
         "links": dataclasses.asdict(links), "seed": args.seed, "warmup_steps": args.warmup,
         "steps_measured": args.steps, "shares_by": args.shares_by, "runs": {},
@@ -100,6 +112,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         scenario = Scenario(
             devices(args, n), links, preset=args.preset, steps=last, seed=args.seed,
             shares_by=args.shares_by, timers=Timers(step_timeout_s=600.0),
+            roster_cap=max(n, messages.MAX_ROSTER) if args.lift_roster_cap else 0,
         )  # fmt: skip
         t0 = time.perf_counter()
         try:
@@ -111,6 +124,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         summary["outcomes"] = sorted({o.reason for o in result.outcomes.values()})
         summary["simulated_s"] = round(result.end_s, 3)
         summary["events"] = result.events
+        summary["channels_closed"] = result.closed  # refusals: 0 in a healthy run
         summary["sim_wall_s"] = round(time.perf_counter() - t0, 2)
         out["runs"][str(n)] = summary
     return out

@@ -81,6 +81,10 @@ class Scenario:
     leaves: dict[int, float] = field(default_factory=dict)  # peer -> when its user leaves
     early_chunks: bool = True
     stall_s: float = 0.0  # 0: the step timeout plus the repair interval
+    # A what-if: the wire's cap on peers in a roster (messages.MAX_ROSTER, 64) lifted to this
+    # many for the run, to see what today's full mesh would cost beyond it (0: the cap holds,
+    # and a group above it is refused as a real one is).
+    roster_cap: int = 0
 
     @property
     def n(self) -> int:
@@ -99,6 +103,11 @@ class Scenario:
                 raise ValueError(f"{name}: peers {bad} are not 0..{self.n - 1} at a time >= 0")
         if 0 in self.leaves:
             raise ValueError("leaves: the leader (peer 0) cannot be scheduled to leave")
+        if self.roster_cap and not messages.MAX_ROSTER <= self.roster_cap <= 0xFFFF:
+            raise ValueError(
+                f"roster_cap {self.roster_cap}: between the wire's {messages.MAX_ROSTER} and "
+                "65535 (a frame's chunk index is 16 bits), or 0 for the wire's own"
+            )
 
 
 @dataclass
@@ -107,6 +116,7 @@ class SimResult:
     outcomes: dict[str, fx.Outcome]
     end_s: float  # simulated seconds until the last peer finished
     events: int  # events fed to machines
+    closed: int  # channels a machine closed (a refusal, another version): 0 in a healthy run
 
 
 # queue items: (kind, peer, payload)
@@ -158,11 +168,25 @@ class Simulator:
         self.outcomes: dict[str, fx.Outcome] = {}
         self.last_progress = 0.0
         self.events = 0
+        self.closed = 0
         self._zeros: dict[int, bytes] = {}
+        self._bounds: dict[tuple[int, ...], list[tuple[int, int]]] = {}
 
     # -- running --------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        cap, size = messages.MAX_ROSTER, messages.MAX_MESSAGE_BYTES
+        if self.s.roster_cap:
+            # Read by the parser at every call. A roster message lists every peer (an id of 12
+            # characters and its share): the text cap grows with it.
+            messages.MAX_ROSTER = self.s.roster_cap
+            messages.MAX_MESSAGE_BYTES = max(size, 32 * self.s.roster_cap)
+        try:
+            return self._run()
+        finally:
+            messages.MAX_ROSTER, messages.MAX_MESSAGE_BYTES = cap, size
+
+    def _run(self) -> SimResult:
         s = self.s
         for i in range(s.n):
             self.queue.at(s.joins.get(i, 0.0), (_JOIN, i, None))
@@ -175,7 +199,7 @@ class Simulator:
             if now - self.last_progress > self.stall_s:
                 raise Stall(now, f"no peer applied a step for {self.stall_s:g} s", self._waits())
             self._step(now, kind, i, payload)
-        return SimResult(self.figures, self.outcomes, self.queue.now, self.events)
+        return SimResult(self.figures, self.outcomes, self.queue.now, self.events, self.closed)
 
     def _step(self, now: float, kind: int, i: int, payload: object) -> None:
         if kind == _JOIN:
@@ -257,6 +281,7 @@ class Simulator:
         elif isinstance(effect, fx.SendPayload):
             self._send_payload(i, effect, now)
         elif isinstance(effect, fx.Close):
+            self.closed += 1
             self._close(i, self.index[effect.peer], now)
         elif isinstance(effect, fx.Compute):
             self._compute(i, effect, now)
@@ -321,17 +346,15 @@ class Simulator:
             seconds *= device.straggle_x
         key = (i, c.step, c.round)
         self.computing[key] = (now, now + seconds)
-        sizes = [
-            self._chunk_blocks(c.shares, k) * (codec.BLOCK + 1) if count else 0
-            for k in range(c.peers)
-        ]
+        bounds = self._chunks(c.shares)
+        sizes = [(end - first) * (codec.BLOCK + 1) if count else 0 for first, end in bounds]
         payloads = tuple(self._zero(size) for size in sizes)
         if count and self.s.early_chunks:
             # The backward (two thirds of a step) produces the last parameters first: a chunk is
             # final once the backward of the last lane piece has passed its first block.
             last_piece = min(count, self.model.batch) / count
             for k, size in enumerate(sizes):
-                first, _end = allreduce.chunk_blocks(self.total_blocks, c.shares, k)
+                first = bounds[k][0]
                 if size == 0 or first < self.first_param_blocks:
                     continue
                 left = first / self.total_blocks  # of the backward still to run
@@ -348,9 +371,15 @@ class Simulator:
 
         self.queue.at(now + seconds, (_DELIVER, i, done))
 
-    def _chunk_blocks(self, peers_shares: tuple[int, ...], k: int) -> int:
-        first, end = allreduce.chunk_blocks(self.total_blocks, peers_shares, k)
-        return end - first
+    def _chunks(self, peer_shares: tuple[int, ...]) -> list[tuple[int, int]]:
+        """[first, end) blocks of every chunk of a roster with these shares (cached: one roster
+        is computed by every peer, and each call walks the whole roster)."""
+        if peer_shares not in self._bounds:
+            ends = allreduce.chunk_blocks
+            self._bounds[peer_shares] = [
+                ends(self.total_blocks, peer_shares, k) for k in range(len(peer_shares))
+            ]
+        return self._bounds[peer_shares]
 
     def _applied(self, i: int, a: fx.StepApplied, now: float) -> None:
         self.last_progress = now
