@@ -12,7 +12,9 @@ simulator counts the same way); the leader's; connections per peer; peak memory 
 step; and whether every replica held the same hash at every step.
 
 ``calibration`` is what the simulator needs to replay that run (a device's seconds per sequence,
-the shell's CPU time per byte, deflate's ratio), and ``--compare-sim`` replays it at once:
+the shell's CPU time per byte, deflate's ratio), and ``--compare-sim`` replays every run at
+once with the real run's peer ids: each run's devices from that run; a hop latency and the
+shell's CPU between steps fitted at ``--calibrate-at`` N (the other N are predictions).
 ``sim_vs_real`` has the step-time ratio and whether messages and piece bytes per peer per step
 are equal (docs/BENCHMARKS.md, "Scale and the simulator").
 
@@ -122,6 +124,16 @@ def calibration(logs: list[pool.PeerLog], first: int, last: int) -> dict[str, fl
     }
 
 
+def seq_s(log: pool.PeerLog, first: int, last: int) -> float:
+    """The peer's mean compute seconds per sequence over the measured steps (0: none)."""
+    per = [
+        float(e["compute_s"]) / int(e["share"])
+        for s in range(first + 1, last + 1)
+        if s in log.steps and int((e := log.steps[s][1])["share"])
+    ]
+    return statistics.mean(per) if per else 0.0
+
+
 def simulate(
     logs: list[pool.PeerLog], cal: dict[str, float], preset: str, first: int, last: int
 ) -> dict[str, Any]:
@@ -135,13 +147,23 @@ def simulate(
     ids = (leader_id, *[p for p in roster if p != leader_id])
     cfg = PRESETS[preset]
     params = sum(math.prod(s) for s in param_shapes(cfg).values())
-    device = calibrated(
-        "calibrated", cal["seq_s"], params, cfg.seq_len,
-        up_bytes_s=cal["up_bytes_s"], recv_s_per_byte=cal["recv_s_per_byte"],
-    )  # fmt: skip
+    # Each simulated peer computes as fast as its real counterpart did (a straggler stays one).
+    own = {log.id: seq_s(log, first, last) for log in logs}
+    devices = tuple(
+        calibrated(
+            "calibrated",
+            own.get(pid) or cal["seq_s"],
+            params,
+            cfg.seq_len,
+            up_bytes_s=cal["up_bytes_s"],
+            recv_s_per_byte=cal["recv_s_per_byte"],
+            overhead_s=cal.get("overhead_s", 0.0),
+        )
+        for pid in ids
+    )
     links = Links("loopback", latency_s=cal["latency_s"], wire_ratio=cal["wire_ratio"])
     scenario = Scenario(
-        (device,) * len(ids), links, preset=preset, steps=last, ids=ids,
+        devices, links, preset=preset, steps=last, ids=ids,
         global_batch=cfg.batch * len(ids), shares_by="equal",
     )  # fmt: skip
     try:
@@ -158,20 +180,34 @@ def simulate(
     }
 
 
-def fit_latency(
-    logs: list[pool.PeerLog], cal: dict[str, float], preset: str, first: int, last: int
+def fit_links(
+    logs: list[pool.PeerLog],
+    cal: dict[str, float],
+    preset: str,
+    first: int,
+    last: int,
+    cores: float,
 ) -> dict[str, float]:
-    """``cal`` with ``latency_s``: what a message takes beyond the modelled CPU and bandwidth
-    (the event loop, aiortc's SCTP, the scheduler under load). An exchange is two hops (a
-    contribution, then the reduced chunk), so half the real exchange time the simulator misses
-    at (almost) no latency is one hop's."""
-    base = {**cal, "latency_s": 0.0}
-    sim = simulate(logs, base, preset, first, last)
-    if "error" in sim:
-        return {**cal, "latency_s": 0.0}
+    """``cal`` with the two figures no single peer measures, fitted to this run:
+
+    - ``latency_s``: what a message takes beyond the modelled CPU and bandwidth (the event
+      loop, aiortc's SCTP, the scheduler). An exchange is two hops (a contribution, then the
+      reduced chunk), so half the real exchange time the simulator misses is one hop's;
+    - ``overhead_cpu_s``: the shell's CPU work between steps (reading the batch, starting the
+      compute), in core-seconds: the step time the simulator still misses, times the cores
+      each peer had. A run with other budgets takes ``overhead_cpu_s / cores`` per step.
+    """
     real = summarize(figures(logs), first, last)
+    sim = simulate(logs, {**cal, "latency_s": 0.0}, preset, first, last)
+    if "error" in sim:
+        return {**cal, "latency_s": 0.0, "overhead_cpu_s": 0.0}
     gap = real["exchange_s"]["mean"] - sim["summary"]["exchange_s"]["mean"]
-    return {**cal, "latency_s": round(max(0.0, gap / 2), 6)}
+    out = {**cal, "latency_s": round(max(0.0, gap / 2), 6)}
+    sim = simulate(logs, out, preset, first, last)
+    if "error" in sim:
+        return {**out, "overhead_cpu_s": 0.0}
+    left = real["step_s"] - sim["summary"]["step_s"]
+    return {**out, "overhead_cpu_s": round(max(0.0, left) * cores, 6)}
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -201,12 +237,20 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         out["runs"][str(n)] = run
     at = args.calibrate_at or min(measured, default=0)
     if args.compare_sim and at in measured:
-        # One calibration (device, shell, hop latency) from one N; the other N are predictions.
-        cal = fit_latency(measured[at], out["runs"][str(at)]["calibration"], args.preset,
-                          first, last)  # fmt: skip
-        out["sim_calibrated_at"] = {"peers": at, **cal}
+        # Each run's devices are its own (a peer of 1.6/8 cores is another device than one of
+        # 1.6/4): their compute and CPU per byte come from that run. The hop latency and the
+        # shell's CPU between steps are fitted once at N = ``at``; every other N is a
+        # prediction.
+        run_at = out["runs"][str(at)]
+        cal = fit_links(measured[at], run_at["calibration"], args.preset, first, last,
+                        run_at["cores_per_peer"])  # fmt: skip
+        fitted = {"latency_s": cal["latency_s"], "overhead_cpu_s": cal["overhead_cpu_s"]}
+        out["sim_calibrated_at"] = {"peers": at, **fitted}
         for n, logs in measured.items():
-            out["runs"][str(n)]["sim_vs_real"] = simulate(logs, cal, args.preset, first, last)
+            run = out["runs"][str(n)]
+            own = {**run["calibration"], **fitted,
+                   "overhead_s": fitted["overhead_cpu_s"] / run["cores_per_peer"]}  # fmt: skip
+            run["sim_vs_real"] = simulate(logs, own, args.preset, first, last)
     elif args.compare_sim:
         out["sim_calibrated_at"] = {"error": f"no successful run at N = {at} to calibrate from"}
     out["load_avg_at_end"] = os.getloadavg()[0]

@@ -345,6 +345,7 @@ class Simulator:
         if device.straggle and self.rng.random() < device.straggle:
             seconds *= device.straggle_x
         key = (i, c.step, c.round)
+        now += device.overhead_s  # the shell's work before the compute starts
         self.computing[key] = (now, now + seconds)
         bounds = self._chunks(c.shares)
         sizes = [(end - first) * (codec.BLOCK + 1) if count else 0 for first, end in bounds]

@@ -22,6 +22,9 @@ class Device:
     gflops: float  # sustained training throughput of the contract's kernels
     up_bytes_s: float  # uplink: what this device sends shares it
     fixed_s: float = 0.0  # per step, whatever the share (probe, batch)
+    # per step, before the compute starts (the shell's own work between steps: reading the
+    # batch, starting the compute thread); counted as coordination, not compute
+    overhead_s: float = 0.0
     recv_s_per_byte: float = 0.0  # the shell's CPU time to take in one received byte
     straggle: float = 0.0  # probability that a step's compute takes straggle_x as long
     straggle_x: float = 3.0
@@ -29,9 +32,11 @@ class Device:
     def __post_init__(self) -> None:
         if not self.gflops > 0 or not self.up_bytes_s > 0:
             raise ValueError(f"device {self.name!r}: gflops and up_bytes_s must be > 0")
-        if self.fixed_s < 0 or self.recv_s_per_byte < 0 or not 0 <= self.straggle <= 1:
+        if min(self.fixed_s, self.overhead_s, self.recv_s_per_byte) < 0 or not (
+            0 <= self.straggle <= 1
+        ):
             raise ValueError(
-                f"device {self.name!r}: fixed_s and recv_s_per_byte must be >= 0 and "
+                f"device {self.name!r}: fixed_s, overhead_s and recv_s_per_byte must be >= 0 and "
                 "straggle a probability in [0, 1]"
             )
 
@@ -49,12 +54,13 @@ def calibrated(
     up_bytes_s: float,
     fixed_s: float = 0.0,
     recv_s_per_byte: float = 0.0,
+    overhead_s: float = 0.0,
 ) -> Device:
     """A device that computes one sequence of that model in ``seq_s`` seconds (measured)."""
     if not seq_s > 0:
         raise ValueError(f"a measured {seq_s} s per sequence cannot calibrate a device")
     gflops = 6.0 * params * seq_len / (seq_s * 1e9)
-    return Device(name, gflops, up_bytes_s, fixed_s, recv_s_per_byte)
+    return Device(name, gflops, up_bytes_s, fixed_s, overhead_s, recv_s_per_byte)
 
 
 MB = 1e6
