@@ -67,7 +67,8 @@ def test_bench_sim_prints_bench_scales_shape() -> None:
         assert run["connections_per_peer"]["max"] == n - 1
         # A follower of a full mesh: n-1 contributions, reduced chunks and hashes a step.
         assert run["messages_per_peer_per_step"]["min"] == 3 * (n - 1)
-    keys = set(runs["3"]) - {"outcomes", "simulated_s", "events", "sim_wall_s"}
+    assert runs["3"]["channels_closed"] == 0
+    keys = set(runs["3"]) - {"outcomes", "simulated_s", "events", "sim_wall_s", "channels_closed"}
     assert keys == {
         "peers", "steps_measured", "step_s", "compute_s", "exchange_s", "coordination_s",
         "messages_per_peer_per_step", "frames_per_peer_per_step",
@@ -81,7 +82,7 @@ def test_bench_sim_with_a_calibrated_device() -> None:
     args = argparse.Namespace(
         peers="2", preset="tiny", steps=1, warmup=1, mix="laptops", seq_s=0.05, fixed_s=0.0,
         up_mb_s=10.0, recv_s_per_mb=0.01, links="loopback", wire_ratio=0.9,
-        shares_by="equal", seed=1,
+        shares_by="equal", seed=1, lift_roster_cap=False, verbose=False,
     )  # fmt: skip
     doc = sim.measure(args)
     assert doc["mix"] == "calibrated" and doc["links"]["wire_ratio"] == 0.9

@@ -74,7 +74,8 @@ class DropsReduced(Machine):
         out = super().handle(event)
         if self.id != "sim-00000001":
             return out
-        return [e for e in out if not (isinstance(e, fx.SendPayload) and e.kind is FrameKind.REDUCED)]
+        reduced = FrameKind.REDUCED
+        return [e for e in out if not (isinstance(e, fx.SendPayload) and e.kind is reduced)]
 
 
 def test_a_machine_that_drops_a_message_stalls_the_run_and_the_report_says_who_waits() -> None:
