@@ -52,6 +52,9 @@ CORE = [
     *sorted((P2P / "machine").glob("*.py")),
     *(P2P / f"{name}.py" for name in PURE),
     *sorted((P2P / "traces").glob("*.py")),
+    # The simulator drives the machines with modelled time: no clock, socket or sleep either.
+    *sorted((P2P.parent / "sim").glob("*.py")),
+    P2P / "traffic.py",
 ]
 
 
@@ -115,6 +118,7 @@ def test_core_modules_import_no_io() -> None:
         todo += [m for m in imported_modules(pyast.parse(source), package)
                  if m.startswith("daisychain.")]  # fmt: skip
     assert "daisychain.p2p.machine.machine" in seen and len(seen) > 20
+    assert "daisychain.sim.driver" in seen
     assert not problems, problems
 
 
@@ -127,6 +131,13 @@ def test_the_scan_fails_on_a_planted_import(planted: str) -> None:
     source = (P2P / "machine" / "machine.py").read_text(encoding="utf-8")
     assert banned_imports(source) == []
     assert banned_imports(source.replace("import logging\n", f"import logging\n{planted}\n"))
+
+
+def test_the_scan_fails_on_a_clock_planted_in_the_simulator() -> None:
+    source = (P2P.parent / "sim" / "driver.py").read_text(encoding="utf-8")
+    assert banned_imports(source, "daisychain.sim") == []
+    planted = source.replace("import math\n", "import math\nimport time\n")
+    assert banned_imports(planted, "daisychain.sim") == ["time"]
 
 
 def p2p_graph() -> dict[str, set[str]]:

@@ -81,6 +81,8 @@ class PeerLog:
     name: str
     cores: float
     steps: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    joined_at: float | None = None  # when its `joined` event arrived (signaling hello done)
+    id: str = ""  # its server-assigned id (the `joined` event's)
     stopped: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     stderr_tail: list[str] = field(default_factory=list)
@@ -146,7 +148,10 @@ async def _read(proc: asyncio.subprocess.Process, log: PeerLog) -> None:
             except ValueError:
                 continue
             kind = event.get("event")
-            if kind == "step":
+            if kind == "joined":
+                log.joined_at = time.monotonic()
+                log.id = str(event.get("id", ""))
+            elif kind == "step":
                 log.steps[int(event["step"])] = (time.monotonic(), event)
             elif kind == "stopped":
                 log.stopped = event

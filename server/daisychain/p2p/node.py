@@ -51,6 +51,7 @@ from daisychain.p2p.options import Compute, LeadConfig
 from daisychain.p2p.pace import Pace
 from daisychain.p2p.run import RunPhase
 from daisychain.p2p.runconfig import Limits
+from daisychain.p2p.traffic import MEMBERSHIP, StepTraffic, Tally
 from daisychain.wire import frames, messages
 from daisychain.wire.frames import FrameKind
 
@@ -90,6 +91,9 @@ class StepRecord:
     # An outer run's round (docs/PROTOCOL.md, "Outer runs"): inner steps each contributor took
     # (0: a per-step run); ``step`` is then the outer step.
     inner_steps: int = 0
+    # What this peer sent that belongs to this step, counted by p2p/traffic.py's rule (the
+    # simulator counts the same way): messages, frames, uncompressed and wire bytes.
+    traffic: StepTraffic = dataclasses.field(default_factory=StepTraffic)
 
 
 def from_mesh(e: MeshEvent) -> Input:
@@ -171,6 +175,7 @@ class Node:
         # dropped).
         self._inner: dict[tuple[int, int], inner.Round] = {}
         self.bytes_sent = 0
+        self.traffic = Tally()  # per step, by the message's own step (p2p/traffic.py)
         # Seconds per sequence of this peer's steps, exchange work included (p2p/pace.py): what
         # the leader shares the step's sequences by.
         self.pace = Pace()
@@ -281,10 +286,15 @@ class Node:
 
     def _execute(self, effect: fx.Effect) -> None:
         if isinstance(effect, fx.SendMessage):
-            self.mesh.send(effect.peer, messages.encode(effect.message))
+            text = messages.encode(effect.message)
+            self.mesh.send(effect.peer, text)
+            self.traffic.text(effect, text)
         elif isinstance(effect, fx.SendPayload):
             sent = self.send_payload(effect)
             self.bytes_sent += sent
+            if sent:  # 0: nothing left (a test's vanished peer)
+                # Every frame but the last is full, so the count follows from the bytes.
+                self.traffic.payload(effect, -(-sent // frames.MAX_FRAME_BYTES), sent)
             key = (effect.step, effect.round)
             if effect.kind is not FrameKind.CHECKPOINT:
                 self._bytes[key] = self._bytes.get(key, 0) + sent
@@ -606,11 +616,16 @@ class Node:
             bytes_sent=self._bytes.pop(key, 0), bytes_early=self._early_bytes.pop(key, 0),
             leader=a.leader, probe=a.probe, backend=a.backend,
             private_data=tuple(p for p in a.roster if p in self.machine.private_data_peers),
-            inner_steps=h,
+            inner_steps=h, traffic=self.traffic.take(a.step),
         )  # fmt: skip
         self.records.append(record)
         if self.on_step is not None:
             self.on_step(record)
+
+    def membership_traffic(self) -> StepTraffic:
+        """What this peer sent that belongs to no step (hello, config, ready, checkpoints,
+        stop ...): p2p/traffic.py."""
+        return self.traffic.steps.get(MEMBERSHIP, StepTraffic())
 
     def _save(self) -> None:
         assert self.checkpoint_path

@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import logging
+import resource
 import signal
 import sys
 import time
@@ -47,6 +48,7 @@ from daisychain.p2p.footprint import estimate
 from daisychain.p2p.mesh import Mesh, MeshError
 from daisychain.p2p.node import LeadConfig, Node, Outcome, StepRecord, Timers
 from daisychain.p2p.runconfig import Limits
+from daisychain.p2p.traffic import StepTraffic
 from daisychain.peer.backend import CHOICES, BackendUnavailable, Choice, choose, step_timer
 from daisychain.peer.recheck import Check, Recheck
 from daisychain.tokenizer import Tokenizer
@@ -246,6 +248,11 @@ class Display:
             "seq_s": round(self.node.pace.seq_s if self.node else 0.0, 5),
             "bytes_sent": r.bytes_sent, "bytes_early": r.bytes_early, "leader": r.leader,
             "probe": r.probe, "backend": r.backend, "private_data": list(r.private_data),
+            # p2p/traffic.py's per-step counts (bench scale and bench sim report these).
+            "messages": r.traffic.messages, "frames": r.traffic.frames,
+            "text_bytes": r.traffic.text_bytes, "piece_bytes": r.traffic.piece_bytes,
+            "wire_bytes": r.traffic.wire_bytes,
+            "connections": len(self.node.mesh.open_peers()) if self.node is not None else 0,
             **({"inner_steps": r.inner_steps, "bytes_per_token": round(bpt, 3)}
                if r.inner_steps else {}),
         })  # fmt: skip
@@ -417,14 +424,18 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"daisychain peer: left the run: {error.message}\nhint: {error.hint}",
               file=sys.stderr)  # fmt: skip
         return EXIT_DATA
-    return _report(outcome, display)
+    return _report(outcome, display, node.membership_traffic())
 
 
-def _report(outcome: Outcome, display: Display) -> int:
+def _report(outcome: Outcome, display: Display, membership: StepTraffic | None = None) -> int:
+    member = membership or StepTraffic()
     display.emit({
         "event": "stopped", "reason": outcome.reason, "step": outcome.step,
         "hash": outcome.hash, "message": outcome.message, "hashes": outcome.hashes,
         "code": outcome.code,
+        # This process's peak resident memory (Linux reports ru_maxrss in KiB).
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "membership_messages": member.messages, "membership_bytes": member.wire_bytes,
     })  # fmt: skip
     if outcome.reason == "done":
         print(f"run done at step {outcome.step}; hash {outcome.hash}", file=sys.stderr)
