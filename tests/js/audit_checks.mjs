@@ -59,7 +59,7 @@ export async function statementMismatches(st, doc) {
       st.parse(fromHex(c.bytes));
       bad.push(`parsed ${c.what}`);
     } catch (exc) {
-      if (!(exc instanceof st.BadStatement)) bad.push(`refusal of ${c.what}: ${exc}`);
+      if (!(exc instanceof st.BadStatement) || exc.message !== c.error) bad.push(`refusal of ${c.what}: ${exc}`);
     }
   }
   return bad;

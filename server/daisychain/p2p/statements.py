@@ -287,8 +287,7 @@ def parse(data: bytes) -> Statement:
     wrong magic or kind, an id that is not one, or a length other than its kind's."""
     if len(data) < HEADER or data[:4] != MAGIC:
         raise BadStatement(
-            f"not a statement: {len(data)} bytes starting {data[:4]!r} "
-            f"(expected {MAGIC!r} and at least {HEADER} bytes)"
+            f'not a statement: {len(data)} bytes (expected "DCS1" and at least {HEADER} bytes)'
         )
     raw_id = data[18:30].rstrip(b"\0")
     try:
@@ -296,18 +295,20 @@ def parse(data: bytes) -> Statement:
     except UnicodeDecodeError:
         author = ""
     if not ID_RE.fullmatch(author) or data[18 + len(raw_id) : 30] != bytes(ID_BYTES - len(raw_id)):
-        raise BadStatement(f"author must be a zero-padded peer id, not {data[18:30]!r}")
+        raise BadStatement(f"author must be a zero-padded peer id, not {data[18:30].hex()}")
     step = struct.unpack_from("<I", data, 13)[0]
     head = Head(data[5:13].hex(), step, data[17], author, data[30:62])
     body = data[HEADER:]
     kind = data[4]
     if kind == Kind.CONTRIBUTION:
         n, rest = divmod(len(body) - 97, DIGEST)
-        if len(body) < 97 + DIGEST or rest or n > MAX_ROSTER or body[0] > 1:
+        if len(body) < 97 + DIGEST or rest or n > MAX_ROSTER:
             raise BadStatement(
-                f"a contribution commit has flags 0 or 1 and 1 to {MAX_ROSTER} chunk digests, "
-                f"not {len(body)} body bytes (flags {body[:1].hex()})"
+                f"a contribution commit's body is 97 bytes and 1 to {MAX_ROSTER} chunk digests, "
+                f"not {len(body)} bytes"
             )
+        if body[0] > 1:
+            raise BadStatement(f"a contribution commit's flags are 0 or 1, not {body[0]}")
         return Contribution(
             head, body[0] == 1, body[1:33], body[33:65], body[65:97], _digests(body[97:], n)
         )

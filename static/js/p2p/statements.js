@@ -274,7 +274,10 @@ export function parse(data) {
   let end = ID_BYTES;
   while (end > 0 && idBytes[end - 1] === 0) end--;
   const author = String.fromCharCode(...idBytes.subarray(0, end));
-  if (!ID_RE.test(author)) throw new BadStatement('author must be a zero-padded peer id');
+  if (!ID_RE.test(author)) {
+    const shown = Array.from(idBytes, (b) => b.toString(16).padStart(2, '0')).join('');
+    throw new BadStatement(`author must be a zero-padded peer id, not ${shown}`);
+  }
   const dv = new DataView(data.buffer, data.byteOffset, data.byteLength);
   const run = Array.from(data.subarray(5, 13), (b) => b.toString(16).padStart(2, '0')).join('');
   /** @type {Head} */
@@ -283,10 +286,11 @@ export function parse(data) {
   switch (data[4]) {
     case Kind.CONTRIBUTION: {
       const n = (body.length - 97) / DIGEST;
-      if (!(Number.isInteger(n) && n >= 1 && n <= MAX_ROSTER) || body[0] > 1) {
-        throw new BadStatement(`a contribution commit has flags 0 or 1 and 1 to ${MAX_ROSTER} chunk ` +
-          `digests, not ${body.length} body bytes (flags ${body[0]})`);
+      if (!(Number.isInteger(n) && n >= 1 && n <= MAX_ROSTER)) {
+        throw new BadStatement(`a contribution commit's body is 97 bytes and 1 to ${MAX_ROSTER} chunk ` +
+          `digests, not ${body.length} bytes`);
       }
+      if (body[0] > 1) throw new BadStatement(`a contribution commit's flags are 0 or 1, not ${body[0]}`);
       return { kind: Kind.CONTRIBUTION, head, private: body[0] === 1, prev: body.slice(1, 33),
         nonceHash: body.slice(33, 65), data: body.slice(65, 97), chunks: digests(body.subarray(97), n) };
     }
