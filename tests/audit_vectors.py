@@ -277,8 +277,20 @@ RFC8032 = [
 P = auditkey.P
 
 
+def _add_encoded(a: bytes, b: bytes) -> bytes:
+    """The encoding of the sum of two encoded points (affine Edwards addition, RFC 8032 5.1.4)."""
+    pa, pb = auditkey._decode(a), auditkey._decode(b)
+    assert pa is not None and pb is not None
+    (x1, y1), (x2, y2) = pa, pb
+    t = auditkey.D * x1 * x2 * y1 * y2 % P
+    x = (x1 * y2 + x2 * y1) * pow(1 + t, P - 2, P) % P
+    y = (y1 * y2 + x1 * x2) * pow(1 - t, P - 2, P) % P
+    return (y | (x & 1) << 255).to_bytes(32, "little")
+
+
 def _small_order_keys() -> list[tuple[str, bytes]]:
-    """Encodings of the neutral point, points of small order and a mixed key: all refused."""
+    """Encodings of the neutral point, points of small order, a mixed key and encodings that are
+    no point: all refused; the base point last, accepted."""
     neutral = (1).to_bytes(32, "little")
     order2 = (P - 1).to_bytes(32, "little")  # (0, -1)
     order4 = bytes(32)  # (sqrt(-1), 0), sign 0
@@ -289,6 +301,7 @@ def _small_order_keys() -> list[tuple[str, bytes]]:
         2707385501144840649318225287225658788936804267575313519463743609750303402022
     ).to_bytes(32, "little")
     return [
+        ("a mixed key: the base point plus a point of order 8", _add_encoded(base, order8)),
         ("the neutral point", neutral),
         ("a point of order 2", order2),
         ("a point of order 4", order4),
