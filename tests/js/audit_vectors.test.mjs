@@ -3,14 +3,11 @@
 // - every case gives the same bits, with Web Crypto and with it taken away (numerics/ed25519.js
 //   and sha256.js, as on a plain-http LAN page);
 // - every check fed a wrong input refuses it;
-// - planted bugs (a byte-order slip, `2 s[a] >= s[j]` written `>`, ties broken by the last rank,
-//   a seed without the nonces, a signature over a truncated statement, S >= L accepted, ...)
-//   each fail the same checks.
+// Planted bugs in these modules: tests/js/audit_planted.test.mjs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 
 import { REPO } from './helpers.mjs';
 import { drawMismatches, fromHex, keyMismatches, statementMismatches } from './audit_checks.mjs';
@@ -149,64 +146,3 @@ test('every flipped bit of a signature is refused, with Web Crypto and without',
   }
   assert.equal(await ak.verify(k.public, msg.subarray(0, msg.length - 1), sig), false);
 });
-
-// ---- planted bugs ---------------------------------------------------------------------------
-
-/**
- * The module at `relative` (under static/js/) with the one occurrence of `from` replaced by
- * `to`, loaded as a data: URL (its relative imports made absolute).
- */
-async function planted(relative, from, to) {
-  const file = path.join(REPO, 'static', 'js', relative);
-  const source = fs.readFileSync(file, 'utf-8');
-  assert.equal(source.split(from).length, 2, `'${from}' must occur once in ${relative}`);
-  const absolute = source.replace(from, to).replace(/from '(\.{1,2}\/[^']+)'/g,
-    (_, rel) => `from '${pathToFileURL(path.resolve(path.dirname(file), rel)).href}'`);
-  return import(`data:text/javascript,${encodeURIComponent(absolute).replace(/'/g, '%27')}`);
-}
-
-test('planted: an unchanged copy passes (the loading route is sound)', async () => {
-  assert.deepEqual(await statementMismatches(await planted('p2p/statements.js', 'export const DIGEST', 'export const DIGEST'), STATEMENTS), []);
-  assert.deepEqual(drawMismatches(await planted('p2p/draw.js', 'export const MAX_ONE_IN', 'export const MAX_ONE_IN'), DRAW), []);
-});
-
-for (const [what, from, to] of [
-  ['the step written big-endian', 'setUint32(0, value, true)', 'setUint32(0, value, false)'],
-  ['a share written big-endian', 'Uint8Array.of(share & 0xff, share >> 8)', 'Uint8Array.of(share >> 8, share & 0xff)'],
-  ['seen without its magic', 'new Sha256().update(SEEN_MAGIC)', 'new Sha256()'],
-  ['the private flag dropped', 'Uint8Array.of(s.private ? 1 : 0)', 'Uint8Array.of(0)'],
-  ['an empty chunk hashed', 'payload.length ? sha256Bytes(payload) : ABSENT.slice()', 'sha256Bytes(payload)'],
-  ['an audit\'s count left out', 'Uint8Array.of(s.digests.length),', ''],
-  ['token ids big-endian', 'view.setInt32(4 * (r * width + i), v, true)', 'view.setInt32(4 * (r * width + i), v, false)'],
-]) {
-  test(`planted statement bug fails the vectors: ${what}`, async () => {
-    assert.notDeepEqual(await statementMismatches(await planted('p2p/statements.js', from, to), STATEMENTS), []);
-  });
-}
-
-for (const [what, from, to] of [
-  ['2 s[a] > s[j]', '2 * shares[a] >= share', '2 * shares[a] > share'],
-  ['ties broken by the last rank', 'shares[b] - shares[a] || a - b', 'shares[b] - shares[a] || b - a'],
-  ['a seed without the nonces', 'for (const n of nonces) h.update(n);', ''],
-  ['u read big-endian', '(d[0] | (d[1] << 8) | (d[2] << 16) | (d[3] << 24)) >>> 0', '((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0'],
-  ['a private contribution drawn', 'shares[j] > 0 && !flags[j]', 'shares[j] > 0'],
-  ['assigned peers not skipped', 'contributors.filter((a) => !assigned.has(a))', 'contributors'],
-  ['reductions not spread', 'const candidates = free.length ? free : others;', 'const candidates = others;'],
-]) {
-  test(`planted draw bug fails the vectors: ${what}`, async () => {
-    assert.notDeepEqual(drawMismatches(await planted('p2p/draw.js', from, to), DRAW), []);
-  });
-}
-
-// Not here: auditkey.js's own S < L check. numerics/ed25519.js checks it too, so removing either
-// alone changes nothing; tests/js/ed25519.test.mjs plants it in ed25519.js's verify.
-for (const [what, from, to] of [
-  ['a signature over a truncated statement', 'return ed25519.sign(this._seed, statement);', 'return ed25519.sign(this._seed, statement.subarray(1));'],
-  ['small-order keys accepted', "else if (!ed25519.inPrimeOrderGroup(point)) {", 'else if (false) {'],
-  ['the key label left out', 'both.set(KEY_LABEL);', ''],
-]) {
-  test(`planted key bug fails (without Web Crypto): ${what}`, async () => {
-    const mod = await planted('p2p/auditkey.js', from, to);
-    assert.notDeepEqual(await withoutSubtle(() => keyMismatches(mod, KEYS)), []);
-  });
-}
