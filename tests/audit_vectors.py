@@ -413,6 +413,9 @@ ROSTERS: list[tuple[str, list[int], int, list[bool] | None, list[int]]] = [
     ("a slow device: no half share, fallbacks", [32, 2, 32, 1], 64, None, []),
     ("more contributions than free peers", [10, 10], 4, None, []),
     ("an empty chunk (B w[k] / W < 1)", [5, 5, 5, 5], 3, None, []),
+    ("one block: a single non-empty chunk", [4, 4, 4], 1, None, []),
+    ("a follower is not a free contributor", [8, 1, 0], 9, None, []),
+    ("followers and a lone half share", [6, 0, 3, 0], 12, None, [3]),
     ("64 peers", [1 + (k % 5) for k in range(64)], 512, None, [3]),
 ]
 

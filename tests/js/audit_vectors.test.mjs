@@ -114,6 +114,17 @@ test('wrong bodies, rosters, rows, secrets and rates are refused', async () => {
   bad(() => dr.audited(D, 0), /one_in must be an integer in \[1, 65536\]/);
   bad(() => dr.audited(D, 65537), /one_in must be an integer in \[1, 65536\]/);
   bad(() => dr.assign(D, [1, 1], { blocks: 4, audited: true, private: [false] }), /private flags/);
+  bad(() => dr.seed('0123456789abcdef', 1, 0, D.subarray(1), D, D, [D]), /roster must be 32 bytes/);
+  bad(() => dr.seed('0123456789abcdef', 1, 0, D, new Uint8Array(33), D, [D]), /prev must be 32 bytes/);
+  bad(() => dr.seed('0123456789abcdef', 1, 0, D, D, new Uint8Array(0), [D]), /seen must be 32 bytes/);
+  bad(() => dr.seed('0123456789abcdef', 1, 0, D, D, D, [D, D.subarray(1)]), /nonces must be one/);
+  bad(() => dr.assign(D, [], { blocks: 4, audited: true }), /0 shares \(1 to 64\)/);
+  bad(() => dr.assign(D, new Array(65).fill(1), { blocks: 4, audited: true }), /65 shares \(1 to 64\)/);
+  bad(() => dr.assign(D, [1, 1], { blocks: 4, audited: true, carried: new Array(65).fill(1) }), /65 carried items \(at most 64\)/);
+  bad(() => dr.assign(D, [1, 1], { blocks: 0, audited: true }), /0 blocks \(at least 1\)/);
+  // no carried items unless given; a lone block makes one non-empty chunk
+  const lone = dr.assign(D, [4, 4, 4], { blocks: 1, audited: true });
+  assert.deepEqual([lone.carried.length, lone.reductions.length, lone.contributions.length], [0, 1, 3]);
   await assert.rejects(st.dataDigest([[1]]), /at least one row of T \+ 1 >= 2/);
   await assert.rejects(st.dataDigest([[1, -2]]), /token ids must be integers/);
   for (const c of STATEMENTS.refused) {

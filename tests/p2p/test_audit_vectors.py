@@ -277,6 +277,31 @@ def test_wrong_rosters_rows_and_secrets_are_refused() -> None:
         draw.assign(bytes(32), [1, 1], blocks=4, audited=True, private=[False])
 
 
+def test_the_draw_refuses_wrong_inputs() -> None:
+    run, d = "0123456789abcdef", bytes(32)
+    for what, args in [
+        ("roster", (d[:31], d, d, [d])),
+        ("prev", (d, d + b"x", d, [d])),
+        ("seen", (d, d, b"", [d])),
+    ]:
+        with pytest.raises(draw.BadStatement, match=f"{what} must be 32 bytes"):
+            draw.seed(run, 1, 0, *args)  # type: ignore[arg-type]
+    with pytest.raises(draw.BadStatement, match="nonces must be one"):
+        draw.seed(run, 1, 0, d, d, d, [d, d[:31]])
+    for shares, kw, words in [
+        ([], {}, r"0 shares \(1 to 64\)"),
+        ([1] * 65, {}, r"65 shares \(1 to 64\)"),
+        ([1, 1], {"carried": [1] * 65}, r"65 carried items \(at most 64\)"),
+        ([1, 1], {"blocks": 0}, r"0 blocks \(at least 1\)"),
+    ]:
+        args: dict[str, Any] = {"blocks": 4, "audited": True, **kw}
+        with pytest.raises(ValueError, match=words):
+            draw.assign(d, shares, **args)
+    # no carried items unless given; a lone block makes one non-empty chunk
+    a = draw.assign(d, [4, 4, 4], blocks=1, audited=True)
+    assert a.carried == () and len(a.reductions) == 1 and len(a.contributions) == 3
+
+
 def test_the_key_refusals() -> None:
     for text, words in [
         ("A" * 64, "64 lowercase hex"),

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from daisychain.p2p import allreduce
-from daisychain.p2p.statements import DIGEST, BadStatement, attempt_bytes
+from daisychain.p2p.statements import DIGEST, MAX_ROSTER, BadStatement, attempt_bytes
 
 SEED_MAGIC = b"DCD1"
 MAX_ONE_IN = 65536  # config.audit.one_in: the 32-bit draw's modulo bias stays below 2^-16
@@ -53,9 +53,8 @@ def u(seed_: bytes, label: bytes) -> int:
 
 
 def _label(name: bytes, index: int) -> bytes:
-    """A label with an index: the name, then the index as one byte (ranks and chunks are < 64,
-    carried items < 64)."""
-    assert 0 <= index <= 0xFF, index
+    """A label with an index: the name, then the index as one byte (a rank, a chunk or a place
+    in ``carry``: below 64, which ``assign`` checks)."""
     return name + bytes((index,))
 
 
@@ -114,8 +113,11 @@ def assign(
     says; contributions and reductions only when it is true."""
     n = len(shares)
     flags = list(private) if private is not None else [False] * n
-    if n < 1 or len(flags) != n or blocks < 1:
-        raise ValueError(f"assign: {n} shares, {len(flags)} private flags, {blocks} blocks")
+    if not 1 <= n <= MAX_ROSTER or len(flags) != n or len(carried) > MAX_ROSTER or blocks < 1:
+        raise ValueError(
+            f"assign: {n} shares (1 to {MAX_ROSTER}), {len(flags)} private flags, "
+            f"{len(carried)} carried items (at most {MAX_ROSTER}), {blocks} blocks (at least 1)"
+        )
     assigned: set[int] = set()
     contributions: list[tuple[int, int]] = []
     if audited and n > 1:

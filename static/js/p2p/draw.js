@@ -5,7 +5,7 @@
 // bytes.
 
 import { Sha256, sha256 } from '../numerics/sha256.js';
-import { BadStatement, DIGEST, attemptBytes } from './statements.js';
+import { BadStatement, DIGEST, MAX_ROSTER, attemptBytes } from './statements.js';
 import { chunkBlocks } from './allreduce.js';
 
 export const MAX_ONE_IN = 65536; // config.audit.one_in: the draw's modulo bias stays below 2^-16
@@ -49,12 +49,12 @@ export function u(seed_, label) {
 }
 
 /**
- * A label with an index: the name's ASCII, then the index as one byte.
+ * A label with an index: the name's ASCII, then the index as one byte (a rank, a chunk or a
+ * place in carry: below 64, which assign checks).
  * @param {string} name
  * @param {number} index
  */
 function label(name, index) {
-  if (!(Number.isInteger(index) && index >= 0 && index <= 0xff)) throw new RangeError(`label index ${index}`);
   const out = new Uint8Array(name.length + 1);
   out.set(ascii(name));
   out[name.length] = index;
@@ -113,8 +113,9 @@ function contributionAuditor(seed_, lbl, shares, share, author, assigned) {
 export function assign(seed_, shares, { blocks, audited: isAudited, private: priv, carried = [] }) {
   const n = shares.length;
   const flags = priv ? [...priv] : new Array(n).fill(false);
-  if (n < 1 || flags.length !== n || !(blocks >= 1)) {
-    throw new RangeError(`assign: ${n} shares, ${flags.length} private flags, ${blocks} blocks`);
+  if (n < 1 || n > MAX_ROSTER || flags.length !== n || carried.length > MAX_ROSTER || !(Number.isInteger(blocks) && blocks >= 1)) {
+    throw new RangeError(`assign: ${n} shares (1 to ${MAX_ROSTER}), ${flags.length} private flags, ` +
+      `${carried.length} carried items (at most ${MAX_ROSTER}), ${blocks} blocks (at least 1)`);
   }
   /** @type {Set<number>} */
   const assigned = new Set();
