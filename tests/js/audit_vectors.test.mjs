@@ -125,6 +125,9 @@ test('wrong bodies, rosters, rows, secrets and rates are refused', async () => {
   // no carried items unless given; a lone block makes one non-empty chunk
   const lone = dr.assign(D, [4, 4, 4], { blocks: 1, audited: true });
   assert.deepEqual([lone.carried.length, lone.reductions.length, lone.contributions.length], [0, 1, 3]);
+  // the limits are inclusive: 64 peers and 64 carried items are a roster's most
+  assert.equal(dr.assign(D, [1, 1], { blocks: 4, audited: false, carried: new Array(64).fill(1) }).carried.length, 64);
+  assert.equal(dr.assign(D, new Array(64).fill(1), { blocks: 64, audited: true }).contributions.length, 64);
   await assert.rejects(st.dataDigest([[1]]), /at least one row of T \+ 1 >= 2/);
   await assert.rejects(st.dataDigest([[1, -2]]), /token ids must be integers/);
   for (const c of STATEMENTS.refused) {

@@ -300,6 +300,9 @@ def test_the_draw_refuses_wrong_inputs() -> None:
     # no carried items unless given; a lone block makes one non-empty chunk
     a = draw.assign(d, [4, 4, 4], blocks=1, audited=True)
     assert a.carried == () and len(a.reductions) == 1 and len(a.contributions) == 3
+    # the limits are inclusive: 64 peers and 64 carried items are a roster's most
+    assert len(draw.assign(d, [1, 1], blocks=4, audited=False, carried=[1] * 64).carried) == 64
+    assert len(draw.assign(d, [1] * 64, blocks=64, audited=True).contributions) == 64
 
 
 def test_the_key_refusals() -> None:
