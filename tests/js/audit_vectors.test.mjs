@@ -160,3 +160,47 @@ test('every flipped bit of a signature is refused, with Web Crypto and without',
   }
   assert.equal(await ak.verify(k.public, msg.subarray(0, msg.length - 1), sig), false);
 });
+
+// ---- the edges StrykerJS found unpinned in statements.js (docs/TESTING.md) -------------------
+
+test('edges: 64 digests are a statement\'s most, both ways; a header alone is its kind\'s refusal', () => {
+  const chunks = new Array(64).fill(D);
+  const c = st.encode({ kind: 1, head: HEAD, private: false, prev: D, nonceHash: D, data: D, chunks });
+  assert.equal(/** @type {any} */ (st.parse(c)).chunks.length, 64);
+  const a = st.encode({ kind: 4, head: HEAD, item: 1, index: 63, of: D, data: D, digests: chunks });
+  assert.equal(/** @type {any} */ (st.parse(a)).digests.length, 64);
+  const header = c.slice(0, st.HEADER);
+  assert.throws(() => st.parse(header), /a contribution commit's body is 97 bytes/);
+  const noCount = a.slice(0, st.HEADER + 67);
+  noCount[st.HEADER + 66] = 0;
+  assert.throws(() => st.parse(noCount), /an audit result has item 1 or 2/);
+  const tooMany = new Uint8Array(st.HEADER + 67 + 65 * 32);
+  tooMany.set(a.subarray(0, st.HEADER + 66));
+  tooMany[st.HEADER + 66] = 65;
+  assert.throws(() => st.parse(tooMany), /an audit result has item 1 or 2/);
+});
+
+test('edges: integers, ids and run ids of the wrong type or shape', async () => {
+  for (const change of [{ round: 1.5 }, { round: -1 }, { author: /** @type {any} */ (5) },
+    { run: /** @type {any} */ (1234567890123456) }, { run: '0123456789abcdef0' }, { run: 'x0123456789abcdef' }]) {
+    assert.throws(() => reveal({ ...HEAD, ...change }), st.BadStatement, JSON.stringify(change));
+  }
+  assert.throws(() => st.encode({ kind: 2, head: HEAD, chunk: -1, digest: D }), /chunk must be an integer/);
+  assert.throws(() => st.rosterDigest(['A', 'B'], [1, 1.5]), /share 1 must be an integer/);
+  assert.throws(() => st.rosterDigest(['A', 'B'], [1, -1]), /share 1 must be an integer/);
+  await assert.rejects(st.dataDigest([]), /at least one row/);
+  await assert.rejects(st.dataDigest([[1, 2], [1, 2, 3]]), /every row as long/);
+  await assert.rejects(st.dataDigest([[1, 2 ** 31]]), /token ids must be integers/);
+  assert.deepEqual([st.Kind.CONTRIBUTION, st.Kind.REDUCED, st.Kind.REVEAL, st.Kind.AUDIT], [1, 2, 3, 4]);
+  assert.deepEqual([st.Item.CONTRIBUTION, st.Item.REDUCTION], [1, 2]);
+});
+
+test('edges: digests handed out are copies; seen without carried items; statementHash is SHA-256', async () => {
+  const absent = await st.chunkDigest(new Uint8Array(0));
+  absent[0] = 1;
+  assert.deepEqual(st.ABSENT, new Uint8Array(32));
+  const s = fromHex(STATEMENTS.statements[0].bytes);
+  assert.deepEqual(st.seen([s], []), st.seen([s], [], []));
+  const { createHash } = await import('node:crypto');
+  assert.deepEqual(st.statementHash(s), new Uint8Array(createHash('sha256').update(s).digest()));
+});
