@@ -82,6 +82,11 @@ PYTHON_TESTS: dict[str, list[str]] = {
         "tests/test_numerics.py",
         "tests/numerics/test_vectors.py",
     ],
+    # audits' building blocks (docs/TRUST.md): the golden cases and the refusals. Not the planted
+    # bugs: they read the module's source, which mutmut's copy holds with its trampolines.
+    "server/daisychain/p2p/statements.py": ["-knot planted", "tests/p2p/test_audit_vectors.py"],
+    "server/daisychain/p2p/auditkey.py": ["-knot planted", "tests/p2p/test_audit_vectors.py"],
+    "server/daisychain/p2p/draw.py": ["-knot planted", "tests/p2p/test_audit_vectors.py"],
 }
 
 JS_TESTS: dict[str, list[str]] = {
@@ -95,6 +100,11 @@ JS_TESTS: dict[str, list[str]] = {
     ],
     "static/js/p2p/datafeed.js": ["tests/js/p2p_datafeed.test.mjs"],
     "static/js/page/crowd.js": ["tests/js/crowd.test.mjs"],
+    "static/js/p2p/statements.js": ["tests/js/audit_vectors.test.mjs"],
+    "static/js/p2p/auditkey.js": ["tests/js/audit_vectors.test.mjs"],
+    "static/js/p2p/draw.js": ["tests/js/audit_vectors.test.mjs"],
+    "static/js/numerics/ed25519.js": ["tests/js/ed25519.test.mjs"],
+    "static/js/numerics/sha512.js": ["tests/js/ed25519.test.mjs"],
     "static/js/numerics": [
         "tests/js/fmath.test.mjs",
         "tests/js/gemm.test.mjs",

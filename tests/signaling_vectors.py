@@ -34,7 +34,9 @@ FORMAT_VERSION = 1
 PEER_ID = "Zk9dEf0a1B2c"  # the shape of a server-assigned id (12 of A-Z a-z 0-9 _ -)
 
 NAME, DEVICE, BACKEND = "name", "device", "device.backend"
-SPEED, KIND = "device.tokens_per_s", "device.kind"
+SPEED, KIND, AUDIT_KEY = "device.tokens_per_s", "device.kind", "device.audit_key"
+# A real audit key: the public key of RFC 8032 section 7.1's test 1 (docs/TRUST.md)
+KEY = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
 VERDICT = "webgpu · verified: your own device, approved before — click Approve"
 ASTRONAUT = "\U0001f469\u200d\U0001f680"  # woman, ZERO WIDTH JOINER, rocket
 PAGE = {"kind": "browser", "backend": "webgpu-dp4a", "tokens_per_s": 5120, "trickle": True}
@@ -136,6 +138,22 @@ CASES: list[tuple[str, Any, Any, str | None]] = [
     ("an empty kind", "Ada", {"kind": ""}, KIND),
     ("a kind that starts with a digit", "Ada", {"kind": "9lives"}, KIND),
     ("a number for a kind", "Ada", {"kind": 3}, KIND),
+    # -- device.audit_key: 64 lowercase hex digits (its shape; the peers judge the point)
+    ("a page's hello with its audit key", "Ada", {**PAGE, "audit_key": KEY}, None),
+    (
+        "an audit key that is no point is still the right shape",
+        "Ada",
+        {"audit_key": "0" * 64},
+        None,
+    ),
+    ("an audit key in capitals", "Ada", {"audit_key": KEY.upper()}, AUDIT_KEY),
+    ("an audit key of 63 digits", "Ada", {"audit_key": KEY[:63]}, AUDIT_KEY),
+    ("an audit key of 65 digits", "Ada", {"audit_key": KEY + "0"}, AUDIT_KEY),
+    ("an audit key with a newline after it", "Ada", {"audit_key": KEY[:63] + "\n"}, AUDIT_KEY),
+    ("an audit key of 64 letters past f", "Ada", {"audit_key": "g" * 64}, AUDIT_KEY),
+    ("an audit key as a number", "Ada", {"audit_key": 12}, AUDIT_KEY),
+    ("a null audit key", "Ada", {"audit_key": None}, AUDIT_KEY),
+    ("an empty audit key", "Ada", {"audit_key": ""}, AUDIT_KEY),
     # -- the summary's shape
     ("a string for a device", "Ada", "browser", DEVICE),
     ("null for a device", "Ada", None, DEVICE),

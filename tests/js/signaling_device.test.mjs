@@ -43,7 +43,8 @@ test('every backend the page can send is known', () => {
 
 test('the file covers accepted, blank and refused names and every refused field', () => {
   const fields = new Set(DOC.cases.filter((c) => c.refused).map((c) => c.refused.field));
-  assert.deepEqual([...fields].sort(), ['device', 'device.backend', 'device.kind', 'device.tokens_per_s', 'name']);
+  assert.deepEqual([...fields].sort(),
+    ['device', 'device.audit_key', 'device.backend', 'device.kind', 'device.tokens_per_s', 'name']);
   assert.ok(DOC.cases.filter((c) => c.accepted?.name === '').length >= 10, 'names that show nothing');
 });
 

@@ -54,7 +54,14 @@ def test_the_generator_fails_when_a_case_and_the_rules_disagree(
 
 def test_the_cases_cover_every_refused_field_and_names_that_show_nothing() -> None:
     fields = {c["refused"]["field"] for c in CASES if "refused" in c}
-    assert fields == {"name", "device", "device.backend", "device.tokens_per_s", "device.kind"}
+    assert fields == {
+        "name",
+        "device",
+        "device.backend",
+        "device.tokens_per_s",
+        "device.kind",
+        "device.audit_key",
+    }
     assert sum(c.get("accepted", {}).get("name") == "" for c in CASES) >= 10
     assert all(c["refused"]["code"] == "bad-message" for c in CASES if "refused" in c)
 

@@ -9,6 +9,10 @@ them), ``inner`` (an outer run's round at one peer), ``versions`` (every version
 or checks), ``runconfig`` (a leader's ``config`` validated once, with ``footprint``, the memory
 it would take) and ``run`` (run phases, rosters, succession, the fork report).
 
+Audits' building blocks (docs/TRUST.md; the machine does not use them yet): ``statements``
+(the signed statements' bytes and digests), ``auditkey`` (a device's Ed25519 key, the key
+check, signing and verifying) and ``draw`` (whether an attempt is audited, and who audits what).
+
 The protocol: ``machine`` (a sans-IO package: every rule of a peer as one deterministic object
 fed events with ``now`` and handing back effects) and ``traces`` (its conformance traces in
 tests/vectors/protocol/). The I/O shell around it: ``mesh`` (signaling client and one aiortc

@@ -8,8 +8,10 @@ and the device is shown as ``device-XXXX`` (its peer id's first four characters,
 names it). A name that can be seen holds no character that hides or reorders it (control,
 format -- bidi overrides above all -- or separator characters other than the space:
 ``str.isprintable``). ``device.backend`` is one of the backends this code computes on,
-``device.tokens_per_s`` a speed that can be real, ``device.kind`` a short word; the other keys
-keep the summary's size rules.
+``device.tokens_per_s`` a speed that can be real, ``device.kind`` a short word,
+``device.audit_key`` an Ed25519 public key's 64 lowercase hex digits (docs/TRUST.md; never
+shown: only its shape is checked here, and whether it is a key audits accept is for the peers,
+``p2p.auditkey.check_public_key``); the other keys keep the summary's size rules.
 
 The server applies these rules to every ``hello`` (``wire.signaling.parse_client``) and both
 clients to the peer info the server relays (``p2p.signaling`` here, the page's
@@ -52,6 +54,7 @@ BACKENDS: tuple[str, ...] = (
     "js-cpu",
 )
 KIND_RE = re.compile(r"[a-z][a-z0-9-]{0,23}")  # "browser", "python", "test", "bystander"
+AUDIT_KEY_RE = re.compile(r"[0-9a-f]{64}")  # an Ed25519 public key (32 bytes) in hex
 
 # What ``str.strip()`` removes (``str.isspace``), spelled out so the page strips the same:
 # JavaScript's ``trim`` also takes U+FEFF and leaves U+001C-U+001F and U+0085.
@@ -74,6 +77,7 @@ NAME_EXPECTED = (
 BACKEND_EXPECTED = f"one of {', '.join(BACKENDS)}"
 TOKENS_EXPECTED = "a number above 0 and at most 1e9 (tokens per second)"
 KIND_EXPECTED = "a lowercase word: a-z, then up to 23 of a-z 0-9 -"
+AUDIT_KEY_EXPECTED = "64 lowercase hex digits (an Ed25519 public key)"
 DEVICE_EXPECTED = (
     f"an object of at most {MAX_DEVICE_KEYS} keys (<= {MAX_DEVICE_KEY_CHARS} chars) with "
     f"string (<= {MAX_DEVICE_VALUE_CHARS} chars), number, boolean or null values"
@@ -137,6 +141,10 @@ def check_device(value: object) -> DeviceSummary:
         isinstance(value["kind"], str) and KIND_RE.fullmatch(value["kind"])
     ):
         raise DeviceInfoError("device.kind", KIND_EXPECTED)
+    if "audit_key" in value and not (
+        isinstance(value["audit_key"], str) and AUDIT_KEY_RE.fullmatch(value["audit_key"])
+    ):
+        raise DeviceInfoError("device.audit_key", AUDIT_KEY_EXPECTED)
     return dict(value)
 
 

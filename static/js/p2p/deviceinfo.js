@@ -9,8 +9,10 @@
 // A name that can be seen holds no character that hides or reorders it (Unicode categories
 // Other and Separator except U+0020: control, format -- bidi overrides above all -- and
 // separator characters; Python's str.isprintable). `device.backend` is a backend a DaisyChain
-// peer computes on, `device.tokens_per_s` a speed that can be real, `device.kind` a short word;
-// the other keys keep the summary's size rules.
+// peer computes on, `device.tokens_per_s` a speed that can be real, `device.kind` a short word,
+// `device.audit_key` an Ed25519 public key's 64 lowercase hex digits (docs/TRUST.md; its shape
+// only: whether audits accept the key is p2p/auditkey.js's checkPublicKey, at the peers); the
+// other keys keep the summary's size rules.
 //
 // Lengths count code points, as Python's len does (not UTF-16 units: an emoji is one
 // character). Python 3.11 knows Unicode 14, this browser a newer version: the server judges
@@ -29,6 +31,7 @@ export const BACKENDS = Object.freeze([
   'numpy', 'cpu-int8', 'wgpu-dp4a', 'wgpu-lut', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu',
 ]);
 const KIND_RE = /^[a-z][a-z0-9-]{0,23}$/;
+const AUDIT_KEY_RE = /^[0-9a-f]{64}$/; // an Ed25519 public key (32 bytes) in hex
 
 // What Python's str.strip() removes (str.isspace). String.prototype.trim differs: it also
 // takes U+FEFF and leaves U+001C-U+001F and U+0085.
@@ -44,6 +47,7 @@ export const NAME_EXPECTED =
 export const BACKEND_EXPECTED = `one of ${BACKENDS.join(', ')}`;
 export const TOKENS_EXPECTED = 'a number above 0 and at most 1e9 (tokens per second)';
 export const KIND_EXPECTED = 'a lowercase word: a-z, then up to 23 of a-z 0-9 -';
+export const AUDIT_KEY_EXPECTED = '64 lowercase hex digits (an Ed25519 public key)';
 export const DEVICE_EXPECTED =
   `an object of at most ${MAX_DEVICE_KEYS} keys (<= ${MAX_DEVICE_KEY_CHARS} chars) with ` +
   `string (<= ${MAX_DEVICE_VALUE_CHARS} chars), number, boolean or null values`;
@@ -153,6 +157,9 @@ export function checkDevice(device) {
   }
   if (has('kind') && !(typeof value.kind === 'string' && KIND_RE.test(value.kind))) {
     throw new DeviceInfoError('device.kind', KIND_EXPECTED);
+  }
+  if (has('audit_key') && !(typeof value.audit_key === 'string' && AUDIT_KEY_RE.test(value.audit_key))) {
+    throw new DeviceInfoError('device.audit_key', AUDIT_KEY_EXPECTED);
   }
   // every value is a scalar (isScalar, above)
   const copy = /** @type {Record<string, string | number | boolean | null>} */ ({ ...value });
