@@ -186,7 +186,7 @@ def test_the_python_peer_trains_the_same_batches_to_the_reference_hash() -> None
     """``--peer``: the headless peer, with the backend it was asked for, on the bench's batches."""
     pytest.importorskip("numba", reason="cpu-madd needs numba (test extras)")
     from daisychain.batches import builtin_tokens
-    from daisychain.bench import _cputier_peer
+    from daisychain.bench import cputier_peer
     from daisychain.bench.step import ISA_ENV
 
     cfg = preset("tiny")
@@ -194,11 +194,11 @@ def test_the_python_peer_trains_the_same_batches_to_the_reference_hash() -> None
     batches = cputier.make_batches(cfg, tokens, 2)
     job = {"preset": "tiny", "vocab": cfg.vocab_size, "batches": batches, "warmup": 1,
            "steps": 1, "seed": cputier.SEED}  # fmt: skip
-    result = _cputier_peer.peer_once(job, "cpu-madd", ISA_ENV["avx2"], timeout_s=240)
+    result = cputier_peer.peer_once(job, "cpu-madd", ISA_ENV["avx2"], timeout_s=240)
     assert result["backend"] == "cpu-madd" and len(result["step_ms"]) == 1
     assert result["hash"] == cputier.reference_hash(cfg, batches)
     with pytest.raises(RuntimeError, match="the Python peer failed"):
-        _cputier_peer.peer_once(job, "no-such-backend", {}, timeout_s=240)
+        cputier_peer.peer_once(job, "no-such-backend", {}, timeout_s=240)
 
 
 def test_unknown_environments_modes_and_peers_are_refused() -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.bench import _cputier_chromium, _cputier_peer, cpufeatures
+from daisychain.bench import _cputier_chromium, cpufeatures, cputier_peer
 
 # The TF.js page's file server, part of this benchmark's interface (its test checks it).
 from daisychain.bench._cputier_chromium import ISOLATION_HEADERS, tfjs_routes
@@ -182,7 +182,7 @@ def _peer_once(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     if args.isa not in ISA_ENV:
         raise SystemExit(f"bench cpu-tier: --isa: choose from {', '.join(ISA_ENV)}")
     peer_job = {**job["ours"], "seed": SEED}
-    return _cputier_peer.peer_once(peer_job, args.peer, ISA_ENV[args.isa], args.timeout)
+    return cputier_peer.peer_once(peer_job, args.peer, ISA_ENV[args.isa], args.timeout)
 
 
 def _tfjs_once(
