@@ -1,5 +1,6 @@
 """``daisychain bench step``'s report at a tiny size (never a timing): every side that can run
-here reports, the CPU int8 sides are there exactly when onnxruntime is installed, and with
+here reports, the CPU int8 sides are there exactly when onnxruntime is installed, cpu-madd
+when numba is, every side's bits agree, and with
 ``--wgpu`` the wgpu sides (batched and per slice) with their round trips, or why not."""
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ def test_the_report_has_every_side_that_runs_here() -> None:
     doc = step.measure(args)
     assert doc["benchmark"] == "step" and doc["tokens_per_step"] > 0
     assert doc["contract"]["tokens_per_s"] > 0
+    assert doc["machine"]["arch"] and "contract" in doc["product_paths"]
+    if importlib.util.find_spec("numba") is not None:  # cpu-madd runs on any CPU
+        assert doc["cpu-madd"]["tokens_per_s"] > 0 and doc["cpu_madd_vs_numpy_ratio"] > 0
+    assert doc["hashes_identical"] is True  # every contract side, every round: one hash
     _check_wgpu_sides(doc)
     if importlib.util.find_spec("onnxruntime") is None:
         assert "cpu-int8" not in doc
