@@ -182,11 +182,31 @@ def test_the_tfjs_server_serves_only_the_pages_files(tmp_path: Path) -> None:
     assert got["/tfjs/..%2Fsecret.txt"][0] == 404
 
 
-def test_unknown_environments_and_modes_are_refused() -> None:
+def test_the_python_peer_trains_the_same_batches_to_the_reference_hash() -> None:
+    """``--peer``: the headless peer, with the backend it was asked for, on the bench's batches."""
+    pytest.importorskip("numba", reason="cpu-madd needs numba (test extras)")
+    from daisychain.batches import builtin_tokens
+    from daisychain.bench import cputier_peer
+    from daisychain.bench.step import ISA_ENV
+
+    cfg = preset("tiny")
+    tokens, _vocab = builtin_tokens(300_000)
+    batches = cputier.make_batches(cfg, tokens, 2)
+    job = {"preset": "tiny", "vocab": cfg.vocab_size, "batches": batches, "warmup": 1,
+           "steps": 1, "seed": cputier.SEED}  # fmt: skip
+    result = cputier_peer.peer_once(job, "cpu-madd", ISA_ENV["avx2"], timeout_s=240)
+    assert result["backend"] == "cpu-madd" and len(result["step_ms"]) == 1
+    assert result["hash"] == cputier.reference_hash(cfg, batches)
+    with pytest.raises(RuntimeError, match="the Python peer failed"):
+        cputier_peer.peer_once(job, "no-such-backend", {}, timeout_s=240)
+
+
+def test_unknown_environments_modes_and_peers_are_refused() -> None:
     parser = argparse.ArgumentParser()
     cputier.add_arguments(parser)
     for argv, option in ((["--environments", "node,deno"], "--environments"),
-                         (["--modes", "fastest,slowest"], "--modes")):  # fmt: skip
+                         (["--modes", "fastest,slowest"], "--modes"),
+                         (["--modes", "none", "--peer", "cpu_madd"], "--peer")):  # fmt: skip
         with pytest.raises(SystemExit, match=option):
             cputier.measure(parser.parse_args(argv))
 

@@ -1,5 +1,6 @@
 """``daisychain bench step``'s report at a tiny size (never a timing): every side that can run
-here reports, the CPU int8 sides are there exactly when onnxruntime is installed, and with
+here reports, the CPU int8 sides are there exactly when onnxruntime is installed, cpu-madd
+when numba is, every side's bits agree, and with
 ``--wgpu`` the wgpu sides (batched and per slice) with their round trips, or why not."""
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ import argparse
 import importlib.util
 from typing import Any
 
-from daisychain.bench import step
+import pytest
+
+from daisychain.bench import cpufeatures, step
 from daisychain.gpu.backend import probe_step_dispatches
 
 
@@ -17,6 +20,10 @@ def test_the_report_has_every_side_that_runs_here() -> None:
     doc = step.measure(args)
     assert doc["benchmark"] == "step" and doc["tokens_per_step"] > 0
     assert doc["contract"]["tokens_per_s"] > 0
+    assert doc["machine"]["arch"] and "contract" in doc["product_paths"]
+    if importlib.util.find_spec("numba") is not None:  # cpu-madd runs on any CPU
+        assert doc["cpu-madd"]["tokens_per_s"] > 0 and doc["cpu_madd_vs_numpy_ratio"] > 0
+    assert doc["hashes_identical"] is True  # every contract side, every round: one hash
     _check_wgpu_sides(doc)
     if importlib.util.find_spec("onnxruntime") is None:
         assert "cpu-int8" not in doc
@@ -85,3 +92,55 @@ def test_rounds_rotate_the_order_of_the_sides() -> None:
     assert orders[0] == sides
     assert {o[0] for o in orders} == set(sides)  # every side goes first once
     assert all(sorted(o) == sorted(sides) for o in orders)
+
+
+def test_a_side_left_out_is_not_timed_and_a_typo_is_refused() -> None:
+    sides = ["contract", "cpu-madd", "cpu-int8", "cpu-int8-unaudited", "torch"]
+    assert step.without(sides, ["cpu-int8"]) == ["contract", "cpu-madd", "torch"]
+    assert step.without(sides, []) == sides
+    with pytest.raises(ValueError, match="--without 'cpu_int8': not a side"):
+        step.without(sides, ["cpu_int8"])
+    with pytest.raises(ValueError, match="not a side that can be left out"):
+        step.without(sides, ["contract"])  # the reference every ratio is taken against
+
+
+def test_the_report_names_the_machine_each_product_path_and_whether_the_bits_agree() -> None:
+    args = argparse.Namespace(preset="tiny", steps=1, rounds=2, without=["cpu-int8"], isa="avx2")
+    same = {**_round(0.1), "state_hash": "ab" * 32}
+    runs = {"contract": [same, same], "cpu-madd": [same, same]}
+    doc = step.report(args, 256, runs)
+    assert doc["hashes_identical"] is True and doc["state_hash"] == "ab" * 32
+    assert set(doc["product_paths"]) == {"contract", "cpu-madd"}
+    assert "16-bit multiply-adds" in doc["product_paths"]["cpu-madd"]
+    assert doc["left_out"] == ["cpu-int8"] and doc["isa_env"]["NUMBA_CPU_NAME"] == "haswell"
+    assert doc["machine"]["arch"] and isinstance(doc["machine"]["flags"], list)
+    forked = {**_round(0.1), "state_hash": "cd" * 32}
+    doc = step.report(args, 256, {"contract": [same, same], "cpu-madd": [same, forked]})
+    assert doc["hashes_identical"] is False and len(doc["state_hash"]) == 2
+    refused = {"refused": "cpu-madd failed gate '1x1x1': expected 7, got 8"}
+    doc = step.report(args, 256, {"contract": [same], "cpu-madd": [refused]})
+    assert doc["cpu-madd"] == "refused by its gates here: " + refused["refused"]
+    assert "cpu_madd_vs_numpy_ratio" not in doc
+
+
+X86 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD Ryzen 5 3600
+flags\t\t: fpu sse sse2 ssse3 sse4_1 avx avx2 fma f16c
+processor\t: 1
+model name\t: other
+flags\t\t: avx512_vnni
+"""
+ARM = """processor\t: 0
+Features\t: fp asimd evtstrm aes crc32 asimddp
+CPU part\t: 0xd0c
+"""
+
+
+def test_the_cpu_features_are_read_from_the_first_cpu() -> None:
+    x86 = cpufeatures.parse(X86)
+    assert x86["model"] == "AMD Ryzen 5 3600" and x86["int8_dot_units"] is False
+    assert x86["flags"] == ["sse2", "ssse3", "sse4_1", "avx", "avx2", "fma", "f16c"]
+    arm = cpufeatures.parse(ARM)
+    assert arm["flags"] == ["asimd", "asimddp"] and arm["int8_dot_units"] is True
+    assert cpufeatures.parse("") == {"model": "", "flags": [], "int8_dot_units": False}

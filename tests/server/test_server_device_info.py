@@ -16,6 +16,7 @@ import pytest
 
 import signaling_vectors
 from daisychain.cpu import int8 as cpuint8
+from daisychain.cpu import madd as cpumadd
 from daisychain.gpu.backend import GPU_ORDER, NumpyGemm
 from daisychain.gpu.gemm import GemmKind, GpuGemm
 from daisychain.p2p import signaling as p2p
@@ -117,11 +118,13 @@ def test_the_python_peer_parses_each_relayed_peer_as_the_vectors_say(
 
 def test_every_backend_the_python_peer_can_send_is_known() -> None:
     """peer/main.py says hello with ``Compute.name`` of its backend: the reference, the CPU
-    int8 GEMM, or a GPU kernel (each kind of GPU_ORDER, named by GpuGemm.name)."""
+    int8 GEMM, the 16-bit multiply-add GEMM, or a GPU kernel (each kind of GPU_ORDER, named by
+    GpuGemm.name)."""
     name_of_kind = GpuGemm.name.fget  # type: ignore[attr-defined]
     gpu = [name_of_kind(SimpleNamespace(kind=kind)) for kind in get_args(GemmKind)]
     assert set(GPU_ORDER) == set(get_args(GemmKind))
-    produced = {Compute().name, NumpyGemm.name, cpuint8.NAME, cpuint8.CpuInt8Gemm.name, *gpu}
+    cpu = {cpuint8.NAME, cpuint8.CpuInt8Gemm.name, cpumadd.NAME, cpumadd.MaddGemm.name}
+    produced = {Compute().name, NumpyGemm.name, *cpu, *gpu}
     assert produced <= set(deviceinfo.BACKENDS), produced - set(deviceinfo.BACKENDS)
     assert DOC["backends"] == list(deviceinfo.BACKENDS)
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.bench import _cputier_chromium
+from daisychain.bench import _cputier_chromium, cpufeatures, cputier_peer
 
 # The TF.js page's file server, part of this benchmark's interface (its test checks it).
 from daisychain.bench._cputier_chromium import ISOLATION_HEADERS, tfjs_routes
@@ -76,6 +76,16 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "--no-install": {"action": "store_true", "help": "refuse rather than install TF.js (npm)"},
     "--tfjs-threads": {"type": int, "default": 0, "help": "TF.js threads in Chromium (0: cores)"},
     "--timeout": {"type": float, "default": 1800.0, "help": "seconds one side may take at most"},
+    "--peer": {
+        "default": "",
+        "metavar": "BACKEND",
+        "help": "also time the headless Python peer with --backend BACKEND (auto, cpu-madd, ...) "
+        "on the same batches, alternating with ours: peer_vs_ours_ratio",
+    },
+    "--isa": {
+        "default": "host",
+        "help": "the peer's vector instructions: host or avx2 (as bench step --isa)",
+    },
 }
 
 
@@ -166,6 +176,15 @@ def _ours_once(env: str, job: dict[str, Any], args: argparse.Namespace) -> dict[
     return {"user_agent": page["user_agent"], **page["results"][0]}
 
 
+def _peer_once(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from daisychain.bench.step import ISA_ENV
+
+    if args.isa not in ISA_ENV:
+        raise SystemExit(f"bench cpu-tier: --isa: choose from {', '.join(ISA_ENV)}")
+    peer_job = {**job["ours"], "seed": SEED}
+    return cputier_peer.peer_once(peer_job, args.peer, ISA_ENV[args.isa], args.timeout)
+
+
 def _tfjs_once(
     env: str, job: dict[str, Any], mode: str, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -189,13 +208,26 @@ def _measure_preset(
     tokens_per_step = cfg.batch * cfg.seq_len
     ours: list[dict[str, Any]] = []
     fastest: list[dict[str, Any]] = []
+    peer: list[dict[str, Any]] = []
     for r in range(max(1, args.rounds)):
         if "fastest" in modes and r % 2 == 1:
             fastest.append(_tfjs_once(env, job, "fastest", args))
+        if getattr(args, "peer", "") and r % 2 == 1:
+            peer.append(_peer_once(job, args))
         ours.append(_ours_once(env, job, args))
         if "fastest" in modes and r % 2 == 0:
             fastest.append(_tfjs_once(env, job, "fastest", args))
+        if getattr(args, "peer", "") and r % 2 == 0:
+            peer.append(_peer_once(job, args))
     row: dict[str, Any] = {"ours": paired_rounds.summarize(ours, tokens_per_step)}
+    if peer:  # the headless peer against the browser tier, round by round
+        for result in peer:
+            result["tokens_per_s"] = tokens_per_step / (result["median_ms"] / 1e3)
+        row["peer"] = paired_rounds.summarize(peer, tokens_per_step)
+        ratios = paired_rounds.paired_ratios(peer, ours)
+        row["peer_vs_ours_by_round"] = ratios
+        if ratios:
+            row["peer_vs_ours_ratio"] = round(statistics.median(ratios), 3)
     if fastest:
         row["tfjs_fastest"] = paired_rounds.summarize(fastest, tokens_per_step)
         ratios = paired_rounds.paired_ratios(ours, fastest)
@@ -220,11 +252,18 @@ def _measure_env(
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     envs = _choices(args.environments, ENVIRONMENTS, "--environments")
-    modes = _choices(args.modes, MODES, "--modes")
+    modes = [m for m in _choices(args.modes, (*MODES, "none"), "--modes") if m != "none"]
+    peer = getattr(args, "peer", "")
+    if peer:
+        from daisychain.peer.backend import CHOICES
+
+        if peer not in CHOICES:
+            raise SystemExit(f"bench cpu-tier: --peer: choose from {', '.join(CHOICES)}")
     names = [p for p in args.presets.split(",") if p]
     steps, warmup = max(1, args.steps), max(0, args.warmup)
     try:
-        args.tfjs_dir = ensure_tfjs(args.tfjs_dir or default_dir(), install=not args.no_install)
+        if modes:  # --modes none: our tier (and the peer) only, no TF.js to install
+            args.tfjs_dir = ensure_tfjs(args.tfjs_dir or default_dir(), install=not args.no_install)
     except TfjsMissing as exc:
         raise SystemExit(f"bench cpu-tier: {exc}") from None
     from daisychain.batches import builtin_tokens
@@ -259,6 +298,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         result[env] = (
             {"skipped": missing} if missing is not None else _measure_env(env, args, modes, jobs)
         )
+    if peer:
+        result["peer_machine"] = cpufeatures.describe()
     result["hashes"] = _hashes(result, envs, jobs)
     result["hashes_identical"] = all(h["hashes_identical"] for h in result["hashes"].values())
     return result
@@ -281,6 +322,8 @@ def _hashes(
         for env in envs:
             row = result[env].get("presets", {}).get(name, {})
             hashes[env] = row.get("ours", {}).get("hash")
+            if "peer" in row:
+                hashes[f"{env}_peer"] = row["peer"].get("hash")
         out[name] = {**hashes, "hashes_identical": hashes_identical(hashes)}
     return out
 

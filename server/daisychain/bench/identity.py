@@ -6,6 +6,8 @@ corpus's training part for ``--steps`` steps (default 1000) on each path of ``--
 - ``numpy``: the Python reference;
 - ``wgpu``: the integer products on the gated wgpu kernel (``daisychain.gpu``; lavapipe on a
   machine without a GPU);
+- ``cpu-int8`` / ``cpu-madd``: the integer products on a gated CPU GEMM (``daisychain.cpu``:
+  onnxruntime on int8 dot-product units; numba on 16-bit multiply-adds), audited as a peer trains;
 - ``node``: the JavaScript CPU mirror under Node (``node_identity.mjs``);
 - ``chromium-webgpu``: the page's training worker on WebGPU (DP4A kernel; SwiftShader here);
 - ``chromium-webgpu-chain``: the same with the chains turned on (``chains: 'on'``; 'auto' leaves
@@ -36,7 +38,16 @@ from typing import Any
 
 import numpy as np
 
-PATHS = ("numpy", "wgpu", "node", "chromium-webgpu", "chromium-webgpu-chain", "chromium-cpu")
+PATHS = (
+    "numpy",
+    "wgpu",
+    "cpu-int8",
+    "cpu-madd",
+    "node",
+    "chromium-webgpu",
+    "chromium-webgpu-chain",
+    "chromium-cpu",
+)
 TOKENS_URL = "/bench-identity/tokens.bin"
 
 # In the page: a TrainWorker on `backend` trains `steps` steps of the run; returns the hashes.
@@ -116,11 +127,12 @@ def _python(tokens: np.ndarray, vocab: int, steps: int, ops: Any | None) -> list
     return hashes
 
 
-def _wgpu_ops() -> Any:
+def _gated_ops(choice: str) -> Any:
+    """The ops of ``--backend choice`` (a gated GPU or CPU GEMM), as a peer would train."""
     from daisychain.peer.backend import BackendUnavailable, choose
 
     try:
-        return choose("wgpu").compute.ops
+        return choose(choice).compute.ops
     except BackendUnavailable as exc:
         raise RuntimeError(f"{exc.message} ({exc.hint})") from None
 
@@ -213,8 +225,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 if path == "numpy":
                     got = _python(tokens, tok.vocab_size, args.steps, None)
-                elif path == "wgpu":
-                    got = _python(tokens, tok.vocab_size, args.steps, _wgpu_ops())
+                elif path in ("wgpu", "cpu-int8", "cpu-madd"):
+                    got = _python(tokens, tok.vocab_size, args.steps, _gated_ops(path))
                 elif path == "node":
                     got = _node(run_file, tokens_file, args.steps)
                 else:

@@ -39,6 +39,8 @@ import subprocess
 import sys
 from typing import Any
 
+from daisychain.bench import cpufeatures
+
 _CHILD = r"""
 import json, resource, sys, time
 import numpy as np
@@ -61,16 +63,16 @@ else:
     from daisychain import training
     from daisychain.optim import AdamWConfig
     state = training.init(cfg, AdamWConfig(lr=1e-3), 1)
-    if side.startswith("cpu-int8"):  # the gated CPU int8 GEMM
-        from daisychain.cpu import int8 as cpuint8
+    if side.startswith(("cpu-int8", "cpu-madd")):  # a gated CPU GEMM
+        from daisychain.cpu import int8 as cpuint8, madd as cpumadd
         from daisychain.gpu.backend import Backend
         from daisychain.gpu.live import training_ops
         from daisychain.model.ops import IntGemmOps
-        gemm, why = cpuint8.evaluate()
+        gemm, why = (cpumadd if side.startswith("cpu-madd") else cpuint8).evaluate()
         if gemm is None:
             print(json.dumps({"refused": why})); sys.exit(0)
         # audited as in training; "-unaudited": gates and probe only (what the audit costs)
-        audited = side == "cpu-int8"
+        audited = not side.endswith("-unaudited")
         from daisychain.cpu import fused as cpufused
         raw = IntGemmOps(side, gemm.matmul_int, gemm.matmul_float, None, cpufused.proven()[0])
         state.ops = training_ops(Backend(gemm, "cpu")) if audited else raw
@@ -96,7 +98,9 @@ for i in range(1, steps + 1):
     t0 = time.perf_counter(); step(i); times.append(time.perf_counter() - t0)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 traffic = ROUND_TRIPS.snapshot()
+state_hash = "" if side == "torch" else training.state_hash(state)  # after the timing
 print(json.dumps({"step_s": sorted(times)[len(times) // 2], "times_s": times,
+                  "state_hash": state_hash,
                   "peak_rss_kb": peak, "base_rss_kb": base_rss,
                   "readbacks": traffic.readbacks / steps, "submits": traffic.submits / steps,
                   "dispatches": traffic.dispatches / steps}))
@@ -115,21 +119,71 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also time the contract on the gated wgpu kernel, batched and per slice",
     )
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="SIDE",
+        help="leave a side out (repeatable): --without cpu-int8 times what a peer on a CPU "
+        "without VNNI would choose from, on any machine",
+    )
+    parser.add_argument(
+        "--isa",
+        default="host",
+        choices=sorted(ISA_ENV),
+        help="the vector instructions every side may use: host (all this CPU has) or avx2 "
+        "(numba, OpenBLAS and PyTorch limited to AVX2 and FMA: no AVX-512, no VNNI, the code "
+        "a 2013-2020 x86 machine runs)",
+    )
 
 
 def _run_side(side: str, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
     cmd = [sys.executable, "-c", _CHILD, side, args.preset, str(args.steps), str(vocab)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), check=False)
+    env = {**os.environ, **ISA_ENV[getattr(args, "isa", "host")]}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"bench step ({side}) failed:\n{proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
+# Each library's own switch for the instructions it may use (read when it loads): numba's LLVM
+# target CPU, OpenBLAS's kernel set, oneDNN's and MKL's instruction ceiling (PyTorch's CPU
+# products). onnxruntime has none: leave ``cpu-int8`` out (``--without cpu-int8``) to see what a
+# peer without VNNI chooses from.
+ISA_ENV: dict[str, dict[str, str]] = {
+    "host": {},
+    "avx2": {
+        "NUMBA_CPU_NAME": "haswell",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+}
+
+
 def _cpu_int8_available() -> bool:
     from daisychain.cpu import int8 as cpuint8
 
     return cpuint8.available()
+
+
+def _cpu_madd_available() -> bool:
+    from daisychain.cpu import madd as cpumadd
+
+    return cpumadd.available()
+
+
+# Where each side computes its integer products (the report's ``product_paths``).
+PRODUCT_PATHS = {
+    "contract": "numpy reference: float32 BLAS on int8 values (exact for K <= 1024)",
+    "cpu-int8": "onnxruntime MatMulInteger on int8 dot-product units (VNNI), audited",
+    "cpu-int8-unaudited": "onnxruntime MatMulInteger on int8 dot-product units (VNNI)",
+    "cpu-madd": "numba loop on 16-bit multiply-adds (pmaddwd on x86, no VNNI needed), audited",
+    "wgpu": "the best gated wgpu kernel, batched, audited",
+    "wgpu-per-slice": "the best gated wgpu kernel, one round trip per slice, audited",
+    "torch": "PyTorch float32 eager",
+}
 
 
 def _torch_available() -> bool:
@@ -152,8 +206,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     sides = ["contract", "torch"] if _torch_available() else ["contract"]
     if _cpu_int8_available():
         sides[1:1] = ["cpu-int8", "cpu-int8-unaudited"]
+    if _cpu_madd_available():
+        sides[1:1] = ["cpu-madd"]
     if getattr(args, "wgpu", False):
         sides[1:1] = list(WGPU_SIDES)
+    sides = without(sides, getattr(args, "without", []))
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for r in range(args.rounds):
         for side in rotated(sides, r):
@@ -168,6 +225,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 WGPU_SIDES = ("wgpu", "wgpu-per-slice")
+
+
+def without(sides: list[str], names: list[str]) -> list[str]:
+    """``sides`` less each of ``names`` (a side and its ``-unaudited`` twin); a name that is no
+    side is refused, so a typo does not time the very side it meant to leave out."""
+    for name in names:
+        if name not in PRODUCT_PATHS or name == "contract":
+            known = ", ".join(k for k in PRODUCT_PATHS if k != "contract")
+            raise ValueError(f"--without {name!r}: not a side that can be left out ({known})")
+    return [s for s in sides if s not in names and s.removesuffix("-unaudited") not in names]
 
 
 def rotated(sides: list[str], round_index: int) -> list[str]:
@@ -200,16 +267,29 @@ def report(
         "tokens_per_step": tokens,
         "timed_steps_per_round": args.steps,
         "rounds": args.rounds,
+        "machine": cpufeatures.describe(),
+        "isa": getattr(args, "isa", "host"),
+        "isa_env": ISA_ENV[getattr(args, "isa", "host")],
+        "left_out": list(getattr(args, "without", [])),
+        "product_paths": {side: PRODUCT_PATHS[side] for side in runs if side in PRODUCT_PATHS},
     }
     runs = dict(runs)
     refused = [r["refused"] for r in runs.get("cpu-int8", []) if "refused" in r]
     if refused:  # the gates said no on this CPU: report why, time nothing
         out["cpu-int8"] = f"refused by its gates here: {refused[0]}"
         del runs["cpu-int8"], runs["cpu-int8-unaudited"]
+    refused = [r["refused"] for r in runs.get("cpu-madd", []) if "refused" in r]
+    if refused:
+        out["cpu-madd"] = f"refused by its gates here: {refused[0]}"
+        del runs["cpu-madd"]
     refused = [r["refused"] for r in runs.get("wgpu", []) if "refused" in r]
     if refused:  # no wgpu kernel passed its gates (or no adapter): say why
         out["wgpu"] = f"refused by its gates here: {refused[0]}"
         del runs["wgpu"], runs["wgpu-per-slice"]
+    hashes = {r.get("state_hash", "") for side, rs in runs.items() if side != "torch" for r in rs}
+    if hashes - {""}:  # every contract side, every round, after the same steps: one hash
+        out["hashes_identical"] = len(hashes) == 1
+        out["state_hash"] = sorted(hashes)[0] if len(hashes) == 1 else sorted(hashes)
     for side, results in runs.items():
         out[side] = _side_summary(results, tokens)
         if side in WGPU_SIDES:  # the same code gives the same counts every round
@@ -223,6 +303,7 @@ def report(
             ("contract", ""),
             ("cpu-int8", "cpu_int8_"),
             ("cpu-int8-unaudited", "cpu_int8_unaudited_"),
+            ("cpu-madd", "cpu_madd_"),
         ):
             if side in runs:
                 tps = out[side]["tokens_per_s"]
@@ -230,7 +311,7 @@ def report(
                 out[prefix + "tokens_per_s_ratio_vs_torch_min"] = round(tps / torch_fast, 3)
     else:
         out["torch"] = "not installed (pip install torch==2.13.0 for the baseline)"
-    for side in ("cpu-int8", "cpu-int8-unaudited", *WGPU_SIDES):
+    for side in ("cpu-int8", "cpu-int8-unaudited", "cpu-madd", *WGPU_SIDES):
         if side in runs:
             key = side.replace("-", "_") + "_vs_numpy_ratio"
             out[key] = round(out[side]["tokens_per_s"] / out["contract"]["tokens_per_s"], 3)

@@ -4,10 +4,13 @@
 through ``gpu.live.training_ops`` (every product audited) and fails with a hint when none does.
 ``cpu-int8`` is the CPU's int8 dot-product units through onnxruntime (cpu/int8.py: an optional
 dependency, gated and probed like a GPU kernel, since a CPU without VNNI saturates its sums).
+``cpu-madd`` is an exact product on 16-bit multiply-adds that any CPU has (cpu/madd.py, numba:
+the same optional dependency; what an AVX2 or NEON machine without int8 dot-product units uses).
 ``numpy`` is the reference. ``auto`` follows the rule the browser follows (docs/KERNELS.md,
 "Backend choice"): correct first -- every wgpu kernel is gated and probed, and one that fails is
 never a candidate -- then the fastest measured at start on a training step: in each of three
-rounds every candidate (wgpu DP4A, wgpu LUT, cpu-int8, numpy, in that preference order) computes one
+rounds every candidate (wgpu DP4A, wgpu LUT, cpu-int8, cpu-madd, numpy, in that preference order)
+computes one
 forward-backward of the ``tiny`` model with the ops it would train with (a GPU kernel audited,
 as in training), stopped once it has run longer than the best so far; a candidate's figure is
 its fastest round, so a moment of load beside the peer does not decide the run; ties go to the
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from daisychain.cpu import int8 as cpuint8
+from daisychain.cpu import madd as cpumadd
 from daisychain.gpu.backend import (
     GPU_ORDER,
     Backend,
@@ -55,7 +59,8 @@ from daisychain.model.params import init_params
 from daisychain.numerics.quant import FloatArray, IntArray
 from daisychain.p2p.options import Compute
 
-CHOICES = ("auto", "wgpu", "cpu-int8", "numpy")
+CHOICES = ("auto", "wgpu", "cpu-int8", "cpu-madd", "numpy")
+CPU_ORDER = (cpuint8.NAME, cpumadd.NAME)  # the CPU backends, in preference order
 TIMING_PRESET = "tiny"  # a follower does not know the run's model yet when it chooses
 
 
@@ -328,12 +333,30 @@ def gated_cpu_int8() -> tuple[list[Backend], list[Demotion]]:
     return [Backend(gemm, "CPU int8 dot-product units (onnxruntime MatMulInteger)")], []
 
 
+def gated_cpu_madd() -> tuple[list[Backend], list[Demotion]]:
+    """The 16-bit multiply-add GEMM (cpu/madd.py) when numba is installed and it passes its
+    gates and probe here; a demotion when it does not; nothing without numba."""
+    if not cpumadd.available():
+        return [], []
+    gemm, why = cpumadd.evaluate()
+    if gemm is None:
+        return [], [Demotion(cpumadd.NAME, why or "failed")]
+    return [Backend(gemm, cpumadd.DEVICE)], []
+
+
+def gated_cpu_backends() -> tuple[list[Backend], list[Demotion]]:
+    """Every CPU backend that passes its gates and probe here (CPU_ORDER), and the demotions."""
+    int8, int8_refused = gated_cpu_int8()
+    madd, madd_refused = gated_cpu_madd()
+    return int8 + madd, int8_refused + madd_refused
+
+
 def choose(
     choice: str,
     select: Callable[[], Backend] = select_backend,
     *,
     gated: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_gpu_backends,
-    gated_cpu: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_cpu_int8,
+    gated_cpu: Callable[[], tuple[list[Backend], list[Demotion]]] = gated_cpu_backends,
     time_step: StepTimer | None = None,
     rounds: int = 3,
 ) -> Choice:
@@ -346,16 +369,23 @@ def choose(
         raise ValueError(f"--backend must be one of {', '.join(CHOICES)}, not {choice!r}")
     if choice == "numpy":
         return Choice(Compute(), "numpy: requested with --backend numpy")
-    if choice == cpuint8.NAME:
-        cpu, refused = gated_cpu()
+    if choice in CPU_ORDER:
+        every, every_refused = gated_cpu()
+        cpu = [b for b in every if b.name == choice]
+        refused = [d for d in every_refused if d.name == choice]
         if not cpu:
-            why = refused[0].reason if refused else "onnxruntime is not installed"
-            raise BackendUnavailable(
-                f"--backend {cpuint8.NAME}: the CPU int8 GEMM is not usable here ({why})",
+            missing = "onnxruntime" if choice == cpuint8.NAME else "numba"
+            why = refused[0].reason if refused else f"{missing} is not installed"
+            hint = (
                 "pip install 'daisychain[int8]' on a CPU with int8 dot-product units "
-                "(AVX-512 VNNI, AVX-VNNI), or run with --backend auto or numpy",
+                "(AVX-512 VNNI, AVX-VNNI), or run with --backend auto, cpu-madd or numpy"
+                if choice == cpuint8.NAME
+                else "pip install 'daisychain[int8]' (numba), or run with --backend auto or numpy"
             )
-        return Choice(gpu_compute(cpu[0]), f"{cpuint8.NAME}: requested with --backend {choice}")
+            raise BackendUnavailable(
+                f"--backend {choice}: the CPU GEMM {choice} is not usable here ({why})", hint
+            )
+        return Choice(gpu_compute(cpu[0]), f"{choice}: requested with --backend {choice}")
     if choice == "wgpu":
         backend = select()
         if backend.name == "numpy":
@@ -373,7 +403,7 @@ def choose(
     timer = time_step or step_timer()
     rows = [Candidate(d.name, False, d.reason) for d in demotions]
     rows += measure(computes, timer, rounds)
-    names = [*(f"wgpu-{k}" for k in GPU_ORDER), cpuint8.NAME, "numpy"]
+    names = [*(f"wgpu-{k}" for k in GPU_ORDER), *CPU_ORDER, "numpy"]
     order = {name: i for i, name in enumerate(names)}
     rows.sort(key=lambda r: order.get(r.name, len(order)))
     name, reason = choose_fastest(rows, rounds)

@@ -39,14 +39,15 @@ MAX_TOKENS_PER_S = 1e9  # far above any real device; the figure is shown, never 
 # Every ``device.backend`` a DaisyChain peer sends, in the order of its source. The peer
 # (peer/main.py) sends ``Compute.name`` of its chosen backend (peer/backend.py): the reference
 # "numpy" (p2p/options.py Compute's default, gpu/backend.py NumpyGemm.name), "cpu-int8"
-# (cpuint8.NAME) and a GPU kernel "wgpu-" + each kind of gpu/backend.GPU_ORDER (gpu/gemm.py
-# GpuGemm.name). The page (static/js/app.js) sends the worker's chosen backend: one of
-# BACKEND_CHOICES in static/js/train/messages.js other than "auto" ("js-cpu" is also the tier a
-# GPU falls back to, static/js/gpu/gemm.js). tests/server/test_server_device_info.py checks
-# each source.
+# (cpuint8.NAME), "cpu-madd" (cpumadd.NAME) and a GPU kernel "wgpu-" + each kind of
+# gpu/backend.GPU_ORDER (gpu/gemm.py GpuGemm.name). The page (static/js/app.js) sends the
+# worker's chosen backend: one of BACKEND_CHOICES in static/js/train/messages.js other than
+# "auto" ("js-cpu" is also the tier a GPU falls back to, static/js/gpu/gemm.js).
+# tests/server/test_server_device_info.py checks each source.
 BACKENDS: tuple[str, ...] = (
     "numpy",
     "cpu-int8",
+    "cpu-madd",
     "wgpu-dp4a",
     "wgpu-lut",
     "webgpu-dp4a",

@@ -28,7 +28,7 @@ export const MAX_TOKENS_PER_S = 1e9;
 // Every device.backend a DaisyChain peer sends (where each comes from: wire/deviceinfo.py):
 // the Python peer's, then the page's (train/messages.js BACKEND_CHOICES without 'auto').
 export const BACKENDS = Object.freeze([
-  'numpy', 'cpu-int8', 'wgpu-dp4a', 'wgpu-lut', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu',
+  'numpy', 'cpu-int8', 'cpu-madd', 'wgpu-dp4a', 'wgpu-lut', 'webgpu-dp4a', 'webgpu-lut', 'js-cpu',
 ]);
 const KIND_RE = /^[a-z][a-z0-9-]{0,23}$/;
 const AUDIT_KEY_RE = /^[0-9a-f]{64}$/; // an Ed25519 public key (32 bytes) in hex
