@@ -186,7 +186,7 @@ def test_the_python_peer_trains_the_same_batches_to_the_reference_hash() -> None
     """``--peer``: the headless peer, with the backend it was asked for, on the bench's batches."""
     pytest.importorskip("numba", reason="cpu-madd needs numba (test extras)")
     from daisychain.batches import builtin_tokens
-    from daisychain.bench import cputier_peer
+    from daisychain.bench.rig import cputier_peer
     from daisychain.bench.step import ISA_ENV
 
     cfg = preset("tiny")

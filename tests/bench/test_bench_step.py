@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from daisychain.bench import cpufeatures, step
+from daisychain.bench import step
+from daisychain.bench.rig import cpufeatures
 from daisychain.gpu.backend import probe_step_dispatches
 
 

@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daisychain.bench import _cputier_chromium, cpufeatures, cputier_peer
+from daisychain.bench import _cputier_chromium
 
 # The TF.js page's file server, part of this benchmark's interface (its test checks it).
 from daisychain.bench._cputier_chromium import ISOLATION_HEADERS, tfjs_routes
-from daisychain.bench.rig import paired_rounds
+from daisychain.bench.rig import cpufeatures, cputier_peer, paired_rounds
 from daisychain.bench.rig.chromium import chromium_missing
 from daisychain.bench.rig.steps import node_missing, run_node
 from daisychain.bench.rig.tfjs_cache import TfjsMissing, default_dir, ensure_tfjs

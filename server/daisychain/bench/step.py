@@ -39,7 +39,7 @@ import subprocess
 import sys
 from typing import Any
 
-from daisychain.bench import cpufeatures
+from daisychain.bench.rig import cpufeatures
 
 _CHILD = r"""
 import json, resource, sys, time

@@ -15,6 +15,8 @@ planted bugs) under tests/, outside the package.
 - ``steps``: how training steps are timed (``StepPolicy``; numpy, Node via ``node_step.mjs``);
   ``nodejs``: how Node is found and started.
 - ``shapes``: the integer products the GEMM benchmarks time.
+- ``cpufeatures``: what this CPU offers (the flags a figure is read with);
+  ``cputier_peer``: the headless peer timed on the browser CPU tier's own batches.
 
 Benchmarks (``daisychain.bench``) and tests import these; tests import no benchmark
 (tests/test_architecture.py).
