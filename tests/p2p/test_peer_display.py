@@ -1,5 +1,6 @@
 """The headless peer's step line (peer/main.py Display): its share of the step, and no loss
-where it computed none; a backend re-check's event and line."""
+where it computed none; a backend re-check's event and line; the final agreement it prints when
+a run ends."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 
 import pytest
 
+from daisychain.p2p.machine.effects import Outcome
 from daisychain.p2p.node import StepRecord
 from daisychain.peer.backend import Candidate
-from daisychain.peer.main import Display
+from daisychain.peer.main import Display, confirmed
 from daisychain.peer.recheck import Check
 
 
@@ -85,3 +87,13 @@ def test_every_backend_check_is_a_json_event(capsys: pytest.CaptureFixture[str])
         "switched": False, "cost_s": 1.3, "figures": {"numpy": 0.6, "wgpu-dp4a": 0.05},
         "reason": "kept numpy after a slowdown check (numpy 600.0 ms, wgpu-dp4a 50.0 ms)",
     }  # fmt: skip
+
+
+def test_the_final_agreement_counts_only_equal_hashes() -> None:
+    mine, other = "ab" * 32, "cd" * 32
+    agree = Outcome("done", 5, mine, "reached step 5", {"a": mine, "b": mine, "c": mine})
+    assert confirmed(agree) == "3 replicas identical at step 5"
+    lied = Outcome("done", 5, mine, "reached step 5", {"a": mine, "b": other, "c": mine})
+    assert confirmed(lied) == "2 replicas identical at step 5, 1 differ from this one"
+    alone = Outcome("done", 5, mine, "reached step 5", {"a": mine})
+    assert confirmed(alone) == "1 replica identical at step 5"

@@ -39,6 +39,7 @@ REQUIRED = {
     "a stop racing a failover": "stop-races-failover",
     "a straggler timeout re-commit": "straggler-recommit",
     "frames out of order, oversized, unknown kind": "frames-hostile",
+    "the last step's hashes settled after the stop (issue 44)": "final-hashes-after-stop",
 }
 
 
@@ -107,6 +108,26 @@ def test_a_changed_effect_fails_the_replay(what: str) -> None:
     mutated = dict(_mutations(trace))[what]
     with pytest.raises(TraceMismatch):
         replay(mutated)
+
+
+@pytest.mark.parametrize("planted", ["late hashes dropped", "no final agreement"])
+def test_the_old_end_of_a_run_fails_the_final_hashes_trace(
+    planted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44's bug, planted back: a stopped peer that drops the hashes reaching it after the
+    stop (the old rule), or one that does not report what it holds, fails the trace at the
+    last event, where ``finished.hashes`` must name every peer whose hash came."""
+    from daisychain.p2p.machine.machine import Machine
+
+    trace = load(TRACES / "final-hashes-after-stop.json")
+    assert replay(trace) > 0
+    if planted == "late hashes dropped":
+        monkeypatch.setattr(Machine, "_late_hash", lambda self, peer, m: None)
+    else:
+        monkeypatch.setattr(Machine, "_final_outcome", lambda self, outcome: outcome)
+    last = len(trace["steps"]) - 1
+    with pytest.raises(TraceMismatch, match=rf"final-hashes-after-stop: step {last} \(message"):
+        replay(trace)
 
 
 def test_a_trace_of_another_version_is_refused() -> None:

@@ -19,6 +19,7 @@ from daisychain.wire import codec, frames, messages
 from daisychain.wire.frames import FrameKind
 from protocol_traces.script import (
     OTHER_RUN,
+    REFERENCE_PROBE,
     RUN,
     SEED,
     TIMERS,
@@ -35,6 +36,7 @@ from protocol_traces.script import (
     contributions,
     fresh_state,
     hello_text,
+    loss_of,
     reduced,
     roster_msg,
     split,
@@ -1036,6 +1038,41 @@ def early_chunk_twice() -> Script:
     return s
 
 
+def final_hashes_after_stop() -> Script:
+    s = Script("final-hashes-after-stop", "B follows leader A with C, D, E and F for the last "
+               "step (issue 44): F's hash of step 1 comes before A's stop done, C's and D's "
+               "after it (before each one's stop acknowledgement, on the same channel), and E "
+               "leaves without one (after a hash of another run; a never-greeted G sends one "
+               "too: neither counts). B records the late hashes while it lingers: C's honest "
+               "hash counts, D's differing hash is kept as published (the stop is final, so it "
+               "stops nothing), E's is absent; finished.hashes is that final agreement.",
+               B)  # fmt: skip
+    peers = (A, B, C, D, E, F)
+    follow(s, A, (C, D, E, F), config(1))
+    s.at(s.now + 1.0)
+    s.send(A, roster_msg(1, 0, peers))
+    digest = s.exchange(1, 0, peers)
+    s.hashes(1, 0, (A, F), digest)
+    stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
+    out = s.send(A, stop)
+    assert stops(out) == [(p, stop) for p in (A, C, D, E, F)], out
+    s.hashes(1, 0, (C,), digest)
+    lying = hashlib.sha256(b"a hash that lies").hexdigest()
+    s.hashes(1, 0, (D,), lying)
+    # Neither a hash of another run nor one from a peer never greeted enters the agreement.
+    s.send(E, messages.StepHash(OTHER_RUN, 1, 0, digest, loss_of(1), REFERENCE_PROBE, "numpy",
+                                0.0))  # fmt: skip
+    g = "G" * 12
+    s.feed(ev.ChannelOpened(s.now, g))
+    s.send(g, messages.StepHash(RUN, 1, 0, digest, loss_of(1), REFERENCE_PROBE, "numpy", 0.0))
+    s.send(E, messages.Leave("the user left"))
+    assert not stop_acks(s, (C, D), stop), "F has not acknowledged yet"
+    outcome = finished(s.send(F, stop))
+    assert outcome.reason == "done", outcome
+    assert outcome.hashes == {A: digest, B: digest, C: digest, D: lying, F: digest}, outcome
+    return s
+
+
 SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-3-peers": leader_three_peers,
     "follower-3-peers": follower_three_peers,
@@ -1074,4 +1111,5 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "early-chunks": early_chunks,
     "early-chunk-differs": early_chunk_differs,
     "early-chunk-twice": early_chunk_twice,
+    "final-hashes-after-stop": final_hashes_after_stop,
 }

@@ -427,6 +427,16 @@ async def _main(args: argparse.Namespace) -> int:
     return _report(outcome, display, node.membership_traffic())
 
 
+def confirmed(outcome: Outcome) -> str:
+    """A run's final agreement in words (docs/PROTOCOL.md, "Stopping"): of the hashes of the
+    last step that reached this peer, its own included, how many equal its own; a differing
+    one is never counted as agreement."""
+    same = sum(1 for digest in outcome.hashes.values() if digest == outcome.hash)
+    differ = len(outcome.hashes) - same
+    text = f"{same} replica{'' if same == 1 else 's'} identical at step {outcome.step}"
+    return text + (f", {differ} differ from this one" if differ else "")
+
+
 def _report(outcome: Outcome, display: Display, membership: StepTraffic | None = None) -> int:
     member = membership or StepTraffic()
     display.emit({
@@ -438,14 +448,15 @@ def _report(outcome: Outcome, display: Display, membership: StepTraffic | None =
         "membership_messages": member.messages, "membership_bytes": member.wire_bytes,
     })  # fmt: skip
     if outcome.reason == "done":
-        print(f"run done at step {outcome.step}; hash {outcome.hash}", file=sys.stderr)
+        print(f"run done at step {outcome.step}; hash {outcome.hash}; {confirmed(outcome)}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_OK
     if outcome.reason == "fork":
         print(f"the sync guard stopped the run: {outcome.message}", file=sys.stderr)
         return EXIT_FORK
     if outcome.reason == "leader-request":
-        print(f"the leader ended the run at step {outcome.step}; hash {outcome.hash}",
-              file=sys.stderr)  # fmt: skip
+        print(f"the leader ended the run at step {outcome.step}; hash {outcome.hash}; "
+              f"{confirmed(outcome)}", file=sys.stderr)  # fmt: skip
         return EXIT_OK
     if outcome.reason == "left":
         print(f"left the run at step {outcome.step} ({outcome.message})", file=sys.stderr)

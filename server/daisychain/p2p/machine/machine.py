@@ -18,6 +18,7 @@ that tie them together.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import cast
 
 from daisychain.model.config import ModelConfig
@@ -106,7 +107,7 @@ class Machine:
             self._begin_stopping(self._fork_stop(fork))
         if self.stopping.stopped and self.stopping.done(self._now):
             assert self.stopping.outcome is not None
-            self._out.append(fx.Finished(self.stopping.outcome))
+            self._out.append(fx.Finished(self._final_outcome(self.stopping.outcome)))
         out, self._out = self._out, []
         return out
 
@@ -893,8 +894,11 @@ class Machine:
         self.stopping.begin(outcome, stop, set(self.peers.live()), until)
 
     def _while_stopped(self, e: ev.Event) -> None:
-        """Stopped: only acknowledgements matter (a stop or leave, a channel closing, the
-        server's peer-left), until none is missing or the linger deadline passes."""
+        """Stopped: acknowledgements (a stop or leave, a channel closing, the server's
+        peer-left), until none is missing or the linger deadline passes, and the hashes still
+        on their way. A peer sends its hash of a step before it can acknowledge a stop that
+        came after that step, on the same ordered channel, so by the time every greeted peer
+        has acknowledged, every hash of the last step is in (docs/PROTOCOL.md, "Stopping")."""
         if isinstance(e, ev.ChannelClosed | ev.PeerLeft):
             self.stopping.acknowledged(e.peer)
         elif isinstance(e, ev.MessageReceived):
@@ -904,6 +908,31 @@ class Machine:
                 return
             if isinstance(m, messages.Stop | messages.Leave):
                 self.stopping.acknowledged(e.peer)
+            elif isinstance(m, messages.StepHash):
+                self._late_hash(e.peer, m)
+
+    def _late_hash(self, peer: str, m: messages.StepHash) -> None:
+        """A ``hash`` that reached this peer after the stop: recorded for the final agreement
+        and the tally. The stop is already announced, so a hash that differs from ours no
+        longer stops anything; it is counted as differing (never as agreement) and logged."""
+        if self.config is None or m.run != self.config.run or not self.peers.was_greeted(peer):
+            return
+        try:
+            self.guard.record(peer, (m.step, m.round), m.hash, m.backend)
+        except Fork as fork:
+            log.error("%s: after the stop: %s", self.id, fork.message)
+
+    def _final_outcome(self, outcome: fx.Outcome) -> fx.Outcome:
+        """A run that ended well (``done``, ``leader-request``) reports its final agreement:
+        every peer's hash of this peer's last applied attempt that reached it, its own
+        included. A differing hash stays in it as published; a peer whose hash never came is
+        absent."""
+        if outcome.reason not in ("done", "leader-request") or not self.has_state:
+            return outcome
+        last = self.store.applied(self.replica.step)
+        if last is None:
+            return outcome
+        return replace(outcome, hashes=self.guard.have(last.key))
 
 
 def _size(shape: tuple[int, ...]) -> int:

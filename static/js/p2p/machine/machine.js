@@ -43,6 +43,7 @@ import { Stopped, Stopping } from './stopping.js';
  * @typedef {import('../messages.js').Config} Config
  * @typedef {import('../messages.js').Message} Message
  * @typedef {import('../messages.js').Stop} Stop
+ * @typedef {import('../messages.js').Hash} StepHash
  * @typedef {import('../frames.js').Kind} FrameKindValue
  * @typedef {import('../frames.js').Header} Header
  * @typedef {import('../frames.js').Payload} Payload
@@ -50,6 +51,7 @@ import { Stopped, Stopping } from './stopping.js';
  * @typedef {import('./events.js').ComputeDone} ComputeDone
  * @typedef {import('./events.js').ComputePartial} ComputePartial
  * @typedef {import('./effects.js').Effect} Effect
+ * @typedef {import('./effects.js').Outcome} Outcome
  * @typedef {import('./settings.js').Settings} Settings
  * @typedef {import('./replica.js').Replica} Replica
  * @typedef {import('../run.js').Log} Log
@@ -186,7 +188,7 @@ export class Machine {
       }
       if (this.stopping.stopped && this.stopping.done(this.now)) {
         invariant(this.stopping.outcome !== null, 'a stopped run has an outcome');
-        this.out.push(fx.finished(this.stopping.outcome));
+        this.out.push(fx.finished(this.finalOutcome(this.stopping.outcome)));
       }
       const out = this.out;
       this.out = [];
@@ -1245,8 +1247,11 @@ export class Machine {
   }
 
   /**
-   * Stopped: only acknowledgements matter (a stop or leave, a channel closing, the server's
-   * peer-left), until none is missing or the linger deadline passes.
+   * Stopped: acknowledgements (a stop or leave, a channel closing, the server's peer-left),
+   * until none is missing or the linger deadline passes, and the hashes still on their way. A
+   * peer sends its hash of a step before it can acknowledge a stop that came after that step,
+   * on the same ordered channel, so by the time every greeted peer has acknowledged, every hash
+   * of the last step is in (docs/PROTOCOL.md, "Stopping").
    * @param {Event} e
    */
   whileStopped(e) {
@@ -1261,7 +1266,40 @@ export class Machine {
         throw exc;
       }
       if (m.type === 'stop' || m.type === 'leave') this.stopping.acknowledged(e.peer);
+      else if (m.type === 'hash') this.lateHash(e.peer, m);
     }
+  }
+
+  /**
+   * A `hash` that reached this peer after the stop: recorded for the final agreement and the
+   * tally. The stop is already announced, so a hash that differs from ours no longer stops
+   * anything; it is counted as differing (never as agreement) and logged.
+   * @param {string} peer
+   * @param {StepHash} m
+   */
+  lateHash(peer, m) {
+    if (this.config === null || m.run !== this.config.run || !this.peers.wasGreeted(peer)) return;
+    try {
+      this.guard.record(peer, m.step, m.round, m.hash, m.backend);
+    } catch (exc) {
+      if (!(exc instanceof Fork)) throw exc;
+      this.log('error', `${this.id}: after the stop: ${exc.message}`);
+    }
+  }
+
+  /**
+   * A run that ended well (`done`, `leader-request`) reports its final agreement: every peer's
+   * hash of this peer's last applied attempt that reached it, its own included. A differing
+   * hash stays in it as published; a peer whose hash never came is absent.
+   * @param {Outcome} o
+   * @returns {Outcome}
+   */
+  finalOutcome(o) {
+    if ((o.reason !== 'done' && o.reason !== 'leader-request') || !this.hasState) return o;
+    const last = this.store.applied(this.replica.step);
+    if (last === null) return o;
+    return fx.outcome(o.reason, o.step, o.hash, o.message, this.guard.have(last.step, last.round),
+      o.code);
   }
 }
 
