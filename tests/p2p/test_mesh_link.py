@@ -103,3 +103,41 @@ async def test_a_link_keeps_how_it_came_up_for_the_log_of_a_refusal() -> None:
     mesh._links["other"] = link
     assert mesh.history("other").endswith("(7 messages in all)")
     assert mesh.history("nobody") == "no link"
+
+
+async def test_a_send_meant_for_an_older_link_never_reaches_the_new_one_before_hello() -> None:
+    """A reconnect makes a new link to the same peer while the shell still acts on what its
+    machine knew of the old one: a frame sent then would reach the new link ahead of the
+    machine's ``hello`` (refused there: "binary frame before hello", seen once with 16
+    headless peers). A send names the link its machine was told of; any other is dropped."""
+    events: asyncio.Queue[Any] = asyncio.Queue()
+    mesh = Mesh("http://127.0.0.1:9", name="me")
+    mesh.events = events
+    old = Link(mesh, "other", cast(Any, None), generation=1)
+    old_channel = _Channel()
+    old.attach(cast(Any, old_channel))
+    old_channel.readyState = "open"
+    old_channel.emit("open")
+    mesh._links["other"] = old
+    assert _drain(events) == [ChannelOpen("other", 1)]
+    assert mesh.send("other", b"chunk for link 1", generation=1)
+    old.set_state(LinkState.CLOSED)
+    new = Link(mesh, "other", cast(Any, None), generation=2)
+    new_channel = _Channel()
+    new.attach(cast(Any, new_channel))
+    new_channel.readyState = "open"
+    new_channel.emit("open")
+    mesh._links["other"] = new
+    # The machine has not handled the new ChannelOpen yet: it still sends as to link 1.
+    assert not mesh.send("other", b"late chunk for link 1", generation=1)
+    assert mesh.send("other", '{"type":"hello"}', generation=2)
+    assert mesh.send("other", b"chunk for link 2", generation=2)
+    assert mesh.send("other", b"a send that names no link goes to the open one")
+    await asyncio.sleep(0.05)  # the link's writer hands the queue to the channel
+    assert new_channel.sent == [
+        '{"type":"hello"}',
+        b"chunk for link 2",
+        b"a send that names no link goes to the open one",
+    ]
+    assert ChannelOpen("other", 2) in _drain(events)
+    new.set_state(LinkState.CLOSED)

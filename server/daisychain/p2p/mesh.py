@@ -65,6 +65,10 @@ class MeshError(Exception):
 @dataclass(frozen=True)
 class ChannelOpen:
     peer: str
+    # Which link to ``peer`` opened (a Mesh counts its links). A reconnect makes a new link
+    # while the shell may still be acting on what it knew of the old one: ``send`` with a
+    # generation refuses a newer link than the sender knows (see ``Mesh.send_frames``).
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,10 +108,11 @@ class LinkState(Enum):
 class Link:
     """One peer connection and its channel; ``set_state`` is the one place the state changes."""
 
-    def __init__(self, mesh: Mesh, peer: str, pc: RTCPeerConnection) -> None:
+    def __init__(self, mesh: Mesh, peer: str, pc: RTCPeerConnection, generation: int = 0) -> None:
         self.mesh = mesh
         self.peer = peer
         self.pc = pc
+        self.generation = generation
         self.channel: RTCDataChannel | None = None
         self.state = LinkState.CONNECTING
         self.closed = asyncio.Event()
@@ -144,7 +149,9 @@ class Link:
         elif new is LinkState.OPEN:
             self.writer = asyncio.ensure_future(self._write())
         event: MeshEvent = (
-            ChannelOpen(self.peer) if new is LinkState.OPEN else ChannelClosed(self.peer)
+            ChannelOpen(self.peer, self.generation)
+            if new is LinkState.OPEN
+            else ChannelClosed(self.peer)
         )
         self.mesh.events.put_nowait(event)
         early, self.early = self.early, []
@@ -262,6 +269,7 @@ class Mesh:
         self.role = "member"
         self.auto_approve = False
         self._links: dict[str, Link] = {}
+        self._generations = 0  # links made so far: each new one gets the next number
         self._session: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -478,7 +486,8 @@ class Mesh:
 
     def _new_link(self, peer: str) -> Link:
         pc = RTCPeerConnection(configuration=self._configuration())
-        link = Link(self, peer, pc)
+        self._generations += 1
+        link = Link(self, peer, pc, self._generations)
         self._links[peer] = link
 
         @pc.on("connectionstatechange")
@@ -546,15 +555,28 @@ class Mesh:
     def open_peers(self) -> set[str]:
         return {p for p, link in self._links.items() if link.state is LinkState.OPEN}
 
-    def send(self, peer: str, data: str | bytes) -> bool:
+    def send(self, peer: str, data: str | bytes, generation: int | None = None) -> bool:
         """Queue ``data`` for the channel to ``peer`` (after everything queued before it);
         False when that channel is not open. The writer respects HIGH_WATER."""
-        return self.send_frames(peer, (data,))
+        return self.send_frames(peer, (data,), generation)
 
-    def send_frames(self, peer: str, frames: Iterable[bytes | str]) -> bool:
-        """Queue messages that are produced only when the channel has room for them."""
+    def send_frames(
+        self, peer: str, frames: Iterable[bytes | str], generation: int | None = None
+    ) -> bool:
+        """Queue messages that are produced only when the channel has room for them.
+
+        ``generation``: the link the sender knows is open (its ``ChannelOpen``), or None for
+        whatever link is open. A protocol shell passes it: its machine greets a link with
+        ``hello`` when it handles that link's ``ChannelOpen``, so what it says before then was
+        meant for an older link, and on the new one it would arrive before the ``hello``
+        (refused there as "binary frame before hello"). Such a send is dropped, as it would
+        have been on the closed link."""
         link = self._links.get(peer)
         if link is None or link.state is not LinkState.OPEN or link.channel is None:
+            return False
+        if generation is not None and link.generation != generation:
+            log.debug("%s: to %s: dropped, meant for link %d not %d", self.name, peer,
+                      generation, link.generation)  # fmt: skip
             return False
         link.enqueue(iter(frames))  # type: ignore[arg-type]
         return True

@@ -162,6 +162,8 @@ class Node:
         )  # fmt: skip
         self.machine = Machine(settings, self.replica)
         self.inbox: asyncio.Queue[Input] = asyncio.Queue()
+        # The link to each peer the machine has been told is open (its ChannelOpen generation).
+        self._links: dict[str, int] = {}
         self.records: list[StepRecord] = []
         self.saved: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -273,7 +275,22 @@ class Node:
 
     async def _pump(self) -> None:
         while True:
-            self.inbox.put_nowait(from_mesh(await self.mesh.events.get()))
+            event = await self.mesh.events.get()
+            if isinstance(event, ChannelOpen):
+                self.inbox.put_nowait(self._link_opened(event))
+            else:
+                self.inbox.put_nowait(from_mesh(event))
+
+    def _link_opened(self, e: ChannelOpen) -> Input:
+        """The machine learns of a link when it handles this input; from then on this peer's
+        sends go to that link (``Mesh.send_frames``: nothing meant for an older link to the
+        same peer may overtake the machine's ``hello`` on the new one)."""
+
+        def opened(now: float) -> ev.Event:
+            self._links[e.peer] = e.generation
+            return ev.ChannelOpened(now, e.peer)
+
+        return opened
 
     def _feed(self, event: ev.Event) -> Outcome | None:
         outcome = None
@@ -287,7 +304,7 @@ class Node:
     def _execute(self, effect: fx.Effect) -> None:
         if isinstance(effect, fx.SendMessage):
             text = messages.encode(effect.message)
-            self.mesh.send(effect.peer, text)
+            self.mesh.send(effect.peer, text, self._links.get(effect.peer))
             self.traffic.text(effect, text)
         elif isinstance(effect, fx.SendPayload):
             sent = self.send_payload(effect)
@@ -325,10 +342,10 @@ class Node:
         if effect.deflate:
             # A gradient chunk is small: frame it now (its compressed size is the statistic).
             wire = list(parts)
-            self.mesh.send_frames(effect.peer, wire)
+            self.mesh.send_frames(effect.peer, wire, self._links.get(effect.peer))
             return sum(len(f) for f in wire)
         # A checkpoint is cut into frames only as fast as the channel drains (flow control).
-        self.mesh.send_frames(effect.peer, parts)
+        self.mesh.send_frames(effect.peer, parts, self._links.get(effect.peer))
         count = -(-len(effect.payload) // frames.MAX_FRAGMENT_BYTES)
         return len(effect.payload) + count * frames.HEADER_BYTES
 
