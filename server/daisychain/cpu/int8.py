@@ -27,17 +27,13 @@ import importlib.util
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from daisychain.cpu.gemmapi import CpuGemm, Int8Array, Int32Array
 from daisychain.gpu.backend import prove
 from daisychain.gpu.gates import IntGemm
-from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import FloatArray, IntArray, int8_operands
 
 NAME = "cpu-int8"
 MAX_K = (2**31 - 1) // (255 * 128)  # the offset trick's int32 sums stay exact below this
-Int8Array = npt.NDArray[np.int8]
-Int32Array = npt.NDArray[np.int32]
 
 
 class Int8Unavailable(Exception):
@@ -95,10 +91,11 @@ def matmul_integer_model() -> bytes:
     return _field(1, 8) + _field(8, opset) + _field(7, graph)  # ir_version 8
 
 
-class CpuInt8Gemm:
-    """``matmul_int`` and ``qmatmul`` (the gates' IntGemm interface) through onnxruntime."""
+class CpuInt8Gemm(CpuGemm):
+    """The gates' IntGemm interface (``gemmapi.CpuGemm``) through onnxruntime."""
 
     name = NAME
+    max_k = MAX_K
 
     def __init__(self, threads: int = 0) -> None:
         try:
@@ -121,49 +118,13 @@ class CpuInt8Gemm:
             raise Int8Unavailable(f"onnxruntime refused MatMulInteger: {exc}") from exc
         self.version = str(ort.__version__)
 
-    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
-        """Exact ``a @ b`` of (M, K) and (K, N) int8 matrices, (M, N) int32 -- if the gates
-        passed on this machine (see the module docstring)."""
-        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-            raise ValueError(f"matmul_int needs (M, K) @ (K, N), got {a.shape} @ {b.shape}")
-        return self.matmul_int_batched(a, b)
-
-    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
-        """``matmul_int`` of (..., M, K) and (..., K, N) with equal leading axes, in one call
-        (MLAS loops over the batch with the same kernel the gates proved)."""
-        if a.dtype != np.int8 or b.dtype != np.int8:  # a float array viewed as bytes: garbage
-            raise TypeError(f"matmul_int needs int8 operands, got {a.dtype} @ {b.dtype}")
-        if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
-            raise ValueError(
-                f"matmul_int needs (..., M, K) @ (..., K, N), got {a.shape} @ {b.shape}"
-            )
-        if a.shape[-1] > MAX_K:
-            raise ValueError(f"K = {a.shape[-1]} > {MAX_K}: the offset sums would overflow int32")
+    def _product(self, a: Int8Array, b: Int8Array) -> Int32Array:
+        """(MLAS loops over the batch with the same kernel the gates proved.)"""
         a_u8 = np.ascontiguousarray(a).view(np.uint8) ^ np.uint8(0x80)  # a + 128
         b_c = np.ascontiguousarray(b, dtype=np.int8)
         feeds = {"A": a_u8, "B": b_c, "AZ": _ZERO_POINT}
         (acc,) = self._session.run(None, feeds)  # (A - 128) @ B, the correction inside MLAS
         return np.asarray(acc, dtype=np.int32)
-
-    def matmul_float(
-        self,
-        a: FloatArray,
-        b: FloatArray,
-        *,
-        a8: Int8Array | None = None,
-        b8: Int8Array | None = None,
-    ) -> Int32Array:
-        """``matmul_int_batched`` of int8-valued float32 operands (as the model's ops hold
-        them), unaudited: ``model.ops.IntGemmOps``' batched form without the live audit
-        (``bench step``'s ``cpu-int8-unaudited`` side). Leading axes broadcast (the limbs of a
-        gradient operand against one matrix), as in ``gpu.live.AuditedBatchedMatmul``, which
-        also takes ``a8``/``b8`` (the operands already cast)."""
-        *_, a_int8, b_int8 = int8_operands(a, b, a8, b8)
-        return self.matmul_int_batched(a_int8, b_int8)
-
-    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
-        acc = self.matmul_int(a_q.astype(np.int8), b_q.astype(np.int8))
-        return ref.round_scaled(acc.astype(np.float64), a_e + b_e)
 
 
 def evaluate(gemm: IntGemm | None = None) -> tuple[IntGemm | None, str | None]:

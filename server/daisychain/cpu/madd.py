@@ -29,20 +29,16 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import numpy.typing as npt
 
+from daisychain.cpu.gemmapi import CpuGemm, Int8Array, Int32Array
 from daisychain.gpu.backend import prove
 from daisychain.gpu.gates import IntGemm
-from daisychain.numerics import gemm as ref
-from daisychain.numerics.quant import FloatArray, IntArray, int8_operands
 
 NAME = "cpu-madd"
 MAX_K = (2**31 - 1) // (128 * 128)  # every int32 sum of K int8 products stays exact below this
 POISON = np.int32(0x7F7FBEEF)  # what a gate's output holds before the loop writes it
 # A product smaller than this (multiply-adds) runs on one thread: handing it out costs more.
 SPLIT_WORK = 1 << 18
-Int8Array = npt.NDArray[np.int8]
-Int32Array = npt.NDArray[np.int32]
 DEVICE = "CPU 16-bit multiply-adds (numba: pmaddwd on x86, smull/sadalp on ARM)"
 Kernel = Callable[[Int8Array, Int8Array, Int32Array, int, int], None]
 
@@ -64,11 +60,11 @@ def _kernel() -> Kernel:
     return kernel
 
 
-class MaddGemm:
-    """``matmul_int``, ``matmul_int_batched``, ``matmul_float`` and ``qmatmul`` (the gates'
-    IntGemm interface, as ``cpuint8.CpuInt8Gemm``) on ``madd_kernels.gemm_rows``."""
+class MaddGemm(CpuGemm):
+    """The gates' IntGemm interface (``gemmapi.CpuGemm``) on ``madd_kernels.gemm_rows``."""
 
     name = NAME
+    max_k = MAX_K
 
     def __init__(self, kernel: Kernel | None = None, threads: int = 0) -> None:
         """``kernel`` replaces the real loop (the planted-bug tests pass a wrong one);
@@ -87,22 +83,7 @@ class MaddGemm:
         finally:
             self._poisoned = False
 
-    def matmul_int(self, a: Int8Array, b: Int8Array) -> Int32Array:
-        """Exact ``a @ b`` of (M, K) and (K, N) int8 matrices, (M, N) int32."""
-        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-            raise ValueError(f"matmul_int needs (M, K) @ (K, N), got {a.shape} @ {b.shape}")
-        return self.matmul_int_batched(a, b)
-
-    def matmul_int_batched(self, a: Int8Array, b: Int8Array) -> Int32Array:
-        """``matmul_int`` of (..., M, K) and (..., K, N) with equal leading axes, in one call."""
-        if a.dtype != np.int8 or b.dtype != np.int8:  # a float array viewed as bytes: garbage
-            raise TypeError(f"matmul_int needs int8 operands, got {a.dtype} @ {b.dtype}")
-        if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
-            raise ValueError(
-                f"matmul_int needs (..., M, K) @ (..., K, N), got {a.shape} @ {b.shape}"
-            )
-        if a.shape[-1] > MAX_K:
-            raise ValueError(f"K = {a.shape[-1]} > {MAX_K}: the int32 sums could overflow")
+    def _product(self, a: Int8Array, b: Int8Array) -> Int32Array:
         lead, (m, k), n = a.shape[:-2], a.shape[-2:], b.shape[-1]
         batch = math.prod(lead)
         a3 = np.ascontiguousarray(a.reshape(batch, m, k))
@@ -123,23 +104,6 @@ class MaddGemm:
             for job in jobs:
                 job.result()
         return out.reshape(*lead, m, n)
-
-    def matmul_float(
-        self,
-        a: FloatArray,
-        b: FloatArray,
-        *,
-        a8: Int8Array | None = None,
-        b8: Int8Array | None = None,
-    ) -> Int32Array:
-        """``matmul_int_batched`` of int8-valued float32 operands, unaudited (leading axes
-        broadcast), as ``cpuint8.CpuInt8Gemm.matmul_float``."""
-        *_, a_int8, b_int8 = int8_operands(a, b, a8, b8)
-        return self.matmul_int_batched(a_int8, b_int8)
-
-    def qmatmul(self, a_q: FloatArray, a_e: IntArray, b_q: FloatArray, b_e: IntArray) -> FloatArray:
-        acc = self.matmul_int(a_q.astype(np.int8), b_q.astype(np.int8))
-        return ref.round_scaled(acc.astype(np.float64), a_e + b_e)
 
 
 def evaluate(gemm: MaddGemm | None = None) -> tuple[IntGemm | None, str | None]:
