@@ -285,7 +285,10 @@ async def test_headless_peer_cli_leads_an_outer_run() -> None:
 
 
 @pytest.mark.skip(
-    reason="REGRESSION found at the end of the 2026-12-07 session (times out since the final-step-agreement or link-generation change): to be fixed first next session"
+    reason=(
+        "REGRESSION found at the end of the 2026-12-07 session: times out since the "
+        "final-step or link-generation change; to be fixed first next session"
+    )
 )
 async def test_leader_leaving_an_outer_run_its_successor_leads_to_the_end() -> None:
     """The leader leaves after round 2: the first remaining roster peer leads, the others keep
