@@ -934,6 +934,35 @@ def successor_one_step_behind() -> Script:
     return s
 
 
+def successor_starts_held_roster() -> Script:
+    s = Script("successor-starts-held-roster", "B follows A with C and is one step behind: "
+               "roster 2 (A, B, C) waits while C's reduced chunk of step 1 is missing. A leaves "
+               "and B succeeds it; C's chunk comes, B applies step 1 and starts the held roster "
+               "2, in which A is already gone. A's pieces never come: B re-commits step 2 "
+               "without A once repair_after (5 s) has passed, not after the step timer (30 s; "
+               "an outer round's is H of them).",
+               B)  # fmt: skip
+    follow(s, A, (C,), config(3))
+    one_step_behind(s)
+    out = s.left(A)
+    assert s.machine.is_leader and not rosters(out), out
+    s.at(3.0)
+    out = s.frames(C, FrameKind.REDUCED, reduced(1, 0, 3, 2), 1, 0, 2)
+    h1 = applied(out)
+    assert [f for f in out if isinstance(f, fx.Compute)] == [fx.Compute(2, 0, 1, (4, 4, 4))], out
+    s.hashes(1, 0, ABC, h1)
+    started = s.now
+    out = s.compute(2, 0, ABC)
+    while not rosters(out):
+        out = s.timer()
+    assert s.now <= started + TIMERS.repair_after_s, (s.now, started)
+    assert shares_in(out) == [(2, 1, [B, C], [6, 6])], out
+    out = s.exchange_effects(2, 1, (B, C), (6, 6))
+    applied(out)
+    assert shares_in(out) == [(3, 0, [B, C], [6, 6])], out
+    return s
+
+
 def repair_after_own_gradient() -> Script:
     s = Script("repair-after-own-gradient", "Follower B's own compute of step 1 outlasts "
                "repair_after (7 s against 5): the repair timer counts from B's gradient, so "
@@ -1107,6 +1136,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "leader-drops-laggard": leader_drops_laggard,
     "follower-one-step-behind": follower_one_step_behind,
     "successor-one-step-behind": successor_one_step_behind,
+    "successor-starts-held-roster": successor_starts_held_roster,
     "repair-after-own-gradient": repair_after_own_gradient,
     "early-chunks": early_chunks,
     "early-chunk-differs": early_chunk_differs,

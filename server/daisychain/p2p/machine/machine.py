@@ -521,6 +521,11 @@ class Machine:
         # An outer round is H inner steps of compute: its timeout is H step timeouts.
         rounds = self.config.outer.steps if outer and self.config and self.config.outer else 1
         a.deadline = self._now + t.step_timeout_s * rounds
+        if self.peers.gone_set & set(r.peers):
+            # A roster peer left before this attempt began (the roster waited here for the step
+            # before it): its pieces never come, so repair as if it had left now, not after the
+            # whole step timer (H of them in an outer round, longer than a test or a user waits).
+            a.deadline = min(a.deadline, self._now + t.repair_after_s)
         self.store.add(a)
         self.store.abandon_before(a.key)
         self._out.append(fx.Compute(r.step, r.round, a.rank, r.shares))

@@ -799,6 +799,12 @@ export class Machine {
     // An outer round is H inner steps of compute: its timeout is H step timeouts.
     const rounds = outer && this.config && this.config.outer ? this.config.outer.steps : 1;
     a.deadline = this.now + t.step_timeout_s * rounds;
+    if (r.peers.some((p) => this.peers.goneSet.has(p))) {
+      // A roster peer left before this attempt began (the roster waited here for the step
+      // before it): its pieces never come, so repair as if it had left now, not after the
+      // whole step timer (H of them in an outer round, longer than a test or a user waits).
+      a.deadline = Math.min(a.deadline, this.now + t.repair_after_s);
+    }
     this.store.add(a);
     this.store.abandonBefore(r.step, r.round);
     this.out.push(fx.compute(r.step, r.round, a.rank, r.shares));
