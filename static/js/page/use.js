@@ -216,6 +216,9 @@ export function mount(root, page) {
     const { tokenizer } = await loadTokenizer();
     const ck = await decodeCheckpoint(newest.bytes, `the run's checkpoint of step ${newest.step}`,
       { tokenizerSha256: tokenizer.sha256, vocabSize: tokenizer.vocabSize });
+    // A copy of the same or a later step may have landed while the checkpoint was decoded:
+    // the newer weights stay.
+    if (run !== null && run.step >= ck.state.step) return run;
     run = { model: ck.model, state: { step: ck.state.step, params: ck.state.params },
       step: ck.state.step, hash: ck.weightHash, ended: !liveReplica() };
     renderSource();
@@ -246,6 +249,10 @@ export function mount(root, page) {
         const hash = record?.step === state.step ? record.hash
           : replica.step === state.step && replica.hash ? replica.hash
             : await sha256Arrays([...state.params.arrays, ...state.m.arrays, ...state.v.arrays]);
+        // Checked again after the awaits: a newer session attached meanwhile (its run is the
+        // page's now), or another copy of a later step landed first.
+        if (session !== sessionNo) return run;
+        if (run !== null && !run.ended && run.step > state.step) return run;
         // Only the parameters are kept: generation and the kit need nothing else (a third of
         // the state's memory; the optimizer moments are the keep panel's business).
         run = { model: replica.model, state: { step: state.step, params: state.params },
