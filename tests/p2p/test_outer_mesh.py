@@ -9,7 +9,6 @@ import asyncio
 from typing import Any
 
 import numpy as np
-import pytest
 
 from daisychain import batches, training
 from daisychain.model.config import preset
