@@ -62,7 +62,7 @@ async def test_selftest_webgpu_kernels_pass_python_gates() -> None:
     for name in ("webgpu-dp4a", "webgpu-lut", "js-cpu"):
         row = rows[name]
         assert row["gates_passed"], f"{name}: {row['failure']}"
-        assert row["cases_passed"] == 50, row
+        assert row["cases_passed"] == 52, row
         assert row["probe_hash"] == reference_probe_hash(), row
     assert "swiftshader" in rows["webgpu-dp4a"]["adapter"].lower()
     assert result["device"]["dp4a"] is True
@@ -179,8 +179,8 @@ async def test_one_unit_plants_fail_the_gates_and_the_probe() -> None:
     )
     assert found is not None, dp4a["failure"]
     assert int(found[2]) - int(found[1]) == -1
-    # The LUT kernel passes all 50 gates (no gate has the probe's shape); its own probe does not.
-    assert not lut["gates_passed"] and lut["cases_passed"] == 50, lut
+    # The LUT kernel passes all 52 gates (no gate has the probe's shape); its own probe does not.
+    assert not lut["gates_passed"] and lut["cases_passed"] == 52, lut
     assert lut["probe_hash"] == planted != reference_probe_hash()
     assert lut["failure"] == (
         f"webgpu-lut: kernel probe hash {planted[:16]}... != reference "

@@ -243,7 +243,7 @@ async def test_worker_webgpu_golden_hashes_through_device_loss_rebuild_and_fallb
     lost1, rebuilt, lost2, fallback = (e for e in result["events"] if e["kind"] in kinds[1:])
     assert lost1["step"] == 3 and lost2["step"] == 6
     assert "destroyed" in lost1["reason"], lost1
-    assert rebuilt["cases_passed"] == 50 and rebuilt["probe_hash"] == reference_probe_hash()
+    assert rebuilt["cases_passed"] == 52 and rebuilt["probe_hash"] == reference_probe_hash()
     assert fallback["from"] == "webgpu-dp4a" and fallback["to"] == "js-cpu"
     reason = fallback["reason"]
     assert "the rebuilt device failed its gates: webgpu-dp4a failed gate '1x1x1'" in reason
@@ -334,7 +334,7 @@ async def test_worker_choice_is_the_fastest_correct_backend() -> None:
 
     assert both["timed"] == ["js-cpu"] * 3 and both["selected"] == "js-cpu", both
     lut = next(r for r in both["rows"] if r["name"] == "webgpu-lut")
-    assert lut["cases_passed"] == 50 and lut["probe_hash"] == planted_probe_hash(probe_plant)
+    assert lut["cases_passed"] == 52 and lut["probe_hash"] == planted_probe_hash(probe_plant)
 
 
 def _js_fixed_ms(ms: float) -> str:

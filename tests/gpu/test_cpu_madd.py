@@ -1,8 +1,9 @@
 """The 16-bit multiply-add GEMM (``daisychain.cpu.madd``, ``cpu-madd``): exact on full-range
 operands, the reference's bits through a training run, and gated like every backend: planted
 loops with the bugs such a kernel can have (a saturating pair sum, as onnxruntime's kernel has
-without VNNI; a lost row; float accumulation in another order) are each refused by the gates,
-and a lost row shows the gates' poison. Skips only without numba (the test extras install it).
+without VNNI; a lost row; float32 accumulation in another order, which only the gates' long
+sums of odd products see) are each refused by the gates, and a lost row shows the gates' poison.
+Skips only without numba (the test extras install it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from daisychain import training
 from daisychain.gpu.backend import Backend, Demotion
+from daisychain.gpu.gates import gemm_cases
 from daisychain.gpu.live import training_ops
 from daisychain.model.config import preset
 from daisychain.optim import AdamWConfig
@@ -101,21 +103,19 @@ def test_the_gates_pass_and_the_products_are_exact_on_full_range_operands(
 
 
 @pytest.mark.parametrize(
-    ("kernel", "what"),
+    ("kernel", "what", "gate"),
     [
-        (_saturating_pairs, "a saturating pair sum"),
-        (_lost_row, "a lost row"),
-        # A float32 accumulator is caught only by sums of odd products far past 2^24: two gate
-        # cases (all 127 and 127 x -127 at K = 4099) that must enter the shared gate set in
-        # both twins at once (the page compares its gate digest with Python's); until then
-        # this plant passes the gates, and test_the_planted_float_order_... shows it is wrong.
+        (_saturating_pairs, "a saturating pair sum", "all -128"),  # 2 * 16384 > int16
+        (_lost_row, "a lost row", "1x1x1"),
+        # exact while every partial sum is below 2^24: only the long sums of odd products see it
+        (_float_from_the_end, "float32 accumulation in another order", "all 127, K=4099"),
     ],
 )
-def test_each_planted_loop_is_refused_by_the_gates(kernel: object, what: str) -> None:
+def test_each_planted_loop_is_refused_by_the_gates(kernel: object, what: str, gate: str) -> None:
     planted = cpumadd.MaddGemm(kernel=kernel, threads=1)  # type: ignore[arg-type]
     gemm, why = cpumadd.evaluate(planted)
     assert gemm is None and why is not None, f"{what} passed the gates"
-    assert "failed gate" in why and "expected" in why, why
+    assert f"failed gate {gate!r}" in why and "expected" in why, why
 
 
 def test_a_lost_row_shows_the_poison_not_a_lucky_zero() -> None:
@@ -125,14 +125,21 @@ def test_a_lost_row_shows_the_poison_not_a_lucky_zero() -> None:
     assert f"got {int(cpumadd.POISON)}" in why, why  # the first gate: 1x1x1, its only row lost
 
 
-def test_the_planted_float_order_is_exact_where_order_does_not_matter() -> None:
-    """The plant is a real bug, not a broken loop: small sums come back exact."""
+def test_the_float_order_plant_is_refused_by_the_long_sums_and_by_nothing_else() -> None:
+    """The plant is a real bug, not a broken loop: it gives every other gate case (and small
+    full-range products) exactly; each long-sum gate case alone refuses it."""
     planted = cpumadd.MaddGemm(kernel=_float_from_the_end, threads=1)  # type: ignore[arg-type]
     a, b = _full_range(9, 64, 7, 6)
     want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
     assert np.array_equal(planted.matmul_int(a, b), want)
-    big_a, big_b = np.full((2, 4099), 127, np.int8), np.full((4099, 3), 127, np.int8)
-    assert not np.array_equal(planted.matmul_int(big_a, big_b), big_a.astype(np.int32) @ big_b)
+    wrong = [
+        name
+        for name, a, b in gemm_cases()
+        if not np.array_equal(
+            planted.matmul_int(a, b), (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+        )
+    ]
+    assert wrong == ["all 127, K=4099", "127 x -127, K=4099"]
 
 
 def test_wrong_operands_are_refused_with_what_was_given(gemm: cpumadd.MaddGemm) -> None:

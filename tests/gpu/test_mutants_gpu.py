@@ -42,12 +42,12 @@ def test_the_gate_inputs_are_pinned() -> None:
     are a contract, so a change to any boundary shape (K=1023, a tile edge, a subnormal scale,
     a tie) is a visible change of this digest, not a silent weakening of the gates. Mutants that
     moved one shape or one value passed every other test."""
-    assert len(gemm_cases()) == 46
+    assert len(gemm_cases()) == 48
     assert digest(gemm_cases()) == (
-        "358de37f2db567a42933fb2efab602c886d527690c943796b06a628f564c64bc"
+        "9e9d7c0275dd20803dbb9cb77ee2e1d54441e52aa5ffccd3b9493d2b7cd119e5"
     )
     assert digest(gemm_cases((16, 8))) == (
-        "e83a1c6c4201347a8efee97a37cb5bab24f545060e636b6cc93ef87de4f91b7a"
+        "794db760e694fa16f7d4dddb25846da2ad903a62da3064e90fc2f423e1f1f374"
     )
     assert digest(qmatmul_cases()) == (
         "b7f0f500776619e4be3234f17e27bccb18f0b559aefe8233bb7f3fd153f07dcf"
@@ -97,7 +97,7 @@ def test_every_gate_product_runs_on_the_poisoned_pool() -> None:
     pool = Pool()
     gemm = Recording(pool)
     report = run_gemm_gates(gemm, pool)  # type: ignore[arg-type]
-    assert report.passed and report.cases_passed == 46 + 4
+    assert report.passed and report.cases_passed == 48 + 4
     assert gemm.unpoisoned == []
 
 

@@ -158,7 +158,7 @@ test('enableWasmGemm gates and installs it; the CPU tier then computes through i
     const status = await enableWasmGemm();
     assert.equal(status.enabled, true, status.reason);
     assert.equal(status.probe_hash, REFERENCE_PROBE_HASH);
-    assert.ok(status.cases >= 50 + 20, `only ${status.cases} gate cases`);
+    assert.ok(status.cases >= 52 + 20, `only ${status.cases} gate cases`);
     const kernel = N.activeIntKernel();
     assert.equal(kernel.name, 'wasm-simd');
     // the CPU tier's per-step probe (trainer.probe(): probeHash of its CpuGemm) runs through it
@@ -219,7 +219,7 @@ test('each planted bug is stopped by the check meant for it, and the JS GEMM sta
     'limb-base-255': [/failed dispatch case 'gradMatmulLeft .* limbs=2'/, null],
   };
   assert.deepEqual(Object.keys(built).sort(), Object.keys(expected).sort());
-  const gateCases = 46 + 4;
+  const gateCases = 48 + 4;
   for (const [name, [pattern, passedFirst]] of Object.entries(expected)) {
     const planted = await loadWasmGemm({ bytes: built[name] });
     const gate = await gateWasmGemm(planted);

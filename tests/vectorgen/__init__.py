@@ -90,6 +90,12 @@ SETS: dict[str, VectorSet] = {
             "outer/",
             "the outer loop: token-weighted mean, Nesterov outer step, outer_hash",
         ),
+        VectorSet(
+            "gates",
+            "vectorgen.gates",
+            "gates.json",
+            "the GEMM gate inputs: names, shapes, operand digests, casesDigest()",
+        ),
     )
 }
 

@@ -2,10 +2,11 @@
 
 Each GEMM kernel runs, at backend start, boundary shapes (1 x 1 x 1, M/N at every tile edge +-1,
 K = 1, 4, 5, 1023, 1024, 1025 and larger), boundary values (all -128, all 127, alternating signs,
-zeros) and seeded random shapes (and, for a GEMM that takes batched products, batched ones with odd
-shapes and a broadcast operand), on a POISONED buffer pool (so a kernel that assumes zeroed output
-memory fails), and compares bit patterns: int32 results exactly, float32 results of the
-``qmatmul`` path through ``.view(uint32)`` so -0 and +0 differ. The quantize kernel gets ties,
+zeros), long sums of 127 * 127 that only an int32 accumulator gets right, and seeded random
+shapes (and, for a GEMM that takes batched products, batched ones with odd shapes and a broadcast
+operand), on a POISONED buffer pool (so a kernel that assumes zeroed output memory fails), and
+compares bit patterns: int32 results exactly, float32 results of the ``qmatmul`` path through
+``.view(uint32)`` so -0 and +0 differ. The quantize kernel gets ties,
 signed zeros, the scale bump and floor boundaries, subnormals and random scales. The first
 mismatch is recorded (case name, shape, index, expected vs got) and the kernel is demoted.
 
@@ -143,6 +144,15 @@ def gemm_cases(tile: tuple[int, int] = (32, 32)) -> list[tuple[str, Int8Array, I
             _rows(m, k, lambda i, j: (i * 7 + j) % 256 - 128),
             random_int8(2, 1, (k, n)),
         ),
+    ]
+    # Long sums of odd products, tiny in M and N: +-4099 * 127 * 127 = +-66112771 is odd and past
+    # 2^25, where float32 holds only multiples of 4, so no float32 accumulator returns it,
+    # whatever its order; int32 holds it exactly. The boundary values above cannot show one: their
+    # partial sums stay below 2^24 or (all -128) are multiples of 2^14, all exact in float32.
+    kb = 4099
+    cases += [
+        (f"all 127, K={kb}", full((5, kb), 127, np.int8), full((kb, 6), 127, np.int8)),
+        (f"127 x -127, K={kb}", full((5, kb), 127, np.int8), full((kb, 6), -127, np.int8)),
     ]
     # Seeded random shapes.
     dims = prng.below(prng.key(GATE_SEED, 3, 9), 24, 97)

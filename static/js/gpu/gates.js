@@ -83,6 +83,13 @@ export function gemmCases(tile = [32, 32]) {
       pattern(M, K, (i, j) => ((i * 7 + j) % 256) - 128),
       randomInt8(2, 1, K * N)),
   );
+  // Long sums of odd products, tiny in M and N: +-4099 * 127 * 127 = +-66112771 is odd and past
+  // 2^25, where float32 holds only multiples of 4, so no float32 accumulator returns it, whatever
+  // its order; int32 holds it exactly. The boundary values above cannot show one: their partial
+  // sums stay below 2^24 or (all -128) are multiples of 2^14, all exact in float32.
+  const kb = 4099;
+  const long = (name, b) => ({ name, M: 5, K: kb, N: 6, a: full(5 * kb, 127), b: full(kb * 6, b) });
+  cases.push(long(`all 127, K=${kb}`, 127), long(`127 x -127, K=${kb}`, -127));
   // Seeded random shapes: K up to ~490, every residue mod 4.
   const dims = below(key(GATE_SEED, 3, 9), 24, 97);
   for (let r = 0; r < 8; r++) {
