@@ -6,12 +6,18 @@
   RFC 8032 section 7.1's test vectors, random keys and messages signed by ``cryptography``,
   SHA-512 of several lengths, keys that must be refused and signatures that must fail;
 - ``draw.json``: seeds, ``u`` of labels, "audited" at several rates, and assignments for rosters
-  with ties, a lone contributor, shares of 0, private data, carried items, one roster peer.
+  with ties, a lone contributor, shares of 0, private data, carried items, one roster peer;
+- ``contributions.json``: contributions as an auditor recomputes them: a small model's states
+  (by seed and local steps, not bytes), the text as token ids, each state's lane offsets, and
+  for every rank of rosters with pieces spanning lanes, shares of 1 and of 0, each chunk's
+  digest (SHA-256 of its ``codec.encode`` bytes) and the data digest.
 
-Every value comes from the Python twin (``p2p.statements``, ``p2p.auditkey``, ``p2p.draw``), the
-RFC and ``cryptography``; inputs are fixed or drawn from a seeded generator, so regeneration is
-byte-identical. Checked by tests/p2p/test_audit_vectors.py, tests/js/audit_vectors.test.mjs,
-tests/js/ed25519.test.mjs and in Chromium by tests/browser/test_browser_audit.py.
+Every value comes from the Python twin (``p2p.statements``, ``p2p.auditkey``, ``p2p.draw``,
+``p2p.contribution`` on the numpy reference), the RFC and ``cryptography``; inputs are fixed or
+drawn from a seeded generator, so regeneration is byte-identical. Checked by
+tests/p2p/test_audit_vectors.py, tests/p2p/test_audit_contributions.py (every gated CPU backend),
+tests/js/audit_vectors.test.mjs, tests/js/audit_contributions.test.mjs, tests/js/ed25519.test.mjs
+and in Chromium by tests/browser/test_browser_audit.py.
 
     python tests/audit_vectors.py --write   # regenerate the files
     python tests/audit_vectors.py --check   # exit 1 if a file is stale
@@ -27,9 +33,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from daisychain.p2p import auditkey, draw
+from daisychain import batches, training
+from daisychain.model.config import ModelConfig
+from daisychain.model.ops import NUMPY_OPS, GemmOps
+from daisychain.optim import AdamWConfig
+from daisychain.p2p import auditkey, contribution, draw
 from daisychain.p2p import statements as st
 
 FOLDER = Path(__file__).resolve().parent / "vectors" / "audit"
@@ -479,6 +491,135 @@ def draw_cases() -> dict[str, Any]:
     }
 
 
+# -- contributions (docs/TRUST.md, "What an auditor recomputes, and its cost")
+
+# A model small enough that every backend and tier recomputes every case in seconds, with two
+# blocks so the backward reports parameters in several chunks; lane batch 4, rows of T + 1 = 9.
+CONTRIBUTION_MODEL = {
+    "vocab_size": 300,
+    "width": 16,
+    "layers": 2,
+    "heads": 1,
+    "seq_len": 8,
+    "batch": 4,
+    "mlp_mult": 2,
+}
+CONTRIBUTION_SEED = 11
+CONTRIBUTION_STEPS = (0, 2)  # the states: the seed's initial one, and after two local steps
+TEXT_LENGTH = 1200
+# Every rank of each roster is a case: one whole lane; a lane and a row of the next; a share
+# of 0 beside three pieces; shares of 1 around a share spanning two lanes; a middle share of
+# three pieces (a lane's last row, a whole lane, the next lane's first row); four shares of 1
+# and a last share of three whole lanes (the step's last positions).
+CONTRIBUTION_ROSTERS: list[list[int]] = [
+    [4],
+    [5, 3],
+    [2, 0, 10],
+    [1, 6, 1],
+    [3, 6, 3],
+    [1, 1, 1, 1, 12],
+]
+
+
+def contribution_text() -> list[int]:
+    """The run's text: fixed token ids below the vocabulary, from a seeded generator."""
+    rng = random.Random(20261207)
+    return [rng.randrange(CONTRIBUTION_MODEL["vocab_size"]) for _ in range(TEXT_LENGTH)]
+
+
+def contribution_state(
+    text: npt.NDArray[np.int64], steps: int, ops: GemmOps = NUMPY_OPS, trainer: Any = training
+) -> training.TrainState:
+    """The seed's state after ``steps`` single-device steps on ``text`` (lane 0 of each batch
+    index): a pure function of the seed and the text, so the file holds no weights."""
+    state = trainer.init(ModelConfig(**CONTRIBUTION_MODEL), AdamWConfig(), CONTRIBUTION_SEED)
+    state.ops = ops
+    for _ in range(steps):
+        x, y = trainer.next_batch(state, text)
+        trainer.train_step(state, x, y, with_hash=False)
+    return state
+
+
+def recompute(
+    state: training.TrainState,
+    text: npt.NDArray[np.int64],
+    shares: list[int],
+    rank: int,
+    c: Any = contribution,
+    batch_source: Any = batches,
+    statements: Any = st,
+) -> dict[str, Any]:
+    """Rank ``rank``'s contribution of the step after ``state`` as a commit states it: each
+    chunk's digest (absent: 64 zeros), its payload sizes, and the data digest; and the digest
+    of its float32 mean. The modules are
+    arguments so that a planted copy goes through the same computation."""
+    cfg = state.cfg
+    rows = []
+    for piece in c.positions(shares, rank, cfg.batch):
+        x, y = batch_source.sample_batch(
+            text, cfg.batch, cfg.seq_len, state.seed, state.step, piece.lane
+        )
+        rows.append(c.piece_rows(x, y, piece))
+    computed = c.compute(state, rows, shares, rank)
+    data = statements.data_digest(c.token_rows(rows)) if rows else statements.ABSENT
+    mean = computed.mean
+    return {
+        "chunks": [hx(statements.chunk_digest(p)) for p in computed.payloads],
+        "sizes": [len(p) for p in computed.payloads],
+        "data": hx(data),
+        # Not in a commit: the float32 mean before quantization (little-endian, parameter
+        # order), pinned by NUMERICS.md section 9; a summation order that moves one float32
+        # rounding rarely moves an int8 one, so the chunk digests alone would rarely see it.
+        "mean": "" if mean is None else hashlib.sha256(mean.astype("<f4").tobytes()).hexdigest(),
+    }
+
+
+def contribution_cases() -> dict[str, Any]:
+    ids = contribution_text()
+    text = np.array(ids, dtype=np.int64)
+    cfg = ModelConfig(**CONTRIBUTION_MODEL)
+    lanes = max(sum(s) for s in CONTRIBUTION_ROSTERS) // cfg.batch
+    states, cases = [], []
+    for i, steps in enumerate(CONTRIBUTION_STEPS):
+        state = contribution_state(text, steps)
+        assert state.step == steps
+        offsets = [
+            batches.sample_offsets(len(ids), cfg.batch, cfg.seq_len, state.seed, steps, lane)
+            for lane in range(lanes)
+        ]
+        states.append(
+            {
+                "steps": steps,
+                "hash": training.state_hash(state),
+                "offsets": [[int(o) for o in lane] for lane in offsets],
+            }
+        )
+        for shares in CONTRIBUTION_ROSTERS:
+            first = 0
+            for rank, share in enumerate(shares):
+                pieces = contribution.positions(shares, rank, cfg.batch)
+                cases.append(
+                    {
+                        "state": i,
+                        "shares": shares,
+                        "rank": rank,
+                        "positions": [first, first + share],
+                        "pieces": [[p.lane, p.row, p.rows] for p in pieces],
+                        **recompute(state, text, shares, rank),
+                    }
+                )
+                first += share
+    return {
+        "format_version": FORMAT_VERSION,
+        "model": CONTRIBUTION_MODEL,
+        "optim": "defaults",
+        "seed": CONTRIBUTION_SEED,
+        "text": ids,
+        "states": states,
+        "cases": cases,
+    }
+
+
 def files() -> dict[str, str]:
     """Each file's name and its text."""
     out = {}
@@ -486,6 +627,7 @@ def files() -> dict[str, str]:
         ("statements.json", statement_cases()),
         ("keys.json", key_cases()),
         ("draw.json", draw_cases()),
+        ("contributions.json", contribution_cases()),
     ):
         out[name] = json.dumps(data, indent=1, ensure_ascii=True) + "\n"
     return out

@@ -78,6 +78,10 @@ PYTHON_TESTS: dict[str, list[str]] = {
         "tests/p2p/test_mutants_machine.py",
     ],
     "server/daisychain/p2p/early.py": ["tests/p2p/test_early_chunks.py"],
+    "server/daisychain/p2p/contribution.py": [
+        "tests/p2p/test_audit_contributions.py",
+        "tests/p2p/test_early_chunks.py",
+    ],
     "server/daisychain/numerics": [
         "tests/test_numerics.py",
         "tests/numerics/test_vectors.py",

@@ -11,6 +11,13 @@ draw give the golden bits of tests/vectors/audit/ on both paths a page can take.
 The page runs tests/js/audit_checks.mjs, the checks Node runs, and also times the fallback's
 signature and verification (printed; docs/TRUST.md "Signing speed"). Skipped when Chromium,
 Playwright or the network namespace is missing.
+
+Contributions (``contributions.json``): on both paths the page's CPU tier recomputes every case
+through tests/js/contribution_checks.mjs (the check Node runs): a ``WorkerReplica`` on a real
+module Worker (``train/worker.js``, backend ``js-cpu``, the WebAssembly SIMD kernels where its
+gates pass in this Chromium), its state from the vectors' seed and local steps, every chunk
+digest, the float32 mean's digest and the data digest. This file has no WebGPU page, so the
+WGSL tier's contributions are not checked here.
 """
 
 from __future__ import annotations
@@ -69,6 +76,35 @@ async () => {
 """
 
 
+# Recomputes every contribution of contributions.json on the page's CPU tier, in a real worker.
+CONTRIBUTIONS = """
+async () => {
+  const checks = await import('/contribution_checks.mjs');
+  const mr = await import('/js/p2p/modelreplica.js');
+  const { modelConfig } = await import('/js/model/config.js');
+  const { adamwConfig } = await import('/js/model/optim.js');
+  const { sampleBatch, sampleOffsets } = await import('/js/model/batches.js');
+  const { chunkDigest, dataDigest } = await import('/js/p2p/statements.js');
+  const { TrainWorker } = await import('/js/train/client.js');
+  const { hashImplementation } = await import('/js/numerics/hash.js');
+  const vectors = await (await fetch('/vectors/audit/contributions.json')).json();
+  const modules = { WorkerReplica: mr.WorkerReplica, tokenRows: mr.tokenRows, modelConfig,
+    adamwConfig, sampleBatch, sampleOffsets, chunkDigest, dataDigest };
+  const selections = [];
+  const makeWorker = () => {
+    const w = new TrainWorker();
+    w.addEventListener('selection', (e) => selections.push(e.detail));
+    return w;
+  };
+  const bad = await checks.contributionMismatches(vectors, modules, { makeWorker });
+  return { bad, cases: vectors.cases.length, sha256: hashImplementation(),
+    backends: [...new Set(selections.map((s) => s.backend))],
+    wasm: selections.map((s) => s.wasm.enabled),
+    elementwise: selections.map((s) => s.elementwise.enabled) };
+}
+"""
+
+
 async def _page(request: web.Request) -> web.Response:
     return web.Response(text="<!doctype html><title>audit checks</title>", content_type="text/html")
 
@@ -79,13 +115,22 @@ async def _checks(request: web.Request) -> web.FileResponse:
     return response
 
 
+async def _contribution_checks(request: web.Request) -> web.FileResponse:
+    response = web.FileResponse(REPO / "tests" / "js" / "contribution_checks.mjs")
+    response.content_type = "text/javascript"
+    return response
+
+
 @asynccontextmanager
 async def server() -> AsyncIterator[int]:
-    """The page's modules, the checks and the vectors, on one port at 127.0.0.1 and at NET."""
+    """The page's modules and WebAssembly kernels, the checks and the vectors, on one port at
+    127.0.0.1 and at NET."""
     app = web.Application()
     app.router.add_get("/", _page)
     app.router.add_get("/audit_checks.mjs", _checks)
+    app.router.add_get("/contribution_checks.mjs", _contribution_checks)
     app.router.add_static("/js/", REPO / "static" / "js")
+    app.router.add_static("/wasm/", REPO / "static" / "wasm")  # the CPU tier's SIMD kernels
     app.router.add_static("/vectors/audit/", REPO / "tests" / "vectors" / "audit")
     runner = web.AppRunner(app)
     await runner.setup()
@@ -99,13 +144,13 @@ async def server() -> AsyncIterator[int]:
         await runner.cleanup()
 
 
-async def run_checks(browser: Any, url: str) -> dict[str, Any]:
+async def run_checks(browser: Any, url: str, script: str = CHECKS) -> dict[str, Any]:
     page = await browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
         await page.goto(url)
-        result: dict[str, Any] = await page.evaluate(CHECKS)
+        result: dict[str, Any] = await page.evaluate(script)
     finally:
         await page.close()
     assert errors == [], errors
@@ -140,3 +185,22 @@ async def test_both_paths_give_the_golden_bits() -> None:
         f"verify {lan['verifyMs']:.2f} ms; (secure page, same module) sign "
         f"{secure['signMs']:.2f} ms, verify {secure['verifyMs']:.2f} ms"
     )
+
+
+async def test_the_cpu_tier_recomputes_every_contribution_on_both_paths() -> None:
+    async with server() as port, async_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=OFFLINE_FLAGS)
+        try:
+            secure = await run_checks(browser, f"http://127.0.0.1:{port}/", CONTRIBUTIONS)
+            lan = await run_checks(browser, f"http://{NET}:{port}/", CONTRIBUTIONS)
+        finally:
+            await browser.close()
+    assert (secure["sha256"], lan["sha256"]) == ("web-crypto", "javascript")
+    for where, result in (("127.0.0.1", secure), (NET, lan)):
+        assert result["cases"] > 0 and result["bad"] == [], f"{where}: {result['bad']}"
+        # one worker per state, each on the CPU tier the replica asked for
+        assert result["backends"] == ["js-cpu"], f"{where}: {result['backends']}"
+        print(
+            f"{where}: {result['cases']} contributions recomputed on js-cpu (WebAssembly GEMM "
+            f"{result['wasm']}, elementwise {result['elementwise']})"
+        )

@@ -28,6 +28,13 @@ export class LocalWorker extends EventTarget {
     return this.request('grads', fields, onGrad);
   }
 
+  step(x, y, { batch, hash } = {}) {
+    const fields = { x, y };
+    if (batch !== undefined) fields.batch = batch;
+    if (hash !== undefined) fields.hash = hash;
+    return this.request('step', fields);
+  }
+
   probe() {
     return this.request('probe');
   }

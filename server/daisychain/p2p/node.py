@@ -28,10 +28,9 @@ import numpy.typing as npt
 from daisychain import batches, fineweb, training
 from daisychain.gpu.probe import reference_step_probe
 from daisychain.model.config import ModelConfig, preset
-from daisychain.model.params import param_shapes
 from daisychain.optim import AdamWConfig
 from daisychain.outer.nesterov import OuterConfig, OuterError
-from daisychain.p2p import early, inner, shares
+from daisychain.p2p import contribution, inner, shares
 from daisychain.p2p.datafeed import Address, DataUnavailable, FineWebFeed
 from daisychain.p2p.machine import Machine, Settings, Timers
 from daisychain.p2p.machine import effects as fx
@@ -427,7 +426,7 @@ class Node:
         self._computing.add((c.step, c.round))
         # Our positions of the step's global batch, cut at lane boundaries (docs/PROTOCOL.md,
         # "Gradient chunks"): at most one lane's activations at a time.
-        parts = shares.pieces(shares.offsets(c.shares)[c.rank], count, cfg.batch)
+        parts = contribution.positions(c.shares, c.rank, cfg.batch)
         Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
         loop = asyncio.get_running_loop()
@@ -443,12 +442,10 @@ class Node:
             rows: list[Rows], probe: Callable[[], str]
         ) -> tuple[float, tuple[bytes, ...], str, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()
-            watch = early.ChunkWatch(param_shapes(cfg), c.shares, count, emit)
-            loss, flat = training.mean_gradient(state, rows, count, watch)
+            computed = contribution.compute(state, rows, c.shares, c.rank, emit)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             probe_hash = probe()
-            payloads = (b"",) * c.peers if flat is None else watch.chunk_payloads(c.peers, flat)
-            return loss, payloads, probe_hash, seconds, cpu
+            return computed.loss, computed.payloads, probe_hash, seconds, cpu
 
         async def lane(piece: shares.Piece) -> Rows:
             return await self._piece_rows(revision, cfg, state.seed, state.step, piece)
@@ -497,7 +494,7 @@ class Node:
             )
         else:
             x, y = await self._fetch_batch(Address(seed, index, piece.lane, cfg.batch, cfg.seq_len))
-        return x[piece.row : piece.row + piece.rows], y[piece.row : piece.row + piece.rows]
+        return contribution.piece_rows(x, y, piece)
 
     def _start_outer_compute(self, c: fx.Compute, h: int) -> None:
         """An outer run's round (p2p/inner.py): this peer's positions of ``h`` batch indices,

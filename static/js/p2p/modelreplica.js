@@ -36,6 +36,27 @@ import { decodeCheckpoint, encodeCheckpoint, encodeOuterCheckpoint, stepOf } fro
 import { ReplicaRefused } from './machine/replica.js';
 import { PieceMean } from '../train/piecemean.js';
 
+/**
+ * The token ids a contribution's data digest covers (statements.js dataDigest; docs/TRUST.md
+ * "Keys and statements"): every row of its pieces in position order, T + 1 ids a row (the
+ * row's inputs and its last target: the text it read). Python's p2p/contribution.py token_rows.
+ * @param {{x: Int32Array, y: Int32Array, rows: number}[]} pieces  rowsOf's, in position order
+ * @param {number} seqLen
+ * @returns {Int32Array[]}
+ */
+export function tokenRows(pieces, seqLen) {
+  const out = [];
+  for (const { x, y, rows } of pieces) {
+    for (let r = 0; r < rows; r++) {
+      const row = new Int32Array(seqLen + 1);
+      row.set(x.subarray(r * seqLen, (r + 1) * seqLen));
+      row[seqLen] = y[(r + 1) * seqLen - 1];
+      out.push(row);
+    }
+  }
+  return out;
+}
+
 const plain = (/** @type {object} */ o) => JSON.parse(JSON.stringify(o)); // a frozen config as a cloneable object
 
 /**
@@ -43,7 +64,8 @@ const plain = (/** @type {object} */ o) => JSON.parse(JSON.stringify(o)); // a f
  * @typedef {{x: Int32Array, y: Int32Array}} LaneBatch
  * What `compute` resolves to (see there).
  * @typedef {{loss: number, payloads: Uint8Array[], probe: string, backend: string,
- *   products: number, ms: number, gradMs: number, count: number}} ComputeResult
+ *   products: number, ms: number, gradMs: number, count: number,
+ *   mean?: Float32Array | null}} ComputeResult
  * The part of a `compute` effect (machine/effects.js) compute reads.
  * @typedef {{step: number, rank: number, shares: readonly number[]}} ComputeOrder
  * Lane `lane` of batch index `index` (by default the next step's), or a promise of it.
@@ -305,7 +327,9 @@ export class WorkerReplica {
    * combine as g = g0 * f32(r0); g = g + g1 * f32(r1); ...; g = g / f32(share) in float32, the
    * loss the same way (training.mean_gradient). Resolves to {loss, payloads, probe, backend
    * (the tier that computed it), products (how many products ran on the GPU), ms (the whole
-   * compute), gradMs (the gradients alone: what seconds per sequence are measured on), count}.
+   * compute), gradMs (the gradients alone: what seconds per sequence are measured on), count,
+   * mean (the float32 mean before quantization, pinned by NUMERICS.md section 9; null for a
+   * share of 0)}.
    * With `onPartial(k, payload)`, each chunk final before the last piece's backward ends is
    * handed over as soon as it is (early.js; docs/PROTOCOL.md "Early chunks"): the same bytes
    * `payloads[k]` then holds.
@@ -346,7 +370,8 @@ export class WorkerReplica {
     const { probe } = await this.worker.probe();
     const payloads = flat === null ? shares.map(() => new Uint8Array(0))
       : watch.chunkPayloads(shares.length, flat);
-    return { loss, payloads, probe, backend, products, ms: performance.now() - t0, gradMs, count };
+    return { loss, payloads, probe, backend, products, ms: performance.now() - t0, gradMs, count,
+      mean: flat };
   }
 
   /**
