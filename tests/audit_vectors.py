@@ -504,6 +504,19 @@ CONTRIBUTION_MODEL = {
     "batch": 4,
     "mlp_mult": 2,
 }
+# The optimizer of the local steps, every field written out (both twins take these names).
+CONTRIBUTION_OPTIM: dict[str, Any] = {
+    "lr": 3e-3,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-8,
+    "weight_decay": 0.1,
+    "clip": 1.0,
+    "warmup_steps": 0,
+    "schedule": "constant",
+    "total_steps": 0,
+    "final_lr": 0.0,
+}
 CONTRIBUTION_SEED = 11
 CONTRIBUTION_STEPS = (0, 2)  # the states: the seed's initial one, and after two local steps
 TEXT_LENGTH = 1200
@@ -528,15 +541,17 @@ def contribution_text() -> list[int]:
 
 
 def contribution_state(
-    text: npt.NDArray[np.int64], steps: int, ops: GemmOps = NUMPY_OPS, trainer: Any = training
+    vectors: dict[str, Any], text: npt.NDArray[np.int64], steps: int, ops: GemmOps = NUMPY_OPS
 ) -> training.TrainState:
     """The seed's state after ``steps`` single-device steps on ``text`` (lane 0 of each batch
-    index): a pure function of the seed and the text, so the file holds no weights."""
-    state = trainer.init(ModelConfig(**CONTRIBUTION_MODEL), AdamWConfig(), CONTRIBUTION_SEED)
+    index), of the model, optimizer and seed ``vectors`` name: a pure function of the seed and
+    the text, so the file holds no weights."""
+    cfg, optim = ModelConfig(**vectors["model"]), AdamWConfig(**vectors["optim"])
+    state = training.init(cfg, optim, vectors["seed"])
     state.ops = ops
     for _ in range(steps):
-        x, y = trainer.next_batch(state, text)
-        trainer.train_step(state, x, y, with_hash=False)
+        x, y = training.next_batch(state, text)
+        training.train_step(state, x, y, with_hash=False)
     return state
 
 
@@ -578,10 +593,11 @@ def contribution_cases() -> dict[str, Any]:
     ids = contribution_text()
     text = np.array(ids, dtype=np.int64)
     cfg = ModelConfig(**CONTRIBUTION_MODEL)
+    spec = {"model": CONTRIBUTION_MODEL, "optim": CONTRIBUTION_OPTIM, "seed": CONTRIBUTION_SEED}
     lanes = max(sum(s) for s in CONTRIBUTION_ROSTERS) // cfg.batch
     states, cases = [], []
     for i, steps in enumerate(CONTRIBUTION_STEPS):
-        state = contribution_state(text, steps)
+        state = contribution_state(spec, text, steps)
         assert state.step == steps
         offsets = [
             batches.sample_offsets(len(ids), cfg.batch, cfg.seq_len, state.seed, steps, lane)
@@ -611,9 +627,7 @@ def contribution_cases() -> dict[str, Any]:
                 first += share
     return {
         "format_version": FORMAT_VERSION,
-        "model": CONTRIBUTION_MODEL,
-        "optim": "defaults",
-        "seed": CONTRIBUTION_SEED,
+        **spec,
         "text": ids,
         "states": states,
         "cases": cases,

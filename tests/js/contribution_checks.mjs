@@ -25,7 +25,7 @@ const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join(''
  */
 export async function contributionMismatches(vectors, m, { makeWorker, early = true }) {
   const bad = [];
-  const { model, seed } = vectors;
+  const { model, optim, seed } = vectors;
   const text = Int32Array.from(vectors.text);
   const B = model.batch;
   const T = model.seq_len;
@@ -33,7 +33,7 @@ export async function contributionMismatches(vectors, m, { makeWorker, early = t
   for (const [i, s] of vectors.states.entries()) {
     const replica = new m.WorkerReplica({ tokenizerSha256: 'ab'.repeat(32), vocabSize: model.vocab_size,
       backend: 'js-cpu', makeWorker });
-    await replica.start(m.modelConfig(model), m.adamwConfig({}), seed);
+    await replica.start(m.modelConfig(model), m.adamwConfig(optim), seed);
     let hash = replica.hash;
     for (let k = 0; k < s.steps; k++) {
       const { x, y } = m.sampleBatch(text, B, T, seed, k, 0);

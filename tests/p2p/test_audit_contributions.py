@@ -48,7 +48,7 @@ def mismatches(
     cfg_batch, seq_len = VECTORS["model"]["batch"], VECTORS["model"]["seq_len"]
     states = []
     for i, s in enumerate(VECTORS["states"]):
-        state = audit_vectors.contribution_state(TEXT, s["steps"], ops)
+        state = audit_vectors.contribution_state(VECTORS, TEXT, s["steps"], ops)
         if training.state_hash(state) != s["hash"]:
             bad.append(f"state {i}: hash")
         for lane, want in enumerate(s["offsets"]):
