@@ -10,12 +10,13 @@
 - ``contributions.json``: contributions as an auditor recomputes them: a small model's states
   (by seed and local steps, not bytes), the text as token ids, each state's lane offsets, and
   for every rank of rosters with pieces spanning lanes, shares of 1 and of 0, each chunk's
-  digest (SHA-256 of its ``codec.encode`` bytes) and the data digest.
+  digest (SHA-256 of its ``codec.encode`` bytes), the data digest and the float32 mean's digest.
 
 Every value comes from the Python twin (``p2p.statements``, ``p2p.auditkey``, ``p2p.draw``,
 ``p2p.contribution`` on the numpy reference), the RFC and ``cryptography``; inputs are fixed or
 drawn from a seeded generator, so regeneration is byte-identical. Checked by
 tests/p2p/test_audit_vectors.py, tests/p2p/test_audit_contributions.py (every gated CPU backend),
+tests/gpu/test_gpu_contributions.py (the wgpu kernels),
 tests/js/audit_vectors.test.mjs, tests/js/audit_contributions.test.mjs, tests/js/ed25519.test.mjs
 and in Chromium by tests/browser/test_browser_audit.py.
 
@@ -587,6 +588,54 @@ def recompute(
         # rounding rarely moves an int8 one, so the chunk digests alone would rarely see it.
         "mean": "" if mean is None else hashlib.sha256(mean.astype("<f4").tobytes()).hexdigest(),
     }
+
+
+def contribution_mismatches(
+    vectors: dict[str, Any],
+    ops: GemmOps = NUMPY_OPS,
+    c: Any = contribution,
+    batch_source: Any = batches,
+    statements: Any = st,
+) -> list[str]:
+    """What differs from ``vectors`` (contributions.json, parsed) when ``ops`` multiplies and
+    the modules compute: state hashes, lane offsets, pieces, and each case's chunks, data digest
+    and mean; a case that raises counts as differing. [] is a pass. The check of
+    tests/p2p/test_audit_contributions.py (numpy, the CPU backends, planted copies) and
+    tests/gpu/test_gpu_contributions.py (the wgpu kernels)."""
+    bad: list[str] = []
+    text = np.array(vectors["text"], dtype=np.int64)
+    lane_size, seq_len = vectors["model"]["batch"], vectors["model"]["seq_len"]
+    states = []
+    for i, s in enumerate(vectors["states"]):
+        state = contribution_state(vectors, text, s["steps"], ops)
+        if training.state_hash(state) != s["hash"]:
+            bad.append(f"state {i}: hash")
+        for lane, want in enumerate(s["offsets"]):
+            got = batch_source.sample_offsets(
+                len(text), lane_size, seq_len, state.seed, state.step, lane
+            )
+            if [int(o) for o in got] != want:
+                bad.append(f"state {i}: offsets of lane {lane}")
+        states.append(state)
+    for case in vectors["cases"]:
+        what = f"state {case['state']}, shares {case['shares']}, rank {case['rank']}"
+        pieces = c.positions(case["shares"], case["rank"], lane_size)
+        if [[p.lane, p.row, p.rows] for p in pieces] != case["pieces"]:
+            bad.append(f"{what}: pieces")
+        state = states[case["state"]]
+        try:
+            got = recompute(state, text, case["shares"], case["rank"], c, batch_source, statements)
+        except Exception as exc:  # a planted copy may fail outright: that is a difference too
+            bad.append(f"{what}: raised {exc!r}")
+            continue
+        for k, (g, w) in enumerate(zip(got["chunks"], case["chunks"], strict=True)):
+            if g != w:
+                bad.append(f"{what}: chunk {k}")
+        if got["data"] != case["data"]:
+            bad.append(f"{what}: data")
+        if got["mean"] != case["mean"]:
+            bad.append(f"{what}: mean")
+    return bad
 
 
 def contribution_cases() -> dict[str, Any]:

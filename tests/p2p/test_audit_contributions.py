@@ -15,7 +15,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
 import audit_vectors
@@ -32,58 +31,10 @@ from source_mutant import mutant
 VECTORS: dict[str, Any] = json.loads(
     (audit_vectors.FOLDER / "contributions.json").read_text(encoding="utf-8")
 )
-TEXT = np.array(VECTORS["text"], dtype=np.int64)
 
 
-def mismatches(
-    ops: GemmOps = NUMPY_OPS,
-    c: Any = contribution,
-    batch_source: Any = batches,
-    statements: Any = st,
-) -> list[str]:
-    """What differs from the vectors when ``ops`` multiplies (and the modules compute): state
-    hashes, lane offsets, pieces, and each case's chunks and data digest; a case that raises
-    counts as differing. [] is a pass."""
-    bad: list[str] = []
-    cfg_batch, seq_len = VECTORS["model"]["batch"], VECTORS["model"]["seq_len"]
-    states = []
-    for i, s in enumerate(VECTORS["states"]):
-        state = audit_vectors.contribution_state(VECTORS, TEXT, s["steps"], ops)
-        if training.state_hash(state) != s["hash"]:
-            bad.append(f"state {i}: hash")
-        for lane, want in enumerate(s["offsets"]):
-            got = batch_source.sample_offsets(
-                len(TEXT), cfg_batch, seq_len, state.seed, state.step, lane
-            )
-            if [int(o) for o in got] != want:
-                bad.append(f"state {i}: offsets of lane {lane}")
-        states.append(state)
-    for case in VECTORS["cases"]:
-        what = f"state {case['state']}, shares {case['shares']}, rank {case['rank']}"
-        pieces = c.positions(case["shares"], case["rank"], cfg_batch)
-        if [[p.lane, p.row, p.rows] for p in pieces] != case["pieces"]:
-            bad.append(f"{what}: pieces")
-        try:
-            got = audit_vectors.recompute(
-                states[case["state"]],
-                TEXT,
-                case["shares"],
-                case["rank"],
-                c,
-                batch_source,
-                statements,
-            )
-        except Exception as exc:  # a planted copy may fail outright: that is a difference too
-            bad.append(f"{what}: raised {exc!r}")
-            continue
-        for k, (g, w) in enumerate(zip(got["chunks"], case["chunks"], strict=True)):
-            if g != w:
-                bad.append(f"{what}: chunk {k}")
-        if got["data"] != case["data"]:
-            bad.append(f"{what}: data")
-        if got["mean"] != case["mean"]:
-            bad.append(f"{what}: mean")
-    return bad
+def mismatches(ops: GemmOps = NUMPY_OPS, **modules: Any) -> list[str]:
+    return audit_vectors.contribution_mismatches(VECTORS, ops, **modules)
 
 
 def test_the_vectors_cover_what_issue_42_needs() -> None:
