@@ -7,8 +7,8 @@ boundaries (``positions``); each piece is rows ``[row, row + rows)`` of its lane
 (``piece_rows``); the pieces' mean gradient is ``training.mean_gradient``'s, and the roster's
 chunks are ``codec.encode``d as ``early.ChunkWatch`` hands them over (``compute``; the float32
 mean itself is pinned too, NUMERICS.md section 9, and kept for the vectors: a summation order
-that moves one float32 rounding rarely moves an int8 one). The data
-digest covers the token ids of every row in position order, ``T + 1`` a row (``token_rows``).
+that moves one float32 rounding rarely moves an int8 one). The data digest covers the token ids
+of every row in position order, ``T + 1`` a row (``token_rows``).
 
 The headless peer's compute (``p2p.node``) goes through these functions, and so do the golden
 contribution vectors (tests/audit_vectors.py), so what the vectors pin is what a peer sends.
