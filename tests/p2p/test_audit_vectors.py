@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import audit_vectors
 from daisychain.p2p import auditkey, draw, statements
+from source_mutant import mutant
 
 FOLDER = audit_vectors.FOLDER
 
@@ -373,22 +371,6 @@ def test_audited_rate_is_about_one_in_n() -> None:
 
 
 # -- planted bugs: each must fail the vector checks (or verification)
-
-
-def mutant(module: types.ModuleType, old: str, new: str) -> types.ModuleType:
-    """``module`` with the one occurrence of ``old`` in its source replaced by ``new``."""
-    path = Path(str(module.__file__))
-    source = path.read_text(encoding="utf-8")
-    assert source.count(old) == 1, f"{old!r} occurs {source.count(old)} times in {path.name}"
-    name = f"{module.__name__}_mutant"
-    mod = types.ModuleType(name)
-    mod.__file__ = str(path)
-    sys.modules[name] = mod  # dataclasses look their module up while the class is made
-    try:
-        exec(compile(source.replace(old, new), str(path), "exec"), mod.__dict__)
-    finally:
-        del sys.modules[name]
-    return mod
 
 
 @pytest.mark.parametrize(
