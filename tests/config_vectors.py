@@ -4,11 +4,13 @@ A follower in a run refuses a second ``config`` from another peer that is not th
 ``wrong-run`` (docs/PROTOCOL.md, "Run phases"). Both machines decide "the same" on the canonical
 encoding of the parsed record (``messages.encode``, which messages.js writes byte for byte), so
 the rule is derived from the declarations instead of a list of fields kept by hand. These cases
-pin it: a base config (an outer run resumed from step 1, so that every field is written) and,
+pin it: a base config (an outer run resumed from step 1, so that every field but ``audit`` is
+written: a version-6 follower refuses a run that audits, and audits refuse outer runs) and,
 for every field of the ``Config`` record, recursively (enumerated from the dataclasses: a field
 added there fails ``--write`` until ``OTHER`` gives it a value), a second config differing in
 that one field, to a value that still parses, survives the round trip and that some peer could
-train (``runconfig.parse`` with that config's own tokenizer and data): expected ``wrong-run``.
+train (``runconfig.parse`` with that config's own tokenizer and data; an audit field's as a
+per-step run, ``ABSENT`` filling the rest of ``audit``): expected ``wrong-run``.
 Beside them: the same config (and the same record spelled otherwise: keys reordered, defaults
 written, a number respelled, an unknown field) accepted, and a signed zero refused.
 
@@ -89,7 +91,13 @@ OTHER: dict[str, Any] = {
     "outer.momentum": 0.5,
     "outer.overlap": 0.5,
     "outer.cut": "batch",
+    "audit.one_in": 2,
+    "audit.private": "unaudited",
 }
+# A field whose record the base does not have: audit. The base cannot have it (a version-6
+# follower refuses a run that audits, so it would not take the base; and audits refuse outer
+# runs), so an audit field is changed from absent to present, the rest of its record this.
+ABSENT: dict[str, Any] = {"audit": messages.AuditSpec(one_in=16)}
 
 
 def fields(record: type = messages.Config, prefix: str = "") -> list[str]:
@@ -118,7 +126,10 @@ def get(record: Any, path: str) -> Any:
 
 def changed(record: Any, path: str, value: Any) -> Any:
     head, _, rest = path.partition(".")
-    new = changed(getattr(record, head), rest, value) if rest else value
+    inner = getattr(record, head)
+    if rest and inner is None:
+        inner = ABSENT[head]
+    new = changed(inner, rest, value) if rest else value
     return dataclasses.replace(record, **{head: new})
 
 
@@ -130,9 +141,13 @@ def variant(path: str) -> messages.Config:
     assert isinstance(cfg, messages.Config)
     assert get(cfg, path) == value, f"{path}: {value!r} does not survive the round trip"
     assert messages.encode(cfg) != messages.encode(BASE), f"{path}: {value!r} is the base's"
+    # Audits refuse outer runs (rule audit-outer): an audit field's value is one a per-step run
+    # of the same config could train.
+    trained = cfg if cfg.audit is None else dataclasses.replace(cfg, sync=messages.SYNC_STEP,
+                                                                outer=None)  # fmt: skip
     try:  # a peer with this config's tokenizer, vocabulary and data
         runconfig.parse(
-            cfg, tokenizer_sha256=cfg.tokenizer_sha256, vocab_size=cfg.model.vocab_size,
+            trained, tokenizer_sha256=cfg.tokenizer_sha256, vocab_size=cfg.model.vocab_size,
             data_sources=("builtin", cfg.data),
         )  # fmt: skip
     except runconfig.Incompatible as exc:

@@ -40,6 +40,9 @@ REQUIRED = {
     "a straggler timeout re-commit": "straggler-recommit",
     "frames out of order, oversized, unknown kind": "frames-hostile",
     "the last step's hashes settled after the stop (issue 44)": "final-hashes-after-stop",
+    "a config that audits, refused by version 6 (issue 42)": "v6-audit-config",
+    "version 7's messages refused by version 6 (issue 42)": "v6-audit-messages",
+    "version 7's repair pieces refused by version 6 (issue 42)": "v6-audit-repair",
 }
 
 

@@ -5,6 +5,7 @@ longer covers its case fails to generate)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import zlib
@@ -502,6 +503,95 @@ def hostile_config() -> Script:
     assert not any(isinstance(f, fx.Finished) for f in out), "the follower keeps running"
     out = s.send(D, config(2))
     assert sent(out, messages.Ready) == [(D, messages.Ready(RUN, 0, INIT, [D], 0.0))], out
+    return s
+
+
+# Commit, then audit (docs/TRUST.md) is declared on the wire (version 7) but not built into the
+# machine (version 6): a config that audits is refused as a version-7 run would be, and version
+# 7's messages are what an unknown message was before they were declared.
+H = hashlib.sha256(b"daisychain-trace audit digest").hexdigest()
+SIG = "5e" * 64
+STATEMENT = "a5" * messages.MIN_STATEMENT_BYTES
+
+
+def audited(cfg: messages.Config, one_in: int) -> messages.Config:
+    return dataclasses.replace(cfg, audit=messages.AuditSpec(one_in))
+
+
+def audit_config_refused() -> Script:
+    s = Script("v6-audit-config", "B (data-channel version 6) in the lobby: A's config "
+               "audits 1 in 0 (refused by rule audit-rate, which a version-7 peer checks too), "
+               "D's audits 1 in 16 (refused: this peer cannot audit yet; ask the leader to start "
+               "without --audit); each answered error incompatible and closed. B keeps running "
+               "and joins E's run without audits.", B)  # fmt: skip
+    s.connect(A, D, E)
+    for peer, one_in, text in ((A, 0, "audit.one_in 0 outside [1, 65536]"),
+                               (D, 16, "this peer cannot audit contributions yet (data-channel "
+                                       "version 6)")):  # fmt: skip
+        out = s.send(peer, audited(config(2), one_in))
+        assert [(p, m.code, m.message) for p, m in errors(out)] == [(peer, "incompatible", text)], (
+            out
+        )
+        assert [f.peer for f in out if isinstance(f, fx.Close)] == [peer], out
+        assert not any(isinstance(f, fx.Finished) for f in out), "the follower keeps running"
+    assert errors(out)[0][1].hint == "ask the leader to start without --audit"
+    out = s.send(E, config(2))
+    assert sent(out, messages.Ready) == [(E, messages.Ready(RUN, 0, INIT, [E], 0.0))], out
+    return s
+
+
+def audit_messages_refused() -> Script:
+    s = Script("v6-audit-messages", "B (version 6) in A's run meets version 7's messages: "
+               "C's commit, D's reveal, E's audit and F's proof are each answered error "
+               "unknown-type (the sender breaks the protocol it greeted with) and closed, as an "
+               "undeclared type was; A's roster with a carry is taken (version 6 reads no "
+               "carry, as it ignored the unknown field) and step 1 trains with A.", B)  # fmt: skip
+    follow(s, A, (C, D, E, F), config(1))
+    v7: list[tuple[str, messages.Message]] = [
+        (C, messages.ContributionCommit(run=RUN, step=1, round=0, peer=C, roster=H, prev=INIT,
+                                        chunks=[H, H, H], data=H, nonce_hash=H, sig=SIG)),
+        (D, messages.Reveal(run=RUN, step=1, round=0, nonce=H, seen=H, sig=SIG)),
+        (E, messages.AuditResult(run=RUN, step=1, round=0, item="reduced", index=0, of=H,
+                                 digests=[H], data="", sig=SIG)),
+        (F, messages.Proof(run=RUN, step=1, round=0, kind="equivocation",
+                           first=messages.Signed(STATEMENT, SIG),
+                           second=messages.Signed(STATEMENT, SIG))),
+    ]  # fmt: skip
+    for peer, m in v7:
+        out = s.send(peer, m)
+        [(to, error)] = errors(out)
+        assert (to, error.code) == (peer, "unknown-type"), out
+        assert f"control message {m.type} belongs to commit, then audit" in error.message, out
+        assert [f.peer for f in out if isinstance(f, fx.Close)] == [peer], out
+    s.at(1.0)
+    out = s.send(A, dataclasses.replace(roster_msg(1, 0, (A, B)), carry=[(0, C)]))
+    assert any(isinstance(f, fx.Compute) for f in out), out
+    digest = s.exchange(1, 0, (A, B))
+    assert digest == honest_hash(INIT, 1, 0, 2)
+    s.hashes(1, 0, (A, B), digest)
+    stop = messages.Stop(RUN, "done", 1, "reached step 1", {})
+    assert finished(s.send(A, stop)).reason == "done"
+    return s
+
+
+def audit_repair_refused() -> Script:
+    s = Script("v6-audit-repair", "B (version 6) in the lobby and then in A's run: D asks "
+               "for a commit and E for a reduced commit (repair pieces of version 7); each is "
+               "answered error bad-message and closed (a version-6 peer serves no statement, "
+               "and never a reduced chunk in their place).", B)  # fmt: skip
+    s.connect(A, C, D, E)
+    out = s.send(D, messages.Repair(RUN, 1, 0, "commit", 1))
+    assert [(p, m.code) for p, m in errors(out)] == [(D, "bad-message")], out
+    assert "repair of a commit belongs to commit, then audit" in errors(out)[0][1].message
+    out = s.send(A, config(1))
+    assert sent(out, messages.Ready), out
+    s.at(1.0)
+    s.send(A, roster_msg(1, 0, ABC))
+    s.exchange(1, 0, ABC)
+    # B holds its reduced chunk of (1, 0) now: asked for it as a reduced commit, it sends nothing.
+    out = s.send(E, messages.Repair(RUN, 1, 0, "reduced-commit", 1))
+    assert [(p, m.code) for p, m in errors(out)] == [(E, "bad-message")], out
+    assert not [f for f in out if isinstance(f, fx.SendPayload)], out
     return s
 
 
@@ -1142,4 +1232,7 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "early-chunk-differs": early_chunk_differs,
     "early-chunk-twice": early_chunk_twice,
     "final-hashes-after-stop": final_hashes_after_stop,
+    "v6-audit-config": audit_config_refused,
+    "v6-audit-messages": audit_messages_refused,
+    "v6-audit-repair": audit_repair_refused,
 }

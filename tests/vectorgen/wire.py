@@ -10,7 +10,8 @@ trip one check) and writes what it answered to ``tests/vectors/p2p_wire/``:
   each feed returned (nothing yet, a payload, or the error class and message); raw inflate cases
   (bomb at the limit, truncated, trailing bytes, invalid).
 - ``messages.json``: raw texts and what ``messages.parse`` made of them: the record re-encoded by
-  ``messages.encode`` (byte for byte what a peer writes), or the error code, message and hint.
+  ``messages.encode`` (byte for byte what a peer writes), or the error code, message and hint;
+  version 7's messages and fields (commit, then audit) come from ``vectorgen.wire_audit``.
 
 Usage: ``python tests/vectorgen --write wire`` regenerates the files; ``--check wire`` regenerates
 in memory and exits 1 naming the first file that differs. Payload bytes
@@ -34,6 +35,7 @@ from daisychain.numerics import CONTRACT_VERSION
 from daisychain.p2p.versions import DATA_PROTOCOL_VERSION, FRAME_VERSION
 from daisychain.wire import frames, messages
 from daisychain.wire.frames import FrameKind
+from vectorgen import wire_audit
 from vectorgen.files import check_texts, write_texts
 
 FORMAT = "daisychain-p2p-wire"
@@ -333,6 +335,7 @@ def _valid_messages() -> dict[str, dict[str, Any]]:
         "stop": {"type": "stop", "run": RUN, "reason": "fork", "step": 4, "message": "diverged",
                  "hashes": {"b": HASH_A, "a": HASH_B, "123": "x"}},
         "error": {"type": "error", "code": "bad-frame", "message": "m", "hint": "h"},
+        **wire_audit.valid(),  # version 7: commit, reveal, audit, proof
     }  # fmt: skip
 
 
@@ -534,6 +537,7 @@ def _message_texts() -> list[tuple[str, str]]:
         ("error-hint-missing", _dumps(_with(v["error"], hint=_DROP))),
     ):
         add((name, msg))
+    cases += wire_audit.texts(v)  # version 7's messages and fields (vectorgen.wire_audit)
     return cases
 
 

@@ -63,6 +63,10 @@ MAX_OUTER_LR = 10.0
 OUTER_STATE_BYTES_PER_PARAM = 24
 # With overlap: the weights where the round was measured (4) and the carry after it (4).
 OVERLAP_STATE_BYTES_PER_PARAM = 8
+# Commit, then audit (docs/TRUST.md, "Config and versions"). 1 audits every attempt (the compute
+# doubles); the cap keeps the draw's modulo bias (a u32 mod n) below n / 2^32 <= 2^-16.
+MAX_AUDIT_ONE_IN = 65536
+AUDIT_PRIVATE = ("refuse", "unaudited")
 
 
 class Incompatible(messages.MessageError):
@@ -152,18 +156,29 @@ def parse(
     vocab_size: int,
     limits: Limits | None = None,
     data_sources: tuple[str, ...] = (fineweb.BUILTIN,),
+    private_data: bool = False,
+    min_audit: int = 0,
 ) -> RunConfig:
     """``cfg`` as this peer's run, or ``Incompatible``. ``tokenizer_sha256``/``vocab_size``
     describe this peer's tokenizer; ``limits`` are its caps (defaults: ``Limits()``);
     ``data_sources`` the ``config.data`` names it can read (``"builtin"``, and
-    ``"fineweb@REV"`` when its server reads FineWeb-Edu at that revision)."""
+    ``"fineweb@REV"`` when its server reads FineWeb-Edu at that revision); ``private_data``
+    says this peer trains on text only it holds; ``min_audit`` is the rarest audit rate it
+    accepts (``m``: at least one attempt in ``m``; 0: any, audits off included)."""
     limits = limits or Limits()
+    if isinstance(min_audit, bool) or not (
+        isinstance(min_audit, int) and 0 <= min_audit <= MAX_AUDIT_ONE_IN
+    ):
+        raise ValueError(
+            f"min_audit must be an integer in [0, {MAX_AUDIT_ONE_IN}], got {min_audit!r}"
+        )
     _check_data(cfg, tokenizer_sha256, vocab_size, data_sources)
     model = _model(cfg.model)
     _check_global_batch(cfg)
     _check_preset(cfg.preset, model)
     _check_run(cfg)
     _check_sync(cfg, model.batch)
+    _check_audit(cfg, private_data, min_audit)
     optim = _optim(cfg.optim, cfg.steps)
     footprint = estimate(model)
     if cfg.sync == messages.SYNC_OUTER:
@@ -346,6 +361,51 @@ def _check_sync(cfg: messages.Config, batch: int) -> None:
             "outer-cut",
             f"outer cut {spec.cut[:16]!r} is not one this version takes",
             f"lead with --outer-cut {' or '.join(shares.CUTS)}",
+        )
+
+
+def _check_audit(cfg: messages.Config, private_data: bool, min_audit: int) -> None:
+    """``audit`` (docs/TRUST.md, "Config and versions"): its shape, what it cannot audit, and
+    what this peer needs of it."""
+    spec = cfg.audit
+    if spec is not None:
+        if not 1 <= spec.one_in <= MAX_AUDIT_ONE_IN:
+            raise Incompatible(
+                "audit-rate",
+                f"audit.one_in {spec.one_in} outside [1, {MAX_AUDIT_ONE_IN}]",
+                f"the leader audits one attempt in n, n from 1 (every attempt) to "
+                f"{MAX_AUDIT_ONE_IN}; 16 is the default, and a run without audits has no audit",
+            )
+        if spec.private not in AUDIT_PRIVATE:
+            raise Incompatible(
+                "audit-private",
+                f"audit.private {spec.private[:16]!r} is not one of {', '.join(AUDIT_PRIVATE)}",
+                'the leader either refuses peers with private text ("refuse", the default) or '
+                'takes their contributions unaudited ("unaudited")',
+            )
+        if cfg.sync == messages.SYNC_OUTER:
+            # An outer round depends on the contributor's own inner optimizer state, which no
+            # other peer holds: nobody could recompute it.
+            raise Incompatible(
+                "audit-outer",
+                "this run audits outer rounds, which no other peer can recompute (a round "
+                "depends on its contributor's own inner optimizer state)",
+                "the leader can lead an outer run without audits, or a per-step run with them",
+            )
+        if private_data and spec.private == "refuse":
+            raise Incompatible(
+                "private-data",
+                "this peer trains on private text and the run refuses private data (its "
+                "contributions could not be audited)",
+                "turn Private text off, or ask the leader to accept private data unaudited",
+            )
+    if min_audit > 0 and (spec is None or spec.one_in > min_audit):
+        audits = "no attempt" if spec is None else f"one attempt in {spec.one_in}"
+        raise Incompatible(
+            "min-audit",
+            f"the run audits {audits}; this peer needs at least one in {min_audit}",
+            f"the leader can audit one attempt in {min_audit} or more often; this peer's user "
+            "can accept rarer audits",
         )
 
 

@@ -26,6 +26,7 @@ MAX_ROSTER = 64
 MAX_SEQ_S = 1e6  # seconds per sequence a peer may report (about 11 days: anything is allowed)
 RUN_ID_RE = re.compile(r"[0-9a-f]{16}")
 HASH_RE = re.compile(r"[0-9a-f]{64}")
+STATEMENT_RE = re.compile(r"[0-9a-f]*")
 U32_MAX = 2**32 - 1
 
 ErrorCode = Literal[
@@ -48,6 +49,23 @@ SYNC_STEP = "step"
 SYNC_OUTER = "outer"
 OUTER_CUT_DEFAULT = "share"  # config.outer.cut when absent
 MAX_SYNC_CHARS = 16
+# config.audit (docs/TRUST.md, "Config and versions"): its shape here, its ranges runconfig's.
+# "refuse" is written only when not that; any short string is well formed (rule audit-private).
+AUDIT_PRIVATE_DEFAULT = "refuse"
+MAX_AUDIT_PRIVATE_CHARS = 16
+# Commit, then audit (docs/TRUST.md, "Messages"; data-channel version 7: declared and checked
+# here, not yet sent by any machine). A statement travels as lowercase hex: the shortest is a
+# reduced commit (62-byte head, chunk, digest: 95 bytes), the longest a contribution commit of a
+# 64-peer roster (head, flags, prev, nonce_hash, data, 64 chunk digests: 2207 bytes); the
+# numbers are daisychain.p2p.statements' layout (tests/p2p/test_audit_wire.py holds them to
+# it). A signature is Ed25519's 64 bytes.
+SIG_RE = re.compile(r"[0-9a-f]{128}")
+MIN_STATEMENT_BYTES = 95
+MAX_STATEMENT_BYTES = 2207
+MAX_CARRY = 64
+COMMIT_PIECES = ("contribution", "reduced")
+AUDIT_ITEMS = ("contribution", "reduced")
+PROOF_KINDS = ("equivocation", "bad-reveal")
 
 
 class MessageError(ValueError):
@@ -113,6 +131,16 @@ class OuterSpec:
 
 
 @dataclass(frozen=True)
+class AuditSpec:
+    """config.audit of a run that audits (docs/TRUST.md, "Config and versions"): one attempt in
+    ``one_in`` is audited; ``private`` says whether a peer training on private text is refused
+    (``"refuse"``, written only when not that) or takes part unaudited (``"unaudited"``)."""
+
+    one_in: int
+    private: str = AUDIT_PRIVATE_DEFAULT
+
+
+@dataclass(frozen=True)
 class Config:
     """Leader -> all: the run's configuration. ``resume_step`` > 0: start from the leader's
     checkpoint (every peer asks for it with ``sync-request``) instead of a fresh init."""
@@ -136,6 +164,10 @@ class Config:
     # written only for an outer run, so a per-step config is the bytes it was before they existed.
     sync: str = SYNC_STEP
     outer: OuterSpec | None = None
+    # Commit, then audit (data-channel version 7): written after ``outer`` only when audits are
+    # on, so every config without audits keeps its bytes. A version-6 machine refuses a config
+    # that has it (it cannot audit yet).
+    audit: AuditSpec | None = None
     type: Literal["config"] = "config"
 
 
@@ -174,6 +206,10 @@ class Roster:
     round: int
     peers: list[str]
     shares: list[int]
+    # (round, peer) of every dropped peer whose contribution commit of this step the leader
+    # holds: audited in this attempt whatever its draw (docs/TRUST.md, "Leaving, withholding,
+    # carried audits"; version 7). Written only when not empty.
+    carry: list[tuple[int, str]] = field(default_factory=list)
     type: Literal["roster"] = "roster"
 
 
@@ -206,12 +242,16 @@ class Missing:
     type: Literal["missing"] = "missing"
 
 
-Piece = Literal["contribution", "reduced"]
+# "commit" and "reduced-commit" (version 7) ask for the commit statement of rank ``chunk``, or
+# the reduced commit of chunk ``chunk``, as held (docs/TRUST.md, "One attempt, step by step").
+Piece = Literal["contribution", "reduced", "commit", "reduced-commit"]
+PIECES: tuple[str, ...] = get_args(Piece)
 
 
 @dataclass(frozen=True)
 class Repair:
-    """Peer -> peer: send again the ``piece`` (contribution or reduced) of ``chunk``."""
+    """Peer -> peer: send again the ``piece`` (contribution or reduced, or in version 7 a
+    commit or reduced commit) of ``chunk``."""
 
     run: str
     step: int
@@ -236,6 +276,104 @@ class Leave:
 
     reason: str
     type: Literal["leave"] = "leave"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContributionCommit:
+    """Author -> all (version 7): the signed digests of the contribution ``peer`` computed for
+    attempt (step, round) of the roster whose digest is ``roster``, before anyone knows whether
+    it will be audited: ``prev`` the state hash it computed from, ``chunks`` one digest per
+    roster peer (``""``: an empty chunk or a share of 0), ``data`` the data digest (``""``:
+    none), ``nonce_hash`` the hash of its nonce for the draw; ``sig`` its signature over the
+    statement (docs/TRUST.md, "Keys and statements")."""
+
+    run: str
+    step: int
+    round: int
+    peer: str
+    roster: str
+    piece: Literal["contribution"] = "contribution"
+    prev: str
+    chunks: list[str]
+    data: str
+    nonce_hash: str
+    private_data: bool = False  # written only when true (see OMITTED_WHEN_FALSE)
+    sig: str
+    type: Literal["commit"] = "commit"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReducedCommit:
+    """Owner -> all (version 7): the signed digest of the reduced chunk ``chunk``."""
+
+    run: str
+    step: int
+    round: int
+    peer: str
+    roster: str
+    piece: Literal["reduced"] = "reduced"
+    chunk: int
+    digest: str
+    sig: str
+    type: Literal["commit"] = "commit"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reveal:
+    """Peer -> all (version 7): my ``nonce`` for the draw, and ``seen``, the digest of every
+    statement of the attempt I hold."""
+
+    run: str
+    step: int
+    round: int
+    nonce: str
+    seen: str
+    sig: str
+    type: Literal["reveal"] = "reveal"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditResult:
+    """Auditor -> all (version 7): my recomputation of ``item`` ``index`` of the attempt,
+    audited statement ``of`` (its SHA-256): ``digests`` as in a commit (a reduction: one),
+    ``data`` the data digest. ``statement`` and ``statement_sig`` (hex), written only when the
+    result differs or the item is carried, make it a self-contained accusation."""
+
+    run: str
+    step: int
+    round: int
+    item: Literal["contribution", "reduced"]
+    index: int
+    of: str
+    digests: list[str]
+    data: str
+    statement: str | None = None
+    statement_sig: str | None = None
+    sig: str
+    type: Literal["audit"] = "audit"
+
+
+@dataclass(frozen=True)
+class Signed:
+    """One statement (hex) and its author's signature, as a proof carries it."""
+
+    statement: str
+    sig: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proof:
+    """Any -> all (version 7): two signed statements of one author that contradict each other
+    (``equivocation``: two statements of one kind, attempt and index; ``bad-reveal``: a commit
+    and a reveal whose nonce does not match its hash)."""
+
+    run: str
+    step: int
+    round: int
+    kind: Literal["equivocation", "bad-reveal"]
+    first: Signed
+    second: Signed
+    type: Literal["proof"] = "proof"
 
 
 StopReason = Literal["done", "fork", "error", "leader-request"]
@@ -276,22 +414,43 @@ Message = (
     | Leave
     | Stop
     | Error
+    | ContributionCommit
+    | ReducedCommit
+    | Reveal
+    | AuditResult
+    | Proof
 )
 
 TYPES = (
     "hello", "config", "ready", "sync-request", "roster", "hash", "missing", "repair", "save",
-    "leave", "stop", "error",
+    "leave", "stop", "error", "commit", "reveal", "audit", "proof",
 )  # fmt: skip
+# The types and repair pieces of commit, then audit (docs/TRUST.md): declared and checked here
+# (version 7); a version-6 machine does not use them and refuses them from a peer.
+AUDIT_TYPES = ("commit", "reveal", "audit", "proof")
+AUDIT_PIECES = ("commit", "reduced-commit")
 
 
 # Optional flags a message carries only when true: absent reads as false, so a peer without
 # private data writes exactly the bytes it wrote before the flag existed (and the conformance
 # traces, which pin those bytes, stay as they are).
 OMITTED_WHEN_FALSE = frozenset({"private_data"})
+# Likewise fields written only when there is something to say: an audit's copy of the audited
+# statement, a roster's carried audits.
+OMITTED_WHEN_NONE = frozenset({"statement", "statement_sig"})
+OMITTED_WHEN_EMPTY = frozenset({"carry"})
+
+
+def _written(key: str, value: object) -> bool:
+    return not (
+        (key in OMITTED_WHEN_FALSE and value is False)
+        or (key in OMITTED_WHEN_NONE and value is None)
+        or (key in OMITTED_WHEN_EMPTY and not value)
+    )
 
 
 def encode(message: Message) -> str:
-    obj = {k: v for k, v in asdict(message).items() if not (k in OMITTED_WHEN_FALSE and v is False)}
+    obj = {k: v for k, v in asdict(message).items() if _written(k, v)}
     if isinstance(message, Config) and message.sync == SYNC_STEP:
         # A per-step run writes neither field: every existing trace and vector keeps its bytes.
         del obj["sync"], obj["outer"]
@@ -301,6 +460,12 @@ def encode(message: Message) -> str:
             del obj["outer"]["overlap"]
         if message.outer.cut == OUTER_CUT_DEFAULT:
             del obj["outer"]["cut"]
+    if isinstance(message, Config):
+        # Audits off writes nothing; audits on writes `private` only when not the default.
+        if message.audit is None:
+            del obj["audit"]
+        elif message.audit.private == AUDIT_PRIVATE_DEFAULT:
+            del obj["audit"]["private"]
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
@@ -386,6 +551,7 @@ def parse(raw: str) -> Message:
             shares_by=cast(SharesBy, f.choice("shares_by", SHARES_BY)),
             sync=sync,
             outer=_outer_spec(f) if sync == SYNC_OUTER else None,
+            audit=_audit_spec(f) if "audit" in obj else None,
         )
     if kind == "ready":
         return Ready(
@@ -408,6 +574,7 @@ def parse(raw: str) -> Message:
             round=f.integer("round", 0, 255),
             peers=peers,
             shares=f.shares("shares", len(peers)),
+            carry=f.carry("carry") if "carry" in obj else [],
         )
     if kind == "hash":
         return StepHash(
@@ -428,7 +595,7 @@ def parse(raw: str) -> Message:
             peers=f.ids("peers", MAX_ROSTER),
         )
     if kind == "repair":
-        piece = cast(Piece, f.choice("piece", ("contribution", "reduced")))
+        piece = cast(Piece, f.choice("piece", PIECES))
         return Repair(
             run=f.run(),
             step=f.integer("step", 1, U32_MAX),
@@ -436,6 +603,8 @@ def parse(raw: str) -> Message:
             piece=piece,
             chunk=f.integer("chunk", 0, MAX_ROSTER - 1),
         )
+    if kind in AUDIT_TYPES:
+        return _audit_message(f, kind)
     if kind == "save":
         return Save(run=f.run(), step=f.integer("step", 0, U32_MAX))
     if kind == "leave":
@@ -474,6 +643,67 @@ def _outer_spec(f: _Fields) -> OuterSpec:
     )
 
 
+def _audit_spec(f: _Fields) -> AuditSpec:
+    """config.audit's shape (an object when present); its ranges are runconfig's."""
+    a = _Fields(f.obj("audit"), "config.audit")
+    return AuditSpec(
+        one_in=a.integer("one_in", 0, U32_MAX),
+        private=(
+            a.text("private", MAX_AUDIT_PRIVATE_CHARS)
+            if "private" in a.obj_
+            else AUDIT_PRIVATE_DEFAULT
+        ),
+    )
+
+
+def _audit_message(f: _Fields, kind: str) -> Message:
+    """commit, reveal, audit and proof (docs/TRUST.md, "Messages"): shapes and sizes only. That
+    a statement's fields match the roster, the state and the signature is the machine's check."""
+    run = f.run()
+    step = f.integer("step", 1, U32_MAX)
+    rnd = f.integer("round", 0, 255)
+    if kind == "commit":
+        peer = f.matching("peer", PEER_ID_RE, "a peer id (1 to 32 of A-Z a-z 0-9 _ -)")
+        roster = f.hash("roster")
+        piece = f.choice("piece", COMMIT_PIECES)
+        if piece == "reduced":
+            return ReducedCommit(
+                run=run, step=step, round=rnd, peer=peer, roster=roster,
+                chunk=f.integer("chunk", 0, MAX_ROSTER - 1), digest=f.hash("digest"),
+                sig=f.sig("sig"),
+            )  # fmt: skip
+        return ContributionCommit(
+            run=run, step=step, round=rnd, peer=peer, roster=roster, prev=f.hash("prev"),
+            chunks=f.digests("chunks"), data=f.digest_or_none("data"),
+            nonce_hash=f.hash("nonce_hash"), private_data=f.optional_flag("private_data"),
+            sig=f.sig("sig"),
+        )  # fmt: skip
+    if kind == "reveal":
+        return Reveal(
+            run=run, step=step, round=rnd, nonce=f.hash("nonce"), seen=f.hash("seen"),
+            sig=f.sig("sig"),
+        )  # fmt: skip
+    if kind == "audit":
+        item = cast(Literal["contribution", "reduced"], f.choice("item", AUDIT_ITEMS))
+        index = f.integer("index", 0, MAX_ROSTER - 1)
+        of = f.hash("of")
+        # A reduction's result is one digest (of a non-empty chunk: empty ones are no item).
+        digests = [f.hash_list("digests")] if item == "reduced" else f.digests("digests")
+        data = f.digest_or_none("data")
+        quoted = "statement" in f.obj_ or "statement_sig" in f.obj_
+        return AuditResult(
+            run=run, step=step, round=rnd, item=item, index=index, of=of, digests=digests,
+            data=data, statement=f.statement("statement") if quoted else None,
+            statement_sig=f.sig("statement_sig") if quoted else None, sig=f.sig("sig"),
+        )  # fmt: skip
+    assert kind == "proof", f"AUDIT_TYPES and _audit_message disagree on {kind!r}"
+    proof_kind = cast(Literal["equivocation", "bad-reveal"], f.choice("kind", PROOF_KINDS))
+    return Proof(
+        run=run, step=step, round=rnd, kind=proof_kind, first=f.signed("first"),
+        second=f.signed("second"),
+    )  # fmt: skip
+
+
 class _Fields(Fields):
     """Shared field checks (``daisychain.wire.fields``) with this protocol's error and hint."""
 
@@ -489,6 +719,85 @@ class _Fields(Fields):
 
     def hash(self, name: str) -> str:
         return self.matching(name, HASH_RE, "64 lowercase hex digits (SHA-256)")
+
+    def sig(self, name: str) -> str:
+        return self.matching(name, SIG_RE, "128 lowercase hex digits (an Ed25519 signature)")
+
+    def digest_or_none(self, name: str) -> str:
+        value = self.obj_.get(name)
+        if not (value == "" or (isinstance(value, str) and HASH_RE.fullmatch(value))):
+            raise self.bad(name, 'a digest (64 lowercase hex digits) or "" for none')
+        return value
+
+    def digests(self, name: str) -> list[str]:
+        """A commit's chunk digests: one per roster peer, each 64 hex digits or "" (none)."""
+        value = self.obj_.get(name)
+        if (
+            not isinstance(value, list)
+            or not 1 <= len(value) <= MAX_ROSTER
+            or not all(v == "" or (isinstance(v, str) and HASH_RE.fullmatch(v)) for v in value)
+        ):
+            raise self.bad(
+                name,
+                f'a list of 1 to {MAX_ROSTER} digests (64 lowercase hex digits, or "" for none)',
+            )
+        return list(value)
+
+    def hash_list(self, name: str) -> str:
+        """A list holding exactly one digest (a reduction's result)."""
+        value = self.obj_.get(name)
+        if not (
+            isinstance(value, list)
+            and len(value) == 1
+            and isinstance(value[0], str)
+            and HASH_RE.fullmatch(value[0])
+        ):
+            raise self.bad(name, "a list of one digest (64 lowercase hex digits)")
+        return value[0]
+
+    def statement(self, name: str) -> str:
+        value = self.obj_.get(name)
+        lo, hi = 2 * MIN_STATEMENT_BYTES, 2 * MAX_STATEMENT_BYTES
+        if not (
+            isinstance(value, str)
+            and lo <= len(value) <= hi
+            and len(value) % 2 == 0
+            and STATEMENT_RE.fullmatch(value)
+        ):
+            raise self.bad(
+                name,
+                f"a statement: an even number of lowercase hex digits, {lo} to {hi} "
+                f"({MIN_STATEMENT_BYTES} to {MAX_STATEMENT_BYTES} bytes)",
+            )
+        return value
+
+    def signed(self, name: str) -> Signed:
+        s = _Fields(self.obj(name), f"{self.kind}.{name}")
+        return Signed(statement=s.statement("statement"), sig=s.sig("sig"))
+
+    def carry(self, name: str) -> list[tuple[int, str]]:
+        value = self.obj_.get(name)
+        entries = value if isinstance(value, list) else []
+        ok = isinstance(value, list) and len(entries) <= MAX_CARRY
+        pairs: list[tuple[int, str]] = []
+        for entry in entries if ok else []:
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 2
+                and isinstance(entry[0], int)
+                and not isinstance(entry[0], bool)
+                and 0 <= entry[0] <= 255
+                and isinstance(entry[1], str)
+                and PEER_ID_RE.fullmatch(entry[1])
+            ):
+                ok = False
+                break
+            pairs.append((entry[0], entry[1]))
+        if not ok or len(set(pairs)) != len(pairs):
+            raise self.bad(
+                name, f"a list of at most {MAX_CARRY} distinct [round, peer] pairs (round 0 to 255)"
+            )
+        return pairs
 
     def shares(self, name: str, count: int) -> list[int]:
         """One share per roster peer, each an integer in [0, MAX_GLOBAL_BATCH] (whether they

@@ -34,28 +34,45 @@ import { MAX_GLOBAL_BATCH } from './shares.js';
  *   clip: number}>} OptimSpec
  * @typedef {Readonly<{steps: number, lr: number, momentum: number, overlap?: number,
  *   cut?: string}>} OuterSpec  config.outer
+ * @typedef {Readonly<{one_in: number, private?: string}>} AuditSpec  config.audit
  * @typedef {Readonly<{type: 'config', run: string, preset: string | null, model: ModelSpec,
  *   optim: OptimSpec, steps: number, seed: number, data: string, tokenizer_sha256: string,
  *   resume_step: number, resume_hash: string | null, global_batch: number, shares_by: string,
- *   sync?: string, outer?: OuterSpec | null}>} Config
+ *   sync?: string, outer?: OuterSpec | null, audit?: AuditSpec | null}>} Config
  * @typedef {Readonly<{type: 'ready', run: string, step: number, hash: string,
  *   peers: readonly string[], seq_s: number, private_data?: boolean}>} Ready
  * @typedef {Readonly<{type: 'sync-request', run: string, private_data?: boolean}>} SyncRequest
  * @typedef {Readonly<{type: 'roster', run: string, step: number, round: number,
- *   peers: readonly string[], shares: readonly number[]}>} Roster
+ *   peers: readonly string[], shares: readonly number[],
+ *   carry?: ReadonlyArray<readonly [number, string]>}>} Roster
  * @typedef {Readonly<{type: 'hash', run: string, step: number, round: number, hash: string,
  *   loss: number, probe: string, backend: string, seq_s: number}>} Hash
  * @typedef {Readonly<{type: 'missing', run: string, step: number, round: number,
  *   peers: readonly string[]}>} Missing
  * @typedef {Readonly<{type: 'repair', run: string, step: number, round: number,
- *   piece: 'contribution' | 'reduced', chunk: number}>} Repair
+ *   piece: 'contribution' | 'reduced' | 'commit' | 'reduced-commit', chunk: number}>} Repair
  * @typedef {Readonly<{type: 'save', run: string, step: number}>} Save
  * @typedef {Readonly<{type: 'leave', reason: string}>} Leave
  * @typedef {Readonly<{type: 'stop', run: string, reason: string, step: number, message: string,
  *   hashes: ReadonlyMap<string, string>}>} Stop
  * @typedef {Readonly<{type: 'error', code: string, message: string, hint: string}>} ErrorMessage
+ * @typedef {Readonly<{type: 'commit', run: string, step: number, round: number, peer: string,
+ *   roster: string, piece: 'contribution', prev: string, chunks: readonly string[],
+ *   data: string, nonce_hash: string, private_data?: boolean, sig: string}>} ContributionCommit
+ * @typedef {Readonly<{type: 'commit', run: string, step: number, round: number, peer: string,
+ *   roster: string, piece: 'reduced', chunk: number, digest: string, sig: string}>} ReducedCommit
+ * @typedef {Readonly<{type: 'reveal', run: string, step: number, round: number, nonce: string,
+ *   seen: string, sig: string}>} Reveal
+ * @typedef {Readonly<{type: 'audit', run: string, step: number, round: number,
+ *   item: 'contribution' | 'reduced', index: number, of: string, digests: readonly string[],
+ *   data: string, statement?: string | null, statement_sig?: string | null,
+ *   sig: string}>} AuditResult
+ * @typedef {Readonly<{statement: string, sig: string}>} Signed
+ * @typedef {Readonly<{type: 'proof', run: string, step: number, round: number,
+ *   kind: 'equivocation' | 'bad-reveal', first: Signed, second: Signed}>} Proof
  * @typedef {Hello | Config | Ready | SyncRequest | Roster | Hash | Missing | Repair | Save |
- *   Leave | Stop | ErrorMessage} Message
+ *   Leave | Stop | ErrorMessage | ContributionCommit | ReducedCommit | Reveal | AuditResult |
+ *   Proof} Message
  * @typedef {Message['type']} MessageType
  */
 /**
@@ -82,6 +99,7 @@ export const MAX_SEQ_S = 1e6; // seconds per sequence a peer may report (about 1
 export const PEER_ID_RE = /^[A-Za-z0-9_-]{1,32}$/;
 export const RUN_ID_RE = /^[0-9a-f]{16}$/;
 export const HASH_RE = /^[0-9a-f]{64}$/;
+const STATEMENT_RE = /^[0-9a-f]*$/;
 
 export const ERROR_CODES = Object.freeze([
   'bad-json', 'bad-message', 'unknown-type', 'too-large', 'version-mismatch', 'bad-frame',
@@ -90,8 +108,10 @@ export const ERROR_CODES = Object.freeze([
 export const STOP_REASONS = Object.freeze(['done', 'fork', 'error', 'leader-request']);
 // config.shares_by: split the global batch by measured speed, or equally (docs/PROTOCOL.md).
 export const SHARES_BY = Object.freeze(['speed', 'equal']);
-/** @type {readonly ('contribution' | 'reduced')[]} */
-export const PIECES = Object.freeze(['contribution', 'reduced']);
+// "commit" and "reduced-commit" (version 7) ask for the commit statement of rank `chunk`, or the
+// reduced commit of chunk `chunk`, as held (docs/TRUST.md, "One attempt, step by step").
+/** @type {readonly ('contribution' | 'reduced' | 'commit' | 'reduced-commit')[]} */
+export const PIECES = Object.freeze(['contribution', 'reduced', 'commit', 'reduced-commit']);
 // config.sync (docs/PROTOCOL.md, "Outer runs"): any short string is well formed; whether this
 // peer trains that mode is runconfig's decision. "step" is the default and is never written.
 export const SYNC_STEP = 'step';
@@ -106,6 +126,41 @@ const OUTER = [['steps', 'int'], ['lr', 'float'], ['momentum', 'float'], ['overl
 /** @type {readonly ModelField[]} */
 export const MODEL_FIELDS = Object.freeze(
   ['vocab_size', 'width', 'layers', 'heads', 'seq_len', 'batch', 'mlp_mult']);
+// config.audit (docs/TRUST.md, "Config and versions"): its shape here, its ranges runconfig's.
+// Written after `outer` only when audits are on, `private` only when not "refuse".
+export const AUDIT_PRIVATE_DEFAULT = 'refuse';
+export const MAX_AUDIT_PRIVATE_CHARS = 16;
+/** @type {Declaration} */
+const AUDIT = [['one_in', 'int'], ['private', 'private?']];
+// Commit, then audit (docs/TRUST.md, "Messages"; data-channel version 7: declared and checked
+// here, not yet sent by any machine). Statements travel as lowercase hex, 95 bytes (a reduced
+// commit) to 2207 (a contribution commit of a 64-peer roster): statements.js's layout (Python's
+// MIN_STATEMENT_BYTES, MAX_STATEMENT_BYTES). A signature is Ed25519's 64 bytes.
+export const SIG_RE = /^[0-9a-f]{128}$/;
+export const MIN_STATEMENT_BYTES = 95;
+export const MAX_STATEMENT_BYTES = 2207;
+export const MAX_CARRY = 64;
+/** @type {readonly ('contribution' | 'reduced')[]} */
+export const COMMIT_PIECES = Object.freeze(['contribution', 'reduced']);
+/** @type {readonly ('contribution' | 'reduced')[]} */
+export const AUDIT_ITEMS = Object.freeze(['contribution', 'reduced']);
+/** @type {readonly ('equivocation' | 'bad-reveal')[]} */
+export const PROOF_KINDS = Object.freeze(['equivocation', 'bad-reveal']);
+// The types and repair pieces of commit, then audit: a version-6 machine refuses them.
+export const AUDIT_TYPES = Object.freeze(['commit', 'reveal', 'audit', 'proof']);
+export const AUDIT_PIECES = Object.freeze(['commit', 'reduced-commit']);
+/** @type {Declaration} */
+const SIGNED = [['statement', 'str'], ['sig', 'str']];
+const ATTEMPT = /** @type {const} */ ([['run', 'str'], ['step', 'int'], ['round', 'int']]);
+// A commit's fields depend on its piece (Python's ContributionCommit and ReducedCommit).
+/** @type {Readonly<Record<'contribution' | 'reduced', Declaration>>} */
+export const COMMIT_DECLARATIONS = Object.freeze({
+  contribution: [...ATTEMPT, ['peer', 'str'], ['roster', 'str'], ['piece', 'str'], ['prev', 'str'],
+    ['chunks', 'strs'], ['data', 'str'], ['nonce_hash', 'str'], ['private_data', 'flag?'],
+    ['sig', 'str']],
+  reduced: [...ATTEMPT, ['peer', 'str'], ['roster', 'str'], ['piece', 'str'], ['chunk', 'int'],
+    ['digest', 'str'], ['sig', 'str']],
+});
 /** @type {Declaration} */
 const OPTIM = [['lr', 'float'], ['warmup_steps', 'int'], ['weight_decay', 'float'], ['clip', 'float']];
 
@@ -120,11 +175,13 @@ export const DECLARATIONS = Object.freeze({
     ['model', MODEL_FIELDS.map((f) => /** @type {const} */ ([f, 'int']))],
     ['optim', OPTIM], ['steps', 'int'], ['seed', 'int'], ['data', 'str'],
     ['tokenizer_sha256', 'str'], ['resume_step', 'int'], ['resume_hash', 'str?'],
-    ['global_batch', 'int'], ['shares_by', 'str'], ['sync', 'sync?'], ['outer', 'outer?']],
+    ['global_batch', 'int'], ['shares_by', 'str'], ['sync', 'sync?'], ['outer', 'outer?'],
+    ['audit', 'audit?']],
   ready: [['run', 'str'], ['step', 'int'], ['hash', 'str'], ['peers', 'ids'], ['seq_s', 'float'],
     ['private_data', 'flag?']],
   'sync-request': [['run', 'str'], ['private_data', 'flag?']],
-  roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids'], ['shares', 'ints']],
+  roster: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids'], ['shares', 'ints'],
+    ['carry', 'carry?']],
   hash: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['hash', 'str'], ['loss', 'float'],
     ['probe', 'str'], ['backend', 'str'], ['seq_s', 'float']],
   missing: [['run', 'str'], ['step', 'int'], ['round', 'int'], ['peers', 'ids']],
@@ -134,6 +191,11 @@ export const DECLARATIONS = Object.freeze({
   stop: [['run', 'str'], ['reason', 'str'], ['step', 'int'], ['message', 'str'],
     ['hashes', 'map']],
   error: [['code', 'str'], ['message', 'str'], ['hint', 'str']],
+  commit: COMMIT_DECLARATIONS.contribution, // or .reduced, by piece (declarationOf)
+  reveal: [...ATTEMPT, ['nonce', 'str'], ['seen', 'str'], ['sig', 'str']],
+  audit: [...ATTEMPT, ['item', 'str'], ['index', 'int'], ['of', 'str'], ['digests', 'strs'],
+    ['data', 'str'], ['statement', 'str-opt'], ['statement_sig', 'str-opt'], ['sig', 'str']],
+  proof: [...ATTEMPT, ['kind', 'str'], ['first', SIGNED], ['second', SIGNED]],
 });
 export const TYPES = /** @type {readonly MessageType[]} */ (
   Object.freeze(Object.keys(DECLARATIONS)));
@@ -209,7 +271,8 @@ function encodeValue(value, kind, where) {
   if (Array.isArray(kind)) {
     if (value === null || typeof value !== 'object') wrong();
     const written = kind.filter(([f, k]) => !(k === 'float0?' && (value[f] ?? 0) === 0) &&
-      !(k === 'cut?' && (value[f] ?? OUTER_CUT_DEFAULT) === OUTER_CUT_DEFAULT));
+      !(k === 'cut?' && (value[f] ?? OUTER_CUT_DEFAULT) === OUTER_CUT_DEFAULT) &&
+      !(k === 'private?' && (value[f] ?? AUDIT_PRIVATE_DEFAULT) === AUDIT_PRIVATE_DEFAULT));
     return `{${written.map(([f, k]) => `${jsonString(f)}:${encodeValue(value[f], k, `${where}.${f}`)}`).join(',')}}`;
   }
   switch (kind) {
@@ -222,7 +285,9 @@ function encodeValue(value, kind, where) {
       if (typeof value !== 'number' || !Number.isFinite(value)) wrong();
       return floatRepr(value);
     case 'str':
+    case 'str-opt':
     case 'cut?':
+    case 'private?':
       if (typeof value !== 'string') wrong();
       return jsonString(value);
     case 'str?':
@@ -230,8 +295,13 @@ function encodeValue(value, kind, where) {
       if (typeof value !== 'string') wrong();
       return jsonString(value);
     case 'ids':
+    case 'strs':
       if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) wrong();
       return `[${value.map(jsonString).join(',')}]`;
+    case 'carry?':
+      if (!Array.isArray(value) || !value.every((v) => Array.isArray(v) && v.length === 2 &&
+        Number.isSafeInteger(v[0]) && typeof v[1] === 'string')) wrong();
+      return `[${value.map((/** @type {[number, string]} */ [r, p]) => `[${r},${jsonString(p)}]`).join(',')}]`;
     case 'ints':
       if (!Array.isArray(value) || !value.every((v) => Number.isSafeInteger(v))) wrong();
       return `[${value.map(String).join(',')}]`;
@@ -246,6 +316,21 @@ function encodeValue(value, kind, where) {
 }
 
 /**
+ * How a record is written: its type's declaration, a commit's by its piece.
+ * @param {Readonly<Record<string, any>> & {type: MessageType}} m
+ * @returns {Declaration}
+ */
+function declarationOf(m) {
+  const fields = m.type === 'commit' ? COMMIT_DECLARATIONS[/** @type {'contribution' | 'reduced'} */ (m.piece)] :
+    DECLARATIONS[m.type];
+  if (fields === undefined) {
+    throw new TypeError(m.type === 'commit' ? `unknown commit piece ${m.piece}` :
+      `unknown control message type ${m.type}`);
+  }
+  return fields;
+}
+
+/**
  * The JSON text of a message record, byte for byte what the Python peer writes for it.
  * @param {Message} message
  * @returns {string}
@@ -253,8 +338,7 @@ function encodeValue(value, kind, where) {
 export function encode(message) {
   // Read field by field, by name: a record of any type (and, from JavaScript callers, anything).
   const m = /** @type {Readonly<Record<string, any>> & {type: MessageType}} */ (message);
-  const fields = DECLARATIONS[m.type];
-  if (fields === undefined) throw new TypeError(`unknown control message type ${m.type}`);
+  const fields = declarationOf(m);
   const body = [];
   for (const [f, k] of fields) {
     if (k === 'flag?') {
@@ -269,6 +353,15 @@ export function encode(message) {
       if (sync === SYNC_STEP) continue;
       if (k === 'sync?') body.push(`"sync":${encodeValue(sync, 'str', `${m.type}.sync`)}`);
       else body.push(`"outer":${m.outer == null ? 'null' : encodeValue(m.outer, OUTER, `${m.type}.outer`)}`);
+      continue;
+    }
+    // Written only when there is something to say (Python's encode): audits on, an audited
+    // statement quoted, audits carried. Without them a message keeps the bytes it had.
+    if (k === 'audit?') {
+      if (m[f] != null) body.push(`"audit":${encodeValue(m[f], AUDIT, `${m.type}.audit`)}`);
+      continue;
+    }
+    if ((k === 'str-opt' && m[f] == null) || (k === 'carry?' && (m[f] == null || m[f].length === 0))) {
       continue;
     }
     body.push(`${jsonString(f)}:${encodeValue(m[f], k, `${m.type}.${f}`)}`);
@@ -352,6 +445,7 @@ export function parse(raw) {
       global_batch: f.integer('global_batch', 0, U32_MAX),
       shares_by: f.choice('shares_by', SHARES_BY),
       sync, outer: sync === SYNC_OUTER ? outerSpec(f) : null,
+      audit: obj.has('audit') ? auditSpec(f) : null,
     });
   }
   if (kind === 'ready') {
@@ -369,7 +463,7 @@ export function parse(raw) {
     if (peers.length === 0) throw f.bad('peers', 'a non-empty list of peer ids');
     return record('roster', {
       run: f.run(), step: f.integer('step', 1, U32_MAX), round: f.integer('round', 0, 255), peers,
-      shares: f.shares('shares', peers.length),
+      shares: f.shares('shares', peers.length), carry: obj.has('carry') ? f.carry('carry') : [],
     });
   }
   if (kind === 'hash') {
@@ -392,6 +486,7 @@ export function parse(raw) {
       piece, chunk: f.integer('chunk', 0, MAX_ROSTER - 1),
     });
   }
+  if (/** @type {readonly string[]} */ (AUDIT_TYPES).includes(kind)) return auditMessage(f, kind);
   if (kind === 'save') return record('save', { run: f.run(), step: f.integer('step', 0, U32_MAX) });
   if (kind === 'leave') return record('leave', { reason: f.text('reason', 200) });
   if (kind === 'stop') {
@@ -429,6 +524,86 @@ function outerSpec(f) {
     overlap: o.fields.has('overlap') ? o.number('overlap', -Infinity, Infinity) : 0,
     cut: o.fields.has('cut') ? o.text('cut', 16) : OUTER_CUT_DEFAULT,
   });
+}
+
+/**
+ * config.audit's shape (an object when present); its ranges are runconfig's.
+ * @param {Fields} f
+ * @returns {AuditSpec}
+ */
+function auditSpec(f) {
+  const a = new Fields(f.obj('audit'), 'config.audit');
+  return Object.freeze({
+    one_in: a.integer('one_in', 0, U32_MAX),
+    private: a.fields.has('private') ? a.text('private', MAX_AUDIT_PRIVATE_CHARS) : AUDIT_PRIVATE_DEFAULT,
+  });
+}
+
+/**
+ * commit, reveal, audit and proof (docs/TRUST.md, "Messages"): shapes and sizes only, checked
+ * in Python's order. That a statement's fields match the roster, the state and the signature
+ * is the machine's check.
+ * @param {Fields} f
+ * @param {string} kind
+ * @returns {Message}
+ */
+function auditMessage(f, kind) {
+  const run = f.run();
+  const step = f.integer('step', 1, U32_MAX);
+  const round = f.integer('round', 0, 255);
+  if (kind === 'commit') {
+    const peer = f.matching('peer', PEER_ID_RE, 'a peer id (1 to 32 of A-Z a-z 0-9 _ -)');
+    const roster = f.hash('roster');
+    const piece = f.choice('piece', COMMIT_PIECES);
+    if (piece === 'reduced') {
+      const chunk = f.integer('chunk', 0, MAX_ROSTER - 1);
+      const digest = f.hash('digest');
+      return record('commit', { run, step, round, peer, roster, piece, chunk, digest, sig: f.sig('sig') });
+    }
+    const prev = f.hash('prev');
+    const chunks = f.digests('chunks');
+    const data = f.digestOrNone('data');
+    const nonceHash = f.hash('nonce_hash');
+    const privateData = f.optionalFlag('private_data');
+    return record('commit', {
+      run, step, round, peer, roster, piece, prev, chunks, data, nonce_hash: nonceHash,
+      private_data: privateData, sig: f.sig('sig'),
+    });
+  }
+  if (kind === 'reveal') {
+    const nonce = f.hash('nonce');
+    const seen = f.hash('seen');
+    return record('reveal', { run, step, round, nonce, seen, sig: f.sig('sig') });
+  }
+  if (kind === 'audit') {
+    const item = f.choice('item', AUDIT_ITEMS);
+    const index = f.integer('index', 0, MAX_ROSTER - 1);
+    const of = f.hash('of');
+    // A reduction's result is one digest (of a non-empty chunk: empty ones are no item).
+    const digests = item === 'reduced' ? Object.freeze([f.hashList('digests')]) : f.digests('digests');
+    const data = f.digestOrNone('data');
+    const quoted = f.fields.has('statement') || f.fields.has('statement_sig');
+    const statement = quoted ? f.statement('statement') : null;
+    const statementSig = quoted ? f.sig('statement_sig') : null;
+    return record('audit', {
+      run, step, round, item, index, of, digests, data, statement, statement_sig: statementSig,
+      sig: f.sig('sig'),
+    });
+  }
+  invariant(kind === 'proof', `AUDIT_TYPES and auditMessage disagree on ${kind}`);
+  const proofKind = f.choice('kind', PROOF_KINDS);
+  const first = f.signed('first');
+  return record('proof', { run, step, round, kind: proofKind, first, second: f.signed('second') });
+}
+
+/**
+ * Python's `assert`: a rule that holds by construction.
+ * @param {unknown} ok
+ * @param {string} what
+ * @returns {asserts ok}
+ */
+function invariant(ok, what) {
+  if (!ok) throw new Error(`messages: broken invariant: ${what}`);
 }
 
 /** Typed access to the fields of one JSON object (daisychain/wire/fields.py's Fields). */
@@ -590,6 +765,103 @@ class Fields {
   /** @param {string} name */
   hash(name) {
     return this.matching(name, HASH_RE, '64 lowercase hex digits (SHA-256)');
+  }
+
+  /** @param {string} name */
+  sig(name) {
+    return this.matching(name, SIG_RE, '128 lowercase hex digits (an Ed25519 signature)');
+  }
+
+  /**
+   * @param {string} name
+   * @returns {string}
+   */
+  digestOrNone(name) {
+    const value = this.fields.get(name);
+    if (!(value === '' || (typeof value === 'string' && HASH_RE.test(value)))) {
+      throw this.bad(name, 'a digest (64 lowercase hex digits) or "" for none');
+    }
+    return value;
+  }
+
+  /**
+   * A commit's chunk digests: one per roster peer, each 64 hex digits or "" (none).
+   * @param {string} name
+   * @returns {readonly string[]}
+   */
+  digests(name) {
+    const value = this.fields.get(name);
+    if (!Array.isArray(value) || value.length < 1 || value.length > MAX_ROSTER ||
+      !value.every((v) => v === '' || (typeof v === 'string' && HASH_RE.test(v)))) {
+      throw this.bad(name,
+        `a list of 1 to ${MAX_ROSTER} digests (64 lowercase hex digits, or "" for none)`);
+    }
+    return Object.freeze([...value]);
+  }
+
+  /**
+   * A list holding exactly one digest (a reduction's result).
+   * @param {string} name
+   * @returns {string}
+   */
+  hashList(name) {
+    const value = this.fields.get(name);
+    if (!(Array.isArray(value) && value.length === 1 && typeof value[0] === 'string' &&
+      HASH_RE.test(value[0]))) {
+      throw this.bad(name, 'a list of one digest (64 lowercase hex digits)');
+    }
+    return value[0];
+  }
+
+  /**
+   * @param {string} name
+   * @returns {string}
+   */
+  statement(name) {
+    const value = this.fields.get(name);
+    const lo = 2 * MIN_STATEMENT_BYTES;
+    const hi = 2 * MAX_STATEMENT_BYTES;
+    if (!(typeof value === 'string' && pyLen(value) >= lo && pyLen(value) <= hi &&
+      pyLen(value) % 2 === 0 && STATEMENT_RE.test(value))) {
+      throw this.bad(name, `a statement: an even number of lowercase hex digits, ${lo} to ${hi} ` +
+        `(${MIN_STATEMENT_BYTES} to ${MAX_STATEMENT_BYTES} bytes)`);
+    }
+    return value;
+  }
+
+  /**
+   * @param {string} name
+   * @returns {Signed}
+   */
+  signed(name) {
+    const s = new Fields(this.obj(name), `${this.kind}.${name}`);
+    const statement = s.statement('statement');
+    return Object.freeze({ statement, sig: s.sig('sig') });
+  }
+
+  /**
+   * @param {string} name
+   * @returns {ReadonlyArray<readonly [number, string]>}
+   */
+  carry(name) {
+    const value = this.fields.get(name);
+    let ok = Array.isArray(value) && value.length <= MAX_CARRY;
+    /** @type {(readonly [number, string])[]} */
+    const pairs = [];
+    for (const entry of ok && Array.isArray(value) ? value : []) {
+      if (!(Array.isArray(entry) && entry.length === 2 && typeof entry[0] === 'number' &&
+        Number.isInteger(entry[0]) && entry[0] >= 0 && entry[0] <= 255 &&
+        typeof entry[1] === 'string' && PEER_ID_RE.test(entry[1]))) {
+        ok = false;
+        break;
+      }
+      pairs.push(Object.freeze([entry[0], entry[1]]));
+    }
+    if (!ok || new Set(pairs.map(([r, p]) => `${r} ${p}`)).size !== pairs.length) {
+      throw this.bad(name,
+        `a list of at most ${MAX_CARRY} distinct [round, peer] pairs (round 0 to 255)`);
+    }
+    return Object.freeze(pairs);
   }
 }
 

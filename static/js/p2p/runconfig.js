@@ -13,7 +13,9 @@ import { describe as describeDataName, parse as parseDataName } from '../datanam
 import { ConfigError, PRESETS, modelConfig } from '../model/config.js';
 import { OptimizerError, adamwConfig } from '../model/optim.js';
 import { MIB, estimate } from './footprint.js';
-import { MessageError, SYNC_OUTER, SYNC_STEP, U32_MAX, errorFrom } from './messages.js';
+import {
+  AUDIT_PRIVATE_DEFAULT, MessageError, SYNC_OUTER, SYNC_STEP, U32_MAX, errorFrom,
+} from './messages.js';
 import { floatRepr, pySlice, strRepr } from './pyrepr.js';
 import { CUTS, CUT_SHARE, MAX_GLOBAL_BATCH } from './shares.js';
 
@@ -49,6 +51,10 @@ export const MAX_OUTER_LR = 10.0;
 export const OUTER_STATE_BYTES_PER_PARAM = 24n;
 // With overlap, 8 more (Python's OVERLAP_STATE_BYTES_PER_PARAM).
 export const OVERLAP_STATE_BYTES_PER_PARAM = 8n;
+// Commit, then audit (docs/TRUST.md, "Config and versions"): 1 audits every attempt; the cap
+// keeps the draw's modulo bias below 2^-16 (Python's MAX_AUDIT_ONE_IN, AUDIT_PRIVATE).
+export const MAX_AUDIT_ONE_IN = 65536;
+export const AUDIT_PRIVATE = Object.freeze(['refuse', 'unaudited']);
 
 /** A well-formed config this peer will not train; `rule` names the check that failed. */
 export class Incompatible extends MessageError {
@@ -104,22 +110,29 @@ const MODEL_HINTS = {
  * reads FineWeb-Edu at that revision); `outerRuns` says this peer trains outer runs (a machine
  * whose replica can: the conformance traces' replica and the page's WorkerReplica have
  * setOuter; a machine whose replica has none keeps the default and refuses them with rule
- * `page-outer`).
+ * `page-outer`); `privateData` says this peer trains on text only it holds; `minAudit` is the
+ * rarest audit rate it accepts (m: at least one attempt in m; 0: any, audits off included).
  * Returns {message, model (camelCase model config), optim, footprint, run, steps, seed, ...,
  * outer: {innerSteps, lr, momentum} for an outer run, else null}.
  * @param {import('./messages.js').Config} cfg
  * @param {{tokenizerSha256: string, vocabSize: number, caps?: ReturnType<typeof limits>,
- *   dataSources?: readonly string[], outerRuns?: boolean}} options
+ *   dataSources?: readonly string[], outerRuns?: boolean, privateData?: boolean,
+ *   minAudit?: number}} options
  */
 export function parse(cfg, {
   tokenizerSha256, vocabSize, caps = limits(), dataSources = ['builtin'], outerRuns = false,
+  privateData = false, minAudit = 0,
 }) {
+  if (!(Number.isSafeInteger(minAudit) && minAudit >= 0 && minAudit <= MAX_AUDIT_ONE_IN)) {
+    throw new RangeError(`minAudit must be an integer in [0, ${MAX_AUDIT_ONE_IN}], got ${minAudit}`);
+  }
   checkData(cfg, tokenizerSha256, vocabSize, dataSources);
   const model = buildModel(cfg.model);
   checkGlobalBatch(cfg);
   checkPreset(cfg.preset, model);
   checkRun(cfg);
   checkSync(cfg, model.batch);
+  checkAudit(cfg, privateData, minAudit);
   const optim = buildOptim(cfg.optim, cfg.steps);
   const footprint = withOuterState(estimate(model), cfg);
   checkTransfer(footprint);
@@ -338,6 +351,52 @@ function checkSync(cfg, batch) {
   if (!CUTS.includes(cut)) {
     throw new Incompatible('outer-cut', `outer cut ${strRepr(pySlice(cut, 16))} is not one this version takes`,
       `lead with --outer-cut ${CUTS.join(' or ')}`);
+  }
+}
+
+/**
+ * `audit` (docs/TRUST.md, "Config and versions"): its shape, what it cannot audit, and what
+ * this peer needs of it; the same rules, messages and hints as Python's.
+ * @param {Config} cfg
+ * @param {boolean} privateData
+ * @param {number} minAudit
+ */
+function checkAudit(cfg, privateData, minAudit) {
+  const spec = cfg.audit ?? null;
+  if (spec !== null) {
+    if (!(spec.one_in >= 1 && spec.one_in <= MAX_AUDIT_ONE_IN)) {
+      throw new Incompatible('audit-rate', `audit.one_in ${spec.one_in} outside [1, ${MAX_AUDIT_ONE_IN}]`,
+        `the leader audits one attempt in n, n from 1 (every attempt) to ${MAX_AUDIT_ONE_IN}; 16 ` +
+        'is the default, and a run without audits has no audit');
+    }
+    const priv = spec.private ?? AUDIT_PRIVATE_DEFAULT;
+    if (!AUDIT_PRIVATE.includes(priv)) {
+      throw new Incompatible('audit-private',
+        `audit.private ${strRepr(pySlice(priv, 16))} is not one of ${AUDIT_PRIVATE.join(', ')}`,
+        'the leader either refuses peers with private text ("refuse", the default) or takes ' +
+        'their contributions unaudited ("unaudited")');
+    }
+    if ((cfg.sync ?? SYNC_STEP) === SYNC_OUTER) {
+      // An outer round depends on the contributor's own inner optimizer state, which no other
+      // peer holds: nobody could recompute it.
+      throw new Incompatible('audit-outer',
+        'this run audits outer rounds, which no other peer can recompute (a round depends on ' +
+        'its contributor\'s own inner optimizer state)',
+        'the leader can lead an outer run without audits, or a per-step run with them');
+    }
+    if (privateData && priv === 'refuse') {
+      throw new Incompatible('private-data',
+        'this peer trains on private text and the run refuses private data (its contributions ' +
+        'could not be audited)',
+        'turn Private text off, or ask the leader to accept private data unaudited');
+    }
+  }
+  if (minAudit > 0 && (spec === null || spec.one_in > minAudit)) {
+    const audits = spec === null ? 'no attempt' : `one attempt in ${spec.one_in}`;
+    throw new Incompatible('min-audit',
+      `the run audits ${audits}; this peer needs at least one in ${minAudit}`,
+      `the leader can audit one attempt in ${minAudit} or more often; this peer's user can ` +
+      'accept rarer audits');
   }
 }
 

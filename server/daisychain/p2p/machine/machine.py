@@ -39,6 +39,9 @@ from daisychain.p2p.run import CommittedRoster, Phase
 from daisychain.wire import codec, frames, messages
 from daisychain.wire.frames import FrameKind
 
+# The data-channel version whose messages commit, then audit (docs/TRUST.md, "Config and
+# versions"): this machine speaks DATA_PROTOCOL_VERSION (6) and refuses them.
+AUDITS_VERSION = 7
 log = logging.getLogger("daisychain.p2p.machine")
 
 MAX_ROUNDS = 256  # a step re-committed this often ends the run
@@ -281,6 +284,11 @@ class Machine:
 
     def _on_message(self, peer: str, m: messages.Message) -> None:
         cfg = self.config
+        if m.type in messages.AUDIT_TYPES or (
+            isinstance(m, messages.Repair) and m.piece in messages.AUDIT_PIECES
+        ):
+            self._refuse_audit_message(peer, m)
+            return
         if isinstance(m, messages.Config):
             self._on_config(peer, m)
             return
@@ -341,6 +349,23 @@ class Machine:
         elif isinstance(m, messages.Stop):
             self._on_stop(peer, m)
 
+    def _refuse_audit_message(self, peer: str, m: messages.Message) -> None:
+        """Commit, then audit (docs/TRUST.md) is declared in messages (version 7) but this
+        machine does not audit: its messages and repair pieces are what an unknown type or
+        piece was before they were declared, a peer that breaks the protocol it greeted with
+        (error, then close), in the lobby and in a run alike."""
+        if isinstance(m, messages.Repair):
+            code: messages.ErrorCode = "bad-message"
+            what = f"repair of a {m.piece}"
+        else:
+            code, what = "unknown-type", f"control message {m.type}"
+        self._reject(
+            peer, code,
+            f"{what} belongs to commit, then audit (data-channel version {AUDITS_VERSION}); "
+            f"this peer speaks version {DATA_PROTOCOL_VERSION}",
+            "every peer of a run must run the same DaisyChain version; upgrade the older one",
+        )  # fmt: skip
+
     def _reject(self, peer: str, code: messages.ErrorCode, why: str, hint: str = "") -> None:
         """A hostile or broken peer: say why, close its channel, drop it from the run."""
         log.warning("%s: closing channel to %s: %s: %s", self.id, peer, code, why)
@@ -382,9 +407,20 @@ class Machine:
     def _parse(self, cfg: messages.Config) -> runconfig.RunConfig:
         """Validate once (``runconfig.parse``): the run, or ``runconfig.Incompatible``."""
         s = self.settings
-        return runconfig.parse(cfg, tokenizer_sha256=s.tokenizer_sha256,
-                               vocab_size=s.vocab_size, limits=s.limits,
-                               data_sources=s.data_sources)  # fmt: skip
+        accepted = runconfig.parse(cfg, tokenizer_sha256=s.tokenizer_sha256,
+                                   vocab_size=s.vocab_size, limits=s.limits,
+                                   data_sources=s.data_sources,
+                                   private_data=self.private_data)  # fmt: skip
+        if cfg.audit is not None:
+            # Last: the protocol's rules above are answered as a version-7 peer answers them;
+            # only then does this peer say what it cannot do (as it would refuse a v7 run).
+            raise runconfig.Incompatible(
+                "audit-version",
+                "this peer cannot audit contributions yet (data-channel version "
+                f"{DATA_PROTOCOL_VERSION})",
+                "ask the leader to start without --audit",
+            )
+        return accepted
 
     def _lead(self, config: messages.Config, min_peers: int) -> None:
         try:  # the leader trains its run too: the followers' rules and its own caps apply

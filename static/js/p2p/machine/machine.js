@@ -22,8 +22,8 @@ import { paramShapes } from '../../model/params.js';
 import { BLOCK, CodecError, decode, nBlocks } from '../codec.js';
 import { ChecksumError, FrameError, FrameKind } from '../frames.js';
 import {
-  MessageError, SYNC_OUTER, SYNC_STEP, encode as encodeMessage, errorFrom, message,
-  parse as parseMessage,
+  AUDIT_PIECES, AUDIT_TYPES, MessageError, SYNC_OUTER, SYNC_STEP, encode as encodeMessage,
+  errorFrom, message, parse as parseMessage,
 } from '../messages.js';
 import { CommittedRoster, Phase, RunPhase, makeRoster } from '../run.js';
 import { Incompatible, parse as parseRunConfig } from '../runconfig.js';
@@ -59,6 +59,9 @@ import { Stopped, Stopping } from './stopping.js';
  */
 
 export const MAX_ROUNDS = 256; // a step re-committed this often ends the run
+// The data-channel version whose messages commit, then audit (docs/TRUST.md, "Config and
+// versions"): this machine speaks DATA_PROTOCOL_VERSION (6) and refuses them.
+export const AUDITS_VERSION = 7;
 const STOP_ANNOUNCED = ['done', 'fork', 'leader-request'];
 
 /**
@@ -448,6 +451,11 @@ export class Machine {
    */
   async onMessage(peer, m) {
     const cfg = this.config;
+    if (/** @type {readonly string[]} */ (AUDIT_TYPES).includes(m.type) ||
+      (m.type === 'repair' && AUDIT_PIECES.includes(m.piece))) {
+      await this.refuseAuditMessage(peer, m);
+      return;
+    }
     if (m.type === 'config') {
       await this.onConfig(peer, m);
       return;
@@ -535,6 +543,23 @@ export class Machine {
   }
 
   /**
+   * Commit, then audit (docs/TRUST.md) is declared in messages.js (version 7) but this machine
+   * does not audit: its messages and repair pieces are what an unknown type or piece was before
+   * they were declared, a peer that breaks the protocol it greeted with (error, then close), in
+   * the lobby and in a run alike.
+   * @param {string} peer
+   * @param {Message} m
+   */
+  async refuseAuditMessage(peer, m) {
+    const [code, what] = m.type === 'repair' ? ['bad-message', `repair of a ${m.piece}`] :
+      ['unknown-type', `control message ${m.type}`];
+    await this.reject(peer, code,
+      `${what} belongs to commit, then audit (data-channel version ${AUDITS_VERSION}); this ` +
+      `peer speaks version ${DATA_PROTOCOL_VERSION}`,
+      'every peer of a run must run the same DaisyChain version; upgrade the older one');
+  }
+
+  /**
    * A hostile or broken peer: say why, close its channel, drop it from the run.
    * @param {string} peer
    * @param {string} code
@@ -599,10 +624,19 @@ export class Machine {
    */
   parseConfig(cfg) {
     const s = this.settings;
-    return parseRunConfig(cfg, {
+    const accepted = parseRunConfig(cfg, {
       tokenizerSha256: s.tokenizer_sha256, vocabSize: s.vocab_size, caps: s.limits,
       dataSources: s.data_sources, outerRuns: trainsOuterRuns(this.replica),
+      privateData: this.privateData,
     });
+    if (cfg.audit != null) {
+      // Last: the protocol's rules above are answered as a version-7 peer answers them; only
+      // then does this peer say what it cannot do (as it would refuse a v7 run).
+      throw new Incompatible('audit-version',
+        `this peer cannot audit contributions yet (data-channel version ${DATA_PROTOCOL_VERSION})`,
+        'ask the leader to start without --audit');
+    }
+    return accepted;
   }
 
   /**
