@@ -91,6 +91,7 @@ PYTHON_TESTS: dict[str, list[str]] = {
     "server/daisychain/p2p/statements.py": ["-knot planted", "tests/p2p/test_audit_vectors.py"],
     "server/daisychain/p2p/auditkey.py": ["-knot planted", "tests/p2p/test_audit_vectors.py"],
     "server/daisychain/p2p/draw.py": ["-knot planted", "tests/p2p/test_audit_vectors.py"],
+    "server/daisychain/p2p/machine/audit.py": ["-knot planted", "tests/p2p/test_audit_round.py"],
 }
 
 JS_TESTS: dict[str, list[str]] = {
@@ -107,6 +108,11 @@ JS_TESTS: dict[str, list[str]] = {
     "static/js/p2p/statements.js": ["tests/js/audit_vectors.test.mjs"],
     "static/js/p2p/auditkey.js": ["tests/js/audit_vectors.test.mjs"],
     "static/js/p2p/draw.js": ["tests/js/audit_vectors.test.mjs"],
+    # the replays only: the planted bugs read the module's source
+    "static/js/p2p/machine/audit.js": [
+        "--test-name-pattern=replays",
+        "tests/js/audit_round.test.mjs",
+    ],
     "static/js/numerics/ed25519.js": ["tests/js/ed25519.test.mjs"],
     "static/js/numerics/sha512.js": ["tests/js/ed25519.test.mjs"],
     "static/js/numerics": [

@@ -103,6 +103,7 @@ BUILT_AHEAD = {
     "daisychain/p2p/statements.py": AUDITS_AHEAD,
     "daisychain/p2p/auditkey.py": AUDITS_AHEAD,
     "daisychain/p2p/draw.py": AUDITS_AHEAD,
+    "daisychain/p2p/machine/audit.py": AUDITS_AHEAD,
 }
 
 

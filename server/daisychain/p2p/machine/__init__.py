@@ -5,8 +5,9 @@
 ``attempt`` (one step's exchange, with its phase), ``leadership`` (leader, rosters, what the
 leader heard), ``repair`` (the attempts kept for repair), ``guard`` (the sync guard),
 ``statesync`` (a follower's checkpoint sync), ``stopping``, ``replica`` (the state the machine
-steers) and ``settings``. Nothing here imports asyncio, aiortc, time, threading or socket
-(``tests/p2p/test_protocol_machine.py`` checks it).
+steers), ``settings``, and ``audit`` (an attempt's audit round, docs/TRUST.md: built ahead of
+the rules that will use it, so nothing here imports it yet). Nothing here imports asyncio,
+aiortc, time, threading or socket (``tests/p2p/test_protocol_machine.py`` checks it).
 """
 
 from daisychain.p2p.machine.machine import Machine
