@@ -48,8 +48,13 @@ pytest.register_assert_rewrite(
 for _name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_ENDPOINT"):
     os.environ.pop(_name, None)
 
+import teardown_guard  # noqa: E402
 from daisychain.bench.rig import netns  # noqa: E402
 from pyast import parse_without_collector  # noqa: E402
+
+# A test's event loop closes in bounded time (tests/teardown_guard.py): a failed test whose
+# tasks would not end once hung a CI run for good.
+teardown_guard.install()
 
 CLONE_NEWNET = 0x40000000
 

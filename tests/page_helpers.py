@@ -180,7 +180,24 @@ async def check_page(tab: Tab, what: str) -> None:
     assert sw <= iw, f"{what}: the page is {sw} px wide in a {iw} px viewport"
     unnamed = await unnamed_controls(tab)
     assert not unnamed, f"{what}: controls without an accessible name: {unnamed}"
+    shown = await shown_while_hidden(tab)
+    assert not shown, f"{what}: elements marked hidden but laid out: {shown}"
     tab.check_clean()
+
+
+# Elements with the `hidden` attribute that still take space: a class that sets `display`
+# overrides the attribute unless the stylesheet says otherwise (the empty QR image once showed
+# as a blank box until the server had drawn the code).
+SHOWN_WHILE_HIDDEN = """
+() => [...document.querySelectorAll('[hidden]')]
+  .filter((e) => getComputedStyle(e).display !== 'none')
+  .map((e) => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}`)
+"""
+
+
+async def shown_while_hidden(tab: Tab) -> list[str]:
+    found: list[str] = await tab.page.evaluate(SHOWN_WHILE_HIDDEN)
+    return found
 
 
 async def screenshot(tab: Tab, name: str, tmp: Path, focus: str | None = None) -> Path:

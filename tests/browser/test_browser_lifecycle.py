@@ -179,10 +179,10 @@ async def test_tab_reloaded_mid_run_rejoins_by_itself_with_the_final_hash() -> N
 async def test_phone_with_4x_cpu_throttling_gets_a_smaller_share(tmp_path: Path) -> None:
     """The emulated phone: a 390x844 mobile viewport whose CPU is slowed 4x
     (``Emulation.setCPUThrottlingRate``) and an unthrottled desktop tab, each in its own
-    Chromium (so no renderer process is shared), follow a
-    Python leader's run shared by speed. Once speeds are measured the phone's share of every
-    step is below the desktop tab's. A screenshot of the phone's page is saved. (The phone's
-    Chromium is the one Playwright attaches to without its defaults, tab_helpers
+    Chromium (so no renderer process is shared), follow a Python leader's run shared by
+    speed. Once speeds are measured the phone's share of a step is never above the desktop
+    tab's, and below it over the steps together. A screenshot of the phone's page is saved.
+    (The phone's Chromium is the one Playwright attaches to without its defaults, tab_helpers
     ``chromium_lifecycle``: elsewhere Playwright's own viewport emulation overrides the
     phone's metrics.)"""
     async with (
@@ -198,26 +198,36 @@ async def test_phone_with_4x_cpu_throttling_gets_a_smaller_share(tmp_path: Path)
         await cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
         run = lead_config(5000, min_peers=3, shares_by="speed", global_batch=12)
         lead = await start_peer(url, "py-lead", lead=run, timers=TIMERS)
-        ids = [(await t.state())["id"] for t in (desktop, phone)]
-        await wait_py(lambda: len(lead.records) >= 8, 300, "the leader's 8 steps")
-        shares = [dict(zip(r.roster, r.shares, strict=True)) for r in lead.records]
-        late = [s for s in shares[4:] if set(ids) <= s.keys()]
-        print(
-            "\nshares (desktop tab, phone tab, Python leader) by step: "
-            + ", ".join(f"{(s[ids[0]], s[ids[1]], s[lead.node.id])}" for s in late)
-        )
-        assert late, shares
-        assert all(s[ids[1]] < s[ids[0]] for s in late), "the phone's share follows its speed"
-        await phone.page.screenshot(path=str(tmp_path / "phone-390x844.png"))
-        print(f"phone screenshot: {tmp_path / 'phone-390x844.png'}")
-        viewport = await phone.page.evaluate("[innerWidth, innerHeight]")
-        assert viewport == [390, 844], viewport
-        lead.node.end_run()
-        outcomes = await finish([lead], 180)
-        assert outcomes[0].reason == "leader-request", outcomes
-        states = await wait_tabs([desktop, phone], finished, 120, "the tabs' outcomes")
-        for state in states:
-            assert (state["outcome"]["step"], state["outcome"]["hash"]) == (
-                outcomes[0].step, outcomes[0].hash)  # fmt: skip
-        for tab in (desktop, phone):
-            tab.check_clean()
+        try:
+            ids = [(await t.state())["id"] for t in (desktop, phone)]
+            await wait_py(lambda: len(lead.records) >= 10, 300, "the leader's 10 steps")
+            shares = [dict(zip(r.roster, r.shares, strict=True)) for r in lead.records]
+            late = [s for s in shares[4:] if set(ids) <= s.keys()]
+            print(
+                "\nshares (desktop tab, phone tab, Python leader) by step: "
+                + ", ".join(f"{(s[ids[0]], s[ids[1]], s[lead.node.id])}" for s in late)
+            )
+            assert late, shares
+            # Speeds are measured while the shares are in use, and on a busy 2-core machine a
+            # step's timing is noisy: the phone never gets more than the desktop tab, and less
+            # over the steps together (one CI run had both at 3 of 12 on step 5, then 4 to 3).
+            on_phone, on_desktop = [s[ids[1]] for s in late], [s[ids[0]] for s in late]
+            assert all(p <= d for p, d in zip(on_phone, on_desktop, strict=True)), late
+            assert sum(on_phone) < sum(on_desktop), "the phone's share follows its speed"
+            await phone.page.screenshot(path=str(tmp_path / "phone-390x844.png"))
+            print(f"phone screenshot: {tmp_path / 'phone-390x844.png'}")
+            viewport = await phone.page.evaluate("[innerWidth, innerHeight]")
+            assert viewport == [390, 844], viewport
+            lead.node.end_run()
+            outcomes = await finish([lead], 180)
+            assert outcomes[0].reason == "leader-request", outcomes
+            states = await wait_tabs([desktop, phone], finished, 120, "the tabs' outcomes")
+            for state in states:
+                assert (state["outcome"]["step"], state["outcome"]["hash"]) == (
+                    outcomes[0].step, outcomes[0].hash)  # fmt: skip
+            for tab in (desktop, phone):
+                tab.check_clean()
+        finally:
+            if not lead.task.done():  # a failed check: end the leader here, with a bound
+                lead.task.cancel()
+                await asyncio.wait([lead.task], timeout=30)

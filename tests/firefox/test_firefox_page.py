@@ -22,6 +22,7 @@ told to accept it (``acceptInsecureCerts``), as a person accepts it once.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -56,29 +57,41 @@ STEPS = 4
 
 # Installed in a page once it joined: every data channel open then or later records the remote
 # peer and the candidate pair in use (getStats; Firefox marks it `selected`, Chromium's transport
-# names it): each end's address, port and type, read back with LINKS.
+# names it): each end's address, port and type. LINKS reads them back, each link still open
+# read again now: at the channel's open the controlled end may still use a pair the controlling
+# end did not nominate (one CI run saw both ends on different pairs then), so the test waits for
+# the pairs to settle (links_agree).
 WATCH_LINKS = """
 async () => {
   const { app } = await import('/js/app.js');
   const mesh = app.mesh;
-  globalThis.testLinks = [];
-  const record = async (peer) => {
-    const stats = [...(await mesh.links.get(peer).pc.getStats()).values()];
+  globalThis.testLinks = new Map();
+  globalThis.testPair = async (peer) => {
+    const link = mesh.links.get(peer);
+    if (!link) return null;
+    const stats = [...(await link.pc.getStats()).values()];
     const chosen = stats.find((s) => s.type === 'transport')?.selectedCandidatePairId;
     const pair = stats.find((s) => s.type === 'candidate-pair' && (s.selected || s.id === chosen));
     const at = (id) => {
       const c = stats.find((s) => s.id === id);
       return c ? { address: c.address ?? null, port: c.port, type: c.candidateType } : null;
     };
-    globalThis.testLinks.push({ peer, state: pair?.state ?? null,
+    return { peer, state: pair?.state ?? null,
       local: pair ? at(pair.localCandidateId) : null,
-      remote: pair ? at(pair.remoteCandidateId) : null });
+      remote: pair ? at(pair.remoteCandidateId) : null };
+  };
+  const record = async (peer) => {
+    const pair = await globalThis.testPair(peer);
+    if (pair) globalThis.testLinks.set(peer, pair);
   };
   mesh.addEventListener('channel-open', (e) => record(e.detail.peer));
   await Promise.all(mesh.openPeers().map(record));
 }
 """
-LINKS = "() => globalThis.testLinks"
+LINKS = """
+async () => Promise.all([...globalThis.testLinks.values()].map(
+  async (seen) => (await globalThis.testPair(seen.peer)) ?? seen))
+"""
 
 # Every state the page's wake-lock line goes through (awake.js sets its data-state), from now on.
 WATCH_AWAKE = """
@@ -276,8 +289,20 @@ async def test_firefox_leads_chromium_and_a_python_peer(
         assert run is not None
         assert await replayed_hashes(run, shares_of(s["records"])) == fox_hashes
         # WebRTC between the two browsers, on the network address at both ends.
-        fox_links = {link["peer"]: link for link in await fox.evaluate(LINKS)}
-        cr_links = {link["peer"]: link for link in await cr.page.evaluate(LINKS)}
+        fox_links: dict[str, Any] = {}
+        cr_links: dict[str, Any] = {}
+
+        async def links_agree() -> bool:
+            fox_links.update((link["peer"], link) for link in await fox.evaluate(LINKS))
+            cr_links.update((link["peer"], link) for link in await cr.page.evaluate(LINKS))
+            mine, theirs = fox_links.get(cr_id), cr_links.get(fox_id)
+            return bool(mine and theirs and mine["local"] and theirs["local"]
+                        and mine["remote"] and theirs["remote"]
+                        and mine["remote"]["port"] == theirs["local"]["port"]
+                        and theirs["remote"]["port"] == mine["local"]["port"])  # fmt: skip
+
+        with contextlib.suppress(AssertionError):  # the assertions below say which end differs
+            await until(links_agree, 20, "both browsers on one candidate pair")
         assert_link_on_network(fox_links[cr_id], cr_links[fox_id])
         assert_link_on_network(cr_links[fox_id], fox_links[cr_id])
         await fox.check_clean()

@@ -15,6 +15,7 @@ DAISYCHAIN_WRITE_GUIDE=1).
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ from page_helpers import (
     check_page,
     chromium,
     joined,
+    new_tab,
     open_page,
     overflow,
     screenshot,
+    shown_while_hidden,
     shows,
     until,
 )
@@ -54,6 +57,33 @@ async def make_invite(host: Any, uses: int) -> str:
     await field.wait_for(state="visible", timeout=30_000)
     link: str = await field.input_value()
     return link
+
+
+async def test_the_qr_code_takes_no_space_until_the_server_drew_it() -> None:
+    """The QR image is in the page, hidden, before the server's drawing arrives: it must not
+    show as an empty box then (page.css gives .qr a display, which once beat `hidden`). The
+    drawing is held back with a Playwright route and released after the look."""
+    async with signaling_server() as url, chromium() as browser:
+        held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold(route: Any) -> None:
+            held.set()
+            await release.wait()
+            await route.continue_()
+
+        tab = await new_tab(browser)
+        await tab.page.route("**/api/qr", hold)
+        await tab.page.goto(f"{url}/?{QUERY}&name=host")
+        await asyncio.wait_for(held.wait(), 60)
+        qr = tab.page.locator("#group .invite img.qr")
+        assert await qr.get_attribute("hidden") is not None
+        assert not await qr.is_visible()
+        assert await shown_while_hidden(tab) == []
+        release.set()
+        await qr.wait_for(state="visible", timeout=30_000)
+        assert (await qr.get_attribute("alt") or "").startswith("QR code of http")
+        await check_page(tab, "the QR code drawn")
 
 
 async def test_twenty_headless_peers_join_by_invite_link_without_clicks(tmp_path: Path) -> None:
