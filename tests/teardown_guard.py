@@ -25,8 +25,8 @@ import threading
 import warnings
 from typing import Any
 
-TASKS_S = 60.0  # a peer's clean close (mesh, data channels, ICE) takes a few seconds
-EXECUTOR_S = 60.0
+TASKS_S = 120.0  # a peer's clean close (mesh, data channels, ICE) takes seconds, more when loaded
+EXECUTOR_S = 120.0
 
 
 class TasksWouldNotEnd(RuntimeError):
